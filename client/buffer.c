@@ -1,0 +1,193 @@
+/* Host buffers shared with the daemon as file descriptors. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+
+/* Send RegisterBuffer with b->fd attached. */
+static int buffer_register(ckpt_client *c, ckpt_buffer *b)
+{
+	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
+	Ckpt__RegisterBuffer rb = CKPT__REGISTER_BUFFER__INIT;
+	int r;
+
+	pthread_mutex_lock(&c->mu);
+	b->id = c->next_buffer_id++;
+	pthread_mutex_unlock(&c->mu);
+	rb.buffer_id = b->id;
+	rb.kind = CKPT__BUFFER_KIND__HOST_FD;
+	rb.nbytes = b->size;
+	req.body_case = CKPT__FRAME__BODY_REGISTER_BUFFER;
+	req.register_buffer = &rb;
+	r = client_call(c, &req, b->fd, &rep);
+	if (r < 0)
+		return r;
+	if (rep->body_case != CKPT__FRAME__BODY_REPLY) {
+		ckpt__frame__free_unpacked(rep, NULL);
+		client_set_errmsg("ckptd answered register_buffer with "
+				  "something else");
+		return -EPROTO;
+	}
+	ckpt__frame__free_unpacked(rep, NULL);
+	return 0;
+}
+
+static void buffer_destroy(ckpt_buffer *b)
+{
+	if (b->map)
+		munmap(b->map, b->size);
+	if (b->fd >= 0)
+		close(b->fd);
+	free(b);
+}
+
+/* Take a client reference, register, and hand b out, or clean up. */
+static int buffer_finish(ckpt_client *c, ckpt_buffer *b, ckpt_buffer **out)
+{
+	int r = buffer_register(c, b);
+
+	if (r < 0) {
+		buffer_destroy(b);
+		return r;
+	}
+	client_ref(c);
+	b->client = c;
+	*out = b;
+	return 0;
+}
+
+int ckpt_buffer_alloc(ckpt_client *c, size_t nbytes, ckpt_buffer **out)
+{
+	ckpt_buffer *b;
+	int r;
+
+	if (out)
+		*out = NULL;
+	if (!c || !out || nbytes == 0 || nbytes > (size_t)INT64_MAX) {
+		client_set_errmsg("");
+		return -EINVAL;
+	}
+	b = calloc(1, sizeof(*b));
+	if (!b) {
+		client_set_errmsg("");
+		return -ENOMEM;
+	}
+	b->fd = -1;
+	b->size = nbytes;
+	b->fd = memfd_create("ckpt-buffer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (b->fd < 0)
+		goto fail_errno;
+	if (ftruncate(b->fd, (off_t)nbytes) < 0)
+		goto fail_errno;
+	/* The daemon maps this file; with a shrink seal we cannot make its
+	 * mapping fault (SIGBUS) by truncating later. */
+	if (fcntl(b->fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0)
+		goto fail_errno;
+	/* Populate now: first-touch faults are slow, and paying for them at
+	 * allocation keeps them off the training loop. */
+	b->map = mmap(NULL, nbytes, PROT_READ | PROT_WRITE,
+		      MAP_SHARED | MAP_POPULATE, b->fd, 0);
+	if (b->map == MAP_FAILED) {
+		b->map = NULL;
+		goto fail_errno;
+	}
+	return buffer_finish(c, b, out);
+
+fail_errno:
+	r = -errno;
+	buffer_destroy(b);
+	client_set_errmsg("");
+	return r;
+}
+
+int ckpt_buffer_register_fd(ckpt_client *c, int fd, size_t nbytes,
+			    ckpt_buffer **out)
+{
+	ckpt_buffer *b;
+	struct stat st;
+	int fl, r;
+
+	if (out)
+		*out = NULL;
+	if (!c || !out || fd < 0 || nbytes == 0 ||
+	    nbytes > (size_t)INT64_MAX) {
+		client_set_errmsg("");
+		return -EINVAL;
+	}
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		client_set_errmsg("");
+		return r;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		client_set_errmsg("fd is not a memfd or shared-memory file");
+		return -EINVAL;
+	}
+	if ((uint64_t)st.st_size < (uint64_t)nbytes) {
+		client_set_errmsg("file is smaller than nbytes");
+		return -EINVAL;
+	}
+	fl = fcntl(fd, F_GETFL);
+	if (fl < 0) {
+		r = -errno;
+		client_set_errmsg("");
+		return r;
+	}
+	if ((fl & O_ACCMODE) != O_RDWR) {
+		/* restore writes into it */
+		client_set_errmsg("fd must be open read-write");
+		return -EINVAL;
+	}
+	b = calloc(1, sizeof(*b));
+	if (!b) {
+		client_set_errmsg("");
+		return -ENOMEM;
+	}
+	b->size = nbytes;
+	b->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (b->fd < 0) {
+		r = -errno;
+		free(b);
+		client_set_errmsg("");
+		return r;
+	}
+	return buffer_finish(c, b, out);
+}
+
+void *ckpt_buffer_data(ckpt_buffer *b)
+{
+	return b ? b->map : NULL;
+}
+
+size_t ckpt_buffer_size(ckpt_buffer *b)
+{
+	return b ? b->size : 0;
+}
+
+void ckpt_buffer_free(ckpt_buffer *b)
+{
+	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
+	Ckpt__Unregister u = CKPT__UNREGISTER__INIT;
+	char saved[CLIENT_ERRMSG_LEN];
+	ckpt_client *c;
+
+	if (!b)
+		return;
+	c = b->client;
+	/* a void cleanup call must not clobber the caller's ckpt_errmsg() */
+	snprintf(saved, sizeof(saved), "%s", ckpt_errmsg());
+	u.buffer_id = b->id;
+	req.body_case = CKPT__FRAME__BODY_UNREGISTER;
+	req.unregister = &u;
+	/* Best effort: on a closed session the daemon dropped it already. */
+	if (client_call(c, &req, -1, &rep) == 0)
+		ckpt__frame__free_unpacked(rep, NULL);
+	client_set_errmsg(saved);
+	buffer_destroy(b);
+	client_unref(c);
+}

@@ -1,0 +1,509 @@
+/* ckpt-example: a toy trainer that checkpoints through libckpt, using only
+ * the public API.
+ *
+ * K tensors, each a 2-D float32 global array [rows, 1024], sharded by rows
+ * over the world: rank r holds rows [r*rows/W, (r+1)*rows/W). Every element
+ * is a function of (job, step, tensor, global element index), so any process
+ * at any world size can verify a restore. The value is a 24-bit integer made
+ * float, which is exact and never NaN.
+ *
+ * Saves steps 1..N asynchronously: fill, save, wait for STAGED (the stall the
+ * trainer sees), fill the next step while the previous one uploads, and wait
+ * for its DURABLE before saving again, so at most one save is not durable.
+ * Then loads the latest step into the zeroed buffer and verifies it. With
+ * --restore-only it only loads and verifies. */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+
+#define COLS 1024u
+#define MIB (1024.0 * 1024.0)
+
+struct opts {
+	const char *socket, *job, *attempt;
+	uint32_t rank, world, local_rank;
+	uint64_t steps, size_mb, ntensors;
+	int restore_only;
+};
+
+struct layout {
+	uint64_t rows, lo, hi;          /* global rows, this rank's [lo, hi) */
+	uint64_t tensor_bytes;          /* local bytes per tensor */
+	uint64_t total_bytes;
+	uint64_t jobh;
+	char (*names)[48];
+	uint64_t shape[2], boff[2], blen[2];
+	ckpt_tensor *t;
+};
+
+/* Phase times recorded by the completion callback (on the reader thread). */
+struct timing {
+	_Atomic int64_t staged_ns, durable_ns;
+};
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void fatal(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2), noreturn));
+static void fatal(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("ckpt-example: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+static void fatal_ckpt(const char *what, int err, const char *msg)
+{
+	if (msg && *msg)
+		fatal("%s: %s (%s)", what, ckpt_strerror(err), msg);
+	fatal("%s: %s", what, ckpt_strerror(err));
+}
+
+static uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static uint64_t hash_str(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	return mix64(h);
+}
+
+/* The base of one (job, step, tensor); element i's value is
+ * elem_value(base, i). */
+static uint64_t tensor_base(uint64_t jobh, uint64_t step, uint64_t k)
+{
+	return mix64(jobh ^ mix64(step * 0x9e3779b97f4a7c15ull ^
+				  mix64(k + 0x632be59bd9b4e019ull)));
+}
+
+static inline float elem_value(uint64_t base, uint64_t gidx)
+{
+	return (float)(mix64(base + gidx * 0x9e3779b97f4a7c15ull) & 0xffffff);
+}
+
+static void fill(const struct layout *L, float *data, uint64_t step,
+		 uint64_t ntensors)
+{
+	for (uint64_t k = 0; k < ntensors; k++) {
+		uint64_t base = tensor_base(L->jobh, step, k);
+		float *p = data + k * (L->tensor_bytes / sizeof(float));
+
+		for (uint64_t r = L->lo; r < L->hi; r++)
+			for (uint64_t c = 0; c < COLS; c++)
+				*p++ = elem_value(base, r * COLS + c);
+	}
+}
+
+/* 0 when every element matches step; else reports the first mismatch. */
+static int verify(const struct layout *L, const float *data, uint64_t step,
+		  uint64_t ntensors)
+{
+	for (uint64_t k = 0; k < ntensors; k++) {
+		uint64_t base = tensor_base(L->jobh, step, k);
+		const float *p = data + k * (L->tensor_bytes / sizeof(float));
+
+		for (uint64_t r = L->lo; r < L->hi; r++)
+			for (uint64_t c = 0; c < COLS; c++, p++) {
+				float want = elem_value(base, r * COLS + c);
+
+				if (memcmp(p, &want, sizeof(want)) != 0) {
+					fprintf(stderr,
+						"ckpt-example: step %" PRIu64
+						" tensor %" PRIu64 " element [%"
+						PRIu64 ", %" PRIu64
+						"]: got %.1f, want %.1f\n",
+						step, k, r, c, (double)*p,
+						(double)want);
+					return -1;
+				}
+			}
+	}
+	return 0;
+}
+
+static void on_phase(ckpt_future *f, ckpt_phase phase, int status, void *user)
+{
+	struct timing *t = user;
+
+	(void)f;
+	if (status)
+		return;
+	if (phase == CKPT_STAGED)
+		atomic_store(&t->staged_ns, now_ns());
+	else if (phase == CKPT_DURABLE)
+		atomic_store(&t->durable_ns, now_ns());
+}
+
+static uint64_t parse_u64(const char *opt, const char *s, uint64_t max)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || s[0] == '-' || v > max)
+		fatal("bad value for %s: %s", opt, s);
+	return v;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: ckpt-example --socket PATH --job NAME [--rank R] "
+		"[--world-size W]\n"
+		"                    [--steps N] [--size-mb M] [--tensors K] "
+		"[--restore-only]\n"
+		"                    [--attempt ID]\n"
+		"Rank and world size default to $RANK and $WORLD_SIZE, else "
+		"0 and 1.\n");
+}
+
+static void parse_args(int argc, char **argv, struct opts *o)
+{
+	const char *e;
+
+	memset(o, 0, sizeof(*o));
+	o->socket = getenv("CKPTD_SOCKET");
+	o->world = 1;
+	o->steps = 3;
+	o->size_mb = 64;
+	o->ntensors = 4;
+	if ((e = getenv("RANK")) && *e)
+		o->rank = (uint32_t)parse_u64("$RANK", e, UINT32_MAX);
+	if ((e = getenv("WORLD_SIZE")) && *e)
+		o->world = (uint32_t)parse_u64("$WORLD_SIZE", e, UINT32_MAX);
+	o->local_rank = UINT32_MAX;
+	if ((e = getenv("LOCAL_RANK")) && *e)
+		o->local_rank = (uint32_t)parse_u64("$LOCAL_RANK", e,
+						    UINT32_MAX - 1);
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			usage(stdout);
+			exit(0);
+		} else if (!strcmp(a, "--restore-only")) {
+			o->restore_only = 1;
+			continue;
+		}
+		if (!v) {
+			usage(stderr);
+			fatal("%s needs a value", a);
+		}
+		i++;
+		if (!strcmp(a, "--socket"))
+			o->socket = v;
+		else if (!strcmp(a, "--job"))
+			o->job = v;
+		else if (!strcmp(a, "--attempt"))
+			o->attempt = v;
+		else if (!strcmp(a, "--rank"))
+			o->rank = (uint32_t)parse_u64(a, v, UINT32_MAX);
+		else if (!strcmp(a, "--world-size"))
+			o->world = (uint32_t)parse_u64(a, v, UINT32_MAX);
+		else if (!strcmp(a, "--steps"))
+			o->steps = parse_u64(a, v, 1000000);
+		else if (!strcmp(a, "--size-mb"))
+			o->size_mb = parse_u64(a, v, 1u << 20);
+		else if (!strcmp(a, "--tensors"))
+			o->ntensors = parse_u64(a, v, 100000);
+		else {
+			usage(stderr);
+			fatal("unknown option %s", a);
+		}
+	}
+	if (!o->job || !*o->job) {
+		usage(stderr);
+		fatal("--job is required");
+	}
+	if (!o->socket || !*o->socket)
+		o->socket = CKPT_DEFAULT_SOCKET;
+	if (o->world == 0 || o->rank >= o->world)
+		fatal("rank %" PRIu32 " is not below world size %" PRIu32,
+		      o->rank, o->world);
+	if (o->ntensors == 0)
+		fatal("--tensors must be at least 1");
+	if (!o->restore_only && o->steps == 0)
+		fatal("--steps must be at least 1");
+	if (o->local_rank == UINT32_MAX)
+		o->local_rank = o->rank;
+}
+
+static void make_layout(const struct opts *o, struct layout *L,
+			ckpt_buffer *buf)
+{
+	L->t = calloc(o->ntensors, sizeof(*L->t));
+	L->names = calloc(o->ntensors, sizeof(*L->names));
+	if (!L->t || !L->names)
+		fatal("out of memory");
+	L->shape[0] = L->rows;
+	L->shape[1] = COLS;
+	L->boff[0] = L->lo;
+	L->boff[1] = 0;
+	L->blen[0] = L->hi - L->lo;
+	L->blen[1] = COLS;
+	for (uint64_t k = 0; k < o->ntensors; k++) {
+		snprintf(L->names[k], sizeof(L->names[k]),
+			 "layer%" PRIu64 ".weight", k);
+		L->t[k] = (ckpt_tensor){
+			.name = L->names[k],
+			.dtype = CKPT_F32,
+			.ndim = 2,
+			.global_shape = L->shape,
+			.box_offsets = L->boff,
+			.box_lengths = L->blen,
+			.buffer = buf,
+			.offset = k * L->tensor_bytes,
+			.nbytes = L->tensor_bytes,
+		};
+	}
+}
+
+/* Wait for step to be complete on every rank (another rank may still be
+ * uploading), so that "latest" means what this run saved. Best effort. */
+static void wait_complete(ckpt_client *c, const char *job, uint64_t step)
+{
+	int64_t deadline = now_ns() + 120 * (int64_t)1000000000;
+
+	while (now_ns() < deadline) {
+		ckpt_step_info *v = NULL;
+		size_t n = 0;
+		int done = 0;
+
+		if (ckpt_list(c, job, &v, &n) < 0)
+			return;
+		for (size_t i = 0; i < n; i++)
+			if (v[i].step == step && v[i].complete)
+				done = 1;
+		free(v);
+		if (done)
+			return;
+		usleep(50 * 1000);
+	}
+}
+
+static void print_row(uint64_t step, double mib, double stall_ms,
+		      double durable_ms)
+{
+	printf("%8" PRIu64 " %10.1f %10.2f %12.2f\n", step, mib, stall_ms,
+	       durable_ms);
+	fflush(stdout);
+}
+
+/* Wait for the durable of f and print its row. Returns durable_ms. */
+static double finish_save(ckpt_future *f, struct timing *tm, int64_t t0,
+			  uint64_t step, double mib, double stall_ms)
+{
+	int64_t td;
+	double ms;
+	int r = ckpt_future_wait(f, CKPT_DURABLE, -1);
+	char what[64];
+
+	if (r < 0) {
+		snprintf(what, sizeof(what), "save step %" PRIu64 " durable",
+			 step);
+		fatal_ckpt(what, r, ckpt_future_message(f));
+	}
+	td = atomic_load(&tm->durable_ns);
+	if (!td) /* the callback has not run yet: the wait's time is close */
+		td = now_ns();
+	ms = (double)(td - t0) / 1e6;
+	print_row(step, mib, stall_ms, ms);
+	return ms;
+}
+
+static void run_saves(const struct opts *o, ckpt_client *c,
+		      const struct layout *L, float *data)
+{
+	ckpt_future *prev = NULL;
+	struct timing tm[2];
+	int64_t prev_t0 = 0;
+	double prev_stall = 0, sum_stall = 0, sum_durable = 0, max_stall = 0;
+	double mib = (double)L->total_bytes / MIB;
+	int64_t t_begin = now_ns();
+	char what[64];
+
+	printf("%8s %10s %10s %12s\n", "step", "MiB", "stall_ms",
+	       "durable_ms");
+	for (uint64_t s = 1; s <= o->steps; s++) {
+		struct timing *t = &tm[s % 2];
+		char extra[64];
+		ckpt_future *f;
+		int64_t t0;
+		double stall;
+		int r;
+
+		/* The previous save is staged: its bytes are safe to
+		 * overwrite while it uploads. */
+		fill(L, data, s, o->ntensors);
+		if (prev) {
+			sum_durable += finish_save(prev, &tm[(s - 1) % 2],
+						   prev_t0, s - 1, mib,
+						   prev_stall);
+			ckpt_future_free(prev);
+			prev = NULL;
+		}
+		atomic_store(&t->staged_ns, 0);
+		atomic_store(&t->durable_ns, 0);
+		snprintf(extra, sizeof(extra), "step=%" PRIu64, s);
+		t0 = now_ns();
+		r = ckpt_save(c, s, L->t, o->ntensors, extra, strlen(extra),
+			      &f);
+		if (r < 0) {
+			snprintf(what, sizeof(what), "save step %" PRIu64, s);
+			fatal_ckpt(what, r, ckpt_errmsg());
+		}
+		r = ckpt_future_set_callback(f, on_phase, t);
+		if (r < 0)
+			fatal_ckpt("set callback", r, NULL);
+		r = ckpt_future_wait(f, CKPT_STAGED, -1);
+		if (r < 0) {
+			snprintf(what, sizeof(what), "save step %" PRIu64
+				 " staged", s);
+			fatal_ckpt(what, r, ckpt_future_message(f));
+		}
+		stall = (double)(now_ns() - t0) / 1e6;
+		sum_stall += stall;
+		if (stall > max_stall)
+			max_stall = stall;
+		prev = f;
+		prev_t0 = t0;
+		prev_stall = stall;
+	}
+	sum_durable += finish_save(prev, &tm[o->steps % 2], prev_t0, o->steps,
+				   mib, prev_stall);
+	ckpt_future_free(prev);
+	printf("rank %" PRIu32 "/%" PRIu32 ": saved %" PRIu64
+	       " steps of %.1f MiB in %.2f s: stall mean %.2f ms max %.2f ms, "
+	       "durable mean %.2f ms\n",
+	       o->rank, o->world, o->steps, mib,
+	       (double)(now_ns() - t_begin) / 1e9,
+	       sum_stall / (double)o->steps, max_stall,
+	       sum_durable / (double)o->steps);
+	fflush(stdout);
+}
+
+static void run_restore(const struct opts *o, ckpt_client *c,
+			const struct layout *L, float *data)
+{
+	ckpt_future *f;
+	const char *extra;
+	char want[64];
+	size_t elen = 0;
+	uint64_t step, bytes;
+	int64_t t0;
+	double ms;
+	int r;
+
+	memset(data, 0, L->total_bytes);
+	t0 = now_ns();
+	r = ckpt_load(c, CKPT_LATEST, L->t, o->ntensors, &f);
+	if (r < 0)
+		fatal_ckpt("load latest", r, ckpt_errmsg());
+	r = ckpt_future_wait(f, CKPT_LOADED, -1);
+	if (r < 0)
+		fatal_ckpt("load latest", r, ckpt_future_message(f));
+	ms = (double)(now_ns() - t0) / 1e6;
+	step = ckpt_future_step(f);
+	bytes = ckpt_future_bytes(f);
+	if (!bytes)
+		bytes = L->total_bytes;
+	extra = ckpt_future_extra(f, &elen);
+	snprintf(want, sizeof(want), "step=%" PRIu64, step);
+	if (elen != strlen(want) || memcmp(extra, want, elen) != 0)
+		fatal("restored step %" PRIu64 ": extra state is \"%.*s\", "
+		      "want \"%s\"", step, (int)(elen > 200 ? 200 : elen),
+		      extra ? extra : "", want);
+	if (verify(L, data, step, o->ntensors) < 0)
+		fatal("restored step %" PRIu64 ": data does not verify", step);
+	if (!o->restore_only && step != o->steps)
+		printf("note: latest complete step is %" PRIu64
+		       ", not %" PRIu64 " (older steps of this job exist)\n",
+		       step, o->steps);
+	printf("restored step %" PRIu64 ": %.1f MiB in %.2f ms, verified OK\n",
+	       step, (double)bytes / MIB, ms);
+	fflush(stdout);
+	ckpt_future_free(f);
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o;
+	struct layout L = { 0 };
+	ckpt_hello h;
+	ckpt_client *c = NULL;
+	ckpt_buffer *buf = NULL;
+	float *data;
+	char what[4200];
+	int r;
+
+	parse_args(argc, argv, &o);
+
+	L.rows = o.size_mb * 256 / o.ntensors; /* MiB / (4 B * 1024 cols) */
+	if (L.rows < o.world)
+		L.rows = o.world;
+	L.lo = o.rank * L.rows / o.world;
+	L.hi = ((uint64_t)o.rank + 1) * L.rows / o.world;
+	L.tensor_bytes = (L.hi - L.lo) * COLS * sizeof(float);
+	L.total_bytes = L.tensor_bytes * o.ntensors;
+	L.jobh = hash_str(o.job);
+
+	h = (ckpt_hello){
+		.job = o.job,
+		.rank = o.rank,
+		.world_size = o.world,
+		.local_rank = o.local_rank,
+		.attempt_id = o.attempt,
+	};
+	r = ckpt_connect(o.socket, &h, &c);
+	if (r < 0) {
+		snprintf(what, sizeof(what), "connect %s", o.socket);
+		fatal_ckpt(what, r, ckpt_errmsg());
+	}
+	r = ckpt_buffer_alloc(c, L.total_bytes, &buf);
+	if (r < 0)
+		fatal_ckpt("allocate buffer", r, ckpt_errmsg());
+	data = ckpt_buffer_data(buf);
+	make_layout(&o, &L, buf);
+
+	if (!o.restore_only) {
+		run_saves(&o, c, &L, data);
+		if (o.world > 1)
+			wait_complete(c, o.job, o.steps);
+	}
+	run_restore(&o, c, &L, data);
+
+	ckpt_buffer_free(buf);
+	ckpt_close(c);
+	free(L.t);
+	free(L.names);
+	return 0;
+}

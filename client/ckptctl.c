@@ -1,0 +1,294 @@
+/* ckptctl: the operator's command line for ckptd. Uses only the public
+ * libckpt API (and json-c for --json). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+#include "ckpt/ckpt.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: ckptctl [--socket PATH] status [--json]\n"
+		"       ckptctl [--socket PATH] ls [--json] [JOB]\n"
+		"\n"
+		"  status   sessions, pool usage, in-flight saves, totals\n"
+		"  ls       checkpoint steps, of JOB or of every job\n"
+		"\n"
+		"The socket defaults to $CKPTD_SOCKET, else %s.\n",
+		CKPT_DEFAULT_SOCKET);
+}
+
+static void die(const char *what, int err)
+{
+	const char *m = ckpt_errmsg();
+
+	if (m && *m)
+		fprintf(stderr, "ckptctl: %s: %s (%s)\n", what,
+			ckpt_strerror(err), m);
+	else
+		fprintf(stderr, "ckptctl: %s: %s\n", what, ckpt_strerror(err));
+	exit(1);
+}
+
+static void die_oom(void)
+{
+	fprintf(stderr, "ckptctl: out of memory\n");
+	exit(1);
+}
+
+/* "1.5 GiB" and friends. */
+static const char *human_bytes(uint64_t n, char *buf, size_t len)
+{
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB",
+					    "PiB", "EiB" };
+	double v = (double)n;
+	size_t u = 0;
+
+	while (v >= 1024.0 && u + 1 < sizeof(unit) / sizeof(unit[0])) {
+		v /= 1024.0;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%" PRIu64 " B", n);
+	else
+		snprintf(buf, len, "%.1f %s", v, unit[u]);
+	return buf;
+}
+
+static const char *human_duration(uint64_t ns, char *buf, size_t len)
+{
+	uint64_t s = ns / 1000000000u;
+
+	if (s >= 86400)
+		snprintf(buf, len, "%" PRIu64 "d%02" PRIu64 "h%02" PRIu64 "m",
+			 s / 86400, s / 3600 % 24, s / 60 % 60);
+	else if (s >= 3600)
+		snprintf(buf, len, "%" PRIu64 "h%02" PRIu64 "m%02" PRIu64 "s",
+			 s / 3600, s / 60 % 60, s % 60);
+	else if (s >= 60)
+		snprintf(buf, len, "%" PRIu64 "m%02" PRIu64 "s", s / 60, s % 60);
+	else
+		snprintf(buf, len, "%" PRIu64 "s", s);
+	return buf;
+}
+
+static void json_put(json_object *o, const char *key, json_object *v)
+{
+	if (!v || json_object_object_add(o, key, v) != 0)
+		die_oom();
+}
+
+static void json_print(json_object *o)
+{
+	const char *s = json_object_to_json_string_ext(o,
+		JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
+
+	if (!s)
+		die_oom();
+	puts(s);
+}
+
+static int cmd_status(ckpt_client *c, int json)
+{
+	ckpt_status_info st;
+	char a[32], b[32], d[32];
+	int r;
+
+	r = ckpt_status(c, &st);
+	if (r < 0)
+		die("status", r);
+	if (json) {
+		json_object *o = json_object_new_object();
+
+		if (!o)
+			die_oom();
+		json_put(o, "sessions", json_object_new_uint64(st.sessions));
+		json_put(o, "pool_bytes", json_object_new_uint64(st.pool_bytes));
+		json_put(o, "pool_used_bytes",
+			 json_object_new_uint64(st.pool_used_bytes));
+		json_put(o, "chunk_bytes",
+			 json_object_new_uint64(st.chunk_bytes));
+		json_put(o, "inflight_saves",
+			 json_object_new_uint64(st.inflight_saves));
+		json_put(o, "waiting_saves",
+			 json_object_new_uint64(st.waiting_saves));
+		json_put(o, "saves_total",
+			 json_object_new_uint64(st.saves_total));
+		json_put(o, "saves_failed",
+			 json_object_new_uint64(st.saves_failed));
+		json_put(o, "bytes_staged",
+			 json_object_new_uint64(st.bytes_staged));
+		json_put(o, "bytes_durable",
+			 json_object_new_uint64(st.bytes_durable));
+		json_put(o, "bytes_restored",
+			 json_object_new_uint64(st.bytes_restored));
+		json_put(o, "uptime_ns", json_object_new_uint64(st.uptime_ns));
+		json_put(o, "storage", json_object_new_string(st.storage));
+		json_print(o);
+		json_object_put(o);
+		return 0;
+	}
+	printf("%-16s %" PRIu32 "\n", "sessions", st.sessions);
+	printf("%-16s %s used of %s", "pool",
+	       human_bytes(st.pool_used_bytes, a, sizeof(a)),
+	       human_bytes(st.pool_bytes, b, sizeof(b)));
+	if (st.pool_bytes)
+		printf(" (%.0f%%)",
+		       100.0 * (double)st.pool_used_bytes /
+			       (double)st.pool_bytes);
+	printf(", chunks of %s\n", human_bytes(st.chunk_bytes, d, sizeof(d)));
+	printf("%-16s %" PRIu32 " in flight, %" PRIu32 " waiting for pool\n",
+	       "saves now", st.inflight_saves, st.waiting_saves);
+	printf("%-16s %" PRIu64 " total, %" PRIu64 " failed\n", "saves",
+	       st.saves_total, st.saves_failed);
+	printf("%-16s %s staged, %s durable, %s restored\n", "bytes",
+	       human_bytes(st.bytes_staged, a, sizeof(a)),
+	       human_bytes(st.bytes_durable, b, sizeof(b)),
+	       human_bytes(st.bytes_restored, d, sizeof(d)));
+	printf("%-16s %s\n", "storage", st.storage[0] ? st.storage : "-");
+	printf("%-16s %s\n", "uptime",
+	       human_duration(st.uptime_ns, a, sizeof(a)));
+	return 0;
+}
+
+static int step_cmp(const void *pa, const void *pb)
+{
+	const ckpt_step_info *a = pa, *b = pb;
+	int r = strcmp(a->job, b->job);
+
+	if (r)
+		return r;
+	return a->step < b->step ? -1 : a->step > b->step;
+}
+
+static int cmd_ls(ckpt_client *c, const char *job, int json)
+{
+	ckpt_step_info *v = NULL;
+	size_t n = 0, jw = 3;
+	char what[300], sz[32], ranks[32];
+	int r;
+
+	r = ckpt_list(c, job, &v, &n);
+	if (r < 0) {
+		snprintf(what, sizeof(what), "ls%s%s", job ? " " : "",
+			 job ? job : "");
+		die(what, r);
+	}
+	if (n > 1)
+		qsort(v, n, sizeof(*v), step_cmp);
+	if (json) {
+		json_object *a = json_object_new_array();
+
+		if (!a)
+			die_oom();
+		for (size_t i = 0; i < n; i++) {
+			json_object *o = json_object_new_object();
+
+			if (!o)
+				die_oom();
+			json_put(o, "job", json_object_new_string(v[i].job));
+			json_put(o, "step", json_object_new_uint64(v[i].step));
+			json_put(o, "complete",
+				 json_object_new_boolean(v[i].complete));
+			json_put(o, "bytes", json_object_new_uint64(v[i].bytes));
+			json_put(o, "ranks_present",
+				 json_object_new_uint64(v[i].ranks_present));
+			json_put(o, "world_size",
+				 json_object_new_uint64(v[i].world_size));
+			json_put(o, "attempt_id",
+				 json_object_new_string(v[i].attempt_id));
+			if (json_object_array_add(a, o) != 0)
+				die_oom();
+		}
+		json_print(a);
+		json_object_put(a);
+		free(v);
+		return 0;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (strlen(v[i].job) > jw)
+			jw = strlen(v[i].job);
+	printf("%-*s %12s %-8s %7s %10s  %s\n", (int)jw, "JOB", "STEP",
+	       "COMPLETE", "RANKS", "SIZE", "ATTEMPT");
+	for (size_t i = 0; i < n; i++) {
+		snprintf(ranks, sizeof(ranks), "%" PRIu32 "/%" PRIu32,
+			 v[i].ranks_present, v[i].world_size);
+		printf("%-*s %12" PRIu64 " %-8s %7s %10s  %s\n", (int)jw,
+		       v[i].job, v[i].step, v[i].complete ? "yes" : "no",
+		       ranks, human_bytes(v[i].bytes, sz, sizeof(sz)),
+		       v[i].attempt_id);
+	}
+	free(v);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *sock = getenv("CKPTD_SOCKET");
+	const char *cmd = NULL, *job = NULL;
+	char what[4200];
+	ckpt_client *c = NULL;
+	int json = 0, r;
+
+	if (!sock || !*sock)
+		sock = CKPT_DEFAULT_SOCKET;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			usage(stdout);
+			return 0;
+		} else if (!strcmp(a, "--socket") || !strcmp(a, "-s")) {
+			if (++i >= argc) {
+				fprintf(stderr, "ckptctl: %s needs a path\n", a);
+				return 2;
+			}
+			sock = argv[i];
+		} else if (!strncmp(a, "--socket=", 9)) {
+			sock = a + 9;
+		} else if (!strcmp(a, "--json")) {
+			json = 1;
+		} else if (a[0] == '-' && a[1]) {
+			fprintf(stderr, "ckptctl: unknown option %s\n", a);
+			usage(stderr);
+			return 2;
+		} else if (!cmd) {
+			cmd = a;
+		} else if (!strcmp(cmd, "ls") && !job) {
+			job = a;
+		} else {
+			fprintf(stderr, "ckptctl: unexpected argument %s\n", a);
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!cmd) {
+		usage(stderr);
+		return 2;
+	}
+	if (strcmp(cmd, "status") && strcmp(cmd, "ls")) {
+		fprintf(stderr, "ckptctl: unknown command %s\n", cmd);
+		usage(stderr);
+		return 2;
+	}
+
+	r = ckpt_connect(sock, NULL, &c);
+	if (r < 0) {
+		snprintf(what, sizeof(what), "connect %s", sock);
+		die(what, r);
+	}
+	if (!strcmp(cmd, "status"))
+		r = cmd_status(c, json);
+	else
+		r = cmd_ls(c, job, json);
+	ckpt_close(c);
+	if (fflush(stdout) != 0) {
+		perror("ckptctl: stdout");
+		return 1;
+	}
+	return r ? 1 : 0;
+}

@@ -1,0 +1,122 @@
+/* libckpt internals, shared by the client's modules only. Nothing here is
+ * part of the ABI: the library is built with -fvisibility=hidden and a
+ * version script, and only the declarations in ckpt/ckpt.h are exported. */
+#ifndef CKPT_CLIENT_INTERNAL_H
+#define CKPT_CLIENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt.pb-c.h"
+
+#pragma GCC visibility push(default)
+#include "ckpt/ckpt.h"
+#pragma GCC visibility pop
+
+/* The largest frame we accept from the daemon, and send ourselves. */
+#define CLIENT_MAX_FRAME_BYTES (64u * 1024 * 1024)
+#define CLIENT_ERRMSG_LEN 1024
+
+enum pending_kind {
+	PENDING_SYNC = 1,  /* a caller blocks in client_call() */
+	PENDING_SAVE,      /* completes a save future */
+	PENDING_LOAD,      /* completes a load future */
+};
+
+/* One outstanding request in the client's table, keyed by req_id. */
+struct pending {
+	struct pending *next, *prev;
+	uint64_t req_id;
+	enum pending_kind kind;
+	/* PENDING_SYNC: filled by the reader, guarded by the client's mu. */
+	bool done;
+	int status;                 /* 0 or -errno */
+	char *message;              /* malloc'd, may be NULL */
+	Ckpt__Frame *reply;         /* the answer frame, owned by the caller */
+	/* PENDING_SAVE / PENDING_LOAD */
+	ckpt_future *future;
+};
+
+struct ckpt_client {
+	atomic_int refs;            /* the user's + one per live buffer */
+	int fd;
+	pthread_t reader;
+	bool reader_started;
+
+	pthread_mutex_t wmu;        /* serializes writes to fd */
+
+	pthread_mutex_t mu;         /* guards everything below */
+	pthread_cond_t cv;          /* signals completion of PENDING_SYNC */
+	struct pending head;        /* circular list of outstanding requests */
+	uint64_t next_req_id;
+	uint64_t next_buffer_id;
+	int dead;                   /* 0 while usable, else -errno */
+	char *dead_msg;             /* why, or NULL */
+	bool control;               /* hello without a job */
+};
+
+struct ckpt_buffer {
+	ckpt_client *client;        /* holds a ref */
+	uint64_t id;
+	int fd;                     /* our dup / the memfd */
+	void *map;                  /* only for ckpt_buffer_alloc */
+	size_t size;
+};
+
+struct ckpt_future {
+	atomic_int refs;            /* the user's + the table's while outstanding
+				     * + a transient one per dispatcher */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;          /* CLOCK_MONOTONIC */
+	enum pending_kind kind;     /* PENDING_SAVE or PENDING_LOAD */
+	struct pending node;        /* the table entry while outstanding */
+
+	bool staged, durable, loaded;
+	int status;                 /* 0, or -errno once failed */
+	char *message;              /* set once on failure */
+	uint64_t bytes, step, stall_ns;
+	void *extra;
+	size_t extra_len;
+
+	ckpt_future_cb cb;
+	void *cb_user;
+	unsigned delivered;         /* bit per phase (1 << phase); bit 0: failure */
+	bool dispatching;
+};
+
+/* errors.c */
+void client_set_errmsg(const char *msg);
+void client_set_errmsgf(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+/* Positive or negative errno on the wire to -errno (0 stays 0). */
+int client_wire_status(int32_t wire);
+
+/* conn.c */
+void client_ref(ckpt_client *c);
+void client_unref(ckpt_client *c);
+/* Send req (req_id and version filled in here) and wait for the answer.
+ * On success *reply is the daemon's frame (free with
+ * ckpt__frame__free_unpacked); a nonzero Reply is turned into its -errno
+ * and its message goes to ckpt_errmsg(). fd >= 0 is attached as
+ * SCM_RIGHTS. */
+int client_call(ckpt_client *c, Ckpt__Frame *req, int fd, Ckpt__Frame **reply);
+/* Register f under a new req_id and send req. On failure the table does not
+ * hold f (its ref is dropped) and the error is returned. */
+int client_send_future(ckpt_client *c, Ckpt__Frame *req, ckpt_future *f);
+
+/* future.c */
+ckpt_future *future_new(enum pending_kind kind, uint64_t step);
+void future_ref(ckpt_future *f);
+void future_unref(ckpt_future *f);
+/* Apply one daemon frame addressed to f. Returns true when f is finished
+ * (durable, loaded or failed). Does not run callbacks. */
+bool future_apply(ckpt_future *f, const Ckpt__Frame *fr);
+void future_fail(ckpt_future *f, int status, const char *msg);
+/* Run the callbacks of newly reached phases, outside every lock. The caller
+ * holds a ref on f. */
+void future_dispatch(ckpt_future *f);
+
+#endif

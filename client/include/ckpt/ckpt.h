@@ -1,0 +1,170 @@
+/* libckpt: the client library of ckptd.
+ *
+ * Conventions: every function that can fail returns 0 (or a count) on success
+ * and a negative errno value on failure. ckpt_strerror() turns such a value
+ * into words; when the daemon refused a request, ckpt_errmsg() returns the
+ * daemon's own message for the last failed call on the calling thread.
+ * The library never logs or prints.
+ *
+ * Threads: a ckpt_client is safe to use from several threads at once. Each
+ * client runs one reader thread that receives the daemon's replies and
+ * pushed events (staged, durable, failed, loaded) and completes futures.
+ * Completion callbacks run on that reader thread: keep them short and do not
+ * call blocking libckpt functions of the same client from them.
+ */
+#ifndef CKPT_CKPT_H
+#define CKPT_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CKPT_PROTOCOL_VERSION 1
+#define CKPT_DEFAULT_SOCKET "/run/ckptd/ckptd.sock"
+/* Pass as the step to ckpt_load() for the highest complete step. */
+#define CKPT_LATEST (-1)
+#define CKPT_MAX_DIMS 8
+
+typedef struct ckpt_client ckpt_client;
+typedef struct ckpt_buffer ckpt_buffer;
+typedef struct ckpt_future ckpt_future;
+
+/* Values match proto/ckpt.proto's DType. */
+typedef enum {
+	CKPT_F32 = 1,
+	CKPT_F16 = 2,
+	CKPT_BF16 = 3,
+	CKPT_F64 = 4,
+	CKPT_I8 = 5,
+	CKPT_U8 = 6,
+	CKPT_I16 = 7,
+	CKPT_I32 = 8,
+	CKPT_I64 = 9,
+	CKPT_BOOL = 10,
+	CKPT_F8E4M3 = 11,
+	CKPT_F8E5M2 = 12,
+} ckpt_dtype;
+
+/* Size in bytes of one element, 0 for an unknown dtype. */
+size_t ckpt_dtype_size(int dtype);
+
+typedef struct {
+	const char *job;        /* NULL or "": a control session (no save/load) */
+	uint32_t rank;
+	uint32_t world_size;
+	uint32_t local_rank;
+	/* Same for every rank of one launch. NULL: taken from
+	 * TORCHELASTIC_RUN_ID and TORCHELASTIC_RESTART_COUNT when set,
+	 * else "default". */
+	const char *attempt_id;
+} ckpt_hello;
+
+/* One tensor (or this rank's box of a global tensor). On save the bytes are
+ * read from buffer+offset; on load they are written there. box_* with
+ * ndim entries; box_lengths NULL means the box is the whole global shape. */
+typedef struct {
+	const char *name;
+	int dtype;                       /* ckpt_dtype */
+	uint32_t ndim;
+	const uint64_t *global_shape;
+	const uint64_t *box_offsets;     /* NULL: all zero */
+	const uint64_t *box_lengths;     /* NULL: global_shape */
+	ckpt_buffer *buffer;
+	uint64_t offset;
+	uint64_t nbytes;
+} ckpt_tensor;
+
+typedef enum {
+	CKPT_STAGED = 1,   /* the daemon holds a copy; buffers may change again */
+	CKPT_DURABLE = 2,  /* the manifest is safely in storage */
+	CKPT_LOADED = 3,   /* a load has written every requested tensor */
+} ckpt_phase;
+
+/* Connect and say hello. hello may be NULL for a control session. */
+int ckpt_connect(const char *socket_path, const ckpt_hello *hello,
+		 ckpt_client **out);
+/* Closes the connection. Outstanding futures fail with -ECONNRESET but stay
+ * valid until freed; saves already staged still become durable in the
+ * daemon. Accepts NULL. */
+void ckpt_close(ckpt_client *c);
+
+/* Allocate a host buffer as a sealed memfd (it cannot shrink), map it
+ * read-write for the caller and register it with the daemon. */
+int ckpt_buffer_alloc(ckpt_client *c, size_t nbytes, ckpt_buffer **out);
+/* Register an fd the caller already has (memfd or /dev/shm file, opened
+ * read-write). The library keeps its own dup; the caller keeps fd. */
+int ckpt_buffer_register_fd(ckpt_client *c, int fd, size_t nbytes,
+			    ckpt_buffer **out);
+/* The caller's mapping for buffers from ckpt_buffer_alloc, else NULL. */
+void *ckpt_buffer_data(ckpt_buffer *b);
+size_t ckpt_buffer_size(ckpt_buffer *b);
+/* Unregister and unmap. Accepts NULL. */
+void ckpt_buffer_free(ckpt_buffer *b);
+
+/* Start saving step. Returns at once; the future reaches CKPT_STAGED and then
+ * CKPT_DURABLE, or fails. extra is opaque state stored in the manifest. */
+int ckpt_save(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors,
+	      size_t ntensors, const void *extra, size_t extra_len,
+	      ckpt_future **out);
+/* Start loading step (or CKPT_LATEST) into the given tensors' buffers. The
+ * future reaches CKPT_LOADED or fails. */
+int ckpt_load(ckpt_client *c, int64_t step, const ckpt_tensor *tensors,
+	      size_t ntensors, ckpt_future **out);
+
+/* Wait until the future has reached phase (or failed). timeout_ms < 0 waits
+ * forever. Returns 0, -ETIMEDOUT, or the failure (-errno) with its message in
+ * ckpt_future_message(). */
+int ckpt_future_wait(ckpt_future *f, ckpt_phase phase, int timeout_ms);
+/* 1 if phase was reached, 0 if not yet, or the failure (-errno). */
+int ckpt_future_poll(ckpt_future *f, ckpt_phase phase);
+/* The daemon's message for a failed future, "" otherwise. */
+const char *ckpt_future_message(ckpt_future *f);
+/* Filled in once the respective phase is reached. */
+uint64_t ckpt_future_bytes(ckpt_future *f);
+uint64_t ckpt_future_step(ckpt_future *f);
+/* For loads: the extra state saved with the step (valid until freed). */
+const void *ckpt_future_extra(ckpt_future *f, size_t *len);
+typedef void (*ckpt_future_cb)(ckpt_future *f, ckpt_phase phase, int status,
+			       void *user);
+/* Called on the reader thread for every phase reached (and once on
+ * failure), including right away for phases already reached. */
+int ckpt_future_set_callback(ckpt_future *f, ckpt_future_cb cb, void *user);
+void ckpt_future_free(ckpt_future *f);
+
+typedef struct {
+	uint32_t sessions;
+	uint64_t pool_bytes, pool_used_bytes, chunk_bytes;
+	uint32_t inflight_saves, waiting_saves;
+	uint64_t saves_total, saves_failed;
+	uint64_t bytes_staged, bytes_durable, bytes_restored;
+	uint64_t uptime_ns;
+	char storage[512];
+} ckpt_status_info;
+
+int ckpt_status(ckpt_client *c, ckpt_status_info *out);
+
+typedef struct {
+	char job[256];
+	uint64_t step;
+	int complete;
+	uint64_t bytes;
+	uint32_t ranks_present;
+	uint32_t world_size;
+	char attempt_id[128];
+} ckpt_step_info;
+
+/* List steps of job (NULL: all jobs). *out is malloc'd; free with free(). */
+int ckpt_list(ckpt_client *c, const char *job, ckpt_step_info **out,
+	      size_t *count);
+
+const char *ckpt_strerror(int err);
+/* The daemon's message for the last failed call on this thread, or "". */
+const char *ckpt_errmsg(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

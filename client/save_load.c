@@ -1,0 +1,326 @@
+/* Save, load, status and list: turning API calls into requests. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_internal.h"
+
+/* The wire form of a tensor table. dims holds 3 * CKPT_MAX_DIMS values per
+ * tensor: global shape, box offsets, box lengths. */
+struct tensor_set {
+	Ckpt__TensorRef *refs;
+	Ckpt__TensorRef **ptrs;
+	uint64_t *dims;
+	size_t n;
+};
+
+static void tensors_free(struct tensor_set *ts)
+{
+	free(ts->refs);
+	free(ts->ptrs);
+	free(ts->dims);
+	memset(ts, 0, sizeof(*ts));
+}
+
+/* Cheap local checks, so that obvious mistakes fail here with a precise
+ * message; the daemon checks everything again. */
+static int tensor_check(ckpt_client *c, size_t i, const ckpt_tensor *t,
+			uint64_t *gs, uint64_t *bo, uint64_t *bl)
+{
+	const char *name = t->name ? t->name : "";
+	size_t esize = ckpt_dtype_size(t->dtype);
+	uint64_t elems = 1, bytes, end;
+
+	if (!*name) {
+		client_set_errmsgf("tensor %zu: empty name", i);
+		return -EINVAL;
+	}
+	if (!esize) {
+		client_set_errmsgf("tensor %zu (%s): unknown dtype %d", i, name,
+				   t->dtype);
+		return -EINVAL;
+	}
+	if (t->ndim > CKPT_MAX_DIMS) {
+		client_set_errmsgf("tensor %zu (%s): %u dims, at most %d", i,
+				   name, t->ndim, CKPT_MAX_DIMS);
+		return -EINVAL;
+	}
+	if (t->ndim && !t->global_shape) {
+		client_set_errmsgf("tensor %zu (%s): no global shape", i, name);
+		return -EINVAL;
+	}
+	for (uint32_t d = 0; d < t->ndim; d++) {
+		gs[d] = t->global_shape[d];
+		bo[d] = t->box_offsets ? t->box_offsets[d] : 0;
+		bl[d] = t->box_lengths ? t->box_lengths[d] : gs[d];
+		if (bo[d] > gs[d] || bl[d] > gs[d] - bo[d]) {
+			client_set_errmsgf("tensor %zu (%s): box exceeds the "
+					   "global shape in dim %u", i, name, d);
+			return -EINVAL;
+		}
+		if (__builtin_mul_overflow(elems, bl[d], &elems)) {
+			client_set_errmsgf("tensor %zu (%s): too many elements",
+					   i, name);
+			return -EINVAL;
+		}
+	}
+	if (__builtin_mul_overflow(elems, (uint64_t)esize, &bytes) ||
+	    bytes != t->nbytes) {
+		client_set_errmsgf("tensor %zu (%s): nbytes %llu does not match "
+				   "the box (%llu elements of %zu bytes)", i,
+				   name, (unsigned long long)t->nbytes,
+				   (unsigned long long)elems, esize);
+		return -EINVAL;
+	}
+	if (!t->buffer || t->buffer->client != c) {
+		client_set_errmsgf("tensor %zu (%s): buffer not registered "
+				   "with this client", i, name);
+		return -EINVAL;
+	}
+	if (__builtin_add_overflow(t->offset, t->nbytes, &end) ||
+	    end > t->buffer->size) {
+		client_set_errmsgf("tensor %zu (%s): offset %llu + %llu bytes "
+				   "exceeds the buffer (%zu bytes)", i, name,
+				   (unsigned long long)t->offset,
+				   (unsigned long long)t->nbytes,
+				   t->buffer->size);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int tensors_build(ckpt_client *c, const ckpt_tensor *t, size_t n,
+			 struct tensor_set *ts)
+{
+	int r;
+
+	memset(ts, 0, sizeof(*ts));
+	if (n && !t) {
+		client_set_errmsg("tensors is NULL");
+		return -EINVAL;
+	}
+	if (!n)
+		return 0;
+	ts->refs = calloc(n, sizeof(*ts->refs));
+	ts->ptrs = calloc(n, sizeof(*ts->ptrs));
+	ts->dims = calloc(n, 3 * CKPT_MAX_DIMS * sizeof(*ts->dims));
+	if (!ts->refs || !ts->ptrs || !ts->dims) {
+		tensors_free(ts);
+		client_set_errmsg("");
+		return -ENOMEM;
+	}
+	ts->n = n;
+	for (size_t i = 0; i < n; i++) {
+		Ckpt__TensorRef *ref = &ts->refs[i];
+		uint64_t *gs = ts->dims + i * 3 * CKPT_MAX_DIMS;
+		uint64_t *bo = gs + CKPT_MAX_DIMS, *bl = bo + CKPT_MAX_DIMS;
+
+		r = tensor_check(c, i, &t[i], gs, bo, bl);
+		if (r < 0) {
+			tensors_free(ts);
+			return r;
+		}
+		ckpt__tensor_ref__init(ref);
+		ref->name = (char *)t[i].name;
+		ref->dtype = (Ckpt__DType)t[i].dtype;
+		ref->n_global_shape = t[i].ndim;
+		ref->global_shape = gs;
+		ref->n_box_offsets = t[i].ndim;
+		ref->box_offsets = bo;
+		ref->n_box_lengths = t[i].ndim;
+		ref->box_lengths = bl;
+		ref->buffer_id = t[i].buffer->id;
+		ref->offset = t[i].offset;
+		ref->nbytes = t[i].nbytes;
+		ts->ptrs[i] = ref;
+	}
+	return 0;
+}
+
+int ckpt_save(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors,
+	      size_t ntensors, const void *extra, size_t extra_len,
+	      ckpt_future **out)
+{
+	Ckpt__Frame req = CKPT__FRAME__INIT;
+	Ckpt__Save s = CKPT__SAVE__INIT;
+	struct tensor_set ts;
+	ckpt_future *f;
+	int r;
+
+	if (out)
+		*out = NULL;
+	if (!c || !out || (extra_len && !extra)) {
+		client_set_errmsg("");
+		return -EINVAL;
+	}
+	if (c->control) {
+		client_set_errmsg("a control session (no job) cannot save");
+		return -EINVAL;
+	}
+	r = tensors_build(c, tensors, ntensors, &ts);
+	if (r < 0)
+		return r;
+	f = future_new(PENDING_SAVE, step);
+	if (!f) {
+		tensors_free(&ts);
+		client_set_errmsg("");
+		return -ENOMEM;
+	}
+	s.step = step;
+	s.n_tensors = ts.n;
+	s.tensors = ts.ptrs;
+	s.extra_state.data = (uint8_t *)extra;
+	s.extra_state.len = extra_len;
+	req.body_case = CKPT__FRAME__BODY_SAVE;
+	req.save = &s;
+	r = client_send_future(c, &req, f);
+	tensors_free(&ts);
+	if (r < 0) {
+		future_unref(f);
+		return r;
+	}
+	*out = f;
+	return 0;
+}
+
+int ckpt_load(ckpt_client *c, int64_t step, const ckpt_tensor *tensors,
+	      size_t ntensors, ckpt_future **out)
+{
+	Ckpt__Frame req = CKPT__FRAME__INIT;
+	Ckpt__Load l = CKPT__LOAD__INIT;
+	struct tensor_set ts;
+	ckpt_future *f;
+	int r;
+
+	if (out)
+		*out = NULL;
+	if (!c || !out || (step < 0 && step != CKPT_LATEST)) {
+		client_set_errmsg("");
+		return -EINVAL;
+	}
+	if (c->control) {
+		client_set_errmsg("a control session (no job) cannot load");
+		return -EINVAL;
+	}
+	r = tensors_build(c, tensors, ntensors, &ts);
+	if (r < 0)
+		return r;
+	f = future_new(PENDING_LOAD, step < 0 ? 0 : (uint64_t)step);
+	if (!f) {
+		tensors_free(&ts);
+		client_set_errmsg("");
+		return -ENOMEM;
+	}
+	l.latest = step == CKPT_LATEST;
+	l.step = step < 0 ? 0 : (uint64_t)step;
+	l.n_tensors = ts.n;
+	l.tensors = ts.ptrs;
+	req.body_case = CKPT__FRAME__BODY_LOAD;
+	req.load = &l;
+	r = client_send_future(c, &req, f);
+	tensors_free(&ts);
+	if (r < 0) {
+		future_unref(f);
+		return r;
+	}
+	*out = f;
+	return 0;
+}
+
+int ckpt_status(ckpt_client *c, ckpt_status_info *out)
+{
+	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
+	Ckpt__StatusRequest sr = CKPT__STATUS_REQUEST__INIT;
+	const Ckpt__StatusReply *s;
+	int r;
+
+	if (!c || !out) {
+		client_set_errmsg("");
+		return -EINVAL;
+	}
+	req.body_case = CKPT__FRAME__BODY_STATUS;
+	req.status = &sr;
+	r = client_call(c, &req, -1, &rep);
+	if (r < 0)
+		return r;
+	if (rep->body_case != CKPT__FRAME__BODY_STATUS_REPLY) {
+		ckpt__frame__free_unpacked(rep, NULL);
+		client_set_errmsg("ckptd answered status with something else");
+		return -EPROTO;
+	}
+	s = rep->status_reply;
+	memset(out, 0, sizeof(*out));
+	out->sessions = s->sessions;
+	out->pool_bytes = s->pool_bytes;
+	out->pool_used_bytes = s->pool_used_bytes;
+	out->chunk_bytes = s->chunk_bytes;
+	out->inflight_saves = s->inflight_saves;
+	out->waiting_saves = s->waiting_saves;
+	out->saves_total = s->saves_total;
+	out->saves_failed = s->saves_failed;
+	out->bytes_staged = s->bytes_staged;
+	out->bytes_durable = s->bytes_durable;
+	out->bytes_restored = s->bytes_restored;
+	out->uptime_ns = s->uptime_ns;
+	snprintf(out->storage, sizeof(out->storage), "%s",
+		 s->storage ? s->storage : "");
+	ckpt__frame__free_unpacked(rep, NULL);
+	return 0;
+}
+
+int ckpt_list(ckpt_client *c, const char *job, ckpt_step_info **out,
+	      size_t *count)
+{
+	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
+	Ckpt__ListRequest lr = CKPT__LIST_REQUEST__INIT;
+	const Ckpt__ListReply *l;
+	ckpt_step_info *v = NULL;
+	int r;
+
+	if (out)
+		*out = NULL;
+	if (count)
+		*count = 0;
+	if (!c || !out || !count) {
+		client_set_errmsg("");
+		return -EINVAL;
+	}
+	lr.job = (char *)(job ? job : "");
+	req.body_case = CKPT__FRAME__BODY_LIST;
+	req.list = &lr;
+	r = client_call(c, &req, -1, &rep);
+	if (r < 0)
+		return r;
+	if (rep->body_case != CKPT__FRAME__BODY_LIST_REPLY) {
+		ckpt__frame__free_unpacked(rep, NULL);
+		client_set_errmsg("ckptd answered list with something else");
+		return -EPROTO;
+	}
+	l = rep->list_reply;
+	if (l->n_steps) {
+		v = calloc(l->n_steps, sizeof(*v));
+		if (!v) {
+			ckpt__frame__free_unpacked(rep, NULL);
+			client_set_errmsg("");
+			return -ENOMEM;
+		}
+	}
+	for (size_t i = 0; i < l->n_steps; i++) {
+		const Ckpt__StepInfo *s = l->steps[i];
+
+		snprintf(v[i].job, sizeof(v[i].job), "%s",
+			 s->job ? s->job : "");
+		v[i].step = s->step;
+		v[i].complete = s->complete ? 1 : 0;
+		v[i].bytes = s->bytes;
+		v[i].ranks_present = s->ranks_present;
+		v[i].world_size = s->world_size;
+		snprintf(v[i].attempt_id, sizeof(v[i].attempt_id), "%s",
+			 s->attempt_id ? s->attempt_id : "");
+	}
+	*out = v;
+	*count = l->n_steps;
+	ckpt__frame__free_unpacked(rep, NULL);
+	return 0;
+}

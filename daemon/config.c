@@ -1,0 +1,233 @@
+#include "config.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void config_defaults(struct config *c)
+{
+	memset(c, 0, sizeof(*c));
+	snprintf(c->socket_path, sizeof(c->socket_path), "%s", DEFAULT_SOCKET_PATH);
+	snprintf(c->state_dir, sizeof(c->state_dir), "%s", DEFAULT_STATE_DIR);
+	c->staging_bytes = DEFAULT_STAGING_BYTES;
+	c->chunk_bytes = DEFAULT_CHUNK_BYTES;
+	c->copy_threads = DEFAULT_COPY_THREADS;
+	c->admit_timeout_ms = DEFAULT_ADMIT_TIMEOUT_MS;
+	c->drain_timeout_ms = DEFAULT_DRAIN_TIMEOUT_MS;
+	c->allowed_uids[c->n_allowed_uids++] = getuid();
+	if (getuid() != 0)
+		c->allowed_uids[c->n_allowed_uids++] = 0;
+	c->max_frame_bytes = DEFAULT_MAX_FRAME_BYTES;
+	c->max_fds_per_frame = DEFAULT_MAX_FDS_PER_FRAME;
+	c->max_sessions = DEFAULT_MAX_SESSIONS;
+	c->max_buffers = DEFAULT_MAX_BUFFERS;
+	c->max_tensors = DEFAULT_MAX_TENSORS;
+	c->max_name_len = DEFAULT_MAX_NAME_LEN;
+	c->max_inflight_saves = DEFAULT_MAX_INFLIGHT_SAVES;
+	c->max_write_queue = DEFAULT_MAX_WRITE_QUEUE;
+	c->max_extra_state = DEFAULT_MAX_EXTRA_STATE;
+	c->log_level = 6;
+}
+
+int config_parse_size(const char *s, uint64_t *out)
+{
+	char *end = NULL;
+	if (s == NULL || *s == '\0' || *s == '-')
+		return -EINVAL;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno != 0 || end == s)
+		return -EINVAL;
+	unsigned shift = 0;
+	switch (*end) {
+	case '\0': break;
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	default: return -EINVAL;
+	}
+	if (*end == 'i' || *end == 'I')
+		end++;
+	if (*end == 'b' || *end == 'B')
+		end++;
+	if (*end != '\0')
+		return -EINVAL;
+	if (shift && v > (UINT64_MAX >> shift))
+		return -ERANGE;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+static int parse_u32(const char *s, uint32_t *out)
+{
+	uint64_t v;
+	int r = config_parse_size(s, &v);
+	if (r < 0)
+		return r;
+	if (v > UINT32_MAX)
+		return -ERANGE;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/* "1000, 0 42": a list of numeric ids; an empty value clears the list. */
+static int parse_ids(const char *s, unsigned *ids, size_t *n)
+{
+	size_t k = 0;
+	const char *p = s;
+	while (*p) {
+		while (*p == ' ' || *p == ',' || *p == '\t')
+			p++;
+		if (*p == '\0')
+			break;
+		char *end;
+		errno = 0;
+		unsigned long v = strtoul(p, &end, 10);
+		if (errno || end == p || v > UINT32_MAX - 1)
+			return -EINVAL;
+		if (k == CONFIG_MAX_IDS)
+			return -E2BIG;
+		ids[k++] = (unsigned)v;
+		p = end;
+		if (*p && *p != ' ' && *p != ',' && *p != '\t')
+			return -EINVAL;
+	}
+	*n = k;
+	return 0;
+}
+
+static int copy_str(char *dst, size_t cap, const char *v)
+{
+	if (strlen(v) >= cap)
+		return -ENAMETOOLONG;
+	memcpy(dst, v, strlen(v) + 1);
+	return 0;
+}
+
+struct ini_ctx {
+	struct config *c;
+	int err;
+	char *msg;
+	size_t msglen;
+};
+
+static int on_ini(void *user, const char *section, const char *name,
+		  const char *value)
+{
+	struct ini_ctx *x = user;
+	struct config *c = x->c;
+	int r = -ENOENT;
+	uint64_t u64;
+
+#define KEY(s, k) (strcmp(section, s) == 0 && strcmp(name, k) == 0)
+	if (KEY("server", "socket"))
+		r = copy_str(c->socket_path, sizeof(c->socket_path), value);
+	else if (KEY("server", "state_dir"))
+		r = copy_str(c->state_dir, sizeof(c->state_dir), value);
+	else if (KEY("server", "allowed_uids"))
+		r = parse_ids(value, c->allowed_uids, &c->n_allowed_uids);
+	else if (KEY("server", "allowed_gids"))
+		r = parse_ids(value, c->allowed_gids, &c->n_allowed_gids);
+	else if (KEY("server", "drain_timeout_ms"))
+		r = parse_u32(value, &c->drain_timeout_ms);
+	else if (KEY("storage", "url"))
+		r = copy_str(c->storage_url, sizeof(c->storage_url), value);
+	else if (KEY("pool", "staging_bytes"))
+		r = config_parse_size(value, &c->staging_bytes);
+	else if (KEY("pool", "chunk_bytes"))
+		r = config_parse_size(value, &c->chunk_bytes);
+	else if (KEY("pool", "copy_threads"))
+		r = parse_u32(value, &c->copy_threads);
+	else if (KEY("pool", "admit_timeout_ms"))
+		r = parse_u32(value, &c->admit_timeout_ms);
+	else if (KEY("limits", "max_frame_bytes"))
+		r = parse_u32(value, &c->max_frame_bytes);
+	else if (KEY("limits", "max_fds_per_frame"))
+		r = parse_u32(value, &c->max_fds_per_frame);
+	else if (KEY("limits", "max_sessions"))
+		r = parse_u32(value, &c->max_sessions);
+	else if (KEY("limits", "max_buffers"))
+		r = parse_u32(value, &c->max_buffers);
+	else if (KEY("limits", "max_tensors"))
+		r = parse_u32(value, &c->max_tensors);
+	else if (KEY("limits", "max_name_len"))
+		r = parse_u32(value, &c->max_name_len);
+	else if (KEY("limits", "max_inflight_saves"))
+		r = parse_u32(value, &c->max_inflight_saves);
+	else if (KEY("limits", "max_write_queue"))
+		r = parse_u32(value, &c->max_write_queue);
+	else if (KEY("limits", "max_extra_state"))
+		r = parse_u32(value, &c->max_extra_state);
+	else if (KEY("log", "level")) {
+		static const char *names[] = { "error", "warn", "info", "debug" };
+		static const int lv[] = { 3, 4, 6, 7 };
+		for (int i = 0; i < 4; i++)
+			if (strcmp(value, names[i]) == 0) {
+				c->log_level = lv[i];
+				r = 0;
+			}
+		if (r)
+			r = -EINVAL;
+	}
+#undef KEY
+	(void)u64;
+	if (r < 0 && x->err == 0) {
+		x->err = r;
+		snprintf(x->msg, x->msglen, "[%s] %s = %s: %s", section, name,
+			 value, r == -ENOENT ? "unknown key" : strerror(-r));
+	}
+	return r == 0;
+}
+
+int config_load(struct config *c, const char *path, char *err, size_t errlen)
+{
+	FILE *f = fopen(path, "re");
+	if (f == NULL) {
+		int e = errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(e));
+		return -e;
+	}
+	char msg[512] = "";
+	struct ini_ctx x = { .c = c, .msg = msg, .msglen = sizeof(msg) };
+	int line = ini_parse_file(f, on_ini, &x);
+	fclose(f);
+	if (line != 0 || x.err) {
+		snprintf(err, errlen, "%s:%d: %s", path, line > 0 ? line : 0,
+			 msg[0] ? msg : "syntax error");
+		return x.err ? x.err : -EINVAL;
+	}
+	return 0;
+}
+
+int config_validate(const struct config *c, char *err, size_t errlen)
+{
+	if (c->chunk_bytes < 4096 || (c->chunk_bytes & 4095)) {
+		snprintf(err, errlen, "chunk_bytes %" PRIu64 " must be a multiple of 4096", c->chunk_bytes);
+		return -EINVAL;
+	}
+	if (c->staging_bytes < c->chunk_bytes) {
+		snprintf(err, errlen, "staging_bytes %" PRIu64 " is smaller than one chunk (%" PRIu64 ")",
+			 c->staging_bytes, c->chunk_bytes);
+		return -EINVAL;
+	}
+	if (c->copy_threads < 1 || c->copy_threads > 64) {
+		snprintf(err, errlen, "copy_threads must be 1..64");
+		return -EINVAL;
+	}
+	if (c->max_frame_bytes < 1024 || c->max_fds_per_frame < 1 ||
+	    c->max_sessions < 1 || c->max_buffers < 1 || c->max_tensors < 1 ||
+	    c->max_name_len < 1 || c->max_inflight_saves < 1) {
+		snprintf(err, errlen, "a limit is too small");
+		return -EINVAL;
+	}
+	if (c->storage_url[0] == '\0') {
+		snprintf(err, errlen, "no storage URL (--storage or [storage] url)");
+		return -EINVAL;
+	}
+	return 0;
+}

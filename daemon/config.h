@@ -1,0 +1,66 @@
+/* Daemon configuration: defaults, the ini file (libinih) and command line
+ * overrides. Every cap of DESIGN §3 is here and can be set in [limits]. */
+#ifndef CKPTD_CONFIG_H
+#define CKPTD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define CONFIG_MAX_IDS 32
+
+#define DEFAULT_SOCKET_PATH "/run/ckptd/ckptd.sock"
+#define DEFAULT_STATE_DIR "/var/lib/ckptd"
+#define DEFAULT_CONFIG_PATH "/etc/ckptd/ckptd.conf"
+#define DEFAULT_STAGING_BYTES (1ull << 30)
+#define DEFAULT_CHUNK_BYTES (64ull << 20)
+#define DEFAULT_COPY_THREADS 2
+#define DEFAULT_ADMIT_TIMEOUT_MS 60000
+#define DEFAULT_MAX_FRAME_BYTES (4u << 20)
+#define DEFAULT_MAX_FDS_PER_FRAME 4
+#define DEFAULT_MAX_SESSIONS 256
+#define DEFAULT_MAX_BUFFERS 1024
+#define DEFAULT_MAX_TENSORS 65536
+#define DEFAULT_MAX_NAME_LEN 1024
+#define DEFAULT_MAX_INFLIGHT_SAVES 8
+#define DEFAULT_MAX_WRITE_QUEUE (16u << 20)
+#define DEFAULT_MAX_EXTRA_STATE (1u << 20)
+#define DEFAULT_DRAIN_TIMEOUT_MS 120000
+
+struct config {
+	char socket_path[108];
+	char storage_url[1024];
+	char state_dir[1024];
+	uint64_t staging_bytes;
+	uint64_t chunk_bytes;
+	unsigned copy_threads;
+	unsigned admit_timeout_ms;
+	unsigned drain_timeout_ms;
+	uid_t allowed_uids[CONFIG_MAX_IDS];
+	size_t n_allowed_uids;
+	gid_t allowed_gids[CONFIG_MAX_IDS];
+	size_t n_allowed_gids;
+	/* caps */
+	uint32_t max_frame_bytes;
+	uint32_t max_fds_per_frame;
+	uint32_t max_sessions;
+	uint32_t max_buffers;
+	uint32_t max_tensors;
+	uint32_t max_name_len;
+	uint32_t max_inflight_saves;
+	uint32_t max_write_queue;
+	uint32_t max_extra_state;
+	int log_level;
+};
+
+void config_defaults(struct config *c);
+/* Parse an ini file over the current values. 0, or -errno with a message
+ * in err naming the file, line and key. */
+int config_load(struct config *c, const char *path, char *err, size_t errlen);
+/* "64M", "1G", "4096": bytes. 0 or -EINVAL / -ERANGE. */
+int config_parse_size(const char *s, uint64_t *out);
+/* Checks the combination of values; 0 or -EINVAL with a message. */
+int config_validate(const struct config *c, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,60 @@
+/* The daemon's shared state. Everything here belongs to the loop thread. */
+#ifndef CKPTD_DAEMON_H
+#define CKPTD_DAEMON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <uv.h>
+
+#include "config.h"
+#include "pool.h"
+#include "store.h"
+#include "workq.h"
+
+struct session;
+struct save;
+
+TAILQ_HEAD(session_list, session);
+TAILQ_HEAD(save_list, save);
+
+struct stats {
+	uint64_t saves_total, saves_failed;
+	uint64_t bytes_staged, bytes_durable, bytes_restored;
+};
+
+struct daemon {
+	uv_loop_t *loop;
+	struct config cfg;
+	struct pool pool;
+	struct store *store;
+	struct workq *copyq;
+	struct stats stats;
+
+	int listen_fd;
+	uv_poll_t listen_poll;
+	bool listening;
+	bool socket_owned;          /* we bound it, so we unlink it */
+	struct session_list sessions;
+	uint32_t nsessions;
+	uint64_t next_session_id;
+
+	struct save_list saves;     /* every save not yet finished */
+	uint32_t nsaves;
+	struct save_list waitq;     /* admitting, FIFO */
+	uint32_t nwaiting;
+	uv_timer_t admit_timer;
+	uint64_t next_save_id;
+
+	uint32_t nloads;            /* loads and lists on the threadpool */
+	uv_signal_t sigterm, sigint;
+	uv_timer_t drain_timer;
+	bool draining;
+	uint64_t start_ns;
+};
+
+uint64_t daemon_now_ns(void);
+/* Called whenever work finishes; completes a drain when nothing is left. */
+void daemon_maybe_finish_drain(struct daemon *d);
+
+#endif

@@ -1,0 +1,48 @@
+#include "frame.h"
+
+#include <errno.h>
+
+#include "ckpt/ckpt.h"
+
+size_t frame_prepare(Ckpt__Frame *f, uint64_t req_id)
+{
+	f->version = CKPT_PROTOCOL_VERSION;
+	f->req_id = req_id;
+	return FRAME_HDR + ckpt__frame__get_packed_size(f);
+}
+
+void frame_write(const Ckpt__Frame *f, size_t total, uint8_t *out)
+{
+	uint32_t len = (uint32_t)(total - FRAME_HDR);
+	out[0] = (uint8_t)(len >> 24);
+	out[1] = (uint8_t)(len >> 16);
+	out[2] = (uint8_t)(len >> 8);
+	out[3] = (uint8_t)len;
+	ckpt__frame__pack(f, out + FRAME_HDR);
+}
+
+int frame_next(const uint8_t *buf, size_t len, uint32_t max, uint32_t *body_len)
+{
+	if (len < FRAME_HDR)
+		return 0;
+	uint32_t n = (uint32_t)buf[0] << 24 | (uint32_t)buf[1] << 16 | (uint32_t)buf[2] << 8 | buf[3];
+	if (n > max)
+		return -EMSGSIZE;
+	if (len - FRAME_HDR < n)
+		return 0;
+	*body_len = n;
+	return 1;
+}
+
+int frame_decode(const uint8_t *body, size_t len, Ckpt__Frame **out)
+{
+	Ckpt__Frame *f = ckpt__frame__unpack(NULL, len, body);
+	if (f == NULL)
+		return -EBADMSG;
+	if (f->version != CKPT_PROTOCOL_VERSION) {
+		ckpt__frame__free_unpacked(f, NULL);
+		return -EPROTONOSUPPORT;
+	}
+	*out = f;
+	return 0;
+}

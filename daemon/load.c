@@ -1,0 +1,542 @@
+#include "load.h"
+#include "catalog.h"
+#include "crc32c.h"
+#include "daemon.h"
+#include "hostbuf.h"
+#include "log.h"
+#include "manifest.h"
+#include "save.h"
+#include "session.h"
+#include "tensor.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define READ_BLOCK (16u << 20)
+
+struct load_req {
+	char *name;
+	int dtype;
+	struct box box;
+	struct hostbuf *buf;
+	uint64_t buf_off, nbytes;
+	uint64_t covered; /* elements written */
+};
+
+struct load {
+	struct daemon *d;
+	struct session *session;
+	uint64_t req_id;
+	char job[129];
+	uint32_t rank;
+	bool latest;
+	uint64_t step;
+	struct load_req *reqs;
+	size_t nreqs;
+	struct load_req **by_name;
+	uv_work_t work;
+	/* results */
+	int status;
+	char msg[512];
+	uint64_t loaded_step, bytes;
+	uint8_t *extra;
+	size_t extra_len;
+};
+
+static void load_free(struct load *ld)
+{
+	for (size_t i = 0; i < ld->nreqs; i++) {
+		free(ld->reqs[i].name);
+		hostbuf_unref(ld->reqs[i].buf);
+	}
+	free(ld->reqs);
+	free(ld->by_name);
+	free(ld->extra);
+	free(ld);
+}
+
+static int fail(struct load *ld, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(struct load *ld, int status, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(ld->msg, sizeof(ld->msg), fmt, ap);
+	va_end(ap);
+	ld->status = status;
+	return -status;
+}
+
+static int cmp_req(const void *a, const void *b)
+{
+	const struct load_req *x = *(struct load_req *const *)a, *y = *(struct load_req *const *)b;
+	return strcmp(x->name, y->name);
+}
+
+/* First index in by_name whose name is name, or nreqs. */
+static size_t find_first(struct load *ld, const char *name)
+{
+	size_t lo = 0, hi = ld->nreqs;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (strcmp(ld->by_name[mid]->name, name) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+struct scatter {
+	const uint8_t *src;
+	const struct load_req *req;
+};
+
+static int scatter_run(void *ctx, uint64_t dst_off, uint64_t src_off, uint64_t n)
+{
+	struct scatter *sc = ctx;
+	return hostbuf_write(sc->req->buf, sc->req->buf_off + dst_off, sc->src + src_off, n);
+}
+
+/* Load saved tensor t (of the shard at key) into the requests it meets. */
+static int load_tensor(struct load *ld, const char *key, const Ckpt__ManifestTensor *t,
+		       struct load_req **hits, struct box *cuts, size_t nhits)
+{
+	struct store *st = ld->d->store;
+	struct box saved;
+	uint64_t nelem;
+	char why[128];
+	box_from_fields(&saved, t->n_global_shape, t->global_shape, t->n_box_offsets, t->box_offsets,
+			t->n_box_lengths, t->box_lengths, &nelem, why, sizeof(why));
+	size_t es = tensor_dtype_size(t->dtype);
+	bool stream = nhits == 1 && box_equal(&saved, &hits[0]->box);
+	size_t bufsz = stream ? (t->nbytes < READ_BLOCK ? t->nbytes : READ_BLOCK) : t->nbytes;
+	uint8_t *buf = malloc(bufsz ? bufsz : 1);
+	if (buf == NULL)
+		return fail(ld, ENOMEM, "out of memory reading tensor '%s' (%" PRIu64 " bytes)", t->name, t->nbytes);
+	uint32_t crc = 0;
+	int r = 0;
+	for (uint64_t done = 0; done < t->nbytes && r == 0;) {
+		size_t n = t->nbytes - done < bufsz ? (size_t)(t->nbytes - done) : bufsz;
+		uint8_t *dst = stream ? buf : buf + done;
+		r = st->ops->get_range(st, key, t->shard_offset + done, dst, n);
+		if (r < 0) {
+			fail(ld, -r, "reading tensor '%s' from %s: %s", t->name, key,
+			     r == -ENODATA ? "the shard is shorter than its manifest says" : strerror(-r));
+			break;
+		}
+		crc = crc32c_update(crc, dst, n);
+		if (stream) {
+			r = hostbuf_write(hits[0]->buf, hits[0]->buf_off + done, buf, n);
+			if (r < 0)
+				fail(ld, -r, "writing tensor '%s' into buffer %" PRIu64 ": %s", t->name, hits[0]->buf->id,
+				     r == -EFAULT ? "the client truncated its buffer file" : strerror(-r));
+		}
+		done += n;
+	}
+	if (r == 0 && crc != t->crc32c)
+		r = fail(ld, EIO, "checksum mismatch in tensor '%s' of %s: manifest says crc32c %08x, data has %08x",
+			 t->name, key, t->crc32c, crc);
+	for (size_t i = 0; i < nhits && r == 0 && !stream; i++) {
+		struct scatter sc = { .src = buf, .req = hits[i] };
+		r = box_copy_runs(&cuts[i], &saved, &hits[i]->box, es, scatter_run, &sc);
+		if (r < 0)
+			fail(ld, -r, "writing tensor '%s' into buffer %" PRIu64 ": %s", t->name, hits[i]->buf->id,
+			     r == -EFAULT ? "the client truncated its buffer file" : strerror(-r));
+	}
+	if (r == 0) {
+		for (size_t i = 0; i < nhits; i++) {
+			hits[i]->covered += box_volume(&cuts[i]);
+			ld->bytes += box_volume(&cuts[i]) * es;
+		}
+	}
+	free(buf);
+	return r;
+}
+
+static int load_from_manifest(struct load *ld, const Ckpt__Manifest *m)
+{
+	char key[768];
+	manifest_key(key, sizeof(key), m->job, m->step, m->rank, m->world_size, "shard");
+	struct load_req **hits = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*hits));
+	struct box *cuts = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*cuts));
+	int r = 0;
+	if (hits == NULL || cuts == NULL) {
+		r = fail(ld, ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < m->n_tensors && r == 0; i++) {
+		const Ckpt__ManifestTensor *t = m->tensors[i];
+		struct box saved;
+		uint64_t nelem;
+		char why[128];
+		box_from_fields(&saved, t->n_global_shape, t->global_shape, t->n_box_offsets, t->box_offsets,
+				t->n_box_lengths, t->box_lengths, &nelem, why, sizeof(why));
+		size_t nh = 0;
+		for (size_t k = find_first(ld, t->name); k < ld->nreqs && strcmp(ld->by_name[k]->name, t->name) == 0; k++) {
+			struct load_req *q = ld->by_name[k];
+			if (q->dtype != (int)t->dtype || !box_same_shape(&q->box, &saved)) {
+				r = fail(ld, EINVAL, "tensor '%s': saved with dtype %d and a different global shape or "
+					 "dtype than requested (dtype %d)", t->name, t->dtype, q->dtype);
+				break;
+			}
+			if (box_intersect(&saved, &q->box, &cuts[nh]))
+				hits[nh++] = q;
+		}
+		if (r == 0 && nh > 0)
+			r = load_tensor(ld, key, t, hits, cuts, nh);
+	}
+out:
+	free(hits);
+	free(cuts);
+	return r;
+}
+
+static void load_run(uv_work_t *w)
+{
+	struct load *ld = w->data;
+	struct store *st = ld->d->store;
+	struct catalog_step cs;
+	int r;
+	if (ld->latest) {
+		r = catalog_latest(st, ld->job, &cs);
+		if (r < 0) {
+			fail(ld, r == -ENOENT ? ENOENT : -r, "job '%s' has no complete step in %s", ld->job, st->url);
+			return;
+		}
+	} else {
+		r = catalog_scan_step(st, ld->job, ld->step, &cs);
+		if (r < 0) {
+			fail(ld, -r, "step %" PRIu64 " of job '%s': %s", ld->step, ld->job,
+			     r == -ENOENT ? "not found" : strerror(-r));
+			return;
+		}
+		if (!catalog_step_complete(&cs)) {
+			struct catalog_group *g = &cs.groups[cs.best];
+			fail(ld, ENOENT, "step %" PRIu64 " of job '%s' is not complete: %u of %u ranks (attempt '%s')",
+			     ld->step, ld->job, g->count, g->world_size, g->attempt);
+			catalog_step_free(&cs);
+			return;
+		}
+	}
+	struct catalog_group *g = &cs.groups[cs.best];
+	ld->loaded_step = cs.step;
+	for (uint32_t rk = 0; rk < g->world_size && ld->status == 0; rk++)
+		load_from_manifest(ld, g->by_rank[rk]);
+	for (size_t i = 0; i < ld->nreqs && ld->status == 0; i++) {
+		struct load_req *q = &ld->reqs[i];
+		if (q->covered != box_volume(&q->box))
+			fail(ld, ENOENT, "tensor '%s': step %" PRIu64 " %s", q->name, cs.step,
+			     q->covered ? "covers only part of the requested box" : "has no such tensor");
+	}
+	if (ld->status == 0) {
+		const Ckpt__Manifest *m = g->by_rank[ld->rank < g->world_size ? ld->rank : 0];
+		if (m->extra_state.len) {
+			ld->extra = malloc(m->extra_state.len);
+			if (ld->extra == NULL) {
+				fail(ld, ENOMEM, "out of memory");
+			} else {
+				memcpy(ld->extra, m->extra_state.data, m->extra_state.len);
+				ld->extra_len = m->extra_state.len;
+			}
+		}
+	}
+	catalog_step_free(&cs);
+}
+
+static void load_done(uv_work_t *w, int status)
+{
+	struct load *ld = w->data;
+	struct daemon *d = ld->d;
+	d->nloads--;
+	if (status < 0 && ld->status == 0)
+		fail(ld, ECANCELED, "load cancelled");
+	if (ld->status == 0)
+		d->stats.bytes_restored += ld->bytes;
+	if (session_unref_alive(ld->session)) {
+		Ckpt__Frame f = CKPT__FRAME__INIT;
+		Ckpt__Loaded ok = CKPT__LOADED__INIT;
+		Ckpt__LoadFailed bad = CKPT__LOAD_FAILED__INIT;
+		if (ld->status == 0) {
+			ok.step = ld->loaded_step;
+			ok.bytes = ld->bytes;
+			ok.extra_state.data = ld->extra;
+			ok.extra_state.len = ld->extra_len;
+			ok.source = "storage";
+			f.body_case = CKPT__FRAME__BODY_LOADED;
+			f.loaded = &ok;
+			log_info("load: %s step %" PRIu64 " rank %u: %" PRIu64 " bytes from storage", ld->job,
+				 ld->loaded_step, ld->rank, ld->bytes);
+		} else {
+			bad.status = ld->status;
+			bad.message = ld->msg;
+			f.body_case = CKPT__FRAME__BODY_LOAD_FAILED;
+			f.load_failed = &bad;
+			log_warn("load: %s rank %u failed: %s", ld->job, ld->rank, ld->msg);
+		}
+		session_send(ld->session, ld->req_id, &f);
+	}
+	load_free(ld);
+	daemon_maybe_finish_drain(d);
+}
+
+static void load_reject(struct session *s, uint64_t req_id, int status, const char *msg)
+{
+	Ckpt__LoadFailed bad = CKPT__LOAD_FAILED__INIT;
+	bad.status = status;
+	bad.message = (char *)msg;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_LOAD_FAILED;
+	f.load_failed = &bad;
+	log_info("session %" PRIu64 ": load refused: %s", s->id, msg);
+	session_send(s, req_id, &f);
+}
+
+static int plan(struct load *ld, struct session *s, const Ckpt__Load *m, char *err, size_t errlen)
+{
+	const struct config *c = &s->d->cfg;
+	if (m->n_tensors > c->max_tensors) {
+		snprintf(err, errlen, "%zu tensors, at most %u per load", m->n_tensors, c->max_tensors);
+		return -E2BIG;
+	}
+	ld->reqs = calloc(m->n_tensors ? m->n_tensors : 1, sizeof(*ld->reqs));
+	ld->by_name = calloc(m->n_tensors ? m->n_tensors : 1, sizeof(*ld->by_name));
+	if (ld->reqs == NULL || ld->by_name == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < m->n_tensors; i++) {
+		const Ckpt__TensorRef *tr = m->tensors[i];
+		struct load_req *q = &ld->reqs[i];
+		char why[256];
+		int r = save_validate_name(tr->name, c->max_name_len, why, sizeof(why));
+		if (r < 0) {
+			snprintf(err, errlen, "tensor %zu: %s", i, why);
+			return r;
+		}
+		if ((q->name = strdup(tr->name)) == NULL)
+			return -ENOMEM;
+		ld->nreqs = i + 1;
+		ld->by_name[i] = q;
+		size_t es = tensor_dtype_size(tr->dtype);
+		uint64_t nelem;
+		if (es == 0) {
+			snprintf(err, errlen, "tensor '%s': unknown dtype %d", tr->name, tr->dtype);
+			return -EINVAL;
+		}
+		r = box_from_fields(&q->box, tr->n_global_shape, tr->global_shape, tr->n_box_offsets, tr->box_offsets,
+				    tr->n_box_lengths, tr->box_lengths, &nelem, why, sizeof(why));
+		if (r < 0) {
+			snprintf(err, errlen, "tensor '%s': %s", tr->name, why);
+			return r;
+		}
+		if (nelem > UINT64_MAX / es || nelem * es != tr->nbytes) {
+			snprintf(err, errlen, "tensor '%s': nbytes %" PRIu64 " does not match its box", tr->name, tr->nbytes);
+			return -EINVAL;
+		}
+		struct hostbuf *b = session_find_buffer(s, tr->buffer_id);
+		if (b == NULL) {
+			snprintf(err, errlen, "tensor '%s': buffer %" PRIu64 " is not registered", tr->name, tr->buffer_id);
+			return -ENOENT;
+		}
+		if (tr->offset > b->nbytes || tr->nbytes > b->nbytes - tr->offset) {
+			snprintf(err, errlen, "tensor '%s': bytes [%" PRIu64 ", +%" PRIu64 ") lie outside buffer %" PRIu64
+				 " of %" PRIu64 " bytes", tr->name, tr->offset, tr->nbytes, tr->buffer_id, b->nbytes);
+			return -ERANGE;
+		}
+		q->dtype = tr->dtype;
+		q->buf = hostbuf_ref(b);
+		q->buf_off = tr->offset;
+		q->nbytes = tr->nbytes;
+	}
+	qsort(ld->by_name, ld->nreqs, sizeof(*ld->by_name), cmp_req);
+	return 0;
+}
+
+void load_start(struct session *s, uint64_t req_id, const Ckpt__Load *m)
+{
+	if (s->job[0] == '\0') {
+		load_reject(s, req_id, EPERM, "this session said no job in Hello (a control session); it cannot load");
+		return;
+	}
+	struct load *ld = calloc(1, sizeof(*ld));
+	if (ld == NULL) {
+		load_reject(s, req_id, ENOMEM, "out of memory");
+		return;
+	}
+	ld->d = s->d;
+	ld->req_id = req_id;
+	snprintf(ld->job, sizeof(ld->job), "%s", s->job);
+	ld->rank = s->rank;
+	ld->latest = m->latest;
+	ld->step = m->step;
+	char err[512];
+	int r = plan(ld, s, m, err, sizeof(err));
+	if (r < 0) {
+		load_reject(s, req_id, -r, r == -ENOMEM ? "out of memory" : err);
+		load_free(ld);
+		return;
+	}
+	ld->session = s;
+	session_ref(s);
+	ld->work.data = ld;
+	s->d->nloads++;
+	r = uv_queue_work(s->d->loop, &ld->work, load_run, load_done);
+	if (r < 0) {
+		s->d->nloads--;
+		session_unref_alive(s);
+		load_reject(s, req_id, EIO, "cannot queue the load");
+		load_free(ld);
+	}
+}
+
+/* ---- List ---- */
+
+struct list {
+	struct daemon *d;
+	struct session *session;
+	uint64_t req_id;
+	char job[129];
+	uv_work_t work;
+	int status;
+	char msg[256];
+	Ckpt__StepInfo *steps;
+	size_t nsteps, cap;
+};
+
+static int list_add(struct list *l, const char *job, const struct catalog_step *cs)
+{
+	if (l->nsteps == l->cap) {
+		size_t ncap = l->cap ? 2 * l->cap : 64;
+		Ckpt__StepInfo *n = realloc(l->steps, ncap * sizeof(*n));
+		if (n == NULL)
+			return -ENOMEM;
+		l->steps = n;
+		l->cap = ncap;
+	}
+	const struct catalog_group *g = &cs->groups[cs->best];
+	Ckpt__StepInfo *si = &l->steps[l->nsteps];
+	ckpt__step_info__init(si);
+	si->job = strdup(job);
+	si->attempt_id = strdup(g->attempt);
+	if (si->job == NULL || si->attempt_id == NULL) {
+		free(si->job);
+		free(si->attempt_id);
+		return -ENOMEM;
+	}
+	si->step = cs->step;
+	si->complete = catalog_step_complete(cs);
+	si->bytes = g->bytes;
+	si->ranks_present = g->count;
+	si->world_size = g->world_size;
+	l->nsteps++;
+	return 0;
+}
+
+static int list_job(struct list *l, struct store *st, const char *job)
+{
+	uint64_t *steps = NULL;
+	size_t n = 0;
+	int r = catalog_steps(st, job, &steps, &n);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n && r == 0; i++) {
+		struct catalog_step cs;
+		if (catalog_scan_step(st, job, steps[i], &cs) < 0)
+			continue;
+		r = list_add(l, job, &cs);
+		catalog_step_free(&cs);
+	}
+	free(steps);
+	return r;
+}
+
+static void list_run(uv_work_t *w)
+{
+	struct list *l = w->data;
+	struct store *st = l->d->store;
+	int r;
+	if (l->job[0]) {
+		r = list_job(l, st, l->job);
+		if (r == -ENOENT)
+			r = 0;
+	} else {
+		char **jobs = NULL;
+		size_t n = 0;
+		r = catalog_jobs(st, &jobs, &n);
+		for (size_t i = 0; i < n && r == 0; i++) {
+			r = list_job(l, st, jobs[i]);
+			if (r == -ENOENT || r == -ENOTDIR)
+				r = 0;
+		}
+		store_names_free(jobs, n);
+	}
+	if (r < 0) {
+		l->status = -r;
+		snprintf(l->msg, sizeof(l->msg), "listing %s: %s", st->url, strerror(-r));
+	}
+}
+
+static void list_done(uv_work_t *w, int status)
+{
+	struct list *l = w->data;
+	l->d->nloads--;
+	if (session_unref_alive(l->session)) {
+		if (status < 0 || l->status) {
+			session_reply(l->session, l->req_id, l->status ? l->status : ECANCELED, "%s",
+				      l->status ? l->msg : "cancelled");
+		} else {
+			Ckpt__StepInfo **ptrs = calloc(l->nsteps ? l->nsteps : 1, sizeof(*ptrs));
+			if (ptrs == NULL) {
+				session_reply(l->session, l->req_id, ENOMEM, "out of memory");
+			} else {
+				for (size_t i = 0; i < l->nsteps; i++)
+					ptrs[i] = &l->steps[i];
+				Ckpt__ListReply rep = CKPT__LIST_REPLY__INIT;
+				rep.n_steps = l->nsteps;
+				rep.steps = ptrs;
+				Ckpt__Frame f = CKPT__FRAME__INIT;
+				f.body_case = CKPT__FRAME__BODY_LIST_REPLY;
+				f.list_reply = &rep;
+				session_send(l->session, l->req_id, &f);
+				free(ptrs);
+			}
+		}
+	}
+	for (size_t i = 0; i < l->nsteps; i++) {
+		free(l->steps[i].job);
+		free(l->steps[i].attempt_id);
+	}
+	struct daemon *d = l->d;
+	free(l->steps);
+	free(l);
+	daemon_maybe_finish_drain(d);
+}
+
+void list_start(struct session *s, uint64_t req_id, const Ckpt__ListRequest *m)
+{
+	if (m->job[0] && !manifest_name_valid(m->job, JOB_MAX_LEN)) {
+		session_reply(s, req_id, EINVAL, "invalid job name");
+		return;
+	}
+	struct list *l = calloc(1, sizeof(*l));
+	if (l == NULL) {
+		session_reply(s, req_id, ENOMEM, "out of memory");
+		return;
+	}
+	l->d = s->d;
+	l->req_id = req_id;
+	snprintf(l->job, sizeof(l->job), "%s", m->job);
+	l->session = s;
+	session_ref(s);
+	l->work.data = l;
+	s->d->nloads++;
+	int r = uv_queue_work(s->d->loop, &l->work, list_run, list_done);
+	if (r < 0) {
+		s->d->nloads--;
+		session_unref_alive(s);
+		free(l);
+		session_reply(s, req_id, EIO, "cannot queue the listing");
+	}
+}

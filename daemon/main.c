@@ -1,0 +1,240 @@
+/* ckptd: the node-local checkpoint agent. */
+#include "config.h"
+#include "daemon.h"
+#include "log.h"
+#include "pool.h"
+#include "save.h"
+#include "server.h"
+#include "session.h"
+#include "store.h"
+#include "workq.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <systemd/sd-daemon.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t daemon_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void close_all(struct daemon *d)
+{
+	server_stop(d);
+	struct session *s;
+	while ((s = TAILQ_FIRST(&d->sessions)) != NULL)
+		session_close(s, ESHUTDOWN, "ckptd is shutting down");
+	uv_close((uv_handle_t *)&d->sigterm, NULL);
+	uv_close((uv_handle_t *)&d->sigint, NULL);
+	uv_close((uv_handle_t *)&d->admit_timer, NULL);
+	uv_close((uv_handle_t *)&d->drain_timer, NULL);
+	workq_fini(d->copyq);
+	d->copyq = NULL;
+}
+
+void daemon_maybe_finish_drain(struct daemon *d)
+{
+	if (!d->draining || d->nsaves > 0 || d->nloads > 0 || d->copyq == NULL)
+		return;
+	log_info("drained: every staged save is durable; exiting");
+	sd_notify(0, "STATUS=drained");
+	close_all(d);
+}
+
+static void on_drain_timeout(uv_timer_t *t)
+{
+	struct daemon *d = t->data;
+	log_err("drain deadline of %u ms passed with %u saves not durable; exiting anyway",
+		d->cfg.drain_timeout_ms, d->nsaves);
+	exit(1);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+	struct daemon *d = h->data;
+	if (d->draining) {
+		log_warn("second signal %d: exiting now", signum);
+		exit(1);
+	}
+	log_info("signal %d: draining (%u saves in flight, %u waiting)", signum, d->nsaves, d->nwaiting);
+	sd_notify(0, "STOPPING=1");
+	d->draining = true;
+	server_stop(d);
+	save_cancel_waiting(d, ESHUTDOWN, "ckptd is shutting down; this save was not admitted");
+	uv_timer_start(&d->drain_timer, on_drain_timeout, d->cfg.drain_timeout_ms, 0);
+	daemon_maybe_finish_drain(d);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: ckptd [--socket PATH] [--storage URL] [--staging-bytes SIZE]\n"
+		"             [--state-dir DIR] [--config FILE] [--log-level LEVEL]\n"
+		"  --socket PATH         Unix socket to listen on (default %s)\n"
+		"  --storage URL         where checkpoints go: file:///abs/path\n"
+		"  --staging-bytes SIZE  pinned staging pool, e.g. 4G (default 1G)\n"
+		"  --chunk-bytes SIZE    pool chunk and upload part size (default 64M)\n"
+		"  --state-dir DIR       daemon state (default %s)\n"
+		"  --config FILE         ini file (default %s, if it exists)\n"
+		"  --log-level LEVEL     error|warn|info|debug\n",
+		DEFAULT_SOCKET_PATH, DEFAULT_STATE_DIR, DEFAULT_CONFIG_PATH);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "storage", required_argument, NULL, 'u' },
+		{ "staging-bytes", required_argument, NULL, 'b' },
+		{ "chunk-bytes", required_argument, NULL, 'c' },
+		{ "state-dir", required_argument, NULL, 'd' },
+		{ "config", required_argument, NULL, 'f' },
+		{ "log-level", required_argument, NULL, 'l' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	/* Command-line values override the config file: find --config first. */
+	const char *config_path = NULL;
+	bool config_explicit = false;
+	int c;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
+		if (c == 'f') {
+			config_path = optarg;
+			config_explicit = true;
+		}
+	static struct daemon dd;
+	struct daemon *d = &dd;
+	d->listen_fd = -1;
+	config_defaults(&d->cfg);
+	char err[1024];
+	if (!config_explicit && access(DEFAULT_CONFIG_PATH, R_OK) == 0)
+		config_path = DEFAULT_CONFIG_PATH;
+	if (config_path && config_load(&d->cfg, config_path, err, sizeof(err)) < 0) {
+		fprintf(stderr, "ckptd: config: %s\n", err);
+		return 2;
+	}
+	optind = 1;
+	opterr = 1;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		uint64_t v;
+		switch (c) {
+		case 's':
+			if (strlen(optarg) >= sizeof(d->cfg.socket_path)) {
+				fprintf(stderr, "ckptd: --socket: path too long\n");
+				return 2;
+			}
+			snprintf(d->cfg.socket_path, sizeof(d->cfg.socket_path), "%s", optarg);
+			break;
+		case 'u':
+			snprintf(d->cfg.storage_url, sizeof(d->cfg.storage_url), "%s", optarg);
+			break;
+		case 'b':
+		case 'c':
+			if (config_parse_size(optarg, &v) < 0) {
+				fprintf(stderr, "ckptd: --%s %s: not a size (e.g. 512M, 4G)\n",
+					c == 'b' ? "staging-bytes" : "chunk-bytes", optarg);
+				return 2;
+			}
+			if (c == 'b')
+				d->cfg.staging_bytes = v;
+			else
+				d->cfg.chunk_bytes = v;
+			break;
+		case 'd':
+			snprintf(d->cfg.state_dir, sizeof(d->cfg.state_dir), "%s", optarg);
+			break;
+		case 'f':
+			break;
+		case 'l': {
+			enum log_level lv;
+			if (log_parse_level(optarg, &lv) < 0) {
+				fprintf(stderr, "ckptd: --log-level %s: want error|warn|info|debug\n", optarg);
+				return 2;
+			}
+			d->cfg.log_level = (int)lv;
+			break;
+		}
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "ckptd: unexpected argument '%s'\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	log_set_level((enum log_level)d->cfg.log_level);
+	if (config_validate(&d->cfg, err, sizeof(err)) < 0) {
+		fprintf(stderr, "ckptd: %s\n", err);
+		return 2;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	if (mkdir(d->cfg.state_dir, 0700) != 0 && errno != EEXIST) {
+		log_err("state dir %s: %s", d->cfg.state_dir, strerror(errno));
+		return 1;
+	}
+	int r = store_open(d->cfg.storage_url, &d->store, err, sizeof(err));
+	if (r < 0) {
+		log_err("%s", err);
+		return 1;
+	}
+	uint64_t t0 = daemon_now_ns();
+	r = pool_init(&d->pool, d->cfg.staging_bytes, d->cfg.chunk_bytes);
+	if (r < 0) {
+		log_err("staging pool of %" PRIu64 " bytes: %s", d->cfg.staging_bytes, strerror(-r));
+		return 1;
+	}
+	log_info("pool: %u chunks of %" PRIu64 " MiB pre-faulted in %.0f ms%s", d->pool.nchunks,
+		 d->pool.chunk_bytes >> 20, (double)(daemon_now_ns() - t0) / 1e6,
+		 d->pool.locked ? ", locked" : "");
+
+	d->loop = uv_default_loop();
+	d->start_ns = daemon_now_ns();
+	TAILQ_INIT(&d->sessions);
+	TAILQ_INIT(&d->saves);
+	TAILQ_INIT(&d->waitq);
+	uv_timer_init(d->loop, &d->admit_timer);
+	d->admit_timer.data = d;
+	uv_timer_init(d->loop, &d->drain_timer);
+	d->drain_timer.data = d;
+	uv_signal_init(d->loop, &d->sigterm);
+	uv_signal_init(d->loop, &d->sigint);
+	d->sigterm.data = d->sigint.data = d;
+	uv_signal_start(&d->sigterm, on_signal, SIGTERM);
+	uv_signal_start(&d->sigint, on_signal, SIGINT);
+	r = workq_init(&d->copyq, d->loop, d->cfg.copy_threads);
+	if (r < 0) {
+		log_err("copy threads: %s", strerror(-r));
+		return 1;
+	}
+	r = server_start(d, err, sizeof(err));
+	if (r < 0) {
+		log_err("%s", err);
+		return 1;
+	}
+	log_info("ckptd listening on %s, storage %s, pool %" PRIu64 " MiB, %u copy threads", d->cfg.socket_path,
+		 d->store->url, d->pool.bytes >> 20, d->cfg.copy_threads);
+	sd_notify(0, "READY=1\nSTATUS=serving");
+	uv_run(d->loop, UV_RUN_DEFAULT);
+	int rc = uv_loop_close(d->loop);
+	if (rc != 0)
+		log_warn("loop closed with handles left: %s", uv_strerror(rc));
+	pool_fini(&d->pool);
+	store_free(d->store);
+	return 0;
+}

@@ -1,0 +1,147 @@
+#include "manifest.h"
+#include "tensor.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int manifest_step_dir(char *out, size_t cap, const char *job, uint64_t step)
+{
+	int n = snprintf(out, cap, "%s/step-%012" PRIu64, job, step);
+	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
+}
+
+int manifest_key(char *out, size_t cap, const char *job, uint64_t step,
+		 uint32_t rank, uint32_t world_size, const char *ext)
+{
+	int n = snprintf(out, cap, "%s/step-%012" PRIu64 "/rank-%05" PRIu32 "-of-%05" PRIu32 ".%s",
+			 job, step, rank, world_size, ext);
+	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
+}
+
+static int parse_digits(const char *s, size_t n, uint64_t *out)
+{
+	uint64_t v = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -EINVAL;
+		if (v > (UINT64_MAX - 9) / 10)
+			return -ERANGE;
+		v = v * 10 + (uint64_t)(s[i] - '0');
+	}
+	*out = v;
+	return 0;
+}
+
+int manifest_parse_step_dir(const char *name, uint64_t *step)
+{
+	if (strncmp(name, "step-", 5) != 0)
+		return -EINVAL;
+	size_t n = strlen(name + 5);
+	if (n < 12 || n > 20)
+		return -EINVAL;
+	return parse_digits(name + 5, n, step);
+}
+
+int manifest_parse_name(const char *name, uint32_t *rank, uint32_t *world_size)
+{
+	/* rank-RRRRR-of-WWWWW.manifest, fixed width */
+	static const char suffix[] = ".manifest";
+	size_t len = strlen(name);
+	if (len != 5 + 5 + 4 + 5 + strlen(suffix) || strncmp(name, "rank-", 5) != 0 ||
+	    strncmp(name + 10, "-of-", 4) != 0 || strcmp(name + 19, suffix) != 0)
+		return -EINVAL;
+	uint64_t r, w;
+	if (parse_digits(name + 5, 5, &r) < 0 || parse_digits(name + 14, 5, &w) < 0)
+		return -EINVAL;
+	if (w == 0 || r >= w)
+		return -EINVAL;
+	*rank = (uint32_t)r;
+	*world_size = (uint32_t)w;
+	return 0;
+}
+
+int manifest_name_valid(const char *s, size_t max)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > max || s[0] == '.')
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+			return 0;
+	}
+	return 1;
+}
+
+int manifest_check(const Ckpt__Manifest *m, char *err, size_t errlen)
+{
+	if (m->format_version != MANIFEST_FORMAT_VERSION) {
+		snprintf(err, errlen, "manifest format version %u, this ckptd reads %d",
+			 m->format_version, MANIFEST_FORMAT_VERSION);
+		return -EBADMSG;
+	}
+	if (!manifest_name_valid(m->job, JOB_MAX_LEN) ||
+	    !manifest_name_valid(m->attempt_id, ATTEMPT_MAX_LEN)) {
+		snprintf(err, errlen, "manifest has an invalid job or attempt id");
+		return -EBADMSG;
+	}
+	if (m->world_size == 0 || m->rank >= m->world_size) {
+		snprintf(err, errlen, "manifest rank %u of world size %u", m->rank, m->world_size);
+		return -EBADMSG;
+	}
+	if (m->chunk_bytes == 0) {
+		snprintf(err, errlen, "manifest chunk_bytes is 0");
+		return -EBADMSG;
+	}
+	uint64_t nchunks = m->shard_bytes / m->chunk_bytes + (m->shard_bytes % m->chunk_bytes != 0);
+	if (m->n_chunk_crc32c != nchunks) {
+		snprintf(err, errlen, "manifest lists %zu chunk checksums for %" PRIu64 " chunks",
+			 m->n_chunk_crc32c, nchunks);
+		return -EBADMSG;
+	}
+	for (size_t i = 0; i < m->n_tensors; i++) {
+		const Ckpt__ManifestTensor *t = m->tensors[i];
+		struct box b;
+		uint64_t nelem;
+		char why[160];
+		size_t es = tensor_dtype_size(t->dtype);
+		if (t->name[0] == '\0' || es == 0) {
+			snprintf(err, errlen, "manifest tensor %zu has no name or an unknown dtype", i);
+			return -EBADMSG;
+		}
+		if (box_from_fields(&b, t->n_global_shape, t->global_shape, t->n_box_offsets,
+				    t->box_offsets, t->n_box_lengths, t->box_lengths,
+				    &nelem, why, sizeof(why)) < 0) {
+			snprintf(err, errlen, "manifest tensor '%s': %s", t->name, why);
+			return -EBADMSG;
+		}
+		if (nelem > UINT64_MAX / es || nelem * es != t->nbytes ||
+		    t->shard_offset > m->shard_bytes || t->nbytes > m->shard_bytes - t->shard_offset) {
+			snprintf(err, errlen, "manifest tensor '%s': byte range does not fit its box or the shard",
+				 t->name);
+			return -EBADMSG;
+		}
+	}
+	return 0;
+}
+
+int manifest_decode(const void *buf, size_t len, Ckpt__Manifest **out,
+		    char *err, size_t errlen)
+{
+	Ckpt__Manifest *m = ckpt__manifest__unpack(NULL, len, buf);
+	if (m == NULL) {
+		snprintf(err, errlen, "manifest does not parse");
+		return -EBADMSG;
+	}
+	int r = manifest_check(m, err, errlen);
+	if (r < 0) {
+		ckpt__manifest__free_unpacked(m, NULL);
+		return r;
+	}
+	*out = m;
+	return 0;
+}

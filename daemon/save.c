@@ -1,0 +1,712 @@
+#include "save.h"
+#include "catalog.h"
+#include "crc32c.h"
+#include "daemon.h"
+#include "hostbuf.h"
+#include "log.h"
+#include "manifest.h"
+#include "session.h"
+#include "tensor.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define SHARD_ALIGN 64
+#define COPY_BLOCK (256u << 10) /* copy then crc while the block is in cache */
+
+enum save_state {
+	SAVE_NEW,
+	SAVE_ADMITTING, /* waiting for pool chunks */
+	SAVE_STAGING,   /* copies running */
+	SAVE_UPLOADING, /* staged; shard and manifest being written */
+	SAVE_DURABLE,
+	SAVE_FAILED,
+};
+
+static const char *state_name[] = { "new", "admitting", "staging", "uploading", "durable", "failed" };
+
+struct save_tensor {
+	char *name;
+	int dtype;
+	struct box box;
+	uint64_t shard_off, nbytes;
+	struct hostbuf *buf;
+	uint64_t buf_off;
+	uint32_t crc;
+};
+
+/* The part of one tensor that lies in one chunk. */
+struct save_piece {
+	uint32_t tensor;
+	uint64_t tensor_off, len;
+	uint32_t crc;
+};
+
+struct copy_job {
+	struct work_item item;
+	struct save *sv;
+	uint32_t chunk;             /* index into sv->chunks */
+	uint32_t first_piece, npieces;
+	int err;
+};
+
+struct save {
+	TAILQ_ENTRY(save) link;  /* daemon.saves */
+	TAILQ_ENTRY(save) wlink; /* daemon.waitq */
+	TAILQ_ENTRY(save) slink; /* session.saves */
+	struct daemon *d;
+	struct session *session;
+	uint64_t req_id, id;
+	enum save_state state;
+	char job[129], attempt[129];
+	uint32_t rank, world_size;
+	uint64_t step;
+
+	struct save_tensor *tensors;
+	size_t ntensors;
+	struct save_piece *pieces;
+	size_t npieces;
+	uint64_t shard_bytes;
+	uint32_t nchunks;
+	uint32_t *chunks;
+	uint32_t *chunk_crc;
+	bool have_chunks;
+	struct copy_job *jobs;
+	uint32_t jobs_left;
+	uint8_t *extra;
+	size_t extra_len;
+
+	uint64_t t_start, deadline_ns;
+	uv_work_t work;
+	int status;
+	char msg[512];
+};
+
+static void save_set_state(struct save *sv, enum save_state st);
+
+static void save_free(struct save *sv)
+{
+	for (size_t i = 0; i < sv->ntensors; i++) {
+		free(sv->tensors[i].name);
+		hostbuf_unref(sv->tensors[i].buf);
+	}
+	free(sv->tensors);
+	free(sv->pieces);
+	free(sv->chunks);
+	free(sv->chunk_crc);
+	free(sv->jobs);
+	free(sv->extra);
+	free(sv);
+}
+
+static void save_fail(struct save *sv, int status, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void save_fail(struct save *sv, int status, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(sv->msg, sizeof(sv->msg), fmt, ap);
+	va_end(ap);
+	sv->status = status;
+	save_set_state(sv, SAVE_FAILED);
+}
+
+void save_detach_session(struct save *sv)
+{
+	if (sv->session) {
+		TAILQ_REMOVE(&sv->session->saves, sv, slink);
+		sv->session->inflight_saves--;
+		sv->session = NULL;
+		if (sv->state < SAVE_UPLOADING)
+			log_info("save %" PRIu64 " (%s step %" PRIu64 " rank %u): trainer went away; finishing it anyway",
+				 sv->id, sv->job, sv->step, sv->rank);
+	}
+}
+
+static void send_event(struct save *sv, Ckpt__Frame *f)
+{
+	if (sv->session)
+		session_send(sv->session, sv->req_id, f);
+}
+
+/* ---- staging ---- */
+
+static void copy_run(struct work_item *it)
+{
+	struct copy_job *job = (struct copy_job *)it;
+	struct save *sv = job->sv;
+	uint64_t cb = sv->d->pool.chunk_bytes;
+	uint64_t chunk_start = (uint64_t)job->chunk * cb;
+	uint8_t *base = pool_chunk(&sv->d->pool, sv->chunks[job->chunk]);
+	uint64_t chunk_len = sv->shard_bytes - chunk_start < cb ? sv->shard_bytes - chunk_start : cb;
+	uint64_t pos = 0; /* within the chunk */
+	uint32_t ccrc = 0;
+	for (uint32_t k = 0; k < job->npieces; k++) {
+		struct save_piece *p = &sv->pieces[job->first_piece + k];
+		struct save_tensor *t = &sv->tensors[p->tensor];
+		uint64_t at = t->shard_off + p->tensor_off - chunk_start;
+		if (at > pos) { /* alignment gap */
+			memset(base + pos, 0, at - pos);
+			ccrc = crc32c_update(ccrc, base + pos, at - pos);
+		}
+		uint32_t pcrc = 0;
+		for (uint64_t done = 0; done < p->len;) {
+			size_t n = p->len - done < COPY_BLOCK ? (size_t)(p->len - done) : COPY_BLOCK;
+			int r = hostbuf_read(t->buf, t->buf_off + p->tensor_off + done, base + at + done, n);
+			if (r < 0) {
+				job->err = r;
+				job->first_piece += k; /* name the tensor that failed */
+				return;
+			}
+			pcrc = crc32c_update(pcrc, base + at + done, n);
+			done += n;
+		}
+		p->crc = pcrc;
+		ccrc = crc32c_combine(ccrc, pcrc, p->len);
+		pos = at + p->len;
+	}
+	if (chunk_len > pos) {
+		memset(base + pos, 0, chunk_len - pos);
+		ccrc = crc32c_update(ccrc, base + pos, chunk_len - pos);
+	}
+	sv->chunk_crc[job->chunk] = ccrc;
+}
+
+static void copy_done(struct work_item *it)
+{
+	struct copy_job *job = (struct copy_job *)it;
+	struct save *sv = job->sv;
+	if (job->err && sv->status == 0) {
+		struct save_tensor *t = &sv->tensors[sv->pieces[job->first_piece].tensor];
+		if (job->err == -EFAULT)
+			sv->status = EFAULT;
+		else
+			sv->status = -job->err;
+		snprintf(sv->msg, sizeof(sv->msg),
+			 "staging tensor '%s' from buffer %" PRIu64 " failed: %s", t->name, t->buf->id,
+			 job->err == -EFAULT ? "the client truncated its buffer file" : strerror(-job->err));
+	}
+	if (--sv->jobs_left > 0)
+		return;
+	if (sv->status != 0) {
+		save_set_state(sv, SAVE_FAILED);
+		return;
+	}
+	/* Tensor checksums from their pieces, in shard order. */
+	for (size_t i = 0; i < sv->npieces; i++) {
+		struct save_piece *p = &sv->pieces[i];
+		struct save_tensor *t = &sv->tensors[p->tensor];
+		t->crc = p->tensor_off == 0 ? p->crc : crc32c_combine(t->crc, p->crc, p->len);
+	}
+	save_set_state(sv, SAVE_UPLOADING);
+}
+
+/* ---- upload (libuv threadpool) ---- */
+
+static int build_manifest(struct save *sv, uint8_t **out, size_t *outlen, const char *shard_name)
+{
+	Ckpt__Manifest m = CKPT__MANIFEST__INIT;
+	m.format_version = MANIFEST_FORMAT_VERSION;
+	m.job = sv->job;
+	m.step = sv->step;
+	m.rank = sv->rank;
+	m.world_size = sv->world_size;
+	m.attempt_id = sv->attempt;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	m.created_unix_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	m.shard_name = (char *)shard_name;
+	m.shard_bytes = sv->shard_bytes;
+	m.chunk_bytes = sv->d->pool.chunk_bytes;
+	m.n_chunk_crc32c = sv->nchunks;
+	m.chunk_crc32c = sv->chunk_crc;
+	m.extra_state.data = sv->extra;
+	m.extra_state.len = sv->extra_len;
+	Ckpt__ManifestTensor *mt = calloc(sv->ntensors ? sv->ntensors : 1, sizeof(*mt));
+	Ckpt__ManifestTensor **mtp = calloc(sv->ntensors ? sv->ntensors : 1, sizeof(*mtp));
+	if (mt == NULL || mtp == NULL) {
+		free(mt);
+		free(mtp);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < sv->ntensors; i++) {
+		struct save_tensor *t = &sv->tensors[i];
+		ckpt__manifest_tensor__init(&mt[i]);
+		mt[i].name = t->name;
+		mt[i].dtype = t->dtype;
+		mt[i].n_global_shape = t->box.ndim;
+		mt[i].global_shape = t->box.shape;
+		mt[i].n_box_offsets = t->box.ndim;
+		mt[i].box_offsets = t->box.off;
+		mt[i].n_box_lengths = t->box.ndim;
+		mt[i].box_lengths = t->box.len;
+		mt[i].shard_offset = t->shard_off;
+		mt[i].nbytes = t->nbytes;
+		mt[i].crc32c = t->crc;
+		mtp[i] = &mt[i];
+	}
+	m.n_tensors = sv->ntensors;
+	m.tensors = mtp;
+	size_t len = ckpt__manifest__get_packed_size(&m);
+	uint8_t *buf = malloc(len ? len : 1);
+	if (buf)
+		ckpt__manifest__pack(&m, buf);
+	free(mt);
+	free(mtp);
+	if (buf == NULL)
+		return -ENOMEM;
+	*out = buf;
+	*outlen = len;
+	return 0;
+}
+
+static void upload_run(uv_work_t *w)
+{
+	struct save *sv = w->data;
+	struct store *st = sv->d->store;
+	char shard_key[768], man_key[768];
+	manifest_key(shard_key, sizeof(shard_key), sv->job, sv->step, sv->rank, sv->world_size, "shard");
+	manifest_key(man_key, sizeof(man_key), sv->job, sv->step, sv->rank, sv->world_size, "manifest");
+
+	/* Writers never overwrite a complete step, nor their own manifest. */
+	struct catalog_step cs;
+	int r = catalog_scan_step(st, sv->job, sv->step, &cs);
+	if (r == 0) {
+		bool complete = catalog_step_complete(&cs);
+		bool mine = false;
+		for (size_t g = 0; g < cs.ngroups; g++)
+			if (strcmp(cs.groups[g].attempt, sv->attempt) == 0 &&
+			    cs.groups[g].world_size == sv->world_size && cs.groups[g].by_rank[sv->rank])
+				mine = true;
+		catalog_step_free(&cs);
+		if (complete || mine) {
+			sv->status = EEXIST;
+			snprintf(sv->msg, sizeof(sv->msg), "step %" PRIu64 " of job '%s' is %s; checkpoints are never overwritten",
+				 sv->step, sv->job, complete ? "already complete" : "already saved by this rank in this attempt");
+			return;
+		}
+	} else if (r != -ENOENT) {
+		sv->status = -r;
+		snprintf(sv->msg, sizeof(sv->msg), "reading step %" PRIu64 " of job '%s': %s", sv->step, sv->job, strerror(-r));
+		return;
+	}
+
+	struct iovec *iov = calloc(sv->nchunks ? sv->nchunks : 1, sizeof(*iov));
+	if (iov == NULL) {
+		sv->status = ENOMEM;
+		snprintf(sv->msg, sizeof(sv->msg), "out of memory");
+		return;
+	}
+	uint64_t cb = sv->d->pool.chunk_bytes;
+	for (uint32_t i = 0; i < sv->nchunks; i++) {
+		iov[i].iov_base = pool_chunk(&sv->d->pool, sv->chunks[i]);
+		uint64_t left = sv->shard_bytes - (uint64_t)i * cb;
+		iov[i].iov_len = left < cb ? left : cb;
+	}
+	r = st->ops->put(st, shard_key, iov, sv->nchunks);
+	free(iov);
+	if (r < 0) {
+		sv->status = -r;
+		snprintf(sv->msg, sizeof(sv->msg), "writing %s to %s: %s", shard_key, st->url, strerror(-r));
+		return;
+	}
+	uint8_t *mbuf = NULL;
+	size_t mlen = 0;
+	const char *shard_name = strrchr(shard_key, '/') + 1;
+	r = build_manifest(sv, &mbuf, &mlen, shard_name);
+	if (r == 0) {
+		struct iovec one = { .iov_base = mbuf, .iov_len = mlen };
+		r = st->ops->put(st, man_key, &one, 1);
+		free(mbuf);
+	}
+	if (r < 0) {
+		sv->status = -r;
+		snprintf(sv->msg, sizeof(sv->msg), "writing %s to %s: %s", man_key, st->url, strerror(-r));
+	}
+}
+
+static void upload_done(uv_work_t *w, int status)
+{
+	struct save *sv = w->data;
+	if (status < 0 && sv->status == 0) {
+		sv->status = -status;
+		snprintf(sv->msg, sizeof(sv->msg), "upload cancelled");
+	}
+	if (sv->status)
+		save_set_state(sv, SAVE_FAILED);
+	else
+		save_set_state(sv, SAVE_DURABLE);
+}
+
+/* ---- admission ---- */
+
+static void arm_admit_timer(struct daemon *d)
+{
+	struct save *head = TAILQ_FIRST(&d->waitq);
+	if (head == NULL) {
+		uv_timer_stop(&d->admit_timer);
+		return;
+	}
+	uint64_t now = daemon_now_ns();
+	uint64_t ms = head->deadline_ns > now ? (head->deadline_ns - now) / 1000000 + 1 : 0;
+	uv_timer_start(&d->admit_timer, save_on_admit_timer, ms, 0);
+}
+
+void save_on_admit_timer(uv_timer_t *t)
+{
+	struct daemon *d = t->data;
+	uint64_t now = daemon_now_ns();
+	struct save *sv;
+	while ((sv = TAILQ_FIRST(&d->waitq)) != NULL && sv->deadline_ns <= now) {
+		save_fail(sv, ETIMEDOUT,
+			  "no staging space for %" PRIu64 " bytes within %u ms: the pool (%" PRIu64 " MiB) holds %" PRIu64
+			  " MiB not yet durable; raise staging_bytes or save less often",
+			  sv->shard_bytes, d->cfg.admit_timeout_ms, d->pool.bytes >> 20,
+			  pool_used_bytes(&d->pool) >> 20);
+	}
+	save_admit_waiting(d);
+}
+
+static bool try_admit(struct save *sv)
+{
+	int r = pool_reserve(&sv->d->pool, sv->nchunks, sv->chunks);
+	if (r < 0)
+		return false;
+	sv->have_chunks = true;
+	return true;
+}
+
+void save_admit_waiting(struct daemon *d)
+{
+	struct save *sv;
+	/* Strict FIFO: a large save at the head is not starved by small ones. */
+	while ((sv = TAILQ_FIRST(&d->waitq)) != NULL && try_admit(sv))
+		save_set_state(sv, SAVE_STAGING);
+	arm_admit_timer(d);
+}
+
+void save_cancel_waiting(struct daemon *d, int status, const char *why)
+{
+	struct save *sv;
+	while ((sv = TAILQ_FIRST(&d->waitq)) != NULL)
+		save_fail(sv, status, "%s", why);
+	arm_admit_timer(d);
+}
+
+/* ---- the state machine ---- */
+
+static void save_set_state(struct save *sv, enum save_state st)
+{
+	struct daemon *d = sv->d;
+	enum save_state old = sv->state;
+	log_debug("save %" PRIu64 " (%s step %" PRIu64 " rank %u): %s -> %s", sv->id, sv->job, sv->step,
+		  sv->rank, state_name[old], state_name[st]);
+	if (old == SAVE_ADMITTING) {
+		TAILQ_REMOVE(&d->waitq, sv, wlink);
+		d->nwaiting--;
+	}
+	sv->state = st;
+	switch (st) {
+	case SAVE_NEW:
+		break;
+	case SAVE_ADMITTING:
+		sv->deadline_ns = daemon_now_ns() + (uint64_t)d->cfg.admit_timeout_ms * 1000000ull;
+		TAILQ_INSERT_TAIL(&d->waitq, sv, wlink);
+		d->nwaiting++;
+		arm_admit_timer(d);
+		break;
+	case SAVE_STAGING: {
+		sv->jobs_left = sv->nchunks;
+		if (sv->nchunks == 0) {
+			save_set_state(sv, SAVE_UPLOADING);
+			break;
+		}
+		uint32_t pi = 0;
+		uint64_t cb = d->pool.chunk_bytes;
+		for (uint32_t c = 0; c < sv->nchunks; c++) {
+			struct copy_job *j = &sv->jobs[c];
+			j->sv = sv;
+			j->chunk = c;
+			j->first_piece = pi;
+			j->item.run = copy_run;
+			j->item.done = copy_done;
+			uint64_t end = (uint64_t)(c + 1) * cb;
+			while (pi < sv->npieces) {
+				struct save_piece *p = &sv->pieces[pi];
+				if (sv->tensors[p->tensor].shard_off + p->tensor_off >= end)
+					break;
+				pi++;
+			}
+			j->npieces = pi - j->first_piece;
+		}
+		for (uint32_t c = 0; c < sv->nchunks; c++)
+			workq_submit(d->copyq, &sv->jobs[c].item);
+		break;
+	}
+	case SAVE_UPLOADING: {
+		uint64_t stall = daemon_now_ns() - sv->t_start;
+		d->stats.bytes_staged += sv->shard_bytes;
+		/* The trainer may touch its buffers again: drop them. */
+		for (size_t i = 0; i < sv->ntensors; i++) {
+			hostbuf_unref(sv->tensors[i].buf);
+			sv->tensors[i].buf = NULL;
+		}
+		Ckpt__SaveStaged ev = CKPT__SAVE_STAGED__INIT;
+		ev.bytes = sv->shard_bytes;
+		ev.stall_ns = stall;
+		Ckpt__Frame f = CKPT__FRAME__INIT;
+		f.body_case = CKPT__FRAME__BODY_SAVE_STAGED;
+		f.save_staged = &ev;
+		send_event(sv, &f);
+		sv->work.data = sv;
+		int r = uv_queue_work(d->loop, &sv->work, upload_run, upload_done);
+		if (r < 0)
+			save_fail(sv, EIO, "cannot queue the upload: %s", uv_strerror(r));
+		break;
+	}
+	case SAVE_DURABLE:
+	case SAVE_FAILED: {
+		Ckpt__Frame f = CKPT__FRAME__INIT;
+		Ckpt__SaveDurable dur = CKPT__SAVE_DURABLE__INIT;
+		Ckpt__SaveFailed fail = CKPT__SAVE_FAILED__INIT;
+		char where[1024];
+		if (st == SAVE_DURABLE) {
+			d->stats.bytes_durable += sv->shard_bytes;
+			snprintf(where, sizeof(where), "%s/%s/step-%012" PRIu64, d->store->url, sv->job, sv->step);
+			dur.bytes = sv->shard_bytes;
+			dur.location = where;
+			f.body_case = CKPT__FRAME__BODY_SAVE_DURABLE;
+			f.save_durable = &dur;
+			log_info("save %" PRIu64 ": %s step %" PRIu64 " rank %u/%u durable, %" PRIu64 " bytes in %.1f ms",
+				 sv->id, sv->job, sv->step, sv->rank, sv->world_size, sv->shard_bytes,
+				 (double)(daemon_now_ns() - sv->t_start) / 1e6);
+		} else {
+			d->stats.saves_failed++;
+			fail.status = sv->status ? sv->status : EIO;
+			fail.message = sv->msg;
+			f.body_case = CKPT__FRAME__BODY_SAVE_FAILED;
+			f.save_failed = &fail;
+			log_warn("save %" PRIu64 ": %s step %" PRIu64 " rank %u failed (was %s): %s", sv->id, sv->job,
+				 sv->step, sv->rank, state_name[old], sv->msg);
+		}
+		send_event(sv, &f);
+		if (sv->have_chunks)
+			pool_release(&d->pool, sv->chunks, sv->nchunks);
+		save_detach_session(sv);
+		if (old != SAVE_NEW) {
+			TAILQ_REMOVE(&d->saves, sv, link);
+			d->nsaves--;
+		}
+		save_free(sv);
+		if (old != SAVE_NEW)
+			save_admit_waiting(d);
+		daemon_maybe_finish_drain(d);
+		break;
+	}
+	}
+}
+
+/* ---- request validation and layout ---- */
+
+static int cmp_name(const void *a, const void *b)
+{
+	const struct save_tensor *x = a, *y = b;
+	return strcmp(x->name, y->name);
+}
+
+int save_validate_name(const char *name, uint32_t max, char *err, size_t errlen)
+{
+	size_t n = strlen(name);
+	if (n == 0 || n > max) {
+		snprintf(err, errlen, "tensor name must be 1..%u bytes", max);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f) {
+			snprintf(err, errlen, "tensor name has a control character");
+			return -EINVAL;
+		}
+	return 0;
+}
+
+static int layout(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen)
+{
+	struct session *s = sv->session;
+	const struct config *c = &sv->d->cfg;
+	if (m->n_tensors > c->max_tensors) {
+		snprintf(err, errlen, "%zu tensors, at most %u per save", m->n_tensors, c->max_tensors);
+		return -E2BIG;
+	}
+	if (m->extra_state.len > c->max_extra_state) {
+		snprintf(err, errlen, "extra state of %zu bytes, at most %u", m->extra_state.len, c->max_extra_state);
+		return -E2BIG;
+	}
+	sv->tensors = calloc(m->n_tensors ? m->n_tensors : 1, sizeof(*sv->tensors));
+	if (sv->tensors == NULL)
+		return -ENOMEM;
+	uint64_t off = 0;
+	for (size_t i = 0; i < m->n_tensors; i++) {
+		const Ckpt__TensorRef *tr = m->tensors[i];
+		struct save_tensor *t = &sv->tensors[i];
+		char why[256];
+		int r = save_validate_name(tr->name, c->max_name_len, why, sizeof(why));
+		if (r < 0) {
+			snprintf(err, errlen, "tensor %zu: %s", i, why);
+			return r;
+		}
+		if ((t->name = strdup(tr->name)) == NULL)
+			return -ENOMEM;
+		sv->ntensors = i + 1;
+		size_t es = tensor_dtype_size(tr->dtype);
+		if (es == 0) {
+			snprintf(err, errlen, "tensor '%s': unknown dtype %d", tr->name, tr->dtype);
+			return -EINVAL;
+		}
+		uint64_t nelem;
+		r = box_from_fields(&t->box, tr->n_global_shape, tr->global_shape, tr->n_box_offsets,
+				    tr->box_offsets, tr->n_box_lengths, tr->box_lengths, &nelem, why, sizeof(why));
+		if (r < 0) {
+			snprintf(err, errlen, "tensor '%s': %s", tr->name, why);
+			return r;
+		}
+		if (nelem > UINT64_MAX / es || nelem * es != tr->nbytes) {
+			snprintf(err, errlen, "tensor '%s': nbytes %" PRIu64 " does not match its box (%" PRIu64
+				 " elements of %zu bytes)", tr->name, tr->nbytes, nelem, es);
+			return -EINVAL;
+		}
+		struct hostbuf *b = session_find_buffer(s, tr->buffer_id);
+		if (b == NULL) {
+			snprintf(err, errlen, "tensor '%s': buffer %" PRIu64 " is not registered", tr->name, tr->buffer_id);
+			return -ENOENT;
+		}
+		if (tr->offset > b->nbytes || tr->nbytes > b->nbytes - tr->offset) {
+			snprintf(err, errlen, "tensor '%s': bytes [%" PRIu64 ", +%" PRIu64 ") lie outside buffer %" PRIu64
+				 " of %" PRIu64 " bytes", tr->name, tr->offset, tr->nbytes, tr->buffer_id, b->nbytes);
+			return -ERANGE;
+		}
+		t->dtype = tr->dtype;
+		t->nbytes = tr->nbytes;
+		t->buf = hostbuf_ref(b);
+		t->buf_off = tr->offset;
+		off = (off + SHARD_ALIGN - 1) & ~(uint64_t)(SHARD_ALIGN - 1);
+		t->shard_off = off;
+		off += t->nbytes;
+		if (off < t->nbytes) {
+			snprintf(err, errlen, "shard size overflows");
+			return -EOVERFLOW;
+		}
+	}
+	/* Unique names: check on a sorted copy so the shard keeps the
+	 * client's order. */
+	struct save_tensor *sorted = malloc((sv->ntensors ? sv->ntensors : 1) * sizeof(*sorted));
+	if (sorted == NULL)
+		return -ENOMEM;
+	memcpy(sorted, sv->tensors, sv->ntensors * sizeof(*sorted));
+	qsort(sorted, sv->ntensors, sizeof(*sorted), cmp_name);
+	for (size_t i = 1; i < sv->ntensors; i++)
+		if (strcmp(sorted[i - 1].name, sorted[i].name) == 0) {
+			snprintf(err, errlen, "tensor name '%s' appears twice", sorted[i].name);
+			free(sorted);
+			return -EINVAL;
+		}
+	free(sorted);
+
+	uint64_t cb = sv->d->pool.chunk_bytes;
+	sv->shard_bytes = off;
+	uint64_t nchunks = off / cb + (off % cb != 0);
+	if (nchunks > sv->d->pool.nchunks) {
+		snprintf(err, errlen, "save of %" PRIu64 " bytes can never fit the staging pool of %" PRIu64
+			 " bytes; raise staging_bytes", off, sv->d->pool.bytes);
+		return -E2BIG;
+	}
+	sv->nchunks = (uint32_t)nchunks;
+	/* Pieces: each tensor split at chunk boundaries. */
+	size_t np = 0;
+	for (size_t i = 0; i < sv->ntensors; i++) {
+		struct save_tensor *t = &sv->tensors[i];
+		if (t->nbytes)
+			np += (t->shard_off + t->nbytes - 1) / cb - t->shard_off / cb + 1;
+	}
+	sv->pieces = calloc(np ? np : 1, sizeof(*sv->pieces));
+	sv->chunks = calloc(nchunks ? nchunks : 1, sizeof(uint32_t));
+	sv->chunk_crc = calloc(nchunks ? nchunks : 1, sizeof(uint32_t));
+	sv->jobs = calloc(nchunks ? nchunks : 1, sizeof(*sv->jobs));
+	if (!sv->pieces || !sv->chunks || !sv->chunk_crc || !sv->jobs)
+		return -ENOMEM;
+	for (size_t i = 0; i < sv->ntensors; i++) {
+		struct save_tensor *t = &sv->tensors[i];
+		uint64_t done = 0;
+		while (done < t->nbytes) {
+			uint64_t at = t->shard_off + done;
+			uint64_t room = cb - at % cb;
+			uint64_t n = t->nbytes - done < room ? t->nbytes - done : room;
+			sv->pieces[sv->npieces++] = (struct save_piece){ .tensor = (uint32_t)i, .tensor_off = done, .len = n };
+			done += n;
+		}
+	}
+	if (m->extra_state.len) {
+		sv->extra = malloc(m->extra_state.len);
+		if (sv->extra == NULL)
+			return -ENOMEM;
+		memcpy(sv->extra, m->extra_state.data, m->extra_state.len);
+		sv->extra_len = m->extra_state.len;
+	}
+	return 0;
+}
+
+void save_start(struct session *s, uint64_t req_id, const Ckpt__Save *m)
+{
+	struct daemon *d = s->d;
+	struct save *sv = calloc(1, sizeof(*sv));
+	if (sv == NULL) {
+		session_reply(s, req_id, ENOMEM, "out of memory");
+		return;
+	}
+	sv->d = d;
+	sv->req_id = req_id;
+	sv->id = ++d->next_save_id;
+	sv->t_start = daemon_now_ns();
+	sv->state = SAVE_NEW;
+	sv->session = s;
+	TAILQ_INSERT_TAIL(&s->saves, sv, slink);
+	s->inflight_saves++;
+	snprintf(sv->job, sizeof(sv->job), "%s", s->job);
+	snprintf(sv->attempt, sizeof(sv->attempt), "%s", s->attempt);
+	sv->rank = s->rank;
+	sv->world_size = s->world_size;
+	sv->step = m->step;
+	d->stats.saves_total++;
+
+	if (s->job[0] == '\0') {
+		save_fail(sv, EPERM, "this session said no job in Hello (a control session); it cannot save");
+		return;
+	}
+	if (d->draining) {
+		save_fail(sv, ESHUTDOWN, "ckptd is shutting down and admits no new saves");
+		return;
+	}
+	if (s->inflight_saves > d->cfg.max_inflight_saves) {
+		save_fail(sv, EBUSY, "%u saves of this session are in flight (max_inflight_saves)",
+			  d->cfg.max_inflight_saves);
+		return;
+	}
+	char err[512];
+	int r = layout(sv, m, err, sizeof(err));
+	if (r < 0) {
+		save_fail(sv, -r, "%s", r == -ENOMEM ? "out of memory" : err);
+		return;
+	}
+	TAILQ_INSERT_TAIL(&d->saves, sv, link);
+	d->nsaves++;
+	/* FIFO: nobody overtakes a save that already waits. */
+	if (TAILQ_EMPTY(&d->waitq) && try_admit(sv))
+		save_set_state(sv, SAVE_STAGING);
+	else
+		save_set_state(sv, SAVE_ADMITTING);
+}

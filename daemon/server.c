@@ -1,0 +1,210 @@
+#include "server.h"
+#include "frame.h"
+#include "log.h"
+#include "session.h"
+#include "ckpt/ckpt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+static bool cred_allowed(const struct config *c, uid_t uid, gid_t gid)
+{
+	for (size_t i = 0; i < c->n_allowed_uids; i++)
+		if (c->allowed_uids[i] == uid)
+			return true;
+	for (size_t i = 0; i < c->n_allowed_gids; i++)
+		if (c->allowed_gids[i] == gid)
+			return true;
+	return false;
+}
+
+/* Refuse with a frame the client can read, then close. */
+static void refuse(int fd, int status, const char *msg)
+{
+	Ckpt__Reply rep = CKPT__REPLY__INIT;
+	rep.status = status;
+	rep.message = (char *)msg;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_REPLY;
+	f.reply = &rep;
+	uint8_t buf[1024];
+	size_t len = frame_prepare(&f, 0);
+	if (len <= sizeof(buf)) {
+		frame_write(&f, len, buf);
+		(void)!send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	}
+	close(fd);
+}
+
+static void on_accept(uv_poll_t *h, int status, int events)
+{
+	struct daemon *d = h->data;
+	(void)events;
+	if (status < 0) {
+		log_err("server: poll on listening socket: %s", uv_strerror(status));
+		return;
+	}
+	for (int i = 0; i < 64; i++) {
+		int fd = accept4(d->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				log_warn("server: accept: %s", strerror(errno));
+			return;
+		}
+		struct ucred cr;
+		socklen_t crlen = sizeof(cr);
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) != 0) {
+			log_warn("server: SO_PEERCRED: %s", strerror(errno));
+			close(fd);
+			continue;
+		}
+		char msg[256];
+		if (!cred_allowed(&d->cfg, cr.uid, cr.gid)) {
+			snprintf(msg, sizeof(msg), "uid %u gid %u is not allowed to use ckptd (allowed_uids/allowed_gids)",
+				 (unsigned)cr.uid, (unsigned)cr.gid);
+			log_warn("server: refused pid %d: %s", (int)cr.pid, msg);
+			refuse(fd, EACCES, msg);
+			continue;
+		}
+		if (d->draining) {
+			refuse(fd, ESHUTDOWN, "ckptd is shutting down");
+			continue;
+		}
+		if (d->nsessions >= d->cfg.max_sessions) {
+			snprintf(msg, sizeof(msg), "ckptd already serves %u sessions (max_sessions)", d->nsessions);
+			log_warn("server: refused pid %d: %s", (int)cr.pid, msg);
+			refuse(fd, EMFILE, msg);
+			continue;
+		}
+		int r = session_start(d, fd, cr.pid, cr.uid, cr.gid);
+		if (r < 0)
+			log_err("server: cannot start a session: %s", strerror(-r));
+	}
+}
+
+static int mkdir_parent(const char *path)
+{
+	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash == NULL || slash == dir)
+		return 0;
+	*slash = '\0';
+	for (char *p = dir + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static int bind_socket(struct daemon *d, char *err, size_t errlen)
+{
+	const char *path = d->cfg.socket_path;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		snprintf(err, errlen, "socket path %s is too long", path);
+		return -ENAMETOOLONG;
+	}
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	int r = mkdir_parent(path);
+	if (r < 0) {
+		snprintf(err, errlen, "creating the directory of %s: %s", path, strerror(-r));
+		return r;
+	}
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		r = -errno;
+		snprintf(err, errlen, "socket: %s", strerror(errno));
+		return r;
+	}
+	/* A stale socket from a killed daemon: remove it only if nobody
+	 * answers on it. */
+	struct stat st;
+	if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+		int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			close(probe);
+			close(fd);
+			snprintf(err, errlen, "another ckptd is listening on %s", path);
+			return -EADDRINUSE;
+		}
+		if (probe >= 0)
+			close(probe);
+		unlink(path);
+	}
+	mode_t old = umask(0117);
+	r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	umask(old);
+	if (r != 0 || chmod(path, 0660) != 0 || listen(fd, 128) != 0) {
+		r = -errno;
+		snprintf(err, errlen, "binding %s: %s", path, strerror(errno));
+		close(fd);
+		return r;
+	}
+	d->listen_fd = fd;
+	d->socket_owned = true;
+	return 0;
+}
+
+int server_start(struct daemon *d, char *err, size_t errlen)
+{
+	int n = sd_listen_fds(1);
+	if (n > 0) {
+		d->listen_fd = SD_LISTEN_FDS_START;
+		int fl = fcntl(d->listen_fd, F_GETFL);
+		if (fl < 0 || fcntl(d->listen_fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+			snprintf(err, errlen, "socket from systemd: %s", strerror(errno));
+			return -errno;
+		}
+		log_info("server: using the socket passed by systemd");
+	} else {
+		int r = bind_socket(d, err, errlen);
+		if (r < 0)
+			return r;
+	}
+	int r = uv_poll_init(d->loop, &d->listen_poll, d->listen_fd);
+	if (r == 0) {
+		d->listen_poll.data = d;
+		r = uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
+	}
+	if (r < 0) {
+		snprintf(err, errlen, "polling the listening socket: %s", uv_strerror(r));
+		return r;
+	}
+	d->listening = true;
+	return 0;
+}
+
+static void on_listen_closed(uv_handle_t *h)
+{
+	struct daemon *d = h->data;
+	close(d->listen_fd);
+	d->listen_fd = -1;
+}
+
+void server_stop(struct daemon *d)
+{
+	if (!d->listening)
+		return;
+	d->listening = false;
+	uv_poll_stop(&d->listen_poll);
+	uv_close((uv_handle_t *)&d->listen_poll, on_listen_closed);
+	if (d->socket_owned)
+		unlink(d->cfg.socket_path);
+}

@@ -1,0 +1,520 @@
+#include "session.h"
+#include "frame.h"
+#include "load.h"
+#include "log.h"
+#include "manifest.h"
+#include "save.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define RBUF_INITIAL (64u << 10)
+#define READS_PER_WAKEUP 16
+
+static void on_poll(uv_poll_t *h, int status, int events);
+static int queue_frame(struct session *s, uint64_t req_id, Ckpt__Frame *f, bool force);
+
+static void session_set_events(struct session *s, int events)
+{
+	if (s->closing || events == s->poll_events)
+		return;
+	s->poll_events = events;
+	int r = uv_poll_start(&s->poll, events, on_poll);
+	if (r < 0)
+		log_err("session %" PRIu64 ": uv_poll_start: %s", s->id, uv_strerror(r));
+}
+
+static void session_free(struct session *s)
+{
+	for (uint32_t i = 0; i < s->nfdq; i++)
+		close(s->fdq[i]);
+	for (uint32_t i = 0; i < s->nbufs; i++)
+		hostbuf_unref(s->bufs[i]);
+	struct outmsg *m;
+	while ((m = STAILQ_FIRST(&s->outq)) != NULL) {
+		STAILQ_REMOVE_HEAD(&s->outq, link);
+		free(m);
+	}
+	if (s->fd >= 0)
+		close(s->fd);
+	free(s->fdq);
+	free(s->bufs);
+	free(s->rbuf);
+	free(s);
+}
+
+static void on_closed(uv_handle_t *h)
+{
+	struct session *s = h->data;
+	/* The handle is gone; the memory stays while loads still hold it. */
+	s->poll.data = NULL;
+	if (s->refs == 0)
+		session_free(s);
+}
+
+void session_ref(struct session *s)
+{
+	s->refs++;
+}
+
+bool session_unref_alive(struct session *s)
+{
+	s->refs--;
+	if (!s->closing)
+		return true;
+	if (s->refs == 0 && s->poll.data == NULL)
+		session_free(s);
+	return false;
+}
+
+/* Write as much of the queue as the socket takes now. */
+static int session_flush(struct session *s)
+{
+	struct outmsg *m;
+	while ((m = STAILQ_FIRST(&s->outq)) != NULL) {
+		ssize_t n = send(s->fd, m->data + m->off, m->len - m->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return 1;
+			return -errno;
+		}
+		m->off += (size_t)n;
+		s->outq_bytes -= (size_t)n;
+		if (m->off < m->len)
+			return 1;
+		STAILQ_REMOVE_HEAD(&s->outq, link);
+		free(m);
+	}
+	return 0;
+}
+
+void session_close(struct session *s, int status, const char *fmt, ...)
+{
+	if (s->closing)
+		return;
+	if (status != 0 && fmt != NULL) {
+		char msg[512];
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(msg, sizeof(msg), fmt, ap);
+		va_end(ap);
+		log_warn("session %" PRIu64 " (pid %d uid %u): closing: %s", s->id, (int)s->pid,
+			 (unsigned)s->uid, msg);
+		Ckpt__Reply rep = CKPT__REPLY__INIT;
+		rep.status = status;
+		rep.message = msg;
+		Ckpt__Frame f = CKPT__FRAME__INIT;
+		f.body_case = CKPT__FRAME__BODY_REPLY;
+		f.reply = &rep;
+		if (queue_frame(s, 0, &f, true) == 0)
+			(void)session_flush(s); /* best effort: the peer may be gone */
+	} else {
+		log_debug("session %" PRIu64 ": closed", s->id);
+	}
+	s->closing = true;
+	struct save *sv;
+	while ((sv = TAILQ_FIRST(&s->saves)) != NULL)
+		save_detach_session(sv);
+	TAILQ_REMOVE(&s->d->sessions, s, link);
+	s->d->nsessions--;
+	uv_poll_stop(&s->poll);
+	uv_close((uv_handle_t *)&s->poll, on_closed);
+}
+
+/* Append a packed frame to the out queue; force ignores the queue cap
+ * (for the one error frame sent on close). */
+static int queue_frame(struct session *s, uint64_t req_id, Ckpt__Frame *f, bool force)
+{
+	size_t len = frame_prepare(f, req_id);
+	if (len - FRAME_HDR > UINT32_MAX || (!force && s->outq_bytes + len > s->d->cfg.max_write_queue))
+		return -ENOBUFS;
+	struct outmsg *m = malloc(sizeof(*m) + len);
+	if (m == NULL)
+		return -ENOMEM;
+	frame_write(f, len, m->data);
+	m->len = len;
+	m->off = 0;
+	STAILQ_INSERT_TAIL(&s->outq, m, link);
+	s->outq_bytes += m->len;
+	return 0;
+}
+
+void session_send(struct session *s, uint64_t req_id, Ckpt__Frame *f)
+{
+	if (s->closing)
+		return;
+	int r = queue_frame(s, req_id, f, false);
+	if (r < 0) {
+		log_warn("session %" PRIu64 ": cannot queue a reply (%s): the client does not read; closing",
+			 s->id, strerror(-r));
+		session_close(s, 0, NULL);
+		return;
+	}
+	r = session_flush(s);
+	if (r < 0) {
+		session_close(s, 0, NULL);
+		return;
+	}
+	session_set_events(s, r > 0 ? (UV_READABLE | UV_WRITABLE) : UV_READABLE);
+}
+
+void session_reply(struct session *s, uint64_t req_id, int status, const char *fmt, ...)
+{
+	char msg[512] = "";
+	if (fmt) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(msg, sizeof(msg), fmt, ap);
+		va_end(ap);
+	}
+	if (status != 0)
+		log_info("session %" PRIu64 " req %" PRIu64 ": %s (%s)", s->id, req_id, msg, strerror(status));
+	Ckpt__Reply rep = CKPT__REPLY__INIT;
+	rep.status = status;
+	rep.message = msg;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_REPLY;
+	f.reply = &rep;
+	session_send(s, req_id, &f);
+}
+
+struct hostbuf *session_find_buffer(struct session *s, uint64_t id)
+{
+	for (uint32_t i = 0; i < s->nbufs; i++)
+		if (s->bufs[i]->id == id)
+			return s->bufs[i];
+	return NULL;
+}
+
+static int take_fd(struct session *s)
+{
+	if (s->nfdq == 0)
+		return -1;
+	int fd = s->fdq[0];
+	memmove(s->fdq, s->fdq + 1, (s->nfdq - 1) * sizeof(int));
+	s->nfdq--;
+	return fd;
+}
+
+static void on_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
+{
+	if (h->protocol_version != CKPT_PROTOCOL_VERSION) {
+		session_close(s, EPROTONOSUPPORT, "protocol version %u, this ckptd speaks %d",
+			      h->protocol_version, CKPT_PROTOCOL_VERSION);
+		return;
+	}
+	if (h->job[0] != '\0') {
+		if (!manifest_name_valid(h->job, JOB_MAX_LEN)) {
+			session_close(s, EINVAL, "job name must be 1-%d characters of [A-Za-z0-9._-], not starting with '.'",
+				      JOB_MAX_LEN);
+			return;
+		}
+		if (h->world_size == 0 || h->world_size > 99999 || h->rank >= h->world_size) {
+			session_close(s, EINVAL, "rank %u of world size %u is out of range (1..99999)",
+				      h->rank, h->world_size);
+			return;
+		}
+		const char *att = h->attempt_id[0] ? h->attempt_id : "default";
+		if (!manifest_name_valid(att, ATTEMPT_MAX_LEN)) {
+			session_close(s, EINVAL, "attempt id must be 1-%d characters of [A-Za-z0-9._-]",
+				      ATTEMPT_MAX_LEN);
+			return;
+		}
+		snprintf(s->job, sizeof(s->job), "%s", h->job);
+		snprintf(s->attempt, sizeof(s->attempt), "%s", att);
+		s->rank = h->rank;
+		s->world_size = h->world_size;
+		s->local_rank = h->local_rank;
+	}
+	s->hello_done = true;
+	log_info("session %" PRIu64 ": pid %d uid %u job '%s' rank %u/%u attempt '%s'", s->id,
+		 (int)s->pid, (unsigned)s->uid, s->job, s->rank, s->world_size, s->attempt);
+	const struct config *c = &s->d->cfg;
+	Ckpt__Limits lim = CKPT__LIMITS__INIT;
+	lim.max_frame_bytes = c->max_frame_bytes;
+	lim.max_fds_per_frame = c->max_fds_per_frame;
+	lim.max_buffers = c->max_buffers;
+	lim.max_tensors = c->max_tensors;
+	lim.max_name_len = c->max_name_len;
+	lim.chunk_bytes = s->d->pool.chunk_bytes;
+	lim.pool_bytes = s->d->pool.bytes;
+	Ckpt__HelloReply rep = CKPT__HELLO_REPLY__INIT;
+	rep.protocol_version = CKPT_PROTOCOL_VERSION;
+	rep.session_id = s->id;
+	rep.limits = &lim;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_HELLO_REPLY;
+	f.hello_reply = &rep;
+	session_send(s, req_id, &f);
+}
+
+static void on_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBuffer *m)
+{
+	int fd = take_fd(s);
+	if (fd < 0) {
+		session_reply(s, req_id, EBADF, "RegisterBuffer %" PRIu64 " carried no file descriptor", m->buffer_id);
+		return;
+	}
+	if (m->kind != CKPT__BUFFER_KIND__HOST_FD) {
+		close(fd);
+		session_reply(s, req_id, EINVAL, "buffer kind %d is not supported here", m->kind);
+		return;
+	}
+	if (session_find_buffer(s, m->buffer_id)) {
+		close(fd);
+		session_reply(s, req_id, EEXIST, "buffer id %" PRIu64 " is already registered", m->buffer_id);
+		return;
+	}
+	if (s->nbufs >= s->d->cfg.max_buffers) {
+		close(fd);
+		session_reply(s, req_id, ENOBUFS, "at most %u buffers per session", s->d->cfg.max_buffers);
+		return;
+	}
+	struct hostbuf *b = NULL;
+	char err[256];
+	int r = hostbuf_open(fd, m->buffer_id, m->nbytes, &b, err, sizeof(err));
+	if (r < 0) {
+		session_reply(s, req_id, -r, "buffer %" PRIu64 ": %s", m->buffer_id, err);
+		return;
+	}
+	struct hostbuf **nb = realloc(s->bufs, (s->nbufs + 1) * sizeof(*nb));
+	if (nb == NULL) {
+		hostbuf_unref(b);
+		session_reply(s, req_id, ENOMEM, "out of memory");
+		return;
+	}
+	s->bufs = nb;
+	s->bufs[s->nbufs++] = b;
+	log_debug("session %" PRIu64 ": buffer %" PRIu64 " registered, %" PRIu64 " bytes, %s", s->id,
+		  m->buffer_id, m->nbytes, b->sealed ? "sealed (mmap)" : "unsealed (pread)");
+	session_reply(s, req_id, 0, NULL);
+}
+
+static void on_unregister(struct session *s, uint64_t req_id, const Ckpt__Unregister *m)
+{
+	for (uint32_t i = 0; i < s->nbufs; i++) {
+		if (s->bufs[i]->id != m->buffer_id)
+			continue;
+		/* Saves and loads hold their own reference. */
+		hostbuf_unref(s->bufs[i]);
+		s->bufs[i] = s->bufs[--s->nbufs];
+		session_reply(s, req_id, 0, NULL);
+		return;
+	}
+	session_reply(s, req_id, ENOENT, "buffer id %" PRIu64 " is not registered", m->buffer_id);
+}
+
+static void on_status(struct session *s, uint64_t req_id)
+{
+	struct daemon *d = s->d;
+	Ckpt__StatusReply rep = CKPT__STATUS_REPLY__INIT;
+	rep.sessions = d->nsessions;
+	rep.pool_bytes = d->pool.bytes;
+	rep.pool_used_bytes = pool_used_bytes(&d->pool);
+	rep.chunk_bytes = d->pool.chunk_bytes;
+	rep.inflight_saves = d->nsaves - d->nwaiting;
+	rep.waiting_saves = d->nwaiting;
+	rep.saves_total = d->stats.saves_total;
+	rep.saves_failed = d->stats.saves_failed;
+	rep.bytes_staged = d->stats.bytes_staged;
+	rep.bytes_durable = d->stats.bytes_durable;
+	rep.bytes_restored = d->stats.bytes_restored;
+	rep.storage = d->store->url;
+	rep.uptime_ns = daemon_now_ns() - d->start_ns;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_STATUS_REPLY;
+	f.status_reply = &rep;
+	session_send(s, req_id, &f);
+}
+
+/* Validation order (DESIGN §3): size cap (in on_readable) -> unpack ->
+ * protocol version -> message type -> field ranges (in each handler). */
+static void handle_frame(struct session *s, const uint8_t *p, size_t len)
+{
+	Ckpt__Frame *f = NULL;
+	int r = frame_decode(p, len, &f);
+	if (r == -EBADMSG) {
+		session_close(s, EBADMSG, "malformed frame (%zu bytes do not parse as a Frame)", len);
+		return;
+	}
+	if (r < 0) {
+		session_close(s, EPROTONOSUPPORT, "unsupported frame version; this ckptd speaks %d",
+			      CKPT_PROTOCOL_VERSION);
+		return;
+	}
+	if (!s->hello_done && f->body_case != CKPT__FRAME__BODY_HELLO) {
+		session_close(s, EPROTO, "the first frame must be Hello");
+		goto out;
+	}
+	switch (f->body_case) {
+	case CKPT__FRAME__BODY_HELLO:
+		if (s->hello_done)
+			session_reply(s, f->req_id, EPROTO, "Hello was already received");
+		else
+			on_hello(s, f->req_id, f->hello);
+		break;
+	case CKPT__FRAME__BODY_REGISTER_BUFFER:
+		on_register(s, f->req_id, f->register_buffer);
+		break;
+	case CKPT__FRAME__BODY_UNREGISTER:
+		on_unregister(s, f->req_id, f->unregister);
+		break;
+	case CKPT__FRAME__BODY_SAVE:
+		save_start(s, f->req_id, f->save);
+		break;
+	case CKPT__FRAME__BODY_LOAD:
+		load_start(s, f->req_id, f->load);
+		break;
+	case CKPT__FRAME__BODY_STATUS:
+		on_status(s, f->req_id);
+		break;
+	case CKPT__FRAME__BODY_LIST:
+		list_start(s, f->req_id, f->list);
+		break;
+	default:
+		session_reply(s, f->req_id, EBADMSG, "unknown or unexpected message type %d",
+			      (int)f->body_case);
+		break;
+	}
+out:
+	ckpt__frame__free_unpacked(f, NULL);
+}
+
+/* Returns false when the session was closed. */
+static bool receive(struct session *s)
+{
+	const struct config *c = &s->d->cfg;
+	if (s->rcap - s->rlen < 4096 && s->rcap < (size_t)c->max_frame_bytes + 4) {
+		size_t ncap = s->rcap * 2;
+		if (ncap > (size_t)c->max_frame_bytes + 4)
+			ncap = (size_t)c->max_frame_bytes + 4;
+		uint8_t *nb = realloc(s->rbuf, ncap);
+		if (nb == NULL) {
+			session_close(s, ENOMEM, "out of memory");
+			return false;
+		}
+		s->rbuf = nb;
+		s->rcap = ncap;
+	}
+	size_t cmsg_fds = c->max_fds_per_frame + 1;
+	char cbuf[CMSG_SPACE(sizeof(int) * 64)];
+	size_t cspace = CMSG_SPACE(sizeof(int) * (cmsg_fds > 64 ? 64 : cmsg_fds));
+	struct iovec iov = { .iov_base = s->rbuf + s->rlen, .iov_len = s->rcap - s->rlen };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			     .msg_controllen = cspace };
+	ssize_t n = recvmsg(s->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	if (n < 0) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+			return true;
+		session_close(s, 0, NULL);
+		return false;
+	}
+	uint32_t got = 0;
+	bool too_many = (mh.msg_flags & MSG_CTRUNC) != 0;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		int *fds = (int *)CMSG_DATA(cm);
+		for (size_t i = 0; i < k; i++) {
+			if (s->nfdq < c->max_fds_per_frame && !too_many) {
+				s->fdq[s->nfdq++] = fds[i];
+				got++;
+			} else {
+				close(fds[i]);
+				too_many = true;
+			}
+		}
+	}
+	if (too_many) {
+		session_close(s, EMFILE, "too many file descriptors in one frame (at most %u)",
+			      c->max_fds_per_frame);
+		return false;
+	}
+	if (n == 0) {
+		session_close(s, 0, NULL);
+		return false;
+	}
+	s->rlen += (size_t)n;
+	while (!s->closing) {
+		uint32_t flen;
+		int r = frame_next(s->rbuf, s->rlen, c->max_frame_bytes, &flen);
+		if (r == -EMSGSIZE) {
+			session_close(s, EMSGSIZE, "frame exceeds the cap of %u bytes", c->max_frame_bytes);
+			return false;
+		}
+		if (r == 0)
+			break;
+		handle_frame(s, s->rbuf + FRAME_HDR, flen);
+		if (s->closing)
+			return false;
+		memmove(s->rbuf, s->rbuf + FRAME_HDR + flen, s->rlen - FRAME_HDR - flen);
+		s->rlen -= FRAME_HDR + flen;
+	}
+	return !s->closing;
+}
+
+static void on_poll(uv_poll_t *h, int status, int events)
+{
+	struct session *s = h->data;
+	if (status < 0) {
+		session_close(s, 0, NULL);
+		return;
+	}
+	if (events & UV_WRITABLE) {
+		int r = session_flush(s);
+		if (r < 0) {
+			session_close(s, 0, NULL);
+			return;
+		}
+		if (r == 0)
+			session_set_events(s, UV_READABLE);
+	}
+	if (events & (UV_READABLE | UV_DISCONNECT)) {
+		for (int i = 0; i < READS_PER_WAKEUP; i++) {
+			size_t before = s->rlen;
+			if (!receive(s))
+				return;
+			if (s->rlen == before)
+				break;
+		}
+	}
+}
+
+int session_start(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid)
+{
+	struct session *s = calloc(1, sizeof(*s));
+	if (s == NULL) {
+		close(fd);
+		return -ENOMEM;
+	}
+	s->d = d;
+	s->fd = fd;
+	s->pid = pid;
+	s->uid = uid;
+	s->gid = gid;
+	s->id = ++d->next_session_id;
+	STAILQ_INIT(&s->outq);
+	TAILQ_INIT(&s->saves);
+	s->rcap = RBUF_INITIAL;
+	s->rbuf = malloc(s->rcap);
+	s->fdq = calloc(d->cfg.max_fds_per_frame, sizeof(int));
+	int r = (s->rbuf && s->fdq) ? uv_poll_init(d->loop, &s->poll, fd) : -ENOMEM;
+	if (r < 0) {
+		session_free(s);
+		return r;
+	}
+	s->poll.data = s;
+	TAILQ_INSERT_TAIL(&d->sessions, s, link);
+	d->nsessions++;
+	session_set_events(s, UV_READABLE);
+	return 0;
+}

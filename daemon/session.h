@@ -1,0 +1,72 @@
+/* One trainer (or ckptctl) connection: framing with SCM_RIGHTS, the
+ * validation order of DESIGN §3, dispatch, and the outgoing queue. */
+#ifndef CKPTD_SESSION_H
+#define CKPTD_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "ckpt.pb-c.h"
+#include "ckpt/ckpt.h"
+#include "daemon.h"
+#include "hostbuf.h"
+
+struct outmsg {
+	STAILQ_ENTRY(outmsg) link;
+	size_t len, off;
+	uint8_t data[];
+};
+
+struct load;
+
+struct session {
+	TAILQ_ENTRY(session) link;
+	struct daemon *d;
+	uint64_t id;
+	int fd;
+	uv_poll_t poll;
+	int poll_events;
+	bool closing;
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+
+	bool hello_done;
+	char job[129];
+	char attempt[129];
+	uint32_t rank, world_size, local_rank;
+
+	uint8_t *rbuf;
+	size_t rlen, rcap;
+	int *fdq;             /* received fds not yet claimed by a frame */
+	uint32_t nfdq;
+
+	struct hostbuf **bufs;
+	uint32_t nbufs;
+
+	STAILQ_HEAD(, outmsg) outq;
+	size_t outq_bytes;
+
+	struct save_list saves; /* linked through save.slink */
+	uint32_t inflight_saves;
+	uint32_t refs;          /* loads/lists on the threadpool hold one */
+};
+
+/* Takes ownership of fd (a connected, non-blocking socket). */
+int session_start(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid);
+/* Queue a frame; sets version. Failures close the session. */
+void session_send(struct session *s, uint64_t req_id, Ckpt__Frame *f);
+void session_reply(struct session *s, uint64_t req_id, int status, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* Send an error (req_id 0) if status != 0, then close. */
+void session_close(struct session *s, int status, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+struct hostbuf *session_find_buffer(struct session *s, uint64_t id);
+void session_ref(struct session *s);
+/* Returns false if the session has closed meanwhile (and drops it). */
+bool session_unref_alive(struct session *s);
+
+#endif

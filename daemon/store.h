@@ -1,0 +1,38 @@
+/* Storage backends behind one synchronous interface. Calls block and run on
+ * worker threads, never on the loop. Keys are '/'-separated paths relative to
+ * the storage root. Every function returns 0 or -errno. */
+#ifndef CKPTD_STORE_H
+#define CKPTD_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+struct store;
+
+struct store_ops {
+	/* Write key from n pieces; the key becomes visible only complete and
+	 * durable (or not at all). */
+	int (*put)(struct store *s, const char *key, const struct iovec *iov, size_t n);
+	/* Read exactly len bytes at off; -ENODATA if the object is shorter. */
+	int (*get_range)(struct store *s, const char *key, uint64_t off, void *buf, size_t len);
+	/* Read a whole (small) object; -EFBIG if it is larger than max. */
+	int (*get_all)(struct store *s, const char *key, size_t max, void **buf, size_t *len);
+	/* Names directly under prefix (a "directory"), malloc'd; -ENOENT if none. */
+	int (*list)(struct store *s, const char *prefix, char ***names, size_t *n);
+	void (*free)(struct store *s);
+};
+
+struct store {
+	const struct store_ops *ops;
+	char url[1024];
+};
+
+/* Opens the backend named by url's scheme. */
+int store_open(const char *url, struct store **out, char *err, size_t errlen);
+void store_free(struct store *s);
+void store_names_free(char **names, size_t n);
+
+int store_fs_open(const char *url, struct store **out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,273 @@
+/* file:// backend: local disk, NFS, GCSFuse. Atomicity comes from writing a
+ * temporary name, fsync, rename, fsync of the directory. */
+#include "store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct store_fs {
+	struct store base;
+	char root[PATH_MAX];
+};
+
+static atomic_uint_fast64_t tmp_counter;
+
+static int fs_path(struct store_fs *s, const char *key, char *out, size_t cap)
+{
+	if (key[0] == '/' || strstr(key, "..") != NULL)
+		return -EINVAL;
+	int n = snprintf(out, cap, "%s/%s", s->root, key);
+	if (n < 0 || (size_t)n >= cap)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+static int mkdir_p(char *path)
+{
+	for (char *p = path + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		int r = mkdir(path, 0755);
+		*p = '/';
+		if (r != 0 && errno != EEXIST)
+			return -errno;
+	}
+	if (mkdir(path, 0755) != 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static int fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int r = fsync(fd) == 0 ? 0 : -errno;
+	close(fd);
+	return r;
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len > 0) {
+		size_t n = len > (1u << 30) ? (1u << 30) : len;
+		ssize_t w = write(fd, p, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+static int fs_put(struct store *base, const char *key, const struct iovec *iov, size_t n)
+{
+	struct store_fs *s = (struct store_fs *)base;
+	char path[PATH_MAX], tmp[PATH_MAX + 64], dir[PATH_MAX];
+	int r = fs_path(s, key, path, sizeof(path));
+	if (r < 0)
+		return r;
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	*slash = '\0';
+	if ((r = mkdir_p(dir)) < 0)
+		return r;
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%d.%llu", path, (int)getpid(),
+		 (unsigned long long)atomic_fetch_add(&tmp_counter, 1));
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	for (size_t i = 0; i < n && r == 0; i++)
+		r = write_all(fd, iov[i].iov_base, iov[i].iov_len);
+	if (r == 0 && fsync(fd) != 0)
+		r = -errno;
+	if (close(fd) != 0 && r == 0)
+		r = -errno;
+	if (r == 0 && rename(tmp, path) != 0)
+		r = -errno;
+	if (r < 0) {
+		unlink(tmp);
+		return r;
+	}
+	return fsync_dir(dir);
+}
+
+static int fs_get_range(struct store *base, const char *key, uint64_t off, void *buf, size_t len)
+{
+	struct store_fs *s = (struct store_fs *)base;
+	char path[PATH_MAX];
+	int r = fs_path(s, key, path, sizeof(path));
+	if (r < 0)
+		return r;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	char *p = buf;
+	while (len > 0) {
+		ssize_t g = pread(fd, p, len, (off_t)off);
+		if (g < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			break;
+		}
+		if (g == 0) {
+			r = -ENODATA;
+			break;
+		}
+		p += g;
+		off += (uint64_t)g;
+		len -= (size_t)g;
+	}
+	close(fd);
+	return r;
+}
+
+static int fs_get_all(struct store *base, const char *key, size_t max, void **out, size_t *outlen)
+{
+	struct store_fs *s = (struct store_fs *)base;
+	char path[PATH_MAX];
+	int r = fs_path(s, key, path, sizeof(path));
+	if (r < 0)
+		return r;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstat(fd, &st) != 0) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	if ((uint64_t)st.st_size > max) {
+		close(fd);
+		return -EFBIG;
+	}
+	size_t len = (size_t)st.st_size;
+	char *buf = malloc(len ? len : 1);
+	if (buf == NULL) {
+		close(fd);
+		return -ENOMEM;
+	}
+	size_t got = 0;
+	while (got < len) {
+		ssize_t g = read(fd, buf + got, len - got);
+		if (g < 0 && errno == EINTR)
+			continue;
+		if (g <= 0) {
+			r = g < 0 ? -errno : -ENODATA;
+			break;
+		}
+		got += (size_t)g;
+	}
+	close(fd);
+	if (r < 0) {
+		free(buf);
+		return r;
+	}
+	*out = buf;
+	*outlen = len;
+	return 0;
+}
+
+static int fs_list(struct store *base, const char *prefix, char ***names, size_t *count)
+{
+	struct store_fs *s = (struct store_fs *)base;
+	char path[PATH_MAX];
+	int r = prefix[0] ? fs_path(s, prefix, path, sizeof(path))
+			  : (snprintf(path, sizeof(path), "%s", s->root), 0);
+	if (r < 0)
+		return r;
+	DIR *d = opendir(path);
+	if (d == NULL)
+		return -errno;
+	size_t n = 0, cap = 16;
+	char **v = malloc(cap * sizeof(*v));
+	struct dirent *e;
+	while (v && (e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.' || strstr(e->d_name, ".tmp.") != NULL)
+			continue;
+		if (n == cap) {
+			char **nv = realloc(v, 2 * cap * sizeof(*v));
+			if (nv == NULL)
+				break;
+			v = nv;
+			cap *= 2;
+		}
+		if ((v[n] = strdup(e->d_name)) == NULL)
+			break;
+		n++;
+	}
+	int failed = v == NULL || e != NULL;
+	closedir(d);
+	if (failed) {
+		store_names_free(v, n);
+		return -ENOMEM;
+	}
+	*names = v;
+	*count = n;
+	return 0;
+}
+
+static void fs_free(struct store *base)
+{
+	free(base);
+}
+
+static const struct store_ops fs_ops = {
+	.put = fs_put,
+	.get_range = fs_get_range,
+	.get_all = fs_get_all,
+	.list = fs_list,
+	.free = fs_free,
+};
+
+int store_fs_open(const char *url, struct store **out, char *err, size_t errlen)
+{
+	const char *p = url + strlen("file://");
+	if (p[0] != '/') {
+		snprintf(err, errlen, "storage URL '%s': want file:///absolute/path", url);
+		return -EINVAL;
+	}
+	struct store_fs *s = calloc(1, sizeof(*s));
+	if (s == NULL)
+		return -ENOMEM;
+	s->base.ops = &fs_ops;
+	snprintf(s->base.url, sizeof(s->base.url), "%s", url);
+	size_t len = strlen(p);
+	while (len > 1 && p[len - 1] == '/')
+		len--;
+	if (len >= sizeof(s->root)) {
+		free(s);
+		return -ENAMETOOLONG;
+	}
+	memcpy(s->root, p, len);
+	s->root[len] = '\0';
+	int r = mkdir_p(s->root);
+	if (r < 0) {
+		snprintf(err, errlen, "storage root %s: %s", s->root, strerror(-r));
+		free(s);
+		return r;
+	}
+	if (access(s->root, W_OK) != 0) {
+		r = -errno;
+		snprintf(err, errlen, "storage root %s is not writable: %s", s->root, strerror(-r));
+		free(s);
+		return r;
+	}
+	*out = &s->base;
+	return 0;
+}

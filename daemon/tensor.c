@@ -1,0 +1,148 @@
+#include "tensor.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+size_t tensor_dtype_size(int dtype)
+{
+	switch (dtype) {
+	case 1: return 4;  /* F32 */
+	case 2: return 2;  /* F16 */
+	case 3: return 2;  /* BF16 */
+	case 4: return 8;  /* F64 */
+	case 5: return 1;  /* I8 */
+	case 6: return 1;  /* U8 */
+	case 7: return 2;  /* I16 */
+	case 8: return 4;  /* I32 */
+	case 9: return 8;  /* I64 */
+	case 10: return 1; /* BOOL */
+	case 11: return 1; /* F8E4M3 */
+	case 12: return 1; /* F8E5M2 */
+	default: return 0;
+	}
+}
+
+int box_from_fields(struct box *b, size_t nshape, const uint64_t *shape,
+		    size_t noff, const uint64_t *off, size_t nlen,
+		    const uint64_t *len, uint64_t *nelem, char *err, size_t errlen)
+{
+	memset(b, 0, sizeof(*b));
+	if (nshape > TENSOR_MAX_DIMS) {
+		snprintf(err, errlen, "%zu dims, at most %d", nshape, TENSOR_MAX_DIMS);
+		return -EINVAL;
+	}
+	if (!((noff == 0 && nlen == 0) || (noff == nshape && nlen == nshape))) {
+		snprintf(err, errlen, "box has %zu offsets and %zu lengths for %zu dims",
+			 noff, nlen, nshape);
+		return -EINVAL;
+	}
+	b->ndim = (uint32_t)nshape;
+	uint64_t n = 1;
+	for (size_t i = 0; i < nshape; i++) {
+		b->shape[i] = shape[i];
+		b->off[i] = noff ? off[i] : 0;
+		b->len[i] = nlen ? len[i] : shape[i];
+		if (b->off[i] > b->shape[i] || b->len[i] > b->shape[i] - b->off[i]) {
+			snprintf(err, errlen, "box [%llu +%llu) leaves dim %zu of size %llu",
+				 (unsigned long long)b->off[i], (unsigned long long)b->len[i],
+				 i, (unsigned long long)b->shape[i]);
+			return -ERANGE;
+		}
+		if (b->len[i] != 0 && n > UINT64_MAX / b->len[i]) {
+			snprintf(err, errlen, "box volume overflows");
+			return -EOVERFLOW;
+		}
+		n *= b->len[i];
+	}
+	*nelem = n;
+	return 0;
+}
+
+bool box_same_shape(const struct box *a, const struct box *b)
+{
+	if (a->ndim != b->ndim)
+		return false;
+	for (uint32_t i = 0; i < a->ndim; i++)
+		if (a->shape[i] != b->shape[i])
+			return false;
+	return true;
+}
+
+bool box_equal(const struct box *a, const struct box *b)
+{
+	if (!box_same_shape(a, b))
+		return false;
+	for (uint32_t i = 0; i < a->ndim; i++)
+		if (a->off[i] != b->off[i] || a->len[i] != b->len[i])
+			return false;
+	return true;
+}
+
+uint64_t box_volume(const struct box *b)
+{
+	uint64_t n = 1;
+	for (uint32_t i = 0; i < b->ndim; i++)
+		n *= b->len[i];
+	return n;
+}
+
+bool box_intersect(const struct box *a, const struct box *b, struct box *out)
+{
+	if (!box_same_shape(a, b))
+		return false;
+	*out = *a;
+	for (uint32_t i = 0; i < a->ndim; i++) {
+		uint64_t lo = a->off[i] > b->off[i] ? a->off[i] : b->off[i];
+		uint64_t ea = a->off[i] + a->len[i], eb = b->off[i] + b->len[i];
+		uint64_t hi = ea < eb ? ea : eb;
+		if (hi <= lo)
+			return false;
+		out->off[i] = lo;
+		out->len[i] = hi - lo;
+	}
+	return true;
+}
+
+/* Row-major element index of global coordinate c inside box b. */
+static uint64_t linear(const struct box *b, const uint64_t *c)
+{
+	uint64_t idx = 0;
+	for (uint32_t i = 0; i < b->ndim; i++)
+		idx = idx * b->len[i] + (c[i] - b->off[i]);
+	return idx;
+}
+
+int box_copy_runs(const struct box *region, const struct box *src,
+		  const struct box *dst, size_t elem, box_run_fn emit, void *ctx)
+{
+	uint32_t nd = region->ndim;
+	if (nd == 0)
+		return emit(ctx, 0, 0, elem);
+	/* Merge trailing dims that are whole in region, src and dst into
+	 * one longer run. */
+	uint32_t k = nd - 1;
+	uint64_t run = region->len[k];
+	while (k > 0 && region->len[k] == src->len[k] && region->len[k] == dst->len[k]) {
+		k--;
+		run *= region->len[k];
+	}
+	/* Odometer over dims [0, k), with dim k's start fixed. */
+	uint64_t c[TENSOR_MAX_DIMS];
+	for (uint32_t i = 0; i < nd; i++)
+		c[i] = region->off[i];
+	for (;;) {
+		int r = emit(ctx, linear(dst, c) * elem, linear(src, c) * elem, run * elem);
+		if (r < 0)
+			return r;
+		int d = (int)k - 1;
+		while (d >= 0) {
+			if (++c[d] < region->off[d] + region->len[d])
+				break;
+			c[d] = region->off[d];
+			d--;
+		}
+		if (d < 0)
+			return 0;
+	}
+}

@@ -1,0 +1,41 @@
+/* Tensor boxes and dtypes shared by validation, the save layout and the
+ * load planner. */
+#ifndef CKPTD_TENSOR_H
+#define CKPTD_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TENSOR_MAX_DIMS 8
+
+/* Bytes per element, 0 for an unknown dtype. */
+size_t tensor_dtype_size(int dtype);
+
+struct box {
+	uint32_t ndim;
+	uint64_t shape[TENSOR_MAX_DIMS];   /* global shape */
+	uint64_t off[TENSOR_MAX_DIMS];
+	uint64_t len[TENSOR_MAX_DIMS];
+};
+
+/* Fill a box from proto fields (empty offsets/lengths: the whole shape) and
+ * check it: dims bounded, box inside shape, no overflow. Sets *nelem. */
+int box_from_fields(struct box *b, size_t nshape, const uint64_t *shape,
+		    size_t noff, const uint64_t *off, size_t nlen,
+		    const uint64_t *len, uint64_t *nelem, char *err, size_t errlen);
+/* Intersection of two boxes of the same global shape; false if empty. */
+bool box_intersect(const struct box *a, const struct box *b, struct box *out);
+bool box_same_shape(const struct box *a, const struct box *b);
+bool box_equal(const struct box *a, const struct box *b);
+uint64_t box_volume(const struct box *b);
+
+/* Copy the elements of region (inside both src and dst boxes) from a
+ * row-major src box to a row-major dst box, as contiguous runs along the
+ * last dimension. emit(dst_byte_off, src_byte_off, nbytes) does each run and
+ * may fail with -errno, which stops the walk. */
+typedef int (*box_run_fn)(void *ctx, uint64_t dst_off, uint64_t src_off, uint64_t n);
+int box_copy_runs(const struct box *region, const struct box *src,
+		  const struct box *dst, size_t elem, box_run_fn emit, void *ctx);
+
+#endif
