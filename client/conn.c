@@ -201,10 +201,10 @@ static int send_frame(ckpt_client *c, const Ckpt__Frame *fr, int fd)
 	r = write_all(c->fd, buf, len, fd, &sent);
 	pthread_mutex_unlock(&c->wmu);
 	free(buf);
-	if (r < 0 && (sent > 0 || r == -EPIPE || r == -ECONNRESET ||
-		      r == -ENOTCONN)) {
-		/* The stream is broken (or half a frame is out): nothing
-		 * more can be sent, so end the session. */
+	if (r < 0 && (sent > 0 || r == -ENOTCONN)) {
+		/* Half a frame is out: nothing more can be sent, so end the
+		 * session. (On EPIPE the peer hung up; the reader sees EOF
+		 * after any last word the daemon sent, and reports that.) */
 		pthread_mutex_lock(&c->mu);
 		mark_dead_locked(c, -ECONNRESET, "connection to ckptd lost");
 		pthread_mutex_unlock(&c->mu);
@@ -250,6 +250,10 @@ int client_call(ckpt_client *c, Ckpt__Frame *req, int fd, Ckpt__Frame **reply)
 		return r;
 	r = send_frame(c, req, fd);
 	pthread_mutex_lock(&c->mu);
+	/* A peer that hung up may have said why first (say, a refused uid):
+	 * the reader fails this request with that reason at EOF. */
+	if ((r == -EPIPE || r == -ECONNRESET) && c->reader_started)
+		r = 0;
 	if (r < 0) {
 		/* Unless the reader failed it meanwhile, it is still ours. */
 		if (!p.done)

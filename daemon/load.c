@@ -183,7 +183,9 @@ static int load_from_manifest(struct load *ld, const Ckpt__Manifest *m)
 					 "dtype than requested (dtype %d)", t->name, t->dtype, q->dtype);
 				break;
 			}
-			if (box_intersect(&saved, &q->box, &cuts[nh]))
+			/* A request already whole (a replicated tensor that
+			 * this rank's own manifest held) is not read again. */
+			if (q->covered < box_volume(&q->box) && box_intersect(&saved, &q->box, &cuts[nh]))
 				hits[nh++] = q;
 		}
 		if (r == 0 && nh > 0)
@@ -224,8 +226,11 @@ static void load_run(uv_work_t *w)
 	}
 	struct catalog_group *g = &cs.groups[cs.best];
 	ld->loaded_step = cs.step;
-	for (uint32_t rk = 0; rk < g->world_size && ld->status == 0; rk++)
-		load_from_manifest(ld, g->by_rank[rk]);
+	/* This rank's own shard first: it is the likeliest to hold what the
+	 * rank asks for, and replicated tensors then need one read only. */
+	uint32_t own = ld->rank < g->world_size ? ld->rank : 0;
+	for (uint32_t i = 0; i < g->world_size && ld->status == 0; i++)
+		load_from_manifest(ld, g->by_rank[(own + i) % g->world_size]);
 	for (size_t i = 0; i < ld->nreqs && ld->status == 0; i++) {
 		struct load_req *q = &ld->reqs[i];
 		if (q->covered != box_volume(&q->box))

@@ -1,0 +1,283 @@
+#include "harness.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+
+static const char *env_or(const char *name, const char *def)
+{
+	const char *v = getenv(name);
+	return v && *v ? v : def;
+}
+
+void h_init(struct dctx *d)
+{
+	memset(d, 0, sizeof(*d));
+	snprintf(d->dir, sizeof(d->dir), "%s/ckpt-it-XXXXXX", env_or("TMPDIR", "/tmp"));
+	assert_non_null(mkdtemp(d->dir));
+	snprintf(d->sock, sizeof(d->sock), "%s/run/ckptd.sock", d->dir);
+	snprintf(d->store, sizeof(d->store), "%s/store", d->dir);
+	d->pid = -1;
+}
+
+void h_start(struct dctx *d, const char *extra_conf)
+{
+	char conf[400], logp[400], url[400], state[400];
+	snprintf(conf, sizeof(conf), "%s/ckptd.conf", d->dir);
+	snprintf(logp, sizeof(logp), "%s/ckptd.log", d->dir);
+	snprintf(url, sizeof(url), "file://%s", d->store);
+	snprintf(state, sizeof(state), "%s/state", d->dir);
+	FILE *f = fopen(conf, "w");
+	assert_non_null(f);
+	fprintf(f, "[pool]\nadmit_timeout_ms = 5000\n%s\n", extra_conf ? extra_conf : "");
+	fclose(f);
+	const char *bin = env_or("CKPTD_BIN", "ckptd");
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int lfd = open(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (lfd >= 0) {
+			dup2(lfd, 2);
+			dup2(lfd, 1);
+		}
+		execl(bin, bin, "--socket", d->sock, "--storage", url, "--staging-bytes", "64M",
+		      "--chunk-bytes", "1M", "--state-dir", state, "--config", conf, "--log-level",
+		      env_or("CKPTD_TEST_LOG", "info"), (char *)NULL);
+		_exit(127);
+	}
+	d->pid = pid;
+	for (int i = 0; i < 600; i++) {
+		int fd = raw_connect(d->sock);
+		if (fd >= 0) {
+			close(fd);
+			return;
+		}
+		int st;
+		if (waitpid(pid, &st, WNOHANG) == pid) {
+			d->pid = -1;
+			fail_msg("ckptd exited at start (status %d); see %s", st, logp);
+		}
+		usleep(50 * 1000);
+	}
+	fail_msg("ckptd did not listen on %s within 30 s", d->sock);
+}
+
+int h_stop(struct dctx *d)
+{
+	if (d->pid <= 0)
+		return -1;
+	kill(d->pid, SIGTERM);
+	int st = 0;
+	pid_t r;
+	while ((r = waitpid(d->pid, &st, 0)) < 0 && errno == EINTR)
+		;
+	d->pid = -1;
+	if (r < 0 || !WIFEXITED(st))
+		return -1;
+	return WEXITSTATUS(st);
+}
+
+void h_assert_serves(struct dctx *d)
+{
+	assert_true(d->pid > 0);
+	assert_int_equal(kill(d->pid, 0), 0);
+	int st;
+	assert_int_equal(waitpid(d->pid, &st, WNOHANG), 0);
+	ckpt_client *c = NULL;
+	int r = ckpt_connect(d->sock, NULL, &c);
+	assert_int_equal(r, 0);
+	ckpt_status_info info;
+	assert_int_equal(ckpt_status(c, &info), 0);
+	assert_true(info.pool_bytes > 0);
+	ckpt_close(c);
+}
+
+void h_cleanup(struct dctx *d)
+{
+	if (d->pid > 0) {
+		kill(d->pid, SIGKILL);
+		waitpid(d->pid, NULL, 0);
+		d->pid = -1;
+	}
+	if (getenv("CKPT_TEST_KEEP") == NULL && d->dir[0]) {
+		char cmd[600];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "# could not remove %s\n", d->dir);
+	}
+}
+
+int raw_connect(const char *path)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+int raw_send_bytes(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len > 0) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int raw_send(int fd, Ckpt__Frame *f, uint64_t req_id, const int *fds, int nfds)
+{
+	f->version = CKPT_PROTOCOL_VERSION;
+	f->req_id = req_id;
+	size_t len = ckpt__frame__get_packed_size(f);
+	uint8_t *buf = malloc(len + 4);
+	assert_non_null(buf);
+	buf[0] = (uint8_t)(len >> 24);
+	buf[1] = (uint8_t)(len >> 16);
+	buf[2] = (uint8_t)(len >> 8);
+	buf[3] = (uint8_t)len;
+	ckpt__frame__pack(f, buf + 4);
+	struct iovec iov = { .iov_base = buf, .iov_len = len + 4 };
+	char cbuf[CMSG_SPACE(sizeof(int) * 16)];
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (nfds > 0) {
+		assert_true(nfds <= 16);
+		memset(cbuf, 0, sizeof(cbuf));
+		mh.msg_control = cbuf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+	}
+	ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+	int r = n < 0 ? -errno : 0;
+	if (r == 0 && (size_t)n < len + 4)
+		r = raw_send_bytes(fd, buf + n, len + 4 - (size_t)n);
+	free(buf);
+	return r;
+}
+
+static int read_full(int fd, void *buf, size_t len, int timeout_ms)
+{
+	char *p = buf;
+	while (len > 0) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		int pr = poll(&pfd, 1, timeout_ms);
+		if (pr <= 0)
+			return -ETIMEDOUT;
+		ssize_t n = recv(fd, p, len, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -ECONNRESET;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+Ckpt__Frame *raw_recv(int fd, int timeout_ms, bool *eof)
+{
+	uint8_t hdr[4];
+	if (eof)
+		*eof = false;
+	int r = read_full(fd, hdr, 4, timeout_ms);
+	if (r < 0) {
+		if (eof && (r == -ECONNRESET))
+			*eof = true;
+		return NULL;
+	}
+	uint32_t len = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 | (uint32_t)hdr[2] << 8 | hdr[3];
+	assert_true(len < (64u << 20));
+	uint8_t *body = malloc(len ? len : 1);
+	assert_non_null(body);
+	r = read_full(fd, body, len, timeout_ms);
+	assert_int_equal(r, 0);
+	Ckpt__Frame *f = ckpt__frame__unpack(NULL, len, body);
+	free(body);
+	assert_non_null(f);
+	return f;
+}
+
+void raw_hello(int fd, const char *job, uint32_t rank, uint32_t world)
+{
+	Ckpt__Hello h = CKPT__HELLO__INIT;
+	h.protocol_version = CKPT_PROTOCOL_VERSION;
+	h.job = (char *)job;
+	h.rank = rank;
+	h.world_size = world;
+	h.attempt_id = "raw";
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_HELLO;
+	f.hello = &h;
+	assert_int_equal(raw_send(fd, &f, 1, NULL, 0), 0);
+	Ckpt__Frame *rep = raw_recv(fd, 10000, NULL);
+	assert_non_null(rep);
+	assert_int_equal(rep->body_case, CKPT__FRAME__BODY_HELLO_REPLY);
+	assert_int_equal(rep->req_id, 1);
+	ckpt__frame__free_unpacked(rep, NULL);
+}
+
+bool raw_wait_eof(int fd, int timeout_ms)
+{
+	uint8_t buf[4096];
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		if (poll(&pfd, 1, timeout_ms) <= 0)
+			return false;
+		ssize_t n = recv(fd, buf, sizeof(buf), 0);
+		if (n == 0 || (n < 0 && errno == ECONNRESET))
+			return true;
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		if ((t1.tv_sec - t0.tv_sec) * 1000 > timeout_ms)
+			return false;
+	}
+}
+
+int make_memfd(size_t n, int v)
+{
+	int fd = memfd_create("ckpt-test", MFD_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)n), 0);
+	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	assert_true(p != MAP_FAILED);
+	memset(p, v, n);
+	munmap(p, n);
+	return fd;
+}

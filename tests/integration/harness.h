@@ -1,0 +1,45 @@
+/* Integration harness: start a real ckptd on a temporary socket, talk to it
+ * through libckpt or with hand-made frames. */
+#ifndef CKPT_TEST_HARNESS_H
+#define CKPT_TEST_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "ckpt.pb-c.h"
+
+struct dctx {
+	char dir[256];     /* temporary root: socket, store, state, log */
+	char sock[300];
+	char store[300];
+	pid_t pid;
+};
+
+/* mkdtemp a new root. */
+void h_init(struct dctx *d);
+/* Start ckptd on d's dirs; extra_conf (ini text) may be NULL. Waits until
+ * the socket answers. */
+void h_start(struct dctx *d, const char *extra_conf);
+/* SIGTERM, wait; returns the exit status (or -1 if it died by a signal). */
+int h_stop(struct dctx *d);
+/* The daemon still runs and answers a status request on a new session. */
+void h_assert_serves(struct dctx *d);
+void h_cleanup(struct dctx *d);
+
+/* Raw protocol */
+int raw_connect(const char *path);
+/* Send one frame (req_id, version set here) with optional fds attached. */
+int raw_send(int fd, Ckpt__Frame *f, uint64_t req_id, const int *fds, int nfds);
+int raw_send_bytes(int fd, const void *buf, size_t len);
+/* Next frame within timeout_ms, or NULL on EOF/timeout (*eof set on EOF). */
+Ckpt__Frame *raw_recv(int fd, int timeout_ms, bool *eof);
+/* Hello as job/rank/world and expect HelloReply. */
+void raw_hello(int fd, const char *job, uint32_t rank, uint32_t world);
+/* The peer closes within timeout_ms. */
+bool raw_wait_eof(int fd, int timeout_ms);
+/* memfd of n bytes (unsealed), filled with byte v. */
+int make_memfd(size_t n, int v);
+
+#endif
