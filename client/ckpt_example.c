@@ -13,6 +13,8 @@
  * Then loads the latest step into the zeroed buffer and verifies it. With
  * --restore-only it only loads and verifies. */
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -33,6 +35,7 @@ struct opts {
 	uint32_t rank, world, local_rank;
 	uint64_t steps, size_mb, ntensors;
 	int restore_only;
+	int shm; /* register a /dev/shm file (pread path) instead of a sealed memfd */
 };
 
 struct layout {
@@ -180,7 +183,8 @@ static void usage(FILE *f)
 		"[--world-size W]\n"
 		"                    [--steps N] [--size-mb M] [--tensors K] "
 		"[--restore-only]\n"
-		"                    [--attempt ID]\n"
+		"                    [--attempt ID] [--shm]\n"
+		"--shm registers a /dev/shm file (staged with pread) instead of a sealed memfd.\n"
 		"Rank and world size default to $RANK and $WORLD_SIZE, else "
 		"0 and 1.\n");
 }
@@ -212,6 +216,9 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			exit(0);
 		} else if (!strcmp(a, "--restore-only")) {
 			o->restore_only = 1;
+			continue;
+		} else if (!strcmp(a, "--shm")) {
+			o->shm = 1;
 			continue;
 		}
 		if (!v) {
@@ -488,10 +495,31 @@ int main(int argc, char **argv)
 		snprintf(what, sizeof(what), "connect %s", o.socket);
 		fatal_ckpt(what, r, ckpt_errmsg());
 	}
-	r = ckpt_buffer_alloc(c, L.total_bytes, &buf);
-	if (r < 0)
-		fatal_ckpt("allocate buffer", r, ckpt_errmsg());
-	data = ckpt_buffer_data(buf);
+	if (o.shm) {
+		/* Like torch's share_memory_(): a /dev/shm file, not sealed,
+		 * so the daemon stages it with pread. */
+		char name[64];
+		snprintf(name, sizeof(name), "/ckpt-example-%d", (int)getpid());
+		int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd < 0)
+			fatal("shm_open %s: %s", name, strerror(errno));
+		shm_unlink(name);
+		if (ftruncate(fd, (off_t)L.total_bytes) != 0)
+			fatal("ftruncate: %s", strerror(errno));
+		data = mmap(NULL, L.total_bytes, PROT_READ | PROT_WRITE,
+			    MAP_SHARED | MAP_POPULATE, fd, 0);
+		if (data == MAP_FAILED)
+			fatal("mmap: %s", strerror(errno));
+		r = ckpt_buffer_register_fd(c, fd, L.total_bytes, &buf);
+		close(fd);
+		if (r < 0)
+			fatal_ckpt("register /dev/shm buffer", r, ckpt_errmsg());
+	} else {
+		r = ckpt_buffer_alloc(c, L.total_bytes, &buf);
+		if (r < 0)
+			fatal_ckpt("allocate buffer", r, ckpt_errmsg());
+		data = ckpt_buffer_data(buf);
+	}
 	make_layout(&o, &L, buf);
 
 	if (!o.restore_only) {

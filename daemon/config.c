@@ -36,10 +36,14 @@ void config_defaults(struct config *c)
 int config_parse_size(const char *s, uint64_t *out)
 {
 	char *end = NULL;
-	if (s == NULL || *s == '\0' || *s == '-')
+	/* strtoull would skip leading blanks and accept a sign (" -1" is
+	 * ULLONG_MAX), so insist on a digit first. */
+	if (s == NULL || *s < '0' || *s > '9')
 		return -EINVAL;
 	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);
+	if (errno == ERANGE)
+		return -ERANGE;
 	if (errno != 0 || end == s)
 		return -EINVAL;
 	unsigned shift = 0;
@@ -85,6 +89,8 @@ static int parse_ids(const char *s, unsigned *ids, size_t *n)
 			p++;
 		if (*p == '\0')
 			break;
+		if (*p < '0' || *p > '9') /* strtoul takes "-0" and wraps signs */
+			return -EINVAL;
 		char *end;
 		errno = 0;
 		unsigned long v = strtoul(p, &end, 10);

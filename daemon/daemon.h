@@ -56,5 +56,7 @@ struct daemon {
 uint64_t daemon_now_ns(void);
 /* Called whenever work finishes; completes a drain when nothing is left. */
 void daemon_maybe_finish_drain(struct daemon *d);
+/* SIGTERM/SIGINT: start draining; a second signal exits at once. */
+void daemon_on_signal(uv_signal_t *h, int signum);
 
 #endif

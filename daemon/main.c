@@ -21,60 +21,6 @@
 #include <time.h>
 #include <unistd.h>
 
-uint64_t daemon_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void close_all(struct daemon *d)
-{
-	server_stop(d);
-	struct session *s;
-	while ((s = TAILQ_FIRST(&d->sessions)) != NULL)
-		session_close(s, ESHUTDOWN, "ckptd is shutting down");
-	uv_close((uv_handle_t *)&d->sigterm, NULL);
-	uv_close((uv_handle_t *)&d->sigint, NULL);
-	uv_close((uv_handle_t *)&d->admit_timer, NULL);
-	uv_close((uv_handle_t *)&d->drain_timer, NULL);
-	workq_fini(d->copyq);
-	d->copyq = NULL;
-}
-
-void daemon_maybe_finish_drain(struct daemon *d)
-{
-	if (!d->draining || d->nsaves > 0 || d->nloads > 0 || d->copyq == NULL)
-		return;
-	log_info("drained: every staged save is durable; exiting");
-	sd_notify(0, "STATUS=drained");
-	close_all(d);
-}
-
-static void on_drain_timeout(uv_timer_t *t)
-{
-	struct daemon *d = t->data;
-	log_err("drain deadline of %u ms passed with %u saves not durable; exiting anyway",
-		d->cfg.drain_timeout_ms, d->nsaves);
-	exit(1);
-}
-
-static void on_signal(uv_signal_t *h, int signum)
-{
-	struct daemon *d = h->data;
-	if (d->draining) {
-		log_warn("second signal %d: exiting now", signum);
-		exit(1);
-	}
-	log_info("signal %d: draining (%u saves in flight, %u waiting)", signum, d->nsaves, d->nwaiting);
-	sd_notify(0, "STOPPING=1");
-	d->draining = true;
-	server_stop(d);
-	save_cancel_waiting(d, ESHUTDOWN, "ckptd is shutting down; this save was not admitted");
-	uv_timer_start(&d->drain_timer, on_drain_timeout, d->cfg.drain_timeout_ms, 0);
-	daemon_maybe_finish_drain(d);
-}
-
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -215,8 +161,8 @@ int main(int argc, char **argv)
 	uv_signal_init(d->loop, &d->sigterm);
 	uv_signal_init(d->loop, &d->sigint);
 	d->sigterm.data = d->sigint.data = d;
-	uv_signal_start(&d->sigterm, on_signal, SIGTERM);
-	uv_signal_start(&d->sigint, on_signal, SIGINT);
+	uv_signal_start(&d->sigterm, daemon_on_signal, SIGTERM);
+	uv_signal_start(&d->sigint, daemon_on_signal, SIGINT);
 	r = workq_init(&d->copyq, d->loop, d->cfg.copy_threads);
 	if (r < 0) {
 		log_err("copy threads: %s", strerror(-r));

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: build, start ckptd on file:// storage in a temporary
 # directory, run the example trainer (save 3 steps, restore, verify) and list
-# what storage holds. Usage: scripts/demo.sh [--size-mb M] [--steps N] ...
+# what storage holds. Usage: [SIZE_MB=256] [STEPS=3] scripts/demo.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/deps.sh"
@@ -10,8 +10,8 @@ build="$root/build"
 ninja -C "$build" >/dev/null
 tmp=$(mktemp -d /tmp/ckptd-demo.XXXXXX)
 sock="$tmp/ckptd.sock"
-size_mb=256
-for a in "$@"; do case "$a" in --size-mb=*) size_mb=${a#*=};; esac; done
+size_mb=${SIZE_MB:-256}
+steps=${STEPS:-3}
 # Pool: room for two saves in flight plus slack.
 "$build/daemon/ckptd" --socket "$sock" --storage "file://$tmp/store" \
   --staging-bytes "$(( (2 * size_mb + 128) ))M" --state-dir "$tmp/state" \
@@ -20,7 +20,7 @@ pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 for _ in $(seq 1 600); do [ -S "$sock" ] && break; sleep 0.1; done
 [ -S "$sock" ] || { cat "$tmp/ckptd.log"; exit 1; }
-"$build/client/ckpt-example" --socket "$sock" --job demo --steps 3 --size-mb "$size_mb" "$@"
+"$build/client/ckpt-example" --socket "$sock" --job demo --steps "$steps" --size-mb "$size_mb"
 echo
 "$build/client/ckptctl" --socket "$sock" ls
 echo

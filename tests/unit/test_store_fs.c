@@ -1,0 +1,605 @@
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "catalog.h"
+#include "manifest.h"
+#include "manifest_util.h"
+#include "store.h"
+#include "testutil.h"
+
+struct fixture {
+	char dir[64];
+	struct store *s;
+};
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	if (f == NULL)
+		return -1;
+	snprintf(f->dir, sizeof(f->dir), "/tmp/ckptd-store-XXXXXX");
+	if (mkdtemp(f->dir) == NULL)
+		return -1;
+	char url[128], err[256];
+	snprintf(url, sizeof(url), "file://%s", f->dir);
+	if (store_open(url, &f->s, err, sizeof(err)) != 0)
+		return -1;
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+	store_free(f->s);
+	char ro[128];
+	snprintf(ro, sizeof(ro), "%s/ro", f->dir);
+	chmod(ro, 0755); /* so the tree can be removed */
+	nftw(f->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	free(f);
+	return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sorted names under prefix, joined by ','. */
+static void list_joined(struct store *s, const char *prefix, char *out, size_t cap)
+{
+	char **names = NULL;
+	size_t n = 0;
+	assert_int_equal(s->ops->list(s, prefix, &names, &n), 0);
+	qsort(names, n, sizeof(*names), cmp_str);
+	out[0] = '\0';
+	for (size_t i = 0; i < n; i++) {
+		strncat(out, names[i], cap - strlen(out) - 1);
+		if (i + 1 < n)
+			strncat(out, ",", cap - strlen(out) - 1);
+	}
+	store_names_free(names, n);
+}
+
+/* Names actually on disk in dir (including hidden and temporary ones). */
+static void disk_joined(const char *dir, char *out, size_t cap)
+{
+	char *names[64];
+	size_t n = 0;
+	DIR *d = opendir(dir);
+	assert_non_null(d);
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL && n < 64)
+		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+			names[n++] = strdup(e->d_name);
+	closedir(d);
+	qsort(names, n, sizeof(*names), cmp_str);
+	out[0] = '\0';
+	for (size_t i = 0; i < n; i++) {
+		strncat(out, names[i], cap - strlen(out) - 1);
+		if (i + 1 < n)
+			strncat(out, ",", cap - strlen(out) - 1);
+		free(names[i]);
+	}
+}
+
+static int put_str(struct store *s, const char *key, const char *text)
+{
+	struct iovec iov = { .iov_base = (void *)text, .iov_len = strlen(text) };
+	return s->ops->put(s, key, &iov, 1);
+}
+
+static void test_put_get(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = f->s;
+	uint64_t seed = 11;
+	size_t n0 = 1000, n2 = 70000, total = n0 + n2;
+	uint8_t *a = malloc(n0), *c = malloc(n2), *whole = malloc(total);
+	assert_true(a && c && whole);
+	tu_fill(&seed, a, n0);
+	tu_fill(&seed, c, n2);
+	memcpy(whole, a, n0);
+	memcpy(whole + n0, c, n2);
+	struct iovec iov[3] = {
+		{ .iov_base = a, .iov_len = n0 },
+		{ .iov_base = NULL, .iov_len = 0 },
+		{ .iov_base = c, .iov_len = n2 },
+	};
+	assert_int_equal(s->ops->put(s, "a/b/obj", iov, 3), 0);
+
+	void *got = NULL;
+	size_t len = 0;
+	assert_int_equal(s->ops->get_all(s, "a/b/obj", total, &got, &len), 0);
+	assert_int_equal(len, total);
+	assert_memory_equal(got, whole, total);
+	free(got);
+
+	static const struct { uint64_t off; size_t len; } r[] = {
+		{ 0, 1 }, { 0, 1000 }, { 999, 2 }, { 500, 70500 }, { 70999, 1 },
+		{ 0, 71000 }, { 65536, 4096 }, { 71000, 0 },
+	};
+	uint8_t *buf = malloc(total);
+	assert_non_null(buf);
+	for (size_t i = 0; i < sizeof(r) / sizeof(r[0]); i++) {
+		memset(buf, 0, total);
+		assert_int_equal(s->ops->get_range(s, "a/b/obj", r[i].off, buf, r[i].len), 0);
+		assert_memory_equal(buf, whole + r[i].off, r[i].len);
+	}
+	assert_int_equal(s->ops->get_range(s, "a/b/obj", 70990, buf, 20), -ENODATA);
+	assert_int_equal(s->ops->get_range(s, "a/b/obj", 71000, buf, 1), -ENODATA);
+	assert_int_equal(s->ops->get_range(s, "a/b/obj", 1ull << 40, buf, 1), -ENODATA);
+	assert_int_equal(s->ops->get_range(s, "a/b/missing", 0, buf, 1), -ENOENT);
+
+	/* The object is where the layout says, under the root. */
+	char path[256];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/a/b/obj", f->dir);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_size, total);
+
+	/* Zero iovecs: an empty object. */
+	assert_int_equal(s->ops->put(s, "empty", NULL, 0), 0);
+	assert_int_equal(s->ops->get_all(s, "empty", 0, &got, &len), 0);
+	assert_int_equal(len, 0);
+	free(got);
+	free(buf);
+	free(a);
+	free(c);
+	free(whole);
+}
+
+static void test_get_all_limits(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = f->s;
+	assert_int_equal(put_str(s, "k", "0123456789"), 0);
+	void *got = (void *)0x1;
+	size_t len = 77;
+	assert_int_equal(s->ops->get_all(s, "k", 9, &got, &len), -EFBIG);
+	assert_ptr_equal(got, (void *)0x1);
+	assert_int_equal(len, 77);
+	assert_int_equal(s->ops->get_all(s, "k", 10, &got, &len), 0);
+	assert_int_equal(len, 10);
+	assert_memory_equal(got, "0123456789", 10);
+	free(got);
+	assert_int_equal(s->ops->get_all(s, "nope", 100, &got, &len), -ENOENT);
+}
+
+static void test_list(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = f->s;
+	char buf[512], path[256];
+	assert_int_equal(put_str(s, "d/y", "y"), 0);
+	assert_int_equal(put_str(s, "d/x", "x"), 0);
+	assert_int_equal(put_str(s, "d/sub/z", "z"), 0);
+	/* A leftover temporary file and a hidden one are not listed. */
+	snprintf(path, sizeof(path), "%s/d/x.tmp.123.4", f->dir);
+	FILE *fp = fopen(path, "w");
+	assert_non_null(fp);
+	fclose(fp);
+	snprintf(path, sizeof(path), "%s/d/.hidden", f->dir);
+	fp = fopen(path, "w");
+	assert_non_null(fp);
+	fclose(fp);
+
+	list_joined(s, "d", buf, sizeof(buf));
+	assert_string_equal(buf, "sub,x,y");
+	list_joined(s, "d/sub", buf, sizeof(buf));
+	assert_string_equal(buf, "z");
+	list_joined(s, "", buf, sizeof(buf));
+	assert_string_equal(buf, "d");
+
+	char **names = NULL;
+	size_t n = 0;
+	assert_int_equal(s->ops->list(s, "nope", &names, &n), -ENOENT);
+}
+
+static void test_put_leaves_no_temp_and_replaces(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = f->s;
+	char dir[128], buf[512], path[256];
+	snprintf(dir, sizeof(dir), "%s/j", f->dir);
+	snprintf(path, sizeof(path), "%s/j/k", f->dir);
+
+	assert_int_equal(put_str(s, "j/k", "the first, longer version"), 0);
+	disk_joined(dir, buf, sizeof(buf));
+	assert_string_equal(buf, "k");
+
+	/* A reader that opened the old object keeps seeing it whole: the new
+	 * one replaces it by rename, not by rewriting in place. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	struct stat before, after;
+	assert_int_equal(fstat(fd, &before), 0);
+
+	assert_int_equal(put_str(s, "j/k", "second"), 0);
+	disk_joined(dir, buf, sizeof(buf));
+	assert_string_equal(buf, "k");
+
+	void *got = NULL;
+	size_t len = 0;
+	assert_int_equal(s->ops->get_all(s, "j/k", 1024, &got, &len), 0);
+	assert_int_equal(len, 6);
+	assert_memory_equal(got, "second", 6);
+	free(got);
+
+	char old[64] = "";
+	assert_int_equal(pread(fd, old, sizeof(old) - 1, 0), 25);
+	assert_string_equal(old, "the first, longer version");
+	assert_int_equal(stat(path, &after), 0);
+	assert_true(after.st_ino != before.st_ino);
+	close(fd);
+
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(put_str(s, "j/other", "v"), 0);
+	disk_joined(dir, buf, sizeof(buf));
+	assert_string_equal(buf, "k,other");
+}
+
+static void test_bad_keys(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = f->s;
+	static const char *bad[] = { "/etc/passwd", "/abs", "../x", "a/../../x", "a/..", "..", "a/../b" };
+	char buf[8];
+	void *got;
+	size_t len;
+	char **names;
+	size_t n;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(put_str(s, bad[i], "x"), -EINVAL);
+		assert_int_equal(s->ops->get_range(s, bad[i], 0, buf, 1), -EINVAL);
+		assert_int_equal(s->ops->get_all(s, bad[i], 10, &got, &len), -EINVAL);
+		assert_int_equal(s->ops->list(s, bad[i], &names, &n), -EINVAL);
+	}
+	/* Nothing was written anywhere under the root. */
+	char on_disk[256];
+	disk_joined(f->dir, on_disk, sizeof(on_disk));
+	assert_string_equal(on_disk, "");
+}
+
+static void test_open_urls(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = NULL;
+	char err[256] = "";
+	assert_int_equal(store_open("s3://x", &s, err, sizeof(err)), -EPROTONOSUPPORT);
+	assert_non_null(strstr(err, "s3://x"));
+	assert_int_equal(store_open("gs://bucket/p", &s, err, sizeof(err)), -EPROTONOSUPPORT);
+	assert_int_equal(store_open("/tmp/plain", &s, err, sizeof(err)), -EPROTONOSUPPORT);
+	err[0] = '\0';
+	assert_int_equal(store_open("file://relative", &s, err, sizeof(err)), -EINVAL);
+	assert_true(err[0] != '\0');
+	assert_int_equal(store_open("file://", &s, err, sizeof(err)), -EINVAL);
+	assert_null(s);
+
+	/* A missing root is created; trailing slashes do not matter. */
+	char url[256], path[256];
+	snprintf(url, sizeof(url), "file://%s/new/root//", f->dir);
+	assert_int_equal(store_open(url, &s, err, sizeof(err)), 0);
+	assert_non_null(s);
+	assert_string_equal(s->url, url);
+	assert_int_equal(put_str(s, "k", "v"), 0);
+	snprintf(path, sizeof(path), "%s/new/root/k", f->dir);
+	assert_int_equal(access(path, R_OK), 0);
+	store_free(s);
+	store_free(NULL);
+}
+
+/* A put that fails after its temporary file exists removes that file and
+ * leaves the old object alone. RLIMIT_FSIZE makes the write fail. */
+static void test_failed_put_cleans_up(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = f->s;
+	char dir[128], names[256];
+	snprintf(dir, sizeof(dir), "%s/j", f->dir);
+	assert_int_equal(put_str(s, "j/k", "old"), 0);
+
+	static char big[64 * 1024];
+	memset(big, 'x', sizeof(big));
+	struct iovec iov = { .iov_base = big, .iov_len = sizeof(big) };
+	struct rlimit saved, small;
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &saved), 0);
+	small = saved;
+	small.rlim_cur = 4096;
+	void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+	int r = s->ops->put(s, "j/k", &iov, 1);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &saved), 0);
+	signal(SIGXFSZ, old_handler);
+	assert_int_equal(r, -EFBIG);
+
+	disk_joined(dir, names, sizeof(names));
+	assert_string_equal(names, "k");
+	void *got = NULL;
+	size_t len = 0;
+	assert_int_equal(s->ops->get_all(s, "j/k", 1024, &got, &len), 0);
+	assert_int_equal(len, 3);
+	assert_memory_equal(got, "old", 3);
+	free(got);
+}
+
+/* The read-only checks, without cmocka asserts so a child process can run
+ * them: 0, or the number of the check that failed. */
+static int read_only_checks(const char *root)
+{
+	char url[160], err[256], ro[160];
+	struct store *s = NULL, *s2 = NULL;
+	snprintf(url, sizeof(url), "file://%s", root);
+	snprintf(ro, sizeof(ro), "%s/ro", root);
+	if (store_open(url, &s, err, sizeof(err)) != 0)
+		return 1;
+	int bad = 0;
+	if (put_str(s, "ro/x", "data") != -EACCES)
+		bad = 2;
+	else if (put_str(s, "ro/sub/x", "data") != -EACCES)
+		bad = 3;
+	store_free(s);
+	if (bad)
+		return bad;
+	DIR *d = opendir(ro);
+	if (d == NULL)
+		return 4;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL)
+		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+			bad = 5; /* no temporary file left behind */
+	closedir(d);
+	if (bad)
+		return bad;
+	/* A read-only root is refused at open. */
+	snprintf(url, sizeof(url), "file://%s", ro);
+	if (store_open(url, &s2, err, sizeof(err)) != -EACCES) {
+		store_free(s2);
+		return 6;
+	}
+	return 0;
+}
+
+static void test_put_read_only(void **state)
+{
+	struct fixture *f = *state;
+	char ro[128];
+	snprintf(ro, sizeof(ro), "%s/ro", f->dir);
+	assert_int_equal(mkdir(ro, 0755), 0);
+	assert_int_equal(chmod(ro, 0555), 0);
+	if (geteuid() != 0) {
+		assert_int_equal(read_only_checks(f->dir), 0);
+		return;
+	}
+	/* Root writes anywhere, so run the checks as nobody in a child.
+	 * (cmocka 1.1.5 prints skips as "not ok # SKIP", which meson counts
+	 * as a failure, so this test does not skip.) */
+	assert_int_equal(chmod(f->dir, 0777), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
+			_exit(100);
+		_exit(read_only_checks(f->dir));
+	}
+	int st = 0;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	if (WEXITSTATUS(st) == 100) {
+		print_message("# cannot drop root privileges here; read-only put not checked\n");
+		return;
+	}
+	if (WEXITSTATUS(st) != 0)
+		fail_msg("read-only check %d failed", WEXITSTATUS(st));
+}
+
+/* --- catalog --- */
+
+static void put_manifest_as(struct store *s, const char *key, const char *job, uint64_t step,
+			    uint32_t rank, uint32_t ws, const char *attempt)
+{
+	struct tm_manifest x;
+	tm_init(&x, job, step, rank, ws, attempt);
+	size_t len;
+	uint8_t *buf = tm_pack(&x.m, &len);
+	assert_non_null(buf);
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	assert_int_equal(s->ops->put(s, key, &iov, 1), 0);
+	free(buf);
+}
+
+static void put_manifest(struct store *s, const char *job, uint64_t step, uint32_t rank,
+			 uint32_t ws, const char *attempt)
+{
+	char key[256];
+	assert_int_equal(manifest_key(key, sizeof(key), job, step, rank, ws, "manifest"), 0);
+	put_manifest_as(s, key, job, step, rank, ws, attempt);
+}
+
+static void build_catalog(struct store *s)
+{
+	/* Written out of order; readdir order is arbitrary anyway. */
+	put_manifest(s, "job", 4, 0, 2, "b");
+	put_manifest(s, "job", 4, 1, 2, "b");
+	put_manifest(s, "job", 4, 0, 3, "a"); /* stale, from a world of 3 */
+	put_manifest(s, "job", 1, 1, 2, "a");
+	put_manifest(s, "job", 1, 0, 2, "a");
+	assert_int_equal(put_str(s, "job/step-000000000001/rank-00000-of-00002.shard", "bytes"), 0);
+	put_manifest(s, "job", 3, 0, 2, "a");
+	put_manifest(s, "job", 3, 1, 2, "b");
+	put_manifest(s, "job", 2, 0, 2, "a");
+	/* Step 2's rank 1 is corrupt: it must not complete the step. */
+	assert_int_equal(put_str(s, "job/step-000000000002/rank-00001-of-00002.manifest",
+				 "not a manifest at all"), 0);
+	/* Step 5 holds a manifest whose contents say step 4: ignored. */
+	put_manifest_as(s, "job/step-000000000005/rank-00000-of-00001.manifest", "job", 4, 0, 1, "c");
+	/* Not a step directory. */
+	assert_int_equal(put_str(s, "job/notes/readme", "hi"), 0);
+	put_manifest(s, "other", 7, 0, 1, "z");
+}
+
+static const struct catalog_group *best(const struct catalog_step *cs)
+{
+	assert_true(cs->best >= 0 && (size_t)cs->best < cs->ngroups);
+	return &cs->groups[cs->best];
+}
+
+static void test_catalog_scan(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = f->s;
+	struct catalog_step cs;
+	build_catalog(s);
+
+	assert_int_equal(catalog_scan_step(s, "job", 1, &cs), 0);
+	assert_int_equal(cs.step, 1);
+	assert_true(catalog_step_complete(&cs));
+	assert_int_equal(cs.ngroups, 1);
+	assert_string_equal(best(&cs)->attempt, "a");
+	assert_int_equal(best(&cs)->count, 2);
+	assert_int_equal(best(&cs)->world_size, 2);
+	assert_int_equal(best(&cs)->bytes, 2 * TM_SHARD_BYTES);
+	assert_non_null(best(&cs)->by_rank[0]);
+	assert_non_null(best(&cs)->by_rank[1]);
+	assert_int_equal(best(&cs)->by_rank[0]->rank, 0);
+	assert_int_equal(best(&cs)->by_rank[1]->rank, 1);
+	catalog_step_free(&cs);
+
+	assert_int_equal(catalog_scan_step(s, "job", 2, &cs), 0);
+	assert_false(catalog_step_complete(&cs));
+	assert_int_equal(cs.ngroups, 1);
+	assert_int_equal(best(&cs)->count, 1);
+	assert_int_equal(best(&cs)->bytes, TM_SHARD_BYTES);
+	assert_non_null(best(&cs)->by_rank[0]);
+	assert_null(best(&cs)->by_rank[1]);
+	catalog_step_free(&cs);
+
+	/* Two attempts, one rank each: not complete; the newer is best. */
+	assert_int_equal(catalog_scan_step(s, "job", 3, &cs), 0);
+	assert_false(catalog_step_complete(&cs));
+	assert_int_equal(cs.ngroups, 2);
+	assert_int_equal(cs.groups[0].count, 1);
+	assert_int_equal(cs.groups[1].count, 1);
+	assert_string_equal(best(&cs)->attempt, "b");
+	catalog_step_free(&cs);
+
+	/* Complete for attempt "b" despite the stale world-3 manifest. */
+	assert_int_equal(catalog_scan_step(s, "job", 4, &cs), 0);
+	assert_true(catalog_step_complete(&cs));
+	assert_int_equal(cs.ngroups, 2);
+	assert_string_equal(best(&cs)->attempt, "b");
+	assert_int_equal(best(&cs)->count, 2);
+	assert_int_equal(best(&cs)->world_size, 2);
+	assert_int_equal(best(&cs)->bytes, 2 * TM_SHARD_BYTES);
+	const struct catalog_group *stale = &cs.groups[cs.best == 0 ? 1 : 0];
+	assert_string_equal(stale->attempt, "a");
+	assert_int_equal(stale->world_size, 3);
+	assert_int_equal(stale->count, 1);
+	catalog_step_free(&cs);
+
+	assert_int_equal(catalog_scan_step(s, "job", 5, &cs), -ENOENT);
+	assert_false(catalog_step_complete(&cs));
+	assert_int_equal(catalog_scan_step(s, "job", 99, &cs), -ENOENT);
+	assert_int_equal(catalog_scan_step(s, "nojob", 1, &cs), -ENOENT);
+}
+
+static void test_catalog_steps_latest_jobs(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = f->s;
+	struct catalog_step cs;
+	build_catalog(s);
+
+	uint64_t *steps = NULL;
+	size_t n = 0;
+	assert_int_equal(catalog_steps(s, "job", &steps, &n), 0);
+	assert_int_equal(n, 5);
+	for (size_t i = 0; i < n; i++)
+		assert_int_equal(steps[i], i + 1);
+	free(steps);
+
+	assert_int_equal(catalog_latest(s, "job", &cs), 0);
+	assert_int_equal(cs.step, 4);
+	assert_true(catalog_step_complete(&cs));
+	assert_string_equal(best(&cs)->attempt, "b");
+	catalog_step_free(&cs);
+
+	/* Without rank 1 of step 4, the newest complete step is 1. */
+	char path[256];
+	snprintf(path, sizeof(path), "%s/job/step-000000000004/rank-00001-of-00002.manifest", f->dir);
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(catalog_latest(s, "job", &cs), 0);
+	assert_int_equal(cs.step, 1);
+	assert_string_equal(best(&cs)->attempt, "a");
+	catalog_step_free(&cs);
+
+	assert_int_equal(catalog_latest(s, "other", &cs), 0);
+	assert_int_equal(cs.step, 7);
+	catalog_step_free(&cs);
+	assert_int_equal(catalog_latest(s, "nojob", &cs), -ENOENT);
+
+	/* Only valid job names are jobs. */
+	snprintf(path, sizeof(path), "%s/bad name", f->dir);
+	assert_int_equal(mkdir(path, 0755), 0);
+	char **jobs = NULL;
+	assert_int_equal(catalog_jobs(s, &jobs, &n), 0);
+	qsort(jobs, n, sizeof(*jobs), cmp_str);
+	assert_int_equal(n, 2);
+	assert_string_equal(jobs[0], "job");
+	assert_string_equal(jobs[1], "other");
+	store_names_free(jobs, n);
+}
+
+static void test_catalog_no_complete_step(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = f->s;
+	struct catalog_step cs;
+	put_manifest(s, "j", 1, 0, 2, "a");
+	put_manifest(s, "j", 2, 1, 2, "a");
+	assert_int_equal(catalog_latest(s, "j", &cs), -ENOENT);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_put_get),
+		T(test_get_all_limits),
+		T(test_list),
+		T(test_put_leaves_no_temp_and_replaces),
+		T(test_failed_put_cleans_up),
+		T(test_bad_keys),
+		T(test_open_urls),
+		T(test_put_read_only),
+		T(test_catalog_scan),
+		T(test_catalog_steps_latest_jobs),
+		T(test_catalog_no_complete_step),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
