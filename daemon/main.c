@@ -130,6 +130,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
+	/* A file size limit must fail the write (EFBIG), not kill the daemon. */
+	signal(SIGXFSZ, SIG_IGN);
 	if (mkdir(d->cfg.state_dir, 0700) != 0 && errno != EEXIST) {
 		log_err("state dir %s: %s", d->cfg.state_dir, strerror(errno));
 		return 1;

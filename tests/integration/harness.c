@@ -58,9 +58,21 @@ void h_start(struct dctx *d, const char *extra_conf)
 			dup2(lfd, 2);
 			dup2(lfd, 1);
 		}
+		const char *lvl = env_or("CKPTD_TEST_LOG", "info");
+		if (d->store_tmpfs) {
+			char opt[64];
+			snprintf(opt, sizeof(opt), "size=%s", d->store_tmpfs);
+			mkdir(d->store, 0755);
+			execlp("unshare", "unshare", "-rm", "sh", "-c",
+			       "mount -t tmpfs -o \"$1\" ckpt-test \"$2\" && shift 2 && exec \"$@\"",
+			       "sh", opt, d->store, bin, "--socket", d->sock, "--storage", url, "--staging-bytes",
+			       "64M", "--chunk-bytes", "1M", "--state-dir", state, "--config", conf,
+			       "--log-level", lvl, (char *)NULL);
+			_exit(127);
+		}
 		execl(bin, bin, "--socket", d->sock, "--storage", url, "--staging-bytes", "64M",
 		      "--chunk-bytes", "1M", "--state-dir", state, "--config", conf, "--log-level",
-		      env_or("CKPTD_TEST_LOG", "info"), (char *)NULL);
+		      lvl, (char *)NULL);
 		_exit(127);
 	}
 	d->pid = pid;

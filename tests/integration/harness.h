@@ -15,6 +15,9 @@ struct dctx {
 	char sock[300];
 	char store[300];
 	pid_t pid;
+	/* If set (e.g. "6M"), the store is a tmpfs of that size in a private
+	 * mount namespace (unshare -rm), to test a full disk. */
+	const char *store_tmpfs;
 };
 
 /* mkdtemp a new root. */
