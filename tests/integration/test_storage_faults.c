@@ -166,11 +166,105 @@ static void test_killed_daemon_leaves_storage_consistent(void **state)
 	h_cleanup(&d);
 }
 
+
+/* Pool admission with the block policy: a save that does not fit waits for
+ * space and then proceeds; with a tiny admit timeout it fails with
+ * ETIMEDOUT and a message, and the save holding the pool is unharmed. */
+struct pending_save {
+	ckpt_client *c;
+	ckpt_buffer *b;
+	ckpt_future *f;
+	ckpt_tensor t;
+	uint64_t shape[1];
+	uint64_t step;
+};
+
+/* Connect and fill first, so that the save itself goes out at once. */
+static void prepare_save(struct dctx *d, const char *job, uint64_t step, size_t n, struct pending_save *p)
+{
+	ckpt_hello h = { .job = job, .rank = 0, .world_size = 1, .attempt_id = "f" };
+	memset(p, 0, sizeof(*p));
+	assert_int_equal(ckpt_connect(d->sock, &h, &p->c), 0);
+	assert_int_equal(ckpt_buffer_alloc(p->c, n, &p->b), 0);
+	fill(ckpt_buffer_data(p->b), n, step);
+	p->shape[0] = n;
+	p->step = step;
+	p->t = (ckpt_tensor){ .name = "blob", .dtype = CKPT_U8, .ndim = 1, .global_shape = p->shape,
+			      .buffer = p->b, .nbytes = n };
+}
+
+static void start_save(struct pending_save *p)
+{
+	assert_int_equal(ckpt_save(p->c, p->step, &p->t, 1, NULL, 0, &p->f), 0);
+}
+
+static void finish(struct pending_save *p)
+{
+	ckpt_future_free(p->f);
+	ckpt_buffer_free(p->b);
+	ckpt_close(p->c);
+}
+
+static void test_admission_blocks_then_proceeds(void **state)
+{
+	(void)state;
+	struct dctx d;
+	h_init(&d);
+	h_start(&d, NULL); /* 64 MiB pool, admit timeout 5 s */
+	const size_t n = 40u << 20;
+	struct pending_save a, b;
+	prepare_save(&d, "blk", 1, n, &a);
+	prepare_save(&d, "blk", 2, n, &b);
+	start_save(&a);
+	assert_int_equal(ckpt_future_wait(a.f, CKPT_STAGED, 60000), 0);
+	/* 40 + 40 MiB > 64 MiB: the second waits for the first's upload. */
+	start_save(&b);
+	assert_int_equal(ckpt_future_wait(a.f, CKPT_DURABLE, 60000), 0);
+	assert_int_equal(ckpt_future_wait(b.f, CKPT_DURABLE, 60000), 0);
+	finish(&a);
+	finish(&b);
+	uint64_t got = 0;
+	assert_int_equal(load_blob(&d, "blk", 1, n, &got), 0);
+	assert_int_equal(load_blob(&d, "blk", 2, n, &got), 0);
+	h_cleanup(&d);
+}
+
+static void test_admission_timeout(void **state)
+{
+	(void)state;
+	struct dctx d;
+	h_init(&d);
+	h_start(&d, "admit_timeout_ms = 1\n");
+	const size_t n = 40u << 20;
+	struct pending_save a, b;
+	prepare_save(&d, "tmo", 1, n, &a);
+	prepare_save(&d, "tmo", 2, n, &b);
+	start_save(&a);
+	assert_int_equal(ckpt_future_wait(a.f, CKPT_STAGED, 60000), 0);
+	/* Writing and fsyncing 40 MiB takes far longer than 1 ms. */
+	start_save(&b);
+	int r = ckpt_future_wait(b.f, CKPT_STAGED, 60000);
+	if (r != -ETIMEDOUT)
+		fail_msg("second save: %d (%s); the first was %s", r, ckpt_future_message(b.f),
+			 ckpt_future_poll(a.f, CKPT_DURABLE) == 1 ? "already durable" : "not yet durable");
+	assert_non_null(strstr(ckpt_future_message(b.f), "no staging space"));
+	assert_int_equal(ckpt_future_wait(a.f, CKPT_DURABLE, 60000), 0);
+	finish(&a);
+	finish(&b);
+	uint64_t got = 0;
+	assert_int_equal(load_blob(&d, "tmo", CKPT_LATEST, n, &got), 0);
+	assert_int_equal(got, 1);
+	h_assert_serves(&d);
+	h_cleanup(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_full_disk),
 		cmocka_unit_test(test_killed_daemon_leaves_storage_consistent),
+		cmocka_unit_test(test_admission_blocks_then_proceeds),
+		cmocka_unit_test(test_admission_timeout),
 	};
 	return cmocka_run_group_tests_name("storage_faults", tests, NULL, NULL);
 }
