@@ -28,6 +28,7 @@ void config_defaults(struct config *c)
 	c->max_tensors = DEFAULT_MAX_TENSORS;
 	c->max_name_len = DEFAULT_MAX_NAME_LEN;
 	c->max_inflight_saves = DEFAULT_MAX_INFLIGHT_SAVES;
+	c->max_inflight_loads = DEFAULT_MAX_INFLIGHT_LOADS;
 	c->max_write_queue = DEFAULT_MAX_WRITE_QUEUE;
 	c->max_extra_state = DEFAULT_MAX_EXTRA_STATE;
 	c->log_level = 6;
@@ -165,6 +166,8 @@ static int on_ini(void *user, const char *section, const char *name,
 		r = parse_u32(value, &c->max_name_len);
 	else if (KEY("limits", "max_inflight_saves"))
 		r = parse_u32(value, &c->max_inflight_saves);
+	else if (KEY("limits", "max_inflight_loads"))
+		r = parse_u32(value, &c->max_inflight_loads);
 	else if (KEY("limits", "max_write_queue"))
 		r = parse_u32(value, &c->max_write_queue);
 	else if (KEY("limits", "max_extra_state"))
@@ -227,7 +230,7 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 	}
 	if (c->max_frame_bytes < 1024 || c->max_fds_per_frame < 1 ||
 	    c->max_sessions < 1 || c->max_buffers < 1 || c->max_tensors < 1 ||
-	    c->max_name_len < 1 || c->max_inflight_saves < 1) {
+	    c->max_name_len < 1 || c->max_inflight_saves < 1 || c->max_inflight_loads < 1) {
 		snprintf(err, errlen, "a limit is too small");
 		return -EINVAL;
 	}

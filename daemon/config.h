@@ -24,6 +24,7 @@
 #define DEFAULT_MAX_TENSORS 65536
 #define DEFAULT_MAX_NAME_LEN 1024
 #define DEFAULT_MAX_INFLIGHT_SAVES 8
+#define DEFAULT_MAX_INFLIGHT_LOADS 4
 #define DEFAULT_MAX_WRITE_QUEUE (16u << 20)
 #define DEFAULT_MAX_EXTRA_STATE (1u << 20)
 #define DEFAULT_DRAIN_TIMEOUT_MS 120000
@@ -49,6 +50,7 @@ struct config {
 	uint32_t max_tensors;
 	uint32_t max_name_len;
 	uint32_t max_inflight_saves;
+	uint32_t max_inflight_loads; /* loads and lists per session */
 	uint32_t max_write_queue;
 	uint32_t max_extra_state;
 	int log_level;

@@ -13,6 +13,18 @@
 int hostbuf_open(int fd, uint64_t id, uint64_t nbytes, struct hostbuf **out,
 		 char *err, size_t errlen)
 {
+	/* F_GET_SEALS answers from the kernel and only for shmem (memfd,
+	 * /dev/shm) and hugetlbfs files: anything else (a FUSE or NFS file
+	 * whose fstat could block the loop, a pipe, a socket) is refused
+	 * before any call that could wait on a server. Reading the seals
+	 * before the size also closes a race: once F_SEAL_SHRINK is seen it
+	 * can never be removed, so the size checked below stays true. */
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0) {
+		snprintf(err, errlen, "buffer fd is not a memfd or shared-memory (/dev/shm) file");
+		close(fd);
+		return -EBADF;
+	}
 	struct stat st;
 	if (fstat(fd, &st) != 0) {
 		int e = errno;
@@ -46,8 +58,7 @@ int hostbuf_open(int fd, uint64_t id, uint64_t nbytes, struct hostbuf **out,
 	b->id = id;
 	b->fd = fd;
 	b->nbytes = nbytes;
-	int seals = fcntl(fd, F_GET_SEALS);
-	if (seals >= 0 && (seals & F_SEAL_SHRINK)) {
+	if (seals & F_SEAL_SHRINK) {
 		void *m = mmap(NULL, nbytes, PROT_READ, MAP_SHARED, fd, 0);
 		if (m != MAP_FAILED) {
 			b->map = m;

@@ -25,6 +25,8 @@ struct load_req {
 	struct hostbuf *buf;
 	uint64_t buf_off, nbytes;
 	uint64_t covered; /* elements written */
+	struct box *applied; /* cuts already written, disjoint */
+	size_t napplied;
 };
 
 struct load {
@@ -51,6 +53,7 @@ static void load_free(struct load *ld)
 {
 	for (size_t i = 0; i < ld->nreqs; i++) {
 		free(ld->reqs[i].name);
+		free(ld->reqs[i].applied);
 		hostbuf_unref(ld->reqs[i].buf);
 	}
 	free(ld->reqs);
@@ -101,7 +104,10 @@ static int scatter_run(void *ctx, uint64_t dst_off, uint64_t src_off, uint64_t n
 	return hostbuf_write(sc->req->buf, sc->req->buf_off + dst_off, sc->src + src_off, n);
 }
 
-/* Load saved tensor t (of the shard at key) into the requests it meets. */
+/* Load saved tensor t (of the shard at key) into the requests it meets:
+ * read it in slabs of whole rows along dim 0, which are contiguous in the
+ * shard, so memory stays near READ_BLOCK however large the tensor; verify
+ * its crc32c over all slabs; copy each slab's part of every cut. */
 static int load_tensor(struct load *ld, const char *key, const Ckpt__ManifestTensor *t,
 		       struct load_req **hits, struct box *cuts, size_t nhits)
 {
@@ -112,49 +118,73 @@ static int load_tensor(struct load *ld, const char *key, const Ckpt__ManifestTen
 	box_from_fields(&saved, t->n_global_shape, t->global_shape, t->n_box_offsets, t->box_offsets,
 			t->n_box_lengths, t->box_lengths, &nelem, why, sizeof(why));
 	size_t es = tensor_dtype_size(t->dtype);
-	bool stream = nhits == 1 && box_equal(&saved, &hits[0]->box);
-	size_t bufsz = stream ? (t->nbytes < READ_BLOCK ? t->nbytes : READ_BLOCK) : t->nbytes;
-	uint8_t *buf = malloc(bufsz ? bufsz : 1);
+	uint64_t nrows = saved.ndim > 0 ? saved.len[0] : 1;
+	uint64_t row_bytes = nrows ? t->nbytes / nrows : 0;
+	uint64_t rows_per = row_bytes == 0 || row_bytes >= READ_BLOCK ? 1 : READ_BLOCK / row_bytes;
+	uint64_t bufsz = rows_per * row_bytes;
+	if (bufsz > SIZE_MAX - 1)
+		return fail(ld, ENOMEM, "tensor '%s': one row of %" PRIu64 " bytes is too large", t->name, row_bytes);
+	uint8_t *buf = malloc(bufsz ? (size_t)bufsz : 1);
 	if (buf == NULL)
-		return fail(ld, ENOMEM, "out of memory reading tensor '%s' (%" PRIu64 " bytes)", t->name, t->nbytes);
+		return fail(ld, ENOMEM, "out of memory reading tensor '%s' (%" PRIu64 " bytes a slab)", t->name, bufsz);
 	uint32_t crc = 0;
 	int r = 0;
-	for (uint64_t done = 0; done < t->nbytes && r == 0;) {
-		size_t n = t->nbytes - done < bufsz ? (size_t)(t->nbytes - done) : bufsz;
-		uint8_t *dst = stream ? buf : buf + done;
-		r = st->ops->get_range(st, key, t->shard_offset + done, dst, n);
+	for (uint64_t r0 = 0; r0 < nrows && r == 0; r0 += rows_per) {
+		uint64_t k = nrows - r0 < rows_per ? nrows - r0 : rows_per;
+		size_t len = (size_t)(k * row_bytes);
+		r = st->ops->get_range(st, key, t->shard_offset + r0 * row_bytes, buf, len);
 		if (r < 0) {
 			fail(ld, -r, "reading tensor '%s' from %s: %s", t->name, key,
 			     r == -ENODATA ? "the shard is shorter than its manifest says" : strerror(-r));
 			break;
 		}
-		crc = crc32c_update(crc, dst, n);
-		if (stream) {
-			r = hostbuf_write(hits[0]->buf, hits[0]->buf_off + done, buf, n);
-			if (r < 0)
-				fail(ld, -r, "writing tensor '%s' into buffer %" PRIu64 ": %s", t->name, hits[0]->buf->id,
-				     r == -EFAULT ? "the client truncated its buffer file" : strerror(-r));
+		crc = crc32c_update(crc, buf, len);
+		struct box slab = saved;
+		if (slab.ndim > 0) {
+			slab.off[0] = saved.off[0] + r0;
+			slab.len[0] = k;
 		}
-		done += n;
-	}
-	if (r == 0 && crc != t->crc32c)
-		r = fail(ld, EIO, "checksum mismatch in tensor '%s' of %s: manifest says crc32c %08x, data has %08x",
-			 t->name, key, t->crc32c, crc);
-	for (size_t i = 0; i < nhits && r == 0 && !stream; i++) {
-		struct scatter sc = { .src = buf, .req = hits[i] };
-		r = box_copy_runs(&cuts[i], &saved, &hits[i]->box, es, scatter_run, &sc);
-		if (r < 0)
-			fail(ld, -r, "writing tensor '%s' into buffer %" PRIu64 ": %s", t->name, hits[i]->buf->id,
-			     r == -EFAULT ? "the client truncated its buffer file" : strerror(-r));
-	}
-	if (r == 0) {
-		for (size_t i = 0; i < nhits; i++) {
-			hits[i]->covered += box_volume(&cuts[i]);
-			ld->bytes += box_volume(&cuts[i]) * es;
+		for (size_t i = 0; i < nhits && r == 0; i++) {
+			struct box part;
+			if (!box_intersect(&slab, &cuts[i], &part))
+				continue;
+			struct scatter sc = { .src = buf, .req = hits[i] };
+			r = box_copy_runs(&part, &slab, &hits[i]->box, es, scatter_run, &sc);
+			if (r < 0)
+				fail(ld, -r, "writing tensor '%s' into buffer %" PRIu64 ": %s", t->name,
+				     hits[i]->buf->id,
+				     r == -EFAULT ? "the client truncated its buffer file" : strerror(-r));
 		}
 	}
 	free(buf);
+	if (r == 0 && crc != t->crc32c)
+		r = fail(ld, EIO, "checksum mismatch in tensor '%s' of %s: manifest says crc32c %08x, data has %08x",
+			 t->name, key, t->crc32c, crc);
+	for (size_t i = 0; i < nhits && r == 0; i++) {
+		struct load_req *q = hits[i];
+		struct box *na = realloc(q->applied, (q->napplied + 1) * sizeof(*na));
+		if (na == NULL)
+			return fail(ld, ENOMEM, "out of memory");
+		q->applied = na;
+		q->applied[q->napplied++] = cuts[i];
+		q->covered += box_volume(&cuts[i]);
+		ld->bytes += box_volume(&cuts[i]) * es;
+	}
 	return r;
+}
+
+/* 1 if cut was already written (a replica), 0 if it is new, -1 if it
+ * overlaps something written only in part. */
+static int cut_seen(const struct load_req *q, const struct box *cut)
+{
+	for (size_t i = 0; i < q->napplied; i++) {
+		struct box x;
+		if (box_contains(&q->applied[i], cut))
+			return 1;
+		if (box_intersect(&q->applied[i], cut, &x))
+			return -1;
+	}
+	return 0;
 }
 
 static int load_from_manifest(struct load *ld, const Ckpt__Manifest *m)
@@ -183,9 +213,17 @@ static int load_from_manifest(struct load *ld, const Ckpt__Manifest *m)
 					 "dtype than requested (dtype %d)", t->name, t->dtype, q->dtype);
 				break;
 			}
-			/* A request already whole (a replicated tensor that
-			 * this rank's own manifest held) is not read again. */
-			if (q->covered < box_volume(&q->box) && box_intersect(&saved, &q->box, &cuts[nh]))
+			if (!box_intersect(&saved, &q->box, &cuts[nh]))
+				continue;
+			/* Replicated tensors: what one rank's manifest already
+			 * gave (this rank's own is read first) is not read again. */
+			int seen = cut_seen(q, &cuts[nh]);
+			if (seen < 0) {
+				r = fail(ld, EINVAL, "tensor '%s': saved boxes of different ranks overlap in part; "
+					 "cannot tell which copy to load", t->name);
+				break;
+			}
+			if (seen == 0)
 				hits[nh++] = q;
 		}
 		if (r == 0 && nh > 0)
@@ -359,8 +397,29 @@ static int plan(struct load *ld, struct session *s, const Ckpt__Load *m, char *e
 	return 0;
 }
 
+/* Loads and lists read storage on the shared threadpool: bound them per
+ * session, and take none while draining. 0, or an errno with why set. */
+static int admit_read(struct session *s, const char **why)
+{
+	if (s->d->draining) {
+		*why = "ckptd is shutting down";
+		return ESHUTDOWN;
+	}
+	if (s->refs >= s->d->cfg.max_inflight_loads) {
+		*why = "too many loads and lists in flight on this session (max_inflight_loads)";
+		return EBUSY;
+	}
+	return 0;
+}
+
 void load_start(struct session *s, uint64_t req_id, const Ckpt__Load *m)
 {
+	const char *why;
+	int busy = admit_read(s, &why);
+	if (busy) {
+		load_reject(s, req_id, busy, why);
+		return;
+	}
 	if (s->job[0] == '\0') {
 		load_reject(s, req_id, EPERM, "this session said no job in Hello (a control session); it cannot load");
 		return;
@@ -521,6 +580,12 @@ static void list_done(uv_work_t *w, int status)
 
 void list_start(struct session *s, uint64_t req_id, const Ckpt__ListRequest *m)
 {
+	const char *why;
+	int busy = admit_read(s, &why);
+	if (busy) {
+		session_reply(s, req_id, busy, "%s", why);
+		return;
+	}
 	if (m->job[0] && !manifest_name_valid(m->job, JOB_MAX_LEN)) {
 		session_reply(s, req_id, EINVAL, "invalid job name");
 		return;

@@ -77,6 +77,34 @@ int manifest_name_valid(const char *s, size_t max)
 	return 1;
 }
 
+static int cmp_str_ptr(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A tensor name twice in one manifest would be loaded twice. */
+static int check_unique_names(const Ckpt__Manifest *m, char *err, size_t errlen)
+{
+	if (m->n_tensors < 2)
+		return 0;
+	char **names = malloc(m->n_tensors * sizeof(*names));
+	if (names == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < m->n_tensors; i++)
+		names[i] = m->tensors[i]->name;
+	qsort(names, m->n_tensors, sizeof(*names), cmp_str_ptr);
+	int r = 0;
+	for (size_t i = 1; i < m->n_tensors && r == 0; i++)
+		if (strcmp(names[i - 1], names[i]) == 0) {
+			snprintf(err, errlen, "manifest names tensor '%s' twice", names[i]);
+			r = -EBADMSG;
+		}
+	free(names);
+	return r;
+}
+
 int manifest_check(const Ckpt__Manifest *m, char *err, size_t errlen)
 {
 	if (m->format_version != MANIFEST_FORMAT_VERSION) {
@@ -126,7 +154,7 @@ int manifest_check(const Ckpt__Manifest *m, char *err, size_t errlen)
 			return -EBADMSG;
 		}
 	}
-	return 0;
+	return check_unique_names(m, err, errlen);
 }
 
 int manifest_decode(const void *buf, size_t len, Ckpt__Manifest **out,

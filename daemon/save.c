@@ -596,11 +596,13 @@ static int layout(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen
 		t->buf_off = tr->offset;
 		off = (off + SHARD_ALIGN - 1) & ~(uint64_t)(SHARD_ALIGN - 1);
 		t->shard_off = off;
-		off += t->nbytes;
-		if (off < t->nbytes) {
-			snprintf(err, errlen, "shard size overflows");
-			return -EOVERFLOW;
+		/* off stays below the pool size, so neither line can wrap. */
+		if (off > sv->d->pool.bytes || t->nbytes > sv->d->pool.bytes - off) {
+			snprintf(err, errlen, "save of more than %" PRIu64 " bytes can never fit the staging pool; "
+				 "raise staging_bytes", sv->d->pool.bytes);
+			return -E2BIG;
 		}
+		off += t->nbytes;
 	}
 	/* Unique names: check on a sorted copy so the shard keeps the
 	 * client's order. */
@@ -695,6 +697,14 @@ void save_start(struct session *s, uint64_t req_id, const Ckpt__Save *m)
 		save_fail(sv, EBUSY, "%u saves of this session are in flight (max_inflight_saves)",
 			  d->cfg.max_inflight_saves);
 		return;
+	}
+	struct save *o;
+	TAILQ_FOREACH(o, &d->saves, link) {
+		if (o->step == sv->step && o->rank == sv->rank && strcmp(o->job, sv->job) == 0) {
+			save_fail(sv, EBUSY, "step %" PRIu64 " of job '%s' rank %u is already being saved",
+				  sv->step, sv->job, sv->rank);
+			return;
+		}
 	}
 	char err[512];
 	int r = layout(sv, m, err, sizeof(err));

@@ -30,22 +30,6 @@ static int fs_path(struct store_fs *s, const char *key, char *out, size_t cap)
 	return 0;
 }
 
-static int mkdir_p(char *path)
-{
-	for (char *p = path + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		int r = mkdir(path, 0755);
-		*p = '/';
-		if (r != 0 && errno != EEXIST)
-			return -errno;
-	}
-	if (mkdir(path, 0755) != 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
 static int fsync_dir(const char *dir)
 {
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -54,6 +38,42 @@ static int fsync_dir(const char *dir)
 	int r = fsync(fd) == 0 ? 0 : -errno;
 	close(fd);
 	return r;
+}
+
+/* mkdir -p, and fsync the parent of every directory it creates: a new
+ * step directory must survive a power loss once its files are durable. */
+static int mkdir_p(char *path)
+{
+	char *p = path + 1;
+	for (;;) {
+		while (*p && *p != '/')
+			p++;
+		char saved = *p;
+		*p = '\0';
+		if (mkdir(path, 0755) == 0) {
+			char *slash = strrchr(path, '/');
+			int r;
+			if (slash == path) {
+				r = fsync_dir("/");
+			} else {
+				*slash = '\0';
+				r = fsync_dir(path);
+				*slash = '/';
+			}
+			if (r < 0) {
+				*p = saved;
+				return r;
+			}
+		} else if (errno != EEXIST) {
+			int r = -errno;
+			*p = saved;
+			return r;
+		}
+		*p = saved;
+		if (saved == '\0')
+			return 0;
+		p++;
+	}
 }
 
 static int write_all(int fd, const void *buf, size_t len)

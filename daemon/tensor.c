@@ -79,6 +79,17 @@ bool box_equal(const struct box *a, const struct box *b)
 	return true;
 }
 
+bool box_contains(const struct box *outer, const struct box *inner)
+{
+	if (!box_same_shape(outer, inner))
+		return false;
+	for (uint32_t i = 0; i < outer->ndim; i++)
+		if (inner->off[i] < outer->off[i] ||
+		    inner->off[i] + inner->len[i] > outer->off[i] + outer->len[i])
+			return false;
+	return true;
+}
+
 uint64_t box_volume(const struct box *b)
 {
 	uint64_t n = 1;

@@ -28,6 +28,8 @@ int box_from_fields(struct box *b, size_t nshape, const uint64_t *shape,
 bool box_intersect(const struct box *a, const struct box *b, struct box *out);
 bool box_same_shape(const struct box *a, const struct box *b);
 bool box_equal(const struct box *a, const struct box *b);
+/* Is inner entirely inside outer (same global shape)? */
+bool box_contains(const struct box *outer, const struct box *inner);
 uint64_t box_volume(const struct box *b);
 
 /* Copy the elements of region (inside both src and dst boxes) from a

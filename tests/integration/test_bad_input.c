@@ -501,6 +501,60 @@ static void test_uid_not_allowed(void **state)
 	h_assert_serves(&D);
 }
 
+
+static void test_duplicate_save_in_flight(void **state)
+{
+	(void)state;
+	/* The same (job, step, rank) twice at once: the second is refused,
+	 * the first completes. */
+	const size_t n = 16u << 20;
+	ckpt_hello h = { .job = "dup", .rank = 0, .world_size = 1 };
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(D.sock, &h, &c), 0);
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, n, &b), 0);
+	memset(ckpt_buffer_data(b), 7, n);
+	uint64_t shape[1] = { n };
+	ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape,
+			  .buffer = b, .nbytes = n };
+	ckpt_future *f1 = NULL, *f2 = NULL;
+	assert_int_equal(ckpt_save(c, 1, &t, 1, NULL, 0, &f1), 0);
+	assert_int_equal(ckpt_save(c, 1, &t, 1, NULL, 0, &f2), 0);
+	assert_int_equal(ckpt_future_wait(f2, CKPT_STAGED, 30000), -EBUSY);
+	assert_non_null(strstr(ckpt_future_message(f2), "already being saved"));
+	assert_int_equal(ckpt_future_wait(f1, CKPT_DURABLE, 30000), 0);
+	ckpt_future_free(f1);
+	ckpt_future_free(f2);
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+}
+
+static void test_non_shm_fd_refused(void **state)
+{
+	(void)state;
+	/* A file on a disk filesystem (which could be FUSE or NFS and block
+	 * the daemon) is not accepted as a buffer. */
+	int fd = raw_connect(D.sock);
+	raw_hello(fd, "bad", 0, 1);
+	char path[400];
+	snprintf(path, sizeof(path), "%s/plain.bin", D.dir);
+	int ffd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	assert_true(ffd >= 0);
+	assert_int_equal(ftruncate(ffd, 4096), 0);
+	Ckpt__RegisterBuffer rb = CKPT__REGISTER_BUFFER__INIT;
+	rb.buffer_id = 1;
+	rb.kind = CKPT__BUFFER_KIND__HOST_FD;
+	rb.nbytes = 4096;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_REGISTER_BUFFER;
+	f.register_buffer = &rb;
+	assert_int_equal(raw_send(fd, &f, 2, &ffd, 1), 0);
+	close(ffd);
+	expect_reply(fd, EBADF, "memfd", false);
+	expect_session_alive(fd);
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -519,6 +573,8 @@ int main(void)
 		cmocka_unit_test(test_control_session_cannot_save),
 		cmocka_unit_test(test_save_larger_than_pool),
 		cmocka_unit_test(test_uid_not_allowed),
+		cmocka_unit_test(test_duplicate_save_in_flight),
+		cmocka_unit_test(test_non_shm_fd_refused),
 	};
 	return cmocka_run_group_tests_name("bad_input", tests, group_setup, group_teardown);
 }

@@ -341,6 +341,85 @@ static void test_corrupt_shard_names_tensor(void **state)
 	load_and_check(0, WORLD, CKPT_LATEST, STEPS);
 }
 
+
+/* Save one f32 tensor [12, 8] from 4 ranks with the given row boxes
+ * (rank r holds rows [lo[r], lo[r] + n[r])) as job/step 1. */
+static void save_rows(const char *job, const uint64_t *lo, const uint64_t *n)
+{
+	static const uint64_t shape[2] = { 12, 8 };
+	for (uint32_t r = 0; r < 4; r++) {
+		ckpt_hello h = { .job = job, .rank = r, .world_size = 4, .attempt_id = "hs" };
+		ckpt_client *c = NULL;
+		assert_int_equal(ckpt_connect(D.sock, &h, &c), 0);
+		ckpt_buffer *b = NULL;
+		assert_int_equal(ckpt_buffer_alloc(c, n[r] * 8 * 4, &b), 0);
+		uint32_t *p = ckpt_buffer_data(b);
+		for (uint64_t i = 0; i < n[r] * 8; i++)
+			p[i] = value(1, 0, lo[r] * 8 + i);
+		uint64_t off[2] = { lo[r], 0 }, len[2] = { n[r], 8 };
+		ckpt_tensor t = { .name = "w", .dtype = CKPT_F32, .ndim = 2, .global_shape = shape,
+				  .box_offsets = off, .box_lengths = len, .buffer = b, .nbytes = n[r] * 8 * 4 };
+		ckpt_future *f = NULL;
+		assert_int_equal(ckpt_save(c, 1, &t, 1, NULL, 0, &f), 0);
+		assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 30000), 0);
+		ckpt_future_free(f);
+		ckpt_buffer_free(b);
+		ckpt_close(c);
+	}
+}
+
+/* Load the whole [12, 8] tensor on one rank; returns the wait status. */
+static int load_whole(const char *job, char *msg, size_t msglen)
+{
+	static const uint64_t shape[2] = { 12, 8 };
+	ckpt_hello h = { .job = job, .rank = 0, .world_size = 1, .attempt_id = "x" };
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(D.sock, &h, &c), 0);
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, 12 * 8 * 4, &b), 0);
+	memset(ckpt_buffer_data(b), 0xEE, 12 * 8 * 4);
+	ckpt_tensor t = { .name = "w", .dtype = CKPT_F32, .ndim = 2, .global_shape = shape,
+			  .buffer = b, .nbytes = 12 * 8 * 4 };
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_load(c, CKPT_LATEST, &t, 1, &f), 0);
+	int r = ckpt_future_wait(f, CKPT_LOADED, 30000);
+	snprintf(msg, msglen, "%s", ckpt_future_message(f));
+	if (r == 0) {
+		uint32_t *p = ckpt_buffer_data(b);
+		for (uint64_t i = 0; i < 12 * 8; i++)
+			if (p[i] != value(1, 0, i))
+				fail_msg("element %llu differs", (unsigned long long)i);
+	}
+	ckpt_future_free(f);
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+	return r;
+}
+
+static void test_replicated_shards_load_whole(void **state)
+{
+	(void)state;
+	/* HSDP-like: ranks 0 and 1 both hold rows [0, 6), ranks 2 and 3
+	 * both hold [6, 12). Every row must be written once. */
+	const uint64_t lo[4] = { 0, 0, 6, 6 }, n[4] = { 6, 6, 6, 6 };
+	save_rows("hsdp", lo, n);
+	char msg[512];
+	int r = load_whole("hsdp", msg, sizeof(msg));
+	if (r != 0)
+		fail_msg("load: %d %s", r, msg);
+}
+
+static void test_partial_overlap_refused(void **state)
+{
+	(void)state;
+	/* Rows [0,6) [4,8) [8,12) [8,12): ranks 0 and 1 overlap in part. */
+	const uint64_t lo[4] = { 0, 4, 8, 8 }, n[4] = { 6, 4, 4, 4 };
+	save_rows("overlap", lo, n);
+	char msg[512];
+	assert_int_equal(load_whole("overlap", msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "overlap"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -353,6 +432,8 @@ int main(void)
 		cmocka_unit_test(test_incomplete_step_is_not_latest),
 		cmocka_unit_test(test_complete_step_never_overwritten),
 		cmocka_unit_test(test_corrupt_shard_names_tensor),
+		cmocka_unit_test(test_replicated_shards_load_whole),
+		cmocka_unit_test(test_partial_overlap_refused),
 	};
 	return cmocka_run_group_tests_name("data_path", tests, group_setup, group_teardown);
 }

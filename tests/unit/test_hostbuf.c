@@ -197,6 +197,18 @@ static void test_open_rejects(void **state)
 	assert_true(fd >= 0);
 	assert_int_equal(hostbuf_open(fd, 1, 4096, &b, err, sizeof(err)), -EBADF);
 
+	/* A regular file on a disk filesystem is refused before any
+	 * fstat: only shmem files (memfd, /dev/shm) answer F_GET_SEALS. */
+	char tmpl[] = "ckpt-hostbuf-XXXXXX"; /* the build dir: a disk, not tmpfs */
+	fd = mkostemp(tmpl, O_CLOEXEC);
+	assert_true(fd >= 0);
+	unlink(tmpl);
+	assert_int_equal(ftruncate(fd, 8192), 0);
+	err[0] = '\0';
+	assert_int_equal(hostbuf_open(fd, 1, 4096, &b, err, sizeof(err)), -EBADF);
+	assert_non_null(strstr(err, "memfd"));
+	assert_false(fd_is_open(fd));
+
 	/* A directory is not a buffer either. */
 	fd = open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	assert_true(fd >= 0);

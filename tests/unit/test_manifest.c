@@ -191,6 +191,7 @@ static void b_dtype0(struct tm_manifest *x) { x->t[0].dtype = CKPT__DTYPE__DTYPE
 static void b_name(struct tm_manifest *x) { x->t[0].name = ""; }
 static void b_box(struct tm_manifest *x) { x->off0[0] = 3; }
 static void b_box_count(struct tm_manifest *x) { x->t[0].n_box_lengths = 1; }
+static void b_dup_name(struct tm_manifest *x) { x->t[1].name = x->t[0].name; }
 
 static void test_check_rejects(void **state)
 {
@@ -215,6 +216,7 @@ static void test_check_rejects(void **state)
 		{ "empty tensor name", b_name },
 		{ "box leaves the shape", b_box },
 		{ "box count mismatch", b_box_count },
+		{ "tensor name twice", b_dup_name },
 	};
 	struct tm_manifest x;
 	char err[256];
