@@ -455,8 +455,10 @@ static void run_restore(const struct opts *o, ckpt_client *c,
 		printf("note: latest complete step is %" PRIu64
 		       ", not %" PRIu64 " (older steps of this job exist)\n",
 		       step, o->steps);
-	printf("restored step %" PRIu64 ": %.1f MiB in %.2f ms, verified OK\n",
-	       step, (double)bytes / MIB, ms);
+	printf("restored step %" PRIu64 ": %.1f MiB in %.2f ms (%.2f GB/s), verified OK\n"
+	       "source: %s\n",
+	       step, (double)bytes / MIB, ms, (double)bytes / (ms * 1e6),
+	       ckpt_future_source(f));
 	fflush(stdout);
 	ckpt_future_free(f);
 }

@@ -126,8 +126,50 @@ static int cmd_status(ckpt_client *c, int json)
 			 json_object_new_uint64(st.bytes_durable));
 		json_put(o, "bytes_restored",
 			 json_object_new_uint64(st.bytes_restored));
+		json_put(o, "pool_held_bytes",
+			 json_object_new_uint64(st.pool_held_bytes));
+		json_put(o, "saves_superseded",
+			 json_object_new_uint64(st.saves_superseded));
+		json_put(o, "saves_skipped",
+			 json_object_new_uint64(st.saves_skipped));
+		json_put(o, "bytes_restored_memory",
+			 json_object_new_uint64(st.bytes_restored_memory));
+		json_put(o, "restores_from_memory",
+			 json_object_new_uint64(st.restores_from_memory));
+		json_put(o, "restores_from_storage",
+			 json_object_new_uint64(st.restores_from_storage));
+		json_put(o, "reclaimed_bytes",
+			 json_object_new_uint64(st.reclaimed_bytes));
 		json_put(o, "uptime_ns", json_object_new_uint64(st.uptime_ns));
 		json_put(o, "storage", json_object_new_string(st.storage));
+		json_object *held = json_object_new_array();
+		if (!held)
+			die_oom();
+		for (uint32_t i = 0; i < st.nheld && i < CKPT_STATUS_MAX_HELD; i++) {
+			const ckpt_held_info *h = &st.held[i];
+			json_object *e = json_object_new_object();
+			if (!e)
+				die_oom();
+			json_put(e, "job", json_object_new_string(h->job));
+			json_put(e, "rank", json_object_new_uint64(h->rank));
+			json_put(e, "world_size", json_object_new_uint64(h->world_size));
+			json_put(e, "step", json_object_new_uint64(h->step));
+			json_put(e, "bytes", json_object_new_uint64(h->bytes));
+			json_put(e, "attempt_id", json_object_new_string(h->attempt_id));
+			if (json_object_array_add(held, e) != 0)
+				die_oom();
+		}
+		json_put(o, "memory_tier", held);
+		json_object *rec = json_object_new_object();
+		json_object *items = json_object_new_array();
+		if (!rec || !items)
+			die_oom();
+		json_put(rec, "files", json_object_new_uint64(st.recovered_files));
+		for (uint32_t i = 0; i < st.nrecovered; i++)
+			if (json_object_array_add(items, json_object_new_string(st.recovered[i])) != 0)
+				die_oom();
+		json_put(rec, "removed", items);
+		json_put(o, "recovered", rec);
 		json_print(o);
 		json_object_put(o);
 		return 0;
@@ -149,6 +191,25 @@ static int cmd_status(ckpt_client *c, int json)
 	       human_bytes(st.bytes_staged, a, sizeof(a)),
 	       human_bytes(st.bytes_durable, b, sizeof(b)),
 	       human_bytes(st.bytes_restored, d, sizeof(d)));
+	printf("%-16s %" PRIu64 " superseded, %" PRIu64 " skipped\n", "",
+	       st.saves_superseded, st.saves_skipped);
+	printf("%-16s %" PRIu64 " from memory (%s), %" PRIu64 " from storage\n",
+	       "restores", st.restores_from_memory,
+	       human_bytes(st.bytes_restored_memory, a, sizeof(a)),
+	       st.restores_from_storage);
+	printf("%-16s %s held, %s reclaimed\n", "memory tier",
+	       human_bytes(st.pool_held_bytes, a, sizeof(a)),
+	       human_bytes(st.reclaimed_bytes, b, sizeof(b)));
+	for (uint32_t i = 0; i < st.nheld && i < CKPT_STATUS_MAX_HELD; i++)
+		printf("%-16s %s rank %" PRIu32 "/%" PRIu32 " step %" PRIu64 " (%s)\n", "",
+		       st.held[i].job, st.held[i].rank, st.held[i].world_size,
+		       st.held[i].step, human_bytes(st.held[i].bytes, a, sizeof(a)));
+	if (st.recovered_files) {
+		printf("%-16s %" PRIu32 " file(s) left by a crashed run removed at start\n",
+		       "recovered", st.recovered_files);
+		for (uint32_t i = 0; i < st.nrecovered; i++)
+			printf("%-16s %s\n", "", st.recovered[i]);
+	}
 	printf("%-16s %s\n", "storage", st.storage[0] ? st.storage : "-");
 	printf("%-16s %s\n", "uptime",
 	       human_duration(st.uptime_ns, a, sizeof(a)));

@@ -80,6 +80,9 @@ struct ckpt_future {
 	uint64_t bytes, step, stall_ns;
 	void *extra;
 	size_t extra_len;
+	char source[8];             /* loads: "memory", "storage", "mixed" */
+	size_t ntensors;            /* loads: per-tensor sources */
+	char **tensor_names, **tensor_sources;
 
 	ckpt_future_cb cb;
 	void *cb_user;

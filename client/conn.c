@@ -569,6 +569,7 @@ int ckpt_connect(const char *socket_path, const ckpt_hello *hello,
 	h.world_size = hello ? hello->world_size : 0;
 	h.local_rank = hello ? hello->local_rank : 0;
 	h.attempt_id = attempt;
+	h.policy = (char *)(hello && hello->policy ? hello->policy : "");
 	req.body_case = CKPT__FRAME__BODY_HELLO;
 	req.hello = &h;
 	r = client_call(c, &req, -1, &rep);

@@ -3,6 +3,7 @@
  * is outstanding, and whoever runs callbacks one for the duration. */
 #include <errno.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -53,6 +54,12 @@ void future_unref(ckpt_future *f)
 	pthread_mutex_destroy(&f->mu);
 	free(f->message);
 	free(f->extra);
+	for (size_t i = 0; i < f->ntensors; i++) {
+		free(f->tensor_names[i]);
+		free(f->tensor_sources[i]);
+	}
+	free(f->tensor_names);
+	free(f->tensor_sources);
 	free(f);
 }
 
@@ -125,6 +132,20 @@ bool future_apply(ckpt_future *f, const Ckpt__Frame *fr)
 			       l->extra_state.len);
 			f->extra_len = l->extra_state.len;
 		}
+		if (l->n_tensors) {
+			f->tensor_names = calloc(l->n_tensors, sizeof(char *));
+			f->tensor_sources = calloc(l->n_tensors, sizeof(char *));
+			if (!f->tensor_names || !f->tensor_sources) {
+				fail_locked(f, -ENOMEM, "out of memory");
+				break;
+			}
+			f->ntensors = l->n_tensors;
+			for (size_t i = 0; i < l->n_tensors; i++) {
+				f->tensor_names[i] = strdup(l->tensors[i]->name);
+				f->tensor_sources[i] = strdup(l->tensors[i]->source);
+			}
+		}
+		snprintf(f->source, sizeof(f->source), "%s", l->source ? l->source : "");
 		f->step = l->step;
 		f->bytes = l->bytes;
 		f->loaded = true;
@@ -323,6 +344,37 @@ uint64_t ckpt_future_step(ckpt_future *f)
 	v = f->step;
 	pthread_mutex_unlock(&f->mu);
 	return v;
+}
+
+const char *ckpt_future_source(ckpt_future *f)
+{
+	const char *p = "";
+
+	if (f) {
+		pthread_mutex_lock(&f->mu);
+		if (f->loaded)
+			p = f->source;
+		pthread_mutex_unlock(&f->mu);
+	}
+	return p;
+}
+
+const char *ckpt_future_tensor_source(ckpt_future *f, size_t i, const char **name)
+{
+	const char *src = NULL;
+
+	if (name)
+		*name = NULL;
+	if (f) {
+		pthread_mutex_lock(&f->mu);
+		if (f->loaded && i < f->ntensors) {
+			src = f->tensor_sources[i];
+			if (name)
+				*name = f->tensor_names[i];
+		}
+		pthread_mutex_unlock(&f->mu);
+	}
+	return src;
 }
 
 const void *ckpt_future_extra(ckpt_future *f, size_t *len)

@@ -262,7 +262,29 @@ int ckpt_status(ckpt_client *c, ckpt_status_info *out)
 	out->bytes_staged = s->bytes_staged;
 	out->bytes_durable = s->bytes_durable;
 	out->bytes_restored = s->bytes_restored;
+	out->pool_held_bytes = s->pool_held_bytes;
+	out->saves_superseded = s->saves_superseded;
+	out->saves_skipped = s->saves_skipped;
+	out->bytes_restored_memory = s->bytes_restored_memory;
+	out->restores_from_memory = s->restores_from_memory;
+	out->restores_from_storage = s->restores_from_storage;
+	out->reclaimed_bytes = s->reclaimed_bytes;
 	out->uptime_ns = s->uptime_ns;
+	out->nheld = (uint32_t)s->n_held;
+	for (size_t i = 0; i < s->n_held && i < CKPT_STATUS_MAX_HELD; i++) {
+		const Ckpt__HeldCopy *h = s->held[i];
+		ckpt_held_info *o = &out->held[i];
+		snprintf(o->job, sizeof(o->job), "%s", h->job ? h->job : "");
+		snprintf(o->attempt_id, sizeof(o->attempt_id), "%s", h->attempt_id ? h->attempt_id : "");
+		o->rank = h->rank;
+		o->world_size = h->world_size;
+		o->step = h->step;
+		o->bytes = h->bytes;
+	}
+	out->recovered_files = s->recovered_files;
+	for (size_t i = 0; i < s->n_recovered && i < CKPT_STATUS_MAX_RECOVERED; i++)
+		snprintf(out->recovered[out->nrecovered++], sizeof(out->recovered[0]), "%s",
+			 s->recovered[i] ? s->recovered[i] : "");
 	snprintf(out->storage, sizeof(out->storage), "%s",
 		 s->storage ? s->storage : "");
 	ckpt__frame__free_unpacked(rep, NULL);

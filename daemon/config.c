@@ -32,6 +32,91 @@ void config_defaults(struct config *c)
 	c->max_write_queue = DEFAULT_MAX_WRITE_QUEUE;
 	c->max_extra_state = DEFAULT_MAX_EXTRA_STATE;
 	c->log_level = 6;
+	c->policy = POLICY_BLOCK;
+	c->max_parallel_uploads = DEFAULT_MAX_PARALLEL_UPLOADS;
+	c->memory_tier = true;
+}
+
+int config_parse_policy(const char *s, enum admit_policy *out)
+{
+	static const char *names[] = { "block", "skip", "coalesce" };
+	for (int i = 0; i < 3; i++)
+		if (strcmp(s, names[i]) == 0) {
+			*out = (enum admit_policy)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+const char *config_policy_name(enum admit_policy p)
+{
+	return p == POLICY_SKIP ? "skip" : p == POLICY_COALESCE ? "coalesce" : "block";
+}
+
+/* "50%" or a size: exactly one of *pct, *bytes is set. */
+static int parse_quota(const char *s, uint64_t *bytes, uint32_t *pct)
+{
+	size_t n = strlen(s);
+	if (n > 1 && s[n - 1] == '%') {
+		char buf[32];
+		if (n >= sizeof(buf))
+			return -EINVAL;
+		memcpy(buf, s, n - 1);
+		buf[n - 1] = '\0';
+		uint64_t v;
+		int r = config_parse_size(buf, &v);
+		if (r < 0 || v == 0 || v > 100)
+			return -EINVAL;
+		*pct = (uint32_t)v;
+		*bytes = 0;
+		return 0;
+	}
+	int r = config_parse_size(s, bytes);
+	if (r < 0)
+		return r;
+	if (*bytes == 0)
+		return -EINVAL;
+	*pct = 0;
+	return 0;
+}
+
+static struct job_config *job_section(struct config *c, const char *name)
+{
+	for (size_t i = 0; i < c->njobs; i++)
+		if (strcmp(c->jobs[i].name, name) == 0)
+			return &c->jobs[i];
+	if (c->njobs == CONFIG_MAX_JOBS || strlen(name) >= sizeof(c->jobs[0].name) || name[0] == '\0')
+		return NULL;
+	struct job_config *j = &c->jobs[c->njobs++];
+	memset(j, 0, sizeof(*j));
+	snprintf(j->name, sizeof(j->name), "%s", name);
+	j->policy = -1;
+	return j;
+}
+
+void config_job_policy(const struct config *c, const char *job, uint64_t pool_bytes,
+		       struct job_policy *out)
+{
+	out->policy = c->policy;
+	uint64_t qb = c->quota_bytes;
+	uint32_t qp = c->quota_pct;
+	out->max_inflight_saves = c->max_inflight_saves;
+	for (size_t i = 0; i < c->njobs; i++) {
+		const struct job_config *j = &c->jobs[i];
+		if (strcmp(j->name, job) != 0)
+			continue;
+		if (j->policy >= 0)
+			out->policy = (enum admit_policy)j->policy;
+		if (j->quota_bytes || j->quota_pct) {
+			qb = j->quota_bytes;
+			qp = j->quota_pct;
+		}
+		if (j->max_inflight_saves)
+			out->max_inflight_saves = j->max_inflight_saves;
+	}
+	if (qp)
+		qb = pool_bytes / 100 * qp;
+	out->quota_bytes = qb && qb < pool_bytes ? qb : pool_bytes;
 }
 
 int config_parse_size(const char *s, uint64_t *out)
@@ -129,10 +214,35 @@ static int on_ini(void *user, const char *section, const char *name,
 	struct ini_ctx *x = user;
 	struct config *c = x->c;
 	int r = -ENOENT;
-	uint64_t u64;
 
 #define KEY(s, k) (strcmp(section, s) == 0 && strcmp(name, k) == 0)
-	if (KEY("server", "socket"))
+	if (strncmp(section, "job.", 4) == 0) {
+		struct job_config *j = job_section(c, section + 4);
+		enum admit_policy pol;
+		if (j == NULL)
+			r = -E2BIG;
+		else if (strcmp(name, "policy") == 0)
+			r = config_parse_policy(value, &pol), j->policy = r == 0 ? (int)pol : j->policy;
+		else if (strcmp(name, "quota") == 0)
+			r = parse_quota(value, &j->quota_bytes, &j->quota_pct);
+		else if (strcmp(name, "max_inflight_saves") == 0)
+			r = parse_u32(value, &j->max_inflight_saves);
+	} else if (KEY("pool", "policy")) {
+		r = config_parse_policy(value, &c->policy);
+	} else if (KEY("pool", "quota")) {
+		r = parse_quota(value, &c->quota_bytes, &c->quota_pct);
+	} else if (KEY("pool", "max_parallel_uploads")) {
+		r = parse_u32(value, &c->max_parallel_uploads);
+	} else if (KEY("pool", "memory_tier")) {
+		r = strcmp(value, "true") == 0 || strcmp(value, "yes") == 0 || strcmp(value, "1") == 0 ? 0 :
+		    strcmp(value, "false") == 0 || strcmp(value, "no") == 0 || strcmp(value, "0") == 0 ? 1 : -EINVAL;
+		if (r >= 0) {
+			c->memory_tier = r == 0;
+			r = 0;
+		}
+	} else if (KEY("debug", "store_delay_ms")) {
+		r = parse_u32(value, &c->debug_store_delay_ms);
+	} else if (KEY("server", "socket"))
 		r = copy_str(c->socket_path, sizeof(c->socket_path), value);
 	else if (KEY("server", "state_dir"))
 		r = copy_str(c->state_dir, sizeof(c->state_dir), value);
@@ -184,7 +294,6 @@ static int on_ini(void *user, const char *section, const char *name,
 			r = -EINVAL;
 	}
 #undef KEY
-	(void)u64;
 	if (r < 0 && x->err == 0) {
 		x->err = r;
 		snprintf(x->msg, x->msglen, "[%s] %s = %s: %s", section, name,
@@ -226,6 +335,10 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 	}
 	if (c->copy_threads < 1 || c->copy_threads > 64) {
 		snprintf(err, errlen, "copy_threads must be 1..64");
+		return -EINVAL;
+	}
+	if (c->max_parallel_uploads < 1 || c->max_parallel_uploads > 64) {
+		snprintf(err, errlen, "max_parallel_uploads must be 1..64");
 		return -EINVAL;
 	}
 	if (c->max_frame_bytes < 1024 || c->max_fds_per_frame < 1 ||

@@ -29,6 +29,32 @@
 #define DEFAULT_MAX_EXTRA_STATE (1u << 20)
 #define DEFAULT_DRAIN_TIMEOUT_MS 120000
 
+#define DEFAULT_MAX_PARALLEL_UPLOADS 2
+#define CONFIG_MAX_JOBS 64
+
+/* What a save does when the pool (or its job's quota) is full of data that
+ * is not yet durable, after memory-tier copies have been reclaimed. */
+enum admit_policy {
+	POLICY_BLOCK,    /* wait for space, up to admit_timeout_ms */
+	POLICY_SKIP,     /* fail at once with EBUSY */
+	POLICY_COALESCE, /* supersede older saves of the job and rank not yet uploading */
+};
+
+struct job_config {
+	char name[129];
+	int policy;                  /* -1: the default */
+	uint64_t quota_bytes;        /* 0: none set here */
+	uint32_t quota_pct;          /* 0: none set here */
+	uint32_t max_inflight_saves; /* 0: the default */
+};
+
+/* The effective settings for one job. */
+struct job_policy {
+	enum admit_policy policy;
+	uint64_t quota_bytes; /* of the pool; the whole pool when unlimited */
+	uint32_t max_inflight_saves; /* per job, unless its section says otherwise */
+};
+
 struct config {
 	char socket_path[108];
 	char storage_url[1024];
@@ -54,6 +80,16 @@ struct config {
 	uint32_t max_write_queue;
 	uint32_t max_extra_state;
 	int log_level;
+	/* policies */
+	enum admit_policy policy;
+	uint64_t quota_bytes;
+	uint32_t quota_pct;
+	uint32_t max_parallel_uploads;
+	bool memory_tier;
+	struct job_config jobs[CONFIG_MAX_JOBS];
+	size_t njobs;
+	/* testing only: sleep this long in the middle of every shard write */
+	uint32_t debug_store_delay_ms;
 };
 
 void config_defaults(struct config *c);
@@ -62,6 +98,12 @@ void config_defaults(struct config *c);
 int config_load(struct config *c, const char *path, char *err, size_t errlen);
 /* "64M", "1G", "4096": bytes. 0 or -EINVAL / -ERANGE. */
 int config_parse_size(const char *s, uint64_t *out);
+/* "block" | "skip" | "coalesce"; 0 or -EINVAL. */
+int config_parse_policy(const char *s, enum admit_policy *out);
+const char *config_policy_name(enum admit_policy p);
+/* Settings for job (per-job section over the defaults). */
+void config_job_policy(const struct config *c, const char *job, uint64_t pool_bytes,
+		       struct job_policy *out);
 /* Checks the combination of values; 0 or -EINVAL with a message. */
 int config_validate(const struct config *c, char *err, size_t errlen);
 

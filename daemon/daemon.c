@@ -21,6 +21,7 @@ uint64_t daemon_now_ns(void)
 static void close_all(struct daemon *d)
 {
 	server_stop(d);
+	memtier_clear(d);
 	struct session *s;
 	while ((s = TAILQ_FIRST(&d->sessions)) != NULL)
 		session_close(s, ESHUTDOWN, "ckptd is shutting down");

@@ -14,13 +14,21 @@
 
 struct session;
 struct save;
+struct journal;
 
 TAILQ_HEAD(session_list, session);
 TAILQ_HEAD(save_list, save);
 
+#define RECOVERED_LIST 8
+
 struct stats {
-	uint64_t saves_total, saves_failed;
-	uint64_t bytes_staged, bytes_durable, bytes_restored;
+	uint64_t saves_total, saves_failed, saves_superseded, saves_skipped;
+	uint64_t bytes_staged, bytes_durable, bytes_restored, bytes_restored_memory;
+	uint64_t restores_from_memory, restores_from_storage;
+	uint64_t reclaimed_bytes;
+	uint32_t recovered_files;             /* removed at start after a crash */
+	uint32_t nrecovered;
+	char recovered[RECOVERED_LIST][1024]; /* what, for ckptctl status */
 };
 
 struct daemon {
@@ -41,8 +49,13 @@ struct daemon {
 
 	struct save_list saves;     /* every save not yet finished */
 	uint32_t nsaves;
-	struct save_list waitq;     /* admitting, FIFO */
+	struct save_list waitq;     /* admitting, FIFO per job */
 	uint32_t nwaiting;
+	struct save_list uploadq;   /* staged, waiting for an upload slot */
+	uint32_t nuploading;
+	struct save_list held;      /* the memory tier, oldest first */
+	uint32_t nheld;
+	struct journal *journal;
 	uv_timer_t admit_timer;
 	uint64_t next_save_id;
 

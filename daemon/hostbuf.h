@@ -1,8 +1,8 @@
 /* Registered host buffers: a memfd or /dev/shm file handed over by a
  * trainer. Reads and writes never fault on a file the client shrank:
- * sealed memfds (F_SEAL_SHRINK) are mapped read-only and copied with
- * memcpy; anything else goes through pread/pwrite, which return a short
- * count instead of raising SIGBUS. Restore always writes with pwrite. */
+ * sealed memfds (F_SEAL_SHRINK) are mapped once at registration and
+ * copied with memcpy both ways; anything else goes through pread/pwrite,
+ * which return a short count instead of raising SIGBUS. */
 #ifndef CKPTD_HOSTBUF_H
 #define CKPTD_HOSTBUF_H
 
@@ -16,7 +16,7 @@ struct hostbuf {
 	int fd;
 	uint64_t nbytes;
 	bool sealed;
-	const uint8_t *map;  /* sealed only */
+	uint8_t *map;        /* sealed only: shared, read-write */
 };
 
 /* Takes ownership of fd (closed on failure too). */

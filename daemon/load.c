@@ -27,7 +27,11 @@ struct load_req {
 	uint64_t covered; /* elements written */
 	struct box *applied; /* cuts already written, disjoint */
 	size_t napplied;
+	unsigned sources;    /* SRC_MEMORY | SRC_STORAGE */
 };
+
+#define SRC_MEMORY 1u
+#define SRC_STORAGE 2u
 
 struct load {
 	struct daemon *d;
@@ -40,11 +44,13 @@ struct load {
 	struct load_req *reqs;
 	size_t nreqs;
 	struct load_req **by_name;
+	struct save **pinned; /* memory-tier copies of the job, pinned */
+	size_t npinned;
 	uv_work_t work;
 	/* results */
 	int status;
 	char msg[512];
-	uint64_t loaded_step, bytes;
+	uint64_t loaded_step, bytes, bytes_memory;
 	uint8_t *extra;
 	size_t extra_len;
 };
@@ -108,8 +114,8 @@ static int scatter_run(void *ctx, uint64_t dst_off, uint64_t src_off, uint64_t n
  * read it in slabs of whole rows along dim 0, which are contiguous in the
  * shard, so memory stays near READ_BLOCK however large the tensor; verify
  * its crc32c over all slabs; copy each slab's part of every cut. */
-static int load_tensor(struct load *ld, const char *key, const Ckpt__ManifestTensor *t,
-		       struct load_req **hits, struct box *cuts, size_t nhits)
+static int load_tensor(struct load *ld, const char *key, const struct save *held,
+		       const Ckpt__ManifestTensor *t, struct load_req **hits, struct box *cuts, size_t nhits)
 {
 	struct store *st = ld->d->store;
 	struct box saved;
@@ -132,13 +138,20 @@ static int load_tensor(struct load *ld, const char *key, const Ckpt__ManifestTen
 	for (uint64_t r0 = 0; r0 < nrows && r == 0; r0 += rows_per) {
 		uint64_t k = nrows - r0 < rows_per ? nrows - r0 : rows_per;
 		size_t len = (size_t)(k * row_bytes);
-		r = st->ops->get_range(st, key, t->shard_offset + r0 * row_bytes, buf, len);
-		if (r < 0) {
-			fail(ld, -r, "reading tensor '%s' from %s: %s", t->name, key,
-			     r == -ENODATA ? "the shard is shorter than its manifest says" : strerror(-r));
-			break;
+		const uint8_t *src = buf;
+		if (held) {
+			/* Our own pool, written by our copy threads: the crc
+			 * pass is skipped to restore at memory speed. */
+			src = save_shard_bytes(held, t->shard_offset + r0 * row_bytes, len, buf);
+		} else {
+			r = st->ops->get_range(st, key, t->shard_offset + r0 * row_bytes, buf, len);
+			if (r < 0) {
+				fail(ld, -r, "reading tensor '%s' from %s: %s", t->name, key,
+				     r == -ENODATA ? "the shard is shorter than its manifest says" : strerror(-r));
+				break;
+			}
+			crc = crc32c_update(crc, buf, len);
 		}
-		crc = crc32c_update(crc, buf, len);
 		struct box slab = saved;
 		if (slab.ndim > 0) {
 			slab.off[0] = saved.off[0] + r0;
@@ -148,7 +161,7 @@ static int load_tensor(struct load *ld, const char *key, const Ckpt__ManifestTen
 			struct box part;
 			if (!box_intersect(&slab, &cuts[i], &part))
 				continue;
-			struct scatter sc = { .src = buf, .req = hits[i] };
+			struct scatter sc = { .src = src, .req = hits[i] };
 			r = box_copy_runs(&part, &slab, &hits[i]->box, es, scatter_run, &sc);
 			if (r < 0)
 				fail(ld, -r, "writing tensor '%s' into buffer %" PRIu64 ": %s", t->name,
@@ -157,7 +170,7 @@ static int load_tensor(struct load *ld, const char *key, const Ckpt__ManifestTen
 		}
 	}
 	free(buf);
-	if (r == 0 && crc != t->crc32c)
+	if (r == 0 && !held && crc != t->crc32c)
 		r = fail(ld, EIO, "checksum mismatch in tensor '%s' of %s: manifest says crc32c %08x, data has %08x",
 			 t->name, key, t->crc32c, crc);
 	for (size_t i = 0; i < nhits && r == 0; i++) {
@@ -168,7 +181,10 @@ static int load_tensor(struct load *ld, const char *key, const Ckpt__ManifestTen
 		q->applied = na;
 		q->applied[q->napplied++] = cuts[i];
 		q->covered += box_volume(&cuts[i]);
+		q->sources |= held ? SRC_MEMORY : SRC_STORAGE;
 		ld->bytes += box_volume(&cuts[i]) * es;
+		if (held)
+			ld->bytes_memory += box_volume(&cuts[i]) * es;
 	}
 	return r;
 }
@@ -187,10 +203,23 @@ static int cut_seen(const struct load_req *q, const struct box *cut)
 	return 0;
 }
 
+/* The pinned memory-tier copy that is exactly this manifest's shard. */
+static const struct save *held_copy(const struct load *ld, const Ckpt__Manifest *m)
+{
+	for (size_t i = 0; i < ld->npinned; i++) {
+		const struct save *sv = ld->pinned[i];
+		if (sv->step == m->step && sv->rank == m->rank && sv->world_size == m->world_size &&
+		    sv->shard_bytes == m->shard_bytes && strcmp(sv->attempt, m->attempt_id) == 0)
+			return sv;
+	}
+	return NULL;
+}
+
 static int load_from_manifest(struct load *ld, const Ckpt__Manifest *m)
 {
 	char key[768];
 	manifest_key(key, sizeof(key), m->job, m->step, m->rank, m->world_size, "shard");
+	const struct save *held = held_copy(ld, m);
 	struct load_req **hits = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*hits));
 	struct box *cuts = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*cuts));
 	int r = 0;
@@ -227,7 +256,7 @@ static int load_from_manifest(struct load *ld, const Ckpt__Manifest *m)
 				hits[nh++] = q;
 		}
 		if (r == 0 && nh > 0)
-			r = load_tensor(ld, key, t, hits, cuts, nh);
+			r = load_tensor(ld, key, held, t, hits, cuts, nh);
 	}
 out:
 	free(hits);
@@ -290,37 +319,79 @@ static void load_run(uv_work_t *w)
 	catalog_step_free(&cs);
 }
 
+static const char *source_name(unsigned src)
+{
+	return src == SRC_MEMORY ? "memory" : src == SRC_STORAGE ? "storage" : "mixed";
+}
+
+static void send_loaded(struct load *ld)
+{
+	unsigned all = 0;
+	Ckpt__LoadedTensor *lt = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*lt));
+	Ckpt__LoadedTensor **ltp = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*ltp));
+	if (lt == NULL || ltp == NULL) {
+		free(lt);
+		free(ltp);
+		session_close(ld->session, ENOMEM, "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < ld->nreqs; i++) {
+		ckpt__loaded_tensor__init(&lt[i]);
+		lt[i].name = ld->reqs[i].name;
+		lt[i].source = (char *)source_name(ld->reqs[i].sources);
+		ltp[i] = &lt[i];
+		all |= ld->reqs[i].sources;
+	}
+	Ckpt__Loaded ok = CKPT__LOADED__INIT;
+	ok.step = ld->loaded_step;
+	ok.bytes = ld->bytes;
+	ok.bytes_from_memory = ld->bytes_memory;
+	ok.extra_state.data = ld->extra;
+	ok.extra_state.len = ld->extra_len;
+	ok.source = (char *)source_name(all ? all : SRC_STORAGE);
+	ok.n_tensors = ld->nreqs;
+	ok.tensors = ltp;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_LOADED;
+	f.loaded = &ok;
+	log_info("load: %s step %" PRIu64 " rank %u: %" PRIu64 " bytes from %s", ld->job, ld->loaded_step,
+		 ld->rank, ld->bytes, ok.source);
+	session_send(ld->session, ld->req_id, &f);
+	free(lt);
+	free(ltp);
+}
+
 static void load_done(uv_work_t *w, int status)
 {
 	struct load *ld = w->data;
 	struct daemon *d = ld->d;
 	d->nloads--;
+	memtier_unpin(d, ld->pinned, ld->npinned);
+	ld->pinned = NULL;
+	ld->npinned = 0;
 	if (status < 0 && ld->status == 0)
 		fail(ld, ECANCELED, "load cancelled");
-	if (ld->status == 0)
+	if (ld->status == 0) {
 		d->stats.bytes_restored += ld->bytes;
+		d->stats.bytes_restored_memory += ld->bytes_memory;
+		if (ld->bytes_memory == ld->bytes && ld->bytes > 0)
+			d->stats.restores_from_memory++;
+		else
+			d->stats.restores_from_storage++;
+	}
 	if (session_unref_alive(ld->session)) {
-		Ckpt__Frame f = CKPT__FRAME__INIT;
-		Ckpt__Loaded ok = CKPT__LOADED__INIT;
-		Ckpt__LoadFailed bad = CKPT__LOAD_FAILED__INIT;
 		if (ld->status == 0) {
-			ok.step = ld->loaded_step;
-			ok.bytes = ld->bytes;
-			ok.extra_state.data = ld->extra;
-			ok.extra_state.len = ld->extra_len;
-			ok.source = "storage";
-			f.body_case = CKPT__FRAME__BODY_LOADED;
-			f.loaded = &ok;
-			log_info("load: %s step %" PRIu64 " rank %u: %" PRIu64 " bytes from storage", ld->job,
-				 ld->loaded_step, ld->rank, ld->bytes);
+			send_loaded(ld);
 		} else {
+			Ckpt__LoadFailed bad = CKPT__LOAD_FAILED__INIT;
 			bad.status = ld->status;
 			bad.message = ld->msg;
+			Ckpt__Frame f = CKPT__FRAME__INIT;
 			f.body_case = CKPT__FRAME__BODY_LOAD_FAILED;
 			f.load_failed = &bad;
 			log_warn("load: %s rank %u failed: %s", ld->job, ld->rank, ld->msg);
+			session_send(ld->session, ld->req_id, &f);
 		}
-		session_send(ld->session, ld->req_id, &f);
 	}
 	load_free(ld);
 	daemon_maybe_finish_drain(d);
@@ -446,9 +517,13 @@ void load_start(struct session *s, uint64_t req_id, const Ckpt__Load *m)
 	session_ref(s);
 	ld->work.data = ld;
 	s->d->nloads++;
+	ld->npinned = memtier_pin(s->d, ld->job, &ld->pinned);
 	r = uv_queue_work(s->d->loop, &ld->work, load_run, load_done);
 	if (r < 0) {
 		s->d->nloads--;
+		memtier_unpin(s->d, ld->pinned, ld->npinned);
+		ld->pinned = NULL;
+		ld->npinned = 0;
 		session_unref_alive(s);
 		load_reject(s, req_id, EIO, "cannot queue the load");
 		load_free(ld);

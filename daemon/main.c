@@ -1,6 +1,7 @@
 /* ckptd: the node-local checkpoint agent. */
 #include "config.h"
 #include "daemon.h"
+#include "journal.h"
 #include "log.h"
 #include "pool.h"
 #include "save.h"
@@ -20,6 +21,14 @@
 #include <systemd/sd-daemon.h>
 #include <time.h>
 #include <unistd.h>
+
+static void on_recovered(void *ctx, const char *what)
+{
+	struct daemon *d = ctx;
+	log_warn("recovery: removed %s", what);
+	if (d->stats.nrecovered < RECOVERED_LIST)
+		snprintf(d->stats.recovered[d->stats.nrecovered++], sizeof(d->stats.recovered[0]), "%s", what);
+}
 
 static void usage(FILE *f)
 {
@@ -141,6 +150,20 @@ int main(int argc, char **argv)
 		log_err("%s", err);
 		return 1;
 	}
+	d->store->debug_delay_ms = d->cfg.debug_store_delay_ms;
+	r = journal_open(d->cfg.state_dir, &d->journal, err, sizeof(err));
+	if (r < 0) {
+		log_err("%s", err);
+		return 1;
+	}
+	r = journal_recover(d->journal, d->store, on_recovered, d);
+	if (r < 0) {
+		log_err("journal recovery in %s: %s", d->cfg.state_dir, strerror(-r));
+		return 1;
+	}
+	if (r > 0)
+		log_warn("recovery: removed %d file(s) a crashed run left half-written", r);
+	d->stats.recovered_files = (uint32_t)r;
 	uint64_t t0 = daemon_now_ns();
 	r = pool_init(&d->pool, d->cfg.staging_bytes, d->cfg.chunk_bytes);
 	if (r < 0) {
@@ -156,6 +179,8 @@ int main(int argc, char **argv)
 	TAILQ_INIT(&d->sessions);
 	TAILQ_INIT(&d->saves);
 	TAILQ_INIT(&d->waitq);
+	TAILQ_INIT(&d->uploadq);
+	TAILQ_INIT(&d->held);
 	uv_timer_init(d->loop, &d->admit_timer);
 	d->admit_timer.data = d;
 	uv_timer_init(d->loop, &d->drain_timer);
@@ -183,6 +208,7 @@ int main(int argc, char **argv)
 	if (rc != 0)
 		log_warn("loop closed with handles left: %s", uv_strerror(rc));
 	pool_fini(&d->pool);
+	journal_close(d->journal);
 	store_free(d->store);
 	return 0;
 }

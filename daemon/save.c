@@ -1,6 +1,7 @@
 #include "save.h"
 #include "catalog.h"
 #include "crc32c.h"
+#include "journal.h"
 #include "daemon.h"
 #include "hostbuf.h"
 #include "log.h"
@@ -19,73 +20,8 @@
 #define SHARD_ALIGN 64
 #define COPY_BLOCK (256u << 10) /* copy then crc while the block is in cache */
 
-enum save_state {
-	SAVE_NEW,
-	SAVE_ADMITTING, /* waiting for pool chunks */
-	SAVE_STAGING,   /* copies running */
-	SAVE_UPLOADING, /* staged; shard and manifest being written */
-	SAVE_DURABLE,
-	SAVE_FAILED,
-};
-
-static const char *state_name[] = { "new", "admitting", "staging", "uploading", "durable", "failed" };
-
-struct save_tensor {
-	char *name;
-	int dtype;
-	struct box box;
-	uint64_t shard_off, nbytes;
-	struct hostbuf *buf;
-	uint64_t buf_off;
-	uint32_t crc;
-};
-
-/* The part of one tensor that lies in one chunk. */
-struct save_piece {
-	uint32_t tensor;
-	uint64_t tensor_off, len;
-	uint32_t crc;
-};
-
-struct copy_job {
-	struct work_item item;
-	struct save *sv;
-	uint32_t chunk;             /* index into sv->chunks */
-	uint32_t first_piece, npieces;
-	int err;
-};
-
-struct save {
-	TAILQ_ENTRY(save) link;  /* daemon.saves */
-	TAILQ_ENTRY(save) wlink; /* daemon.waitq */
-	TAILQ_ENTRY(save) slink; /* session.saves */
-	struct daemon *d;
-	struct session *session;
-	uint64_t req_id, id;
-	enum save_state state;
-	char job[129], attempt[129];
-	uint32_t rank, world_size;
-	uint64_t step;
-
-	struct save_tensor *tensors;
-	size_t ntensors;
-	struct save_piece *pieces;
-	size_t npieces;
-	uint64_t shard_bytes;
-	uint32_t nchunks;
-	uint32_t *chunks;
-	uint32_t *chunk_crc;
-	bool have_chunks;
-	struct copy_job *jobs;
-	uint32_t jobs_left;
-	uint8_t *extra;
-	size_t extra_len;
-
-	uint64_t t_start, deadline_ns;
-	uv_work_t work;
-	int status;
-	char msg[512];
-};
+static const char *state_name[] = { "new", "admitting", "staging", "queued", "uploading",
+				    "held", "done", "failed" };
 
 static void save_set_state(struct save *sv, enum save_state st);
 
@@ -204,7 +140,7 @@ static void copy_done(struct work_item *it)
 		struct save_tensor *t = &sv->tensors[p->tensor];
 		t->crc = p->tensor_off == 0 ? p->crc : crc32c_combine(t->crc, p->crc, p->len);
 	}
-	save_set_state(sv, SAVE_UPLOADING);
+	save_set_state(sv, SAVE_QUEUED);
 }
 
 /* ---- upload (libuv threadpool) ---- */
@@ -266,6 +202,42 @@ static int build_manifest(struct save *sv, uint8_t **out, size_t *outlen, const 
 	return 0;
 }
 
+static void upload_fail(struct save *sv, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void upload_fail(struct save *sv, int err, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(sv->msg, sizeof(sv->msg), fmt, ap);
+	va_end(ap);
+	sv->status = err;
+}
+
+/* Writers never overwrite a complete step, nor their own manifest. */
+static int check_no_overwrite(struct save *sv)
+{
+	struct catalog_step cs;
+	int r = catalog_scan_step(sv->d->store, sv->job, sv->step, &cs);
+	if (r == -ENOENT)
+		return 0;
+	if (r < 0) {
+		upload_fail(sv, -r, "reading step %" PRIu64 " of job '%s': %s", sv->step, sv->job, strerror(-r));
+		return r;
+	}
+	bool complete = catalog_step_complete(&cs);
+	bool mine = false;
+	for (size_t g = 0; g < cs.ngroups; g++)
+		if (strcmp(cs.groups[g].attempt, sv->attempt) == 0 && cs.groups[g].world_size == sv->world_size &&
+		    cs.groups[g].by_rank[sv->rank])
+			mine = true;
+	catalog_step_free(&cs);
+	if (complete || mine) {
+		upload_fail(sv, EEXIST, "step %" PRIu64 " of job '%s' is %s; checkpoints are never overwritten",
+			    sv->step, sv->job, complete ? "already complete" : "already saved by this rank in this attempt");
+		return -EEXIST;
+	}
+	return 0;
+}
+
 static void upload_run(uv_work_t *w)
 {
 	struct save *sv = w->data;
@@ -273,35 +245,18 @@ static void upload_run(uv_work_t *w)
 	char shard_key[768], man_key[768];
 	manifest_key(shard_key, sizeof(shard_key), sv->job, sv->step, sv->rank, sv->world_size, "shard");
 	manifest_key(man_key, sizeof(man_key), sv->job, sv->step, sv->rank, sv->world_size, "manifest");
-
-	/* Writers never overwrite a complete step, nor their own manifest. */
-	struct catalog_step cs;
-	int r = catalog_scan_step(st, sv->job, sv->step, &cs);
-	if (r == 0) {
-		bool complete = catalog_step_complete(&cs);
-		bool mine = false;
-		for (size_t g = 0; g < cs.ngroups; g++)
-			if (strcmp(cs.groups[g].attempt, sv->attempt) == 0 &&
-			    cs.groups[g].world_size == sv->world_size && cs.groups[g].by_rank[sv->rank])
-				mine = true;
-		catalog_step_free(&cs);
-		if (complete || mine) {
-			sv->status = EEXIST;
-			snprintf(sv->msg, sizeof(sv->msg), "step %" PRIu64 " of job '%s' is %s; checkpoints are never overwritten",
-				 sv->step, sv->job, complete ? "already complete" : "already saved by this rank in this attempt");
-			return;
-		}
-	} else if (r != -ENOENT) {
-		sv->status = -r;
-		snprintf(sv->msg, sizeof(sv->msg), "reading step %" PRIu64 " of job '%s': %s", sv->step, sv->job, strerror(-r));
+	if (check_no_overwrite(sv) < 0)
+		return;
+	/* After a crash the journal says which shard may be half there. */
+	int r = journal_begin(sv->d->journal, sv->id, shard_key, man_key, sv->attempt);
+	if (r < 0) {
+		upload_fail(sv, -r, "writing the journal in %s: %s", sv->d->cfg.state_dir, strerror(-r));
 		return;
 	}
-
 	struct iovec *iov = calloc(sv->nchunks ? sv->nchunks : 1, sizeof(*iov));
 	if (iov == NULL) {
-		sv->status = ENOMEM;
-		snprintf(sv->msg, sizeof(sv->msg), "out of memory");
-		return;
+		upload_fail(sv, ENOMEM, "out of memory");
+		goto out;
 	}
 	uint64_t cb = sv->d->pool.chunk_bytes;
 	for (uint32_t i = 0; i < sv->nchunks; i++) {
@@ -312,9 +267,8 @@ static void upload_run(uv_work_t *w)
 	r = st->ops->put(st, shard_key, iov, sv->nchunks);
 	free(iov);
 	if (r < 0) {
-		sv->status = -r;
-		snprintf(sv->msg, sizeof(sv->msg), "writing %s to %s: %s", shard_key, st->url, strerror(-r));
-		return;
+		upload_fail(sv, -r, "writing %s to %s: %s", shard_key, st->url, strerror(-r));
+		goto out;
 	}
 	uint8_t *mbuf = NULL;
 	size_t mlen = 0;
@@ -326,9 +280,12 @@ static void upload_run(uv_work_t *w)
 		free(mbuf);
 	}
 	if (r < 0) {
-		sv->status = -r;
-		snprintf(sv->msg, sizeof(sv->msg), "writing %s to %s: %s", man_key, st->url, strerror(-r));
+		upload_fail(sv, -r, "writing %s to %s: %s", man_key, st->url, strerror(-r));
+		/* A shard without its manifest is only clutter. */
+		(void)st->ops->remove(st, shard_key);
 	}
+out:
+	(void)journal_end(sv->d->journal, sv->id);
 }
 
 static void upload_done(uv_work_t *w, int status)
@@ -338,10 +295,14 @@ static void upload_done(uv_work_t *w, int status)
 		sv->status = -status;
 		snprintf(sv->msg, sizeof(sv->msg), "upload cancelled");
 	}
-	if (sv->status)
-		save_set_state(sv, SAVE_FAILED);
-	else
-		save_set_state(sv, SAVE_DURABLE);
+	save_set_state(sv, sv->status ? SAVE_FAILED : SAVE_HELD);
+}
+
+static void pump_uploads(struct daemon *d)
+{
+	struct save *sv;
+	while (d->nuploading < d->cfg.max_parallel_uploads && (sv = TAILQ_FIRST(&d->uploadq)) != NULL)
+		save_set_state(sv, SAVE_UPLOADING);
 }
 
 /* ---- admission ---- */
@@ -353,41 +314,106 @@ static void arm_admit_timer(struct daemon *d)
 		uv_timer_stop(&d->admit_timer);
 		return;
 	}
+	uint64_t earliest = head->deadline_ns;
+	struct save *sv;
+	TAILQ_FOREACH(sv, &d->waitq, wlink)
+		if (sv->deadline_ns < earliest)
+			earliest = sv->deadline_ns;
 	uint64_t now = daemon_now_ns();
-	uint64_t ms = head->deadline_ns > now ? (head->deadline_ns - now) / 1000000 + 1 : 0;
+	uint64_t ms = earliest > now ? (earliest - now) / 1000000 + 1 : 0;
 	uv_timer_start(&d->admit_timer, save_on_admit_timer, ms, 0);
+}
+
+static uint64_t job_inflight_bytes(struct daemon *d, const char *job)
+{
+	uint64_t n = 0;
+	struct save *sv;
+	TAILQ_FOREACH(sv, &d->saves, link)
+		if (sv->have_chunks && strcmp(sv->job, job) == 0)
+			n += (uint64_t)sv->nchunks * d->pool.chunk_bytes;
+	return n;
+}
+
+static uint32_t job_inflight_saves(struct daemon *d, const char *job)
+{
+	uint32_t n = 0;
+	struct save *sv;
+	TAILQ_FOREACH(sv, &d->saves, link)
+		if (strcmp(sv->job, job) == 0)
+			n++;
+	return n;
+}
+
+/* 0 and chunks reserved; -EDQUOT over the job's quota; -ENOSPC no room
+ * even after reclaiming memory-tier copies. */
+static int try_admit(struct save *sv)
+{
+	struct daemon *d = sv->d;
+	uint64_t need = (uint64_t)sv->nchunks * d->pool.chunk_bytes;
+	if (job_inflight_bytes(d, sv->job) + need > sv->quota_bytes)
+		return -EDQUOT;
+	if (d->pool.nfree < sv->nchunks)
+		memtier_reclaim(d, sv->nchunks - d->pool.nfree);
+	int r = pool_reserve(&d->pool, sv->nchunks, sv->chunks);
+	if (r < 0)
+		return -ENOSPC;
+	sv->have_chunks = true;
+	return 0;
+}
+
+static bool job_waiting(struct daemon *d, const char *job)
+{
+	struct save *sv;
+	TAILQ_FOREACH(sv, &d->waitq, wlink)
+		if (strcmp(sv->job, job) == 0)
+			return true;
+	return false;
 }
 
 void save_on_admit_timer(uv_timer_t *t)
 {
 	struct daemon *d = t->data;
 	uint64_t now = daemon_now_ns();
-	struct save *sv;
-	while ((sv = TAILQ_FIRST(&d->waitq)) != NULL && sv->deadline_ns <= now) {
+	struct save *sv, *next;
+	for (sv = TAILQ_FIRST(&d->waitq); sv; sv = next) {
+		next = TAILQ_NEXT(sv, wlink);
+		if (sv->deadline_ns > now)
+			continue;
+		bool quota = job_inflight_bytes(d, sv->job) + (uint64_t)sv->nchunks * d->pool.chunk_bytes >
+			     sv->quota_bytes;
 		save_fail(sv, ETIMEDOUT,
-			  "no staging space for %" PRIu64 " bytes within %u ms: the pool (%" PRIu64 " MiB) holds %" PRIu64
-			  " MiB not yet durable; raise staging_bytes or save less often",
-			  sv->shard_bytes, d->cfg.admit_timeout_ms, d->pool.bytes >> 20,
-			  pool_used_bytes(&d->pool) >> 20);
+			  "no staging space for %" PRIu64 " bytes within %u ms: %s holds %" PRIu64
+			  " MiB not yet durable; raise staging_bytes or the quota, or save less often",
+			  sv->shard_bytes, d->cfg.admit_timeout_ms, quota ? "the job's quota" : "the pool",
+			  (quota ? job_inflight_bytes(d, sv->job) : pool_used_bytes(&d->pool)) >> 20);
+		next = TAILQ_FIRST(&d->waitq); /* failing may have admitted others */
 	}
 	save_admit_waiting(d);
 }
 
-static bool try_admit(struct save *sv)
-{
-	int r = pool_reserve(&sv->d->pool, sv->nchunks, sv->chunks);
-	if (r < 0)
-		return false;
-	sv->have_chunks = true;
-	return true;
-}
-
 void save_admit_waiting(struct daemon *d)
 {
-	struct save *sv;
-	/* Strict FIFO: a large save at the head is not starved by small ones. */
-	while ((sv = TAILQ_FIRST(&d->waitq)) != NULL && try_admit(sv))
-		save_set_state(sv, SAVE_STAGING);
+	/* FIFO within a job; a job that waits on its quota does not hold
+	 * back the others. */
+	const char *blocked[64];
+	size_t nblocked = 0;
+	struct save *sv, *next;
+	for (sv = TAILQ_FIRST(&d->waitq); sv; sv = next) {
+		next = TAILQ_NEXT(sv, wlink);
+		bool skip = false;
+		for (size_t i = 0; i < nblocked; i++)
+			if (strcmp(blocked[i], sv->job) == 0)
+				skip = true;
+		if (skip)
+			continue;
+		if (try_admit(sv) == 0) {
+			save_set_state(sv, SAVE_STAGING);
+		} else if (nblocked < 64) {
+			blocked[nblocked++] = sv->job;
+		} else {
+			break;
+		}
+	}
 	arm_admit_timer(d);
 }
 
@@ -399,7 +425,91 @@ void save_cancel_waiting(struct daemon *d, int status, const char *why)
 	arm_admit_timer(d);
 }
 
+/* Policy coalesce: older saves of the same job and rank whose upload has
+ * not started give way to sv. Returns how many were superseded. */
+static unsigned supersede_older(struct save *sv)
+{
+	struct daemon *d = sv->d;
+	unsigned n = 0;
+	struct save *o, *next;
+	for (o = TAILQ_FIRST(&d->saves); o; o = next) {
+		next = TAILQ_NEXT(o, link);
+		if (o == sv || o->rank != sv->rank || o->step >= sv->step || strcmp(o->job, sv->job) != 0)
+			continue;
+		if (o->state != SAVE_ADMITTING && o->state != SAVE_QUEUED)
+			continue;
+		d->stats.saves_superseded++;
+		save_fail(o, ECANCELED, "superseded by step %" PRIu64 " (policy coalesce); step %" PRIu64
+			  " was not written", sv->step, o->step);
+		n++;
+		next = TAILQ_FIRST(&d->saves);
+	}
+	return n;
+}
+
+/* ---- the memory tier's view of a save ---- */
+
+const uint8_t *save_shard_bytes(const struct save *sv, uint64_t off, uint64_t len, uint8_t *tmp)
+{
+	const struct pool *p = &sv->d->pool;
+	uint64_t cb = p->chunk_bytes;
+	uint64_t c = off / cb, in = off % cb;
+	if (in + len <= cb)
+		return pool_chunk(p, sv->chunks[c]) + in;
+	for (uint64_t done = 0; done < len;) {
+		c = (off + done) / cb;
+		in = (off + done) % cb;
+		uint64_t n = cb - in < len - done ? cb - in : len - done;
+		memcpy(tmp + done, pool_chunk(p, sv->chunks[c]) + in, n);
+		done += n;
+	}
+	return tmp;
+}
+
+void save_release(struct save *sv)
+{
+	if (sv->have_chunks)
+		pool_release(&sv->d->pool, sv->chunks, sv->nchunks);
+	sv->have_chunks = false;
+	save_free(sv);
+}
+
 /* ---- the state machine ---- */
+
+static void send_staged(struct save *sv)
+{
+	Ckpt__SaveStaged ev = CKPT__SAVE_STAGED__INIT;
+	ev.bytes = sv->shard_bytes;
+	ev.stall_ns = daemon_now_ns() - sv->t_start;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_SAVE_STAGED;
+	f.save_staged = &ev;
+	send_event(sv, &f);
+}
+
+static void send_durable(struct save *sv)
+{
+	char where[1024];
+	snprintf(where, sizeof(where), "%s/%s/step-%012" PRIu64, sv->d->store->url, sv->job, sv->step);
+	Ckpt__SaveDurable dur = CKPT__SAVE_DURABLE__INIT;
+	dur.bytes = sv->shard_bytes;
+	dur.location = where;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_SAVE_DURABLE;
+	f.save_durable = &dur;
+	send_event(sv, &f);
+}
+
+static void send_failed(struct save *sv)
+{
+	Ckpt__SaveFailed fail = CKPT__SAVE_FAILED__INIT;
+	fail.status = sv->status ? sv->status : EIO;
+	fail.message = sv->msg;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_SAVE_FAILED;
+	f.save_failed = &fail;
+	send_event(sv, &f);
+}
 
 static void save_set_state(struct save *sv, enum save_state st)
 {
@@ -407,10 +517,16 @@ static void save_set_state(struct save *sv, enum save_state st)
 	enum save_state old = sv->state;
 	log_debug("save %" PRIu64 " (%s step %" PRIu64 " rank %u): %s -> %s", sv->id, sv->job, sv->step,
 		  sv->rank, state_name[old], state_name[st]);
+	/* on-leave */
 	if (old == SAVE_ADMITTING) {
 		TAILQ_REMOVE(&d->waitq, sv, wlink);
 		d->nwaiting--;
+	} else if (old == SAVE_QUEUED) {
+		TAILQ_REMOVE(&d->uploadq, sv, wlink);
+	} else if (old == SAVE_UPLOADING) {
+		d->nuploading--;
 	}
+	bool in_flight = old != SAVE_NEW;
 	sv->state = st;
 	switch (st) {
 	case SAVE_NEW:
@@ -424,7 +540,7 @@ static void save_set_state(struct save *sv, enum save_state st)
 	case SAVE_STAGING: {
 		sv->jobs_left = sv->nchunks;
 		if (sv->nchunks == 0) {
-			save_set_state(sv, SAVE_UPLOADING);
+			save_set_state(sv, SAVE_QUEUED);
 			break;
 		}
 		uint32_t pi = 0;
@@ -449,66 +565,63 @@ static void save_set_state(struct save *sv, enum save_state st)
 			workq_submit(d->copyq, &sv->jobs[c].item);
 		break;
 	}
-	case SAVE_UPLOADING: {
-		uint64_t stall = daemon_now_ns() - sv->t_start;
+	case SAVE_QUEUED:
 		d->stats.bytes_staged += sv->shard_bytes;
 		/* The trainer may touch its buffers again: drop them. */
 		for (size_t i = 0; i < sv->ntensors; i++) {
 			hostbuf_unref(sv->tensors[i].buf);
 			sv->tensors[i].buf = NULL;
 		}
-		Ckpt__SaveStaged ev = CKPT__SAVE_STAGED__INIT;
-		ev.bytes = sv->shard_bytes;
-		ev.stall_ns = stall;
-		Ckpt__Frame f = CKPT__FRAME__INIT;
-		f.body_case = CKPT__FRAME__BODY_SAVE_STAGED;
-		f.save_staged = &ev;
-		send_event(sv, &f);
+		send_staged(sv);
+		TAILQ_INSERT_TAIL(&d->uploadq, sv, wlink);
+		pump_uploads(d);
+		break;
+	case SAVE_UPLOADING: {
+		d->nuploading++;
 		sv->work.data = sv;
 		int r = uv_queue_work(d->loop, &sv->work, upload_run, upload_done);
 		if (r < 0)
 			save_fail(sv, EIO, "cannot queue the upload: %s", uv_strerror(r));
 		break;
 	}
-	case SAVE_DURABLE:
-	case SAVE_FAILED: {
-		Ckpt__Frame f = CKPT__FRAME__INIT;
-		Ckpt__SaveDurable dur = CKPT__SAVE_DURABLE__INIT;
-		Ckpt__SaveFailed fail = CKPT__SAVE_FAILED__INIT;
-		char where[1024];
-		if (st == SAVE_DURABLE) {
-			d->stats.bytes_durable += sv->shard_bytes;
-			snprintf(where, sizeof(where), "%s/%s/step-%012" PRIu64, d->store->url, sv->job, sv->step);
-			dur.bytes = sv->shard_bytes;
-			dur.location = where;
-			f.body_case = CKPT__FRAME__BODY_SAVE_DURABLE;
-			f.save_durable = &dur;
-			log_info("save %" PRIu64 ": %s step %" PRIu64 " rank %u/%u durable, %" PRIu64 " bytes in %.1f ms",
-				 sv->id, sv->job, sv->step, sv->rank, sv->world_size, sv->shard_bytes,
-				 (double)(daemon_now_ns() - sv->t_start) / 1e6);
-		} else {
-			d->stats.saves_failed++;
-			fail.status = sv->status ? sv->status : EIO;
-			fail.message = sv->msg;
-			f.body_case = CKPT__FRAME__BODY_SAVE_FAILED;
-			f.save_failed = &fail;
-			log_warn("save %" PRIu64 ": %s step %" PRIu64 " rank %u failed (was %s): %s", sv->id, sv->job,
-				 sv->step, sv->rank, state_name[old], sv->msg);
-		}
-		send_event(sv, &f);
-		if (sv->have_chunks)
-			pool_release(&d->pool, sv->chunks, sv->nchunks);
+	case SAVE_HELD:
+	case SAVE_DONE:
+		d->stats.bytes_durable += sv->shard_bytes;
+		log_info("save %" PRIu64 ": %s step %" PRIu64 " rank %u/%u durable, %" PRIu64 " bytes in %.1f ms",
+			 sv->id, sv->job, sv->step, sv->rank, sv->world_size, sv->shard_bytes,
+			 (double)(daemon_now_ns() - sv->t_start) / 1e6);
+		send_durable(sv);
 		save_detach_session(sv);
-		if (old != SAVE_NEW) {
+		TAILQ_REMOVE(&d->saves, sv, link);
+		d->nsaves--;
+		if (st == SAVE_HELD && d->cfg.memory_tier) {
+			sv->held_since_ns = daemon_now_ns();
+			memtier_hold(d, sv);
+		} else {
+			sv->state = SAVE_DONE;
+			save_release(sv);
+		}
+		pump_uploads(d);
+		save_admit_waiting(d);
+		daemon_maybe_finish_drain(d);
+		break;
+	case SAVE_FAILED:
+		d->stats.saves_failed++;
+		log_warn("save %" PRIu64 ": %s step %" PRIu64 " rank %u failed (was %s): %s", sv->id, sv->job,
+			 sv->step, sv->rank, state_name[old], sv->msg);
+		send_failed(sv);
+		save_detach_session(sv);
+		if (in_flight) {
 			TAILQ_REMOVE(&d->saves, sv, link);
 			d->nsaves--;
 		}
-		save_free(sv);
-		if (old != SAVE_NEW)
+		save_release(sv);
+		if (in_flight) {
+			pump_uploads(d);
 			save_admit_waiting(d);
+		}
 		daemon_maybe_finish_drain(d);
 		break;
-	}
 	}
 }
 
@@ -693,9 +806,13 @@ void save_start(struct session *s, uint64_t req_id, const Ckpt__Save *m)
 		save_fail(sv, ESHUTDOWN, "ckptd is shutting down and admits no new saves");
 		return;
 	}
-	if (s->inflight_saves > d->cfg.max_inflight_saves) {
-		save_fail(sv, EBUSY, "%u saves of this session are in flight (max_inflight_saves)",
-			  d->cfg.max_inflight_saves);
+	struct job_policy jp;
+	config_job_policy(&d->cfg, sv->job, d->pool.bytes, &jp);
+	sv->policy = s->policy >= 0 ? (enum admit_policy)s->policy : jp.policy;
+	sv->quota_bytes = jp.quota_bytes;
+	if (job_inflight_saves(d, sv->job) >= jp.max_inflight_saves) {
+		save_fail(sv, EBUSY, "%u saves of job '%s' are in flight (max_inflight_saves)",
+			  jp.max_inflight_saves, sv->job);
 		return;
 	}
 	struct save *o;
@@ -712,11 +829,35 @@ void save_start(struct session *s, uint64_t req_id, const Ckpt__Save *m)
 		save_fail(sv, -r, "%s", r == -ENOMEM ? "out of memory" : err);
 		return;
 	}
+	if (sv->shard_bytes > sv->quota_bytes) {
+		save_fail(sv, E2BIG, "save of %" PRIu64 " bytes exceeds the quota of job '%s' (%" PRIu64
+			  " bytes); raise its quota", sv->shard_bytes, sv->job, sv->quota_bytes);
+		return;
+	}
 	TAILQ_INSERT_TAIL(&d->saves, sv, link);
 	d->nsaves++;
-	/* FIFO: nobody overtakes a save that already waits. */
-	if (TAILQ_EMPTY(&d->waitq) && try_admit(sv))
+	/* FIFO within the job: nobody overtakes a save of its own job. */
+	r = job_waiting(d, sv->job) ? -ENOSPC : try_admit(sv);
+	if (r == 0) {
 		save_set_state(sv, SAVE_STAGING);
-	else
+		return;
+	}
+	switch (sv->policy) {
+	case POLICY_SKIP:
+		d->stats.saves_skipped++;
+		save_fail(sv, EBUSY, "no room for %" PRIu64 " bytes: %s holds %" PRIu64 " MiB not yet durable; "
+			  "skipped (policy skip)", sv->shard_bytes, r == -EDQUOT ? "the job's quota" : "the pool",
+			  (r == -EDQUOT ? job_inflight_bytes(d, sv->job) : pool_used_bytes(&d->pool)) >> 20);
+		return;
+	case POLICY_COALESCE:
+		if (supersede_older(sv) > 0 && !job_waiting(d, sv->job) && try_admit(sv) == 0) {
+			save_set_state(sv, SAVE_STAGING);
+			return;
+		}
 		save_set_state(sv, SAVE_ADMITTING);
+		return;
+	case POLICY_BLOCK:
+		save_set_state(sv, SAVE_ADMITTING);
+		return;
+	}
 }

@@ -1,18 +1,96 @@
-/* A save: admission into the pool, staging copies, upload, events.
- * Every state change goes through save_set_state(). */
+/* A save: admission into the pool (with the job's policy and quota),
+ * staging copies, the upload queue, events, and afterwards a place in the
+ * memory tier. Every state change goes through save_set_state(), in
+ * save.c. Loop thread only, except where a field says otherwise. */
 #ifndef CKPTD_SAVE_H
 #define CKPTD_SAVE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
+#include <sys/queue.h>
 #include <uv.h>
 
 #include "ckpt.pb-c.h"
+#include "config.h"
+#include "tensor.h"
+#include "workq.h"
 
 struct session;
-struct save;
 struct daemon;
+struct hostbuf;
+
+enum save_state {
+	SAVE_NEW,
+	SAVE_ADMITTING, /* waiting for pool chunks */
+	SAVE_STAGING,   /* copies running */
+	SAVE_QUEUED,    /* staged; waiting for an upload slot */
+	SAVE_UPLOADING, /* shard and manifest being written */
+	SAVE_HELD,      /* durable; kept in the pool as the memory tier */
+	SAVE_DONE,      /* durable and released */
+	SAVE_FAILED,
+};
+
+struct save_tensor {
+	char *name;
+	int dtype;
+	struct box box;
+	uint64_t shard_off, nbytes;
+	struct hostbuf *buf;
+	uint64_t buf_off;
+	uint32_t crc;
+};
+
+/* The part of one tensor that lies in one chunk. */
+struct save_piece {
+	uint32_t tensor;
+	uint64_t tensor_off, len;
+	uint32_t crc;
+};
+
+struct copy_job {
+	struct work_item item;
+	struct save *sv;
+	uint32_t chunk; /* index into sv->chunks */
+	uint32_t first_piece, npieces;
+	int err;
+};
+
+struct save {
+	TAILQ_ENTRY(save) link;  /* daemon.saves while in flight, daemon.held when held */
+	TAILQ_ENTRY(save) wlink; /* daemon.waitq or daemon.uploadq */
+	TAILQ_ENTRY(save) slink; /* session.saves */
+	struct daemon *d;
+	struct session *session;
+	uint64_t req_id, id;
+	enum save_state state;
+	char job[129], attempt[129];
+	uint32_t rank, world_size;
+	uint64_t step;
+	enum admit_policy policy;
+	uint64_t quota_bytes;
+
+	struct save_tensor *tensors;
+	size_t ntensors;
+	struct save_piece *pieces;
+	size_t npieces;
+	uint64_t shard_bytes;
+	uint32_t nchunks;
+	uint32_t *chunks;
+	uint32_t *chunk_crc;
+	bool have_chunks;
+	struct copy_job *jobs;
+	uint32_t jobs_left;
+	uint8_t *extra;
+	size_t extra_len;
+
+	uint64_t t_start, deadline_ns, held_since_ns;
+	uv_work_t work;
+	unsigned readers;  /* loads reading the held copy on the threadpool */
+	bool drop_pending; /* release once readers reach 0 */
+	int status;
+	char msg[512];
+};
 
 void save_start(struct session *s, uint64_t req_id, const Ckpt__Save *m);
 /* The session is going away; the save goes on without it. */
@@ -24,5 +102,23 @@ void save_cancel_waiting(struct daemon *d, int status, const char *why);
 void save_on_admit_timer(uv_timer_t *t);
 /* Tensor names: 1..max bytes, no control characters. */
 int save_validate_name(const char *name, uint32_t max, char *err, size_t errlen);
+/* Bytes [off, off+len) of a held save's shard: a pointer into the pool when
+ * they lie in one chunk, else copied into tmp. Thread-safe while pinned. */
+const uint8_t *save_shard_bytes(const struct save *sv, uint64_t off, uint64_t len, uint8_t *tmp);
+
+/* The memory tier (memtier.c). */
+/* sv became durable: keep it as the newest copy of its (job, rank). */
+void memtier_hold(struct daemon *d, struct save *sv);
+/* Drop held copies, oldest first, until need chunks are free (or none
+ * unpinned is left). */
+void memtier_reclaim(struct daemon *d, uint32_t need);
+/* Pin the held copies of job for a load; unpin releases any that were
+ * dropped meanwhile. */
+size_t memtier_pin(struct daemon *d, const char *job, struct save ***out);
+void memtier_unpin(struct daemon *d, struct save **pinned, size_t n);
+/* Release every held copy (shutdown). */
+void memtier_clear(struct daemon *d);
+/* Release one save's chunks and free it (no events). */
+void save_release(struct save *sv);
 
 #endif

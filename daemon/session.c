@@ -4,6 +4,7 @@
 #include "log.h"
 #include "manifest.h"
 #include "save.h"
+#include "config.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -228,6 +229,14 @@ static void on_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 				      ATTEMPT_MAX_LEN);
 			return;
 		}
+		if (h->policy[0]) {
+			enum admit_policy pol;
+			if (config_parse_policy(h->policy, &pol) < 0) {
+				session_close(s, EINVAL, "policy '%s': want block, skip or coalesce", h->policy);
+				return;
+			}
+			s->policy = (int)pol;
+		}
 		snprintf(s->job, sizeof(s->job), "%s", h->job);
 		snprintf(s->attempt, sizeof(s->attempt), "%s", att);
 		s->rank = h->rank;
@@ -324,15 +333,53 @@ static void on_status(struct session *s, uint64_t req_id)
 	rep.waiting_saves = d->nwaiting;
 	rep.saves_total = d->stats.saves_total;
 	rep.saves_failed = d->stats.saves_failed;
+	rep.saves_superseded = d->stats.saves_superseded;
+	rep.saves_skipped = d->stats.saves_skipped;
 	rep.bytes_staged = d->stats.bytes_staged;
 	rep.bytes_durable = d->stats.bytes_durable;
 	rep.bytes_restored = d->stats.bytes_restored;
+	rep.bytes_restored_memory = d->stats.bytes_restored_memory;
+	rep.restores_from_memory = d->stats.restores_from_memory;
+	rep.restores_from_storage = d->stats.restores_from_storage;
+	rep.reclaimed_bytes = d->stats.reclaimed_bytes;
+	rep.recovered_files = d->stats.recovered_files;
+	char *recovered[RECOVERED_LIST];
+	for (uint32_t i = 0; i < d->stats.nrecovered; i++)
+		recovered[i] = d->stats.recovered[i];
+	rep.n_recovered = d->stats.nrecovered;
+	rep.recovered = recovered;
 	rep.storage = d->store->url;
 	rep.uptime_ns = daemon_now_ns() - d->start_ns;
+	Ckpt__HeldCopy *held = calloc(d->nheld ? d->nheld : 1, sizeof(*held));
+	Ckpt__HeldCopy **heldp = calloc(d->nheld ? d->nheld : 1, sizeof(*heldp));
+	if (held == NULL || heldp == NULL) {
+		free(held);
+		free(heldp);
+		session_reply(s, req_id, ENOMEM, "out of memory");
+		return;
+	}
+	size_t k = 0;
+	struct save *sv;
+	TAILQ_FOREACH(sv, &d->held, link) {
+		ckpt__held_copy__init(&held[k]);
+		held[k].job = sv->job;
+		held[k].rank = sv->rank;
+		held[k].world_size = sv->world_size;
+		held[k].step = sv->step;
+		held[k].bytes = sv->shard_bytes;
+		held[k].attempt_id = sv->attempt;
+		heldp[k] = &held[k];
+		rep.pool_held_bytes += (uint64_t)sv->nchunks * d->pool.chunk_bytes;
+		k++;
+	}
+	rep.n_held = k;
+	rep.held = heldp;
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_STATUS_REPLY;
 	f.status_reply = &rep;
 	session_send(s, req_id, &f);
+	free(held);
+	free(heldp);
 }
 
 /* Validation order (DESIGN §3): size cap (in on_readable) -> unpack ->
@@ -502,6 +549,7 @@ int session_start(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid)
 	s->uid = uid;
 	s->gid = gid;
 	s->id = ++d->next_session_id;
+	s->policy = -1;
 	STAILQ_INIT(&s->outq);
 	TAILQ_INIT(&s->saves);
 	s->rcap = RBUF_INITIAL;

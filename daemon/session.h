@@ -38,6 +38,7 @@ struct session {
 	char job[129];
 	char attempt[129];
 	uint32_t rank, world_size, local_rank;
+	int policy; /* enum admit_policy from Hello, or -1 */
 
 	uint8_t *rbuf;
 	size_t rlen, rcap;

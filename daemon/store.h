@@ -20,12 +20,18 @@ struct store_ops {
 	int (*get_all)(struct store *s, const char *key, size_t max, void **buf, size_t *len);
 	/* Names directly under prefix (a "directory"), malloc'd; -ENOENT if none. */
 	int (*list)(struct store *s, const char *prefix, char ***names, size_t *n);
+	/* Remove key; -ENOENT if it was not there. */
+	int (*remove)(struct store *s, const char *key);
+	/* Remove this node's temporary files of key (left by a crash);
+	 * returns how many. */
+	int (*remove_temps)(struct store *s, const char *key);
 	void (*free)(struct store *s);
 };
 
 struct store {
 	const struct store_ops *ops;
 	char url[1024];
+	unsigned debug_delay_ms; /* tests only: pause in the middle of a put */
 };
 
 /* Opens the backend named by url's scheme. */

@@ -16,6 +16,7 @@
 struct store_fs {
 	struct store base;
 	char root[PATH_MAX];
+	char host[65]; /* in temporary names, so recovery leaves other nodes' alone */
 };
 
 static atomic_uint_fast64_t tmp_counter;
@@ -105,13 +106,16 @@ static int fs_put(struct store *base, const char *key, const struct iovec *iov, 
 	*slash = '\0';
 	if ((r = mkdir_p(dir)) < 0)
 		return r;
-	snprintf(tmp, sizeof(tmp), "%s.tmp.%d.%llu", path, (int)getpid(),
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%s.%d.%llu", path, s->host, (int)getpid(),
 		 (unsigned long long)atomic_fetch_add(&tmp_counter, 1));
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
-	for (size_t i = 0; i < n && r == 0; i++)
+	for (size_t i = 0; i < n && r == 0; i++) {
 		r = write_all(fd, iov[i].iov_base, iov[i].iov_len);
+		if (s->base.debug_delay_ms && i == n / 2)
+			usleep(s->base.debug_delay_ms * 1000u); /* tests: a window to crash in */
+	}
 	if (r == 0 && fsync(fd) != 0)
 		r = -errno;
 	if (close(fd) != 0 && r == 0)
@@ -242,6 +246,47 @@ static int fs_list(struct store *base, const char *prefix, char ***names, size_t
 	return 0;
 }
 
+static int fs_remove(struct store *base, const char *key)
+{
+	struct store_fs *s = (struct store_fs *)base;
+	char path[PATH_MAX];
+	int r = fs_path(s, key, path, sizeof(path));
+	if (r < 0)
+		return r;
+	if (unlink(path) != 0)
+		return -errno;
+	char *slash = strrchr(path, '/');
+	*slash = '\0';
+	return fsync_dir(path);
+}
+
+static int fs_remove_temps(struct store *base, const char *key)
+{
+	struct store_fs *s = (struct store_fs *)base;
+	char path[PATH_MAX], prefix[PATH_MAX];
+	int r = fs_path(s, key, path, sizeof(path));
+	if (r < 0)
+		return r;
+	char *slash = strrchr(path, '/');
+	*slash = '\0';
+	snprintf(prefix, sizeof(prefix), "%s.tmp.%s.", slash + 1, s->host);
+	DIR *d = opendir(path);
+	if (d == NULL)
+		return errno == ENOENT ? 0 : -errno;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+			continue;
+		if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+			n++;
+	}
+	closedir(d);
+	if (n)
+		(void)fsync_dir(path);
+	return n;
+}
+
 static void fs_free(struct store *base)
 {
 	free(base);
@@ -252,6 +297,8 @@ static const struct store_ops fs_ops = {
 	.get_range = fs_get_range,
 	.get_all = fs_get_all,
 	.list = fs_list,
+	.remove = fs_remove,
+	.remove_temps = fs_remove_temps,
 	.free = fs_free,
 };
 
@@ -276,6 +323,11 @@ int store_fs_open(const char *url, struct store **out, char *err, size_t errlen)
 	}
 	memcpy(s->root, p, len);
 	s->root[len] = '\0';
+	if (gethostname(s->host, sizeof(s->host) - 1) != 0 || s->host[0] == '\0')
+		snprintf(s->host, sizeof(s->host), "localhost");
+	for (char *c = s->host; *c; c++)
+		if (*c == '/' || *c == '.')
+			*c = '_';
 	int r = mkdir_p(s->root);
 	if (r < 0) {
 		snprintf(err, errlen, "storage root %s: %s", s->root, strerror(-r));

@@ -15,6 +15,7 @@
 #ifndef CKPT_CKPT_H
 #define CKPT_CKPT_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -60,7 +61,17 @@ typedef struct {
 	 * TORCHELASTIC_RUN_ID and TORCHELASTIC_RESTART_COUNT when set,
 	 * else "default". */
 	const char *attempt_id;
+	/* What a save does when the pool is full of data not yet durable:
+	 * "block" (wait, up to the daemon's admit timeout), "skip" (fail at
+	 * once with -EBUSY) or "coalesce" (older saves of this rank that have
+	 * not started uploading fail with CKPT_SUPERSEDED). NULL: the
+	 * daemon's per-job config. */
+	const char *policy;
 } ckpt_hello;
+
+/* The durable future of a save replaced under the coalesce policy fails
+ * with this status; nothing else uses it. */
+#define CKPT_SUPERSEDED (-ECANCELED)
 
 /* One tensor (or this rank's box of a global tensor). On save the bytes are
  * read from buffer+offset; on load they are written there. box_* with
@@ -127,6 +138,12 @@ uint64_t ckpt_future_bytes(ckpt_future *f);
 uint64_t ckpt_future_step(ckpt_future *f);
 /* For loads: the extra state saved with the step (valid until freed). */
 const void *ckpt_future_extra(ckpt_future *f, size_t *len);
+/* For loads, once loaded: "memory" (the daemon's memory tier), "storage",
+ * or "mixed"; "" before. */
+const char *ckpt_future_source(ckpt_future *f);
+/* Per requested tensor, in request order: its name and source; NULL when
+ * i is out of range or the load has not completed. */
+const char *ckpt_future_tensor_source(ckpt_future *f, size_t i, const char **name);
 typedef void (*ckpt_future_cb)(ckpt_future *f, ckpt_phase phase, int status,
 			       void *user);
 /* Called on the reader thread for every phase reached (and once on
@@ -134,14 +151,33 @@ typedef void (*ckpt_future_cb)(ckpt_future *f, ckpt_phase phase, int status,
 int ckpt_future_set_callback(ckpt_future *f, ckpt_future_cb cb, void *user);
 void ckpt_future_free(ckpt_future *f);
 
+#define CKPT_STATUS_MAX_HELD 64
+#define CKPT_STATUS_MAX_RECOVERED 8
+
+/* One copy in the daemon's memory tier. */
+typedef struct {
+	char job[256];
+	uint32_t rank, world_size;
+	uint64_t step, bytes;
+	char attempt_id[128];
+} ckpt_held_info;
+
 typedef struct {
 	uint32_t sessions;
-	uint64_t pool_bytes, pool_used_bytes, chunk_bytes;
+	uint64_t pool_bytes, pool_used_bytes, pool_held_bytes, chunk_bytes;
 	uint32_t inflight_saves, waiting_saves;
-	uint64_t saves_total, saves_failed;
-	uint64_t bytes_staged, bytes_durable, bytes_restored;
+	uint64_t saves_total, saves_failed, saves_superseded, saves_skipped;
+	uint64_t bytes_staged, bytes_durable, bytes_restored, bytes_restored_memory;
+	uint64_t restores_from_memory, restores_from_storage;
+	uint64_t reclaimed_bytes;
 	uint64_t uptime_ns;
 	char storage[512];
+	/* the memory tier: the first CKPT_STATUS_MAX_HELD of nheld */
+	uint32_t nheld;
+	ckpt_held_info held[CKPT_STATUS_MAX_HELD];
+	/* files a restart removed after a crash */
+	uint32_t recovered_files, nrecovered;
+	char recovered[CKPT_STATUS_MAX_RECOVERED][256];
 } ckpt_status_info;
 
 int ckpt_status(ckpt_client *c, ckpt_status_info *out);

@@ -1,0 +1,168 @@
+#include "journal.h"
+#include "log.h"
+#include "manifest.h"
+#include "store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define JOURNAL_MAX_BYTES (64u << 20)
+
+struct journal {
+	pthread_mutex_t mu;
+	int fd;
+	char path[1100];
+};
+
+int journal_open(const char *state_dir, struct journal **out, char *err, size_t errlen)
+{
+	struct journal *j = calloc(1, sizeof(*j));
+	if (j == NULL)
+		return -ENOMEM;
+	snprintf(j->path, sizeof(j->path), "%s/journal", state_dir);
+	j->fd = open(j->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (j->fd < 0) {
+		int e = errno;
+		snprintf(err, errlen, "journal %s: %s", j->path, strerror(e));
+		free(j);
+		return -e;
+	}
+	pthread_mutex_init(&j->mu, NULL);
+	*out = j;
+	return 0;
+}
+
+void journal_close(struct journal *j)
+{
+	if (j == NULL)
+		return;
+	close(j->fd);
+	pthread_mutex_destroy(&j->mu);
+	free(j);
+}
+
+static int append(struct journal *j, const char *line)
+{
+	size_t len = strlen(line);
+	pthread_mutex_lock(&j->mu);
+	ssize_t n = write(j->fd, line, len);
+	int r = n == (ssize_t)len ? 0 : n < 0 ? -errno : -EIO;
+	if (r == 0 && fdatasync(j->fd) != 0)
+		r = -errno;
+	pthread_mutex_unlock(&j->mu);
+	return r;
+}
+
+int journal_begin(struct journal *j, uint64_t id, const char *shard_key, const char *man_key,
+		  const char *attempt)
+{
+	char line[2048];
+	snprintf(line, sizeof(line), "B %" PRIu64 " %s %s %s\n", id, attempt, shard_key, man_key);
+	return append(j, line);
+}
+
+int journal_end(struct journal *j, uint64_t id)
+{
+	char line[64];
+	snprintf(line, sizeof(line), "E %" PRIu64 "\n", id);
+	return append(j, line);
+}
+
+struct entry {
+	uint64_t id;
+	char attempt[129], shard[768], man[768];
+	bool ended;
+};
+
+/* Did the manifest of this attempt reach storage? */
+static bool manifest_made_it(struct store *s, const struct entry *e)
+{
+	void *buf = NULL;
+	size_t len = 0;
+	if (s->ops->get_all(s, e->man, MANIFEST_MAX_BYTES, &buf, &len) < 0)
+		return false;
+	Ckpt__Manifest *m = NULL;
+	char why[256];
+	int r = manifest_decode(buf, len, &m, why, sizeof(why));
+	free(buf);
+	if (r < 0)
+		return false;
+	bool ok = strcmp(m->attempt_id, e->attempt) == 0;
+	ckpt__manifest__free_unpacked(m, NULL);
+	return ok;
+}
+
+int journal_recover(struct journal *j, struct store *s, journal_recover_fn report, void *ctx)
+{
+	off_t size = lseek(j->fd, 0, SEEK_END);
+	if (size < 0)
+		return -errno;
+	if (size > JOURNAL_MAX_BYTES) {
+		log_warn("journal %s is %lld bytes; ignoring it", j->path, (long long)size);
+		size = 0;
+	}
+	char *text = malloc((size_t)size + 1);
+	if (text == NULL)
+		return -ENOMEM;
+	ssize_t got = pread(j->fd, text, (size_t)size, 0);
+	if (got < 0) {
+		free(text);
+		return -errno;
+	}
+	text[got] = '\0';
+	struct entry *v = NULL;
+	size_t n = 0, cap = 0;
+	int removed = 0;
+	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+		struct entry e = { 0 };
+		if (line[0] == 'B' && sscanf(line, "B %" SCNu64 " %128s %767s %767s", &e.id, e.attempt, e.shard,
+					     e.man) == 4) {
+			if (n == cap) {
+				size_t nc = cap ? 2 * cap : 16;
+				struct entry *nv = realloc(v, nc * sizeof(*nv));
+				if (nv == NULL)
+					break;
+				v = nv;
+				cap = nc;
+			}
+			v[n++] = e;
+		} else if (line[0] == 'E' && sscanf(line, "E %" SCNu64, &e.id) == 1) {
+			for (size_t i = 0; i < n; i++)
+				if (v[i].id == e.id)
+					v[i].ended = true;
+		}
+		/* Anything else is a torn last line from the crash: ignored. */
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct entry *e = &v[i];
+		if (e->ended)
+			continue;
+		char what[1024];
+		const char *keys[2] = { e->shard, e->man };
+		for (int k = 0; k < 2; k++) {
+			int c = s->ops->remove_temps(s, keys[k]);
+			if (c > 0) {
+				removed += c;
+				snprintf(what, sizeof(what), "%d temporary file(s) of %s", c, keys[k]);
+				report(ctx, what);
+			}
+		}
+		if (!manifest_made_it(s, e) && s->ops->remove(s, e->shard) == 0) {
+			removed++;
+			snprintf(what, sizeof(what), "shard %s (its manifest was never written)", e->shard);
+			report(ctx, what);
+		}
+	}
+	free(v);
+	free(text);
+	if (ftruncate(j->fd, 0) != 0 || fsync(j->fd) != 0)
+		return -errno;
+	return removed;
+}

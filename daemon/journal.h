@@ -1,0 +1,27 @@
+/* A small journal of uploads in flight, in the state directory, so that a
+ * restart after a crash can remove what the crashed run left half-written:
+ * its temporary files and shards whose manifest never followed. */
+#ifndef CKPTD_JOURNAL_H
+#define CKPTD_JOURNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct journal;
+struct store;
+
+/* Open (creating) <state_dir>/journal. */
+int journal_open(const char *state_dir, struct journal **out, char *err, size_t errlen);
+void journal_close(struct journal *j);
+/* Thread-safe; each record is fsync'd before the write it announces. */
+int journal_begin(struct journal *j, uint64_t id, const char *shard_key, const char *man_key,
+		  const char *attempt);
+int journal_end(struct journal *j, uint64_t id);
+
+typedef void (*journal_recover_fn)(void *ctx, const char *what);
+/* Undo every write begun and never ended: remove its temporaries, and its
+ * shard unless the manifest of that attempt made it. report() is told each
+ * removal. Then empty the journal. Returns the number of files removed. */
+int journal_recover(struct journal *j, struct store *s, journal_recover_fn report, void *ctx);
+
+#endif

@@ -1,0 +1,101 @@
+/* The memory tier: after a save is durable its chunks stay in the pool as
+ * the newest restorable copy of its (job, rank), until admission needs the
+ * space (oldest first) or a newer durable save of the same (job, rank)
+ * replaces it. Only durable data is ever held here, so dropping it loses
+ * nothing. Loop thread only; loads pin what they read. */
+#include "daemon.h"
+#include "log.h"
+#include "save.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void drop(struct daemon *d, struct save *sv, const char *why)
+{
+	TAILQ_REMOVE(&d->held, sv, link);
+	d->nheld--;
+	log_debug("memtier: dropping %s step %" PRIu64 " rank %u (%" PRIu64 " bytes): %s", sv->job, sv->step,
+		  sv->rank, sv->shard_bytes, why);
+	if (sv->readers > 0) {
+		/* A load still reads it; free when that load ends. */
+		sv->drop_pending = true;
+		return;
+	}
+	save_release(sv);
+}
+
+void memtier_hold(struct daemon *d, struct save *sv)
+{
+	struct save *o, *next;
+	TAILQ_FOREACH(o, &d->held, link) {
+		if (o->rank == sv->rank && strcmp(o->job, sv->job) == 0 && o->step > sv->step) {
+			/* Out of order: a newer step is held already. */
+			save_release(sv);
+			return;
+		}
+	}
+	for (o = TAILQ_FIRST(&d->held); o; o = next) {
+		next = TAILQ_NEXT(o, link);
+		if (o->rank == sv->rank && strcmp(o->job, sv->job) == 0 && o->step <= sv->step)
+			drop(d, o, "a newer step of the same job and rank is durable");
+	}
+	TAILQ_INSERT_TAIL(&d->held, sv, link);
+	d->nheld++;
+}
+
+void memtier_reclaim(struct daemon *d, uint32_t need)
+{
+	uint32_t freed = 0;
+	struct save *sv, *next;
+	for (sv = TAILQ_FIRST(&d->held); sv && freed < need; sv = next) {
+		next = TAILQ_NEXT(sv, link);
+		if (sv->readers > 0)
+			continue;
+		freed += sv->nchunks;
+		d->stats.reclaimed_bytes += (uint64_t)sv->nchunks * d->pool.chunk_bytes;
+		drop(d, sv, "its space is needed for a new save");
+	}
+}
+
+size_t memtier_pin(struct daemon *d, const char *job, struct save ***out)
+{
+	size_t n = 0;
+	struct save *sv;
+	TAILQ_FOREACH(sv, &d->held, link)
+		if (strcmp(sv->job, job) == 0)
+			n++;
+	*out = NULL;
+	if (n == 0)
+		return 0;
+	struct save **v = calloc(n, sizeof(*v));
+	if (v == NULL)
+		return 0; /* the load then reads storage only */
+	size_t k = 0;
+	TAILQ_FOREACH(sv, &d->held, link)
+		if (strcmp(sv->job, job) == 0) {
+			sv->readers++;
+			v[k++] = sv;
+		}
+	*out = v;
+	return k;
+}
+
+void memtier_unpin(struct daemon *d, struct save **pinned, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct save *sv = pinned[i];
+		if (--sv->readers == 0 && sv->drop_pending)
+			save_release(sv);
+	}
+	free(pinned);
+	if (n)
+		save_admit_waiting(d);
+}
+
+void memtier_clear(struct daemon *d)
+{
+	struct save *sv;
+	while ((sv = TAILQ_FIRST(&d->held)) != NULL)
+		drop(d, sv, "shutdown");
+}
