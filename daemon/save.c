@@ -350,7 +350,7 @@ static int try_admit(struct save *sv)
 {
 	struct daemon *d = sv->d;
 	uint64_t need = (uint64_t)sv->nchunks * d->pool.chunk_bytes;
-	if (job_inflight_bytes(d, sv->job) + need > sv->quota_bytes)
+	if (sv->quota_bytes < d->pool.bytes && job_inflight_bytes(d, sv->job) + need > sv->quota_bytes)
 		return -EDQUOT;
 	if (d->pool.nfree < sv->nchunks)
 		memtier_reclaim(d, sv->nchunks - d->pool.nfree);
@@ -379,8 +379,9 @@ void save_on_admit_timer(uv_timer_t *t)
 		next = TAILQ_NEXT(sv, wlink);
 		if (sv->deadline_ns > now)
 			continue;
-		bool quota = job_inflight_bytes(d, sv->job) + (uint64_t)sv->nchunks * d->pool.chunk_bytes >
-			     sv->quota_bytes;
+		bool quota = sv->quota_bytes < d->pool.bytes &&
+			     job_inflight_bytes(d, sv->job) + (uint64_t)sv->nchunks * d->pool.chunk_bytes >
+				     sv->quota_bytes;
 		save_fail(sv, ETIMEDOUT,
 			  "no staging space for %" PRIu64 " bytes within %u ms: %s holds %" PRIu64
 			  " MiB not yet durable; raise staging_bytes or the quota, or save less often",
@@ -526,7 +527,6 @@ static void save_set_state(struct save *sv, enum save_state st)
 	} else if (old == SAVE_UPLOADING) {
 		d->nuploading--;
 	}
-	bool in_flight = old != SAVE_NEW;
 	sv->state = st;
 	switch (st) {
 	case SAVE_NEW:
@@ -593,6 +593,7 @@ static void save_set_state(struct save *sv, enum save_state st)
 		send_durable(sv);
 		save_detach_session(sv);
 		TAILQ_REMOVE(&d->saves, sv, link);
+		sv->listed = false;
 		d->nsaves--;
 		if (st == SAVE_HELD && d->cfg.memory_tier) {
 			sv->held_since_ns = daemon_now_ns();
@@ -611,12 +612,13 @@ static void save_set_state(struct save *sv, enum save_state st)
 			 sv->step, sv->rank, state_name[old], sv->msg);
 		send_failed(sv);
 		save_detach_session(sv);
-		if (in_flight) {
+		bool listed = sv->listed;
+		if (listed) {
 			TAILQ_REMOVE(&d->saves, sv, link);
 			d->nsaves--;
 		}
 		save_release(sv);
-		if (in_flight) {
+		if (listed) {
 			pump_uploads(d);
 			save_admit_waiting(d);
 		}
@@ -835,6 +837,7 @@ void save_start(struct session *s, uint64_t req_id, const Ckpt__Save *m)
 		return;
 	}
 	TAILQ_INSERT_TAIL(&d->saves, sv, link);
+	sv->listed = true;
 	d->nsaves++;
 	/* FIFO within the job: nobody overtakes a save of its own job. */
 	r = job_waiting(d, sv->job) ? -ENOSPC : try_admit(sv);

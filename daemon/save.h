@@ -64,6 +64,7 @@ struct save {
 	struct session *session;
 	uint64_t req_id, id;
 	enum save_state state;
+	bool listed; /* in daemon.saves */
 	char job[129], attempt[129];
 	uint32_t rank, world_size;
 	uint64_t step;

@@ -113,7 +113,7 @@ static int fs_put(struct store *base, const char *key, const struct iovec *iov, 
 		return -errno;
 	for (size_t i = 0; i < n && r == 0; i++) {
 		r = write_all(fd, iov[i].iov_base, iov[i].iov_len);
-		if (s->base.debug_delay_ms && i == n / 2)
+		if (s->base.debug_delay_ms && n > 1 && i == n / 2)
 			usleep(s->base.debug_delay_ms * 1000u); /* tests: a window to crash in */
 	}
 	if (r == 0 && fsync(fd) != 0)
