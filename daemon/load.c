@@ -10,6 +10,8 @@
 #include "tensor.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -99,6 +101,60 @@ static size_t find_first(struct load *ld, const char *name)
 	return lo;
 }
 
+/* The load runs in two phases. Plan (one thread): walk the manifests, this
+ * rank's own first, intersect every saved tensor with the requests, decide
+ * replicas and coverage, and cut each saved tensor into slabs of whole rows
+ * along dim 0 (contiguous in the shard, at most about READ_BLOCK each).
+ * Execute (copy_threads threads): read each slab from the memory tier or
+ * storage, crc it when it comes from storage, and scatter its part of every
+ * cut into the client's buffers. Cuts are disjoint, so slabs never write
+ * the same bytes, and any order is correct. */
+
+struct tplan {
+	const Ckpt__ManifestTensor *t;
+	const struct save *held; /* memory-tier copy, or NULL: storage */
+	const char *key;         /* the shard in storage */
+	struct box saved;
+	size_t es;
+	uint64_t nrows, row_bytes, rows_per, nslabs;
+	struct load_req **hits;
+	struct box *cuts;
+	size_t nhits;
+	uint32_t *slab_crc;
+};
+
+struct ltask {
+	size_t plan;
+	uint64_t slab;
+};
+
+struct exec {
+	struct load *ld;
+	struct tplan *plans;
+	size_t nplans, cap;
+	struct ltask *tasks;
+	size_t ntasks;
+	uint64_t max_slab;
+	atomic_size_t next;
+	atomic_int failed;
+	pthread_mutex_t mu;
+};
+
+static void exec_fail(struct exec *ex, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void exec_fail(struct exec *ex, int status, const char *fmt, ...)
+{
+	pthread_mutex_lock(&ex->mu);
+	if (ex->ld->status == 0) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(ex->ld->msg, sizeof(ex->ld->msg), fmt, ap);
+		va_end(ap);
+		ex->ld->status = status;
+	}
+	atomic_store(&ex->failed, 1);
+	pthread_mutex_unlock(&ex->mu);
+}
+
 struct scatter {
 	const uint8_t *src;
 	const struct load_req *req;
@@ -110,83 +166,65 @@ static int scatter_run(void *ctx, uint64_t dst_off, uint64_t src_off, uint64_t n
 	return hostbuf_write(sc->req->buf, sc->req->buf_off + dst_off, sc->src + src_off, n);
 }
 
-/* Load saved tensor t (of the shard at key) into the requests it meets:
- * read it in slabs of whole rows along dim 0, which are contiguous in the
- * shard, so memory stays near READ_BLOCK however large the tensor; verify
- * its crc32c over all slabs; copy each slab's part of every cut. */
-static int load_tensor(struct load *ld, const char *key, const struct save *held,
-		       const Ckpt__ManifestTensor *t, struct load_req **hits, struct box *cuts, size_t nhits)
+static void run_task(struct exec *ex, const struct ltask *tk, uint8_t *tmp)
 {
-	struct store *st = ld->d->store;
-	struct box saved;
-	uint64_t nelem;
-	char why[128];
-	box_from_fields(&saved, t->n_global_shape, t->global_shape, t->n_box_offsets, t->box_offsets,
-			t->n_box_lengths, t->box_lengths, &nelem, why, sizeof(why));
-	size_t es = tensor_dtype_size(t->dtype);
-	uint64_t nrows = saved.ndim > 0 ? saved.len[0] : 1;
-	uint64_t row_bytes = nrows ? t->nbytes / nrows : 0;
-	uint64_t rows_per = row_bytes == 0 || row_bytes >= READ_BLOCK ? 1 : READ_BLOCK / row_bytes;
-	uint64_t bufsz = rows_per * row_bytes;
-	if (bufsz > SIZE_MAX - 1)
-		return fail(ld, ENOMEM, "tensor '%s': one row of %" PRIu64 " bytes is too large", t->name, row_bytes);
-	uint8_t *buf = malloc(bufsz ? (size_t)bufsz : 1);
-	if (buf == NULL)
-		return fail(ld, ENOMEM, "out of memory reading tensor '%s' (%" PRIu64 " bytes a slab)", t->name, bufsz);
-	uint32_t crc = 0;
-	int r = 0;
-	for (uint64_t r0 = 0; r0 < nrows && r == 0; r0 += rows_per) {
-		uint64_t k = nrows - r0 < rows_per ? nrows - r0 : rows_per;
-		size_t len = (size_t)(k * row_bytes);
-		const uint8_t *src = buf;
-		if (held) {
-			/* Our own pool, written by our copy threads: the crc
-			 * pass is skipped to restore at memory speed. */
-			src = save_shard_bytes(held, t->shard_offset + r0 * row_bytes, len, buf);
-		} else {
-			r = st->ops->get_range(st, key, t->shard_offset + r0 * row_bytes, buf, len);
-			if (r < 0) {
-				fail(ld, -r, "reading tensor '%s' from %s: %s", t->name, key,
-				     r == -ENODATA ? "the shard is shorter than its manifest says" : strerror(-r));
-				break;
-			}
-			crc = crc32c_update(crc, buf, len);
+	struct tplan *p = &ex->plans[tk->plan];
+	const Ckpt__ManifestTensor *t = p->t;
+	struct store *st = ex->ld->d->store;
+	uint64_t r0 = tk->slab * p->rows_per;
+	uint64_t k = p->nrows - r0 < p->rows_per ? p->nrows - r0 : p->rows_per;
+	size_t len = (size_t)(k * p->row_bytes);
+	uint64_t off = t->shard_offset + r0 * p->row_bytes;
+	const uint8_t *src = tmp;
+	if (p->held) {
+		/* Our own pool, written by our copy threads: no crc pass, so
+		 * a restore from memory runs at memory speed. */
+		src = save_shard_bytes(p->held, off, len, tmp);
+	} else {
+		int r = st->ops->get_range(st, p->key, off, tmp, len);
+		if (r < 0) {
+			exec_fail(ex, -r, "reading tensor '%s' from %s: %s", t->name, p->key,
+				  r == -ENODATA ? "the shard is shorter than its manifest says" : strerror(-r));
+			return;
 		}
-		struct box slab = saved;
-		if (slab.ndim > 0) {
-			slab.off[0] = saved.off[0] + r0;
-			slab.len[0] = k;
-		}
-		for (size_t i = 0; i < nhits && r == 0; i++) {
-			struct box part;
-			if (!box_intersect(&slab, &cuts[i], &part))
-				continue;
-			struct scatter sc = { .src = src, .req = hits[i] };
-			r = box_copy_runs(&part, &slab, &hits[i]->box, es, scatter_run, &sc);
-			if (r < 0)
-				fail(ld, -r, "writing tensor '%s' into buffer %" PRIu64 ": %s", t->name,
-				     hits[i]->buf->id,
-				     r == -EFAULT ? "the client truncated its buffer file" : strerror(-r));
+		p->slab_crc[tk->slab] = crc32c_update(0, tmp, len);
+	}
+	struct box slab = p->saved;
+	if (slab.ndim > 0) {
+		slab.off[0] = p->saved.off[0] + r0;
+		slab.len[0] = k;
+	}
+	for (size_t i = 0; i < p->nhits; i++) {
+		struct box part;
+		if (!box_intersect(&slab, &p->cuts[i], &part))
+			continue;
+		struct scatter sc = { .src = src, .req = p->hits[i] };
+		int r = box_copy_runs(&part, &slab, &p->hits[i]->box, p->es, scatter_run, &sc);
+		if (r < 0) {
+			exec_fail(ex, -r, "writing tensor '%s' into buffer %" PRIu64 ": %s", t->name,
+				  p->hits[i]->buf->id,
+				  r == -EFAULT ? "the client truncated its buffer file" : strerror(-r));
+			return;
 		}
 	}
-	free(buf);
-	if (r == 0 && !held && crc != t->crc32c)
-		r = fail(ld, EIO, "checksum mismatch in tensor '%s' of %s: manifest says crc32c %08x, data has %08x",
-			 t->name, key, t->crc32c, crc);
-	for (size_t i = 0; i < nhits && r == 0; i++) {
-		struct load_req *q = hits[i];
-		struct box *na = realloc(q->applied, (q->napplied + 1) * sizeof(*na));
-		if (na == NULL)
-			return fail(ld, ENOMEM, "out of memory");
-		q->applied = na;
-		q->applied[q->napplied++] = cuts[i];
-		q->covered += box_volume(&cuts[i]);
-		q->sources |= held ? SRC_MEMORY : SRC_STORAGE;
-		ld->bytes += box_volume(&cuts[i]) * es;
-		if (held)
-			ld->bytes_memory += box_volume(&cuts[i]) * es;
+}
+
+static void *exec_worker(void *arg)
+{
+	struct exec *ex = arg;
+	uint8_t *tmp = malloc(ex->max_slab ? (size_t)ex->max_slab : 1);
+	if (tmp == NULL) {
+		exec_fail(ex, ENOMEM, "out of memory for a read buffer of %" PRIu64 " bytes", ex->max_slab);
+		return NULL;
 	}
-	return r;
+	for (;;) {
+		size_t i = atomic_fetch_add(&ex->next, 1);
+		if (i >= ex->ntasks || atomic_load(&ex->failed))
+			break;
+		run_task(ex, &ex->tasks[i], tmp);
+	}
+	free(tmp);
+	return NULL;
 }
 
 /* 1 if cut was already written (a replica), 0 if it is new, -1 if it
@@ -215,10 +253,67 @@ static const struct save *held_copy(const struct load *ld, const Ckpt__Manifest 
 	return NULL;
 }
 
-static int load_from_manifest(struct load *ld, const Ckpt__Manifest *m)
+/* Add the plan for saved tensor t meeting hits/cuts; account coverage. */
+static int plan_tensor(struct exec *ex, const char *key, const struct save *held, const Ckpt__ManifestTensor *t,
+		       const struct box *saved, struct load_req **hits, const struct box *cuts, size_t nh)
 {
-	char key[768];
-	manifest_key(key, sizeof(key), m->job, m->step, m->rank, m->world_size, "shard");
+	struct load *ld = ex->ld;
+	if (ex->nplans == ex->cap) {
+		size_t nc = ex->cap ? 2 * ex->cap : 64;
+		struct tplan *np = realloc(ex->plans, nc * sizeof(*np));
+		if (np == NULL)
+			return fail(ld, ENOMEM, "out of memory");
+		ex->plans = np;
+		ex->cap = nc;
+	}
+	struct tplan *p = &ex->plans[ex->nplans];
+	memset(p, 0, sizeof(*p));
+	p->t = t;
+	p->held = held;
+	p->key = key;
+	p->saved = *saved;
+	p->es = tensor_dtype_size(t->dtype);
+	p->nrows = saved->ndim > 0 ? saved->len[0] : 1;
+	p->row_bytes = p->nrows ? t->nbytes / p->nrows : 0;
+	p->rows_per = p->row_bytes == 0 || p->row_bytes >= READ_BLOCK ? 1 : READ_BLOCK / p->row_bytes;
+	p->nslabs = p->nrows == 0 ? 0 : (p->nrows + p->rows_per - 1) / p->rows_per;
+	if (p->rows_per * p->row_bytes > SIZE_MAX / 2)
+		return fail(ld, ENOMEM, "tensor '%s': one row of %" PRIu64 " bytes is too large", t->name,
+			    p->row_bytes);
+	p->hits = malloc(nh * sizeof(*p->hits));
+	p->cuts = malloc(nh * sizeof(*p->cuts));
+	p->slab_crc = calloc(p->nslabs ? p->nslabs : 1, sizeof(uint32_t));
+	if (!p->hits || !p->cuts || !p->slab_crc) {
+		free(p->hits);
+		free(p->cuts);
+		free(p->slab_crc);
+		return fail(ld, ENOMEM, "out of memory");
+	}
+	memcpy(p->hits, hits, nh * sizeof(*hits));
+	memcpy(p->cuts, cuts, nh * sizeof(*cuts));
+	p->nhits = nh;
+	ex->nplans++;
+	if (p->rows_per * p->row_bytes > ex->max_slab)
+		ex->max_slab = p->rows_per * p->row_bytes;
+	for (size_t i = 0; i < nh; i++) {
+		struct load_req *q = hits[i];
+		struct box *na = realloc(q->applied, (q->napplied + 1) * sizeof(*na));
+		if (na == NULL)
+			return fail(ld, ENOMEM, "out of memory");
+		q->applied = na;
+		q->applied[q->napplied++] = cuts[i];
+		q->covered += box_volume(&cuts[i]);
+		q->sources |= held ? SRC_MEMORY : SRC_STORAGE;
+		ld->bytes += box_volume(&cuts[i]) * p->es;
+		if (held)
+			ld->bytes_memory += box_volume(&cuts[i]) * p->es;
+	}
+	return 0;
+}
+
+static int plan_manifest(struct exec *ex, const Ckpt__Manifest *m, const char *key)
+{
+	struct load *ld = ex->ld;
 	const struct save *held = held_copy(ld, m);
 	struct load_req **hits = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*hits));
 	struct box *cuts = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*cuts));
@@ -256,12 +351,69 @@ static int load_from_manifest(struct load *ld, const Ckpt__Manifest *m)
 				hits[nh++] = q;
 		}
 		if (r == 0 && nh > 0)
-			r = load_tensor(ld, key, held, t, hits, cuts, nh);
+			r = plan_tensor(ex, key, held, t, &saved, hits, cuts, nh);
 	}
 out:
 	free(hits);
 	free(cuts);
 	return r;
+}
+
+/* Run every slab on up to copy_threads threads, this one included. */
+static void execute(struct exec *ex, unsigned nthreads)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < ex->nplans; i++)
+		n += ex->plans[i].nslabs;
+	ex->tasks = calloc(n ? n : 1, sizeof(*ex->tasks));
+	if (ex->tasks == NULL) {
+		exec_fail(ex, ENOMEM, "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < ex->nplans; i++)
+		for (uint64_t sl = 0; sl < ex->plans[i].nslabs; sl++)
+			ex->tasks[ex->ntasks++] = (struct ltask){ .plan = i, .slab = sl };
+	if (nthreads > ex->ntasks)
+		nthreads = ex->ntasks ? (unsigned)ex->ntasks : 1;
+	pthread_t th[64];
+	unsigned started = 0;
+	for (unsigned i = 1; i < nthreads && i < 64; i++)
+		if (pthread_create(&th[started], NULL, exec_worker, ex) == 0)
+			started++;
+	exec_worker(ex);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	if (atomic_load(&ex->failed))
+		return;
+	/* Storage slabs: their crcs, combined in order, must match. */
+	for (size_t i = 0; i < ex->nplans; i++) {
+		struct tplan *p = &ex->plans[i];
+		if (p->held)
+			continue;
+		uint32_t crc = 0;
+		for (uint64_t sl = 0; sl < p->nslabs; sl++) {
+			uint64_t r0 = sl * p->rows_per;
+			uint64_t k = p->nrows - r0 < p->rows_per ? p->nrows - r0 : p->rows_per;
+			crc = sl == 0 ? p->slab_crc[0] : crc32c_combine(crc, p->slab_crc[sl], k * p->row_bytes);
+		}
+		if (crc != p->t->crc32c) {
+			exec_fail(ex, EIO, "checksum mismatch in tensor '%s' of %s: manifest says crc32c %08x, "
+				  "data has %08x", p->t->name, p->key, p->t->crc32c, crc);
+			return;
+		}
+	}
+}
+
+static void exec_free(struct exec *ex)
+{
+	for (size_t i = 0; i < ex->nplans; i++) {
+		free(ex->plans[i].hits);
+		free(ex->plans[i].cuts);
+		free(ex->plans[i].slab_crc);
+	}
+	free(ex->plans);
+	free(ex->tasks);
+	pthread_mutex_destroy(&ex->mu);
 }
 
 static void load_run(uv_work_t *w)
@@ -293,17 +445,29 @@ static void load_run(uv_work_t *w)
 	}
 	struct catalog_group *g = &cs.groups[cs.best];
 	ld->loaded_step = cs.step;
+	char (*keys)[768] = calloc(g->world_size, sizeof(*keys));
+	struct exec ex = { .ld = ld };
+	pthread_mutex_init(&ex.mu, NULL);
+	if (keys == NULL)
+		fail(ld, ENOMEM, "out of memory");
 	/* This rank's own shard first: it is the likeliest to hold what the
 	 * rank asks for, and replicated tensors then need one read only. */
 	uint32_t own = ld->rank < g->world_size ? ld->rank : 0;
-	for (uint32_t i = 0; i < g->world_size && ld->status == 0; i++)
-		load_from_manifest(ld, g->by_rank[(own + i) % g->world_size]);
+	for (uint32_t i = 0; i < g->world_size && ld->status == 0; i++) {
+		const Ckpt__Manifest *m = g->by_rank[(own + i) % g->world_size];
+		manifest_key(keys[i], sizeof(keys[i]), m->job, m->step, m->rank, m->world_size, "shard");
+		plan_manifest(&ex, m, keys[i]);
+	}
 	for (size_t i = 0; i < ld->nreqs && ld->status == 0; i++) {
 		struct load_req *q = &ld->reqs[i];
 		if (q->covered != box_volume(&q->box))
 			fail(ld, ENOENT, "tensor '%s': step %" PRIu64 " %s", q->name, cs.step,
 			     q->covered ? "covers only part of the requested box" : "has no such tensor");
 	}
+	if (ld->status == 0)
+		execute(&ex, ld->d->cfg.copy_threads);
+	exec_free(&ex);
+	free(keys);
 	if (ld->status == 0) {
 		const Ckpt__Manifest *m = g->by_rank[ld->rank < g->world_size ? ld->rank : 0];
 		if (m->extra_state.len) {
