@@ -115,7 +115,7 @@ void config_job_policy(const struct config *c, const char *job, uint64_t pool_by
 			out->max_inflight_saves = j->max_inflight_saves;
 	}
 	if (qp)
-		qb = pool_bytes / 100 * qp;
+		qb = pool_bytes / 100 * qp + pool_bytes % 100 * qp / 100;
 	out->quota_bytes = qb && qb < pool_bytes ? qb : pool_bytes;
 }
 
@@ -221,8 +221,11 @@ static int on_ini(void *user, const char *section, const char *name,
 		enum admit_policy pol;
 		if (j == NULL)
 			r = -E2BIG;
-		else if (strcmp(name, "policy") == 0)
-			r = config_parse_policy(value, &pol), j->policy = r == 0 ? (int)pol : j->policy;
+		else if (strcmp(name, "policy") == 0) {
+			r = config_parse_policy(value, &pol);
+			if (r == 0)
+				j->policy = (int)pol;
+		}
 		else if (strcmp(name, "quota") == 0)
 			r = parse_quota(value, &j->quota_bytes, &j->quota_pct);
 		else if (strcmp(name, "max_inflight_saves") == 0)

@@ -203,6 +203,66 @@ static void valid_config(struct config *c)
 	snprintf(c->storage_url, sizeof(c->storage_url), "file:///tmp/x");
 }
 
+/* Every key the shipped example documents is one the daemon reads. */
+static void test_example_file(void **state)
+{
+	(void)state;
+	const char *root = getenv("CKPT_SOURCE_ROOT");
+	assert_non_null(root);
+	char path[1024], err[512] = "";
+	snprintf(path, sizeof(path), "%s/deploy/ckptd.conf.example", root);
+	struct config c;
+	config_defaults(&c);
+	int r = config_load(&c, path, err, sizeof(err));
+	if (r != 0)
+		fail_msg("%s: %s", path, err);
+	assert_int_equal(c.max_inflight_loads, 4);
+	assert_int_equal(c.policy, POLICY_BLOCK);
+	assert_true(c.memory_tier);
+}
+
+static void test_job_policy(void **state)
+{
+	(void)state;
+	char path[] = "/tmp/ckpt-conf-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	const char *text = "[pool]\npolicy = skip\nquota = 50%\n[job.big]\npolicy = coalesce\nquota = 1G\n"
+			   "max_inflight_saves = 2\n[job.small]\nquota = 10%\n";
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+	struct config c;
+	char err[256];
+	config_defaults(&c);
+	assert_int_equal(config_load(&c, path, err, sizeof(err)), 0);
+	unlink(path);
+	struct job_policy jp;
+	config_job_policy(&c, "big", 4ull << 30, &jp);
+	assert_int_equal(jp.policy, POLICY_COALESCE);
+	assert_int_equal(jp.quota_bytes, 1ull << 30);
+	assert_int_equal(jp.max_inflight_saves, 2);
+	config_job_policy(&c, "small", 4ull << 30, &jp);
+	assert_int_equal(jp.policy, POLICY_SKIP);
+	assert_int_equal(jp.quota_bytes, (4ull << 30) * 10 / 100);
+	assert_int_equal(jp.max_inflight_saves, DEFAULT_MAX_INFLIGHT_SAVES);
+	config_job_policy(&c, "other", 4ull << 30, &jp);
+	assert_int_equal(jp.quota_bytes, 2ull << 30);
+	/* Bad policy and quota values are errors naming the key. */
+	const char *bad[] = { "[pool]\npolicy = sometimes\n", "[job.x]\nquota = 0\n", "[job.x]\nquota = 150%\n",
+			      "[job.x]\ncolour = red\n" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char p2[] = "/tmp/ckpt-conf-XXXXXX";
+		fd = mkstemp(p2);
+		assert_int_equal(write(fd, bad[i], strlen(bad[i])), (ssize_t)strlen(bad[i]));
+		close(fd);
+		config_defaults(&c);
+		err[0] = '\0';
+		assert_true(config_load(&c, p2, err, sizeof(err)) < 0);
+		assert_true(err[0] != '\0');
+		unlink(p2);
+	}
+}
+
 static void test_validate(void **state)
 {
 	(void)state;
@@ -253,6 +313,8 @@ int main(void)
 		cmocka_unit_test(test_load_unknown_key),
 		cmocka_unit_test(test_load_bad_values),
 		cmocka_unit_test(test_validate),
+		cmocka_unit_test(test_example_file),
+		cmocka_unit_test(test_job_policy),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
