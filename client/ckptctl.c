@@ -12,11 +12,13 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: ckptctl [--socket PATH] status [--json]\n"
-		"       ckptctl [--socket PATH] ls [--json] [JOB]\n"
-		"\n"
-		"  status   sessions, pool usage, in-flight saves, totals\n"
-		"  ls       checkpoint steps, of JOB or of every job\n"
+		"usage: ckptctl [--socket PATH] [--json] COMMAND\n"
+		"  status              sessions, pool, memory tier, in-flight saves, totals\n"
+		"  ls [JOB]            checkpoint steps, of JOB or of every job\n"
+		"  show JOB STEP       tensors, dtypes, shapes, boxes, ranks, bytes\n"
+		"  verify JOB STEP     re-read the step and check every crc32c\n"
+		"  rm JOB STEP         remove the step from storage\n"
+		"  gc [--dry-run] [JOB]  apply the retention policy now\n"
 		"\n"
 		"The socket defaults to $CKPTD_SOCKET, else %s.\n",
 		CKPT_DEFAULT_SOCKET);
@@ -287,10 +289,205 @@ static int cmd_ls(ckpt_client *c, const char *job, int json)
 	return 0;
 }
 
+static const char *dtype_name(int d)
+{
+	static const char *const n[] = { "?", "f32", "f16", "bf16", "f64", "i8", "u8", "i16",
+					 "i32", "i64", "bool", "f8e4m3", "f8e5m2" };
+	return d >= 0 && d < (int)(sizeof(n) / sizeof(n[0])) ? n[d] : "?";
+}
+
+static json_object *json_step(const ckpt_step_info *v)
+{
+	json_object *o = json_object_new_object();
+	if (!o)
+		die_oom();
+	json_put(o, "job", json_object_new_string(v->job));
+	json_put(o, "step", json_object_new_uint64(v->step));
+	json_put(o, "complete", json_object_new_boolean(v->complete));
+	json_put(o, "bytes", json_object_new_uint64(v->bytes));
+	json_put(o, "ranks_present", json_object_new_uint64(v->ranks_present));
+	json_put(o, "world_size", json_object_new_uint64(v->world_size));
+	json_put(o, "attempt_id", json_object_new_string(v->attempt_id));
+	return o;
+}
+
+static json_object *json_u64_array(const uint64_t *v, uint32_t n)
+{
+	json_object *a = json_object_new_array();
+	if (!a)
+		die_oom();
+	for (uint32_t i = 0; i < n; i++)
+		if (json_object_array_add(a, json_object_new_uint64(v[i])) != 0)
+			die_oom();
+	return a;
+}
+
+static void dims(char *buf, size_t len, const uint64_t *v, uint32_t n)
+{
+	size_t off = 0;
+	off += (size_t)snprintf(buf + off, len - off, "[");
+	for (uint32_t i = 0; i < n && off < len; i++)
+		off += (size_t)snprintf(buf + off, len - off, "%s%" PRIu64, i ? "," : "", v[i]);
+	if (off < len)
+		snprintf(buf + off, len - off, "]");
+}
+
+static uint64_t parse_step(const char *s)
+{
+	char *end = NULL;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (!*s || *end || s[0] == '-') {
+		fprintf(stderr, "ckptctl: '%s' is not a step number\n", s);
+		exit(2);
+	}
+	return v;
+}
+
+static int cmd_show(ckpt_client *c, const char *job, uint64_t step, int json)
+{
+	ckpt_step_detail *d = NULL;
+	char what[400], sz[32];
+	int r = ckpt_show(c, job, step, &d);
+	if (r < 0) {
+		snprintf(what, sizeof(what), "show %s %" PRIu64, job, step);
+		die(what, r);
+	}
+	if (json) {
+		json_object *o = json_step(&d->info), *a = json_object_new_array();
+		if (!a)
+			die_oom();
+		for (size_t i = 0; i < d->ntensors; i++) {
+			const ckpt_tensor_info *t = &d->tensors[i];
+			json_object *e = json_object_new_object();
+			if (!e)
+				die_oom();
+			json_put(e, "rank", json_object_new_uint64(t->rank));
+			json_put(e, "name", json_object_new_string(t->name));
+			json_put(e, "dtype", json_object_new_string(dtype_name(t->dtype)));
+			json_put(e, "global_shape", json_u64_array(t->global_shape, t->ndim));
+			json_put(e, "box_offsets", json_u64_array(t->box_offsets, t->ndim));
+			json_put(e, "box_lengths", json_u64_array(t->box_lengths, t->ndim));
+			json_put(e, "shard_offset", json_object_new_uint64(t->shard_offset));
+			json_put(e, "nbytes", json_object_new_uint64(t->nbytes));
+			json_put(e, "crc32c", json_object_new_uint64(t->crc32c));
+			if (json_object_array_add(a, e) != 0)
+				die_oom();
+		}
+		json_put(o, "tensors", a);
+		json_print(o);
+		json_object_put(o);
+	} else {
+		printf("%s step %" PRIu64 ": %s, %" PRIu32 "/%" PRIu32 " ranks, %s, attempt %s\n", d->info.job,
+		       d->info.step, d->info.complete ? "complete" : "INCOMPLETE", d->info.ranks_present,
+		       d->info.world_size, human_bytes(d->info.bytes, sz, sizeof(sz)), d->info.attempt_id);
+		printf("%5s  %-32s %-6s %-16s %-16s %-16s %10s\n", "RANK", "TENSOR", "DTYPE", "SHAPE", "OFFSETS",
+		       "LENGTHS", "BYTES");
+		for (size_t i = 0; i < d->ntensors; i++) {
+			const ckpt_tensor_info *t = &d->tensors[i];
+			char sh[96], of[96], ln[96];
+			dims(sh, sizeof(sh), t->global_shape, t->ndim);
+			dims(of, sizeof(of), t->box_offsets, t->ndim);
+			dims(ln, sizeof(ln), t->box_lengths, t->ndim);
+			printf("%5" PRIu32 "  %-32s %-6s %-16s %-16s %-16s %10s\n", t->rank, t->name,
+			       dtype_name(t->dtype), sh, of, ln, human_bytes(t->nbytes, sz, sizeof(sz)));
+		}
+	}
+	ckpt_step_detail_free(d);
+	return 0;
+}
+
+static int cmd_verify(ckpt_client *c, const char *job, uint64_t step, int json)
+{
+	ckpt_verify_result *v = NULL;
+	char what[400], sz[32];
+	int r = ckpt_verify(c, job, step, &v);
+	if (r < 0) {
+		snprintf(what, sizeof(what), "verify %s %" PRIu64, job, step);
+		die(what, r);
+	}
+	int ok = v->ok;
+	if (json) {
+		json_object *o = json_step(&v->info), *a = json_object_new_array();
+		if (!a)
+			die_oom();
+		json_put(o, "ok", json_object_new_boolean(v->ok));
+		json_put(o, "bytes_checked", json_object_new_uint64(v->bytes_checked));
+		for (size_t i = 0; i < v->nproblems; i++)
+			if (json_object_array_add(a, json_object_new_string(v->problems[i])) != 0)
+				die_oom();
+		json_put(o, "problems", a);
+		json_print(o);
+		json_object_put(o);
+	} else {
+		for (size_t i = 0; i < v->nproblems; i++)
+			printf("%s\n", v->problems[i]);
+		printf("%s step %" PRIu64 ": %s (%s checked)\n", job, step, ok ? "OK" : "FAILED",
+		       human_bytes(v->bytes_checked, sz, sizeof(sz)));
+	}
+	ckpt_verify_result_free(v);
+	return ok ? 0 : 1;
+}
+
+static int cmd_rm(ckpt_client *c, const char *job, uint64_t step, int json)
+{
+	char what[400];
+	int r = ckpt_delete(c, job, step);
+	if (r < 0) {
+		snprintf(what, sizeof(what), "rm %s %" PRIu64, job, step);
+		die(what, r);
+	}
+	if (json) {
+		json_object *o = json_object_new_object();
+		if (!o)
+			die_oom();
+		json_put(o, "job", json_object_new_string(job));
+		json_put(o, "step", json_object_new_uint64(step));
+		json_put(o, "removed", json_object_new_boolean(1));
+		json_print(o);
+		json_object_put(o);
+	} else {
+		printf("removed %s step %" PRIu64 "\n", job, step);
+	}
+	return 0;
+}
+
+static int cmd_gc(ckpt_client *c, const char *job, int dry_run, int json)
+{
+	ckpt_gc_entry *v = NULL;
+	size_t n = 0;
+	char sz[32];
+	int r = ckpt_gc(c, job, dry_run, &v, &n);
+	if (r < 0)
+		die("gc", r);
+	if (json) {
+		json_object *o = json_object_new_object(), *a = json_object_new_array();
+		if (!o || !a)
+			die_oom();
+		json_put(o, "dry_run", json_object_new_boolean(dry_run));
+		for (size_t i = 0; i < n; i++) {
+			json_object *e = json_step(&v[i].info);
+			json_put(e, "reason", json_object_new_string(v[i].reason));
+			if (json_object_array_add(a, e) != 0)
+				die_oom();
+		}
+		json_put(o, "removed", a);
+		json_print(o);
+		json_object_put(o);
+	} else {
+		for (size_t i = 0; i < n; i++)
+			printf("%s %s step %" PRIu64 " (%s): %s\n", dry_run ? "would remove" : "removed", v[i].info.job,
+			       v[i].info.step, human_bytes(v[i].info.bytes, sz, sizeof(sz)), v[i].reason);
+		printf("%zu step(s) %s\n", n, dry_run ? "would be removed" : "removed");
+	}
+	free(v);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *sock = getenv("CKPTD_SOCKET");
-	const char *cmd = NULL, *job = NULL;
+	const char *cmd = NULL, *args[2] = { NULL, NULL };
+	int nargs = 0, dry_run = 0;
 	char what[4200];
 	ckpt_client *c = NULL;
 	int json = 0, r;
@@ -313,14 +510,16 @@ int main(int argc, char **argv)
 			sock = a + 9;
 		} else if (!strcmp(a, "--json")) {
 			json = 1;
+		} else if (!strcmp(a, "--dry-run")) {
+			dry_run = 1;
 		} else if (a[0] == '-' && a[1]) {
 			fprintf(stderr, "ckptctl: unknown option %s\n", a);
 			usage(stderr);
 			return 2;
 		} else if (!cmd) {
 			cmd = a;
-		} else if (!strcmp(cmd, "ls") && !job) {
-			job = a;
+		} else if (nargs < 2) {
+			args[nargs++] = a;
 		} else {
 			fprintf(stderr, "ckptctl: unexpected argument %s\n", a);
 			usage(stderr);
@@ -331,8 +530,20 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (strcmp(cmd, "status") && strcmp(cmd, "ls")) {
+	int want_min, want_max;
+	if (!strcmp(cmd, "status"))
+		want_min = 0, want_max = 0;
+	else if (!strcmp(cmd, "ls") || !strcmp(cmd, "gc"))
+		want_min = 0, want_max = 1;
+	else if (!strcmp(cmd, "show") || !strcmp(cmd, "verify") || !strcmp(cmd, "rm"))
+		want_min = 2, want_max = 2;
+	else {
 		fprintf(stderr, "ckptctl: unknown command %s\n", cmd);
+		usage(stderr);
+		return 2;
+	}
+	if (nargs < want_min || nargs > want_max || (dry_run && strcmp(cmd, "gc"))) {
+		fprintf(stderr, "ckptctl: wrong arguments for %s\n", cmd);
 		usage(stderr);
 		return 2;
 	}
@@ -344,8 +555,16 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(cmd, "status"))
 		r = cmd_status(c, json);
+	else if (!strcmp(cmd, "ls"))
+		r = cmd_ls(c, nargs ? args[0] : NULL, json);
+	else if (!strcmp(cmd, "gc"))
+		r = cmd_gc(c, nargs ? args[0] : NULL, dry_run, json);
+	else if (!strcmp(cmd, "show"))
+		r = cmd_show(c, args[0], parse_step(args[1]), json);
+	else if (!strcmp(cmd, "verify"))
+		r = cmd_verify(c, args[0], parse_step(args[1]), json);
 	else
-		r = cmd_ls(c, job, json);
+		r = cmd_rm(c, args[0], parse_step(args[1]), json);
 	ckpt_close(c);
 	if (fflush(stdout) != 0) {
 		perror("ckptctl: stdout");

@@ -183,3 +183,34 @@ int catalog_jobs(struct store *s, char ***jobs, size_t *n)
 	*n = w;
 	return 0;
 }
+
+int catalog_delete_step(struct store *s, const char *job, uint64_t step)
+{
+	char dir[512], key[768];
+	int r = manifest_step_dir(dir, sizeof(dir), job, step);
+	if (r < 0)
+		return r;
+	char **names = NULL;
+	size_t n = 0;
+	r = s->ops->list(s, dir, &names, &n);
+	if (r < 0)
+		return r;
+	int err = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t i = 0; i < n; i++) {
+			bool man = strstr(names[i], ".manifest") != NULL;
+			if (man != (pass == 0))
+				continue;
+			snprintf(key, sizeof(key), "%s/%s", dir, names[i]);
+			r = s->ops->remove(s, key);
+			if (r < 0 && r != -ENOENT && err == 0)
+				err = r;
+		}
+	}
+	store_names_free(names, n);
+	/* Other nodes' temporaries may still sit there: then it stays. */
+	r = s->ops->remove_dir(s, dir);
+	if (r < 0 && r != -ENOTEMPTY && r != -EEXIST && r != -ENOENT && err == 0)
+		err = r;
+	return err;
+}

@@ -40,6 +40,10 @@ int catalog_steps(struct store *s, const char *job, uint64_t **steps, size_t *n)
 /* Highest complete step of job: 0 with *out filled (caller frees), or
  * -ENOENT. */
 int catalog_latest(struct store *s, const char *job, struct catalog_step *out);
+/* Remove every object of job/step: manifests first, so the step stops
+ * being complete before any shard goes, then the rest and the directory.
+ * 0, or the first error. */
+int catalog_delete_step(struct store *s, const char *job, uint64_t step);
 /* Jobs under the root, malloc'd. */
 int catalog_jobs(struct store *s, char ***jobs, size_t *n);
 

@@ -37,6 +37,62 @@ void config_defaults(struct config *c)
 	c->memory_tier = true;
 }
 
+int config_parse_duration(const char *s, uint64_t *out)
+{
+	char *end = NULL;
+	if (s == NULL || *s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno == ERANGE)
+		return -ERANGE;
+	uint64_t mul = 1;
+	switch (*end) {
+	case '\0': break;
+	case 's': mul = 1; end++; break;
+	case 'm': mul = 60; end++; break;
+	case 'h': mul = 3600; end++; break;
+	case 'd': mul = 86400; end++; break;
+	default: return -EINVAL;
+	}
+	if (*end != '\0')
+		return -EINVAL;
+	if (v > UINT64_MAX / mul)
+		return -ERANGE;
+	*out = v * mul;
+	return 0;
+}
+
+bool retention_active(const struct retention *r)
+{
+	return r->keep_last || r->keep_every || r->max_age_s || r->incomplete_grace_s;
+}
+
+static int parse_u32(const char *s, uint32_t *out);
+
+/* Retention keys, shared by [retention] and [job.NAME]; -ENOENT if name
+ * is not one. bit says which field was set. */
+static int parse_retention(struct retention *rt, const char *name, const char *value, uint8_t *bit)
+{
+	if (strcmp(name, "keep_last") == 0) {
+		*bit = 1;
+		return parse_u32(value, &rt->keep_last);
+	}
+	if (strcmp(name, "keep_every") == 0) {
+		*bit = 2;
+		return parse_u32(value, &rt->keep_every);
+	}
+	if (strcmp(name, "max_age") == 0) {
+		*bit = 4;
+		return config_parse_duration(value, &rt->max_age_s);
+	}
+	if (strcmp(name, "incomplete_grace") == 0) {
+		*bit = 8;
+		return config_parse_duration(value, &rt->incomplete_grace_s);
+	}
+	return -ENOENT;
+}
+
 int config_parse_policy(const char *s, enum admit_policy *out)
 {
 	static const char *names[] = { "block", "skip", "coalesce" };
@@ -101,6 +157,7 @@ void config_job_policy(const struct config *c, const char *job, uint64_t pool_by
 	uint64_t qb = c->quota_bytes;
 	uint32_t qp = c->quota_pct;
 	out->max_inflight_saves = c->max_inflight_saves;
+	out->retention = c->retention;
 	for (size_t i = 0; i < c->njobs; i++) {
 		const struct job_config *j = &c->jobs[i];
 		if (strcmp(j->name, job) != 0)
@@ -113,6 +170,14 @@ void config_job_policy(const struct config *c, const char *job, uint64_t pool_by
 		}
 		if (j->max_inflight_saves)
 			out->max_inflight_saves = j->max_inflight_saves;
+		if (j->retention_set & 1)
+			out->retention.keep_last = j->retention.keep_last;
+		if (j->retention_set & 2)
+			out->retention.keep_every = j->retention.keep_every;
+		if (j->retention_set & 4)
+			out->retention.max_age_s = j->retention.max_age_s;
+		if (j->retention_set & 8)
+			out->retention.incomplete_grace_s = j->retention.incomplete_grace_s;
 	}
 	if (qp)
 		qb = pool_bytes / 100 * qp + pool_bytes % 100 * qp / 100;
@@ -230,6 +295,15 @@ static int on_ini(void *user, const char *section, const char *name,
 			r = parse_quota(value, &j->quota_bytes, &j->quota_pct);
 		else if (strcmp(name, "max_inflight_saves") == 0)
 			r = parse_u32(value, &j->max_inflight_saves);
+		else {
+			uint8_t bit = 0;
+			r = parse_retention(&j->retention, name, value, &bit);
+			if (r == 0)
+				j->retention_set |= bit;
+		}
+	} else if (strcmp(section, "retention") == 0) {
+		uint8_t bit;
+		r = parse_retention(&c->retention, name, value, &bit);
 	} else if (KEY("pool", "policy")) {
 		r = config_parse_policy(value, &c->policy);
 	} else if (KEY("pool", "quota")) {

@@ -40,8 +40,18 @@ enum admit_policy {
 	POLICY_COALESCE, /* supersede older saves of the job and rank not yet uploading */
 };
 
+/* Which complete steps to keep; all zero: keep everything. */
+struct retention {
+	uint32_t keep_last;          /* the newest N complete steps */
+	uint32_t keep_every;         /* every step divisible by K */
+	uint64_t max_age_s;          /* complete steps older than this go */
+	uint64_t incomplete_grace_s; /* incomplete steps older than this go; 0: never */
+};
+
 struct job_config {
 	char name[129];
+	struct retention retention;
+	uint8_t retention_set;       /* bit per field above */
 	int policy;                  /* -1: the default */
 	uint64_t quota_bytes;        /* 0: none set here */
 	uint32_t quota_pct;          /* 0: none set here */
@@ -52,7 +62,8 @@ struct job_config {
 struct job_policy {
 	enum admit_policy policy;
 	uint64_t quota_bytes; /* of the pool; the whole pool when unlimited */
-	uint32_t max_inflight_saves; /* per job, unless its section says otherwise */
+	uint32_t max_inflight_saves;
+	struct retention retention;
 };
 
 struct config {
@@ -86,6 +97,7 @@ struct config {
 	uint32_t quota_pct;
 	uint32_t max_parallel_uploads;
 	bool memory_tier;
+	struct retention retention;
 	struct job_config jobs[CONFIG_MAX_JOBS];
 	size_t njobs;
 	/* testing only: sleep this long in the middle of every shard write */
@@ -98,6 +110,10 @@ void config_defaults(struct config *c);
 int config_load(struct config *c, const char *path, char *err, size_t errlen);
 /* "64M", "1G", "4096": bytes. 0 or -EINVAL / -ERANGE. */
 int config_parse_size(const char *s, uint64_t *out);
+/* "90", "30s", "15m", "2h", "7d": seconds. 0 or -EINVAL / -ERANGE. */
+int config_parse_duration(const char *s, uint64_t *out);
+/* Is any retention rule set? */
+bool retention_active(const struct retention *r);
 /* "block" | "skip" | "coalesce"; 0 or -EINVAL. */
 int config_parse_policy(const char *s, enum admit_policy *out);
 const char *config_policy_name(enum admit_policy p);

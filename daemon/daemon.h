@@ -15,9 +15,11 @@
 struct session;
 struct save;
 struct journal;
+struct load;
 
 TAILQ_HEAD(session_list, session);
 TAILQ_HEAD(save_list, save);
+TAILQ_HEAD(load_list, load);
 
 #define RECOVERED_LIST 8
 
@@ -59,7 +61,11 @@ struct daemon {
 	uv_timer_t admit_timer;
 	uint64_t next_save_id;
 
-	uint32_t nloads;            /* loads and lists on the threadpool */
+	uint32_t nloads;            /* loads and catalogue requests on the threadpool */
+	struct load_list loads;
+	bool gc_running;
+	char gc_pending[16][129];   /* jobs whose retention should run next */
+	uint32_t ngc_pending;
 	uv_signal_t sigterm, sigint;
 	uv_timer_t drain_timer;
 	bool draining;

@@ -1,4 +1,5 @@
 #include "load.h"
+#include "bgreq.h"
 #include "catalog.h"
 #include "crc32c.h"
 #include "daemon.h"
@@ -36,6 +37,7 @@ struct load_req {
 #define SRC_STORAGE 2u
 
 struct load {
+	TAILQ_ENTRY(load) link; /* daemon.loads */
 	struct daemon *d;
 	struct session *session;
 	uint64_t req_id;
@@ -530,6 +532,7 @@ static void load_done(uv_work_t *w, int status)
 	struct load *ld = w->data;
 	struct daemon *d = ld->d;
 	d->nloads--;
+	TAILQ_REMOVE(&d->loads, ld, link);
 	memtier_unpin(d, ld->pinned, ld->npinned);
 	ld->pinned = NULL;
 	ld->npinned = 0;
@@ -632,25 +635,10 @@ static int plan(struct load *ld, struct session *s, const Ckpt__Load *m, char *e
 	return 0;
 }
 
-/* Loads and lists read storage on the shared threadpool: bound them per
- * session, and take none while draining. 0, or an errno with why set. */
-static int admit_read(struct session *s, const char **why)
-{
-	if (s->d->draining) {
-		*why = "ckptd is shutting down";
-		return ESHUTDOWN;
-	}
-	if (s->refs >= s->d->cfg.max_inflight_loads) {
-		*why = "too many loads and lists in flight on this session (max_inflight_loads)";
-		return EBUSY;
-	}
-	return 0;
-}
-
 void load_start(struct session *s, uint64_t req_id, const Ckpt__Load *m)
 {
 	const char *why;
-	int busy = admit_read(s, &why);
+	int busy = bgreq_admit(s, &why);
 	if (busy) {
 		load_reject(s, req_id, busy, why);
 		return;
@@ -683,6 +671,8 @@ void load_start(struct session *s, uint64_t req_id, const Ckpt__Load *m)
 	s->d->nloads++;
 	ld->npinned = memtier_pin(s->d, ld->job, &ld->pinned);
 	r = uv_queue_work(s->d->loop, &ld->work, load_run, load_done);
+	if (r == 0)
+		TAILQ_INSERT_TAIL(&s->d->loads, ld, link);
 	if (r < 0) {
 		s->d->nloads--;
 		memtier_unpin(s->d, ld->pinned, ld->npinned);
@@ -694,158 +684,12 @@ void load_start(struct session *s, uint64_t req_id, const Ckpt__Load *m)
 	}
 }
 
-/* ---- List ---- */
-
-struct list {
-	struct daemon *d;
-	struct session *session;
-	uint64_t req_id;
-	char job[129];
-	uv_work_t work;
-	int status;
-	char msg[256];
-	Ckpt__StepInfo *steps;
-	size_t nsteps, cap;
-};
-
-static int list_add(struct list *l, const char *job, const struct catalog_step *cs)
+size_t load_busy_jobs(struct daemon *d, char (*out)[129], size_t max)
 {
-	if (l->nsteps == l->cap) {
-		size_t ncap = l->cap ? 2 * l->cap : 64;
-		Ckpt__StepInfo *n = realloc(l->steps, ncap * sizeof(*n));
-		if (n == NULL)
-			return -ENOMEM;
-		l->steps = n;
-		l->cap = ncap;
-	}
-	const struct catalog_group *g = &cs->groups[cs->best];
-	Ckpt__StepInfo *si = &l->steps[l->nsteps];
-	ckpt__step_info__init(si);
-	si->job = strdup(job);
-	si->attempt_id = strdup(g->attempt);
-	if (si->job == NULL || si->attempt_id == NULL) {
-		free(si->job);
-		free(si->attempt_id);
-		return -ENOMEM;
-	}
-	si->step = cs->step;
-	si->complete = catalog_step_complete(cs);
-	si->bytes = g->bytes;
-	si->ranks_present = g->count;
-	si->world_size = g->world_size;
-	l->nsteps++;
-	return 0;
-}
-
-static int list_job(struct list *l, struct store *st, const char *job)
-{
-	uint64_t *steps = NULL;
 	size_t n = 0;
-	int r = catalog_steps(st, job, &steps, &n);
-	if (r < 0)
-		return r;
-	for (size_t i = 0; i < n && r == 0; i++) {
-		struct catalog_step cs;
-		if (catalog_scan_step(st, job, steps[i], &cs) < 0)
-			continue;
-		r = list_add(l, job, &cs);
-		catalog_step_free(&cs);
-	}
-	free(steps);
-	return r;
-}
-
-static void list_run(uv_work_t *w)
-{
-	struct list *l = w->data;
-	struct store *st = l->d->store;
-	int r;
-	if (l->job[0]) {
-		r = list_job(l, st, l->job);
-		if (r == -ENOENT)
-			r = 0;
-	} else {
-		char **jobs = NULL;
-		size_t n = 0;
-		r = catalog_jobs(st, &jobs, &n);
-		for (size_t i = 0; i < n && r == 0; i++) {
-			r = list_job(l, st, jobs[i]);
-			if (r == -ENOENT || r == -ENOTDIR)
-				r = 0;
-		}
-		store_names_free(jobs, n);
-	}
-	if (r < 0) {
-		l->status = -r;
-		snprintf(l->msg, sizeof(l->msg), "listing %s: %s", st->url, strerror(-r));
-	}
-}
-
-static void list_done(uv_work_t *w, int status)
-{
-	struct list *l = w->data;
-	l->d->nloads--;
-	if (session_unref_alive(l->session)) {
-		if (status < 0 || l->status) {
-			session_reply(l->session, l->req_id, l->status ? l->status : ECANCELED, "%s",
-				      l->status ? l->msg : "cancelled");
-		} else {
-			Ckpt__StepInfo **ptrs = calloc(l->nsteps ? l->nsteps : 1, sizeof(*ptrs));
-			if (ptrs == NULL) {
-				session_reply(l->session, l->req_id, ENOMEM, "out of memory");
-			} else {
-				for (size_t i = 0; i < l->nsteps; i++)
-					ptrs[i] = &l->steps[i];
-				Ckpt__ListReply rep = CKPT__LIST_REPLY__INIT;
-				rep.n_steps = l->nsteps;
-				rep.steps = ptrs;
-				Ckpt__Frame f = CKPT__FRAME__INIT;
-				f.body_case = CKPT__FRAME__BODY_LIST_REPLY;
-				f.list_reply = &rep;
-				session_send(l->session, l->req_id, &f);
-				free(ptrs);
-			}
-		}
-	}
-	for (size_t i = 0; i < l->nsteps; i++) {
-		free(l->steps[i].job);
-		free(l->steps[i].attempt_id);
-	}
-	struct daemon *d = l->d;
-	free(l->steps);
-	free(l);
-	daemon_maybe_finish_drain(d);
-}
-
-void list_start(struct session *s, uint64_t req_id, const Ckpt__ListRequest *m)
-{
-	const char *why;
-	int busy = admit_read(s, &why);
-	if (busy) {
-		session_reply(s, req_id, busy, "%s", why);
-		return;
-	}
-	if (m->job[0] && !manifest_name_valid(m->job, JOB_MAX_LEN)) {
-		session_reply(s, req_id, EINVAL, "invalid job name");
-		return;
-	}
-	struct list *l = calloc(1, sizeof(*l));
-	if (l == NULL) {
-		session_reply(s, req_id, ENOMEM, "out of memory");
-		return;
-	}
-	l->d = s->d;
-	l->req_id = req_id;
-	snprintf(l->job, sizeof(l->job), "%s", m->job);
-	l->session = s;
-	session_ref(s);
-	l->work.data = l;
-	s->d->nloads++;
-	int r = uv_queue_work(s->d->loop, &l->work, list_run, list_done);
-	if (r < 0) {
-		s->d->nloads--;
-		session_unref_alive(s);
-		free(l);
-		session_reply(s, req_id, EIO, "cannot queue the listing");
-	}
+	struct load *ld;
+	TAILQ_FOREACH(ld, &d->loads, link)
+		if (n < max)
+			snprintf(out[n++], sizeof(out[0]), "%s", ld->job);
+	return n;
 }

@@ -1,16 +1,21 @@
-/* Load (restore) and List: planned and run on the libuv threadpool. The
+/* Load (restore): planned and run on the libuv threadpool. The
  * planner intersects each requested box with the boxes of every manifest of
  * the step, so a step saved by N ranks loads on M ranks. */
 #ifndef CKPTD_LOAD_H
 #define CKPTD_LOAD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ckpt.pb-c.h"
 
 struct session;
 
+struct daemon;
+
 void load_start(struct session *s, uint64_t req_id, const Ckpt__Load *m);
-void list_start(struct session *s, uint64_t req_id, const Ckpt__ListRequest *m);
+/* The jobs of loads in flight (at most max): retention and rm leave their
+ * steps alone. */
+size_t load_busy_jobs(struct daemon *d, char (*out)[129], size_t max);
 
 #endif

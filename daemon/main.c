@@ -181,6 +181,7 @@ int main(int argc, char **argv)
 	TAILQ_INIT(&d->waitq);
 	TAILQ_INIT(&d->uploadq);
 	TAILQ_INIT(&d->held);
+	TAILQ_INIT(&d->loads);
 	uv_timer_init(d->loop, &d->admit_timer);
 	d->admit_timer.data = d;
 	uv_timer_init(d->loop, &d->drain_timer);

@@ -1,5 +1,6 @@
 #include "save.h"
 #include "catalog.h"
+#include "catalog_req.h"
 #include "crc32c.h"
 #include "journal.h"
 #include "daemon.h"
@@ -595,7 +596,9 @@ static void save_set_state(struct save *sv, enum save_state st)
 		break;
 	}
 	case SAVE_HELD:
-	case SAVE_DONE:
+	case SAVE_DONE: {
+		char sv_job[129];
+		snprintf(sv_job, sizeof(sv_job), "%s", sv->job); /* sv may be freed below */
 		d->stats.bytes_durable += sv->shard_bytes;
 		log_info("save %" PRIu64 ": %s step %" PRIu64 " rank %u/%u durable, %" PRIu64 " bytes in %.1f ms",
 			 sv->id, sv->job, sv->step, sv->rank, sv->world_size, sv->shard_bytes,
@@ -612,10 +615,12 @@ static void save_set_state(struct save *sv, enum save_state st)
 			sv->state = SAVE_DONE;
 			save_release(sv);
 		}
+		catalog_gc_after_durable(d, sv_job);
 		pump_uploads(d);
 		save_admit_waiting(d);
 		daemon_maybe_finish_drain(d);
 		break;
+	}
 	case SAVE_FAILED:
 		d->stats.saves_failed++;
 		log_warn("save %" PRIu64 ": %s step %" PRIu64 " rank %u failed (was %s): %s", sv->id, sv->job,

@@ -1,4 +1,5 @@
 #include "session.h"
+#include "catalog_req.h"
 #include "frame.h"
 #include "load.h"
 #include "log.h"
@@ -425,6 +426,18 @@ static void handle_frame(struct session *s, const uint8_t *p, size_t len)
 		break;
 	case CKPT__FRAME__BODY_LIST:
 		list_start(s, f->req_id, f->list);
+		break;
+	case CKPT__FRAME__BODY_SHOW:
+		show_start(s, f->req_id, f->show);
+		break;
+	case CKPT__FRAME__BODY_VERIFY:
+		verify_start(s, f->req_id, f->verify);
+		break;
+	case CKPT__FRAME__BODY_DELETE:
+		delete_start(s, f->req_id, f->delete_);
+		break;
+	case CKPT__FRAME__BODY_GC:
+		gc_start(s, f->req_id, f->gc);
 		break;
 	default:
 		session_reply(s, f->req_id, EBADMSG, "unknown or unexpected message type %d",

@@ -22,6 +22,8 @@ struct store_ops {
 	int (*list)(struct store *s, const char *prefix, char ***names, size_t *n);
 	/* Remove key; -ENOENT if it was not there. */
 	int (*remove)(struct store *s, const char *key);
+	/* Remove an empty "directory" prefix (a no-op where there are none). */
+	int (*remove_dir)(struct store *s, const char *prefix);
 	/* Remove this node's temporary files of key (left by a crash);
 	 * returns how many. */
 	int (*remove_temps)(struct store *s, const char *key);

@@ -260,6 +260,20 @@ static int fs_remove(struct store *base, const char *key)
 	return fsync_dir(path);
 }
 
+static int fs_remove_dir(struct store *base, const char *prefix)
+{
+	struct store_fs *s = (struct store_fs *)base;
+	char path[PATH_MAX];
+	int r = fs_path(s, prefix, path, sizeof(path));
+	if (r < 0)
+		return r;
+	if (rmdir(path) != 0)
+		return -errno;
+	char *slash = strrchr(path, '/');
+	*slash = '\0';
+	return fsync_dir(path);
+}
+
 static int fs_remove_temps(struct store *base, const char *key)
 {
 	struct store_fs *s = (struct store_fs *)base;
@@ -298,6 +312,7 @@ static const struct store_ops fs_ops = {
 	.get_all = fs_get_all,
 	.list = fs_list,
 	.remove = fs_remove,
+	.remove_dir = fs_remove_dir,
 	.remove_temps = fs_remove_temps,
 	.free = fs_free,
 };

@@ -196,6 +196,55 @@ typedef struct {
 int ckpt_list(ckpt_client *c, const char *job, ckpt_step_info **out,
 	      size_t *count);
 
+/* One tensor of one rank's manifest (ckpt_show). */
+typedef struct {
+	uint32_t rank;
+	const char *name;
+	int dtype;
+	uint32_t ndim;
+	uint64_t global_shape[CKPT_MAX_DIMS];
+	uint64_t box_offsets[CKPT_MAX_DIMS];
+	uint64_t box_lengths[CKPT_MAX_DIMS];
+	uint64_t shard_offset, nbytes;
+	uint32_t crc32c;
+} ckpt_tensor_info;
+
+typedef struct {
+	ckpt_step_info info;
+	size_t ntensors;
+	ckpt_tensor_info *tensors; /* every rank's, by rank */
+} ckpt_step_detail;
+
+/* The manifests of job/step. Free with ckpt_step_detail_free. */
+int ckpt_show(ckpt_client *c, const char *job, uint64_t step, ckpt_step_detail **out);
+void ckpt_step_detail_free(ckpt_step_detail *d);
+
+typedef struct {
+	ckpt_step_info info;
+	int ok;                 /* every crc32c matched and the step is complete */
+	uint64_t bytes_checked;
+	size_t nproblems;
+	char **problems;        /* one line each, naming rank and tensor */
+} ckpt_verify_result;
+
+/* Re-read every shard of job/step and check every chunk and tensor
+ * crc32c. Returns 0 when the check ran (see ->ok); free the result with
+ * ckpt_verify_result_free. */
+int ckpt_verify(ckpt_client *c, const char *job, uint64_t step, ckpt_verify_result **out);
+void ckpt_verify_result_free(ckpt_verify_result *v);
+
+/* Remove job/step from storage (-EBUSY while it is written or read). */
+int ckpt_delete(ckpt_client *c, const char *job, uint64_t step);
+
+typedef struct {
+	ckpt_step_info info;
+	char reason[128];
+} ckpt_gc_entry;
+
+/* Apply the retention policy now (job NULL: every job). *out lists what
+ * was removed (or, with dry_run, would be); free() it. */
+int ckpt_gc(ckpt_client *c, const char *job, int dry_run, ckpt_gc_entry **out, size_t *count);
+
 const char *ckpt_strerror(int err);
 /* The daemon's message for the last failed call on this thread, or "". */
 const char *ckpt_errmsg(void);

@@ -1,0 +1,202 @@
+/* The catalogue calls: show, verify, delete, gc. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_internal.h"
+
+static void copy_step(ckpt_step_info *o, const Ckpt__StepInfo *s)
+{
+	memset(o, 0, sizeof(*o));
+	if (s == NULL)
+		return;
+	snprintf(o->job, sizeof(o->job), "%s", s->job ? s->job : "");
+	o->step = s->step;
+	o->complete = s->complete ? 1 : 0;
+	o->bytes = s->bytes;
+	o->ranks_present = s->ranks_present;
+	o->world_size = s->world_size;
+	snprintf(o->attempt_id, sizeof(o->attempt_id), "%s", s->attempt_id ? s->attempt_id : "");
+}
+
+/* Call and check the reply's body type. */
+static int call(ckpt_client *c, Ckpt__Frame *req, int want, Ckpt__Frame **rep)
+{
+	int r = client_call(c, req, -1, rep);
+	if (r < 0)
+		return r;
+	if ((int)(*rep)->body_case != want) {
+		ckpt__frame__free_unpacked(*rep, NULL);
+		*rep = NULL;
+		client_set_errmsg("ckptd answered with an unexpected message");
+		return -EPROTO;
+	}
+	return 0;
+}
+
+static int bad_args(void)
+{
+	client_set_errmsg("");
+	return -EINVAL;
+}
+
+int ckpt_show(ckpt_client *c, const char *job, uint64_t step, ckpt_step_detail **out)
+{
+	if (!c || !job || !out)
+		return bad_args();
+	*out = NULL;
+	Ckpt__ShowRequest m = CKPT__SHOW_REQUEST__INIT;
+	m.job = (char *)job;
+	m.step = step;
+	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
+	req.body_case = CKPT__FRAME__BODY_SHOW;
+	req.show = &m;
+	int r = call(c, &req, CKPT__FRAME__BODY_SHOW_REPLY, &rep);
+	if (r < 0)
+		return r;
+	const Ckpt__ShowReply *s = rep->show_reply;
+	size_t n = 0, names = 0;
+	for (size_t i = 0; i < s->n_manifests; i++)
+		for (size_t k = 0; k < s->manifests[i]->n_tensors; k++) {
+			n++;
+			names += strlen(s->manifests[i]->tensors[k]->name) + 1;
+		}
+	/* One allocation: the struct, the tensor array, then the names. */
+	size_t sz = sizeof(ckpt_step_detail) + n * sizeof(ckpt_tensor_info) + names;
+	ckpt_step_detail *d = calloc(1, sz);
+	if (d == NULL) {
+		ckpt__frame__free_unpacked(rep, NULL);
+		client_set_errmsg("");
+		return -ENOMEM;
+	}
+	copy_step(&d->info, s->info);
+	d->tensors = (ckpt_tensor_info *)(d + 1);
+	char *np = (char *)(d->tensors + n);
+	for (size_t i = 0; i < s->n_manifests; i++) {
+		const Ckpt__Manifest *m2 = s->manifests[i];
+		for (size_t k = 0; k < m2->n_tensors; k++) {
+			const Ckpt__ManifestTensor *t = m2->tensors[k];
+			ckpt_tensor_info *o = &d->tensors[d->ntensors++];
+			o->rank = m2->rank;
+			o->name = np;
+			size_t l = strlen(t->name) + 1;
+			memcpy(np, t->name, l);
+			np += l;
+			o->dtype = (int)t->dtype;
+			o->ndim = (uint32_t)(t->n_global_shape < CKPT_MAX_DIMS ? t->n_global_shape : CKPT_MAX_DIMS);
+			for (uint32_t j = 0; j < o->ndim; j++) {
+				o->global_shape[j] = t->global_shape[j];
+				o->box_offsets[j] = j < t->n_box_offsets ? t->box_offsets[j] : 0;
+				o->box_lengths[j] = j < t->n_box_lengths ? t->box_lengths[j] : t->global_shape[j];
+			}
+			o->shard_offset = t->shard_offset;
+			o->nbytes = t->nbytes;
+			o->crc32c = t->crc32c;
+		}
+	}
+	ckpt__frame__free_unpacked(rep, NULL);
+	*out = d;
+	return 0;
+}
+
+void ckpt_step_detail_free(ckpt_step_detail *d)
+{
+	free(d);
+}
+
+int ckpt_verify(ckpt_client *c, const char *job, uint64_t step, ckpt_verify_result **out)
+{
+	if (!c || !job || !out)
+		return bad_args();
+	*out = NULL;
+	Ckpt__VerifyRequest m = CKPT__VERIFY_REQUEST__INIT;
+	m.job = (char *)job;
+	m.step = step;
+	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
+	req.body_case = CKPT__FRAME__BODY_VERIFY;
+	req.verify = &m;
+	int r = call(c, &req, CKPT__FRAME__BODY_VERIFY_REPLY, &rep);
+	if (r < 0)
+		return r;
+	const Ckpt__VerifyReply *v = rep->verify_reply;
+	ckpt_verify_result *o = calloc(1, sizeof(*o));
+	char **p = calloc(v->n_problems ? v->n_problems : 1, sizeof(char *));
+	if (o == NULL || p == NULL) {
+		free(o);
+		free(p);
+		ckpt__frame__free_unpacked(rep, NULL);
+		client_set_errmsg("");
+		return -ENOMEM;
+	}
+	copy_step(&o->info, v->info);
+	o->ok = v->ok ? 1 : 0;
+	o->bytes_checked = v->bytes_checked;
+	o->problems = p;
+	for (size_t i = 0; i < v->n_problems; i++)
+		if ((p[o->nproblems] = strdup(v->problems[i])) != NULL)
+			o->nproblems++;
+	ckpt__frame__free_unpacked(rep, NULL);
+	*out = o;
+	return 0;
+}
+
+void ckpt_verify_result_free(ckpt_verify_result *v)
+{
+	if (v == NULL)
+		return;
+	for (size_t i = 0; i < v->nproblems; i++)
+		free(v->problems[i]);
+	free(v->problems);
+	free(v);
+}
+
+int ckpt_delete(ckpt_client *c, const char *job, uint64_t step)
+{
+	if (!c || !job)
+		return bad_args();
+	Ckpt__DeleteRequest m = CKPT__DELETE_REQUEST__INIT;
+	m.job = (char *)job;
+	m.step = step;
+	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
+	req.body_case = CKPT__FRAME__BODY_DELETE;
+	req.delete_ = &m;
+	int r = call(c, &req, CKPT__FRAME__BODY_REPLY, &rep);
+	if (r < 0)
+		return r;
+	ckpt__frame__free_unpacked(rep, NULL);
+	return 0;
+}
+
+int ckpt_gc(ckpt_client *c, const char *job, int dry_run, ckpt_gc_entry **out, size_t *count)
+{
+	if (!c || !out || !count)
+		return bad_args();
+	*out = NULL;
+	*count = 0;
+	Ckpt__GcRequest m = CKPT__GC_REQUEST__INIT;
+	m.job = (char *)(job ? job : "");
+	m.dry_run = dry_run != 0;
+	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
+	req.body_case = CKPT__FRAME__BODY_GC;
+	req.gc = &m;
+	int r = call(c, &req, CKPT__FRAME__BODY_GC_REPLY, &rep);
+	if (r < 0)
+		return r;
+	const Ckpt__GcReply *g = rep->gc_reply;
+	ckpt_gc_entry *v = calloc(g->n_removed ? g->n_removed : 1, sizeof(*v));
+	if (v == NULL) {
+		ckpt__frame__free_unpacked(rep, NULL);
+		client_set_errmsg("");
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < g->n_removed; i++) {
+		copy_step(&v[i].info, g->removed[i]);
+		snprintf(v[i].reason, sizeof(v[i].reason), "%s",
+			 i < g->n_reasons && g->reasons[i] ? g->reasons[i] : "");
+	}
+	*count = g->n_removed;
+	ckpt__frame__free_unpacked(rep, NULL);
+	*out = v;
+	return 0;
+}

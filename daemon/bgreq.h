@@ -1,0 +1,34 @@
+/* A request answered from the libuv threadpool (list, show, verify, gc):
+ * the session is held while the work runs, and the reply goes out only if
+ * it is still there. Loads use the same admission. */
+#ifndef CKPTD_BGREQ_H
+#define CKPTD_BGREQ_H
+
+#include <stdint.h>
+#include <uv.h>
+
+struct daemon;
+struct session;
+
+struct bgreq {
+	struct daemon *d;
+	struct session *session;
+	uint64_t req_id;
+	uv_work_t work;
+	int status;
+	char msg[512];
+	void (*run)(struct bgreq *r);     /* threadpool */
+	void (*reply)(struct bgreq *r);   /* loop, if the session lives and status == 0 */
+	void (*destroy)(struct bgreq *r); /* loop, always last */
+};
+
+/* Loads and background requests are bounded per session and refused while
+ * draining: 0, or an errno with *why set. */
+int bgreq_admit(struct session *s, const char **why);
+/* Queue r (run, reply, destroy set). On failure the error has been
+ * answered and r destroyed. */
+void bgreq_start(struct session *s, uint64_t req_id, struct bgreq *r);
+/* From run(): record a failure, answered as a Reply. */
+void bgreq_fail(struct bgreq *r, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

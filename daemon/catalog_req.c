@@ -1,0 +1,798 @@
+/* The catalogue requests of ckptctl: list, show, verify, delete, and
+ * garbage collection under the retention policy (on demand, and after
+ * every durable step). All of them read storage on the threadpool. */
+#include "catalog_req.h"
+#include "bgreq.h"
+#include "catalog.h"
+#include "crc32c.h"
+#include "daemon.h"
+#include "load.h"
+#include "log.h"
+#include "manifest.h"
+#include "retention.h"
+#include "save.h"
+#include "session.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define VERIFY_BLOCK (16u << 20)
+#define MAX_PROBLEMS 100
+
+/* ---- step summaries ---- */
+
+static int step_info(Ckpt__StepInfo *si, const char *job, const struct catalog_step *cs)
+{
+	const struct catalog_group *g = &cs->groups[cs->best];
+	ckpt__step_info__init(si);
+	si->job = strdup(job);
+	si->attempt_id = strdup(g->attempt);
+	if (si->job == NULL || si->attempt_id == NULL) {
+		free(si->job);
+		free(si->attempt_id);
+		si->job = si->attempt_id = NULL;
+		return -ENOMEM;
+	}
+	si->step = cs->step;
+	si->complete = catalog_step_complete(cs);
+	si->bytes = g->bytes;
+	si->ranks_present = g->count;
+	si->world_size = g->world_size;
+	return 0;
+}
+
+static void step_info_clear(Ckpt__StepInfo *si)
+{
+	free(si->job);
+	free(si->attempt_id);
+}
+
+struct infos {
+	Ckpt__StepInfo *v;
+	char **reasons;
+	size_t n, cap;
+};
+
+static int infos_add(struct infos *x, const char *job, const struct catalog_step *cs, const char *reason)
+{
+	if (x->n == x->cap) {
+		size_t nc = x->cap ? 2 * x->cap : 64;
+		Ckpt__StepInfo *nv = realloc(x->v, nc * sizeof(*nv));
+		if (nv == NULL)
+			return -ENOMEM;
+		x->v = nv;
+		char **nr = realloc(x->reasons, nc * sizeof(*nr));
+		if (nr == NULL)
+			return -ENOMEM;
+		x->reasons = nr;
+		x->cap = nc;
+	}
+	int r = step_info(&x->v[x->n], job, cs);
+	if (r < 0)
+		return r;
+	x->reasons[x->n] = reason ? strdup(reason) : NULL;
+	x->n++;
+	return 0;
+}
+
+static void infos_free(struct infos *x)
+{
+	for (size_t i = 0; i < x->n; i++) {
+		step_info_clear(&x->v[i]);
+		free(x->reasons[i]);
+	}
+	free(x->v);
+	free(x->reasons);
+}
+
+static Ckpt__StepInfo **infos_ptrs(struct infos *x)
+{
+	Ckpt__StepInfo **p = calloc(x->n ? x->n : 1, sizeof(*p));
+	for (size_t i = 0; p && i < x->n; i++)
+		p[i] = &x->v[i];
+	return p;
+}
+
+/* ---- list ---- */
+
+struct list_req {
+	struct bgreq base;
+	char job[129];
+	struct infos out;
+};
+
+static int list_job(struct list_req *l, struct store *st, const char *job)
+{
+	uint64_t *steps = NULL;
+	size_t n = 0;
+	int r = catalog_steps(st, job, &steps, &n);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n && r == 0; i++) {
+		struct catalog_step cs;
+		if (catalog_scan_step(st, job, steps[i], &cs) < 0)
+			continue;
+		r = infos_add(&l->out, job, &cs, NULL);
+		catalog_step_free(&cs);
+	}
+	free(steps);
+	return r;
+}
+
+static void list_run(struct bgreq *b)
+{
+	struct list_req *l = (struct list_req *)b;
+	struct store *st = b->d->store;
+	int r;
+	if (l->job[0]) {
+		r = list_job(l, st, l->job);
+		if (r == -ENOENT)
+			r = 0;
+	} else {
+		char **jobs = NULL;
+		size_t n = 0;
+		r = catalog_jobs(st, &jobs, &n);
+		for (size_t i = 0; i < n && r == 0; i++) {
+			r = list_job(l, st, jobs[i]);
+			if (r == -ENOENT || r == -ENOTDIR)
+				r = 0;
+		}
+		store_names_free(jobs, n);
+	}
+	if (r < 0)
+		bgreq_fail(b, -r, "listing %s: %s", st->url, strerror(-r));
+}
+
+static void list_reply(struct bgreq *b)
+{
+	struct list_req *l = (struct list_req *)b;
+	Ckpt__StepInfo **ptrs = infos_ptrs(&l->out);
+	if (ptrs == NULL) {
+		session_reply(b->session, b->req_id, ENOMEM, "out of memory");
+		return;
+	}
+	Ckpt__ListReply rep = CKPT__LIST_REPLY__INIT;
+	rep.n_steps = l->out.n;
+	rep.steps = ptrs;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_LIST_REPLY;
+	f.list_reply = &rep;
+	session_send(b->session, b->req_id, &f);
+	free(ptrs);
+}
+
+static void list_destroy(struct bgreq *b)
+{
+	struct list_req *l = (struct list_req *)b;
+	infos_free(&l->out);
+	free(l);
+}
+
+static bool job_arg_ok(struct session *s, uint64_t req_id, const char *job, bool required)
+{
+	if ((required || job[0]) && !manifest_name_valid(job, JOB_MAX_LEN)) {
+		session_reply(s, req_id, EINVAL, "invalid job name '%.64s'", job);
+		return false;
+	}
+	return true;
+}
+
+void list_start(struct session *s, uint64_t req_id, const Ckpt__ListRequest *m)
+{
+	if (!job_arg_ok(s, req_id, m->job, false))
+		return;
+	struct list_req *l = calloc(1, sizeof(*l));
+	if (l == NULL) {
+		session_reply(s, req_id, ENOMEM, "out of memory");
+		return;
+	}
+	snprintf(l->job, sizeof(l->job), "%s", m->job);
+	l->base.run = list_run;
+	l->base.reply = list_reply;
+	l->base.destroy = list_destroy;
+	bgreq_start(s, req_id, &l->base);
+}
+
+/* ---- show and verify: one step ---- */
+
+struct step_req {
+	struct bgreq base;
+	char job[129];
+	uint64_t step;
+	struct catalog_step cs;
+	bool have_cs;
+	/* verify */
+	bool ok;
+	uint64_t bytes_checked;
+	char *problems[MAX_PROBLEMS];
+	size_t nproblems;
+};
+
+static int scan_one(struct step_req *q)
+{
+	struct store *st = q->base.d->store;
+	int r = catalog_scan_step(st, q->job, q->step, &q->cs);
+	if (r < 0) {
+		bgreq_fail(&q->base, -r, "step %" PRIu64 " of job '%s': %s", q->step, q->job,
+			   r == -ENOENT ? "not found" : strerror(-r));
+		return r;
+	}
+	q->have_cs = true;
+	return 0;
+}
+
+static void problem(struct step_req *q, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void problem(struct step_req *q, const char *fmt, ...)
+{
+	q->ok = false;
+	if (q->nproblems == MAX_PROBLEMS)
+		return;
+	char line[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	q->problems[q->nproblems] = strdup(line);
+	if (q->problems[q->nproblems])
+		q->nproblems++;
+}
+
+static int cmp_tensor_off(const void *a, const void *b)
+{
+	const Ckpt__ManifestTensor *x = *(Ckpt__ManifestTensor *const *)a, *y = *(Ckpt__ManifestTensor *const *)b;
+	return x->shard_offset < y->shard_offset ? -1 : x->shard_offset > y->shard_offset;
+}
+
+/* Read one shard once, in order, and check every chunk crc and every
+ * tensor crc from the same pass: each segment between chunk and tensor
+ * boundaries is crc'd once and folded into both. */
+static void verify_shard(struct step_req *q, const Ckpt__Manifest *m, uint8_t *buf)
+{
+	struct store *st = q->base.d->store;
+	char key[768];
+	manifest_key(key, sizeof(key), m->job, m->step, m->rank, m->world_size, "shard");
+	Ckpt__ManifestTensor **ts = malloc((m->n_tensors ? m->n_tensors : 1) * sizeof(*ts));
+	if (ts == NULL) {
+		problem(q, "rank %u: out of memory", m->rank);
+		return;
+	}
+	memcpy(ts, m->tensors, m->n_tensors * sizeof(*ts));
+	qsort(ts, m->n_tensors, sizeof(*ts), cmp_tensor_off);
+	for (size_t i = 0; i < m->n_tensors; i++) {
+		if (i > 0 && ts[i]->shard_offset < ts[i - 1]->shard_offset + ts[i - 1]->nbytes)
+			problem(q, "rank %u: tensors '%s' and '%s' overlap in the shard", m->rank, ts[i - 1]->name,
+				ts[i]->name);
+		if (ts[i]->nbytes == 0 && ts[i]->crc32c != 0)
+			problem(q, "rank %u: tensor '%s' is empty but has crc32c %08x", m->rank, ts[i]->name,
+				ts[i]->crc32c);
+	}
+	uint64_t cb = m->chunk_bytes;
+	size_t ti = 0;        /* next tensor not yet finished */
+	uint32_t tcrc = 0;    /* running crc of ts[ti] */
+	uint32_t ccrc = 0;    /* running crc of the current chunk */
+	while (ti < m->n_tensors && ts[ti]->nbytes == 0)
+		ti++;
+	for (uint64_t pos = 0; pos < m->shard_bytes;) {
+		size_t len = m->shard_bytes - pos < VERIFY_BLOCK ? (size_t)(m->shard_bytes - pos) : VERIFY_BLOCK;
+		int r = st->ops->get_range(st, key, pos, buf, len);
+		if (r < 0) {
+			problem(q, "rank %u: reading %s at %" PRIu64 ": %s", m->rank, key, pos,
+				r == -ENODATA ? "the shard is shorter than its manifest says" : strerror(-r));
+			break;
+		}
+		q->bytes_checked += len;
+		uint64_t end = pos + len;
+		while (pos < end) {
+			/* The next boundary: end of block, chunk, or tensor
+			 * start/end. */
+			uint64_t nb = end;
+			uint64_t chunk_end = (pos / cb + 1) * cb;
+			if (chunk_end < nb)
+				nb = chunk_end;
+			if (ti < m->n_tensors) {
+				uint64_t s = ts[ti]->shard_offset, e = s + ts[ti]->nbytes;
+				if (pos < s && s < nb)
+					nb = s;
+				else if (pos >= s && e < nb)
+					nb = e;
+			}
+			uint32_t seg = crc32c_update(0, buf + (pos - (end - len)), nb - pos);
+			ccrc = crc32c_combine(ccrc, seg, nb - pos);
+			if (ti < m->n_tensors && pos >= ts[ti]->shard_offset) {
+				tcrc = crc32c_combine(tcrc, seg, nb - pos);
+				if (nb == ts[ti]->shard_offset + ts[ti]->nbytes) {
+					if (tcrc != ts[ti]->crc32c)
+						problem(q, "rank %u: tensor '%s' crc32c mismatch: manifest %08x, data %08x",
+							m->rank, ts[ti]->name, ts[ti]->crc32c, tcrc);
+					tcrc = 0;
+					ti++;
+					while (ti < m->n_tensors && ts[ti]->nbytes == 0)
+						ti++;
+				}
+			}
+			if (nb % cb == 0 || nb == m->shard_bytes) {
+				uint64_t c = (nb - 1) / cb;
+				if (c < m->n_chunk_crc32c && ccrc != m->chunk_crc32c[c])
+					problem(q, "rank %u: chunk %" PRIu64 " crc32c mismatch: manifest %08x, data %08x",
+						m->rank, c, m->chunk_crc32c[c], ccrc);
+				ccrc = 0;
+			}
+			pos = nb;
+		}
+	}
+	free(ts);
+}
+
+static void verify_run(struct bgreq *b)
+{
+	struct step_req *q = (struct step_req *)b;
+	if (scan_one(q) < 0)
+		return;
+	q->ok = true;
+	struct catalog_group *g = &q->cs.groups[q->cs.best];
+	if (!catalog_step_complete(&q->cs))
+		problem(q, "step is not complete: %u of %u ranks (attempt '%s')", g->count, g->world_size, g->attempt);
+	uint8_t *buf = malloc(VERIFY_BLOCK);
+	if (buf == NULL) {
+		bgreq_fail(b, ENOMEM, "out of memory");
+		return;
+	}
+	for (uint32_t r = 0; r < g->world_size; r++)
+		if (g->by_rank[r])
+			verify_shard(q, g->by_rank[r], buf);
+	free(buf);
+}
+
+static void verify_reply(struct bgreq *b)
+{
+	struct step_req *q = (struct step_req *)b;
+	Ckpt__StepInfo si;
+	if (step_info(&si, q->job, &q->cs) < 0) {
+		session_reply(b->session, b->req_id, ENOMEM, "out of memory");
+		return;
+	}
+	Ckpt__VerifyReply rep = CKPT__VERIFY_REPLY__INIT;
+	rep.ok = q->ok;
+	rep.bytes_checked = q->bytes_checked;
+	rep.n_problems = q->nproblems;
+	rep.problems = q->problems;
+	rep.info = &si;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_VERIFY_REPLY;
+	f.verify_reply = &rep;
+	session_send(b->session, b->req_id, &f);
+	step_info_clear(&si);
+	log_info("verify: %s step %" PRIu64 ": %s, %" PRIu64 " bytes checked, %zu problem(s)", q->job, q->step,
+		 q->ok ? "ok" : "FAILED", q->bytes_checked, q->nproblems);
+}
+
+static void show_run(struct bgreq *b)
+{
+	scan_one((struct step_req *)b);
+}
+
+static void show_reply(struct bgreq *b)
+{
+	struct step_req *q = (struct step_req *)b;
+	struct catalog_group *g = &q->cs.groups[q->cs.best];
+	Ckpt__StepInfo si;
+	Ckpt__Manifest **ms = calloc(g->world_size, sizeof(*ms));
+	if (ms == NULL || step_info(&si, q->job, &q->cs) < 0) {
+		free(ms);
+		session_reply(b->session, b->req_id, ENOMEM, "out of memory");
+		return;
+	}
+	size_t n = 0;
+	for (uint32_t r = 0; r < g->world_size; r++) {
+		if (g->by_rank[r] == NULL)
+			continue;
+		g->by_rank[r]->extra_state.len = 0; /* the user's, and possibly large */
+		ms[n++] = g->by_rank[r];
+	}
+	Ckpt__ShowReply rep = CKPT__SHOW_REPLY__INIT;
+	rep.info = &si;
+	rep.n_manifests = n;
+	rep.manifests = ms;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_SHOW_REPLY;
+	f.show_reply = &rep;
+	session_send(b->session, b->req_id, &f);
+	step_info_clear(&si);
+	free(ms);
+}
+
+static void step_destroy(struct bgreq *b)
+{
+	struct step_req *q = (struct step_req *)b;
+	if (q->have_cs)
+		catalog_step_free(&q->cs);
+	for (size_t i = 0; i < q->nproblems; i++)
+		free(q->problems[i]);
+	free(q);
+}
+
+static void step_start(struct session *s, uint64_t req_id, const char *job, uint64_t step, bool verify)
+{
+	if (!job_arg_ok(s, req_id, job, true))
+		return;
+	struct step_req *q = calloc(1, sizeof(*q));
+	if (q == NULL) {
+		session_reply(s, req_id, ENOMEM, "out of memory");
+		return;
+	}
+	snprintf(q->job, sizeof(q->job), "%s", job);
+	q->step = step;
+	q->base.run = verify ? verify_run : show_run;
+	q->base.reply = verify ? verify_reply : show_reply;
+	q->base.destroy = step_destroy;
+	bgreq_start(s, req_id, &q->base);
+}
+
+void show_start(struct session *s, uint64_t req_id, const Ckpt__ShowRequest *m)
+{
+	step_start(s, req_id, m->job, m->step, false);
+}
+
+void verify_start(struct session *s, uint64_t req_id, const Ckpt__VerifyRequest *m)
+{
+	step_start(s, req_id, m->job, m->step, true);
+}
+
+/* ---- busy steps: never deleted ---- */
+
+struct busy {
+	struct { char job[129]; uint64_t step; } *steps;
+	size_t nsteps;
+	char (*jobs)[129]; /* jobs with loads in flight: all their steps */
+	size_t njobs;
+};
+
+static int busy_snapshot(struct daemon *d, struct busy *b)
+{
+	memset(b, 0, sizeof(*b));
+	b->steps = calloc(d->nsaves + 1, sizeof(*b->steps));
+	b->jobs = calloc(d->nloads + 1, sizeof(*b->jobs));
+	if (b->steps == NULL || b->jobs == NULL) {
+		free(b->steps);
+		free(b->jobs);
+		return -ENOMEM;
+	}
+	struct save *sv;
+	TAILQ_FOREACH(sv, &d->saves, link) {
+		snprintf(b->steps[b->nsteps].job, sizeof(b->steps[0].job), "%s", sv->job);
+		b->steps[b->nsteps++].step = sv->step;
+	}
+	b->njobs = load_busy_jobs(d, b->jobs, d->nloads + 1);
+	return 0;
+}
+
+static bool is_busy(const struct busy *b, const char *job, uint64_t step)
+{
+	for (size_t i = 0; i < b->njobs; i++)
+		if (strcmp(b->jobs[i], job) == 0)
+			return true;
+	for (size_t i = 0; i < b->nsteps; i++)
+		if (b->steps[i].step == step && strcmp(b->steps[i].job, job) == 0)
+			return true;
+	return false;
+}
+
+static void busy_free(struct busy *b)
+{
+	free(b->steps);
+	free(b->jobs);
+}
+
+/* ---- delete ---- */
+
+struct del_req {
+	struct bgreq base;
+	char job[129];
+	uint64_t step;
+};
+
+static void del_run(struct bgreq *b)
+{
+	struct del_req *q = (struct del_req *)b;
+	struct store *st = b->d->store;
+	struct catalog_step cs;
+	int r = catalog_scan_step(st, q->job, q->step, &cs);
+	if (r < 0) {
+		bgreq_fail(b, -r, "step %" PRIu64 " of job '%s': %s", q->step, q->job,
+			   r == -ENOENT ? "not found" : strerror(-r));
+		return;
+	}
+	catalog_step_free(&cs);
+	r = catalog_delete_step(st, q->job, q->step);
+	if (r < 0)
+		bgreq_fail(b, -r, "removing step %" PRIu64 " of job '%s': %s", q->step, q->job, strerror(-r));
+	else
+		log_info("rm: %s step %" PRIu64 " removed", q->job, q->step);
+}
+
+static void del_reply(struct bgreq *b)
+{
+	session_reply(b->session, b->req_id, 0, NULL);
+}
+
+static void del_destroy(struct bgreq *b)
+{
+	free(b);
+}
+
+void delete_start(struct session *s, uint64_t req_id, const Ckpt__DeleteRequest *m)
+{
+	if (!job_arg_ok(s, req_id, m->job, true))
+		return;
+	struct busy b;
+	if (busy_snapshot(s->d, &b) < 0) {
+		session_reply(s, req_id, ENOMEM, "out of memory");
+		return;
+	}
+	bool busy = is_busy(&b, m->job, m->step);
+	busy_free(&b);
+	if (busy) {
+		session_reply(s, req_id, EBUSY, "step %" PRIu64 " of job '%s' is being written or read", m->step,
+			      m->job);
+		return;
+	}
+	struct del_req *q = calloc(1, sizeof(*q));
+	if (q == NULL) {
+		session_reply(s, req_id, ENOMEM, "out of memory");
+		return;
+	}
+	snprintf(q->job, sizeof(q->job), "%s", m->job);
+	q->step = m->step;
+	q->base.run = del_run;
+	q->base.reply = del_reply;
+	q->base.destroy = del_destroy;
+	bgreq_start(s, req_id, &q->base);
+}
+
+/* ---- retention / gc ---- */
+
+struct gc_job {
+	char name[129];
+	struct retention retention;
+};
+
+struct gc_work {
+	struct bgreq base;      /* base.session is NULL for an automatic run */
+	uv_work_t auto_work;
+	struct daemon *d;
+	bool dry_run;
+	struct gc_job *jobs;    /* NULL: every job in storage, with its policy */
+	size_t njobs;
+	struct busy busy;
+	struct infos removed;
+	uint64_t now_ns;
+};
+
+static void gc_job_run(struct gc_work *g, const char *job, const struct retention *rt)
+{
+	struct store *st = g->d->store;
+	uint64_t *steps = NULL;
+	size_t n = 0;
+	if (!retention_active(rt) || catalog_steps(st, job, &steps, &n) < 0)
+		return;
+	struct step_view *v = calloc(n ? n : 1, sizeof(*v));
+	struct catalog_step *cs = calloc(n ? n : 1, sizeof(*cs));
+	bool *have = calloc(n ? n : 1, sizeof(*have));
+	if (v == NULL || cs == NULL || have == NULL)
+		goto out;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (catalog_scan_step(st, job, steps[i], &cs[k]) < 0)
+			continue;
+		have[k] = true;
+		struct catalog_group *grp = &cs[k].groups[cs[k].best];
+		v[k] = (struct step_view){ .step = steps[i], .complete = catalog_step_complete(&cs[k]),
+					   .newest_ns = grp->newest_ns, .busy = is_busy(&g->busy, job, steps[i]) };
+		k++;
+	}
+	retention_plan(rt, v, k, g->now_ns);
+	for (size_t i = 0; i < k; i++) {
+		if (!v[i].remove)
+			continue;
+		if (!g->dry_run) {
+			int r = catalog_delete_step(st, job, v[i].step);
+			if (r < 0) {
+				log_warn("gc: removing %s step %" PRIu64 ": %s", job, v[i].step, strerror(-r));
+				continue;
+			}
+			log_info("gc: removed %s step %" PRIu64 " (%s)", job, v[i].step, v[i].reason);
+		}
+		(void)infos_add(&g->removed, job, &cs[i], v[i].reason);
+	}
+out:
+	for (size_t i = 0; i < n; i++)
+		if (have && have[i])
+			catalog_step_free(&cs[i]);
+	free(have);
+	free(cs);
+	free(v);
+	free(steps);
+}
+
+static void gc_run_all(struct gc_work *g)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	g->now_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	for (size_t i = 0; i < g->njobs; i++)
+		gc_job_run(g, g->jobs[i].name, &g->jobs[i].retention);
+}
+
+static void gc_free(struct gc_work *g)
+{
+	busy_free(&g->busy);
+	infos_free(&g->removed);
+	free(g->jobs);
+	free(g);
+}
+
+/* On the loop: the jobs to collect, each with its policy, and what is busy
+ * now. job NULL: every job storage holds. */
+static struct gc_work *gc_prepare(struct daemon *d, const char *const *jobs, size_t njobs)
+{
+	struct gc_work *g = calloc(1, sizeof(*g));
+	if (g == NULL)
+		return NULL;
+	g->d = d;
+	g->jobs = calloc(njobs ? njobs : 1, sizeof(*g->jobs));
+	if (g->jobs == NULL || busy_snapshot(d, &g->busy) < 0) {
+		free(g->jobs);
+		free(g);
+		return NULL;
+	}
+	for (size_t i = 0; i < njobs; i++) {
+		struct job_policy jp;
+		config_job_policy(&d->cfg, jobs[i], d->pool.bytes, &jp);
+		snprintf(g->jobs[i].name, sizeof(g->jobs[i].name), "%s", jobs[i]);
+		g->jobs[i].retention = jp.retention;
+	}
+	g->njobs = njobs;
+	return g;
+}
+
+/* ckptctl gc: the job list comes from storage, in the worker. */
+static void gc_req_run(struct bgreq *b)
+{
+	struct gc_work *g = (struct gc_work *)b;
+	if (g->njobs == 0) {
+		char **names = NULL;
+		size_t n = 0;
+		int r = catalog_jobs(g->d->store, &names, &n);
+		if (r < 0 && r != -ENOENT) {
+			bgreq_fail(b, -r, "listing jobs in %s: %s", g->d->store->url, strerror(-r));
+			return;
+		}
+		struct gc_job *jobs = calloc(n ? n : 1, sizeof(*jobs));
+		if (jobs == NULL) {
+			store_names_free(names, n);
+			bgreq_fail(b, ENOMEM, "out of memory");
+			return;
+		}
+		for (size_t i = 0; i < n; i++) {
+			struct job_policy jp;
+			config_job_policy(&g->d->cfg, names[i], g->d->pool.bytes, &jp);
+			snprintf(jobs[i].name, sizeof(jobs[i].name), "%s", names[i]);
+			jobs[i].retention = jp.retention;
+		}
+		store_names_free(names, n);
+		free(g->jobs);
+		g->jobs = jobs;
+		g->njobs = n;
+	}
+	gc_run_all(g);
+}
+
+static void gc_req_reply(struct bgreq *b)
+{
+	struct gc_work *g = (struct gc_work *)b;
+	Ckpt__StepInfo **ptrs = infos_ptrs(&g->removed);
+	char **reasons = calloc(g->removed.n ? g->removed.n : 1, sizeof(*reasons));
+	if (ptrs == NULL || reasons == NULL) {
+		free(ptrs);
+		free(reasons);
+		session_reply(b->session, b->req_id, ENOMEM, "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < g->removed.n; i++)
+		reasons[i] = g->removed.reasons[i] ? g->removed.reasons[i] : "";
+	Ckpt__GcReply rep = CKPT__GC_REPLY__INIT;
+	rep.n_removed = g->removed.n;
+	rep.removed = ptrs;
+	rep.n_reasons = g->removed.n;
+	rep.reasons = reasons;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_GC_REPLY;
+	f.gc_reply = &rep;
+	session_send(b->session, b->req_id, &f);
+	free(ptrs);
+	free(reasons);
+}
+
+static void gc_req_destroy(struct bgreq *b)
+{
+	gc_free((struct gc_work *)b);
+}
+
+void gc_start(struct session *s, uint64_t req_id, const Ckpt__GcRequest *m)
+{
+	if (!job_arg_ok(s, req_id, m->job, false))
+		return;
+	const char *one = m->job;
+	struct gc_work *g = gc_prepare(s->d, m->job[0] ? &one : NULL, m->job[0] ? 1 : 0);
+	if (g == NULL) {
+		session_reply(s, req_id, ENOMEM, "out of memory");
+		return;
+	}
+	g->dry_run = m->dry_run;
+	g->base.run = gc_req_run;
+	g->base.reply = gc_req_reply;
+	g->base.destroy = gc_req_destroy;
+	bgreq_start(s, req_id, &g->base);
+}
+
+/* ---- automatic gc after durable steps: one run at a time ---- */
+
+static void auto_gc_kick(struct daemon *d);
+
+static void auto_run(uv_work_t *w)
+{
+	gc_run_all(w->data);
+}
+
+static void auto_done(uv_work_t *w, int status)
+{
+	struct gc_work *g = w->data;
+	struct daemon *d = g->d;
+	(void)status;
+	d->gc_running = false;
+	d->nloads--;
+	gc_free(g);
+	auto_gc_kick(d);
+	daemon_maybe_finish_drain(d);
+}
+
+static void auto_gc_kick(struct daemon *d)
+{
+	if (d->gc_running || d->ngc_pending == 0 || d->draining)
+		return;
+	const char *jobs[16];
+	for (uint32_t i = 0; i < d->ngc_pending; i++)
+		jobs[i] = d->gc_pending[i];
+	struct gc_work *g = gc_prepare(d, jobs, d->ngc_pending);
+	d->ngc_pending = 0;
+	if (g == NULL)
+		return;
+	g->auto_work.data = g;
+	d->gc_running = true;
+	d->nloads++;
+	if (uv_queue_work(d->loop, &g->auto_work, auto_run, auto_done) < 0) {
+		d->gc_running = false;
+		d->nloads--;
+		gc_free(g);
+	}
+}
+
+void catalog_gc_after_durable(struct daemon *d, const char *job)
+{
+	struct job_policy jp;
+	config_job_policy(&d->cfg, job, d->pool.bytes, &jp);
+	if (!retention_active(&jp.retention))
+		return;
+	for (uint32_t i = 0; i < d->ngc_pending; i++)
+		if (strcmp(d->gc_pending[i], job) == 0)
+			goto kick;
+	if (d->ngc_pending < 16)
+		snprintf(d->gc_pending[d->ngc_pending++], sizeof(d->gc_pending[0]), "%s", job);
+kick:
+	auto_gc_kick(d);
+}

@@ -1,0 +1,20 @@
+/* ckptctl's catalogue requests and garbage collection. */
+#ifndef CKPTD_CATALOG_REQ_H
+#define CKPTD_CATALOG_REQ_H
+
+#include <stdint.h>
+
+#include "ckpt.pb-c.h"
+
+struct session;
+struct daemon;
+
+void list_start(struct session *s, uint64_t req_id, const Ckpt__ListRequest *m);
+void show_start(struct session *s, uint64_t req_id, const Ckpt__ShowRequest *m);
+void verify_start(struct session *s, uint64_t req_id, const Ckpt__VerifyRequest *m);
+void delete_start(struct session *s, uint64_t req_id, const Ckpt__DeleteRequest *m);
+void gc_start(struct session *s, uint64_t req_id, const Ckpt__GcRequest *m);
+/* A step of job became durable: run its retention policy soon. */
+void catalog_gc_after_durable(struct daemon *d, const char *job);
+
+#endif
