@@ -335,8 +335,12 @@ static int plan_manifest(struct exec *ex, const Ckpt__Manifest *m, const char *k
 		for (size_t k = find_first(ld, t->name); k < ld->nreqs && strcmp(ld->by_name[k]->name, t->name) == 0; k++) {
 			struct load_req *q = ld->by_name[k];
 			if (q->dtype != (int)t->dtype || !box_same_shape(&q->box, &saved)) {
-				r = fail(ld, EINVAL, "tensor '%s': saved with dtype %d and a different global shape or "
-					 "dtype than requested (dtype %d)", t->name, t->dtype, q->dtype);
+				char want[96], have[96];
+				box_shape_str(&q->box, want, sizeof(want));
+				box_shape_str(&saved, have, sizeof(have));
+				r = fail(ld, EINVAL, "rank %u: tensor '%s': requested dtype %s shape %s, but it was "
+					 "saved as dtype %s shape %s", ld->rank, t->name, tensor_dtype_name(q->dtype),
+					 want, tensor_dtype_name((int)t->dtype), have);
 				break;
 			}
 			if (!box_intersect(&saved, &q->box, &cuts[nh]))
@@ -345,8 +349,8 @@ static int plan_manifest(struct exec *ex, const Ckpt__Manifest *m, const char *k
 			 * gave (this rank's own is read first) is not read again. */
 			int seen = cut_seen(q, &cuts[nh]);
 			if (seen < 0) {
-				r = fail(ld, EINVAL, "tensor '%s': saved boxes of different ranks overlap in part; "
-					 "cannot tell which copy to load", t->name);
+				r = fail(ld, EINVAL, "rank %u: tensor '%s': saved boxes of different ranks overlap in "
+					 "part; cannot tell which copy to load", ld->rank, t->name);
 				break;
 			}
 			if (seen == 0)
@@ -463,7 +467,7 @@ static void load_run(uv_work_t *w)
 	for (size_t i = 0; i < ld->nreqs && ld->status == 0; i++) {
 		struct load_req *q = &ld->reqs[i];
 		if (q->covered != box_volume(&q->box))
-			fail(ld, ENOENT, "tensor '%s': step %" PRIu64 " %s", q->name, cs.step,
+			fail(ld, ENOENT, "rank %u: tensor '%s': step %" PRIu64 " %s", ld->rank, q->name, cs.step,
 			     q->covered ? "covers only part of the requested box" : "has no such tensor");
 	}
 	if (ld->status == 0)

@@ -23,6 +23,26 @@ size_t tensor_dtype_size(int dtype)
 	}
 }
 
+const char *tensor_dtype_name(int dtype)
+{
+	static const char *const n[] = { "?", "f32", "f16", "bf16", "f64", "i8", "u8", "i16",
+					 "i32", "i64", "bool", "f8e4m3", "f8e5m2" };
+	return dtype > 0 && dtype < (int)(sizeof(n) / sizeof(n[0])) ? n[dtype] : "?";
+}
+
+void box_shape_str(const struct box *b, char *out, size_t len)
+{
+	size_t off = 0;
+	int w = snprintf(out, len, "[");
+	off = w > 0 ? (size_t)w : 0;
+	for (uint32_t i = 0; i < b->ndim && off < len; i++) {
+		w = snprintf(out + off, len - off, "%s%llu", i ? "," : "", (unsigned long long)b->shape[i]);
+		off += w > 0 ? (size_t)w : 0;
+	}
+	if (off < len)
+		snprintf(out + off, len - off, "]");
+}
+
 int box_from_fields(struct box *b, size_t nshape, const uint64_t *shape,
 		    size_t noff, const uint64_t *off, size_t nlen,
 		    const uint64_t *len, uint64_t *nelem, char *err, size_t errlen)

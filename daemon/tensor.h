@@ -11,6 +11,8 @@
 
 /* Bytes per element, 0 for an unknown dtype. */
 size_t tensor_dtype_size(int dtype);
+/* "f32", "bf16", ...; "?" for an unknown dtype. */
+const char *tensor_dtype_name(int dtype);
 
 struct box {
 	uint32_t ndim;
@@ -27,6 +29,8 @@ int box_from_fields(struct box *b, size_t nshape, const uint64_t *shape,
 /* Intersection of two boxes of the same global shape; false if empty. */
 bool box_intersect(const struct box *a, const struct box *b, struct box *out);
 bool box_same_shape(const struct box *a, const struct box *b);
+/* "[37,5]": the global shape, for messages. */
+void box_shape_str(const struct box *b, char *out, size_t len);
 bool box_equal(const struct box *a, const struct box *b);
 /* Is inner entirely inside outer (same global shape)? */
 bool box_contains(const struct box *outer, const struct box *inner);

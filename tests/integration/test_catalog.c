@@ -1,0 +1,535 @@
+/* The catalogue: resharding restore (save at world size 4, load at 1, 2, 3
+ * and 8) for row, flat (FSDP) and 2-D block layouts, from memory and from
+ * storage, byte-exact against the full tensors; every planner error; and
+ * ckptctl show / verify / rm / gc with the retention policy. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <json-c/json.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+#include "harness.h"
+
+static struct dctx D;
+
+enum { L_ROW, L_FLAT, L_BLOCK, NLAYOUT };
+static const char *const lname[NLAYOUT] = { "row", "flat", "block" };
+/* row: [37, 5]; flat: a [13, 7] parameter flattened to [91]; block: [10, 12] */
+static const uint64_t gshape[NLAYOUT][2] = { { 37, 5 }, { 91, 0 }, { 10, 12 } };
+static const uint32_t gndim[NLAYOUT] = { 2, 1, 2 };
+
+static uint32_t value(int layout, uint64_t idx)
+{
+	uint64_t x = (uint64_t)layout * 0x9E3779B97F4A7C15ull + idx * 0xBF58476D1CE4E5B9ull + 12345;
+	x ^= x >> 29;
+	return (uint32_t)x;
+}
+
+static uint64_t nelem(int l)
+{
+	return gndim[l] == 1 ? gshape[l][0] : gshape[l][0] * gshape[l][1];
+}
+
+static void split(uint64_t n, uint32_t parts, uint32_t i, uint64_t *off, uint64_t *len)
+{
+	*off = n * i / parts;
+	*len = n * (i + 1) / parts - *off;
+}
+
+/* The box rank holds of layout at world size w. Saving uses the 2x2 grid
+ * for blocks; loading at w uses a (w/c) x c grid. */
+static void box_for(int l, uint32_t w, uint32_t rank, bool saving, uint64_t *off, uint64_t *len)
+{
+	if (l == L_ROW) {
+		split(gshape[l][0], w, rank, &off[0], &len[0]);
+		off[1] = 0;
+		len[1] = gshape[l][1];
+	} else if (l == L_FLAT) {
+		split(gshape[l][0], w, rank, &off[0], &len[0]);
+	} else {
+		uint32_t c = saving ? 2 : (w % 2 == 0 && w >= 4 ? 2 : 1);
+		uint32_t rows = w / c;
+		split(gshape[l][0], rows, rank / c, &off[0], &len[0]);
+		split(gshape[l][1], c, rank % c, &off[1], &len[1]);
+	}
+}
+
+static uint64_t box_n(int l, const uint64_t *len)
+{
+	return gndim[l] == 1 ? len[0] : len[0] * len[1];
+}
+
+static uint64_t global_index(int l, const uint64_t *off, const uint64_t *len, uint64_t i)
+{
+	if (gndim[l] == 1)
+		return off[0] + i;
+	uint64_t r = i / len[1], c = i % len[1];
+	return (off[0] + r) * gshape[l][1] + off[1] + c;
+}
+
+struct rank_view {
+	ckpt_client *c;
+	ckpt_buffer *b;
+	ckpt_tensor t[NLAYOUT];
+	uint64_t off[NLAYOUT][2], len[NLAYOUT][2];
+};
+
+static void view_open(struct rank_view *v, const char *job, uint32_t w, uint32_t rank, bool saving,
+		      const char *attempt)
+{
+	memset(v, 0, sizeof(*v));
+	ckpt_hello h = { .job = job, .rank = rank, .world_size = w, .attempt_id = attempt };
+	int r = ckpt_connect(D.sock, &h, &v->c);
+	if (r < 0)
+		fail_msg("connect: %s (%s)", ckpt_strerror(r), ckpt_errmsg());
+	uint64_t total = 0;
+	for (int l = 0; l < NLAYOUT; l++) {
+		box_for(l, w, rank, saving, v->off[l], v->len[l]);
+		total += box_n(l, v->len[l]) * 4;
+	}
+	assert_int_equal(ckpt_buffer_alloc(v->c, total ? total : 4, &v->b), 0);
+	uint64_t at = 0;
+	for (int l = 0; l < NLAYOUT; l++) {
+		uint64_t nb = box_n(l, v->len[l]) * 4;
+		v->t[l] = (ckpt_tensor){ .name = lname[l], .dtype = CKPT_I32, .ndim = gndim[l],
+					 .global_shape = gshape[l], .box_offsets = v->off[l],
+					 .box_lengths = v->len[l], .buffer = v->b, .offset = at, .nbytes = nb };
+		at += nb;
+	}
+}
+
+static void view_close(struct rank_view *v)
+{
+	ckpt_buffer_free(v->b);
+	ckpt_close(v->c);
+}
+
+static void save_world4(const char *job, uint64_t step)
+{
+	struct rank_view v[4];
+	ckpt_future *f[4];
+	for (uint32_t r = 0; r < 4; r++) {
+		view_open(&v[r], job, 4, r, true, "s4");
+		uint32_t *p = ckpt_buffer_data(v[r].b);
+		for (int l = 0; l < NLAYOUT; l++) {
+			uint32_t *q = (uint32_t *)((uint8_t *)p + v[r].t[l].offset);
+			for (uint64_t i = 0; i < box_n(l, v[r].len[l]); i++)
+				q[i] = value(l, global_index(l, v[r].off[l], v[r].len[l], i));
+		}
+		assert_int_equal(ckpt_save(v[r].c, step, v[r].t, NLAYOUT, NULL, 0, &f[r]), 0);
+	}
+	for (uint32_t r = 0; r < 4; r++) {
+		int rc = ckpt_future_wait(f[r], CKPT_DURABLE, 60000);
+		if (rc != 0)
+			fail_msg("save rank %u: %s", r, ckpt_future_message(f[r]));
+		ckpt_future_free(f[r]);
+		view_close(&v[r]);
+	}
+}
+
+/* Load at world size w, assemble every rank's boxes into full tensors and
+ * compare them byte for byte with the originals. Returns the sources seen
+ * ("memory", "storage" or "mixed" of the first rank). */
+static void load_world(const char *job, uint32_t w, char *source, size_t srclen)
+{
+	uint32_t *full[NLAYOUT];
+	uint8_t *seen[NLAYOUT];
+	for (int l = 0; l < NLAYOUT; l++) {
+		full[l] = calloc(nelem(l), 4);
+		seen[l] = calloc(nelem(l), 1);
+		assert_non_null(full[l]);
+		assert_non_null(seen[l]);
+	}
+	for (uint32_t r = 0; r < w; r++) {
+		struct rank_view v;
+		view_open(&v, job, w, r, false, "load");
+		memset(ckpt_buffer_data(v.b), 0xAB, ckpt_buffer_size(v.b));
+		ckpt_future *f = NULL;
+		assert_int_equal(ckpt_load(v.c, CKPT_LATEST, v.t, NLAYOUT, &f), 0);
+		int rc = ckpt_future_wait(f, CKPT_LOADED, 60000);
+		if (rc != 0)
+			fail_msg("load at world %u rank %u: %s", w, r, ckpt_future_message(f));
+		if (r == 0)
+			snprintf(source, srclen, "%s", ckpt_future_source(f));
+		ckpt_future_free(f);
+		uint8_t *p = ckpt_buffer_data(v.b);
+		for (int l = 0; l < NLAYOUT; l++) {
+			uint32_t *q = (uint32_t *)(p + v.t[l].offset);
+			for (uint64_t i = 0; i < box_n(l, v.len[l]); i++) {
+				uint64_t g = global_index(l, v.off[l], v.len[l], i);
+				full[l][g] = q[i];
+				seen[l][g]++;
+			}
+		}
+		view_close(&v);
+	}
+	for (int l = 0; l < NLAYOUT; l++) {
+		uint32_t *want = malloc(nelem(l) * 4);
+		assert_non_null(want);
+		for (uint64_t g = 0; g < nelem(l); g++) {
+			want[g] = value(l, g);
+			if (seen[l][g] != 1)
+				fail_msg("%s element %llu loaded %u times at world %u", lname[l], (unsigned long long)g,
+					 seen[l][g], w);
+		}
+		if (memcmp(full[l], want, nelem(l) * 4) != 0)
+			fail_msg("%s differs from the original at world %u", lname[l], w);
+		free(want);
+		free(full[l]);
+		free(seen[l]);
+	}
+}
+
+static int group_setup(void **state)
+{
+	(void)state;
+	h_init(&D);
+	h_start(&D, "[job.gcjob]\nkeep_last = 2\nkeep_every = 10\n[job.grace]\nincomplete_grace = 1s\n");
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	h_cleanup(&D);
+	return 0;
+}
+
+static void test_reshard_from_memory_and_storage(void **state)
+{
+	(void)state;
+	save_world4("rs", 1);
+	static const uint32_t worlds[] = { 1, 2, 3, 8 };
+	char src[16];
+	for (size_t i = 0; i < 4; i++) {
+		load_world("rs", worlds[i], src, sizeof(src));
+		assert_string_equal(src, "memory");
+	}
+	/* Restart: nothing in memory, everything from storage. */
+	assert_int_equal(h_stop(&D), 0);
+	h_start(&D, "[job.gcjob]\nkeep_last = 2\nkeep_every = 10\n[job.grace]\nincomplete_grace = 1s\n");
+	for (size_t i = 0; i < 4; i++) {
+		load_world("rs", worlds[i], src, sizeof(src));
+		assert_string_equal(src, "storage");
+	}
+}
+
+/* Load one tensor with the given shape/dtype/box; return the status and
+ * copy the message. */
+static int load_one(const char *job, int64_t step, const char *name, int dtype, uint32_t ndim,
+		    const uint64_t *shape, const uint64_t *off, const uint64_t *len, char *msg, size_t msglen)
+{
+	ckpt_hello h = { .job = job, .rank = 1, .world_size = 2, .attempt_id = "e" };
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(D.sock, &h, &c), 0);
+	uint64_t n = 1;
+	for (uint32_t i = 0; i < ndim; i++)
+		n *= len ? len[i] : shape[i];
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, n * 4, &b), 0);
+	ckpt_tensor t = { .name = name, .dtype = dtype, .ndim = ndim, .global_shape = shape,
+			  .box_offsets = off, .box_lengths = len, .buffer = b, .nbytes = n * 4 };
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_load(c, step, &t, 1, &f), 0);
+	int r = ckpt_future_wait(f, CKPT_LOADED, 60000);
+	snprintf(msg, msglen, "%s", ckpt_future_message(f));
+	ckpt_future_free(f);
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+	return r;
+}
+
+static void test_planner_errors(void **state)
+{
+	(void)state;
+	char msg[512];
+	/* Unknown tensor. */
+	assert_int_equal(load_one("rs", CKPT_LATEST, "nope", CKPT_I32, 1, gshape[L_FLAT], NULL, NULL, msg,
+				  sizeof(msg)), -ENOENT);
+	assert_non_null(strstr(msg, "'nope'"));
+	assert_non_null(strstr(msg, "rank 1"));
+	/* Shape mismatch. */
+	static const uint64_t wrong[2] = { 37, 6 };
+	assert_int_equal(load_one("rs", CKPT_LATEST, "row", CKPT_I32, 2, wrong, NULL, NULL, msg, sizeof(msg)),
+			 -EINVAL);
+	assert_non_null(strstr(msg, "'row'"));
+	assert_non_null(strstr(msg, "shape"));
+	/* Dtype mismatch. */
+	assert_int_equal(load_one("rs", CKPT_LATEST, "row", CKPT_F32, 2, gshape[L_ROW], NULL, NULL, msg,
+				  sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "dtype"));
+	/* Incomplete step: only rank 0 of world 2 saved step 5. */
+	{
+		ckpt_hello h = { .job = "rs", .rank = 0, .world_size = 2, .attempt_id = "inc" };
+		ckpt_client *c = NULL;
+		assert_int_equal(ckpt_connect(D.sock, &h, &c), 0);
+		ckpt_buffer *b = NULL;
+		assert_int_equal(ckpt_buffer_alloc(c, 91 * 4, &b), 0);
+		ckpt_tensor t = { .name = "flat", .dtype = CKPT_I32, .ndim = 1, .global_shape = gshape[L_FLAT],
+				  .buffer = b, .nbytes = 91 * 4 };
+		ckpt_future *f = NULL;
+		assert_int_equal(ckpt_save(c, 5, &t, 1, NULL, 0, &f), 0);
+		assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), 0);
+		ckpt_future_free(f);
+		ckpt_buffer_free(b);
+		ckpt_close(c);
+	}
+	assert_int_equal(load_one("rs", 5, "flat", CKPT_I32, 1, gshape[L_FLAT], NULL, NULL, msg, sizeof(msg)),
+			 -ENOENT);
+	assert_non_null(strstr(msg, "not complete"));
+	/* Incomplete coverage: a complete step whose ranks saved only part
+	 * of "part" (rows [0,2) and [4,6) of [8]). */
+	static const uint64_t pshape[1] = { 8 };
+	for (uint32_t r = 0; r < 2; r++) {
+		ckpt_hello h = { .job = "cov", .rank = r, .world_size = 2, .attempt_id = "c" };
+		ckpt_client *c = NULL;
+		assert_int_equal(ckpt_connect(D.sock, &h, &c), 0);
+		ckpt_buffer *b = NULL;
+		assert_int_equal(ckpt_buffer_alloc(c, 2 * 4, &b), 0);
+		uint64_t off[1] = { r * 4 }, len[1] = { 2 };
+		ckpt_tensor t = { .name = "part", .dtype = CKPT_I32, .ndim = 1, .global_shape = pshape,
+				  .box_offsets = off, .box_lengths = len, .buffer = b, .nbytes = 8 };
+		ckpt_future *f = NULL;
+		assert_int_equal(ckpt_save(c, 1, &t, 1, NULL, 0, &f), 0);
+		assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), 0);
+		ckpt_future_free(f);
+		ckpt_buffer_free(b);
+		ckpt_close(c);
+	}
+	assert_int_equal(load_one("cov", CKPT_LATEST, "part", CKPT_I32, 1, pshape, NULL, NULL, msg, sizeof(msg)),
+			 -ENOENT);
+	assert_non_null(strstr(msg, "'part'"));
+	assert_non_null(strstr(msg, "covers only part"));
+	assert_non_null(strstr(msg, "rank 1"));
+	/* ... while a box inside what was saved loads fine. */
+	uint64_t off[1] = { 4 }, len[1] = { 2 };
+	assert_int_equal(load_one("cov", CKPT_LATEST, "part", CKPT_I32, 1, pshape, off, len, msg, sizeof(msg)), 0);
+}
+
+static FILE *ctl(const char *args)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd), "'%s' --socket '%s' %s", getenv("CKPTCTL_BIN"), D.sock, args);
+	FILE *p = popen(cmd, "r");
+	assert_non_null(p);
+	return p;
+}
+
+/* Run ckptctl; return its exit status, output in out. */
+static int ctl_run(const char *args, char *out, size_t outlen)
+{
+	FILE *p = ctl(args);
+	size_t n = fread(out, 1, outlen - 1, p);
+	out[n] = '\0';
+	int st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_show_and_verify(void **state)
+{
+	(void)state;
+	static char out[1 << 16];
+	assert_int_equal(ctl_run("show --json rs 1", out, sizeof(out)), 0);
+	json_object *o = json_tokener_parse(out), *v;
+	assert_non_null(o);
+	assert_true(json_object_object_get_ex(o, "tensors", &v));
+	assert_int_equal(json_object_array_length(v), 4 * NLAYOUT);
+	json_object *t0 = json_object_array_get_idx(v, 0), *x;
+	assert_true(json_object_object_get_ex(t0, "dtype", &x));
+	assert_string_equal(json_object_get_string(x), "i32");
+	assert_true(json_object_object_get_ex(t0, "box_lengths", &x));
+	json_object_put(o);
+
+	assert_int_equal(ctl_run("verify rs 1", out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "OK"));
+	/* Flip one byte inside "block" of rank 2's shard. */
+	char path[600];
+	snprintf(path, sizeof(path), "%s/rs/step-000000000001/rank-00002-of-00004.shard", D.store);
+	FILE *f = fopen(path, "r+b");
+	assert_non_null(f);
+	/* row (10 rows x 5 x 4 = 200 B) and flat (23 x 4 = 92 B) come first,
+	 * each 64-aligned: block starts at 320. */
+	assert_int_equal(fseek(f, 330, SEEK_SET), 0);
+	int ch = fgetc(f);
+	assert_int_equal(fseek(f, 330, SEEK_SET), 0);
+	fputc(ch ^ 0x10, f);
+	fclose(f);
+	assert_int_equal(ctl_run("verify --json rs 1", out, sizeof(out)), 1);
+	o = json_tokener_parse(out);
+	assert_non_null(o);
+	assert_true(json_object_object_get_ex(o, "ok", &v));
+	assert_false(json_object_get_boolean(v));
+	assert_true(json_object_object_get_ex(o, "problems", &v));
+	bool named = false;
+	for (size_t i = 0; i < json_object_array_length(v); i++) {
+		const char *p = json_object_get_string(json_object_array_get_idx(v, i));
+		if (strstr(p, "rank 2") && strstr(p, "'block'"))
+			named = true;
+	}
+	assert_true(named);
+	json_object_put(o);
+	/* Restore the byte; verify passes again. */
+	f = fopen(path, "r+b");
+	assert_non_null(f);
+	assert_int_equal(fseek(f, 330, SEEK_SET), 0);
+	fputc(ch, f);
+	fclose(f);
+	assert_int_equal(ctl_run("verify rs 1", out, sizeof(out)), 0);
+	/* Errors exit non-zero. */
+	assert_int_equal(ctl_run("verify rs 999 2>/dev/null", out, sizeof(out)), 1);
+	assert_int_equal(ctl_run("show nosuchjob 1 2>/dev/null", out, sizeof(out)), 1);
+}
+
+static void save_steps(const char *job, uint64_t from, uint64_t to)
+{
+	ckpt_hello h = { .job = job, .rank = 0, .world_size = 1, .attempt_id = "g" };
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(D.sock, &h, &c), 0);
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, 4096, &b), 0);
+	uint64_t shape[1] = { 4096 };
+	ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b,
+			  .nbytes = 4096 };
+	for (uint64_t s = from; s <= to; s++) {
+		ckpt_future *f = NULL;
+		assert_int_equal(ckpt_save(c, s, &t, 1, NULL, 0, &f), 0);
+		assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), 0);
+		ckpt_future_free(f);
+	}
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+}
+
+static void steps_of(const char *job, uint64_t *out, size_t *n)
+{
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(D.sock, NULL, &c), 0);
+	ckpt_step_info *v = NULL;
+	size_t k = 0;
+	assert_int_equal(ckpt_list(c, job, &v, &k), 0);
+	for (size_t i = 0; i < k; i++)
+		out[i] = v[i].step;
+	*n = k;
+	free(v);
+	ckpt_close(c);
+}
+
+static void test_retention_after_durable(void **state)
+{
+	(void)state;
+	/* gcjob: keep_last 2, keep_every 10. GC runs after each durable step. */
+	save_steps("gcjob", 7, 13);
+	uint64_t s[32];
+	size_t n = 0;
+	for (int i = 0; i < 100; i++) { /* gc runs in the background */
+		steps_of("gcjob", s, &n);
+		if (n == 3)
+			break;
+		usleep(50 * 1000);
+	}
+	assert_int_equal(n, 3);
+	assert_int_equal(s[0], 10);
+	assert_int_equal(s[1], 12);
+	assert_int_equal(s[2], 13);
+}
+
+static void test_gc_dry_run_and_rm(void **state)
+{
+	(void)state;
+	static char out[1 << 16];
+	/* A job without a policy: gc removes nothing. */
+	save_steps("keepall", 1, 3);
+	assert_int_equal(ctl_run("gc --json keepall", out, sizeof(out)), 0);
+	json_object *o = json_tokener_parse(out), *v;
+	assert_non_null(o);
+	assert_true(json_object_object_get_ex(o, "removed", &v));
+	assert_int_equal(json_object_array_length(v), 0);
+	json_object_put(o);
+	/* grace: incomplete steps older than 1 s go, but not before. */
+	{
+		ckpt_hello h = { .job = "grace", .rank = 0, .world_size = 2, .attempt_id = "g" };
+		ckpt_client *c = NULL;
+		assert_int_equal(ckpt_connect(D.sock, &h, &c), 0);
+		ckpt_buffer *b = NULL;
+		assert_int_equal(ckpt_buffer_alloc(c, 64, &b), 0);
+		uint64_t shape[1] = { 64 };
+		ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b,
+				  .nbytes = 64 };
+		ckpt_future *f = NULL;
+		assert_int_equal(ckpt_save(c, 4, &t, 1, NULL, 0, &f), 0);
+		assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), 0);
+		ckpt_future_free(f);
+		ckpt_buffer_free(b);
+		ckpt_close(c);
+	}
+	assert_int_equal(ctl_run("gc --dry-run --json grace", out, sizeof(out)), 0);
+	o = json_tokener_parse(out);
+	assert_true(json_object_object_get_ex(o, "removed", &v));
+	assert_int_equal(json_object_array_length(v), 0);
+	json_object_put(o);
+	sleep(2);
+	assert_int_equal(ctl_run("gc --dry-run --json grace", out, sizeof(out)), 0);
+	o = json_tokener_parse(out);
+	assert_true(json_object_object_get_ex(o, "removed", &v));
+	assert_int_equal(json_object_array_length(v), 1);
+	json_object_put(o);
+	uint64_t s[8];
+	size_t n = 0;
+	steps_of("grace", s, &n);
+	assert_int_equal(n, 1); /* dry run removed nothing */
+	assert_int_equal(ctl_run("gc grace", out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "removed grace step 4"));
+	steps_of("grace", s, &n);
+	assert_int_equal(n, 0);
+	/* rm */
+	assert_int_equal(ctl_run("rm --json keepall 2", out, sizeof(out)), 0);
+	steps_of("keepall", s, &n);
+	assert_int_equal(n, 2);
+	assert_int_equal(s[0], 1);
+	assert_int_equal(s[1], 3);
+	assert_int_equal(ctl_run("rm keepall 2 2>/dev/null", out, sizeof(out)), 1);
+}
+
+static void test_example_restores_at_other_world_size(void **state)
+{
+	(void)state;
+	const char *ex = getenv("CKPT_EXAMPLE_BIN");
+	char cmd[2048];
+	snprintf(cmd, sizeof(cmd),
+		 "set -e; for r in 0 1 2 3; do '%s' --socket '%s' --job exw --world-size 4 --rank $r --steps 2 "
+		 "--size-mb 4 --tensors 3 >/dev/null & done; wait; "
+		 "for r in 0 1 2; do '%s' --socket '%s' --job exw --world-size 3 --rank $r --size-mb 4 --tensors 3 "
+		 "--restore-only; done",
+		 ex, D.sock, ex, D.sock);
+	FILE *p = popen(cmd, "r");
+	assert_non_null(p);
+	char out[8192];
+	size_t n = fread(out, 1, sizeof(out) - 1, p);
+	out[n] = '\0';
+	assert_int_equal(pclose(p), 0);
+	int ok = 0;
+	for (char *q = out; (q = strstr(q, "verified OK")) != NULL; q++)
+		ok++;
+	assert_int_equal(ok, 3);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_reshard_from_memory_and_storage),
+		cmocka_unit_test(test_planner_errors),
+		cmocka_unit_test(test_show_and_verify),
+		cmocka_unit_test(test_retention_after_durable),
+		cmocka_unit_test(test_gc_dry_run_and_rm),
+		cmocka_unit_test(test_example_restores_at_other_world_size),
+	};
+	return cmocka_run_group_tests_name("catalog", tests, group_setup, group_teardown);
+}
