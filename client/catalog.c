@@ -1,4 +1,4 @@
-/* The catalogue calls: show, verify, delete, gc. */
+/* The operator calls: show, verify, delete, gc, metrics. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,5 +198,26 @@ int ckpt_gc(ckpt_client *c, const char *job, int dry_run, ckpt_gc_entry **out, s
 	*count = g->n_removed;
 	ckpt__frame__free_unpacked(rep, NULL);
 	*out = v;
+	return 0;
+}
+
+int ckpt_metrics(ckpt_client *c, char **text)
+{
+	if (!c || !text)
+		return bad_args();
+	*text = NULL;
+	Ckpt__MetricsRequest m = CKPT__METRICS_REQUEST__INIT;
+	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
+	req.body_case = CKPT__FRAME__BODY_METRICS;
+	req.metrics = &m;
+	int r = call(c, &req, CKPT__FRAME__BODY_METRICS_REPLY, &rep);
+	if (r < 0)
+		return r;
+	*text = strdup(rep->metrics_reply->text ? rep->metrics_reply->text : "");
+	ckpt__frame__free_unpacked(rep, NULL);
+	if (*text == NULL) {
+		client_set_errmsg("");
+		return -ENOMEM;
+	}
 	return 0;
 }

@@ -19,6 +19,7 @@ static void usage(FILE *f)
 		"  verify JOB STEP     re-read the step and check every crc32c\n"
 		"  rm JOB STEP         remove the step from storage\n"
 		"  gc [--dry-run] [JOB]  apply the retention policy now\n"
+		"  metrics             Prometheus text exposition\n"
 		"\n"
 		"The socket defaults to $CKPTD_SOCKET, else %s.\n",
 		CKPT_DEFAULT_SOCKET);
@@ -483,6 +484,17 @@ static int cmd_gc(ckpt_client *c, const char *job, int dry_run, int json)
 	return 0;
 }
 
+static int cmd_metrics(ckpt_client *c)
+{
+	char *text = NULL;
+	int r = ckpt_metrics(c, &text);
+	if (r < 0)
+		die("metrics", r);
+	fputs(text, stdout);
+	free(text);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *sock = getenv("CKPTD_SOCKET");
@@ -531,7 +543,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	int want_min, want_max;
-	if (!strcmp(cmd, "status"))
+	if (!strcmp(cmd, "status") || !strcmp(cmd, "metrics"))
 		want_min = 0, want_max = 0;
 	else if (!strcmp(cmd, "ls") || !strcmp(cmd, "gc"))
 		want_min = 0, want_max = 1;
@@ -559,6 +571,8 @@ int main(int argc, char **argv)
 		r = cmd_ls(c, nargs ? args[0] : NULL, json);
 	else if (!strcmp(cmd, "gc"))
 		r = cmd_gc(c, nargs ? args[0] : NULL, dry_run, json);
+	else if (!strcmp(cmd, "metrics"))
+		r = cmd_metrics(c);
 	else if (!strcmp(cmd, "show"))
 		r = cmd_show(c, args[0], parse_step(args[1]), json);
 	else if (!strcmp(cmd, "verify"))

@@ -359,6 +359,8 @@ static int on_ini(void *user, const char *section, const char *name,
 		r = parse_u32(value, &c->max_write_queue);
 	else if (KEY("limits", "max_extra_state"))
 		r = parse_u32(value, &c->max_extra_state);
+	else if (KEY("metrics", "listen"))
+		r = copy_str(c->metrics_listen, sizeof(c->metrics_listen), value);
 	else if (KEY("log", "level")) {
 		static const char *names[] = { "error", "warn", "info", "debug" };
 		static const int lv[] = { 3, 4, 6, 7 };
@@ -397,6 +399,94 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
 		return x.err ? x.err : -EINVAL;
 	}
 	return 0;
+}
+
+int config_set(struct config *c, const char *section_key, const char *value, char *err, size_t errlen)
+{
+	char sec[160];
+	const char *dot = strrchr(section_key, '.');
+	if (dot == NULL || dot == section_key || (size_t)(dot - section_key) >= sizeof(sec) || dot[1] == '\0') {
+		snprintf(err, errlen, "--set %s: want SECTION.KEY=VALUE", section_key);
+		return -EINVAL;
+	}
+	memcpy(sec, section_key, (size_t)(dot - section_key));
+	sec[dot - section_key] = '\0';
+	char msg[512] = "";
+	struct ini_ctx x = { .c = c, .msg = msg, .msglen = sizeof(msg) };
+	on_ini(&x, sec, dot + 1, value);
+	if (x.err) {
+		snprintf(err, errlen, "--set %s=%s: %s", section_key, value, msg);
+		return x.err;
+	}
+	return 0;
+}
+
+static const char *level_name(int l)
+{
+	return l <= 3 ? "error" : l == 4 ? "warn" : l <= 6 ? "info" : "debug";
+}
+
+static void print_ids(FILE *f, const char *key, const unsigned *ids, size_t n)
+{
+	fprintf(f, "%s =", key);
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "%s %u", i ? "," : "", ids[i]);
+	fprintf(f, "\n");
+}
+
+static void print_retention(FILE *f, const struct retention *r, uint8_t set)
+{
+	if (set & 1)
+		fprintf(f, "keep_last = %u\n", r->keep_last);
+	if (set & 2)
+		fprintf(f, "keep_every = %u\n", r->keep_every);
+	if (set & 4)
+		fprintf(f, "max_age = %" PRIu64 "s\n", r->max_age_s);
+	if (set & 8)
+		fprintf(f, "incomplete_grace = %" PRIu64 "s\n", r->incomplete_grace_s);
+}
+
+void config_print(const struct config *c, FILE *f)
+{
+	fprintf(f, "[server]\nsocket = %s\nstate_dir = %s\n", c->socket_path, c->state_dir);
+	print_ids(f, "allowed_uids", c->allowed_uids, c->n_allowed_uids);
+	print_ids(f, "allowed_gids", c->allowed_gids, c->n_allowed_gids);
+	fprintf(f, "drain_timeout_ms = %u\n\n", c->drain_timeout_ms);
+	fprintf(f, "[storage]\nurl = %s\n\n", c->storage_url);
+	fprintf(f, "[pool]\nstaging_bytes = %" PRIu64 "\nchunk_bytes = %" PRIu64 "\ncopy_threads = %u\n"
+		   "admit_timeout_ms = %u\npolicy = %s\n",
+		c->staging_bytes, c->chunk_bytes, c->copy_threads, c->admit_timeout_ms, config_policy_name(c->policy));
+	if (c->quota_pct)
+		fprintf(f, "quota = %u%%\n", c->quota_pct);
+	else if (c->quota_bytes)
+		fprintf(f, "quota = %" PRIu64 "\n", c->quota_bytes);
+	fprintf(f, "max_parallel_uploads = %u\nmemory_tier = %s\n\n", c->max_parallel_uploads,
+		c->memory_tier ? "true" : "false");
+	fprintf(f, "[retention]\n");
+	print_retention(f, &c->retention, 15);
+	fprintf(f, "\n[limits]\nmax_frame_bytes = %u\nmax_fds_per_frame = %u\nmax_sessions = %u\n"
+		   "max_buffers = %u\nmax_tensors = %u\nmax_name_len = %u\nmax_inflight_saves = %u\n"
+		   "max_inflight_loads = %u\nmax_write_queue = %u\nmax_extra_state = %u\n\n",
+		c->max_frame_bytes, c->max_fds_per_frame, c->max_sessions, c->max_buffers, c->max_tensors,
+		c->max_name_len, c->max_inflight_saves, c->max_inflight_loads, c->max_write_queue,
+		c->max_extra_state);
+	fprintf(f, "[metrics]\nlisten = %s\n\n[log]\nlevel = %s\n", c->metrics_listen,
+		level_name(c->log_level));
+	for (size_t i = 0; i < c->njobs; i++) {
+		const struct job_config *j = &c->jobs[i];
+		fprintf(f, "\n[job.%s]\n", j->name);
+		if (j->policy >= 0)
+			fprintf(f, "policy = %s\n", config_policy_name((enum admit_policy)j->policy));
+		if (j->quota_pct)
+			fprintf(f, "quota = %u%%\n", j->quota_pct);
+		else if (j->quota_bytes)
+			fprintf(f, "quota = %" PRIu64 "\n", j->quota_bytes);
+		if (j->max_inflight_saves)
+			fprintf(f, "max_inflight_saves = %u\n", j->max_inflight_saves);
+		print_retention(f, &j->retention, j->retention_set);
+	}
+	if (c->debug_store_delay_ms)
+		fprintf(f, "\n[debug]\nstore_delay_ms = %u\n", c->debug_store_delay_ms);
 }
 
 int config_validate(const struct config *c, char *err, size_t errlen)

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #define CONFIG_MAX_IDS 32
@@ -100,6 +101,7 @@ struct config {
 	struct retention retention;
 	struct job_config jobs[CONFIG_MAX_JOBS];
 	size_t njobs;
+	char metrics_listen[128]; /* "127.0.0.1:9464"; empty: off */
 	/* testing only: sleep this long in the middle of every shard write */
 	uint32_t debug_store_delay_ms;
 };
@@ -120,6 +122,11 @@ const char *config_policy_name(enum admit_policy p);
 /* Settings for job (per-job section over the defaults). */
 void config_job_policy(const struct config *c, const char *job, uint64_t pool_bytes,
 		       struct job_policy *out);
+/* Set one key as the ini file would ("section.key", value): the --set
+ * flag. 0 or -errno with a message. */
+int config_set(struct config *c, const char *section_key, const char *value, char *err, size_t errlen);
+/* The effective configuration, as an ini file. */
+void config_print(const struct config *c, FILE *f);
 /* Checks the combination of values; 0 or -EINVAL with a message. */
 int config_validate(const struct config *c, char *err, size_t errlen);
 

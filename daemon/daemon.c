@@ -1,12 +1,15 @@
 /* Daemon-wide lifecycle: the clock, and the drain on SIGTERM/SIGINT (stop
  * admitting, let every staged save become durable, then close). */
 #include "daemon.h"
+#include "journal.h"
 #include "log.h"
 #include "save.h"
 #include "server.h"
 #include "session.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <systemd/sd-daemon.h>
 #include <time.h>
@@ -21,12 +24,15 @@ uint64_t daemon_now_ns(void)
 static void close_all(struct daemon *d)
 {
 	server_stop(d);
+	metrics_stop(d);
 	memtier_clear(d);
 	struct session *s;
 	while ((s = TAILQ_FIRST(&d->sessions)) != NULL)
 		session_close(s, ESHUTDOWN, "ckptd is shutting down");
 	uv_close((uv_handle_t *)&d->sigterm, NULL);
 	uv_close((uv_handle_t *)&d->sigint, NULL);
+	uv_close((uv_handle_t *)&d->sighup, NULL);
+	uv_close((uv_handle_t *)&d->status_timer, NULL);
 	uv_close((uv_handle_t *)&d->admit_timer, NULL);
 	uv_close((uv_handle_t *)&d->drain_timer, NULL);
 	workq_fini(d->copyq);
@@ -42,20 +48,70 @@ void daemon_maybe_finish_drain(struct daemon *d)
 	close_all(d);
 }
 
+/* The deadline passed: record what will not become durable, so the next
+ * start reports it (uploads already writing are journaled and get cleaned
+ * up), then exit cleanly. */
 static void on_drain_timeout(uv_timer_t *t)
 {
 	struct daemon *d = t->data;
-	log_err("drain deadline of %u ms passed with %u saves not durable; exiting anyway",
-		d->cfg.drain_timeout_ms, d->nsaves);
-	exit(1);
+	log_err("drain deadline of %u ms passed with %u saves not durable; exiting", d->cfg.drain_timeout_ms,
+		d->nsaves);
+	struct save *sv;
+	TAILQ_FOREACH(sv, &d->saves, link) {
+		char what[512];
+		snprintf(what, sizeof(what), "%s step %" PRIu64 " rank %u was not durable at shutdown (%s)", sv->job,
+			 sv->step, sv->rank, sv->state == SAVE_UPLOADING ? "uploading" : "staged");
+		log_warn("%s", what);
+		(void)journal_note(d->journal, what);
+	}
+	sd_notify(0, "STATUS=drain deadline passed");
+	fflush(stderr);
+	_exit(0);
+}
+
+static void status_line(struct daemon *d, char *buf, size_t len)
+{
+	snprintf(buf, len, "STATUS=%u sessions, pool %" PRIu64 "/%" PRIu64 " MiB used (%" PRIu32
+		 " held), %u saves in flight, %u waiting",
+		 d->nsessions, pool_used_bytes(&d->pool) >> 20, d->pool.bytes >> 20, d->nheld,
+		 d->nsaves - d->nwaiting, d->nwaiting);
+}
+
+static void on_status_timer(uv_timer_t *t)
+{
+	struct daemon *d = t->data;
+	char line[256];
+	status_line(d, line, sizeof(line));
+	if (d->watchdog_usec)
+		sd_notifyf(0, "WATCHDOG=1\n%s", line);
+	else
+		sd_notify(0, line);
+}
+
+void daemon_notify_start(struct daemon *d)
+{
+	char line[256];
+	status_line(d, line, sizeof(line));
+	sd_notifyf(0, "READY=1\n%s", line);
+	/* WATCHDOG=1 at half of WatchdogSec; STATUS= every 5 s otherwise. */
+	uint64_t usec = 0;
+	uint64_t period_ms = 5000;
+	if (sd_watchdog_enabled(0, &usec) > 0 && usec > 0) {
+		d->watchdog_usec = usec;
+		period_ms = usec / 2000;
+		if (period_ms == 0)
+			period_ms = 1;
+		log_info("systemd watchdog: %" PRIu64 " ms, pinging every %" PRIu64 " ms", usec / 1000, period_ms);
+	}
+	uv_timer_start(&d->status_timer, on_status_timer, period_ms, period_ms);
 }
 
 void daemon_on_signal(uv_signal_t *h, int signum)
 {
 	struct daemon *d = h->data;
 	if (d->draining) {
-		log_warn("second signal %d: exiting now", signum);
-		exit(1);
+		log_warn("second signal %d: exiting now, %u saves not durable", signum, d->nsaves);
+		_exit(1);
 	}
 	log_info("signal %d: draining (%u saves in flight, %u waiting)", signum, d->nsaves, d->nwaiting);
 	sd_notify(0, "STOPPING=1");

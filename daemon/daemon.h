@@ -8,6 +8,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "metrics.h"
 #include "pool.h"
 #include "store.h"
 #include "workq.h"
@@ -28,6 +29,8 @@ struct stats {
 	uint64_t bytes_staged, bytes_durable, bytes_restored, bytes_restored_memory;
 	uint64_t restores_from_memory, restores_from_storage;
 	uint64_t reclaimed_bytes;
+	uint64_t store_retries, store_failures;
+	struct histogram stall_hist, durable_hist;
 	uint32_t recovered_files;             /* removed at start after a crash */
 	uint32_t nrecovered;
 	char recovered[RECOVERED_LIST][1024]; /* what, for ckptctl status */
@@ -66,10 +69,18 @@ struct daemon {
 	bool gc_running;
 	char gc_pending[16][129];   /* jobs whose retention should run next */
 	uint32_t ngc_pending;
-	uv_signal_t sigterm, sigint;
+	uv_signal_t sigterm, sigint, sighup;
+	int exit_code;
 	uv_timer_t drain_timer;
 	bool draining;
 	uint64_t start_ns;
+	const char *store_backend;  /* "file", ... for metric labels */
+	uv_tcp_t metrics_tcp;
+	bool metrics_on;
+	int metrics_port;
+	uint32_t metrics_conns;
+	uv_timer_t status_timer;    /* sd_notify STATUS= and WATCHDOG=1 */
+	uint64_t watchdog_usec;
 };
 
 uint64_t daemon_now_ns(void);
@@ -77,5 +88,7 @@ uint64_t daemon_now_ns(void);
 void daemon_maybe_finish_drain(struct daemon *d);
 /* SIGTERM/SIGINT: start draining; a second signal exits at once. */
 void daemon_on_signal(uv_signal_t *h, int signum);
+/* sd_notify READY=1 and STATUS=, and start the STATUS/WATCHDOG timer. */
+void daemon_notify_start(struct daemon *d);
 
 #endif

@@ -75,6 +75,16 @@ int journal_end(struct journal *j, uint64_t id)
 	return append(j, line);
 }
 
+int journal_note(struct journal *j, const char *what)
+{
+	char line[1100];
+	snprintf(line, sizeof(line), "N %s\n", what);
+	for (char *c = line + 2; *c && c[1]; c++)
+		if (*c == '\n')
+			*c = ' ';
+	return append(j, line);
+}
+
 struct entry {
 	uint64_t id;
 	char attempt[129], shard[768], man[768];
@@ -137,6 +147,10 @@ int journal_recover(struct journal *j, struct store *s, journal_recover_fn repor
 			for (size_t i = 0; i < n; i++)
 				if (v[i].id == e.id)
 					v[i].ended = true;
+		} else if (line[0] == 'N' && line[1] == ' ') {
+			char what[1100];
+			snprintf(what, sizeof(what), "note from the last run: %s", line + 2);
+			report(ctx, what);
 		}
 		/* Anything else is a torn last line from the crash: ignored. */
 	}

@@ -18,6 +18,9 @@ int journal_begin(struct journal *j, uint64_t id, const char *shard_key, const c
 		  const char *attempt);
 int journal_end(struct journal *j, uint64_t id);
 
+/* A line for the next start to report (e.g. a save lost at shutdown). */
+int journal_note(struct journal *j, const char *what);
+
 typedef void (*journal_recover_fn)(void *ctx, const char *what);
 /* Undo every write begun and never ended: remove its temporaries, and its
  * shard unless the manifest of that attempt made it. report() is told each

@@ -35,109 +35,171 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: ckptd [--socket PATH] [--storage URL] [--staging-bytes SIZE]\n"
 		"             [--state-dir DIR] [--config FILE] [--log-level LEVEL]\n"
+		"             [--chunk-bytes SIZE] [--metrics-listen HOST:PORT]\n"
+		"             [--set SECTION.KEY=VALUE]... [--check-config]\n"
 		"  --socket PATH         Unix socket to listen on (default %s)\n"
 		"  --storage URL         where checkpoints go: file:///abs/path\n"
 		"  --staging-bytes SIZE  pinned staging pool, e.g. 4G (default 1G)\n"
 		"  --chunk-bytes SIZE    pool chunk and upload part size (default 64M)\n"
-		"  --state-dir DIR       daemon state (default %s)\n"
+		"  --state-dir DIR       daemon state, the journal (default %s)\n"
 		"  --config FILE         ini file (default %s, if it exists)\n"
-		"  --log-level LEVEL     error|warn|info|debug\n",
+		"  --log-level LEVEL     error|warn|info|debug\n"
+		"  --metrics-listen A    serve Prometheus metrics on http://A/metrics\n"
+		"  --set S.K=V           any config key, e.g. --set pool.policy=skip\n"
+		"  --check-config        validate, print the effective config, exit\n"
+		"Exit status: 0 after a clean stop (drained, or drain deadline passed with\n"
+		"the rest journaled), 1 on a runtime error, 2 on a usage or config error.\n",
 		DEFAULT_SOCKET_PATH, DEFAULT_STATE_DIR, DEFAULT_CONFIG_PATH);
+}
+
+static const struct option opts[] = {
+	{ "socket", required_argument, NULL, 's' },
+	{ "storage", required_argument, NULL, 'u' },
+	{ "staging-bytes", required_argument, NULL, 'b' },
+	{ "chunk-bytes", required_argument, NULL, 'c' },
+	{ "state-dir", required_argument, NULL, 'd' },
+	{ "config", required_argument, NULL, 'f' },
+	{ "log-level", required_argument, NULL, 'l' },
+	{ "metrics-listen", required_argument, NULL, 'm' },
+	{ "set", required_argument, NULL, 'S' },
+	{ "check-config", no_argument, NULL, 'C' },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+static int saved_argc;
+static char **saved_argv;
+
+/* Defaults, then the config file, then flags over it. Used at start and
+ * on SIGHUP. 0, 1 for --help, or -errno with err set. */
+static int parse_config(struct config *cfg, bool *check_only, char *err, size_t errlen)
+{
+	const char *config_path = NULL;
+	bool explicit = false;
+	int c;
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(saved_argc, saved_argv, "", opts, NULL)) != -1)
+		if (c == 'f') {
+			config_path = optarg;
+			explicit = true;
+		}
+	config_defaults(cfg);
+	if (!explicit && access(DEFAULT_CONFIG_PATH, R_OK) == 0)
+		config_path = DEFAULT_CONFIG_PATH;
+	if (config_path) {
+		int r = config_load(cfg, config_path, err, errlen);
+		if (r < 0)
+			return r;
+	}
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(saved_argc, saved_argv, "", opts, NULL)) != -1) {
+		static const char *const key[] = { ['s'] = "server.socket",	   ['u'] = "storage.url",
+						   ['b'] = "pool.staging_bytes",   ['c'] = "pool.chunk_bytes",
+						   ['d'] = "server.state_dir",	   ['l'] = "log.level",
+						   ['m'] = "metrics.listen" };
+		int r = 0;
+		switch (c) {
+		case 's': case 'u': case 'b': case 'c': case 'd': case 'l': case 'm':
+			r = config_set(cfg, key[c], optarg, err, errlen);
+			break;
+		case 'S': {
+			char kv[512];
+			snprintf(kv, sizeof(kv), "%s", optarg);
+			char *eq = strchr(kv, '=');
+			if (eq == NULL) {
+				snprintf(err, errlen, "--set %s: want SECTION.KEY=VALUE", optarg);
+				return -EINVAL;
+			}
+			*eq = '\0';
+			r = config_set(cfg, kv, eq + 1, err, errlen);
+			break;
+		}
+		case 'C':
+			if (check_only)
+				*check_only = true;
+			break;
+		case 'f':
+			break;
+		case 'h':
+			return 1;
+		default:
+			snprintf(err, errlen, "unknown option '%s'", saved_argv[optind - 1]);
+			return -EINVAL;
+		}
+		if (r < 0)
+			return r;
+	}
+	if (optind < saved_argc) {
+		snprintf(err, errlen, "unexpected argument '%s'", saved_argv[optind]);
+		return -EINVAL;
+	}
+	return config_validate(cfg, err, errlen);
+}
+
+/* SIGHUP: re-read the config file and flags; apply what can change while
+ * running (log level, policies, quotas, retention, timeouts). */
+static void on_sighup(uv_signal_t *h, int signum)
+{
+	struct daemon *d = h->data;
+	(void)signum;
+	static struct config nc;
+	char err[1024];
+	int r = parse_config(&nc, NULL, err, sizeof(err));
+	if (r != 0) {
+		log_err("SIGHUP: config not reloaded: %s", r > 0 ? "--help" : err);
+		return;
+	}
+	if (strcmp(nc.socket_path, d->cfg.socket_path) || strcmp(nc.storage_url, d->cfg.storage_url) ||
+	    nc.staging_bytes != d->cfg.staging_bytes || nc.chunk_bytes != d->cfg.chunk_bytes ||
+	    nc.copy_threads != d->cfg.copy_threads || strcmp(nc.state_dir, d->cfg.state_dir) ||
+	    strcmp(nc.metrics_listen, d->cfg.metrics_listen))
+		log_warn("SIGHUP: socket, storage, pool, copy threads, state dir and metrics_listen "
+			 "change only on restart");
+	d->cfg.log_level = nc.log_level;
+	log_set_level((enum log_level)nc.log_level);
+	d->cfg.policy = nc.policy;
+	d->cfg.quota_bytes = nc.quota_bytes;
+	d->cfg.quota_pct = nc.quota_pct;
+	d->cfg.retention = nc.retention;
+	memcpy(d->cfg.jobs, nc.jobs, sizeof(nc.jobs));
+	d->cfg.njobs = nc.njobs;
+	d->cfg.admit_timeout_ms = nc.admit_timeout_ms;
+	d->cfg.drain_timeout_ms = nc.drain_timeout_ms;
+	d->cfg.max_parallel_uploads = nc.max_parallel_uploads;
+	d->cfg.memory_tier = nc.memory_tier;
+	d->cfg.max_inflight_saves = nc.max_inflight_saves;
+	d->cfg.max_inflight_loads = nc.max_inflight_loads;
+	log_info("SIGHUP: configuration reloaded (log level %d, %zu job sections)", nc.log_level, nc.njobs);
 }
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "socket", required_argument, NULL, 's' },
-		{ "storage", required_argument, NULL, 'u' },
-		{ "staging-bytes", required_argument, NULL, 'b' },
-		{ "chunk-bytes", required_argument, NULL, 'c' },
-		{ "state-dir", required_argument, NULL, 'd' },
-		{ "config", required_argument, NULL, 'f' },
-		{ "log-level", required_argument, NULL, 'l' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	/* Command-line values override the config file: find --config first. */
-	const char *config_path = NULL;
-	bool config_explicit = false;
-	int c;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
-		if (c == 'f') {
-			config_path = optarg;
-			config_explicit = true;
-		}
+	saved_argc = argc;
+	saved_argv = argv;
 	static struct daemon dd;
 	struct daemon *d = &dd;
 	d->listen_fd = -1;
-	config_defaults(&d->cfg);
 	char err[1024];
-	if (!config_explicit && access(DEFAULT_CONFIG_PATH, R_OK) == 0)
-		config_path = DEFAULT_CONFIG_PATH;
-	if (config_path && config_load(&d->cfg, config_path, err, sizeof(err)) < 0) {
-		fprintf(stderr, "ckptd: config: %s\n", err);
-		return 2;
+	bool check_only = false;
+	int r = parse_config(&d->cfg, &check_only, err, sizeof(err));
+	if (r == 1) {
+		usage(stdout);
+		return 0;
 	}
-	optind = 1;
-	opterr = 1;
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		uint64_t v;
-		switch (c) {
-		case 's':
-			if (strlen(optarg) >= sizeof(d->cfg.socket_path)) {
-				fprintf(stderr, "ckptd: --socket: path too long\n");
-				return 2;
-			}
-			snprintf(d->cfg.socket_path, sizeof(d->cfg.socket_path), "%s", optarg);
-			break;
-		case 'u':
-			snprintf(d->cfg.storage_url, sizeof(d->cfg.storage_url), "%s", optarg);
-			break;
-		case 'b':
-		case 'c':
-			if (config_parse_size(optarg, &v) < 0) {
-				fprintf(stderr, "ckptd: --%s %s: not a size (e.g. 512M, 4G)\n",
-					c == 'b' ? "staging-bytes" : "chunk-bytes", optarg);
-				return 2;
-			}
-			if (c == 'b')
-				d->cfg.staging_bytes = v;
-			else
-				d->cfg.chunk_bytes = v;
-			break;
-		case 'd':
-			snprintf(d->cfg.state_dir, sizeof(d->cfg.state_dir), "%s", optarg);
-			break;
-		case 'f':
-			break;
-		case 'l': {
-			enum log_level lv;
-			if (log_parse_level(optarg, &lv) < 0) {
-				fprintf(stderr, "ckptd: --log-level %s: want error|warn|info|debug\n", optarg);
-				return 2;
-			}
-			d->cfg.log_level = (int)lv;
-			break;
-		}
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "ckptd: unexpected argument '%s'\n", argv[optind]);
-		usage(stderr);
-		return 2;
-	}
-	log_set_level((enum log_level)d->cfg.log_level);
-	if (config_validate(&d->cfg, err, sizeof(err)) < 0) {
+	if (r < 0) {
 		fprintf(stderr, "ckptd: %s\n", err);
+		if (r == -EINVAL && strstr(err, "option"))
+			usage(stderr);
 		return 2;
 	}
+	if (check_only) {
+		config_print(&d->cfg, stdout);
+		return fflush(stdout) == 0 ? 0 : 1;
+	}
+	log_init();
+	log_set_level((enum log_level)d->cfg.log_level);
 	signal(SIGPIPE, SIG_IGN);
 	/* A file size limit must fail the write (EFBIG), not kill the daemon. */
 	signal(SIGXFSZ, SIG_IGN);
@@ -145,11 +207,12 @@ int main(int argc, char **argv)
 		log_err("state dir %s: %s", d->cfg.state_dir, strerror(errno));
 		return 1;
 	}
-	int r = store_open(d->cfg.storage_url, &d->store, err, sizeof(err));
+	r = store_open(d->cfg.storage_url, &d->store, err, sizeof(err));
 	if (r < 0) {
 		log_err("%s", err);
 		return 1;
 	}
+	d->store_backend = "file";
 	d->store->debug_delay_ms = d->cfg.debug_store_delay_ms;
 	r = journal_open(d->cfg.state_dir, &d->journal, err, sizeof(err));
 	if (r < 0) {
@@ -186,15 +249,26 @@ int main(int argc, char **argv)
 	d->admit_timer.data = d;
 	uv_timer_init(d->loop, &d->drain_timer);
 	d->drain_timer.data = d;
+	uv_timer_init(d->loop, &d->status_timer);
+	d->status_timer.data = d;
 	uv_signal_init(d->loop, &d->sigterm);
 	uv_signal_init(d->loop, &d->sigint);
-	d->sigterm.data = d->sigint.data = d;
+	uv_signal_init(d->loop, &d->sighup);
+	d->sigterm.data = d->sigint.data = d->sighup.data = d;
 	uv_signal_start(&d->sigterm, daemon_on_signal, SIGTERM);
 	uv_signal_start(&d->sigint, daemon_on_signal, SIGINT);
+	uv_signal_start(&d->sighup, on_sighup, SIGHUP);
 	r = workq_init(&d->copyq, d->loop, d->cfg.copy_threads);
 	if (r < 0) {
 		log_err("copy threads: %s", strerror(-r));
 		return 1;
+	}
+	if (d->cfg.metrics_listen[0]) {
+		r = metrics_listen(d, d->cfg.metrics_listen, err, sizeof(err));
+		if (r < 0) {
+			log_err("%s", err);
+			return 1;
+		}
 	}
 	r = server_start(d, err, sizeof(err));
 	if (r < 0) {
@@ -203,7 +277,8 @@ int main(int argc, char **argv)
 	}
 	log_info("ckptd listening on %s, storage %s, pool %" PRIu64 " MiB, %u copy threads", d->cfg.socket_path,
 		 d->store->url, d->pool.bytes >> 20, d->cfg.copy_threads);
-	sd_notify(0, "READY=1\nSTATUS=serving");
+	/* READY only now: the socket listens and the pool is faulted in. */
+	daemon_notify_start(d);
 	uv_run(d->loop, UV_RUN_DEFAULT);
 	int rc = uv_loop_close(d->loop);
 	if (rc != 0)
@@ -211,5 +286,5 @@ int main(int argc, char **argv)
 	pool_fini(&d->pool);
 	journal_close(d->journal);
 	store_free(d->store);
-	return 0;
+	return d->exit_code;
 }

@@ -306,6 +306,8 @@ static void upload_done(uv_work_t *w, int status)
 		sv->status = -status;
 		snprintf(sv->msg, sizeof(sv->msg), "upload cancelled");
 	}
+	if (sv->status && sv->status != EEXIST)
+		sv->d->stats.store_failures++;
 	save_set_state(sv, sv->status ? SAVE_FAILED : SAVE_HELD);
 }
 
@@ -527,7 +529,8 @@ static void save_set_state(struct save *sv, enum save_state st)
 {
 	struct daemon *d = sv->d;
 	enum save_state old = sv->state;
-	log_debug("save %" PRIu64 " (%s step %" PRIu64 " rank %u): %s -> %s", sv->id, sv->job, sv->step,
+	struct log_ctx lctx = { .job = sv->job, .rank = sv->rank, .step = (int64_t)sv->step, .save_id = sv->id };
+	log_ctx_msg(LOG_LVL_DEBUG, &lctx, "save %" PRIu64 " (%s step %" PRIu64 " rank %u): %s -> %s", sv->id, sv->job, sv->step,
 		  sv->rank, state_name[old], state_name[st]);
 	/* on-leave */
 	if (old == SAVE_ADMITTING) {
@@ -578,6 +581,7 @@ static void save_set_state(struct save *sv, enum save_state st)
 	}
 	case SAVE_QUEUED:
 		d->stats.bytes_staged += sv->shard_bytes;
+		hist_observe(&d->stats.stall_hist, (double)(daemon_now_ns() - sv->t_start) / 1e9);
 		/* The trainer may touch its buffers again: drop them. */
 		for (size_t i = 0; i < sv->ntensors; i++) {
 			hostbuf_unref(sv->tensors[i].buf);
@@ -600,7 +604,8 @@ static void save_set_state(struct save *sv, enum save_state st)
 		char sv_job[129];
 		snprintf(sv_job, sizeof(sv_job), "%s", sv->job); /* sv may be freed below */
 		d->stats.bytes_durable += sv->shard_bytes;
-		log_info("save %" PRIu64 ": %s step %" PRIu64 " rank %u/%u durable, %" PRIu64 " bytes in %.1f ms",
+		hist_observe(&d->stats.durable_hist, (double)(daemon_now_ns() - sv->t_start) / 1e9);
+		log_ctx_msg(LOG_LVL_INFO, &lctx, "save %" PRIu64 ": %s step %" PRIu64 " rank %u/%u durable, %" PRIu64 " bytes in %.1f ms",
 			 sv->id, sv->job, sv->step, sv->rank, sv->world_size, sv->shard_bytes,
 			 (double)(daemon_now_ns() - sv->t_start) / 1e6);
 		send_durable(sv);
@@ -623,7 +628,7 @@ static void save_set_state(struct save *sv, enum save_state st)
 	}
 	case SAVE_FAILED:
 		d->stats.saves_failed++;
-		log_warn("save %" PRIu64 ": %s step %" PRIu64 " rank %u failed (was %s): %s", sv->id, sv->job,
+		log_ctx_msg(LOG_LVL_WARN, &lctx, "save %" PRIu64 ": %s step %" PRIu64 " rank %u failed (was %s): %s", sv->id, sv->job,
 			 sv->step, sv->rank, state_name[old], sv->msg);
 		send_failed(sv);
 		save_detach_session(sv);

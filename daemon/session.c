@@ -383,6 +383,23 @@ static void on_status(struct session *s, uint64_t req_id)
 	free(heldp);
 }
 
+static void on_metrics(struct session *s, uint64_t req_id)
+{
+	char *text = NULL;
+	size_t len = 0;
+	if (metrics_render(s->d, &text, &len) < 0) {
+		session_reply(s, req_id, ENOMEM, "out of memory");
+		return;
+	}
+	Ckpt__MetricsReply rep = CKPT__METRICS_REPLY__INIT;
+	rep.text = text;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_METRICS_REPLY;
+	f.metrics_reply = &rep;
+	session_send(s, req_id, &f);
+	free(text);
+}
+
 /* Validation order (DESIGN §3): size cap (in on_readable) -> unpack ->
  * protocol version -> message type -> field ranges (in each handler). */
 static void handle_frame(struct session *s, const uint8_t *p, size_t len)
@@ -438,6 +455,9 @@ static void handle_frame(struct session *s, const uint8_t *p, size_t len)
 		break;
 	case CKPT__FRAME__BODY_GC:
 		gc_start(s, f->req_id, f->gc);
+		break;
+	case CKPT__FRAME__BODY_METRICS:
+		on_metrics(s, f->req_id);
 		break;
 	default:
 		session_reply(s, f->req_id, EBADMSG, "unknown or unexpected message type %d",

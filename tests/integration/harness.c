@@ -36,6 +36,7 @@ void h_init(struct dctx *d)
 	snprintf(d->sock, sizeof(d->sock), "%s/run/ckptd.sock", d->dir);
 	snprintf(d->store, sizeof(d->store), "%s/store", d->dir);
 	d->pid = -1;
+	d->listen_fd = -1;
 }
 
 void h_start(struct dctx *d, const char *extra_conf)
@@ -58,6 +59,25 @@ void h_start(struct dctx *d, const char *extra_conf)
 			dup2(lfd, 2);
 			dup2(lfd, 1);
 		}
+		for (int i = 0; i < 8 && d->env[i]; i++) {
+			char kv[512];
+			snprintf(kv, sizeof(kv), "%s", d->env[i]);
+			char *eq = strchr(kv, '=');
+			if (eq && strcmp(eq + 1, "self") == 0)
+				snprintf(eq + 1, sizeof(kv) - (size_t)(eq + 1 - kv), "%d", (int)getpid());
+			putenv(strdup(kv));
+		}
+		if (d->listen_fd >= 0) {
+			if (d->listen_fd != 3) {
+				dup2(d->listen_fd, 3);
+				close(d->listen_fd);
+			}
+			fcntl(3, F_SETFD, 0); /* keep it across exec */
+			char pid[32];
+			snprintf(pid, sizeof(pid), "%d", (int)getpid());
+			setenv("LISTEN_FDS", "1", 1);
+			setenv("LISTEN_PID", pid, 1);
+		}
 		const char *lvl = env_or("CKPTD_TEST_LOG", "info");
 		if (d->store_tmpfs) {
 			char opt[64];
@@ -70,6 +90,9 @@ void h_start(struct dctx *d, const char *extra_conf)
 			       "--log-level", lvl, (char *)NULL);
 			_exit(127);
 		}
+		if (d->no_log_flag)
+			execl(bin, bin, "--socket", d->sock, "--storage", url, "--staging-bytes", "64M",
+			      "--chunk-bytes", "1M", "--state-dir", state, "--config", conf, (char *)NULL);
 		execl(bin, bin, "--socket", d->sock, "--storage", url, "--staging-bytes", "64M",
 		      "--chunk-bytes", "1M", "--state-dir", state, "--config", conf, "--log-level",
 		      lvl, (char *)NULL);
@@ -135,6 +158,21 @@ void h_cleanup(struct dctx *d)
 		if (system(cmd) != 0)
 			fprintf(stderr, "# could not remove %s\n", d->dir);
 	}
+}
+
+int listen_unix(const char *path)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	char dir[300];
+	snprintf(dir, sizeof(dir), "%s", path);
+	*strrchr(dir, '/') = '\0';
+	mkdir(dir, 0755);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(fd, 16), 0);
+	return fd;
 }
 
 int raw_connect(const char *path)

@@ -18,6 +18,13 @@ struct dctx {
 	/* If set (e.g. "6M"), the store is a tmpfs of that size in a private
 	 * mount namespace (unshare -rm), to test a full disk. */
 	const char *store_tmpfs;
+	/* Extra environment for the daemon ("K=V"; "K=self" is replaced by
+	 * the daemon's own pid, for WATCHDOG_PID/LISTEN_PID). NULL-ended. */
+	const char *env[8];
+	/* >= 0: pass this listening socket as fd 3 (socket activation). */
+	int listen_fd;
+	/* Leave --log-level off the command line (the config file decides). */
+	bool no_log_flag;
 };
 
 /* mkdtemp a new root. */
@@ -40,6 +47,8 @@ int raw_send_bytes(int fd, const void *buf, size_t len);
 Ckpt__Frame *raw_recv(int fd, int timeout_ms, bool *eof);
 /* Hello as job/rank/world and expect HelloReply. */
 void raw_hello(int fd, const char *job, uint32_t rank, uint32_t world);
+/* A listening Unix socket bound at path (for socket activation). */
+int listen_unix(const char *path);
 /* The peer closes within timeout_ms. */
 bool raw_wait_eof(int fd, int timeout_ms);
 /* memfd of n bytes (unsealed), filled with byte v. */

@@ -245,6 +245,9 @@ typedef struct {
  * was removed (or, with dry_run, would be); free() it. */
 int ckpt_gc(ckpt_client *c, const char *job, int dry_run, ckpt_gc_entry **out, size_t *count);
 
+/* The daemon's metrics in the Prometheus text format; *text is malloc'd. */
+int ckpt_metrics(ckpt_client *c, char **text);
+
 const char *ckpt_strerror(int err);
 /* The daemon's message for the last failed call on this thread, or "". */
 const char *ckpt_errmsg(void);

@@ -1,0 +1,29 @@
+/* Metrics in the Prometheus text format, served by ckptctl metrics and by
+ * an optional HTTP listener (metrics_listen). Loop thread only. */
+#ifndef CKPTD_METRICS_H
+#define CKPTD_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct daemon;
+
+#define HIST_BUCKETS 14
+
+struct histogram {
+	uint64_t counts[HIST_BUCKETS + 1]; /* last: +Inf */
+	uint64_t count;
+	double sum;
+};
+
+/* Bucket bounds in seconds, shared by every latency histogram. */
+extern const double metrics_bounds[HIST_BUCKETS];
+
+void hist_observe(struct histogram *h, double seconds);
+/* The whole exposition, malloc'd. 0 or -ENOMEM. */
+int metrics_render(struct daemon *d, char **out, size_t *len);
+/* Start the HTTP listener on "host:port" (IPv4 or [IPv6]); 0 or -errno. */
+int metrics_listen(struct daemon *d, const char *addr, char *err, size_t errlen);
+void metrics_stop(struct daemon *d);
+
+#endif

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Parse every manifest in deploy/k8s and check the fields DESIGN §7 asks
+for. Prints TAP."""
+import os
+import sys
+
+import yaml
+
+root = sys.argv[1]
+k8s = os.path.join(root, "deploy", "k8s")
+docs = []
+for name in sorted(os.listdir(k8s)):
+    if name.endswith(".yaml"):
+        with open(os.path.join(k8s, name)) as f:
+            docs += [(name, d) for d in yaml.safe_load_all(f) if d]
+
+checks = []
+
+
+def check(desc, cond):
+    checks.append((desc, bool(cond)))
+
+
+def find(kind, name=None):
+    for _, d in docs:
+        if d.get("kind") == kind and (name is None or d["metadata"]["name"] == name):
+            return d
+    return None
+
+
+def size_bytes(s):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    s = str(s).rstrip("iB")
+    return int(s[:-1]) * units[s[-1]] if s[-1] in units else int(s)
+
+
+ds = find("DaemonSet", "ckptd")
+check("a DaemonSet named ckptd", ds)
+pod = ds["spec"]["template"]["spec"]
+ctr = pod["containers"][0]
+check("hostPID for legacy CUDA IPC", pod.get("hostPID") is True)
+check("not hostNetwork", not pod.get("hostNetwork", False))
+check("priority system-node-critical", pod.get("priorityClassName") == "system-node-critical")
+terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+check("GPU node selector", any(e["key"] == "cloud.google.com/gke-accelerator" for t in terms for e in t["matchExpressions"]))
+check("tolerates nvidia.com/gpu taint", any(t.get("key") == "nvidia.com/gpu" for t in pod["tolerations"]))
+res = ctr.get("resources", {})
+check("no nvidia.com/gpu request", all("nvidia.com/gpu" not in res.get(k, {}) for k in ("requests", "limits")))
+vols = {v["name"]: v for v in pod["volumes"]}
+mounts = {m["mountPath"]: m["name"] for m in ctr["volumeMounts"]}
+check("hostPath /run/ckptd mounted at /run/ckptd",
+      vols[mounts["/run/ckptd"]]["hostPath"]["path"] == "/run/ckptd")
+check("NVIDIA driver mounted as GKE installs it",
+      vols[mounts["/usr/local/nvidia"]]["hostPath"]["path"] == "/home/kubernetes/bin/nvidia")
+sa = find("ServiceAccount", pod["serviceAccountName"])
+check("Workload Identity service account", sa and "iam.gke.io/gcp-service-account" in sa["metadata"].get("annotations", {}))
+for probe in ("readinessProbe", "livenessProbe"):
+    cmd = ctr.get(probe, {}).get("exec", {}).get("command", [])
+    check(f"{probe} runs ckptctl status", cmd[:1] == ["ckptctl"] and "status" in cmd)
+ann = ds["spec"]["template"]["metadata"].get("annotations", {})
+check("Prometheus scrape annotations", ann.get("prometheus.io/scrape") == "true" and ann.get("prometheus.io/port"))
+check("metrics port matches the annotation",
+      any(str(p["containerPort"]) == ann.get("prometheus.io/port") for p in ctr.get("ports", [])))
+cm = find("ConfigMap", "ckptd-config")
+conf = cm["data"]["ckptd.conf"]
+staging = next(l.split("=")[1].strip() for l in conf.splitlines() if l.strip().startswith("staging_bytes"))
+check("memory request covers the staging pool", size_bytes(res["requests"]["memory"]) > size_bytes(staging))
+check("grace period longer than the drain timeout",
+      pod.get("terminationGracePeriodSeconds", 30) * 1000 >
+      int(next(l.split("=")[1] for l in conf.splitlines() if l.strip().startswith("drain_timeout_ms"))))
+trainer = find("Pod", "trainer-example")
+check("trainer pod mounts the socket directory",
+      any(v.get("hostPath", {}).get("path") == "/run/ckptd" for v in trainer["spec"]["volumes"]))
+check("trainer pod shares the host PID namespace", trainer["spec"].get("hostPID") is True)
+kust = find("Kustomization")
+check("kustomization resources exist", kust and all(os.path.exists(os.path.join(k8s, r)) for r in kust["resources"]))
+check("Dockerfile is multi-stage on Debian 12",
+      open(os.path.join(root, "deploy", "Dockerfile")).read().count("FROM debian:12") == 2)
+
+print(f"1..{len(checks)}")
+for i, (desc, ok) in enumerate(checks, 1):
+    print(f"{'ok' if ok else 'not ok'} {i} - {desc}")
+sys.exit(0 if all(ok for _, ok in checks) else 1)
