@@ -34,6 +34,10 @@ static int buffer_register(ckpt_client *c, ckpt_buffer *b)
 		return -EPROTO;
 	}
 	ckpt__frame__free_unpacked(rep, NULL);
+	/* The daemon holds its own reference now and the mapping (if any)
+	 * keeps the memory: one fd less per buffer in the trainer. */
+	close(b->fd);
+	b->fd = -1;
 	return 0;
 }
 

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <time.h>
@@ -200,6 +201,12 @@ int main(int argc, char **argv)
 	}
 	log_init();
 	log_set_level((enum log_level)d->cfg.log_level);
+	/* One fd per registered buffer: lift the soft limit to the hard one. */
+	struct rlimit nofile;
+	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+		nofile.rlim_cur = nofile.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &nofile);
+	}
 	signal(SIGPIPE, SIG_IGN);
 	/* A file size limit must fail the write (EFBIG), not kill the daemon. */
 	signal(SIGXFSZ, SIG_IGN);

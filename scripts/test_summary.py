@@ -21,6 +21,14 @@ for path in sys.argv[1:]:
                         else:
                             cases.append("OK" if m.group(1) == "ok" else "FAIL")
             if not cases:
+                # pytest: its closing line, "3 failed, 10 passed, 1 skipped in 4.2s"
+                last = [l for l in (t.get("stdout") or "").splitlines() if re.search(r"\d+ (passed|failed)", l)]
+                if last:
+                    for n, kind in re.findall(r"(\d+) (passed|failed|skipped|error|errors)", last[-1]):
+                        cases += [{"passed": "OK", "skipped": "SKIP"}.get(kind, "FAIL")] * int(n)
+                    if result not in ("OK", "EXPECTEDFAIL") and "FAIL" not in cases:
+                        cases.append("FAIL")
+            if not cases:
                 cases = ["SKIP" if result == "SKIP" else "OK" if result in ("OK", "EXPECTEDFAIL") else "FAIL"]
             elif result not in ("OK", "EXPECTEDFAIL", "SKIP") and "FAIL" not in cases:
                 # the binary failed (crash, sanitizer, leak) after its cases

@@ -1,0 +1,136 @@
+"""ctypes declarations for libckpt (client/include/ckpt/ckpt.h).
+
+libckpt is found, in order, from $CKPT_LIB (a path), next to this package
+(libckpt.so*), or on the system library path.
+"""
+import ctypes
+import ctypes.util
+import glob
+import os
+
+CKPT_LATEST = -1
+CKPT_STAGED, CKPT_DURABLE, CKPT_LOADED = 1, 2, 3
+CKPT_MAX_DIMS = 8
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("dtype", ctypes.c_int),
+        ("ndim", ctypes.c_uint32),
+        ("global_shape", ctypes.POINTER(ctypes.c_uint64)),
+        ("box_offsets", ctypes.POINTER(ctypes.c_uint64)),
+        ("box_lengths", ctypes.POINTER(ctypes.c_uint64)),
+        ("buffer", ctypes.c_void_p),
+        ("offset", ctypes.c_uint64),
+        ("nbytes", ctypes.c_uint64),
+    ]
+
+
+class _Hello(ctypes.Structure):
+    _fields_ = [
+        ("job", ctypes.c_char_p),
+        ("rank", ctypes.c_uint32),
+        ("world_size", ctypes.c_uint32),
+        ("local_rank", ctypes.c_uint32),
+        ("attempt_id", ctypes.c_char_p),
+        ("policy", ctypes.c_char_p),
+    ]
+
+
+class _StepInfo(ctypes.Structure):
+    _fields_ = [
+        ("job", ctypes.c_char * 256),
+        ("step", ctypes.c_uint64),
+        ("complete", ctypes.c_int),
+        ("bytes", ctypes.c_uint64),
+        ("ranks_present", ctypes.c_uint32),
+        ("world_size", ctypes.c_uint32),
+        ("attempt_id", ctypes.c_char * 128),
+    ]
+
+
+class _TensorInfo(ctypes.Structure):
+    _fields_ = [
+        ("rank", ctypes.c_uint32),
+        ("name", ctypes.c_char_p),
+        ("dtype", ctypes.c_int),
+        ("ndim", ctypes.c_uint32),
+        ("global_shape", ctypes.c_uint64 * CKPT_MAX_DIMS),
+        ("box_offsets", ctypes.c_uint64 * CKPT_MAX_DIMS),
+        ("box_lengths", ctypes.c_uint64 * CKPT_MAX_DIMS),
+        ("shard_offset", ctypes.c_uint64),
+        ("nbytes", ctypes.c_uint64),
+        ("crc32c", ctypes.c_uint32),
+    ]
+
+
+class _StepDetail(ctypes.Structure):
+    _fields_ = [
+        ("info", _StepInfo),
+        ("ntensors", ctypes.c_size_t),
+        ("tensors", ctypes.POINTER(_TensorInfo)),
+    ]
+
+
+FUTURE_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+
+
+def _find():
+    env = os.environ.get("CKPT_LIB")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    for pat in ("libckpt.so", "libckpt.so.*"):
+        hits = sorted(glob.glob(os.path.join(here, pat)))
+        if hits:
+            return hits[0]
+    found = ctypes.util.find_library("ckpt")
+    return found or "libckpt.so.0"
+
+
+def _load():
+    path = _find()
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise ImportError(
+            f"cannot load libckpt ({path}): {e}; set CKPT_LIB to its path") from e
+    vp, i, u64, sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_size_t
+    sig = {
+        "ckpt_connect": (i, [ctypes.c_char_p, ctypes.POINTER(_Hello), ctypes.POINTER(vp)]),
+        "ckpt_close": (None, [vp]),
+        "ckpt_buffer_alloc": (i, [vp, sz, ctypes.POINTER(vp)]),
+        "ckpt_buffer_register_fd": (i, [vp, i, sz, ctypes.POINTER(vp)]),
+        "ckpt_buffer_data": (vp, [vp]),
+        "ckpt_buffer_size": (sz, [vp]),
+        "ckpt_buffer_free": (None, [vp]),
+        "ckpt_save": (i, [vp, u64, ctypes.POINTER(_Tensor), sz, vp, sz, ctypes.POINTER(vp)]),
+        "ckpt_load": (i, [vp, ctypes.c_int64, ctypes.POINTER(_Tensor), sz, ctypes.POINTER(vp)]),
+        "ckpt_future_wait": (i, [vp, i, i]),
+        "ckpt_future_poll": (i, [vp, i]),
+        "ckpt_future_message": (ctypes.c_char_p, [vp]),
+        "ckpt_future_bytes": (u64, [vp]),
+        "ckpt_future_step": (u64, [vp]),
+        "ckpt_future_extra": (vp, [vp, ctypes.POINTER(sz)]),
+        "ckpt_future_source": (ctypes.c_char_p, [vp]),
+        "ckpt_future_tensor_source": (ctypes.c_char_p, [vp, sz, ctypes.POINTER(ctypes.c_char_p)]),
+        "ckpt_future_set_callback": (i, [vp, FUTURE_CB, vp]),
+        "ckpt_future_free": (None, [vp]),
+        "ckpt_list": (i, [vp, ctypes.c_char_p, ctypes.POINTER(ctypes.POINTER(_StepInfo)), ctypes.POINTER(sz)]),
+        "ckpt_show": (i, [vp, ctypes.c_char_p, u64, ctypes.POINTER(ctypes.POINTER(_StepDetail))]),
+        "ckpt_step_detail_free": (None, [vp]),
+        "ckpt_strerror": (ctypes.c_char_p, [i]),
+        "ckpt_errmsg": (ctypes.c_char_p, []),
+    }
+    for name, (res, args) in sig.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+    libc = ctypes.CDLL(None)
+    libc.free.argtypes = [vp]
+    libc.free.restype = None
+    return lib, libc
+
+
+lib, libc = _load()

@@ -1,0 +1,301 @@
+"""The raw binding: ckpt.Client over libckpt. Futures are
+concurrent.futures.Future objects completed from libckpt's reader thread."""
+import concurrent.futures
+import ctypes
+import errno as _errno
+import os
+import threading
+
+from ._lib import (CKPT_DURABLE, CKPT_LATEST, CKPT_LOADED, CKPT_STAGED, FUTURE_CB, _Hello, _StepDetail,
+                   _StepInfo, _Tensor, lib, libc)
+
+LATEST = CKPT_LATEST
+
+# proto/ckpt.proto DType values
+DTYPES = {"f32": 1, "f16": 2, "bf16": 3, "f64": 4, "i8": 5, "u8": 6, "i16": 7, "i32": 8, "i64": 9,
+          "bool": 10, "f8e4m3": 11, "f8e5m2": 12}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+
+
+class CkptError(OSError):
+    """A libckpt or ckptd error: .errno and the daemon's message."""
+
+
+class DaemonUnavailable(CkptError):
+    """No ckptd answers on the socket (not running, or wrong path)."""
+
+
+class Superseded(CkptError):
+    """A save replaced by a newer one under the coalesce policy."""
+
+
+def _error(rc, msg=None, what=None):
+    code = -rc if rc < 0 else rc
+    text = lib.ckpt_strerror(rc).decode()
+    if msg is None:
+        m = lib.ckpt_errmsg()
+        msg = m.decode() if m else ""
+    full = f"{what}: {text}" if what else text
+    if msg:
+        full += f" ({msg})"
+    if code == _errno.ECANCELED:
+        return Superseded(code, full)
+    return CkptError(code, full)
+
+
+class Buffer:
+    """A host buffer registered with the daemon. For alloc()'d buffers,
+    .view is a writable memoryview of its bytes."""
+
+    def __init__(self, client, handle, nbytes, mapped):
+        self._client = client
+        self._h = handle
+        self.size = nbytes
+        self.address = lib.ckpt_buffer_data(handle) if mapped else None
+        self.view = None
+        if self.address:
+            arr = (ctypes.c_uint8 * nbytes).from_address(self.address)
+            self.view = memoryview(arr).cast("B")
+            self._arr = arr
+
+    def free(self):
+        if self._h:
+            self.view = None
+            self._arr = None
+            lib.ckpt_buffer_free(self._h)
+            self._h = None
+            try:
+                self._client._buffers.remove(self)
+            except ValueError:
+                pass
+
+
+class TensorSpec:
+    """One tensor (or box of one) in a buffer, for save and load."""
+    __slots__ = ("name", "dtype", "shape", "offsets", "lengths", "buffer", "offset", "nbytes")
+
+    def __init__(self, name, dtype, shape, buffer, offset, nbytes, offsets=None, lengths=None):
+        self.name, self.dtype, self.shape = name, dtype, tuple(int(s) for s in shape)
+        self.offsets = tuple(offsets) if offsets is not None else None
+        self.lengths = tuple(lengths) if lengths is not None else None
+        self.buffer, self.offset, self.nbytes = buffer, offset, nbytes
+
+
+def _tensor_array(specs):
+    arr = (_Tensor * max(1, len(specs)))()
+    keep = []
+    for i, s in enumerate(specs):
+        code = DTYPES[s.dtype] if isinstance(s.dtype, str) else int(s.dtype)
+        nd = len(s.shape)
+        shape = (ctypes.c_uint64 * max(1, nd))(*s.shape)
+        offs = (ctypes.c_uint64 * max(1, nd))(*(s.offsets or [0] * nd))
+        lens = (ctypes.c_uint64 * max(1, nd))(*(s.lengths or s.shape))
+        name = s.name.encode()
+        keep += [shape, offs, lens, name]
+        arr[i] = _Tensor(name, code, nd, shape, offs, lens, s.buffer._h, s.offset, s.nbytes)
+    return arr, keep
+
+
+class _NativeFuture:
+    """Owns one ckpt_future and completes Python futures from its callback."""
+
+    def __init__(self, handle, phases):
+        self._h = handle
+        self.futures = {p: concurrent.futures.Future() for p in phases}
+        for f in self.futures.values():
+            f.set_running_or_notify_cancel()
+        self._lock = threading.Lock()
+        self._last = max(phases)
+        self._cb = FUTURE_CB(self._on_phase)
+        rc = lib.ckpt_future_set_callback(handle, self._cb, None)
+        if rc < 0:
+            raise _error(rc, what="set callback")
+
+    def _value(self, phase):
+        if phase == CKPT_LOADED:
+            n = ctypes.c_size_t()
+            p = lib.ckpt_future_extra(self._h, ctypes.byref(n))
+            extra = ctypes.string_at(p, n.value) if p and n.value else b""
+            src = (lib.ckpt_future_source(self._h) or b"").decode()
+            per = {}
+            i = 0
+            while True:
+                nm = ctypes.c_char_p()
+                s = lib.ckpt_future_tensor_source(self._h, i, ctypes.byref(nm))
+                if not s:
+                    break
+                per[nm.value.decode()] = s.decode()
+                i += 1
+            return {"step": lib.ckpt_future_step(self._h), "bytes": lib.ckpt_future_bytes(self._h),
+                    "extra": extra, "source": src, "sources": per}
+        return lib.ckpt_future_bytes(self._h)
+
+    def _on_phase(self, fut, phase, status, user):
+        with self._lock:
+            if status < 0:
+                msg = (lib.ckpt_future_message(self._h) or b"").decode()
+                exc = _error(status, msg)
+                for f in self.futures.values():
+                    if not f.done():
+                        f.set_exception(exc)
+            elif phase in self.futures and not self.futures[phase].done():
+                self.futures[phase].set_result(self._value(phase))
+            done = all(f.done() for f in self.futures.values())
+        if done:
+            self._release()
+
+    def _release(self):
+        with self._lock:
+            h, self._h = self._h, None
+        if h:
+            lib.ckpt_future_free(h)
+
+    def __del__(self):
+        # Completed futures free themselves; an abandoned one is freed here.
+        try:
+            self._release()
+        except Exception:
+            pass
+
+
+class SaveFuture:
+    """.staged and .durable are concurrent.futures.Future objects."""
+
+    def __init__(self, native, step):
+        self._native = native
+        self.step = step
+        self.staged = native.futures[CKPT_STAGED]
+        self.durable = native.futures[CKPT_DURABLE]
+
+    def result(self, timeout=None):
+        return self.durable.result(timeout)
+
+
+class LoadFuture:
+    def __init__(self, native):
+        self._native = native
+        self.loaded = native.futures[CKPT_LOADED]
+
+    def result(self, timeout=None):
+        return self.loaded.result(timeout)
+
+
+def default_socket():
+    return os.environ.get("CKPTD_SOCKET") or "/run/ckptd/ckptd.sock"
+
+
+class Client:
+    """A connection to ckptd. job=None makes a control session (list, show)."""
+
+    def __init__(self, socket=None, job=None, rank=0, world_size=1, local_rank=0, attempt_id=None,
+                 policy=None):
+        self.socket = socket or default_socket()
+        self.job, self.rank, self.world_size = job, rank, world_size
+        h = _Hello(job.encode() if job else None, rank, world_size, local_rank,
+                   attempt_id.encode() if attempt_id else None, policy.encode() if policy else None)
+        handle = ctypes.c_void_p()
+        rc = lib.ckpt_connect(self.socket.encode(), ctypes.byref(h), ctypes.byref(handle))
+        if rc < 0:
+            err = _error(rc, what=f"connect {self.socket}")
+            if -rc in (_errno.ENOENT, _errno.ECONNREFUSED, _errno.ENOTDIR):
+                raise DaemonUnavailable(err.errno, str(err)
+                                        + "; is ckptd running? (see ckpt.torch.Checkpointer(fallback_dir=))")
+            raise err
+        self._h = handle
+        self._buffers = []
+
+    def _handle(self):
+        if not self._h:
+            raise CkptError(_errno.EBADF, "client is closed")
+        return self._h
+
+    def alloc(self, nbytes):
+        out = ctypes.c_void_p()
+        rc = lib.ckpt_buffer_alloc(self._handle(), nbytes, ctypes.byref(out))
+        if rc < 0:
+            raise _error(rc, what=f"allocate a {nbytes}-byte buffer")
+        b = Buffer(self, out, nbytes, True)
+        self._buffers.append(b)
+        return b
+
+    def register_fd(self, fd, nbytes):
+        out = ctypes.c_void_p()
+        rc = lib.ckpt_buffer_register_fd(self._handle(), fd, nbytes, ctypes.byref(out))
+        if rc < 0:
+            raise _error(rc, what="register buffer")
+        b = Buffer(self, out, nbytes, False)
+        self._buffers.append(b)
+        return b
+
+    def save(self, step, specs, extra=b""):
+        arr, keep = _tensor_array(specs)
+        fut = ctypes.c_void_p()
+        ex = ctypes.create_string_buffer(extra, len(extra)) if extra else None
+        rc = lib.ckpt_save(self._handle(), step, arr, len(specs), ex, len(extra or b""), ctypes.byref(fut))
+        del keep
+        if rc < 0:
+            raise _error(rc, what=f"save step {step}")
+        return SaveFuture(_NativeFuture(fut, (CKPT_STAGED, CKPT_DURABLE)), step)
+
+    def load(self, specs, step=LATEST):
+        arr, keep = _tensor_array(specs)
+        fut = ctypes.c_void_p()
+        rc = lib.ckpt_load(self._handle(), step, arr, len(specs), ctypes.byref(fut))
+        del keep
+        if rc < 0:
+            raise _error(rc, what="load")
+        return LoadFuture(_NativeFuture(fut, (CKPT_LOADED,)))
+
+    def list(self, job=None):
+        out = ctypes.POINTER(_StepInfo)()
+        n = ctypes.c_size_t()
+        rc = lib.ckpt_list(self._handle(), job.encode() if job else None, ctypes.byref(out), ctypes.byref(n))
+        if rc < 0:
+            raise _error(rc, what="list")
+        res = [{"job": out[i].job.decode(), "step": out[i].step, "complete": bool(out[i].complete),
+                "bytes": out[i].bytes, "ranks_present": out[i].ranks_present,
+                "world_size": out[i].world_size, "attempt_id": out[i].attempt_id.decode()}
+               for i in range(n.value)]
+        if out:
+            libc.free(ctypes.cast(out, ctypes.c_void_p))
+        return res
+
+    def show(self, job, step):
+        """Every rank's tensors of job/step: dicts with rank, name, dtype,
+        shape, offsets, lengths, nbytes."""
+        out = ctypes.POINTER(_StepDetail)()
+        rc = lib.ckpt_show(self._handle(), job.encode(), step, ctypes.byref(out))
+        if rc < 0:
+            raise _error(rc, what=f"show {job} {step}")
+        d = out.contents
+        res = []
+        for i in range(d.ntensors):
+            t = d.tensors[i]
+            nd = t.ndim
+            res.append({"rank": t.rank, "name": t.name.decode(), "dtype": DTYPE_NAMES.get(t.dtype, "?"),
+                        "shape": tuple(t.global_shape[:nd]), "offsets": tuple(t.box_offsets[:nd]),
+                        "lengths": tuple(t.box_lengths[:nd]), "nbytes": t.nbytes})
+        info = {"job": d.info.job.decode(), "step": d.info.step, "complete": bool(d.info.complete),
+                "world_size": d.info.world_size}
+        lib.ckpt_step_detail_free(ctypes.cast(out, ctypes.c_void_p))
+        return info, res
+
+    def close(self):
+        if self._h:
+            for b in list(self._buffers):
+                b.free()
+            self._buffers = []
+            lib.ckpt_close(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

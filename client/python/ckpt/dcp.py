@@ -1,0 +1,302 @@
+"""ckpt.dcp: torch.distributed.checkpoint through ckptd.
+
+    import torch.distributed.checkpoint as dcp
+    import ckpt.dcp
+    fut = dcp.async_save(state_dict, storage_writer=ckpt.dcp.Writer("llama", step=1200))
+    ...
+    dcp.load(state_dict, storage_reader=ckpt.dcp.Reader("llama"))   # latest
+
+Writer is a StorageWriter that is also DCP's AsyncStager: async_save calls
+its stage(), which hands every tensor to ckptd (zero copy: the tensors'
+storage is shared with the daemon, as in ckpt.torch) and returns once the
+daemon has staged them. The trainer's stall is the daemon's copy; no copy
+is made in the trainer. DCP's background save then only waits for durable.
+dcp.save (synchronous) works too.
+
+Reader is a StorageReader. The step's manifests are the metadata: every
+saved tensor box becomes a DCP chunk, so DCP's own planner reshards (a step
+saved by N ranks loads on M). Non-tensor values are stored as their
+torch.save bytes under "__bytes__/<fqn>".
+"""
+import io
+import threading
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkStorageMetadata, Metadata,
+                                                   MetadataIndex, StorageMeta, TensorProperties,
+                                                   TensorStorageMetadata)
+from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
+from torch.distributed.checkpoint.staging import AsyncStager
+from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
+
+from .client import LATEST, TensorSpec
+from .torch import DTYPE_CODES, TORCH_DTYPES, Checkpointer
+
+__all__ = ["Writer", "Reader"]
+
+BYTES_PREFIX = "__bytes__/"
+
+_cache_lock = threading.Lock()
+_cache = {}
+
+
+def _identity(rank, world_size):
+    if rank is None:
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    if world_size is None:
+        world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    return rank, world_size
+
+
+def _checkpointer(job, rank, world_size, socket, attempt_id, policy):
+    """One Checkpointer per identity, shared by Writer/Reader objects, so the
+    shared-memory registrations carry over from one save to the next."""
+    key = (job, rank, world_size, socket, attempt_id, policy)
+    with _cache_lock:
+        cp = _cache.get(key)
+        if cp is None or cp.client is None:
+            cp = _cache[key] = Checkpointer(job, rank=rank, world_size=world_size, socket=socket,
+                                            attempt_id=attempt_id, policy=policy)
+        return cp
+
+
+def close_all():
+    """Disconnect the cached clients (tests, process exit)."""
+    with _cache_lock:
+        for cp in _cache.values():
+            cp.close()
+        _cache.clear()
+
+
+def _bytes_tensor(obj):
+    bio = io.BytesIO()
+    torch.save(obj, bio)
+    return torch.frombuffer(bytearray(bio.getvalue()), dtype=torch.uint8)
+
+
+def _local_box(t):
+    """(local tensor, global shape, offsets) for plain tensors and DTensors."""
+    try:
+        from torch.distributed.tensor import DTensor
+        if isinstance(t, DTensor):
+            from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+            local = t.to_local()
+            _, offsets = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)
+            return local, tuple(t.shape), tuple(offsets)
+    except ImportError:
+        pass
+    return t, tuple(t.shape), (0,) * t.dim()
+
+
+class Writer(StorageWriter, AsyncStager):
+    _synchronize_after_execute = False  # stage() returns only once staged
+
+    def __init__(self, job, step=None, socket=None, rank=None, world_size=None, attempt_id=None, policy=None):
+        super().__init__()
+        self.job, self.step, self.socket = job, step, socket
+        self.rank, self.world_size = rank, world_size
+        self.attempt_id, self.policy = attempt_id, policy
+        self._staged = None  # (SaveFuture, {name: nbytes})
+
+    # ---- AsyncStager ----
+
+    def _cp(self):
+        rank, ws = _identity(self.rank, self.world_size)
+        return _checkpointer(self.job, rank, ws, self.socket, self.attempt_id, self.policy)
+
+    def _save(self, items):
+        """items: [(name, tensor, global shape, offsets)]; start the save."""
+        if self.step is None:
+            raise ValueError("ckpt.dcp.Writer needs step= (or checkpoint_id=N with dcp.save)")
+        cp = self._cp()
+        tensors = [(n, t) for n, t, _, _ in items]
+        specs = cp._bind(tensors)
+        cp._copy_in(tensors, specs)
+        for s, (_, t, shape, offs) in zip(specs, items):
+            s.shape, s.offsets, s.lengths = shape, offs, tuple(t.shape)
+        return cp.client.save(int(self.step), specs, b""), {s.name: s.nbytes for s in specs}
+
+    def stage(self, state_dict):
+        flat, _ = flatten_state_dict(state_dict)
+        items = []
+        for fqn, v in flat.items():
+            if isinstance(v, torch.Tensor):
+                local, shape, offs = _local_box(v)
+                if local.dtype not in DTYPE_CODES:
+                    raise TypeError(f"tensor '{fqn}': dtype {local.dtype} is not supported by ckptd")
+                items.append((fqn, local, shape, offs))
+            else:
+                b = _bytes_tensor(v)
+                items.append((BYTES_PREFIX + fqn, b, (b.numel(),), (0,)))
+        fut, sizes = self._save(items)
+        fut.staged.result()
+        self._staged = (fut, sizes)
+        # DCP plans from these; their data is never read again here.
+        return state_dict
+
+    def synchronize_staging(self):
+        pass
+
+    # ---- StorageWriter ----
+
+    def reset(self, checkpoint_id=None):
+        if checkpoint_id is not None and self._staged is None:
+            self.step = int(checkpoint_id)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id):
+        try:
+            int(checkpoint_id)
+            return True
+        except (TypeError, ValueError):
+            return False
+
+    def set_up_storage_writer(self, is_coordinator, *args, **kwargs):
+        self.is_coordinator = is_coordinator
+
+    def prepare_local_plan(self, plan):
+        return plan
+
+    def prepare_global_plan(self, plans):
+        return plans
+
+    def storage_meta(self):
+        return StorageMeta(checkpoint_id=str(self.step) if self.step is not None else None)
+
+    @staticmethod
+    def _name(item):
+        return item.index.fqn if item.type != WriteItemType.BYTE_IO else BYTES_PREFIX + item.index.fqn
+
+    def write_data(self, plan, planner):
+        if self._staged is None:
+            # dcp.save without staging: hand the planner's data over now.
+            items = []
+            for item in plan.items:
+                data = planner.resolve_data(item)
+                if item.type == WriteItemType.BYTE_IO:
+                    b = torch.frombuffer(bytearray(data.getvalue()), dtype=torch.uint8)
+                    items.append((self._name(item), b, (b.numel(),), (0,)))
+                else:
+                    t = data.detach()
+                    chunk = item.tensor_data.chunk
+                    items.append((item.index.fqn, t, tuple(item.tensor_data.size), tuple(chunk.offsets)))
+            self._staged = self._save(items)
+        fut, sizes = self._staged
+        self._staged = None
+        out = torch.futures.Future()
+
+        def done(f):
+            try:
+                f.result()
+                out.set_result([WriteResult(index=item.index, size_in_bytes=sizes.get(self._name(item), 0),
+                                            storage_data=self._name(item)) for item in plan.items])
+            except Exception as e:  # the durable failure, as DCP expects
+                out.set_exception(e)
+        fut.durable.add_done_callback(done)
+        return out
+
+    def finish(self, metadata, results):
+        # The manifests ckptd writes are the metadata; nothing else to do.
+        pass
+
+    def close(self):
+        pass
+
+
+class Reader(StorageReader):
+    def __init__(self, job, step="latest", socket=None, rank=None, world_size=None, attempt_id=None):
+        super().__init__()
+        self.job, self.step, self.socket = job, step, socket
+        self.rank, self.world_size, self.attempt_id = rank, world_size, attempt_id
+        self._resolved = None
+        self._saved = {}  # name -> (dtype, global shape, nbytes)
+
+    def _cp(self):
+        rank, ws = _identity(self.rank, self.world_size)
+        return _checkpointer(self.job, rank, ws, self.socket, self.attempt_id, None)
+
+    def reset(self, checkpoint_id=None):
+        if checkpoint_id is not None:
+            self.step = int(checkpoint_id)
+        self._resolved = None
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id):
+        return Writer.validate_checkpoint_id(checkpoint_id)
+
+    def read_metadata(self, *args, **kwargs):
+        cp = self._cp()
+        self._resolved = cp._resolve_step(self.step if self.step is not None else LATEST)
+        _, tensors = cp.client.show(self.job, self._resolved)
+        md, storage = {}, {}
+        for t in tensors:
+            name = t["name"]
+            self._saved[name] = (t["dtype"], t["shape"], t["nbytes"])
+            if name.startswith(BYTES_PREFIX):
+                fqn = name[len(BYTES_PREFIX):]
+                md[fqn] = BytesStorageMetadata()
+                storage[MetadataIndex(fqn)] = name
+                continue
+            m = md.get(name)
+            if m is None:
+                m = md[name] = TensorStorageMetadata(TensorProperties(dtype=TORCH_DTYPES[t["dtype"]]),
+                                                     torch.Size(t["shape"]), [])
+            chunk = ChunkStorageMetadata(offsets=torch.Size(t["offsets"]), sizes=torch.Size(t["lengths"]))
+            if all(c.offsets != chunk.offsets or c.sizes != chunk.sizes for c in m.chunks):
+                m.chunks.append(chunk)
+            storage[MetadataIndex(name, torch.Size(t["offsets"]))] = name
+        return Metadata(state_dict_metadata=md, storage_data=storage,
+                        storage_meta=StorageMeta(checkpoint_id=str(self._resolved)))
+
+    def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
+        self.metadata = metadata
+        if self._resolved is None:
+            self._resolved = int(metadata.storage_meta.checkpoint_id)
+
+    def prepare_local_plan(self, plan):
+        return plan
+
+    def prepare_global_plan(self, plans):
+        return plans
+
+    def read_data(self, plan, planner):
+        cp = self._cp()
+        specs, total = [], 0
+        for item in plan.items:
+            if item.type == LoadItemType.BYTE_IO:
+                name = BYTES_PREFIX + item.storage_index.fqn
+                _, shape, nbytes = self._saved[name]
+                specs.append((item, TensorSpec(name, "u8", shape, None, total, nbytes)))
+            else:
+                name = item.storage_index.fqn
+                dtype, shape, _ = self._saved[name]
+                offs = tuple(int(c) + int(s) for c, s in zip(item.storage_index.offset, item.storage_offsets))
+                lens = tuple(int(n) for n in item.lengths)
+                es = torch.empty((), dtype=TORCH_DTYPES[dtype]).element_size()
+                nbytes = es
+                for n in lens:
+                    nbytes *= n
+                specs.append((item, TensorSpec(name, dtype, shape, None, total, nbytes, offs, lens)))
+            total += (specs[-1][1].nbytes + 63) // 64 * 64
+        buf = cp.client.alloc(max(total, 64))
+        try:
+            for _, s in specs:
+                s.buffer = buf
+            cp.client.load([s for _, s in specs], self._resolved).result()
+            raw = torch.frombuffer(buf.view, dtype=torch.uint8)
+            for item, s in specs:
+                data = raw[s.offset:s.offset + s.nbytes]
+                if item.type == LoadItemType.BYTE_IO:
+                    planner.load_bytes(item, io.BytesIO(data.numpy().tobytes()))
+                else:
+                    src = data.view(TORCH_DTYPES[s.dtype]).view(s.lengths)
+                    target = planner.resolve_tensor(item).detach()
+                    target.copy_(src)
+                    planner.commit_tensor(item, target)
+        finally:
+            buf.free()
+        out = torch.futures.Future()
+        out.set_result(None)
+        return out

@@ -1,0 +1,222 @@
+"""ckpt.format: read a checkpoint step straight from storage, without the
+daemon (README "On-disk format").
+
+    sd = ckpt.format.load_step("file:///mnt/ckpt", "llama")          # latest
+    torch.save(sd, "llama.pt")
+
+Only file:// is readable here today.
+"""
+import os
+import pickle
+import struct
+
+__all__ = ["load_step", "list_steps", "read_manifest", "crc32c"]
+
+# ---- a minimal protobuf reader for proto/ckpt.proto's Manifest ----
+
+
+def _varint(b, i):
+    shift = r = 0
+    while True:
+        c = b[i]
+        i += 1
+        r |= (c & 0x7F) << shift
+        if c < 0x80:
+            return r, i
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _fields(b):
+    i = 0
+    while i < len(b):
+        key, i = _varint(b, i)
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            v, i = _varint(b, i)
+        elif wt == 2:
+            n, i = _varint(b, i)
+            v = bytes(b[i:i + n])
+            if len(v) != n:
+                raise ValueError("truncated field")
+            i += n
+        elif wt == 1:
+            v = struct.unpack_from("<Q", b, i)[0]
+            i += 8
+        elif wt == 5:
+            v = struct.unpack_from("<I", b, i)[0]
+            i += 4
+        else:
+            raise ValueError(f"wire type {wt}")
+        yield num, wt, v
+
+
+def _packed(v, wt):
+    if wt == 0:
+        return [v]
+    out, i = [], 0
+    while i < len(v):
+        x, i = _varint(v, i)
+        out.append(x)
+    return out
+
+
+def _tensor(b):
+    t = {"name": "", "dtype": 0, "global_shape": [], "box_offsets": [], "box_lengths": [], "shard_offset": 0,
+         "nbytes": 0, "crc32c": 0}
+    for num, wt, v in _fields(b):
+        if num == 1:
+            t["name"] = v.decode()
+        elif num == 2:
+            t["dtype"] = v
+        elif num in (3, 4, 5):
+            t[("global_shape", "box_offsets", "box_lengths")[num - 3]] += _packed(v, wt)
+        elif num == 6:
+            t["shard_offset"] = v
+        elif num == 7:
+            t["nbytes"] = v
+        elif num == 8:
+            t["crc32c"] = v
+    if not t["box_lengths"]:
+        t["box_offsets"] = [0] * len(t["global_shape"])
+        t["box_lengths"] = list(t["global_shape"])
+    return t
+
+
+def read_manifest(data):
+    m = {"format_version": 0, "job": "", "step": 0, "rank": 0, "world_size": 0, "attempt_id": "",
+         "shard_name": "", "shard_bytes": 0, "chunk_bytes": 0, "chunk_crc32c": [], "tensors": [],
+         "extra_state": b""}
+    names = {1: "format_version", 3: "step", 4: "rank", 5: "world_size", 7: "created_unix_ns", 9: "shard_bytes",
+             10: "chunk_bytes"}
+    for num, wt, v in _fields(data):
+        if num in names:
+            m[names[num]] = v
+        elif num == 2:
+            m["job"] = v.decode()
+        elif num == 6:
+            m["attempt_id"] = v.decode()
+        elif num == 8:
+            m["shard_name"] = v.decode()
+        elif num == 11:
+            m["chunk_crc32c"] += _packed(v, wt)
+        elif num == 12:
+            m["tensors"].append(_tensor(v))
+        elif num == 13:
+            m["extra_state"] = v
+    if m["format_version"] != 1:
+        raise ValueError(f"manifest format version {m['format_version']}, this reader knows 1")
+    return m
+
+
+# ---- crc32c (Castagnoli), table-driven: slow, but needs nothing ----
+
+_TABLE = []
+for _n in range(256):
+    _c = _n
+    for _ in range(8):
+        _c = (_c >> 1) ^ 0x82F63B78 if _c & 1 else _c >> 1
+    _TABLE.append(_c)
+
+
+def crc32c(data, crc=0):
+    crc ^= 0xFFFFFFFF
+    t = _TABLE
+    for b in data:
+        crc = t[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+# ---- steps ----
+
+
+def _root(url):
+    if not url.startswith("file://"):
+        raise ValueError(f"{url}: only file:// is readable without the daemon")
+    return url[len("file://"):]
+
+
+def _manifests(root, job, step):
+    d = os.path.join(root, job, f"step-{step:012d}")
+    out = []
+    for n in sorted(os.listdir(d)):
+        if n.endswith(".manifest") and ".tmp." not in n:
+            with open(os.path.join(d, n), "rb") as f:
+                out.append(read_manifest(f.read()))
+    return d, out
+
+
+def _complete_group(mans):
+    groups = {}
+    for m in mans:
+        groups.setdefault((m["attempt_id"], m["world_size"]), {})[m["rank"]] = m
+    for (att, ws), g in groups.items():
+        if len(g) == ws:
+            return [g[r] for r in range(ws)]
+    return None
+
+
+def list_steps(url, job):
+    """[(step, complete)] ascending."""
+    root = _root(url)
+    out = []
+    for n in sorted(os.listdir(os.path.join(root, job))):
+        if n.startswith("step-"):
+            s = int(n[5:])
+            out.append((s, _complete_group(_manifests(root, job, s)[1]) is not None))
+    return out
+
+
+def load_step(url, job, step="latest", verify=True):
+    """The state dict of job/step (default: the latest complete step), every
+    tensor assembled to its global shape. Checkpointer saves come back with
+    their nesting and non-tensor values; DCP saves as a flat {fqn: value}.
+    verify checks every tensor's crc32c (slow in pure Python)."""
+    import torch
+
+    from .torch import TORCH_DTYPES, _materialize
+    from .client import DTYPE_NAMES
+    root = _root(url)
+    if step in ("latest", -1):
+        done = [s for s, c in list_steps(url, job) if c]
+        if not done:
+            raise FileNotFoundError(f"job '{job}' has no complete step under {url}")
+        step = done[-1]
+    d, mans = _manifests(root, job, int(step))
+    group = _complete_group(mans)
+    if group is None:
+        raise FileNotFoundError(f"step {step} of job '{job}' is not complete")
+    full = {}
+    for m in group:
+        with open(os.path.join(d, f"rank-{m['rank']:05d}-of-{m['world_size']:05d}.shard"), "rb") as f:
+            shard = f.read()
+        for t in m["tensors"]:
+            raw = shard[t["shard_offset"]:t["shard_offset"] + t["nbytes"]]
+            if len(raw) != t["nbytes"]:
+                raise ValueError(f"tensor '{t['name']}' of rank {m['rank']}: shard too short")
+            if verify and crc32c(raw) != t["crc32c"]:
+                raise ValueError(f"tensor '{t['name']}' of rank {m['rank']}: crc32c mismatch")
+            dtype = TORCH_DTYPES[DTYPE_NAMES[t["dtype"]]]
+            g = full.get(t["name"])
+            if g is None:
+                g = full[t["name"]] = torch.empty(t["global_shape"], dtype=dtype)
+            part = torch.frombuffer(bytearray(raw), dtype=dtype).view(t["box_lengths"]) if raw else \
+                torch.empty(t["box_lengths"], dtype=dtype)
+            view = g
+            for dim, (o, n) in enumerate(zip(t["box_offsets"], t["box_lengths"])):
+                view = view.narrow(dim, o, n)
+            view.copy_(part)
+    extra = group[0]["extra_state"]
+    if extra:
+        meta = pickle.loads(extra)
+        if isinstance(meta, dict) and "tree" in meta:
+            return _materialize(meta["tree"], full)
+    out = {}
+    for name, t in full.items():
+        if name.startswith("__bytes__/"):
+            import io
+            out[name[len("__bytes__/"):]] = torch.load(io.BytesIO(t.numpy().tobytes()), weights_only=False)
+        else:
+            out[name] = t
+    return out

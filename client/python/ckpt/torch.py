@@ -1,0 +1,340 @@
+"""ckpt.torch: checkpoint PyTorch state dicts through ckptd.
+
+    cp = ckpt.torch.Checkpointer("llama", rank=r, world_size=w)
+    fut = cp.save({"model": model.state_dict(), "optim": opt.state_dict()}, step)
+    fut.staged.result()   # the trainer may change its tensors again
+    fut.durable.result()  # the step is in storage (or keep training)
+    step, extra = cp.load(state_dict)          # in place, latest complete step
+
+Zero copy: the first time a CPU tensor is saved (or loaded), its storage
+moves into shared memory in place (``share_memory_()``: every alias sees it,
+parameters and optimizer state included) and that /dev/shm file is
+registered with the daemon, once per storage. Later saves copy nothing in
+the trainer: the daemon reads the shared memory directly.
+Non-contiguous and CUDA tensors are copied into a registered scratch buffer
+on each save (the CUDA path of ckptd is not in this build).
+
+Non-tensor values (ints, floats, param_groups, ...) and the nesting of the
+state dict travel pickled in the step's extra state; load puts them back,
+and creates tensors the given state dict lacks (a fresh optimizer's state).
+The extra state is unpickled on load: load only checkpoints you trust, as
+with torch.load(weights_only=False).
+"""
+import os
+import pickle
+
+import torch
+
+from .client import LATEST, Client, DaemonUnavailable, TensorSpec
+
+__all__ = ["Checkpointer", "DTYPE_CODES", "DaemonUnavailable"]
+
+DTYPE_CODES = {
+    torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
+    torch.int8: "i8", torch.uint8: "u8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64",
+    torch.bool: "bool",
+}
+for _n, _c in (("float8_e4m3fn", "f8e4m3"), ("float8_e5m2", "f8e5m2")):
+    if hasattr(torch, _n):
+        DTYPE_CODES[getattr(torch, _n)] = _c
+TORCH_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
+
+def _raise_nofile():
+    """One fd per registered storage: lift the soft limit to the hard one."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+class _Ref:
+    """A tensor's place in the pickled tree."""
+
+    def __init__(self, name, dtype, shape):
+        self.name, self.dtype, self.shape = name, dtype, tuple(shape)
+
+
+def _flatten(obj, path, tensors, names):
+    """Replace tensors by _Ref in a copy of the tree; collect them."""
+    if isinstance(obj, torch.Tensor):
+        name = "/".join(path) or "tensor"
+        base, k = name, 1
+        while name in names:
+            k += 1
+            name = f"{base}#{k}"
+        names.add(name)
+        if obj.dtype not in DTYPE_CODES:
+            raise TypeError(f"tensor '{name}': dtype {obj.dtype} is not supported by ckptd "
+                            f"(supported: {', '.join(str(d) for d in DTYPE_CODES)})")
+        tensors.append((name, obj))
+        return _Ref(name, DTYPE_CODES[obj.dtype], obj.shape)
+    if isinstance(obj, dict):
+        return {k: _flatten(v, path + [str(k)], tensors, names) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        seq = [_flatten(v, path + [str(i)], tensors, names) for i, v in enumerate(obj)]
+        return seq if isinstance(obj, list) else tuple(seq)
+    return obj
+
+
+class SaveFuture:
+    """.staged and .durable are concurrent.futures.Future objects; .step the
+    step."""
+
+    def __init__(self, inner, step):
+        self._inner = inner
+        self.step = step
+        self.staged = inner.staged
+        self.durable = inner.durable
+
+
+class Checkpointer:
+    def __init__(self, job, rank=0, world_size=1, socket=None, attempt_id=None, policy=None,
+                 fallback_dir=None):
+        """Connect to ckptd. If it is not running, raise ckpt.DaemonUnavailable,
+        or with fallback_dir, fall back to torch.save/torch.load of one file
+        per step there (synchronous: staged and durable complete together)."""
+        self.job, self.rank, self.world_size = job, rank, world_size
+        self.fallback_dir = None
+        try:
+            self.client = Client(socket, job=job, rank=rank, world_size=world_size, attempt_id=attempt_id,
+                                 policy=policy)
+        except DaemonUnavailable:
+            if fallback_dir is None:
+                raise
+            self.client = None
+            self.fallback_dir = fallback_dir
+            os.makedirs(fallback_dir, exist_ok=True)
+        # shared storage data_ptr -> its registered Buffer
+        self._shared = {}
+        self._scratch = {}        # name -> Buffer for copied tensors
+        _raise_nofile()
+
+    # ---- registration ----
+
+    def _bind(self, tensors):
+        """A TensorSpec per tensor. Contiguous CPU tensors are registered
+        zero-copy: their storage is moved into shared memory in place
+        (``share_memory_()``, once; every alias, parameters included, sees
+        it) and its fd registered with the daemon (once per storage). Others
+        get a registered scratch buffer, filled by _copy_in."""
+        specs, used = [], set()
+        for name, t in tensors:
+            code = DTYPE_CODES[t.dtype]
+            nbytes = t.numel() * t.element_size()
+            if t.device.type == "cpu" and t.is_contiguous() and nbytes:
+                st = t.untyped_storage()
+                if not st.is_shared():
+                    st.share_memory_()
+                key = st.data_ptr()
+                buf = self._shared.get(key)
+                if buf is None:
+                    fd, size = st._share_fd_cpu_()[:2]
+                    buf = self.client.register_fd(fd, size)
+                    self._shared[key] = buf
+                used.add(key)
+                specs.append(TensorSpec(name, code, t.shape, buf, t.storage_offset() * t.element_size(), nbytes))
+            else:
+                buf = self._scratch_buffer(name, nbytes)
+                specs.append(TensorSpec(name, code, t.shape, buf, 0, nbytes))
+        # Storages no longer in the state dict: unregister (saves in
+        # flight keep the daemon's own reference).
+        for key in [k for k in self._shared if k not in used]:
+            self._shared.pop(key).free()
+        return specs
+
+    def _scratch_buffer(self, name, nbytes):
+        have = self._scratch.get(name)
+        if have is None or have.size < max(nbytes, 1):
+            have = self.client.alloc(max(nbytes, 64))
+            self._scratch[name] = have
+        return have
+
+    def _copy_in(self, tensors, specs):
+        """Tensors not bound (non-contiguous, CUDA) are copied to scratch."""
+        for (name, t), s in zip(tensors, specs):
+            if s.buffer is self._scratch.get(name) and s.nbytes:
+                dst = torch.frombuffer(s.buffer.view, dtype=torch.uint8, count=s.nbytes)
+                dst.view(t.dtype).view(t.shape).copy_(t)
+
+    def _copy_out(self, tensors, specs):
+        for (name, t), s in zip(tensors, specs):
+            if s.buffer is self._scratch.get(name) and s.nbytes:
+                src = torch.frombuffer(s.buffer.view, dtype=torch.uint8, count=s.nbytes)
+                with torch.no_grad():
+                    t.copy_(src.view(t.dtype).view(t.shape))
+
+    # ---- save ----
+
+    def save(self, state_dict, step, extra=None):
+        """Start saving state_dict as step. Returns a SaveFuture; wait for
+        .staged before changing the tensors again."""
+        tensors, names = [], set()
+        tree = _flatten(state_dict, [], tensors, names)
+        blob = pickle.dumps({"tree": tree, "extra": extra}, protocol=pickle.HIGHEST_PROTOCOL)
+        if self.client is None:
+            return self._fallback_save(state_dict, step, extra)
+        specs = self._bind(tensors)
+        self._copy_in(tensors, specs)
+        return SaveFuture(self.client.save(step, specs, blob), step)
+
+    # ---- load ----
+
+    def _resolve_step(self, step):
+        if step != "latest" and step != LATEST:
+            return int(step)
+        steps = [s["step"] for s in self.client.list(self.job) if s["complete"]]
+        if not steps:
+            from .client import CkptError
+            import errno
+            raise CkptError(errno.ENOENT, f"job '{self.job}' has no complete step")
+        return max(steps)
+
+    def load(self, state_dict, step="latest"):
+        """Load step (or the latest complete one) into state_dict, in place.
+        Returns (step, extra). Tensors the dict lacks are created; non-tensor
+        values and the nesting come from the checkpoint."""
+        if self.client is None:
+            return self._fallback_load(state_dict, step)
+        number = self._resolve_step(step)
+        _, saved = self.client.show(self.job, number)
+        mine = [t for t in saved if t["rank"] == self.rank] or [t for t in saved if t["rank"] == 0]
+        by_name = {}
+        for t in mine:
+            by_name.setdefault(t["name"], t)
+        present, names = [], set()
+        _flatten(state_dict, [], present, names)
+        have = dict(present)
+        targets = []
+        for name, info in by_name.items():
+            t = have.get(name)
+            want_dtype = TORCH_DTYPES[info["dtype"]]
+            if t is None or tuple(t.shape) != tuple(info["lengths"]) or t.dtype != want_dtype:
+                t = torch.empty(info["lengths"], dtype=want_dtype)
+            targets.append((name, t))
+        specs = self._bind(targets)
+        for s, (name, _) in zip(specs, targets):
+            info = by_name[name]
+            s.offsets, s.lengths = info["offsets"], info["lengths"]
+            s.shape = info["shape"]
+        res = self.client.load(specs, number).result()
+        self._copy_out(targets, specs)
+        self.last_load = res
+        meta = pickle.loads(res["extra"]) if res["extra"] else {"tree": None, "extra": None}
+        made = dict(targets)
+        if meta["tree"] is not None:
+            _merge(state_dict, meta["tree"], made)
+        return res["step"], meta["extra"]
+
+    # ---- fallback: torch.save / torch.load when no daemon runs ----
+
+    def _fallback_path(self, step):
+        return os.path.join(self.fallback_dir, f"{self.job}-step-{int(step):012d}-rank-{self.rank:05d}.pt")
+
+    def _fallback_save(self, state_dict, step, extra):
+        import concurrent.futures
+
+        class _Done:
+            pass
+        path = self._fallback_path(step)
+        tmp = path + ".tmp"
+        torch.save({"state": state_dict, "extra": extra}, tmp)
+        os.replace(tmp, path)
+        f = concurrent.futures.Future()
+        f.set_result(os.path.getsize(path))
+        d = _Done()
+        d.staged = d.durable = f
+        return SaveFuture(d, step)
+
+    def _fallback_load(self, state_dict, step):
+        if step in ("latest", LATEST):
+            pre = f"{self.job}-step-"
+            steps = sorted(int(n[len(pre):len(pre) + 12]) for n in os.listdir(self.fallback_dir)
+                           if n.startswith(pre) and n.endswith(f"-rank-{self.rank:05d}.pt"))
+            if not steps:
+                raise FileNotFoundError(f"no fallback checkpoint of '{self.job}' in {self.fallback_dir}")
+            step = steps[-1]
+        obj = torch.load(self._fallback_path(step), weights_only=False)
+        _copy_into(state_dict, obj["state"])
+        return int(step), obj["extra"]
+
+    # ---- lifetime ----
+
+    def close(self):
+        """Disconnect. Tensors stay in (their own) shared memory."""
+        self._shared = {}
+        self._scratch = {}
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _merge(dst, tree, made):
+    """Put the checkpoint's tree into dst: tensors from made (loaded in
+    place or new), other values as saved."""
+    if isinstance(tree, dict) and isinstance(dst, dict):
+        for k, v in tree.items():
+            if isinstance(v, _Ref):
+                cur = dst.get(k)
+                if cur is not made[v.name]:
+                    dst[k] = made[v.name]
+            elif isinstance(v, (dict, list)) and isinstance(dst.get(k), type(v)):
+                _merge(dst[k], v, made)
+            else:
+                dst[k] = _materialize(v, made)
+        return
+    if isinstance(tree, list) and isinstance(dst, list):
+        for i, v in enumerate(tree):
+            if i >= len(dst):
+                dst.append(_materialize(v, made))
+            elif isinstance(v, _Ref):
+                if dst[i] is not made[v.name]:
+                    dst[i] = made[v.name]
+            elif isinstance(v, (dict, list)) and isinstance(dst[i], type(v)):
+                _merge(dst[i], v, made)
+            else:
+                dst[i] = _materialize(v, made)
+
+
+def _materialize(tree, made):
+    if isinstance(tree, _Ref):
+        return made[tree.name]
+    if isinstance(tree, dict):
+        return {k: _materialize(v, made) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_materialize(v, made) for v in tree]
+    if isinstance(tree, tuple):
+        return tuple(_materialize(v, made) for v in tree)
+    return tree
+
+
+def _copy_into(dst, src):
+    if isinstance(src, dict):
+        for k, v in src.items():
+            if isinstance(v, torch.Tensor) and isinstance(dst.get(k), torch.Tensor) and \
+                    dst[k].shape == v.shape:
+                with torch.no_grad():
+                    dst[k].copy_(v)
+            elif isinstance(v, (dict, list)) and isinstance(dst.get(k), type(v)):
+                _copy_into(dst[k], v)
+            else:
+                dst[k] = v
+    elif isinstance(src, list):
+        for i, v in enumerate(src):
+            if i < len(dst) and isinstance(v, torch.Tensor) and isinstance(dst[i], torch.Tensor):
+                with torch.no_grad():
+                    dst[i].copy_(v)
+            elif i < len(dst) and isinstance(v, (dict, list)) and isinstance(dst[i], type(v)):
+                _copy_into(dst[i], v)
+            elif i < len(dst):
+                dst[i] = v
+            else:
+                dst.append(v)

@@ -1,0 +1,231 @@
+import errno
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+import ckpt
+import ckpt.format
+import ckpt.torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLE = os.path.join(ROOT, "examples", "train_tiny.py")
+
+
+def model_and_opt(seed=0):
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    opt = torch.optim.Adam(m.parameters(), lr=1e-2)
+    return m, opt
+
+
+def train(m, opt, steps, seed=0):
+    out = []
+    for s in range(steps):
+        g = torch.Generator().manual_seed(seed * 1000 + s)
+        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+        opt.zero_grad()
+        loss = ((m(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        out.append(loss.item())
+    return out
+
+
+def assert_same(a, b, path=""):
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor), path
+        assert a.dtype == b.dtype and a.shape == b.shape, path
+        assert torch.equal(a, b), path
+    elif isinstance(a, dict):
+        assert set(a) == set(b), path
+        for k in a:
+            assert_same(a[k], b[k], f"{path}/{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{path}/{i}")
+    else:
+        assert a == b, path
+
+
+def test_roundtrip_model_and_adam_bit_exact(daemon):
+    m, opt = model_and_opt()
+    train(m, opt, 3)
+    sd = {"model": m.state_dict(), "optim": opt.state_dict(), "epoch": 4}
+    with ckpt.torch.Checkpointer("rt", socket=daemon.sock) as cp:
+        fut = cp.save(sd, 3, extra={"seen": [1, 2]})
+        assert fut.staged.result(30) > 0
+        fut.durable.result(30)
+    ref = {"model": {k: v.clone() for k, v in m.state_dict().items()}, "optim": opt.state_dict(), "epoch": 4}
+    # A fresh model and optimizer (empty Adam state) get everything back.
+    m2, opt2 = model_and_opt(seed=1)
+    sd2 = {"model": m2.state_dict(), "optim": opt2.state_dict()}
+    with ckpt.torch.Checkpointer("rt", socket=daemon.sock) as cp:
+        step, extra = cp.load(sd2)
+        assert cp.last_load["source"] == "memory"
+    assert step == 3 and extra == {"seen": [1, 2]}
+    assert_same(ref["model"], sd2["model"])
+    assert_same(ref["optim"], sd2["optim"])
+    assert sd2["epoch"] == 4
+    # Adam's step entries survive as they were (tensors here).
+    assert all(isinstance(s["step"], torch.Tensor) for s in sd2["optim"]["state"].values())
+
+
+def test_training_continues_identically(daemon):
+    m, opt = model_and_opt()
+    ref = train(m, opt, 10)
+    m, opt = model_and_opt()
+    first = train(m, opt, 5)
+    with ckpt.torch.Checkpointer("cont", socket=daemon.sock) as cp:
+        cp.save({"model": m.state_dict(), "optim": opt.state_dict()}, 5).durable.result(30)
+    train(m, opt, 3)  # diverge the live objects; the checkpoint must not change
+    m2, opt2 = model_and_opt(seed=7)
+    sd = {"model": m2.state_dict(), "optim": opt2.state_dict()}
+    with ckpt.torch.Checkpointer("cont", socket=daemon.sock) as cp:
+        cp.load(sd, step=5)
+    m2.load_state_dict(sd["model"])
+    opt2.load_state_dict(sd["optim"])
+    assert first + train_from(m2, opt2, 5, 10) == ref
+
+
+def train_from(m, opt, start, end, seed=0):
+    out = []
+    for s in range(start, end):
+        g = torch.Generator().manual_seed(seed * 1000 + s)
+        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+        opt.zero_grad()
+        loss = ((m(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        out.append(loss.item())
+    return out
+
+
+def losses(lines):
+    return {int(l.split()[1]): l.split()[3] for l in lines if l.startswith("step ")}
+
+
+def test_sigkill_trainer_restores_from_memory_then_storage(daemon):
+    env_job = ["--seed", "3"]
+    rc, ref = run_example_job(daemon, "tiny-ref", env_job)  # uninterrupted
+    assert rc == 0
+    ref_loss = losses(ref)
+    rc, lines = run_example_job(daemon, "tiny-k", env_job, kill_after_durable=15)
+    assert rc == -signal.SIGKILL
+    rc, lines = run_example_job(daemon, "tiny-k", env_job + ["--resume"])
+    assert rc == 0
+    assert lines[0].startswith("resumed from step ")
+    resumed = int(lines[0].split()[3])
+    assert resumed >= 15
+    assert "(source: memory)" in lines[0]
+    got = losses(lines)
+    assert got and all(got[s] == ref_loss[s] for s in got)
+    # After a daemon restart the same resume reads storage.
+    daemon.stop()
+    daemon.start()
+    rc, lines = run_example_job(daemon, "tiny-k", env_job + ["--resume"])
+    assert rc == 0 and "(source: storage)" in lines[0]
+
+
+def run_example_job(daemon, job, args, kill_after_durable=None):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"))
+    cmd = [sys.executable, EXAMPLE, "--socket", daemon.sock, "--job", job, "--steps", "30", "--every", "5", *args]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+    lines = []
+    for line in p.stdout:
+        lines.append(line.strip())
+        if kill_after_durable and line.strip() == f"durable {kill_after_durable}":
+            p.send_signal(signal.SIGKILL)
+            break
+    p.wait(120)
+    return p.returncode, lines
+
+
+def test_save_while_previous_upload_runs(daemon_factory):
+    d = daemon_factory("[debug]\nstore_delay_ms = 800\n")
+    t = torch.arange(4 << 20, dtype=torch.float32)  # 16 MiB: several chunks, so the delay applies
+    with ckpt.torch.Checkpointer("busy", socket=d.sock) as cp:
+        f1 = cp.save({"t": t}, 1)
+        f1.staged.result(30)
+        t.add_(1)
+        f2 = cp.save({"t": t}, 2)
+        f2.staged.result(30)
+        assert not f1.durable.done()  # the first upload is still running
+        f1.durable.result(60)
+        f2.durable.result(60)
+        got = {"t": torch.zeros_like(t)}
+        cp.load(got, step=1)
+        assert torch.equal(got["t"], torch.arange(4 << 20, dtype=torch.float32))
+        cp.load(got, step=2)
+        assert torch.equal(got["t"], t)
+
+
+def test_non_contiguous_tensor_is_copied(daemon):
+    base = torch.arange(64, dtype=torch.float32).view(8, 8)
+    nc = base.t()  # not contiguous
+    with ckpt.torch.Checkpointer("nc", socket=daemon.sock) as cp:
+        cp.save({"x": nc}, 1).durable.result(30)
+        out = {"x": torch.zeros(8, 8)}
+        cp.load(out)
+    assert torch.equal(out["x"], nc.contiguous())
+
+
+def test_unsupported_dtype_is_a_clear_error(daemon):
+    with ckpt.torch.Checkpointer("dt", socket=daemon.sock) as cp:
+        with pytest.raises(TypeError, match="complex64.*not supported"):
+            cp.save({"z": torch.zeros(3, dtype=torch.complex64)}, 1)
+
+
+def test_daemon_down(tmp_path):
+    with pytest.raises(ckpt.DaemonUnavailable) as e:
+        ckpt.torch.Checkpointer("down", socket=str(tmp_path / "none.sock"))
+    assert e.value.errno == errno.ENOENT
+    assert "is ckptd running" in str(e.value)
+    # The documented fallback: torch.save files in fallback_dir.
+    m, opt = model_and_opt()
+    cp = ckpt.torch.Checkpointer("down", socket=str(tmp_path / "none.sock"), fallback_dir=str(tmp_path / "fb"))
+    f = cp.save({"model": m.state_dict()}, 7, extra={"a": 1})
+    assert f.staged.done() and f.durable.result() > 0
+    m2, _ = model_and_opt(seed=3)
+    sd = {"model": m2.state_dict()}
+    assert cp.load(sd) == (7, {"a": 1})
+    assert_same(m.state_dict(), sd["model"])
+
+
+def test_standalone_reader(daemon):
+    m, opt = model_and_opt()
+    train(m, opt, 2)
+    sd = {"model": m.state_dict(), "optim": opt.state_dict(), "note": "hello"}
+    with ckpt.torch.Checkpointer("fmt", socket=daemon.sock) as cp:
+        cp.save(sd, 2).durable.result(30)
+    daemon.stop()  # no daemon needed
+    got = ckpt.format.load_step(daemon.url, "fmt")
+    assert_same(sd["model"], got["model"])
+    assert_same(sd["optim"], got["optim"])
+    assert got["note"] == "hello"
+    assert ckpt.format.list_steps(daemon.url, "fmt") == [(2, True)]
+    daemon.start()
+
+
+def test_raw_client(daemon):
+    with ckpt.Client(daemon.sock, job="raw") as c:
+        b = c.alloc(4096)
+        b.view[:4] = b"abcd"
+        spec = ckpt.TensorSpec("w", "u8", (4096,), b, 0, 4096)
+        f = c.save(1, [spec], b"x")
+        f.staged.result(10)
+        f.durable.result(10)
+        b.view[:4] = b"zzzz"
+        r = c.load([spec], 1).result(10)
+        assert bytes(b.view[:4]) == b"abcd" and r["extra"] == b"x" and r["sources"] == {"w": "memory"}
+        assert c.list("raw")[0]["complete"] is True
+        info, tensors = c.show("raw", 1)
+        assert tensors[0]["name"] == "w" and tensors[0]["nbytes"] == 4096
+        with pytest.raises(ckpt.CkptError) as e:
+            c.load([spec], 99).result(10)
+        assert e.value.errno == errno.ENOENT and "99" in str(e.value)
