@@ -1,7 +1,10 @@
 #include "hostbuf.h"
+#include "crc32c.h"
 #include "memcopy.h"
 
 #include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -59,18 +62,16 @@ int hostbuf_open(int fd, uint64_t id, uint64_t nbytes, struct hostbuf **out,
 	b->id = id;
 	b->fd = fd;
 	b->nbytes = nbytes;
-	if (seals & F_SEAL_SHRINK) {
-		/* Read-write: restore copies straight into it. */
-		void *m = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		if (m != MAP_FAILED) {
-			/* Fault the whole mapping in now, writable, so neither
-			 * a save (reads) nor a restore (writes) takes a page
-			 * fault per 4 KiB later. */
-			(void)madvise(m, nbytes, MADV_POPULATE_WRITE);
-			b->map = m;
-			b->sealed = true;
-		}
+	/* Mapped once, read-write (restore copies straight into it), and
+	 * faulted in now so neither a save nor a restore takes a page fault
+	 * per 4 KiB later. A sealed file cannot shrink; an unsealed one is
+	 * copied under a SIGBUS guard (see guarded_copy). */
+	void *m = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m != MAP_FAILED) {
+		(void)madvise(m, nbytes, MADV_POPULATE_WRITE);
+		b->map = m;
 	}
+	b->sealed = (seals & F_SEAL_SHRINK) != 0;
 	*out = b;
 	return 0;
 }
@@ -92,14 +93,70 @@ void hostbuf_unref(struct hostbuf *b)
 	free(b);
 }
 
+/* SIGBUS guard for copies from and to unsealed mappings: a client that
+ * truncates its file makes the access fault; the handler jumps back to the
+ * copy, which fails with -EFAULT instead of killing the daemon. */
+static __thread sigjmp_buf *guard;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uctx)
+{
+	(void)si;
+	(void)uctx;
+	if (guard != NULL)
+		siglongjmp(*guard, 1);
+	/* Not ours: die as the default action would. */
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+int hostbuf_init(void)
+{
+	struct sigaction sa = { .sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO | SA_NODEFER };
+	sigemptyset(&sa.sa_mask);
+	return sigaction(SIGBUS, &sa, NULL) == 0 ? 0 : -errno;
+}
+
+/* memcopy_stream (and a crc of the source) that survives the mapping
+ * shrinking underneath. 0 or -EFAULT. */
+static int guarded_copy(void *dst, const void *src, size_t len, uint32_t *crc)
+{
+	sigjmp_buf jb;
+	if (sigsetjmp(jb, 1) != 0) {
+		guard = NULL;
+		return -EFAULT;
+	}
+	guard = &jb;
+	if (crc)
+		*crc = crc32c_update(*crc, src, len);
+	memcopy_stream(dst, src, len);
+	guard = NULL;
+	return 0;
+}
+
+int hostbuf_copy_out(const struct hostbuf *b, uint64_t off, void *dst, size_t len, uint32_t *crc)
+{
+	if (off > b->nbytes || len > b->nbytes - off)
+		return -ERANGE;
+	if (b->map) {
+		if (b->sealed) {
+			/* crc first pulls the block into cache; the copy then
+			 * reads it from there and streams it out. */
+			*crc = crc32c_update(*crc, b->map + off, len);
+			memcopy_stream(dst, b->map + off, len);
+			return 0;
+		}
+		return guarded_copy(dst, b->map + off, len, crc);
+	}
+	int r = hostbuf_read(b, off, dst, len);
+	if (r == 0)
+		*crc = crc32c_update(*crc, dst, len);
+	return r;
+}
+
 int hostbuf_read(const struct hostbuf *b, uint64_t off, void *dst, size_t len)
 {
 	if (off > b->nbytes || len > b->nbytes - off)
 		return -ERANGE;
-	if (b->sealed) {
-		memcpy(dst, b->map + off, len);
-		return 0;
-	}
 	uint8_t *p = dst;
 	while (len > 0) {
 		ssize_t n = pread(b->fd, p, len, (off_t)off);
@@ -121,10 +178,12 @@ int hostbuf_write(const struct hostbuf *b, uint64_t off, const void *src, size_t
 {
 	if (off > b->nbytes || len > b->nbytes - off)
 		return -ERANGE;
-	if (b->sealed) {
+	if (b->map && b->sealed) {
 		memcopy_stream(b->map + off, src, len);
 		return 0;
 	}
+	if (b->map)
+		return guarded_copy(b->map + off, src, len, NULL);
 	/* pwrite past EOF would grow a file the client shrank; refuse. */
 	struct stat st;
 	if (fstat(b->fd, &st) != 0)

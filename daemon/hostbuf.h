@@ -1,8 +1,8 @@
 /* Registered host buffers: a memfd or /dev/shm file handed over by a
- * trainer. Reads and writes never fault on a file the client shrank:
- * sealed memfds (F_SEAL_SHRINK) are mapped once at registration and
- * copied with memcpy both ways; anything else goes through pread/pwrite,
- * which return a short count instead of raising SIGBUS. */
+ * trainer, mapped once at registration. Copies never take the daemon down
+ * when a client shrinks its file: sealed memfds (F_SEAL_SHRINK) cannot
+ * shrink; unsealed files are copied under a SIGBUS guard that turns the
+ * fault into -EFAULT. If mapping fails, pread/pwrite are used. */
 #ifndef CKPTD_HOSTBUF_H
 #define CKPTD_HOSTBUF_H
 
@@ -16,7 +16,7 @@ struct hostbuf {
 	int fd;
 	uint64_t nbytes;
 	bool sealed;
-	uint8_t *map;        /* sealed only: shared, read-write */
+	uint8_t *map;        /* shared, read-write; NULL: use pread/pwrite */
 };
 
 /* Takes ownership of fd (closed on failure too). */
@@ -24,6 +24,11 @@ int hostbuf_open(int fd, uint64_t id, uint64_t nbytes, struct hostbuf **out,
 		 char *err, size_t errlen);
 struct hostbuf *hostbuf_ref(struct hostbuf *b);
 void hostbuf_unref(struct hostbuf *b);
+/* Install the SIGBUS guard's handler; once, at start. */
+int hostbuf_init(void);
+/* Copy [off, off+len) into dst and extend *crc over those bytes.
+ * Thread-safe. 0, -EFAULT when the client truncated its file, -ERANGE. */
+int hostbuf_copy_out(const struct hostbuf *b, uint64_t off, void *dst, size_t len, uint32_t *crc);
 /* Thread-safe. 0, or -EFAULT when the file is shorter than the range. */
 int hostbuf_read(const struct hostbuf *b, uint64_t off, void *dst, size_t len);
 int hostbuf_write(const struct hostbuf *b, uint64_t off, const void *src, size_t len);

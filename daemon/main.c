@@ -1,6 +1,7 @@
 /* ckptd: the node-local checkpoint agent. */
 #include "config.h"
 #include "daemon.h"
+#include "hostbuf.h"
 #include "journal.h"
 #include "log.h"
 #include "pool.h"
@@ -208,6 +209,10 @@ int main(int argc, char **argv)
 		(void)setrlimit(RLIMIT_NOFILE, &nofile);
 	}
 	signal(SIGPIPE, SIG_IGN);
+	if (hostbuf_init() < 0) {
+		log_err("installing the SIGBUS guard: %s", strerror(errno));
+		return 1;
+	}
 	/* A file size limit must fail the write (EFBIG), not kill the daemon. */
 	signal(SIGXFSZ, SIG_IGN);
 	if (mkdir(d->cfg.state_dir, 0700) != 0 && errno != EEXIST) {

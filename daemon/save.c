@@ -7,7 +7,6 @@
 #include "hostbuf.h"
 #include "log.h"
 #include "manifest.h"
-#include "memcopy.h"
 #include "session.h"
 #include "tensor.h"
 
@@ -97,20 +96,11 @@ static void copy_run(struct work_item *it)
 		for (uint64_t done = 0; done < p->len;) {
 			size_t n = p->len - done < COPY_BLOCK ? (size_t)(p->len - done) : COPY_BLOCK;
 			uint64_t from = t->buf_off + p->tensor_off + done;
-			if (t->buf->sealed) {
-				/* crc first pulls the block into cache; the copy
-				 * then reads it from there and streams it out. */
-				const uint8_t *src = t->buf->map + from;
-				pcrc = crc32c_update(pcrc, src, n);
-				memcopy_stream(base + at + done, src, n);
-			} else {
-				int r = hostbuf_read(t->buf, from, base + at + done, n);
-				if (r < 0) {
-					job->err = r;
-					job->first_piece += k; /* name the tensor that failed */
-					return;
-				}
-				pcrc = crc32c_update(pcrc, base + at + done, n);
+			int r = hostbuf_copy_out(t->buf, from, base + at + done, n, &pcrc);
+			if (r < 0) {
+				job->err = r;
+				job->first_piece += k; /* name the tensor that failed */
+				return;
 			}
 			done += n;
 		}

@@ -304,7 +304,7 @@ static void on_register(struct session *s, uint64_t req_id, const Ckpt__Register
 	s->bufs = nb;
 	s->bufs[s->nbufs++] = b;
 	log_debug("session %" PRIu64 ": buffer %" PRIu64 " registered, %" PRIu64 " bytes, %s", s->id,
-		  m->buffer_id, m->nbytes, b->sealed ? "sealed (mmap)" : "unsealed (pread)");
+		  m->buffer_id, m->nbytes, !b->map ? "pread" : b->sealed ? "sealed" : "unsealed, guarded");
 	session_reply(s, req_id, 0, NULL);
 }
 
