@@ -1,31 +1,59 @@
-/* ckpt-bench: measure ckptd's data path against plain memcpy of the same
- * bytes, side by side in one process and run (so the ratios mean something
- * on a noisy machine):
+/* ckpt-bench: checkpoint benchmark. Trainer ranks are processes holding
+ * model-sized state; each save, load from the daemon's memory and load from
+ * storage is timed. --mode agent goes through ckptd; --mode direct has each
+ * rank write the same bytes to storage itself, synchronously, as torch.save
+ * would: the baseline the agent must beat.
  *
- *   staging   bytes / (save -> staged), against memcpy with --threads threads
- *   durable   save -> durable, beside the stall
- *   restore   load from the daemon's memory tier, against memcpy with
- *             --restore-threads threads
+ * State: --size-mb M of parameters, or --layers L of a GPT-like model
+ * (hidden 224, vocabulary 50257, float32): 45 MB of embedding plus
+ * 2.41 MB per layer, which gives the dataflux-pytorch table's sizes
+ * (10 layers 69 MB, 100 286 MB, 1000 2.4 GB, 10000 24 GB). --optimizer sgd
+ * adds 1x (momentum), adam 2x (two moments). Layers are dealt round-robin
+ * to ranks.
  *
- * Uses only the public libckpt API. Prints one line per metric and, with
- * --json, one JSON object. */
+ * Output: a markdown table on stdout and, with --json FILE, {config,
+ * results}: save_stall_s, save_durable_s, load_memory_s, load_storage_s
+ * (each median and p90 over rounds; a round's time is its slowest rank's),
+ * throughput_mb_s, memcpy_mb_s, daemon_cpu_s, daemon_peak_rss_mb. Only the
+ * public libckpt API is used. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <json-c/json.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ckpt/ckpt.h"
 
+#define MAX_RANKS 64
+#define MAX_ROUNDS 64
+#define HIDDEN 224ull
+#define VOCAB 50257ull
+
 struct opts {
-	const char *socket, *job;
-	uint64_t size_mb;
-	unsigned threads, restore_threads, steps;
-	int json;
+	const char *socket, *job, *storage, *json, *mode, *optimizer;
+	uint64_t size_mb, layers;
+	unsigned ranks, saves, loads, threads;
+};
+
+/* Results every rank writes into shared memory. */
+struct shared {
+	pthread_barrier_t bar;
+	double stall[MAX_RANKS][MAX_ROUNDS], durable[MAX_RANKS][MAX_ROUNDS];
+	double loadmem[MAX_RANKS][MAX_ROUNDS], loadsto[MAX_RANKS][MAX_ROUNDS];
+	double memcpy_s[MAX_RANKS];
+	uint64_t bytes[MAX_RANKS];
+	int failed;
+	char msg[512];
 };
 
 static double now_s(void)
@@ -35,11 +63,193 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void die(const char *what, int r, const char *msg)
+static void fail(struct shared *sh, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(struct shared *sh, const char *fmt, ...)
 {
-	fprintf(stderr, "ckpt-bench: %s: %s%s%s%s\n", what, ckpt_strerror(r), msg && *msg ? " (" : "",
-		msg ? msg : "", msg && *msg ? ")" : "");
-	exit(1);
+	va_list ap;
+	va_start(ap, fmt);
+	if (!sh->failed) {
+		vsnprintf(sh->msg, sizeof(sh->msg), fmt, ap);
+		sh->failed = 1;
+	}
+	va_end(ap);
+	_exit(1);
+}
+
+/* The tensor sizes (bytes) rank r holds, before optimizer state. */
+static size_t rank_tensors(const struct opts *o, unsigned r, uint64_t *sizes, size_t cap)
+{
+	size_t n = 0;
+	if (o->layers) {
+		if (r == 0 && n < cap)
+			sizes[n++] = VOCAB * HIDDEN * 4; /* embedding */
+		for (uint64_t l = r; l < o->layers; l += o->ranks) {
+			static const uint64_t per[4] = { 3 * HIDDEN * HIDDEN, HIDDEN * HIDDEN, 4 * HIDDEN * HIDDEN,
+							 4 * HIDDEN * HIDDEN };
+			for (int k = 0; k < 4 && n < cap; k++)
+				sizes[n++] = per[k] * 4;
+		}
+	} else {
+		uint64_t total = o->size_mb << 20;
+		uint64_t mine = total / o->ranks + (r < total % o->ranks ? 1 : 0);
+		mine &= ~(uint64_t)3;
+		/* tensors of at most 64 MiB, as a model's would be */
+		while (mine && n < cap) {
+			uint64_t t = mine > (64u << 20) ? (64u << 20) : mine;
+			sizes[n++] = t;
+			mine -= t;
+		}
+	}
+	return n;
+}
+
+static unsigned opt_mult(const struct opts *o)
+{
+	return !strcmp(o->optimizer, "adam") ? 3 : !strcmp(o->optimizer, "sgd") ? 2 : 1;
+}
+
+static double memcpy_time(uint8_t *dst, const uint8_t *src, size_t n, unsigned threads);
+
+static void rank_agent(const struct opts *o, struct shared *sh, unsigned r)
+{
+	enum { CAP = 1 << 16 };
+	static uint64_t sizes[CAP], shapes[CAP];
+	static char names[CAP][32];
+	static ckpt_tensor t[CAP];
+	size_t nt = rank_tensors(o, r, sizes, CAP / 3);
+	unsigned mult = opt_mult(o);
+	uint64_t total = 0;
+	size_t k = 0;
+	for (size_t i = 0; i < nt; i++)
+		for (unsigned m = 0; m < mult; m++, k++) {
+			snprintf(names[k], sizeof(names[k]), "t%zu.%s", i, m == 0 ? "w" : m == 1 ? "m1" : "m2");
+			shapes[k] = sizes[i] / 4;
+			total += sizes[i];
+		}
+	ckpt_hello h = { .job = o->job, .rank = r, .world_size = o->ranks };
+	ckpt_client *c = NULL;
+	int e = ckpt_connect(o->socket, &h, &c);
+	if (e < 0)
+		fail(sh, "rank %u: connect %s: %s (%s)", r, o->socket, ckpt_strerror(e), ckpt_errmsg());
+	ckpt_buffer *b = NULL;
+	e = ckpt_buffer_alloc(c, total ? total : 4096, &b);
+	if (e < 0)
+		fail(sh, "rank %u: buffer of %" PRIu64 " bytes: %s (%s)", r, total, ckpt_strerror(e), ckpt_errmsg());
+	uint8_t *data = ckpt_buffer_data(b);
+	for (uint64_t i = 0; i < total; i += 4096)
+		data[i] = (uint8_t)(i >> 12 ^ r);
+	uint64_t off = 0;
+	for (size_t i = 0; i < k; i++) {
+		t[i] = (ckpt_tensor){ .name = names[i], .dtype = CKPT_F32, .ndim = 1, .global_shape = &shapes[i],
+				      .buffer = b, .offset = off, .nbytes = shapes[i] * 4 };
+		off += shapes[i] * 4;
+	}
+	sh->bytes[r] = total;
+	uint8_t *dst = mmap(NULL, total ? total : 4096, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (dst == MAP_FAILED)
+		fail(sh, "rank %u: mmap: %s", r, strerror(errno));
+	sh->memcpy_s[r] = memcpy_time(dst, data, total, o->threads);
+	munmap(dst, total ? total : 4096);
+	for (unsigned s = 0; s < o->saves; s++) {
+		pthread_barrier_wait(&sh->bar);
+		ckpt_future *f = NULL;
+		double t0 = now_s();
+		e = ckpt_save(c, s + 1, t, k, NULL, 0, &f);
+		if (e < 0)
+			fail(sh, "rank %u: save: %s (%s)", r, ckpt_strerror(e), ckpt_errmsg());
+		e = ckpt_future_wait(f, CKPT_STAGED, -1);
+		sh->stall[r][s] = now_s() - t0;
+		if (e == 0)
+			e = ckpt_future_wait(f, CKPT_DURABLE, -1);
+		sh->durable[r][s] = now_s() - t0;
+		if (e < 0)
+			fail(sh, "rank %u: save %u: %s (%s)", r, s + 1, ckpt_strerror(e), ckpt_future_message(f));
+		ckpt_future_free(f);
+		data[s % (total ? total : 1)] ^= 1; /* the trainer moves on */
+	}
+	for (unsigned l = 0; l < o->loads; l++) {
+		for (int storage = 0; storage < 2; storage++) {
+			pthread_barrier_wait(&sh->bar);
+			ckpt_future *f = NULL;
+			double t0 = now_s();
+			e = ckpt_load_ex(c, CKPT_LATEST, t, k, storage ? CKPT_LOAD_STORAGE_ONLY : 0, &f);
+			if (e == 0)
+				e = ckpt_future_wait(f, CKPT_LOADED, -1);
+			(storage ? sh->loadsto : sh->loadmem)[r][l] = now_s() - t0;
+			if (e < 0)
+				fail(sh, "rank %u: load: %s (%s)", r, ckpt_strerror(e), f ? ckpt_future_message(f) : "");
+			if (!storage && strcmp(ckpt_future_source(f), "memory") != 0)
+				fail(sh, "rank %u: load came from %s, not memory", r, ckpt_future_source(f));
+			ckpt_future_free(f);
+		}
+	}
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+}
+
+static void rank_direct(const struct opts *o, struct shared *sh, unsigned r)
+{
+	static uint64_t sizes[1 << 16];
+	size_t nt = rank_tensors(o, r, sizes, 1 << 16);
+	uint64_t total = 0;
+	for (size_t i = 0; i < nt; i++)
+		total += sizes[i] * opt_mult(o);
+	sh->bytes[r] = total;
+	if (strncmp(o->storage, "file://", 7) != 0)
+		fail(sh, "--mode direct needs --storage file:///path");
+	char dir[1024], path[1200];
+	snprintf(dir, sizeof(dir), "%s/direct-%s", o->storage + 7, o->job);
+	mkdir(o->storage + 7, 0755);
+	mkdir(dir, 0755);
+	snprintf(path, sizeof(path), "%s/rank-%05u.bin", dir, r);
+	uint8_t *data = mmap(NULL, total ? total : 4096, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (data == MAP_FAILED)
+		fail(sh, "rank %u: mmap: %s", r, strerror(errno));
+	for (uint64_t i = 0; i < total; i += 4096)
+		data[i] = (uint8_t)(i >> 12 ^ r);
+	for (unsigned s = 0; s < o->saves; s++) {
+		pthread_barrier_wait(&sh->bar);
+		double t0 = now_s();
+		int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fd < 0)
+			fail(sh, "rank %u: %s: %s", r, path, strerror(errno));
+		for (uint64_t done = 0; done < total;) {
+			ssize_t w = write(fd, data + done, total - done > (1u << 30) ? (1u << 30) : total - done);
+			if (w <= 0)
+				fail(sh, "rank %u: write %s: %s", r, path, strerror(errno));
+			done += (uint64_t)w;
+		}
+		if (fsync(fd) != 0)
+			fail(sh, "rank %u: fsync: %s", r, strerror(errno));
+		(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		close(fd);
+		sh->stall[r][s] = sh->durable[r][s] = now_s() - t0;
+	}
+	for (unsigned l = 0; l < o->loads; l++) {
+		for (int storage = 0; storage < 2; storage++) {
+			pthread_barrier_wait(&sh->bar);
+			double t0 = now_s();
+			if (storage) {
+				int fd = open(path, O_RDONLY | O_CLOEXEC);
+				if (fd < 0)
+					fail(sh, "rank %u: %s: %s", r, path, strerror(errno));
+				for (uint64_t done = 0; done < total;) {
+					ssize_t g = pread(fd, data + done, total - done > (1u << 30) ? (1u << 30) : total - done,
+							  (off_t)done);
+					if (g <= 0)
+						fail(sh, "rank %u: read %s: %s", r, path, strerror(errno));
+					done += (uint64_t)g;
+				}
+				(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+				close(fd);
+			}
+			/* direct mode has no memory tier: that time stays 0 */
+			(storage ? sh->loadsto : sh->loadmem)[r][l] = storage ? now_s() - t0 : 0;
+		}
+	}
+	munmap(data, total ? total : 4096);
 }
 
 struct slice {
@@ -55,11 +265,10 @@ static void *copy_slice(void *arg)
 	return NULL;
 }
 
-/* Seconds for memcpy of n bytes with t threads. */
 static double memcpy_time(uint8_t *dst, const uint8_t *src, size_t n, unsigned t)
 {
 	double best = 1e9;
-	for (int rep = 0; rep < 1; rep++) {
+	for (int rep = 0; rep < 3; rep++) {
 		pthread_t th[64];
 		struct slice sl[64];
 		double t0 = now_s();
@@ -83,30 +292,44 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static double median(const double *v, unsigned n)
+/* Per round the slowest rank; then median and p90 over rounds. */
+static void stats(double v[MAX_RANKS][MAX_ROUNDS], unsigned ranks, unsigned rounds, double *med, double *p90)
 {
-	double tmp[64];
-	memcpy(tmp, v, n * sizeof(double));
-	qsort(tmp, n, sizeof(double), cmp_double);
-	return n % 2 ? tmp[n / 2] : (tmp[n / 2 - 1] + tmp[n / 2]) / 2;
+	double per[MAX_ROUNDS];
+	for (unsigned s = 0; s < rounds; s++) {
+		per[s] = 0;
+		for (unsigned r = 0; r < ranks; r++)
+			if (v[r][s] > per[s])
+				per[s] = v[r][s];
+	}
+	qsort(per, rounds, sizeof(double), cmp_double);
+	*med = rounds ? (rounds % 2 ? per[rounds / 2] : (per[rounds / 2 - 1] + per[rounds / 2]) / 2) : 0;
+	*p90 = rounds ? per[(rounds * 9 + 9) / 10 - 1] : 0;
+}
+
+static json_object *stat_obj(double med, double p90)
+{
+	json_object *o = json_object_new_object();
+	json_object_object_add(o, "median", json_object_new_double(med));
+	json_object_object_add(o, "p90", json_object_new_double(p90));
+	return o;
 }
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: ckpt-bench --socket PATH [--job NAME] [--size-mb 1024] [--threads 2]\n"
-		   "                  [--restore-threads 2] [--steps 5] [--json]\n");
+	fprintf(f,
+		"usage: ckpt-bench [--socket PATH] [--job NAME] [--size-mb M | --layers L] [--ranks R]\n"
+		"                  [--saves S] [--loads N] [--optimizer none|sgd|adam] [--threads T]\n"
+		"                  [--mode agent|direct] [--storage file:///path] [--json FILE]\n");
 }
 
 int main(int argc, char **argv)
 {
-	struct opts o = { .socket = NULL, .job = "bench", .size_mb = 1024, .threads = 2,
-			  .restore_threads = 2, .steps = 5 };
+	struct opts o = { .job = "bench", .mode = "agent", .optimizer = "none", .size_mb = 256, .ranks = 1,
+			  .saves = 3, .loads = 2, .threads = 2 };
+	o.socket = getenv("CKPTD_SOCKET");
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(a, "--json")) {
-			o.json = 1;
-			continue;
-		}
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			usage(stdout);
 			return 0;
@@ -116,133 +339,138 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		i++;
-		if (!strcmp(a, "--socket"))
-			o.socket = v;
-		else if (!strcmp(a, "--job"))
-			o.job = v;
-		else if (!strcmp(a, "--size-mb"))
-			o.size_mb = strtoull(v, NULL, 10);
-		else if (!strcmp(a, "--threads"))
-			o.threads = (unsigned)strtoul(v, NULL, 10);
-		else if (!strcmp(a, "--restore-threads"))
-			o.restore_threads = (unsigned)strtoul(v, NULL, 10);
-		else if (!strcmp(a, "--steps"))
-			o.steps = (unsigned)strtoul(v, NULL, 10);
+		if (!strcmp(a, "--socket")) o.socket = v;
+		else if (!strcmp(a, "--job")) o.job = v;
+		else if (!strcmp(a, "--size-mb")) o.size_mb = strtoull(v, NULL, 10);
+		else if (!strcmp(a, "--layers")) o.layers = strtoull(v, NULL, 10);
+		else if (!strcmp(a, "--ranks")) o.ranks = (unsigned)strtoul(v, NULL, 10);
+		else if (!strcmp(a, "--saves")) o.saves = (unsigned)strtoul(v, NULL, 10);
+		else if (!strcmp(a, "--loads")) o.loads = (unsigned)strtoul(v, NULL, 10);
+		else if (!strcmp(a, "--threads")) o.threads = (unsigned)strtoul(v, NULL, 10);
+		else if (!strcmp(a, "--optimizer")) o.optimizer = v;
+		else if (!strcmp(a, "--mode")) o.mode = v;
+		else if (!strcmp(a, "--storage")) o.storage = v;
+		else if (!strcmp(a, "--json")) o.json = v;
 		else {
 			usage(stderr);
 			return 2;
 		}
 	}
-	if (!o.size_mb || !o.threads || o.threads > 64 || !o.restore_threads || o.restore_threads > 64 ||
-	    !o.steps) {
+	bool agent = !strcmp(o.mode, "agent");
+	if ((!agent && strcmp(o.mode, "direct")) || !o.ranks || o.ranks > MAX_RANKS || !o.saves ||
+	    o.saves > MAX_ROUNDS || o.loads > MAX_ROUNDS || !o.threads || o.threads > 64 ||
+	    (strcmp(o.optimizer, "none") && strcmp(o.optimizer, "sgd") && strcmp(o.optimizer, "adam")) ||
+	    (!agent && !o.storage) || (!o.size_mb && !o.layers)) {
 		usage(stderr);
 		return 2;
 	}
-	size_t n = (size_t)o.size_mb << 20;
-	ckpt_hello h = { .job = o.job, .rank = 0, .world_size = 1 };
-	ckpt_client *c = NULL;
-	int r = ckpt_connect(o.socket, &h, &c);
-	if (r < 0)
-		die("connect", r, ckpt_errmsg());
-	ckpt_buffer *b = NULL;
-	r = ckpt_buffer_alloc(c, n, &b);
-	if (r < 0)
-		die("allocate buffer", r, ckpt_errmsg());
-	uint8_t *data = ckpt_buffer_data(b);
-	for (size_t i = 0; i < n; i += 4096)
-		data[i] = (uint8_t)(i >> 12);
-	uint8_t *dst = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	if (dst == MAP_FAILED) {
+	if (!o.socket)
+		o.socket = CKPT_DEFAULT_SOCKET;
+	struct shared *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (sh == MAP_FAILED) {
 		perror("mmap");
 		return 1;
 	}
-	/* Several tensors, as a model would have. */
-	enum { K = 8 };
-	uint64_t shape[K][1];
-	char names[K][16];
-	ckpt_tensor t[K];
-	for (int i = 0; i < K; i++) {
-		size_t lo = n / K * (size_t)i, hi = i + 1 == K ? n : n / K * (size_t)(i + 1);
-		shape[i][0] = (hi - lo) / 4;
-		snprintf(names[i], sizeof(names[i]), "t%d", i);
-		t[i] = (ckpt_tensor){ .name = names[i], .dtype = CKPT_F32, .ndim = 1, .global_shape = shape[i],
-				      .buffer = b, .offset = lo, .nbytes = hi - lo };
-	}
+	memset(sh, 0, sizeof(*sh));
+	pthread_barrierattr_t ba;
+	pthread_barrierattr_init(&ba);
+	pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_SHARED);
+	pthread_barrier_init(&sh->bar, &ba, o.ranks);
 
-	/* Interleaved rounds: memcpy, save; memcpy, load. Each ratio compares
-	 * neighbours in time, and the median of the rounds is reported. */
-	enum { MAXR = 64 };
-	double cp[MAXR], stall[MAXR], dur[MAXR], cpr[MAXR], load[MAXR];
-	unsigned rounds = o.steps > MAXR ? MAXR : o.steps;
-	char src[16] = "";
-	for (unsigned s = 0; s < rounds; s++) {
-		cp[s] = memcpy_time(dst, data, n, o.threads);
-		ckpt_future *f = NULL;
-		double t0 = now_s();
-		r = ckpt_save(c, s + 1, t, K, NULL, 0, &f);
-		if (r < 0)
-			die("save", r, ckpt_errmsg());
-		r = ckpt_future_wait(f, CKPT_STAGED, -1);
-		if (r < 0)
-			die("staged", r, ckpt_future_message(f));
-		stall[s] = now_s() - t0;
-		r = ckpt_future_wait(f, CKPT_DURABLE, -1);
-		if (r < 0)
-			die("durable", r, ckpt_future_message(f));
-		dur[s] = now_s() - t0;
-		ckpt_future_free(f);
-		cpr[s] = memcpy_time(dst, data, n, o.restore_threads);
-		t0 = now_s();
-		r = ckpt_load(c, CKPT_LATEST, t, K, &f);
-		if (r < 0)
-			die("load", r, ckpt_errmsg());
-		r = ckpt_future_wait(f, CKPT_LOADED, -1);
-		if (r < 0)
-			die("load", r, ckpt_future_message(f));
-		load[s] = now_s() - t0;
-		snprintf(src, sizeof(src), "%s", ckpt_future_source(f));
-		ckpt_future_free(f);
+	ckpt_client *ctl = NULL;
+	ckpt_status_info before = { 0 }, after = { 0 };
+	if (agent) {
+		int e = ckpt_connect(o.socket, NULL, &ctl);
+		if (e < 0) {
+			fprintf(stderr, "ckpt-bench: connect %s: %s (%s)\n", o.socket, ckpt_strerror(e), ckpt_errmsg());
+			return 1;
+		}
+		ckpt_status(ctl, &before);
 	}
-	double ratio_s[MAXR], ratio_r[MAXR];
-	for (unsigned s = 0; s < rounds; s++) {
-		ratio_s[s] = cp[s] / stall[s];
-		ratio_r[s] = cpr[s] / load[s];
+	pid_t pids[MAX_RANKS];
+	for (unsigned r = 0; r < o.ranks; r++) {
+		pids[r] = fork();
+		if (pids[r] == 0) {
+			if (agent)
+				rank_agent(&o, sh, r);
+			else
+				rank_direct(&o, sh, r);
+			_exit(0);
+		}
 	}
-	double stall_med = median(stall, rounds), dur_med = median(dur, rounds);
-	double cp_med = median(cp, rounds), cpr_med = median(cpr, rounds), load_med = median(load, rounds);
-	double rs = median(ratio_s, rounds), rr = median(ratio_r, rounds);
-	const char *source = src;
-	double gib = (double)n / (1u << 30);
-	double memcpy_gbs = (double)n / cp_med / 1e9, stage_gbs = (double)n / stall_med / 1e9;
-	double memcpy_r_gbs = (double)n / cpr_med / 1e9, load_gbs = (double)n / load_med / 1e9;
+	int bad = 0;
+	for (unsigned r = 0; r < o.ranks; r++) {
+		int st;
+		waitpid(pids[r], &st, 0);
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			bad = 1;
+	}
+	if (bad || sh->failed) {
+		fprintf(stderr, "ckpt-bench: %s\n", sh->failed ? sh->msg : "a rank died");
+		return 1;
+	}
+	if (agent)
+		ckpt_status(ctl, &after);
+	uint64_t bytes = 0;
+	double mc = 0;
+	for (unsigned r = 0; r < o.ranks; r++) {
+		bytes += sh->bytes[r];
+		if (sh->memcpy_s[r] > mc)
+			mc = sh->memcpy_s[r];
+	}
+	double sm, sp, dm, dp, lmm, lmp, lsm, lsp;
+	stats(sh->stall, o.ranks, o.saves, &sm, &sp);
+	stats(sh->durable, o.ranks, o.saves, &dm, &dp);
+	stats(sh->loadmem, o.ranks, o.loads, &lmm, &lmp);
+	stats(sh->loadsto, o.ranks, o.loads, &lsm, &lsp);
+	double mb = (double)bytes / (1 << 20);
+	double cpu = agent ? (double)(after.cpu_ns - before.cpu_ns) / 1e9 : 0;
+	double rss = agent ? (double)after.peak_rss_bytes / (1 << 20) : 0;
+
+	char lm[32];
+	snprintf(lm, sizeof(lm), agent ? "%.3f s" : "-", lmm);
+	printf("| mode | state | ranks | stall (med/p90) | durable (med/p90) | load memory | load storage | MB/s durable |\n");
+	printf("|---|---|---|---|---|---|---|---|\n");
+	printf("| %s | %.0f MiB%s | %u | %.3f / %.3f s | %.3f / %.3f s | %s | %.3f s | %.0f |\n", o.mode, mb,
+	       strcmp(o.optimizer, "none") ? (strcmp(o.optimizer, "adam") ? " (sgd)" : " (adam)") : "", o.ranks, sm,
+	       sp, dm, dp, lm, lsm, dm > 0 ? mb / dm : 0);
+	if (agent)
+		printf("staging %.0f%% and load from memory %.0f%% of memcpy (%u threads, %.3f s per rank); "
+		       "daemon cpu %.2f s, peak rss %.0f MiB\n",
+		       100 * mc / sm, 100 * mc / lmm, o.threads, mc, cpu, rss);
+
 	if (o.json) {
-		json_object *j = json_object_new_object();
-		json_object_object_add(j, "bytes", json_object_new_uint64(n));
-		json_object_object_add(j, "rounds", json_object_new_int((int)rounds));
-		json_object_object_add(j, "threads", json_object_new_int((int)o.threads));
-		json_object_object_add(j, "memcpy_gbs", json_object_new_double(memcpy_gbs));
-		json_object_object_add(j, "staging_gbs", json_object_new_double(stage_gbs));
-		json_object_object_add(j, "staging_vs_memcpy", json_object_new_double(rs));
-		json_object_object_add(j, "stall_ms", json_object_new_double(stall_med * 1e3));
-		json_object_object_add(j, "durable_ms", json_object_new_double(dur_med * 1e3));
-		json_object_object_add(j, "restore_threads", json_object_new_int((int)o.restore_threads));
-		json_object_object_add(j, "memcpy_restore_gbs", json_object_new_double(memcpy_r_gbs));
-		json_object_object_add(j, "restore_gbs", json_object_new_double(load_gbs));
-		json_object_object_add(j, "restore_vs_memcpy", json_object_new_double(rr));
-		json_object_object_add(j, "restore_source", json_object_new_string(source));
-		puts(json_object_to_json_string_ext(j, JSON_C_TO_STRING_PRETTY));
-		json_object_put(j);
-	} else {
-		printf("state            %.2f GiB in %d tensors, %u rounds, medians\n", gib, K, rounds);
-		printf("memcpy           %.2f GB/s (%u threads)\n", memcpy_gbs, o.threads);
-		printf("staging          %.2f GB/s (stall %.1f ms) = %.0f%% of memcpy\n", stage_gbs,
-		       stall_med * 1e3, 100.0 * rs);
-		printf("stall vs durable %.1f ms vs %.1f ms\n", stall_med * 1e3, dur_med * 1e3);
-		printf("memcpy           %.2f GB/s (%u threads)\n", memcpy_r_gbs, o.restore_threads);
-		printf("restore          %.2f GB/s from %s = %.0f%% of memcpy\n", load_gbs, source, 100.0 * rr);
+		json_object *root = json_object_new_object(), *cfg = json_object_new_object(),
+			    *res = json_object_new_object();
+		json_object_object_add(cfg, "mode", json_object_new_string(o.mode));
+		json_object_object_add(cfg, "size_mb", json_object_new_double(mb));
+		json_object_object_add(cfg, "layers", json_object_new_uint64(o.layers));
+		json_object_object_add(cfg, "ranks", json_object_new_int((int)o.ranks));
+		json_object_object_add(cfg, "saves", json_object_new_int((int)o.saves));
+		json_object_object_add(cfg, "loads", json_object_new_int((int)o.loads));
+		json_object_object_add(cfg, "optimizer", json_object_new_string(o.optimizer));
+		json_object_object_add(cfg, "storage", json_object_new_string(agent ? before.storage : o.storage));
+		json_object_object_add(res, "save_stall_s", stat_obj(sm, sp));
+		json_object_object_add(res, "save_durable_s", stat_obj(dm, dp));
+		json_object_object_add(res, "load_memory_s", agent ? stat_obj(lmm, lmp) : NULL);
+		json_object_object_add(res, "load_storage_s", stat_obj(lsm, lsp));
+		json_object_object_add(res, "throughput_mb_s", json_object_new_double(dm > 0 ? mb / dm : 0));
+		json_object_object_add(res, "memcpy_mb_s", json_object_new_double(mc > 0 ? (mb / o.ranks) / mc : 0));
+		if (agent) {
+			json_object_object_add(res, "staging_vs_memcpy", json_object_new_double(mc / sm));
+			json_object_object_add(res, "load_memory_vs_memcpy", json_object_new_double(mc / lmm));
+		}
+		json_object_object_add(res, "daemon_cpu_s", json_object_new_double(cpu));
+		json_object_object_add(res, "daemon_peak_rss_mb", json_object_new_double(rss));
+		json_object_object_add(root, "config", cfg);
+		json_object_object_add(root, "results", res);
+		if (json_object_to_file_ext(o.json, root, JSON_C_TO_STRING_PRETTY) != 0) {
+			fprintf(stderr, "ckpt-bench: writing %s failed\n", o.json);
+			return 1;
+		}
+		json_object_put(root);
 	}
-	munmap(dst, n);
-	ckpt_buffer_free(b);
-	ckpt_close(c);
+	if (ctl)
+		ckpt_close(ctl);
 	return 0;
 }

@@ -187,6 +187,12 @@ int ckpt_save(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors,
 int ckpt_load(ckpt_client *c, int64_t step, const ckpt_tensor *tensors,
 	      size_t ntensors, ckpt_future **out)
 {
+	return ckpt_load_ex(c, step, tensors, ntensors, 0, out);
+}
+
+int ckpt_load_ex(ckpt_client *c, int64_t step, const ckpt_tensor *tensors,
+		 size_t ntensors, unsigned flags, ckpt_future **out)
+{
 	Ckpt__Frame req = CKPT__FRAME__INIT;
 	Ckpt__Load l = CKPT__LOAD__INIT;
 	struct tensor_set ts;
@@ -213,6 +219,7 @@ int ckpt_load(ckpt_client *c, int64_t step, const ckpt_tensor *tensors,
 		return -ENOMEM;
 	}
 	l.latest = step == CKPT_LATEST;
+	l.storage_only = (flags & CKPT_LOAD_STORAGE_ONLY) != 0;
 	l.step = step < 0 ? 0 : (uint64_t)step;
 	l.n_tensors = ts.n;
 	l.tensors = ts.ptrs;
@@ -270,6 +277,8 @@ int ckpt_status(ckpt_client *c, ckpt_status_info *out)
 	out->restores_from_storage = s->restores_from_storage;
 	out->reclaimed_bytes = s->reclaimed_bytes;
 	out->uptime_ns = s->uptime_ns;
+	out->cpu_ns = s->cpu_ns;
+	out->peak_rss_bytes = s->peak_rss_bytes;
 	out->nheld = (uint32_t)s->n_held;
 	for (size_t i = 0; i < s->n_held && i < CKPT_STATUS_MAX_HELD; i++) {
 		const Ckpt__HeldCopy *h = s->held[i];

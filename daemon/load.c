@@ -594,42 +594,14 @@ static int plan(struct load *ld, struct session *s, const Ckpt__Load *m, char *e
 	for (size_t i = 0; i < m->n_tensors; i++) {
 		const Ckpt__TensorRef *tr = m->tensors[i];
 		struct load_req *q = &ld->reqs[i];
-		char why[256];
-		int r = save_validate_name(tr->name, c->max_name_len, why, sizeof(why));
-		if (r < 0) {
-			snprintf(err, errlen, "tensor %zu: %s", i, why);
+		struct hostbuf *b = NULL;
+		int r = session_check_tensor(s, tr, i, &q->box, &b, err, errlen);
+		if (r < 0)
 			return r;
-		}
 		if ((q->name = strdup(tr->name)) == NULL)
 			return -ENOMEM;
 		ld->nreqs = i + 1;
 		ld->by_name[i] = q;
-		size_t es = tensor_dtype_size(tr->dtype);
-		uint64_t nelem;
-		if (es == 0) {
-			snprintf(err, errlen, "tensor '%s': unknown dtype %d", tr->name, tr->dtype);
-			return -EINVAL;
-		}
-		r = box_from_fields(&q->box, tr->n_global_shape, tr->global_shape, tr->n_box_offsets, tr->box_offsets,
-				    tr->n_box_lengths, tr->box_lengths, &nelem, why, sizeof(why));
-		if (r < 0) {
-			snprintf(err, errlen, "tensor '%s': %s", tr->name, why);
-			return r;
-		}
-		if (nelem > UINT64_MAX / es || nelem * es != tr->nbytes) {
-			snprintf(err, errlen, "tensor '%s': nbytes %" PRIu64 " does not match its box", tr->name, tr->nbytes);
-			return -EINVAL;
-		}
-		struct hostbuf *b = session_find_buffer(s, tr->buffer_id);
-		if (b == NULL) {
-			snprintf(err, errlen, "tensor '%s': buffer %" PRIu64 " is not registered", tr->name, tr->buffer_id);
-			return -ENOENT;
-		}
-		if (tr->offset > b->nbytes || tr->nbytes > b->nbytes - tr->offset) {
-			snprintf(err, errlen, "tensor '%s': bytes [%" PRIu64 ", +%" PRIu64 ") lie outside buffer %" PRIu64
-				 " of %" PRIu64 " bytes", tr->name, tr->offset, tr->nbytes, tr->buffer_id, b->nbytes);
-			return -ERANGE;
-		}
 		q->dtype = tr->dtype;
 		q->buf = hostbuf_ref(b);
 		q->buf_off = tr->offset;
@@ -673,7 +645,8 @@ void load_start(struct session *s, uint64_t req_id, const Ckpt__Load *m)
 	session_ref(s);
 	ld->work.data = ld;
 	s->d->nloads++;
-	ld->npinned = memtier_pin(s->d, ld->job, &ld->pinned);
+	if (!m->storage_only)
+		ld->npinned = memtier_pin(s->d, ld->job, &ld->pinned);
 	r = uv_queue_work(s->d->loop, &ld->work, load_run, load_done);
 	if (r == 0)
 		TAILQ_INSERT_TAIL(&s->d->loads, ld, link);

@@ -679,42 +679,13 @@ static int layout(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen
 	for (size_t i = 0; i < m->n_tensors; i++) {
 		const Ckpt__TensorRef *tr = m->tensors[i];
 		struct save_tensor *t = &sv->tensors[i];
-		char why[256];
-		int r = save_validate_name(tr->name, c->max_name_len, why, sizeof(why));
-		if (r < 0) {
-			snprintf(err, errlen, "tensor %zu: %s", i, why);
+		struct hostbuf *b = NULL;
+		int r = session_check_tensor(s, tr, i, &t->box, &b, err, errlen);
+		if (r < 0)
 			return r;
-		}
 		if ((t->name = strdup(tr->name)) == NULL)
 			return -ENOMEM;
 		sv->ntensors = i + 1;
-		size_t es = tensor_dtype_size(tr->dtype);
-		if (es == 0) {
-			snprintf(err, errlen, "tensor '%s': unknown dtype %d", tr->name, tr->dtype);
-			return -EINVAL;
-		}
-		uint64_t nelem;
-		r = box_from_fields(&t->box, tr->n_global_shape, tr->global_shape, tr->n_box_offsets,
-				    tr->box_offsets, tr->n_box_lengths, tr->box_lengths, &nelem, why, sizeof(why));
-		if (r < 0) {
-			snprintf(err, errlen, "tensor '%s': %s", tr->name, why);
-			return r;
-		}
-		if (nelem > UINT64_MAX / es || nelem * es != tr->nbytes) {
-			snprintf(err, errlen, "tensor '%s': nbytes %" PRIu64 " does not match its box (%" PRIu64
-				 " elements of %zu bytes)", tr->name, tr->nbytes, nelem, es);
-			return -EINVAL;
-		}
-		struct hostbuf *b = session_find_buffer(s, tr->buffer_id);
-		if (b == NULL) {
-			snprintf(err, errlen, "tensor '%s': buffer %" PRIu64 " is not registered", tr->name, tr->buffer_id);
-			return -ENOENT;
-		}
-		if (tr->offset > b->nbytes || tr->nbytes > b->nbytes - tr->offset) {
-			snprintf(err, errlen, "tensor '%s': bytes [%" PRIu64 ", +%" PRIu64 ") lie outside buffer %" PRIu64
-				 " of %" PRIu64 " bytes", tr->name, tr->offset, tr->nbytes, tr->buffer_id, b->nbytes);
-			return -ERANGE;
-		}
 		t->dtype = tr->dtype;
 		t->nbytes = tr->nbytes;
 		t->buf = hostbuf_ref(b);

@@ -5,6 +5,7 @@
 #include "log.h"
 #include "manifest.h"
 #include "save.h"
+#include "tensor.h"
 #include "config.h"
 
 #include <errno.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -196,6 +198,47 @@ struct hostbuf *session_find_buffer(struct session *s, uint64_t id)
 	return NULL;
 }
 
+int session_check_tensor(struct session *s, const Ckpt__TensorRef *tr, size_t index, struct box *box,
+			 struct hostbuf **buf, char *err, size_t errlen)
+{
+	const struct config *c = &s->d->cfg;
+	char why[256];
+	int r = save_validate_name(tr->name, c->max_name_len, why, sizeof(why));
+	if (r < 0) {
+		snprintf(err, errlen, "tensor %zu: %s", index, why);
+		return r;
+	}
+	size_t es = tensor_dtype_size(tr->dtype);
+	if (es == 0) {
+		snprintf(err, errlen, "tensor '%s': unknown dtype %d", tr->name, tr->dtype);
+		return -EINVAL;
+	}
+	uint64_t nelem;
+	r = box_from_fields(box, tr->n_global_shape, tr->global_shape, tr->n_box_offsets, tr->box_offsets,
+			    tr->n_box_lengths, tr->box_lengths, &nelem, why, sizeof(why));
+	if (r < 0) {
+		snprintf(err, errlen, "tensor '%s': %s", tr->name, why);
+		return r;
+	}
+	if (nelem > UINT64_MAX / es || nelem * es != tr->nbytes) {
+		snprintf(err, errlen, "tensor '%s': nbytes %" PRIu64 " does not match its box (%" PRIu64
+			 " elements of %zu bytes)", tr->name, tr->nbytes, nelem, es);
+		return -EINVAL;
+	}
+	struct hostbuf *b = session_find_buffer(s, tr->buffer_id);
+	if (b == NULL) {
+		snprintf(err, errlen, "tensor '%s': buffer %" PRIu64 " is not registered", tr->name, tr->buffer_id);
+		return -ENOENT;
+	}
+	if (tr->offset > b->nbytes || tr->nbytes > b->nbytes - tr->offset) {
+		snprintf(err, errlen, "tensor '%s': bytes [%" PRIu64 ", +%" PRIu64 ") lie outside buffer %" PRIu64
+			 " of %" PRIu64 " bytes", tr->name, tr->offset, tr->nbytes, tr->buffer_id, b->nbytes);
+		return -ERANGE;
+	}
+	*buf = b;
+	return 0;
+}
+
 static int take_fd(struct session *s)
 {
 	if (s->nfdq == 0)
@@ -351,6 +394,12 @@ static void on_status(struct session *s, uint64_t req_id)
 	rep.recovered = recovered;
 	rep.storage = d->store->url;
 	rep.uptime_ns = daemon_now_ns() - d->start_ns;
+	struct rusage ru;
+	if (getrusage(RUSAGE_SELF, &ru) == 0) {
+		rep.cpu_ns = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000ull +
+			     ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000ull;
+		rep.peak_rss_bytes = (uint64_t)ru.ru_maxrss * 1024;
+	}
 	Ckpt__HeldCopy *held = calloc(d->nheld ? d->nheld : 1, sizeof(*held));
 	Ckpt__HeldCopy **heldp = calloc(d->nheld ? d->nheld : 1, sizeof(*heldp));
 	if (held == NULL || heldp == NULL) {

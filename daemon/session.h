@@ -66,6 +66,12 @@ void session_reply(struct session *s, uint64_t req_id, int status, const char *f
 void session_close(struct session *s, int status, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 struct hostbuf *session_find_buffer(struct session *s, uint64_t id);
+struct box;
+/* Check one tensor of a Save or Load against the caps and this session's
+ * buffers: name, dtype, box, nbytes, buffer, byte range. 0 with *box and
+ * *buf set, or -errno with err naming the tensor. */
+int session_check_tensor(struct session *s, const Ckpt__TensorRef *tr, size_t index, struct box *box,
+			 struct hostbuf **buf, char *err, size_t errlen);
 void session_ref(struct session *s);
 /* Returns false if the session has closed meanwhile (and drops it). */
 bool session_unref_alive(struct session *s);

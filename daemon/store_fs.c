@@ -118,6 +118,10 @@ static int fs_put(struct store *base, const char *key, const struct iovec *iov, 
 	}
 	if (r == 0 && fsync(fd) != 0)
 		r = -errno;
+	/* Durable now: drop it from the page cache rather than push the
+	 * trainers' working set out with checkpoint bytes. */
+	if (r == 0)
+		(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 	if (close(fd) != 0 && r == 0)
 		r = -errno;
 	if (r == 0 && rename(tmp, path) != 0)

@@ -125,6 +125,12 @@ int ckpt_save(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors,
 int ckpt_load(ckpt_client *c, int64_t step, const ckpt_tensor *tensors,
 	      size_t ntensors, ckpt_future **out);
 
+/* ckpt_load with flags: CKPT_LOAD_STORAGE_ONLY reads storage even when
+ * the daemon's memory tier holds the step. */
+#define CKPT_LOAD_STORAGE_ONLY 1u
+int ckpt_load_ex(ckpt_client *c, int64_t step, const ckpt_tensor *tensors,
+		 size_t ntensors, unsigned flags, ckpt_future **out);
+
 /* Wait until the future has reached phase (or failed). timeout_ms < 0 waits
  * forever. Returns 0, -ETIMEDOUT, or the failure (-errno) with its message in
  * ckpt_future_message(). */
@@ -171,6 +177,7 @@ typedef struct {
 	uint64_t restores_from_memory, restores_from_storage;
 	uint64_t reclaimed_bytes;
 	uint64_t uptime_ns;
+	uint64_t cpu_ns, peak_rss_bytes; /* the daemon's own */
 	char storage[512];
 	/* the memory tier: the first CKPT_STATUS_MAX_HELD of nheld */
 	uint32_t nheld;
