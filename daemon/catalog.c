@@ -69,6 +69,7 @@ int catalog_scan_step(struct store *s, const char *job, uint64_t step,
 		r = s->ops->get_all(s, key, MANIFEST_MAX_BYTES, &buf, &len);
 		if (r < 0) {
 			log_warn("catalog: reading %s: %s", key, strerror(-r));
+			out->unreadable++;
 			continue;
 		}
 		Ckpt__Manifest *m = NULL;
@@ -77,12 +78,14 @@ int catalog_scan_step(struct store *s, const char *job, uint64_t step,
 		free(buf);
 		if (r < 0) {
 			log_warn("catalog: %s: %s; ignored", key, why);
+			out->unreadable++;
 			continue;
 		}
 		if (strcmp(m->job, job) != 0 || m->step != step || m->rank != rank ||
 		    m->world_size != ws) {
 			log_warn("catalog: %s: contents do not match its name; ignored", key);
 			ckpt__manifest__free_unpacked(m, NULL);
+			out->unreadable++;
 			continue;
 		}
 		struct catalog_group *grp = group_for(out, m->attempt_id, ws);
@@ -99,7 +102,7 @@ int catalog_scan_step(struct store *s, const char *job, uint64_t step,
 	}
 	store_names_free(names, n);
 	if (out->ngroups == 0)
-		return -ENOENT;
+		return out->unreadable ? -EIO : -ENOENT;
 	for (size_t g = 0; g < out->ngroups; g++) {
 		struct catalog_group *grp = &out->groups[g];
 		bool complete = grp->count == grp->world_size;

@@ -27,6 +27,7 @@ struct catalog_step {
 	size_t ngroups;
 	struct catalog_group groups[CATALOG_MAX_GROUPS];
 	int best; /* the complete group, else the newest; -1 if none */
+	uint32_t unreadable; /* manifests listed but not read or not valid */
 };
 
 /* Read every manifest of job/step. -ENOENT if the step has none. Manifests

@@ -298,7 +298,7 @@ static void verify_shard(struct step_req *q, const Ckpt__Manifest *m, uint8_t *b
 				uint64_t s = ts[ti]->shard_offset, e = s + ts[ti]->nbytes;
 				if (pos < s && s < nb)
 					nb = s;
-				else if (pos >= s && e < nb)
+				else if (pos >= s && e > pos && e < nb)
 					nb = e;
 			}
 			uint32_t seg = crc32c_update(0, buf + (pos - (end - len)), nb - pos);
@@ -563,6 +563,7 @@ struct gc_job {
 
 struct gc_work {
 	struct bgreq base;      /* base.session is NULL for an automatic run */
+	struct config cfg;      /* taken on the loop: SIGHUP may change d->cfg */
 	uv_work_t auto_work;
 	struct daemon *d;
 	bool dry_run;
@@ -591,8 +592,11 @@ static void gc_job_run(struct gc_work *g, const char *job, const struct retentio
 			continue;
 		have[k] = true;
 		struct catalog_group *grp = &cs[k].groups[cs[k].best];
+		/* A manifest that could not be read may make a complete step
+		 * look incomplete: keep such a step. */
 		v[k] = (struct step_view){ .step = steps[i], .complete = catalog_step_complete(&cs[k]),
-					   .newest_ns = grp->newest_ns, .busy = is_busy(&g->busy, job, steps[i]) };
+					   .newest_ns = grp->newest_ns,
+					   .busy = is_busy(&g->busy, job, steps[i]) || cs[k].unreadable > 0 };
 		k++;
 	}
 	retention_plan(rt, v, k, g->now_ns);
@@ -644,6 +648,7 @@ static struct gc_work *gc_prepare(struct daemon *d, const char *const *jobs, siz
 	if (g == NULL)
 		return NULL;
 	g->d = d;
+	g->cfg = d->cfg;
 	g->jobs = calloc(njobs ? njobs : 1, sizeof(*g->jobs));
 	if (g->jobs == NULL || busy_snapshot(d, &g->busy) < 0) {
 		free(g->jobs);
@@ -680,7 +685,7 @@ static void gc_req_run(struct bgreq *b)
 		}
 		for (size_t i = 0; i < n; i++) {
 			struct job_policy jp;
-			config_job_policy(&g->d->cfg, names[i], g->d->pool.bytes, &jp);
+			config_job_policy(&g->cfg, names[i], g->d->pool.bytes, &jp);
 			snprintf(jobs[i].name, sizeof(jobs[i].name), "%s", names[i]);
 			jobs[i].retention = jp.retention;
 		}

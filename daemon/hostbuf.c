@@ -68,7 +68,10 @@ int hostbuf_open(int fd, uint64_t id, uint64_t nbytes, struct hostbuf **out,
 	 * copied under a SIGBUS guard (see guarded_copy). */
 	void *m = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (m != MAP_FAILED) {
-		(void)madvise(m, nbytes, MADV_POPULATE_WRITE);
+		/* Not for a sparse file: that would allocate what the client
+		 * never did, on the loop thread. */
+		if ((uint64_t)st.st_blocks * 512 >= nbytes)
+			(void)madvise(m, nbytes, MADV_POPULATE_WRITE);
 		b->map = m;
 	}
 	b->sealed = (seals & F_SEAL_SHRINK) != 0;

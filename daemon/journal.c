@@ -75,6 +75,14 @@ int journal_end(struct journal *j, uint64_t id)
 	return append(j, line);
 }
 
+void journal_compact(struct journal *j)
+{
+	pthread_mutex_lock(&j->mu);
+	if (ftruncate(j->fd, 0) == 0)
+		(void)fdatasync(j->fd);
+	pthread_mutex_unlock(&j->mu);
+}
+
 int journal_note(struct journal *j, const char *what)
 {
 	char line[1100];
@@ -91,22 +99,18 @@ struct entry {
 	bool ended;
 };
 
-/* Did the manifest of this attempt reach storage? */
-static bool manifest_made_it(struct store *s, const struct entry *e)
+/* Is there any manifest for this shard's rank and step? Shard names carry
+ * no attempt, so a manifest of another attempt (a relaunch that completed
+ * the step elsewhere) may own the shard now; so may ours, if it made it.
+ * Only when storage says there is none is the shard ours to remove; a read
+ * error keeps it. */
+static bool manifest_absent(struct store *s, const struct entry *e)
 {
 	void *buf = NULL;
 	size_t len = 0;
-	if (s->ops->get_all(s, e->man, MANIFEST_MAX_BYTES, &buf, &len) < 0)
-		return false;
-	Ckpt__Manifest *m = NULL;
-	char why[256];
-	int r = manifest_decode(buf, len, &m, why, sizeof(why));
+	int r = s->ops->get_all(s, e->man, MANIFEST_MAX_BYTES, &buf, &len);
 	free(buf);
-	if (r < 0)
-		return false;
-	bool ok = strcmp(m->attempt_id, e->attempt) == 0;
-	ckpt__manifest__free_unpacked(m, NULL);
-	return ok;
+	return r == -ENOENT;
 }
 
 int journal_recover(struct journal *j, struct store *s, journal_recover_fn report, void *ctx)
@@ -168,7 +172,7 @@ int journal_recover(struct journal *j, struct store *s, journal_recover_fn repor
 				report(ctx, what);
 			}
 		}
-		if (!manifest_made_it(s, e) && s->ops->remove(s, e->shard) == 0) {
+		if (manifest_absent(s, e) && s->ops->remove(s, e->shard) == 0) {
 			removed++;
 			snprintf(what, sizeof(what), "shard %s (its manifest was never written)", e->shard);
 			report(ctx, what);

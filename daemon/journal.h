@@ -18,6 +18,8 @@ int journal_begin(struct journal *j, uint64_t id, const char *shard_key, const c
 		  const char *attempt);
 int journal_end(struct journal *j, uint64_t id);
 
+/* Empty the journal: call only while no upload is in flight. */
+void journal_compact(struct journal *j);
 /* A line for the next start to report (e.g. a save lost at shutdown). */
 int journal_note(struct journal *j, const char *what);
 

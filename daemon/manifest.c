@@ -82,6 +82,35 @@ static int cmp_str_ptr(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+static int cmp_tensor_offset(const void *a, const void *b)
+{
+	const Ckpt__ManifestTensor *x = *(Ckpt__ManifestTensor *const *)a, *y = *(Ckpt__ManifestTensor *const *)b;
+	return x->shard_offset < y->shard_offset ? -1 : x->shard_offset > y->shard_offset;
+}
+
+/* Tensors must not share shard bytes (verify walks them in order). */
+static int check_disjoint(const Ckpt__Manifest *m, char *err, size_t errlen)
+{
+	if (m->n_tensors < 2)
+		return 0;
+	Ckpt__ManifestTensor **t = malloc(m->n_tensors * sizeof(*t));
+	if (t == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	memcpy(t, m->tensors, m->n_tensors * sizeof(*t));
+	qsort(t, m->n_tensors, sizeof(*t), cmp_tensor_offset);
+	int r = 0;
+	for (size_t i = 1; i < m->n_tensors && r == 0; i++)
+		if (t[i]->shard_offset < t[i - 1]->shard_offset + t[i - 1]->nbytes) {
+			snprintf(err, errlen, "manifest tensors '%s' and '%s' overlap in the shard", t[i - 1]->name,
+				 t[i]->name);
+			r = -EBADMSG;
+		}
+	free(t);
+	return r;
+}
+
 /* A tensor name twice in one manifest would be loaded twice. */
 static int check_unique_names(const Ckpt__Manifest *m, char *err, size_t errlen)
 {
@@ -154,7 +183,8 @@ int manifest_check(const Ckpt__Manifest *m, char *err, size_t errlen)
 			return -EBADMSG;
 		}
 	}
-	return check_unique_names(m, err, errlen);
+	int r = check_unique_names(m, err, errlen);
+	return r < 0 ? r : check_disjoint(m, err, errlen);
 }
 
 int manifest_decode(const void *buf, size_t len, Ckpt__Manifest **out,

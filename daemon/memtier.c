@@ -44,6 +44,16 @@ void memtier_hold(struct daemon *d, struct save *sv)
 	d->nheld++;
 }
 
+uint32_t memtier_reclaimable(struct daemon *d)
+{
+	uint32_t n = 0;
+	struct save *sv;
+	TAILQ_FOREACH(sv, &d->held, link)
+		if (sv->readers == 0)
+			n += sv->nchunks;
+	return n;
+}
+
 void memtier_reclaim(struct daemon *d, uint32_t need)
 {
 	uint32_t freed = 0;

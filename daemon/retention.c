@@ -9,6 +9,15 @@ size_t retention_plan(const struct retention *r, struct step_view *v, size_t n, 
 	}
 	if (!retention_active(r))
 		return 0;
+	/* Incomplete steps newer than the newest complete one may still be
+	 * in progress on other nodes: never removed. */
+	uint64_t newest_complete = 0;
+	bool any_complete = false;
+	for (size_t k = 0; k < n; k++)
+		if (v[k].complete && (!any_complete || v[k].step > newest_complete)) {
+			newest_complete = v[k].step;
+			any_complete = true;
+		}
 	/* Newest first: index among complete steps decides keep_last. */
 	bool seen_newest = false;
 	uint32_t idx = 0;
@@ -18,7 +27,8 @@ size_t retention_plan(const struct retention *r, struct step_view *v, size_t n, 
 		if (!s->complete) {
 			/* An incomplete step may still be written by other
 			 * nodes: only the grace period ends it. */
-			if (r->incomplete_grace_s && age_s > r->incomplete_grace_s && !s->busy) {
+			if (r->incomplete_grace_s && age_s > r->incomplete_grace_s && !s->busy && any_complete &&
+			    s->step < newest_complete) {
 				s->remove = true;
 				s->reason = "incomplete past its grace period";
 				marked++;

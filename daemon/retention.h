@@ -21,7 +21,8 @@ struct step_view {
 
 /* Mark v[i].remove (with a reason) for the steps the policy drops. v is
  * sorted by step, ascending. Never the newest complete step, never a busy
- * one. Returns how many are marked. */
+ * one, never an incomplete step newer than the newest complete one (it may
+ * be in progress). Returns how many are marked. */
 size_t retention_plan(const struct retention *r, struct step_view *v, size_t n, uint64_t now_ns);
 
 #endif

@@ -282,8 +282,13 @@ static void upload_run(uv_work_t *w)
 	}
 	if (r < 0) {
 		upload_fail(sv, -r, "writing %s to %s: %s", man_key, st->url, strerror(-r));
-		/* A shard without its manifest is only clutter. */
-		(void)st->ops->remove(st, shard_key);
+		/* A shard without any manifest is only clutter; with another
+		 * attempt's manifest it is not ours to judge. */
+		void *mb = NULL;
+		size_t ml = 0;
+		if (st->ops->get_all(st, man_key, MANIFEST_MAX_BYTES, &mb, &ml) == -ENOENT)
+			(void)st->ops->remove(st, shard_key);
+		free(mb);
 	}
 out:
 	(void)journal_end(sv->d->journal, sv->id);
@@ -355,7 +360,8 @@ static int try_admit(struct save *sv)
 	uint64_t need = (uint64_t)sv->nchunks * d->pool.chunk_bytes;
 	if (sv->quota_bytes < d->pool.bytes && job_inflight_bytes(d, sv->job) + need > sv->quota_bytes)
 		return -EDQUOT;
-	if (d->pool.nfree < sv->nchunks)
+	/* Drop memory-tier copies only if that makes room. */
+	if (d->pool.nfree < sv->nchunks && d->pool.nfree + memtier_reclaimable(d) >= sv->nchunks)
 		memtier_reclaim(d, sv->nchunks - d->pool.nfree);
 	int r = pool_reserve(&d->pool, sv->nchunks, sv->chunks);
 	if (r < 0)
@@ -529,7 +535,9 @@ static void save_set_state(struct save *sv, enum save_state st)
 	} else if (old == SAVE_QUEUED) {
 		TAILQ_REMOVE(&d->uploadq, sv, wlink);
 	} else if (old == SAVE_UPLOADING) {
-		d->nuploading--;
+		/* No upload in flight: nothing in the journal is open. */
+		if (--d->nuploading == 0)
+			journal_compact(d->journal);
 	}
 	sv->state = st;
 	switch (st) {

@@ -113,6 +113,8 @@ void memtier_hold(struct daemon *d, struct save *sv);
 /* Drop held copies, oldest first, until need chunks are free (or none
  * unpinned is left). */
 void memtier_reclaim(struct daemon *d, uint32_t need);
+/* Chunks memtier_reclaim could free now (held copies nobody reads). */
+uint32_t memtier_reclaimable(struct daemon *d);
 /* Pin the held copies of job for a load; unpin releases any that were
  * dropped meanwhile. */
 size_t memtier_pin(struct daemon *d, const char *job, struct save ***out);

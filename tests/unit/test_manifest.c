@@ -192,6 +192,7 @@ static void b_name(struct tm_manifest *x) { x->t[0].name = ""; }
 static void b_box(struct tm_manifest *x) { x->off0[0] = 3; }
 static void b_box_count(struct tm_manifest *x) { x->t[0].n_box_lengths = 1; }
 static void b_dup_name(struct tm_manifest *x) { x->t[1].name = x->t[0].name; }
+static void b_overlap(struct tm_manifest *x) { x->t[1].shard_offset = x->t[0].shard_offset + 1; }
 
 static void test_check_rejects(void **state)
 {
@@ -217,6 +218,7 @@ static void test_check_rejects(void **state)
 		{ "box leaves the shape", b_box },
 		{ "box count mismatch", b_box_count },
 		{ "tensor name twice", b_dup_name },
+		{ "tensors overlap in the shard", b_overlap },
 	};
 	struct tm_manifest x;
 	char err[256];

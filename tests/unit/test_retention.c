@@ -83,8 +83,14 @@ static void test_busy_and_incomplete(void **state)
 	retention_plan(&r, v, 6, 100 * S);
 	/* newest complete is step 5 (index 4); 1 and 4 go */
 	expect(v, 6, "x..x..");
-	retention_plan(&r, v, 6, 120 * S); /* now step 3 and 6 are past grace */
-	expect(v, 6, "x.xx.x");
+	retention_plan(&r, v, 6, 120 * S); /* step 3 is past grace; 6 too, but it is newer */
+	expect(v, 6, "x.xx.."); /* than the newest complete step: it may be in progress */
+	/* No complete step at all: incomplete ones stay, however old. */
+	struct step_view w[2];
+	steps(w, 2, 100 * S);
+	w[0].complete = w[1].complete = false;
+	struct retention g = { .incomplete_grace_s = 1 };
+	assert_int_equal(retention_plan(&g, w, 2, 1000 * S), 0);
 	/* grace 0: incomplete steps are never removed by gc */
 	r.incomplete_grace_s = 0;
 	retention_plan(&r, v, 6, 1000 * S);
