@@ -220,3 +220,33 @@ def test_raw_client(daemon):
         with pytest.raises(ckpt.CkptError) as e:
             c.load([spec], 99).result(10)
         assert e.value.errno == errno.ENOENT and "99" in str(e.value)
+
+
+def test_futures_survive_garbage_collection(daemon):
+    import gc
+    with ckpt.torch.Checkpointer("gcf", socket=daemon.sock) as cp:
+        durable = cp.save({"t": torch.ones(1024)}, 1).durable  # the SaveFuture is dropped
+        gc.collect()
+        assert durable.result(30) > 0
+
+
+def test_recreated_tensors_are_not_confused_with_old_ones(daemon):
+    with ckpt.torch.Checkpointer("reuse", socket=daemon.sock) as cp:
+        for step, (va, vb) in enumerate([(0.0, 0.0), (1.0, 2.0), (3.0, 4.0)], 1):
+            # fresh tensors each time (an optimizer rebuilt): freed storages'
+            # addresses may come back for the new ones
+            sd = {"a": torch.full((4096,), va), "b": torch.full((4096,), vb)}
+            cp.save(sd, step).durable.result(30)
+            del sd
+        got = {"a": torch.zeros(4096), "b": torch.zeros(4096)}
+        cp.load(got, step=3)
+        assert got["a"].eq(3.0).all() and got["b"].eq(4.0).all()
+        cp.load(got, step=2)
+        assert got["a"].eq(1.0).all() and got["b"].eq(2.0).all()
+
+
+def test_closed_checkpointer_is_a_clear_error(daemon):
+    cp = ckpt.torch.Checkpointer("closed", socket=daemon.sock)
+    cp.close()
+    with pytest.raises(ckpt.CkptError, match="closed"):
+        cp.save({"t": torch.ones(4)}, 1)

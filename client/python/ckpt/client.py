@@ -96,8 +96,15 @@ def _tensor_array(specs):
     return arr, keep
 
 
+_live = set()  # native futures not yet finished: they must outlive their callback
+_live_lock = threading.Lock()
+
+
 class _NativeFuture:
-    """Owns one ckpt_future and completes Python futures from its callback."""
+    """Owns one ckpt_future and completes Python futures from its callback.
+    It stays referenced from _live until every phase is done, so neither the
+    garbage collector nor a dropped SaveFuture can free the callback while
+    libckpt's reader thread may still call it."""
 
     def __init__(self, handle, phases):
         self._h = handle
@@ -107,8 +114,12 @@ class _NativeFuture:
         self._lock = threading.Lock()
         self._last = max(phases)
         self._cb = FUTURE_CB(self._on_phase)
+        with _live_lock:
+            _live.add(self)
         rc = lib.ckpt_future_set_callback(handle, self._cb, None)
         if rc < 0:
+            with _live_lock:
+                _live.discard(self)
             raise _error(rc, what="set callback")
 
     def _value(self, phase):
@@ -143,6 +154,8 @@ class _NativeFuture:
             done = all(f.done() for f in self.futures.values())
         if done:
             self._release()
+            with _live_lock:
+                _live.discard(self)
 
     def _release(self):
         with self._lock:

@@ -132,7 +132,7 @@ class Writer(StorageWriter, AsyncStager):
                 items.append((BYTES_PREFIX + fqn, b, (b.numel(),), (0,)))
         fut, sizes = self._save(items)
         fut.staged.result()
-        self._staged = (fut, sizes)
+        self._staged = (fut, sizes, int(self.step))
         # DCP plans from these; their data is never read again here.
         return state_dict
 
@@ -142,8 +142,12 @@ class Writer(StorageWriter, AsyncStager):
     # ---- StorageWriter ----
 
     def reset(self, checkpoint_id=None):
-        if checkpoint_id is not None and self._staged is None:
+        if checkpoint_id is not None:
             self.step = int(checkpoint_id)
+        # A staging for another step (whose save failed before write_data)
+        # is not this save's data.
+        if self._staged is not None and self._staged[2] != self.step:
+            self._staged = None
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id):
@@ -182,12 +186,12 @@ class Writer(StorageWriter, AsyncStager):
                     t = data.detach()
                     chunk = item.tensor_data.chunk
                     items.append((item.index.fqn, t, tuple(item.tensor_data.size), tuple(chunk.offsets)))
-            self._staged = self._save(items)
-        fut, sizes = self._staged
+            self._staged = self._save(items) + (int(self.step),)
+        fut, sizes, _ = self._staged
         self._staged = None
         out = torch.futures.Future()
 
-        def done(f):
+        def done(f, fut=fut):  # keep the native future alive until durable
             try:
                 f.result()
                 out.set_result([WriteResult(index=item.index, size_in_bytes=sizes.get(self._name(item), 0),
@@ -229,7 +233,15 @@ class Reader(StorageReader):
     def read_metadata(self, *args, **kwargs):
         cp = self._cp()
         self._resolved = cp._resolve_step(self.step if self.step is not None else LATEST)
+        if dist.is_available() and dist.is_initialized():
+            # Every rank reads the metadata: they must agree on "latest".
+            box = [self._resolved]
+            dist.broadcast_object_list(box, src=0)
+            self._resolved = box[0]
         _, tensors = cp.client.show(self.job, self._resolved)
+        me = _identity(self.rank, self.world_size)[0]
+        # This rank's own entries win (its pickled values may differ in size).
+        tensors.sort(key=lambda t: (t["rank"] == me, t["rank"] == 0))
         md, storage = {}, {}
         for t in tensors:
             name = t["name"]

@@ -85,6 +85,14 @@ def _tensor(b):
 
 
 def read_manifest(data):
+    """Decode a manifest; ValueError if it is malformed."""
+    try:
+        return _read_manifest(data)
+    except (IndexError, struct.error, TypeError, UnicodeDecodeError) as e:
+        raise ValueError(f"malformed manifest: {e}") from e
+
+
+def _read_manifest(data):
     m = {"format_version": 0, "job": "", "step": 0, "rank": 0, "world_size": 0, "attempt_id": "",
          "shard_name": "", "shard_bytes": 0, "chunk_bytes": 0, "chunk_crc32c": [], "tensors": [],
          "extra_state": b""}
@@ -152,7 +160,7 @@ def _complete_group(mans):
     for m in mans:
         groups.setdefault((m["attempt_id"], m["world_size"]), {})[m["rank"]] = m
     for (att, ws), g in groups.items():
-        if len(g) == ws:
+        if len(g) == ws and all(r in g for r in range(ws)):
             return [g[r] for r in range(ws)]
     return None
 
@@ -162,15 +170,19 @@ def list_steps(url, job):
     root = _root(url)
     out = []
     for n in sorted(os.listdir(os.path.join(root, job))):
-        if n.startswith("step-"):
+        if n.startswith("step-") and n[5:].isdigit():
             s = int(n[5:])
-            out.append((s, _complete_group(_manifests(root, job, s)[1]) is not None))
+            try:
+                out.append((s, _complete_group(_manifests(root, job, s)[1]) is not None))
+            except ValueError:
+                out.append((s, False))  # a bad manifest: never "latest"
     return out
 
 
 def load_step(url, job, step="latest", verify=True):
     """The state dict of job/step (default: the latest complete step), every
-    tensor assembled to its global shape. Checkpointer saves come back with
+    tensor assembled to its global shape. The step's extra state is
+    unpickled: read only checkpoints you trust. Checkpointer saves come back with
     their nesting and non-tensor values; DCP saves as a flat {fqn: value}.
     verify checks every tensor's crc32c (slow in pure Python)."""
     import torch

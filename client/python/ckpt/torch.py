@@ -12,7 +12,10 @@ parameters and optimizer state included) and that /dev/shm file is
 registered with the daemon, once per storage. Later saves copy nothing in
 the trainer: the daemon reads the shared memory directly.
 Non-contiguous and CUDA tensors are copied into a registered scratch buffer
-on each save (the CUDA path of ckptd is not in this build).
+on each save (the CUDA path of ckptd is not in this build). A shared
+storage cannot be resized afterwards (PyTorch's rule for shared memory), so
+code that resize_()s parameter storages (FSDP-style) must not hand them to
+a Checkpointer.
 
 Non-tensor values (ints, floats, param_groups, ...) and the nesting of the
 state dict travel pickled in the step's extra state; load puts them back,
@@ -107,7 +110,7 @@ class Checkpointer:
             self.client = None
             self.fallback_dir = fallback_dir
             os.makedirs(fallback_dir, exist_ok=True)
-        # shared storage data_ptr -> its registered Buffer
+        # shared storage data_ptr -> (its registered Buffer, the file's inode)
         self._shared = {}
         self._scratch = {}        # name -> Buffer for copied tensors
         _raise_nofile()
@@ -126,14 +129,18 @@ class Checkpointer:
             nbytes = t.numel() * t.element_size()
             if t.device.type == "cpu" and t.is_contiguous() and nbytes:
                 st = t.untyped_storage()
-                if not st.is_shared():
-                    st.share_memory_()
+                # In place (every alias sees it); the fd names the file.
+                fd, size = st._share_fd_cpu_()[:2]
                 key = st.data_ptr()
-                buf = self._shared.get(key)
-                if buf is None:
-                    fd, size = st._share_fd_cpu_()[:2]
-                    buf = self.client.register_fd(fd, size)
-                    self._shared[key] = buf
+                ino = os.fstat(fd).st_ino
+                cached = self._shared.get(key)
+                # A freed storage's address can be reused by a new one:
+                # the cache is valid only for the same file.
+                if cached is None or cached[1] != ino or cached[0].size != size:
+                    if cached is not None:
+                        cached[0].free()
+                    cached = self._shared[key] = (self.client.register_fd(fd, size), ino)
+                buf = cached[0]
                 used.add(key)
                 specs.append(TensorSpec(name, code, t.shape, buf, t.storage_offset() * t.element_size(), nbytes))
             else:
@@ -142,15 +149,23 @@ class Checkpointer:
         # Storages no longer in the state dict: unregister (saves in
         # flight keep the daemon's own reference).
         for key in [k for k in self._shared if k not in used]:
-            self._shared.pop(key).free()
+            self._shared.pop(key)[0].free()
         return specs
 
     def _scratch_buffer(self, name, nbytes):
         have = self._scratch.get(name)
         if have is None or have.size < max(nbytes, 1):
+            if have is not None:
+                have.free()
             have = self.client.alloc(max(nbytes, 64))
             self._scratch[name] = have
         return have
+
+    def _check_open(self):
+        if self.client is None and self.fallback_dir is None:
+            from .client import CkptError
+            import errno
+            raise CkptError(errno.EBADF, "this Checkpointer is closed")
 
     def _copy_in(self, tensors, specs):
         """Tensors not bound (non-contiguous, CUDA) are copied to scratch."""
@@ -171,6 +186,7 @@ class Checkpointer:
     def save(self, state_dict, step, extra=None):
         """Start saving state_dict as step. Returns a SaveFuture; wait for
         .staged before changing the tensors again."""
+        self._check_open()
         tensors, names = [], set()
         tree = _flatten(state_dict, [], tensors, names)
         blob = pickle.dumps({"tree": tree, "extra": extra}, protocol=pickle.HIGHEST_PROTOCOL)
@@ -196,6 +212,7 @@ class Checkpointer:
         """Load step (or the latest complete one) into state_dict, in place.
         Returns (step, extra). Tensors the dict lacks are created; non-tensor
         values and the nesting come from the checkpoint."""
+        self._check_open()
         if self.client is None:
             return self._fallback_load(state_dict, step)
         number = self._resolve_step(step)
@@ -266,6 +283,7 @@ class Checkpointer:
         """Disconnect. Tensors stay in (their own) shared memory."""
         self._shared = {}
         self._scratch = {}
+        self.fallback_dir = None
         if self.client is not None:
             self.client.close()
             self.client = None
