@@ -6,13 +6,13 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${1:-$root/.venv-test}
-ok() { "$venv/bin/python" -c "import torch, pytest, numpy" 2>/dev/null; }
+ok() { "$venv/bin/python" -c "import torch, pytest, numpy, boto3" 2>/dev/null; }
 if [ -x "$venv/bin/python" ] && ok; then
   "$venv/bin/pip" install -q --no-deps --force-reinstall "$root/client/python" >/dev/null && exit 0
 fi
 rm -rf "$venv"
 python3 -m venv "$venv" || exit 1
-if ! "$venv/bin/pip" install -q torch numpy pytest; then
+if ! "$venv/bin/pip" install -q torch numpy pytest boto3; then
   echo "PyPI torch could not be installed; falling back to Debian's python3-torch" >&2
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q python3-torch python3-numpy python3-pytest || exit 1
