@@ -12,6 +12,7 @@
 #include "retention.h"
 #include "save.h"
 #include "session.h"
+#include "steplock.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -508,7 +509,13 @@ static void del_run(struct bgreq *b)
 		return;
 	}
 	catalog_step_free(&cs);
+	r = steplock_delete_begin(q->job, q->step);
+	if (r < 0) {
+		bgreq_fail(b, -r, "step %" PRIu64 " of job '%s' is being written", q->step, q->job);
+		return;
+	}
 	r = catalog_delete_step(st, q->job, q->step);
+	steplock_delete_end(q->job, q->step);
 	if (r < 0)
 		bgreq_fail(b, -r, "removing step %" PRIu64 " of job '%s': %s", q->step, q->job, strerror(-r));
 	else
@@ -604,7 +611,13 @@ static void gc_job_run(struct gc_work *g, const char *job, const struct retentio
 		if (!v[i].remove)
 			continue;
 		if (!g->dry_run) {
+			/* A save of this step may have started since the plan. */
+			if (steplock_delete_begin(job, v[i].step) < 0) {
+				log_info("gc: %s step %" PRIu64 " is being written now; kept", job, v[i].step);
+				continue;
+			}
 			int r = catalog_delete_step(st, job, v[i].step);
+			steplock_delete_end(job, v[i].step);
 			if (r < 0) {
 				log_warn("gc: removing %s step %" PRIu64 ": %s", job, v[i].step, strerror(-r));
 				continue;

@@ -8,6 +8,7 @@
 #include "log.h"
 #include "manifest.h"
 #include "session.h"
+#include "steplock.h"
 #include "tensor.h"
 
 #include <errno.h>
@@ -607,6 +608,10 @@ static void save_set_state(struct save *sv, enum save_state st)
 			 sv->id, sv->job, sv->step, sv->rank, sv->world_size, sv->shard_bytes,
 			 (double)(daemon_now_ns() - sv->t_start) / 1e6);
 		send_durable(sv);
+		if (sv->steplocked) {
+			steplock_save_end(sv->job, sv->step);
+			sv->steplocked = false;
+		}
 		save_detach_session(sv);
 		TAILQ_REMOVE(&d->saves, sv, link);
 		sv->listed = false;
@@ -629,6 +634,10 @@ static void save_set_state(struct save *sv, enum save_state st)
 		log_ctx_msg(LOG_LVL_WARN, &lctx, "save %" PRIu64 ": %s step %" PRIu64 " rank %u failed (was %s): %s", sv->id, sv->job,
 			 sv->step, sv->rank, state_name[old], sv->msg);
 		send_failed(sv);
+		if (sv->steplocked) {
+			steplock_save_end(sv->job, sv->step);
+			sv->steplocked = false;
+		}
 		save_detach_session(sv);
 		bool listed = sv->listed;
 		if (listed) {
@@ -820,6 +829,13 @@ void save_start(struct session *s, uint64_t req_id, const Ckpt__Save *m)
 		save_fail(sv, -r, "%s", r == -ENOMEM ? "out of memory" : err);
 		return;
 	}
+	r = steplock_save_begin(sv->job, sv->step);
+	if (r < 0) {
+		save_fail(sv, -r, "step %" PRIu64 " of job '%s' is being deleted (ckptctl rm or retention)", sv->step,
+			  sv->job);
+		return;
+	}
+	sv->steplocked = true;
 	if (sv->shard_bytes > sv->quota_bytes) {
 		save_fail(sv, E2BIG, "save of %" PRIu64 " bytes exceeds the quota of job '%s' (%" PRIu64
 			  " bytes); raise its quota", sv->shard_bytes, sv->job, sv->quota_bytes);

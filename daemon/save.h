@@ -65,6 +65,7 @@ struct save {
 	uint64_t req_id, id;
 	enum save_state state;
 	bool listed; /* in daemon.saves */
+	bool steplocked; /* holds steplock_save_begin */
 	char job[129], attempt[129];
 	uint32_t rank, world_size;
 	uint64_t step;
