@@ -8,7 +8,8 @@ state of --size-mb (default 1024) MiB in 8 float32 tensors:
   dcp.async_save(storage_writer=FileSystemWriter) -> returns
 
 Each is run --rounds times (after one warm-up save that registers or
-allocates what it keeps), interleaved; medians are printed. The files go to
+allocates what it keeps), interleaved, in an order rotated every round;
+medians are printed. The files go to
 --dir, on the same filesystem as ckptd's storage.
 
     python tests/bench/py_stall.py --socket /tmp/ckptd.sock --dir /var/tmp/bench
@@ -33,6 +34,8 @@ def main():
     ap.add_argument("--dir", required=True)
     ap.add_argument("--size-mb", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", default="ckpt,ckpt_dcp,torch_save,dcp_fs",
+                    help="which paths, comma separated")
     a = ap.parse_args()
     n = a.size_mb * (1 << 20) // 4 // 8
     state = {f"layer{i}.weight": torch.randn(n) for i in range(8)}
@@ -80,13 +83,16 @@ def main():
         pending.append(path)
         return dt
 
-    runs = [("ckpt", ckpt_save), ("ckpt_dcp", ckpt_dcp), ("torch_save", torch_save), ("dcp_fs", dcp_fs)]
+    runs = [(k, f) for k, f in (("ckpt", ckpt_save), ("ckpt_dcp", ckpt_dcp), ("torch_save", torch_save),
+                                 ("dcp_fs", dcp_fs)) if k in a.only.split(",")]
     for name, fn in runs:  # warm-up: registration, allocation, imports
         fn()
-    for _ in range(a.rounds):
-        for name, fn in runs:
+    for r in range(a.rounds):
+        # rotate the order each round: whatever runs right after a large
+        # disk write pays for it, so no path always follows the same one
+        for name, fn in runs[r % len(runs):] + runs[:r % len(runs)]:
             res[name].append(fn())
-    med = {k: statistics.median(v) * 1e3 for k, v in res.items()}
+    med = {k: statistics.median(v) * 1e3 if v else float("nan") for k, v in res.items()}
     gib = 8 * n * 4 / (1 << 30)
     print(f"state {gib:.2f} GiB in 8 tensors, {a.rounds} rounds, median stall per save (ms):")
     print(f"  ckpt Checkpointer.save -> staged       {med['ckpt']:9.1f}")
