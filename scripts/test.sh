@@ -13,7 +13,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 logs=()
 for variant in plain asan; do
   build="$root/build-test-$variant"
-  opts=(-Dtests=true)
+  opts=(-Dtests=true "-Dtest_s3_python=$venv/bin/python")
   [ "$variant" = plain ] && opts+=("-Dtest_python=$venv/bin/python")
   [ "$variant" = asan ] && opts+=(-Db_sanitize=address,undefined -Db_lundef=false)
   if [ ! -f "$build/build.ninja" ]; then
