@@ -283,6 +283,16 @@ Ckpt__Frame *raw_recv(int fd, int timeout_ms, bool *eof)
 	return f;
 }
 
+Ckpt__Frame *raw_call(int fd, Ckpt__Frame *f, uint64_t req_id, int want_case)
+{
+	assert_int_equal(raw_send(fd, f, req_id, NULL, 0), 0);
+	Ckpt__Frame *rep = raw_recv(fd, 10000, NULL);
+	assert_non_null(rep);
+	assert_int_equal(rep->body_case, want_case);
+	assert_int_equal(rep->req_id, req_id);
+	return rep;
+}
+
 void raw_hello(int fd, const char *job, uint32_t rank, uint32_t world)
 {
 	Ckpt__Hello h = CKPT__HELLO__INIT;
@@ -294,12 +304,7 @@ void raw_hello(int fd, const char *job, uint32_t rank, uint32_t world)
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_HELLO;
 	f.hello = &h;
-	assert_int_equal(raw_send(fd, &f, 1, NULL, 0), 0);
-	Ckpt__Frame *rep = raw_recv(fd, 10000, NULL);
-	assert_non_null(rep);
-	assert_int_equal(rep->body_case, CKPT__FRAME__BODY_HELLO_REPLY);
-	assert_int_equal(rep->req_id, 1);
-	ckpt__frame__free_unpacked(rep, NULL);
+	ckpt__frame__free_unpacked(raw_call(fd, &f, 1, CKPT__FRAME__BODY_HELLO_REPLY), NULL);
 }
 
 bool raw_wait_eof(int fd, int timeout_ms)

@@ -45,6 +45,9 @@ int raw_send(int fd, Ckpt__Frame *f, uint64_t req_id, const int *fds, int nfds);
 int raw_send_bytes(int fd, const void *buf, size_t len);
 /* Next frame within timeout_ms, or NULL on EOF/timeout (*eof set on EOF). */
 Ckpt__Frame *raw_recv(int fd, int timeout_ms, bool *eof);
+/* Send f as req_id and return the next frame, asserting that it arrives
+ * within 10 s with body want_case; the caller frees it. */
+Ckpt__Frame *raw_call(int fd, Ckpt__Frame *f, uint64_t req_id, int want_case);
 /* Hello as job/rank/world and expect HelloReply. */
 void raw_hello(int fd, const char *job, uint32_t rank, uint32_t world);
 /* A listening Unix socket bound at path (for socket activation). */

@@ -57,12 +57,7 @@ static void expect_session_alive(int fd)
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_STATUS;
 	f.status = &sr;
-	assert_int_equal(raw_send(fd, &f, 4242, NULL, 0), 0);
-	Ckpt__Frame *rep = raw_recv(fd, 10000, NULL);
-	assert_non_null(rep);
-	assert_int_equal(rep->body_case, CKPT__FRAME__BODY_STATUS_REPLY);
-	assert_int_equal(rep->req_id, 4242);
-	ckpt__frame__free_unpacked(rep, NULL);
+	ckpt__frame__free_unpacked(raw_call(fd, &f, 4242, CKPT__FRAME__BODY_STATUS_REPLY), NULL);
 }
 
 static void register_raw(int fd, uint64_t id, int memfd, uint64_t nbytes)
@@ -424,10 +419,7 @@ static void test_control_session_cannot_save(void **state)
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_SAVE;
 	f.save = &sv;
-	assert_int_equal(raw_send(fd, &f, 2, NULL, 0), 0);
-	Ckpt__Frame *rep = raw_recv(fd, 10000, NULL);
-	assert_non_null(rep);
-	assert_int_equal(rep->body_case, CKPT__FRAME__BODY_SAVE_FAILED);
+	Ckpt__Frame *rep = raw_call(fd, &f, 2, CKPT__FRAME__BODY_SAVE_FAILED);
 	assert_int_equal(rep->save_failed->status, EPERM);
 	ckpt__frame__free_unpacked(rep, NULL);
 	expect_session_alive(fd);
