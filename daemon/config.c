@@ -514,6 +514,10 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 		snprintf(err, errlen, "a limit is too small");
 		return -EINVAL;
 	}
+	if (c->max_fds_per_frame > 253) {
+		snprintf(err, errlen, "max_fds_per_frame must be 1..253 (the kernel's SCM_MAX_FD)");
+		return -EINVAL;
+	}
 	if (c->storage_url[0] == '\0') {
 		snprintf(err, errlen, "no storage URL (--storage or [storage] url)");
 		return -EINVAL;

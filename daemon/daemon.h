@@ -17,6 +17,7 @@ struct session;
 struct save;
 struct journal;
 struct load;
+struct cuda;
 
 TAILQ_HEAD(session_list, session);
 TAILQ_HEAD(save_list, save);
@@ -43,6 +44,8 @@ struct daemon {
 	struct store *store;
 	struct workq *copyq;
 	struct stats stats;
+	struct cuda *cuda;          /* NULL: CUDA is off, cuda_why says why */
+	char cuda_why[256];
 
 	int listen_fd;
 	uv_poll_t listen_poll;

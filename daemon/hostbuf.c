@@ -1,5 +1,6 @@
 #include "hostbuf.h"
 #include "crc32c.h"
+#include "cudadev.h"
 #include "memcopy.h"
 
 #include <errno.h>
@@ -79,6 +80,22 @@ int hostbuf_open(int fd, uint64_t id, uint64_t nbytes, struct hostbuf **out,
 	return 0;
 }
 
+int hostbuf_from_cuda(struct cudabuf *cb, uint64_t id, uint64_t nbytes, struct hostbuf **out)
+{
+	struct hostbuf *b = calloc(1, sizeof(*b));
+	if (b == NULL) {
+		cudabuf_free(cb);
+		return -ENOMEM;
+	}
+	b->refs = 1;
+	b->id = id;
+	b->fd = -1;
+	b->nbytes = nbytes;
+	b->cuda = cb;
+	*out = b;
+	return 0;
+}
+
 struct hostbuf *hostbuf_ref(struct hostbuf *b)
 {
 	b->refs++;
@@ -93,6 +110,7 @@ void hostbuf_unref(struct hostbuf *b)
 		munmap((void *)b->map, b->nbytes);
 	if (b->fd >= 0)
 		close(b->fd);
+	cudabuf_free(b->cuda);
 	free(b);
 }
 
@@ -140,6 +158,12 @@ int hostbuf_copy_out(const struct hostbuf *b, uint64_t off, void *dst, size_t le
 {
 	if (off > b->nbytes || len > b->nbytes - off)
 		return -ERANGE;
+	if (b->cuda) {
+		int r = cuda_read(b->cuda, off, dst, len);
+		if (r == 0)
+			*crc = crc32c_update(*crc, dst, len);
+		return r;
+	}
 	if (b->map) {
 		if (b->sealed) {
 			/* crc first pulls the block into cache; the copy then
@@ -160,6 +184,8 @@ int hostbuf_read(const struct hostbuf *b, uint64_t off, void *dst, size_t len)
 {
 	if (off > b->nbytes || len > b->nbytes - off)
 		return -ERANGE;
+	if (b->cuda)
+		return cuda_read(b->cuda, off, dst, len);
 	uint8_t *p = dst;
 	while (len > 0) {
 		ssize_t n = pread(b->fd, p, len, (off_t)off);
@@ -181,6 +207,8 @@ int hostbuf_write(const struct hostbuf *b, uint64_t off, const void *src, size_t
 {
 	if (off > b->nbytes || len > b->nbytes - off)
 		return -ERANGE;
+	if (b->cuda)
+		return cuda_write(b->cuda, off, src, len);
 	if (b->map && b->sealed) {
 		memcopy_stream(b->map + off, src, len);
 		return 0;

@@ -1,5 +1,6 @@
 /* ckptd: the node-local checkpoint agent. */
 #include "config.h"
+#include "cudadev.h"
 #include "daemon.h"
 #include "hostbuf.h"
 #include "journal.h"
@@ -248,6 +249,15 @@ int main(int argc, char **argv)
 	log_info("pool: %u chunks of %" PRIu64 " MiB pre-faulted in %.0f ms%s", d->pool.nchunks,
 		 d->pool.chunk_bytes >> 20, (double)(daemon_now_ns() - t0) / 1e6,
 		 d->pool.locked ? ", locked" : "");
+	d->cuda = cuda_open(d->cfg.copy_threads, d->cuda_why, sizeof(d->cuda_why));
+	if (d->cuda == NULL) {
+		log_info("CUDA off: %s; host buffers only", d->cuda_why);
+	} else {
+		if (cuda_register_pool(d->cuda, d->pool.base, d->pool.bytes, err, sizeof(err)) < 0)
+			log_warn("CUDA: %s; staging copies from GPUs will be slower", err);
+		cuda_describe(d->cuda, d->cuda_why, sizeof(d->cuda_why));
+		log_info("CUDA %s", d->cuda_why);
+	}
 
 	d->loop = uv_default_loop();
 	d->start_ns = daemon_now_ns();
@@ -295,6 +305,7 @@ int main(int argc, char **argv)
 	int rc = uv_loop_close(d->loop);
 	if (rc != 0)
 		log_warn("loop closed with handles left: %s", uv_strerror(rc));
+	cuda_close(d->cuda);
 	pool_fini(&d->pool);
 	journal_close(d->journal);
 	store_free(d->store);

@@ -2,6 +2,7 @@
 #include "catalog.h"
 #include "catalog_req.h"
 #include "crc32c.h"
+#include "cudadev.h"
 #include "journal.h"
 #include "daemon.h"
 #include "hostbuf.h"
@@ -27,8 +28,18 @@ static const char *state_name[] = { "new", "admitting", "staging", "queued", "up
 
 static void save_set_state(struct save *sv, enum save_state st);
 
+static void drop_events(struct save *sv)
+{
+	for (size_t i = 0; i < sv->nevents; i++)
+		cuda_event_put(sv->events[i]);
+	free(sv->events);
+	sv->events = NULL;
+	sv->nevents = 0;
+}
+
 static void save_free(struct save *sv)
 {
+	drop_events(sv);
 	for (size_t i = 0; i < sv->ntensors; i++) {
 		free(sv->tensors[i].name);
 		hostbuf_unref(sv->tensors[i].buf);
@@ -85,6 +96,36 @@ static void copy_run(struct work_item *it)
 	uint64_t chunk_len = sv->shard_bytes - chunk_start < cb ? sv->shard_bytes - chunk_start : cb;
 	uint64_t pos = 0; /* within the chunk */
 	uint32_t ccrc = 0;
+	/* Device pieces first: queue every D2H copy of the chunk on this
+	 * worker's stream (after the trainer's event), wait once, then crc
+	 * them below from the pool like host pieces. */
+	struct cuda_batch bt;
+	bool batched = false;
+	uint32_t bad = UINT32_MAX;
+	for (uint32_t k = 0; k < job->npieces && bad == UINT32_MAX; k++) {
+		struct save_piece *p = &sv->pieces[job->first_piece + k];
+		struct save_tensor *t = &sv->tensors[p->tensor];
+		if (t->buf->cuda == NULL)
+			continue;
+		if (!batched)
+			cuda_batch_begin(&bt, sv->d->cuda, workq_worker());
+		batched = true;
+		int r = cuda_batch_d2h(&bt, t->buf->cuda, sv->events, sv->nevents, t->buf_off + p->tensor_off,
+				       base + t->shard_off + p->tensor_off - chunk_start, p->len);
+		if (r < 0)
+			bad = k;
+	}
+	if (batched) {
+		/* Always wait: no copy may still write into a chunk that a
+		 * failure is about to release. */
+		int r = cuda_batch_finish(&bt);
+		if (r < 0) {
+			job->err = r;
+			snprintf(job->why, sizeof(job->why), "%s", bt.msg);
+			job->first_piece += bad == UINT32_MAX ? 0 : bad;
+			return;
+		}
+	}
 	for (uint32_t k = 0; k < job->npieces; k++) {
 		struct save_piece *p = &sv->pieces[job->first_piece + k];
 		struct save_tensor *t = &sv->tensors[p->tensor];
@@ -94,6 +135,13 @@ static void copy_run(struct work_item *it)
 			ccrc = crc32c_update(ccrc, base + pos, at - pos);
 		}
 		uint32_t pcrc = 0;
+		if (t->buf->cuda) {
+			pcrc = crc32c_update(0, base + at, p->len);
+			p->crc = pcrc;
+			ccrc = crc32c_combine(ccrc, pcrc, p->len);
+			pos = at + p->len;
+			continue;
+		}
 		for (uint64_t done = 0; done < p->len;) {
 			size_t n = p->len - done < COPY_BLOCK ? (size_t)(p->len - done) : COPY_BLOCK;
 			uint64_t from = t->buf_off + p->tensor_off + done;
@@ -128,7 +176,8 @@ static void copy_done(struct work_item *it)
 			sv->status = -job->err;
 		snprintf(sv->msg, sizeof(sv->msg),
 			 "staging tensor '%s' from buffer %" PRIu64 " failed: %s", t->name, t->buf->id,
-			 job->err == -EFAULT ? "the client truncated its buffer file" : strerror(-job->err));
+			 job->why[0] ? job->why
+			 : job->err == -EFAULT ? "the client truncated its buffer file" : strerror(-job->err));
 	}
 	if (--sv->jobs_left > 0)
 		return;
@@ -582,6 +631,7 @@ static void save_set_state(struct save *sv, enum save_state st)
 		d->stats.bytes_staged += sv->shard_bytes;
 		hist_observe(&d->stats.stall_hist, (double)(daemon_now_ns() - sv->t_start) / 1e9);
 		/* The trainer may touch its buffers again: drop them. */
+		drop_events(sv);
 		for (size_t i = 0; i < sv->ntensors; i++) {
 			hostbuf_unref(sv->tensors[i].buf);
 			sv->tensors[i].buf = NULL;
@@ -677,6 +727,52 @@ int save_validate_name(const char *name, uint32_t max, char *err, size_t errlen)
 	return 0;
 }
 
+/* The trainer's events, one per device its CUDA tensors live on: every
+ * such device must have one, or the copy could read half-written data. */
+static int open_events(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen)
+{
+	struct cuda *cu = sv->d->cuda;
+	if (m->n_cuda_events > 64) {
+		snprintf(err, errlen, "%zu CUDA events, at most 64", m->n_cuda_events);
+		return -E2BIG;
+	}
+	if (m->n_cuda_events > 0 && cu == NULL) {
+		snprintf(err, errlen, "the save carries CUDA events but CUDA is off in ckptd");
+		return -ENOTSUP;
+	}
+	if (m->n_cuda_events) {
+		sv->events = calloc(m->n_cuda_events, sizeof(*sv->events));
+		if (sv->events == NULL)
+			return -ENOMEM;
+	}
+	for (size_t i = 0; i < m->n_cuda_events; i++) {
+		const Ckpt__CudaEvent *e = m->cuda_events[i];
+		if (e->device_uuid.len != CUDA_UUID_BYTES || e->ipc_handle.len != CUDA_IPC_BYTES) {
+			snprintf(err, errlen, "CUDA event %zu: needs a 16-byte device UUID and a 64-byte handle", i);
+			return -EINVAL;
+		}
+		int r = cuda_event_get(cu, e->device_uuid.data, e->ipc_handle.data, &sv->events[i], err, errlen);
+		if (r < 0)
+			return r;
+		sv->nevents = i + 1;
+	}
+	for (size_t i = 0; i < sv->ntensors; i++) {
+		const struct hostbuf *b = sv->tensors[i].buf;
+		if (b->cuda == NULL)
+			continue;
+		size_t k = 0;
+		while (k < sv->nevents && memcmp(cuda_event_uuid(sv->events[k]), cudabuf_uuid(b->cuda),
+						 CUDA_UUID_BYTES) != 0)
+			k++;
+		if (k == sv->nevents) {
+			snprintf(err, errlen, "tensor '%s' is on a CUDA device the save has no event for",
+				 sv->tensors[i].name);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
 static int layout(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen)
 {
 	struct session *s = sv->session;
@@ -717,6 +813,9 @@ static int layout(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen
 		}
 		off += t->nbytes;
 	}
+	int r = open_events(sv, m, err, errlen);
+	if (r < 0)
+		return r;
 	/* Unique names: check on a sorted copy so the shard keeps the
 	 * client's order. */
 	struct save_tensor *sorted = malloc((sv->ntensors ? sv->ntensors : 1) * sizeof(*sorted));

@@ -19,6 +19,7 @@
 struct session;
 struct daemon;
 struct hostbuf;
+struct cudaev;
 
 enum save_state {
 	SAVE_NEW,
@@ -54,6 +55,7 @@ struct copy_job {
 	uint32_t chunk; /* index into sv->chunks */
 	uint32_t first_piece, npieces;
 	int err;
+	char why[200]; /* a CUDA failure, in words */
 };
 
 struct save {
@@ -85,6 +87,8 @@ struct save {
 	uint32_t jobs_left;
 	uint8_t *extra;
 	size_t extra_len;
+	struct cudaev **events; /* the trainer's, one per device; while staging */
+	size_t nevents;
 
 	uint64_t t_start, deadline_ns, held_since_ns;
 	uv_work_t work;

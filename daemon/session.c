@@ -7,6 +7,7 @@
 #include "save.h"
 #include "tensor.h"
 #include "config.h"
+#include "cudadev.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -302,6 +303,7 @@ static void on_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 	Ckpt__HelloReply rep = CKPT__HELLO_REPLY__INIT;
 	rep.protocol_version = CKPT_PROTOCOL_VERSION;
 	rep.session_id = s->id;
+	rep.capabilities = s->d->cuda ? CKPT_CAP_CUDA : 0;
 	rep.limits = &lim;
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_HELLO_REPLY;
@@ -309,32 +311,97 @@ static void on_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 	session_send(s, req_id, &f);
 }
 
+static void close_fds(int *fds, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
+/* A device buffer: checks, then the import (DESIGN §6). The fds are ours. */
+static int register_cuda(struct session *s, const Ckpt__RegisterBuffer *m, int *fds, size_t nfds,
+			 struct hostbuf **out, char *err, size_t errlen)
+{
+	struct daemon *d = s->d;
+	struct cudabuf *cb = NULL;
+	int r;
+	if (d->cuda == NULL) {
+		close_fds(fds, nfds);
+		snprintf(err, errlen, "CUDA is off in ckptd: %s", d->cuda_why);
+		return -ENOTSUP;
+	}
+	if (m->device_uuid.len != CUDA_UUID_BYTES || m->nbytes == 0) {
+		close_fds(fds, nfds);
+		snprintf(err, errlen, "a CUDA buffer needs a 16-byte device UUID and nbytes > 0");
+		return -EINVAL;
+	}
+	if (m->kind == CKPT__BUFFER_KIND__CUDA_IPC) {
+		close_fds(fds, nfds);
+		if (m->ipc_handle.len != CUDA_IPC_BYTES) {
+			snprintf(err, errlen, "ipc_handle must be %d bytes", CUDA_IPC_BYTES);
+			return -EINVAL;
+		}
+		if (m->offset > UINT64_MAX - m->nbytes) {
+			snprintf(err, errlen, "offset + nbytes overflows");
+			return -ERANGE;
+		}
+		r = cuda_import_ipc(d->cuda, m->device_uuid.data, m->ipc_handle.data, m->offset, m->nbytes, &cb,
+				    err, errlen);
+	} else {
+		if (m->n_vmm_sizes == 0 || m->n_vmm_sizes != nfds) {
+			close_fds(fds, nfds);
+			snprintf(err, errlen, "%zu VMM chunk sizes but %zu file descriptors", m->n_vmm_sizes, nfds);
+			return -EBADF;
+		}
+		r = cuda_import_vmm(d->cuda, m->device_uuid.data, fds, m->vmm_sizes, nfds, m->offset, m->nbytes,
+				    &cb, err, errlen);
+	}
+	if (r < 0)
+		return r;
+	return hostbuf_from_cuda(cb, m->buffer_id, m->nbytes, out);
+}
+
 static void on_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBuffer *m)
 {
-	int fd = take_fd(s);
-	if (fd < 0) {
-		session_reply(s, req_id, EBADF, "RegisterBuffer %" PRIu64 " carried no file descriptor", m->buffer_id);
-		return;
-	}
-	if (m->kind != CKPT__BUFFER_KIND__HOST_FD) {
-		close(fd);
+	/* The fds this frame carried: one for a host buffer, one per chunk
+	 * for VMM, none for a legacy IPC handle. */
+	size_t want = m->kind == CKPT__BUFFER_KIND__HOST_FD ? 1
+		      : m->kind == CKPT__BUFFER_KIND__CUDA_VMM ? m->n_vmm_sizes : 0;
+	if (want > s->d->cfg.max_fds_per_frame)
+		want = s->d->cfg.max_fds_per_frame;
+	int fds[256];
+	size_t nfds = 0;
+	while (nfds < want && nfds < sizeof(fds) / sizeof(fds[0]) && (fds[nfds] = take_fd(s)) >= 0)
+		nfds++;
+	if (m->kind != CKPT__BUFFER_KIND__HOST_FD && m->kind != CKPT__BUFFER_KIND__CUDA_IPC &&
+	    m->kind != CKPT__BUFFER_KIND__CUDA_VMM) {
+		close_fds(fds, nfds);
 		session_reply(s, req_id, EINVAL, "buffer kind %d is not supported here", m->kind);
 		return;
 	}
+	if (m->kind == CKPT__BUFFER_KIND__HOST_FD && nfds == 0) {
+		session_reply(s, req_id, EBADF, "RegisterBuffer %" PRIu64 " carried no file descriptor", m->buffer_id);
+		return;
+	}
 	if (session_find_buffer(s, m->buffer_id)) {
-		close(fd);
+		close_fds(fds, nfds);
 		session_reply(s, req_id, EEXIST, "buffer id %" PRIu64 " is already registered", m->buffer_id);
 		return;
 	}
 	if (s->nbufs >= s->d->cfg.max_buffers) {
-		close(fd);
+		close_fds(fds, nfds);
 		session_reply(s, req_id, ENOBUFS, "at most %u buffers per session", s->d->cfg.max_buffers);
 		return;
 	}
 	struct hostbuf *b = NULL;
-	char err[256];
-	int r = hostbuf_open(fd, m->buffer_id, m->nbytes, &b, err, sizeof(err));
+	char err[512];
+	int r = m->kind == CKPT__BUFFER_KIND__HOST_FD
+			? hostbuf_open(fds[0], m->buffer_id, m->nbytes, &b, err, sizeof(err))
+			: register_cuda(s, m, fds, nfds, &b, err, sizeof(err));
 	if (r < 0) {
+		if (r == -ENOMEM)
+			snprintf(err, sizeof(err), "out of memory");
+		log_warn("session %" PRIu64 ": buffer %" PRIu64 " refused: %s", s->id, m->buffer_id, err);
 		session_reply(s, req_id, -r, "buffer %" PRIu64 ": %s", m->buffer_id, err);
 		return;
 	}
@@ -347,7 +414,9 @@ static void on_register(struct session *s, uint64_t req_id, const Ckpt__Register
 	s->bufs = nb;
 	s->bufs[s->nbufs++] = b;
 	log_debug("session %" PRIu64 ": buffer %" PRIu64 " registered, %" PRIu64 " bytes, %s", s->id,
-		  m->buffer_id, m->nbytes, !b->map ? "pread" : b->sealed ? "sealed" : "unsealed, guarded");
+		  m->buffer_id, m->nbytes,
+		  b->cuda ? (m->kind == CKPT__BUFFER_KIND__CUDA_IPC ? "CUDA IPC" : "CUDA VMM")
+		  : !b->map ? "pread" : b->sealed ? "sealed" : "unsealed, guarded");
 	session_reply(s, req_id, 0, NULL);
 }
 
@@ -393,6 +462,9 @@ static void on_status(struct session *s, uint64_t req_id)
 	rep.n_recovered = d->stats.nrecovered;
 	rep.recovered = recovered;
 	rep.storage = d->store->url;
+	char cuda[300];
+	snprintf(cuda, sizeof(cuda), "%s%s", d->cuda ? "" : "off: ", d->cuda_why);
+	rep.cuda = cuda;
 	rep.uptime_ns = daemon_now_ns() - d->start_ns;
 	struct rusage ru;
 	if (getrusage(RUSAGE_SELF, &ru) == 0) {
@@ -534,8 +606,8 @@ static bool receive(struct session *s)
 		s->rcap = ncap;
 	}
 	size_t cmsg_fds = c->max_fds_per_frame + 1;
-	char cbuf[CMSG_SPACE(sizeof(int) * 64)];
-	size_t cspace = CMSG_SPACE(sizeof(int) * (cmsg_fds > 64 ? 64 : cmsg_fds));
+	char cbuf[CMSG_SPACE(sizeof(int) * 254)];
+	size_t cspace = CMSG_SPACE(sizeof(int) * (cmsg_fds > 254 ? 254 : cmsg_fds));
 	struct iovec iov = { .iov_base = s->rbuf + s->rlen, .iov_len = s->rcap - s->rlen };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
 			     .msg_controllen = cspace };

@@ -16,9 +16,24 @@ struct workq {
 	uv_async_t async;
 };
 
+static __thread unsigned worker_index;
+
+struct worker_arg {
+	struct workq *q;
+	unsigned index;
+};
+
+unsigned workq_worker(void)
+{
+	return worker_index;
+}
+
 static void *worker_main(void *arg)
 {
-	struct workq *q = arg;
+	struct worker_arg *wa = arg;
+	struct workq *q = wa->q;
+	worker_index = wa->index;
+	free(wa);
 	pthread_mutex_lock(&q->mu);
 	for (;;) {
 		while (q->head == NULL && !q->stop)
@@ -82,7 +97,14 @@ int workq_init(struct workq **out, uv_loop_t *loop, unsigned nthreads)
 	}
 	q->async.data = q;
 	for (unsigned i = 0; i < nthreads; i++) {
-		int e = pthread_create(&q->threads[i], NULL, worker_main, q);
+		struct worker_arg *wa = malloc(sizeof(*wa));
+		int e = wa ? 0 : ENOMEM;
+		if (wa) {
+			*wa = (struct worker_arg){ q, i };
+			e = pthread_create(&q->threads[i], NULL, worker_main, wa);
+			if (e != 0)
+				free(wa);
+		}
 		if (e != 0) {
 			q->nthreads = i;
 			workq_fini(q);

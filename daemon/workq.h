@@ -17,6 +17,8 @@ struct workq;
 
 int workq_init(struct workq **out, uv_loop_t *loop, unsigned nthreads);
 void workq_submit(struct workq *q, struct work_item *it);
+/* On a worker: its index, 0..nthreads-1 (each uses its own CUDA stream). */
+unsigned workq_worker(void);
 /* Joins the threads (after the queue is empty) and closes the async handle;
  * done() of finished items still runs if the loop runs again. */
 void workq_fini(struct workq *q);

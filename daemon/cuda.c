@@ -1,0 +1,591 @@
+#include "cudadev.h"
+#include "cudadrv.h"
+#include "log.h"
+
+#ifdef CKPT_HAVE_CUDA
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_DEVICES 64
+#define HOST_REGISTER_MAX (64ull << 30)
+
+struct cudadev {
+	CUdevice dev;
+	uint8_t uuid[CUDA_UUID_BYTES];
+	CUcontext ctx;
+	CUstream *streams;          /* nstreams, for staging */
+	CUstream xfer;              /* restore copies, under xfer_mu */
+	pthread_mutex_t xfer_mu;
+};
+
+/* A legacy IPC mapping, shared by every registration of the same
+ * allocation (cuIpcOpenMemHandle may open a handle only once per
+ * context). */
+struct ipcmap {
+	struct ipcmap *next;
+	unsigned refs;
+	int dev;
+	uint8_t handle[CUDA_IPC_BYTES];
+	CUdeviceptr base;
+};
+
+struct cudaev {
+	struct cudaev *next;
+	struct cuda *cu;
+	unsigned refs;
+	int dev;
+	uint8_t handle[CUDA_IPC_BYTES];
+	CUevent ev;
+};
+
+struct cuda {
+	struct cudadrv drv;
+	int ndev;
+	struct cudadev devs[MAX_DEVICES];
+	unsigned nstreams;
+	struct ipcmap *ipcmaps;
+	struct cudaev *events;
+	void *pool_base;
+	size_t pool_bytes;
+	bool pool_pinned;
+	char pool_err[160];
+};
+
+struct cudabuf {
+	struct cuda *cu;
+	int dev;
+	CUdeviceptr ptr;   /* the buffer's first byte */
+	uint64_t nbytes;
+	struct ipcmap *ipc;
+	CUdeviceptr va;    /* VMM reservation */
+	size_t va_size;
+};
+
+static const char *ename(const struct cuda *cu, CUresult r, char *buf, size_t len)
+{
+	return cudadrv_errname(&cu->drv, r, buf, len);
+}
+
+static void uuid_str(const uint8_t *u, char *buf, size_t len)
+{
+	snprintf(buf, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+		 u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+static int find_dev(const struct cuda *cu, const uint8_t *uuid)
+{
+	for (int i = 0; i < cu->ndev; i++)
+		if (memcmp(cu->devs[i].uuid, uuid, CUDA_UUID_BYTES) == 0)
+			return i;
+	return -1;
+}
+
+static int no_dev(const struct cuda *cu, const uint8_t *uuid, char *err, size_t errlen)
+{
+	char u[64];
+	uuid_str(uuid, u, sizeof(u));
+	snprintf(err, errlen, "device %s matches none of this node's %d CUDA device(s)", u, cu->ndev);
+	return -ENODEV;
+}
+
+struct cuda *cuda_open(unsigned nstreams, char *why, size_t whylen)
+{
+	struct cuda *cu = calloc(1, sizeof(*cu));
+	if (cu == NULL) {
+		snprintf(why, whylen, "out of memory");
+		return NULL;
+	}
+	if (cudadrv_open(&cu->drv, why, whylen) < 0) {
+		free(cu);
+		return NULL;
+	}
+	char eb[64];
+	int n = 0;
+	CUresult r = cu->drv.cuDeviceGetCount(&n);
+	if (r != CUDA_SUCCESS || n <= 0) {
+		snprintf(why, whylen, "no CUDA device (%s)", r ? ename(cu, r, eb, sizeof(eb)) : "count 0");
+		free(cu);
+		return NULL;
+	}
+	if (n > MAX_DEVICES)
+		n = MAX_DEVICES;
+	cu->nstreams = nstreams < 2 ? 2 : nstreams;
+	for (int i = 0; i < n; i++) {
+		struct cudadev *dv = &cu->devs[i];
+		CUuuid u;
+		const char *what = "cuDeviceGet";
+		r = cu->drv.cuDeviceGet(&dv->dev, i);
+		if (r == CUDA_SUCCESS && (what = "cuDeviceGetUuid", r = cu->drv.cuDeviceGetUuid(&u, dv->dev)) == CUDA_SUCCESS)
+			memcpy(dv->uuid, u.bytes, CUDA_UUID_BYTES);
+		if (r == CUDA_SUCCESS)
+			what = "cuDevicePrimaryCtxRetain", r = cu->drv.cuDevicePrimaryCtxRetain(&dv->ctx, dv->dev);
+		if (r == CUDA_SUCCESS)
+			r = cu->drv.cuCtxSetCurrent(dv->ctx);
+		dv->streams = calloc(cu->nstreams, sizeof(CUstream));
+		if (dv->streams == NULL) {
+			snprintf(why, whylen, "out of memory");
+			cu->ndev = i;
+			cuda_close(cu);
+			return NULL;
+		}
+		/* Non-blocking: staging never serialises with anything on the
+		 * legacy default stream. */
+		for (unsigned k = 0; r == CUDA_SUCCESS && k < cu->nstreams; k++)
+			what = "cuStreamCreate", r = cu->drv.cuStreamCreate(&dv->streams[k], CU_STREAM_NON_BLOCKING);
+		if (r == CUDA_SUCCESS)
+			r = cu->drv.cuStreamCreate(&dv->xfer, CU_STREAM_NON_BLOCKING);
+		pthread_mutex_init(&dv->xfer_mu, NULL);
+		cu->ndev = i + 1;
+		if (r != CUDA_SUCCESS) {
+			snprintf(why, whylen, "device %d: %s failed: %s", i, what, ename(cu, r, eb, sizeof(eb)));
+			cuda_close(cu);
+			return NULL;
+		}
+	}
+	return cu;
+}
+
+void cuda_close(struct cuda *cu)
+{
+	if (cu == NULL)
+		return;
+	if (cu->pool_pinned) {
+		cu->drv.cuCtxSetCurrent(cu->devs[0].ctx);
+		for (size_t off = 0; off < cu->pool_bytes; off += HOST_REGISTER_MAX)
+			cu->drv.cuMemHostUnregister((uint8_t *)cu->pool_base + off);
+	}
+	for (int i = 0; i < cu->ndev; i++) {
+		struct cudadev *dv = &cu->devs[i];
+		cu->drv.cuCtxSetCurrent(dv->ctx);
+		for (unsigned k = 0; dv->streams && k < cu->nstreams; k++)
+			if (dv->streams[k])
+				cu->drv.cuStreamDestroy(dv->streams[k]);
+		if (dv->xfer)
+			cu->drv.cuStreamDestroy(dv->xfer);
+		free(dv->streams);
+		pthread_mutex_destroy(&dv->xfer_mu);
+		if (dv->ctx)
+			cu->drv.cuDevicePrimaryCtxRelease(dv->dev);
+	}
+	cudadrv_close(&cu->drv);
+	free(cu);
+}
+
+int cuda_register_pool(struct cuda *cu, void *base, size_t bytes, char *err, size_t errlen)
+{
+	cu->drv.cuCtxSetCurrent(cu->devs[0].ctx);
+	for (size_t off = 0; off < bytes; off += HOST_REGISTER_MAX) {
+		size_t n = bytes - off < HOST_REGISTER_MAX ? bytes - off : HOST_REGISTER_MAX;
+		/* PORTABLE: pinned for every device's context, not just this one. */
+		CUresult r = cu->drv.cuMemHostRegister((uint8_t *)base + off, n, CU_MEMHOSTREGISTER_PORTABLE);
+		if (r != CUDA_SUCCESS) {
+			char eb[64];
+			for (size_t k = 0; k < off; k += HOST_REGISTER_MAX)
+				cu->drv.cuMemHostUnregister((uint8_t *)base + k);
+			snprintf(cu->pool_err, sizeof(cu->pool_err), "cuMemHostRegister of %zu bytes failed: %s", n,
+				 ename(cu, r, eb, sizeof(eb)));
+			snprintf(err, errlen, "%s", cu->pool_err);
+			return -EIO;
+		}
+	}
+	cu->pool_base = base;
+	cu->pool_bytes = bytes;
+	cu->pool_pinned = true;
+	return 0;
+}
+
+void cuda_describe(const struct cuda *cu, char *buf, size_t len)
+{
+	int v = 0;
+	cu->drv.cuDriverGetVersion(&v);
+	snprintf(buf, len, "on: %d device(s), driver %d.%d, %s%s", cu->ndev, v / 1000, (v % 1000) / 10,
+		 cu->pool_pinned ? "pool pinned" : "pool NOT pinned: ", cu->pool_pinned ? "" : cu->pool_err);
+}
+
+static struct cudabuf *buf_new(struct cuda *cu, int dev, uint64_t nbytes)
+{
+	struct cudabuf *b = calloc(1, sizeof(*b));
+	if (b) {
+		b->cu = cu;
+		b->dev = dev;
+		b->nbytes = nbytes;
+	}
+	return b;
+}
+
+int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, uint64_t offset,
+		    uint64_t nbytes, struct cudabuf **out, char *err, size_t errlen)
+{
+	int dev = find_dev(cu, uuid);
+	if (dev < 0)
+		return no_dev(cu, uuid, err, errlen);
+	struct ipcmap *m;
+	for (m = cu->ipcmaps; m; m = m->next)
+		if (m->dev == dev && memcmp(m->handle, handle, CUDA_IPC_BYTES) == 0)
+			break;
+	if (m == NULL) {
+		m = calloc(1, sizeof(*m));
+		if (m == NULL)
+			return -ENOMEM;
+		CUipcMemHandle h;
+		memcpy(h.reserved, handle, CUDA_IPC_BYTES);
+		cu->drv.cuCtxSetCurrent(cu->devs[dev].ctx);
+		CUresult r = cu->drv.cuIpcOpenMemHandle(&m->base, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+		if (r != CUDA_SUCCESS) {
+			char eb[64];
+			free(m);
+			snprintf(err, errlen, "cuIpcOpenMemHandle failed: %s (legacy IPC needs the trainer's "
+				 "PID namespace: hostPID in containers)", ename(cu, r, eb, sizeof(eb)));
+			return -EIO;
+		}
+		m->dev = dev;
+		memcpy(m->handle, handle, CUDA_IPC_BYTES);
+		m->next = cu->ipcmaps;
+		cu->ipcmaps = m;
+	}
+	struct cudabuf *b = buf_new(cu, dev, nbytes);
+	if (b == NULL) {
+		if (m->refs == 0) {
+			cu->ipcmaps = m->next;
+			cu->drv.cuIpcCloseMemHandle(m->base);
+			free(m);
+		}
+		return -ENOMEM;
+	}
+	m->refs++;
+	b->ipc = m;
+	b->ptr = m->base + offset;
+	*out = b;
+	return 0;
+}
+
+int cuda_import_vmm(struct cuda *cu, const uint8_t *uuid, int *fds, const uint64_t *sizes, size_t n,
+		    uint64_t offset, uint64_t nbytes, struct cudabuf **out, char *err, size_t errlen)
+{
+	int ret = 0;
+	struct cudabuf *b = NULL;
+	char eb[64];
+	uint64_t total = 0;
+	size_t mapped = 0;
+	int dev = find_dev(cu, uuid);
+	if (dev < 0) {
+		ret = no_dev(cu, uuid, err, errlen);
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (sizes[i] == 0 || total + sizes[i] < total) {
+			snprintf(err, errlen, "VMM chunk %zu has a bad size", i);
+			ret = -EINVAL;
+			goto out;
+		}
+		total += sizes[i];
+	}
+	if (offset > total || nbytes > total - offset) {
+		snprintf(err, errlen, "buffer [%" PRIu64 ", +%" PRIu64 ") lies outside its %" PRIu64 " mapped bytes",
+			 offset, nbytes, total);
+		ret = -ERANGE;
+		goto out;
+	}
+	b = buf_new(cu, dev, nbytes);
+	if (b == NULL) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	cu->drv.cuCtxSetCurrent(cu->devs[dev].ctx);
+	CUresult r = cu->drv.cuMemAddressReserve(&b->va, total, 0, 0, 0);
+	if (r != CUDA_SUCCESS) {
+		snprintf(err, errlen, "cuMemAddressReserve of %" PRIu64 " bytes failed: %s", total,
+			 ename(cu, r, eb, sizeof(eb)));
+		ret = -EIO;
+		goto out;
+	}
+	b->va_size = total;
+	uint64_t at = 0;
+	for (size_t i = 0; i < n; i++) {
+		CUmemGenericAllocationHandle h;
+		const char *what = "cuMemImportFromShareableHandle";
+		r = cu->drv.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fds[i],
+							   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+		if (r == CUDA_SUCCESS) {
+			what = "cuMemMap";
+			r = cu->drv.cuMemMap(b->va + at, sizes[i], 0, h, 0);
+			/* The mapping keeps the allocation alive. */
+			cu->drv.cuMemRelease(h);
+		}
+		if (r != CUDA_SUCCESS) {
+			snprintf(err, errlen, "VMM chunk %zu: %s failed: %s", i, what, ename(cu, r, eb, sizeof(eb)));
+			ret = -EIO;
+			goto out;
+		}
+		mapped = i + 1;
+		at += sizes[i];
+	}
+	CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = cu->devs[dev].dev },
+				.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	r = cu->drv.cuMemSetAccess(b->va, total, &acc, 1);
+	if (r != CUDA_SUCCESS) {
+		snprintf(err, errlen, "cuMemSetAccess failed: %s", ename(cu, r, eb, sizeof(eb)));
+		ret = -EIO;
+		goto out;
+	}
+	b->ptr = b->va + offset;
+	*out = b;
+	b = NULL;
+out:
+	if (b) {
+		if (mapped)
+			cu->drv.cuMemUnmap(b->va, total);
+		if (b->va)
+			cu->drv.cuMemAddressFree(b->va, total);
+		free(b);
+	}
+	for (size_t i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	return ret;
+}
+
+void cudabuf_free(struct cudabuf *b)
+{
+	if (b == NULL)
+		return;
+	struct cuda *cu = b->cu;
+	cu->drv.cuCtxSetCurrent(cu->devs[b->dev].ctx);
+	if (b->ipc && --b->ipc->refs == 0) {
+		for (struct ipcmap **pp = &cu->ipcmaps; *pp; pp = &(*pp)->next)
+			if (*pp == b->ipc) {
+				*pp = b->ipc->next;
+				break;
+			}
+		cu->drv.cuIpcCloseMemHandle(b->ipc->base);
+		free(b->ipc);
+	}
+	if (b->va) {
+		cu->drv.cuMemUnmap(b->va, b->va_size);
+		cu->drv.cuMemAddressFree(b->va, b->va_size);
+	}
+	free(b);
+}
+
+const uint8_t *cudabuf_uuid(const struct cudabuf *b)
+{
+	return b->cu->devs[b->dev].uuid;
+}
+
+int cuda_event_get(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, struct cudaev **out,
+		   char *err, size_t errlen)
+{
+	int dev = find_dev(cu, uuid);
+	if (dev < 0)
+		return no_dev(cu, uuid, err, errlen);
+	for (struct cudaev *e = cu->events; e; e = e->next)
+		if (e->dev == dev && memcmp(e->handle, handle, CUDA_IPC_BYTES) == 0) {
+			e->refs++;
+			*out = e;
+			return 0;
+		}
+	struct cudaev *e = calloc(1, sizeof(*e));
+	if (e == NULL)
+		return -ENOMEM;
+	CUipcEventHandle h;
+	memcpy(h.reserved, handle, CUDA_IPC_BYTES);
+	cu->drv.cuCtxSetCurrent(cu->devs[dev].ctx);
+	CUresult r = cu->drv.cuIpcOpenEventHandle(&e->ev, h);
+	if (r != CUDA_SUCCESS) {
+		char eb[64];
+		free(e);
+		snprintf(err, errlen, "cuIpcOpenEventHandle failed: %s", ename(cu, r, eb, sizeof(eb)));
+		return -EIO;
+	}
+	e->cu = cu;
+	e->refs = 1;
+	e->dev = dev;
+	memcpy(e->handle, handle, CUDA_IPC_BYTES);
+	e->next = cu->events;
+	cu->events = e;
+	*out = e;
+	return 0;
+}
+
+void cuda_event_put(struct cudaev *e)
+{
+	if (e == NULL || --e->refs > 0)
+		return;
+	struct cuda *cu = e->cu;
+	for (struct cudaev **pp = &cu->events; *pp; pp = &(*pp)->next)
+		if (*pp == e) {
+			*pp = e->next;
+			break;
+		}
+	cu->drv.cuCtxSetCurrent(cu->devs[e->dev].ctx);
+	cu->drv.cuEventDestroy(e->ev);
+	free(e);
+}
+
+const uint8_t *cuda_event_uuid(const struct cudaev *e)
+{
+	return e->cu->devs[e->dev].uuid;
+}
+
+void cuda_batch_begin(struct cuda_batch *bt, struct cuda *cu, unsigned worker)
+{
+	bt->cu = cu;
+	bt->worker = worker % cu->nstreams;
+	bt->devmask = 0;
+	bt->err = 0;
+	bt->msg[0] = 0;
+}
+
+static int batch_fail(struct cuda_batch *bt, const char *what, CUresult r)
+{
+	char eb[64];
+	if (bt->err == 0) {
+		bt->err = -EIO;
+		snprintf(bt->msg, sizeof(bt->msg), "%s failed: %s", what, ename(bt->cu, r, eb, sizeof(eb)));
+	}
+	return bt->err;
+}
+
+int cuda_batch_d2h(struct cuda_batch *bt, const struct cudabuf *b, struct cudaev *const *wait,
+		   size_t nwait, uint64_t off, void *dst, size_t len)
+{
+	struct cuda *cu = bt->cu;
+	struct cudadev *dv = &cu->devs[b->dev];
+	CUstream s = dv->streams[bt->worker];
+	CUresult r;
+	if (off > b->nbytes || len > b->nbytes - off)
+		return -ERANGE;
+	if (!(bt->devmask & (1ull << b->dev))) {
+		bt->devmask |= 1ull << b->dev;
+		if ((r = cu->drv.cuCtxSetCurrent(dv->ctx)) != CUDA_SUCCESS)
+			return batch_fail(bt, "cuCtxSetCurrent", r);
+		/* Wait for the trainer's last write to this device. */
+		for (size_t i = 0; i < nwait; i++)
+			if (wait[i]->dev == b->dev && (r = cu->drv.cuStreamWaitEvent(s, wait[i]->ev, 0)) != CUDA_SUCCESS)
+				return batch_fail(bt, "cuStreamWaitEvent", r);
+	} else if ((r = cu->drv.cuCtxSetCurrent(dv->ctx)) != CUDA_SUCCESS) {
+		return batch_fail(bt, "cuCtxSetCurrent", r);
+	}
+	r = cu->drv.cuMemcpyDtoHAsync(dst, b->ptr + off, len, s);
+	if (r != CUDA_SUCCESS)
+		return batch_fail(bt, "cuMemcpyDtoHAsync", r);
+	return 0;
+}
+
+int cuda_batch_finish(struct cuda_batch *bt)
+{
+	struct cuda *cu = bt->cu;
+	for (int i = 0; i < cu->ndev; i++) {
+		if (!(bt->devmask & (1ull << i)))
+			continue;
+		/* Even after an error: nothing may still write into the pool. */
+		cu->drv.cuCtxSetCurrent(cu->devs[i].ctx);
+		CUresult r = cu->drv.cuStreamSynchronize(cu->devs[i].streams[bt->worker]);
+		if (r != CUDA_SUCCESS)
+			batch_fail(bt, "cuStreamSynchronize", r);
+	}
+	return bt->err;
+}
+
+static int xfer(const struct cudabuf *b, uint64_t off, void *host, size_t len, bool h2d)
+{
+	struct cuda *cu = b->cu;
+	struct cudadev *dv = &cu->devs[b->dev];
+	if (off > b->nbytes || len > b->nbytes - off)
+		return -ERANGE;
+	pthread_mutex_lock(&dv->xfer_mu);
+	CUresult r = cu->drv.cuCtxSetCurrent(dv->ctx);
+	if (r == CUDA_SUCCESS)
+		r = h2d ? cu->drv.cuMemcpyHtoDAsync(b->ptr + off, host, len, dv->xfer)
+			: cu->drv.cuMemcpyDtoHAsync(host, b->ptr + off, len, dv->xfer);
+	CUresult r2 = cu->drv.cuStreamSynchronize(dv->xfer);
+	pthread_mutex_unlock(&dv->xfer_mu);
+	if (r != CUDA_SUCCESS || r2 != CUDA_SUCCESS) {
+		char eb[64];
+		log_err("CUDA %s copy of %zu bytes failed: %s", h2d ? "H2D" : "D2H", len,
+			ename(cu, r ? r : r2, eb, sizeof(eb)));
+		return -EIO;
+	}
+	return 0;
+}
+
+int cuda_write(const struct cudabuf *b, uint64_t off, const void *src, size_t len)
+{
+	return xfer(b, off, (void *)src, len, true);
+}
+
+int cuda_read(const struct cudabuf *b, uint64_t off, void *dst, size_t len)
+{
+	return xfer(b, off, dst, len, false);
+}
+
+#else /* !CKPT_HAVE_CUDA: built without cuda.h; the host path alone. */
+
+#include <errno.h>
+#include <stdio.h>
+
+struct cuda *cuda_open(unsigned nstreams, char *why, size_t whylen)
+{
+	(void)nstreams;
+	snprintf(why, whylen, "ckptd was built without CUDA headers");
+	return NULL;
+}
+void cuda_close(struct cuda *cu) { (void)cu; }
+int cuda_register_pool(struct cuda *cu, void *base, size_t bytes, char *err, size_t errlen)
+{
+	(void)cu; (void)base; (void)bytes; (void)err; (void)errlen;
+	return -ENOTSUP;
+}
+void cuda_describe(const struct cuda *cu, char *buf, size_t len) { (void)cu; snprintf(buf, len, "off"); }
+int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, uint64_t offset,
+		    uint64_t nbytes, struct cudabuf **out, char *err, size_t errlen)
+{
+	(void)cu; (void)uuid; (void)handle; (void)offset; (void)nbytes; (void)out; (void)err; (void)errlen;
+	return -ENOTSUP;
+}
+int cuda_import_vmm(struct cuda *cu, const uint8_t *uuid, int *fds, const uint64_t *sizes, size_t n,
+		    uint64_t offset, uint64_t nbytes, struct cudabuf **out, char *err, size_t errlen)
+{
+	(void)cu; (void)uuid; (void)fds; (void)sizes; (void)n; (void)offset; (void)nbytes; (void)out; (void)err;
+	(void)errlen;
+	return -ENOTSUP;
+}
+void cudabuf_free(struct cudabuf *b) { (void)b; }
+const uint8_t *cudabuf_uuid(const struct cudabuf *b) { (void)b; return NULL; }
+int cuda_event_get(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, struct cudaev **out,
+		   char *err, size_t errlen)
+{
+	(void)cu; (void)uuid; (void)handle; (void)out; (void)err; (void)errlen;
+	return -ENOTSUP;
+}
+void cuda_event_put(struct cudaev *e) { (void)e; }
+const uint8_t *cuda_event_uuid(const struct cudaev *e) { (void)e; return NULL; }
+void cuda_batch_begin(struct cuda_batch *bt, struct cuda *cu, unsigned worker)
+{
+	(void)cu; (void)worker;
+	bt->err = -ENOTSUP;
+}
+int cuda_batch_d2h(struct cuda_batch *bt, const struct cudabuf *b, struct cudaev *const *wait,
+		   size_t nwait, uint64_t off, void *dst, size_t len)
+{
+	(void)b; (void)wait; (void)nwait; (void)off; (void)dst; (void)len;
+	return bt->err;
+}
+int cuda_batch_finish(struct cuda_batch *bt) { return bt->err; }
+int cuda_write(const struct cudabuf *b, uint64_t off, const void *src, size_t len)
+{
+	(void)b; (void)off; (void)src; (void)len;
+	return -ENOTSUP;
+}
+int cuda_read(const struct cudabuf *b, uint64_t off, void *dst, size_t len)
+{
+	(void)b; (void)off; (void)dst; (void)len;
+	return -ENOTSUP;
+}
+#endif /* CKPT_HAVE_CUDA */
