@@ -16,9 +16,7 @@ static int buffer_register(ckpt_client *c, ckpt_buffer *b)
 	Ckpt__RegisterBuffer rb = CKPT__REGISTER_BUFFER__INIT;
 	int r;
 
-	pthread_mutex_lock(&c->mu);
-	b->id = c->next_buffer_id++;
-	pthread_mutex_unlock(&c->mu);
+	b->id = buffer_next_id(c);
 	rb.buffer_id = b->id;
 	rb.kind = CKPT__BUFFER_KIND__HOST_FD;
 	rb.nbytes = b->size;
@@ -50,6 +48,21 @@ static void buffer_destroy(ckpt_buffer *b)
 	free(b);
 }
 
+uint64_t buffer_next_id(ckpt_client *c)
+{
+	pthread_mutex_lock(&c->mu);
+	uint64_t id = c->next_buffer_id++;
+	pthread_mutex_unlock(&c->mu);
+	return id;
+}
+
+void buffer_adopt(ckpt_client *c, ckpt_buffer *b, ckpt_buffer **out)
+{
+	client_ref(c);
+	b->client = c;
+	*out = b;
+}
+
 /* Take a client reference, register, and hand b out, or clean up. */
 static int buffer_finish(ckpt_client *c, ckpt_buffer *b, ckpt_buffer **out)
 {
@@ -59,9 +72,7 @@ static int buffer_finish(ckpt_client *c, ckpt_buffer *b, ckpt_buffer **out)
 		buffer_destroy(b);
 		return r;
 	}
-	client_ref(c);
-	b->client = c;
-	*out = b;
+	buffer_adopt(c, b, out);
 	return 0;
 }
 

@@ -145,6 +145,7 @@ static int cmd_status(ckpt_client *c, int json)
 			 json_object_new_uint64(st.reclaimed_bytes));
 		json_put(o, "uptime_ns", json_object_new_uint64(st.uptime_ns));
 		json_put(o, "storage", json_object_new_string(st.storage));
+		json_put(o, "cuda", json_object_new_string(st.cuda));
 		json_object *held = json_object_new_array();
 		if (!held)
 			die_oom();
@@ -214,6 +215,7 @@ static int cmd_status(ckpt_client *c, int json)
 			printf("%-16s %s\n", "", st.recovered[i]);
 	}
 	printf("%-16s %s\n", "storage", st.storage[0] ? st.storage : "-");
+	printf("%-16s %s\n", "cuda", st.cuda[0] ? st.cuda : "-");
 	printf("%-16s %s\n", "uptime",
 	       human_duration(st.uptime_ns, a, sizeof(a)));
 	return 0;

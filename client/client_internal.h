@@ -19,6 +19,8 @@
 /* The largest frame we accept from the daemon, and send ourselves. */
 #define CLIENT_MAX_FRAME_BYTES (64u * 1024 * 1024)
 #define CLIENT_ERRMSG_LEN 1024
+/* At most this many fds in one frame (the kernel's SCM_MAX_FD). */
+#define CLIENT_MAX_FDS 253
 
 enum pending_kind {
 	PENDING_SYNC = 1,  /* a caller blocks in client_call() */
@@ -56,6 +58,9 @@ struct ckpt_client {
 	int dead;                   /* 0 while usable, else -errno */
 	char *dead_msg;             /* why, or NULL */
 	bool control;               /* hello without a job */
+	uint64_t capabilities;      /* CKPT_CAP_* from the daemon's hello */
+	uint32_t max_fds;           /* the daemon's max_fds_per_frame */
+	struct client_cuda *cuda;   /* per-device events; cuda.c */
 };
 
 struct ckpt_buffer {
@@ -64,6 +69,9 @@ struct ckpt_buffer {
 	int fd;                     /* our dup / the memfd */
 	void *map;                  /* only for ckpt_buffer_alloc */
 	size_t size;
+	bool cuda;                  /* a device buffer (cuda.c) */
+	uint8_t uuid[16];           /* its device */
+	int cuda_dev;               /* CUdevice ordinal in this process */
 };
 
 struct ckpt_future {
@@ -106,9 +114,24 @@ void client_unref(ckpt_client *c);
  * and its message goes to ckpt_errmsg(). fd >= 0 is attached as
  * SCM_RIGHTS. */
 int client_call(ckpt_client *c, Ckpt__Frame *req, int fd, Ckpt__Frame **reply);
+/* The same with several fds (at most CLIENT_MAX_FDS). */
+int client_call_fds(ckpt_client *c, Ckpt__Frame *req, const int *fds,
+		    size_t nfds, Ckpt__Frame **reply);
 /* Register f under a new req_id and send req. On failure the table does not
  * hold f (its ref is dropped) and the error is returned. */
 int client_send_future(ckpt_client *c, Ckpt__Frame *req, ckpt_future *f);
+
+/* buffer.c: take a client reference and hand b out (b is registered). */
+void buffer_adopt(ckpt_client *c, ckpt_buffer *b, ckpt_buffer **out);
+uint64_t buffer_next_id(ckpt_client *c);
+
+/* cuda.c */
+/* Record each device's interprocess event on stream (NULL: the legacy
+ * default stream) for the CUDA buffers among tensors, and fill s's
+ * cuda_events; *evs is malloc'd storage to free after sending. */
+int client_cuda_events(ckpt_client *c, const ckpt_tensor *tensors, size_t n,
+		       void *stream, Ckpt__Save *s, void **storage);
+void client_cuda_free(ckpt_client *c);
 
 /* future.c */
 ckpt_future *future_new(enum pending_kind kind, uint64_t step);

@@ -31,6 +31,7 @@ void client_unref(ckpt_client *c)
 		return;
 	if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
 		return;
+	client_cuda_free(c);
 	if (c->fd >= 0)
 		close(c->fd);
 	pthread_cond_destroy(&c->cv);
@@ -139,23 +140,25 @@ static int frame_pack(const Ckpt__Frame *fr, uint8_t **out, size_t *outlen)
 /* Write all of buf; with fd >= 0, attach it to the first byte. Returns 0 or
  * -errno; *sent says how much went out (a partial frame breaks the
  * stream). c->wmu held. */
-static int write_all(int sock, const uint8_t *buf, size_t len, int fd,
-		     size_t *sent)
+static int write_all(int sock, const uint8_t *buf, size_t len, const int *fds,
+		     size_t nfds, size_t *sent)
 {
 	size_t off = 0;
 	ssize_t n;
 
 	*sent = 0;
-	if (fd >= 0) {
+	if (nfds > CLIENT_MAX_FDS)
+		return -E2BIG;
+	if (nfds > 0) {
 		union {
 			struct cmsghdr hdr;
-			char buf[CMSG_SPACE(sizeof(int))];
+			char buf[CMSG_SPACE(sizeof(int) * CLIENT_MAX_FDS)];
 		} ctl;
 		struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
 		struct msghdr mh = {
 			.msg_iov = &iov, .msg_iovlen = 1,
 			.msg_control = ctl.buf,
-			.msg_controllen = sizeof(ctl.buf),
+			.msg_controllen = CMSG_SPACE(sizeof(int) * nfds),
 		};
 		struct cmsghdr *cm;
 
@@ -163,8 +166,8 @@ static int write_all(int sock, const uint8_t *buf, size_t len, int fd,
 		cm = CMSG_FIRSTHDR(&mh);
 		cm->cmsg_level = SOL_SOCKET;
 		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
 		/* The whole frame in one sendmsg; a short write (a signal)
 		 * is finished below, the fd already went with byte 0. */
 		do
@@ -188,7 +191,8 @@ static int write_all(int sock, const uint8_t *buf, size_t len, int fd,
 	return 0;
 }
 
-static int send_frame(ckpt_client *c, const Ckpt__Frame *fr, int fd)
+static int send_frame(ckpt_client *c, const Ckpt__Frame *fr, const int *fds,
+		      size_t nfds)
 {
 	uint8_t *buf;
 	size_t len, sent;
@@ -198,7 +202,7 @@ static int send_frame(ckpt_client *c, const Ckpt__Frame *fr, int fd)
 	if (r < 0)
 		return r;
 	pthread_mutex_lock(&c->wmu);
-	r = write_all(c->fd, buf, len, fd, &sent);
+	r = write_all(c->fd, buf, len, fds, nfds, &sent);
 	pthread_mutex_unlock(&c->wmu);
 	free(buf);
 	if (r < 0 && (sent > 0 || r == -ENOTCONN)) {
@@ -236,6 +240,12 @@ static int begin_request(ckpt_client *c, struct pending *p, Ckpt__Frame *req)
 
 int client_call(ckpt_client *c, Ckpt__Frame *req, int fd, Ckpt__Frame **reply)
 {
+	return client_call_fds(c, req, &fd, fd >= 0 ? 1 : 0, reply);
+}
+
+int client_call_fds(ckpt_client *c, Ckpt__Frame *req, const int *fds,
+		    size_t nfds, Ckpt__Frame **reply)
+{
 	struct pending p = { .kind = PENDING_SYNC };
 	int r;
 
@@ -248,7 +258,7 @@ int client_call(ckpt_client *c, Ckpt__Frame *req, int fd, Ckpt__Frame **reply)
 	r = begin_request(c, &p, req);
 	if (r < 0)
 		return r;
-	r = send_frame(c, req, fd);
+	r = send_frame(c, req, fds, nfds);
 	pthread_mutex_lock(&c->mu);
 	/* A peer that hung up may have said why first (say, a refused uid):
 	 * the reader fails this request with that reason at EOF. */
@@ -292,7 +302,7 @@ int client_send_future(ckpt_client *c, Ckpt__Frame *req, ckpt_future *f)
 		future_unref(f);
 		return r;
 	}
-	r = send_frame(c, req, -1);
+	r = send_frame(c, req, NULL, 0);
 	if (r < 0) {
 		pthread_mutex_lock(&c->mu);
 		if (f->node.next) {
@@ -589,6 +599,9 @@ int ckpt_connect(const char *socket_path, const ckpt_hello *hello,
 		ckpt__frame__free_unpacked(rep, NULL);
 		return fail_connect(c, -EPROTONOSUPPORT);
 	}
+	c->capabilities = rep->hello_reply->capabilities;
+	if (rep->hello_reply->limits)
+		c->max_fds = rep->hello_reply->limits->max_fds_per_frame;
 	ckpt__frame__free_unpacked(rep, NULL);
 	*out = c;
 	return 0;

@@ -142,7 +142,15 @@ int ckpt_save(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors,
 	      size_t ntensors, const void *extra, size_t extra_len,
 	      ckpt_future **out)
 {
+	return ckpt_save_ex(c, step, tensors, ntensors, extra, extra_len, NULL, out);
+}
+
+int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors,
+		 size_t ntensors, const void *extra, size_t extra_len,
+		 const ckpt_save_opts *opts, ckpt_future **out)
+{
 	Ckpt__Frame req = CKPT__FRAME__INIT;
+	void *evstore = NULL;
 	Ckpt__Save s = CKPT__SAVE__INIT;
 	struct tensor_set ts;
 	ckpt_future *f;
@@ -161,8 +169,15 @@ int ckpt_save(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors,
 	r = tensors_build(c, tensors, ntensors, &ts);
 	if (r < 0)
 		return r;
+	/* After the last write the caller queued: the daemon waits on it. */
+	r = client_cuda_events(c, tensors, ntensors, opts ? opts->cuda_stream : NULL, &s, &evstore);
+	if (r < 0) {
+		tensors_free(&ts);
+		return r;
+	}
 	f = future_new(PENDING_SAVE, step);
 	if (!f) {
+		free(evstore);
 		tensors_free(&ts);
 		client_set_errmsg("");
 		return -ENOMEM;
@@ -176,6 +191,7 @@ int ckpt_save(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors,
 	req.save = &s;
 	r = client_send_future(c, &req, f);
 	tensors_free(&ts);
+	free(evstore);
 	if (r < 0) {
 		future_unref(f);
 		return r;
@@ -296,6 +312,7 @@ int ckpt_status(ckpt_client *c, ckpt_status_info *out)
 			 s->recovered[i] ? s->recovered[i] : "");
 	snprintf(out->storage, sizeof(out->storage), "%s",
 		 s->storage ? s->storage : "");
+	snprintf(out->cuda, sizeof(out->cuda), "%s", s->cuda ? s->cuda : "");
 	ckpt__frame__free_unpacked(rep, NULL);
 	return 0;
 }

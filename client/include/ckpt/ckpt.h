@@ -28,6 +28,8 @@ extern "C" {
 /* Pass as the step to ckpt_load() for the highest complete step. */
 #define CKPT_LATEST (-1)
 #define CKPT_MAX_DIMS 8
+/* HelloReply capability bits. */
+#define CKPT_CAP_CUDA 1u  /* the daemon imports CUDA buffers */
 
 typedef struct ckpt_client ckpt_client;
 typedef struct ckpt_buffer ckpt_buffer;
@@ -115,11 +117,40 @@ size_t ckpt_buffer_size(ckpt_buffer *b);
 /* Unregister and unmap. Accepts NULL. */
 void ckpt_buffer_free(ckpt_buffer *b);
 
+/* CUDA device buffers (DESIGN §6). libcuda is loaded at run time
+ * (dlopen of $CKPT_CUDA_LIBRARY, else libcuda.so.1); nothing links it.
+ *
+ * 1 when this process can register device memory, else 0 with why
+ * saying why not (no library, a stub library, no device, an old driver). */
+int ckpt_cuda_available(char *why, size_t whylen);
+/* Register [devptr, devptr+nbytes) of device memory with the daemon:
+ * a cudaMalloc (legacy) allocation goes as a cuIpcGetMemHandle of its
+ * base plus an offset; VMM memory (cuMemCreate, PyTorch's expandable
+ * segments) as one POSIX fd per mapped allocation the range spans. Call
+ * it with the allocating device's context current or none (the CUDA
+ * runtime's primary context is fine). -ENOTSUP when CUDA is off here or
+ * in the daemon, -E2BIG when the range spans more VMM allocations than
+ * the daemon's max_fds_per_frame. Restore writes into the memory with
+ * H2D copies. */
+int ckpt_register_cuda(ckpt_client *c, uint64_t devptr, size_t nbytes,
+		       ckpt_buffer **out);
+
+typedef struct {
+	/* The CUstream whose work must finish before the daemon copies the
+	 * CUDA tensors: an interprocess event is recorded on it. NULL: the
+	 * legacy default stream. */
+	void *cuda_stream;
+} ckpt_save_opts;
+
 /* Start saving step. Returns at once; the future reaches CKPT_STAGED and then
  * CKPT_DURABLE, or fails. extra is opaque state stored in the manifest. */
 int ckpt_save(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors,
 	      size_t ntensors, const void *extra, size_t extra_len,
 	      ckpt_future **out);
+/* ckpt_save with options; opts may be NULL. */
+int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors,
+		 size_t ntensors, const void *extra, size_t extra_len,
+		 const ckpt_save_opts *opts, ckpt_future **out);
 /* Start loading step (or CKPT_LATEST) into the given tensors' buffers. The
  * future reaches CKPT_LOADED or fails. */
 int ckpt_load(ckpt_client *c, int64_t step, const ckpt_tensor *tensors,
@@ -179,6 +210,7 @@ typedef struct {
 	uint64_t uptime_ns;
 	uint64_t cpu_ns, peak_rss_bytes; /* the daemon's own */
 	char storage[512];
+	char cuda[256];    /* "on: ..." or "off: why" */
 	/* the memory tier: the first CKPT_STATUS_MAX_HELD of nheld */
 	uint32_t nheld;
 	ckpt_held_info held[CKPT_STATUS_MAX_HELD];
