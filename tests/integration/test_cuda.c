@@ -484,6 +484,125 @@ static void test_copy_fails_mid_save(void **state)
 	h_cleanup(&d);
 }
 
+static Ckpt__Frame *raw_register(int fd, uint64_t req, Ckpt__RegisterBuffer *rb, const int *fds, int nfds)
+{
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_REGISTER_BUFFER;
+	f.register_buffer = rb;
+	assert_int_equal(raw_send(fd, &f, req, fds, nfds), 0);
+	bool eof = false;
+	Ckpt__Frame *rep = raw_recv(fd, 10000, &eof);
+	assert_non_null(rep);
+	assert_int_equal(rep->body_case, CKPT__FRAME__BODY_REPLY);
+	return rep;
+}
+
+static void expect_reply(Ckpt__Frame *rep, int status, const char *needle)
+{
+	if (rep->reply->status != status || !strstr(rep->reply->message, needle))
+		fail_msg("reply %d '%s', want %d and '%s'", rep->reply->status, rep->reply->message, status, needle);
+	ckpt__frame__free_unpacked(rep, NULL);
+}
+
+/* Hand-made frames: every malformed CUDA registration and a save whose
+ * CUDA tensor has no event get a clear error; the daemon serves on. */
+static void test_malformed_cuda_frames(void **state)
+{
+	(void)state;
+	struct dctx d;
+	start(&d, NULL, NULL);
+	ctx_current();
+	CUdeviceptr p;
+	assert_int_equal(cuMemAlloc(&p, MIB), CUDA_SUCCESS);
+	CUipcMemHandle ih;
+	assert_int_equal(cuIpcGetMemHandle(&ih, p), CUDA_SUCCESS);
+	CUuuid uuid;
+	assert_int_equal(cuDeviceGetUuid(&uuid, 0), CUDA_SUCCESS);
+	int fd = raw_connect(d.sock);
+	raw_hello(fd, "raw", 0, 1);
+
+	Ckpt__RegisterBuffer rb = CKPT__REGISTER_BUFFER__INIT;
+	rb.buffer_id = 1;
+	rb.kind = CKPT__BUFFER_KIND__CUDA_IPC;
+	rb.nbytes = MIB;
+	rb.device_uuid.data = (uint8_t *)uuid.bytes;
+	rb.device_uuid.len = 3;
+	rb.ipc_handle.data = (uint8_t *)ih.reserved;
+	rb.ipc_handle.len = sizeof(ih.reserved);
+	expect_reply(raw_register(fd, 2, &rb, NULL, 0), EINVAL, "16-byte device UUID");
+	rb.device_uuid.len = 16;
+	rb.ipc_handle.len = 10;
+	expect_reply(raw_register(fd, 3, &rb, NULL, 0), EINVAL, "ipc_handle must be 64 bytes");
+	uint8_t junk[64];
+	memset(junk, 0xab, sizeof(junk));
+	rb.ipc_handle.data = junk;
+	rb.ipc_handle.len = sizeof(junk);
+	expect_reply(raw_register(fd, 4, &rb, NULL, 0), EIO, "cuIpcOpenMemHandle failed");
+	rb.ipc_handle.data = (uint8_t *)ih.reserved;
+	rb.offset = UINT64_MAX - 10;
+	expect_reply(raw_register(fd, 5, &rb, NULL, 0), ERANGE, "overflows");
+	/* VMM: two sizes, one fd (a memfd, not even a VMM export). */
+	int mfd = make_memfd(4096, 0);
+	uint64_t sizes[2] = { 2 * MIB, 2 * MIB };
+	Ckpt__RegisterBuffer vb = CKPT__REGISTER_BUFFER__INIT;
+	vb.buffer_id = 6;
+	vb.kind = CKPT__BUFFER_KIND__CUDA_VMM;
+	vb.nbytes = MIB;
+	vb.device_uuid.data = (uint8_t *)uuid.bytes;
+	vb.device_uuid.len = 16;
+	vb.n_vmm_sizes = 2;
+	vb.vmm_sizes = sizes;
+	expect_reply(raw_register(fd, 7, &vb, &mfd, 1), EBADF, "2 VMM chunk sizes but 1 file descriptors");
+	/* The range outside the mapped sizes. */
+	vb.n_vmm_sizes = 1;
+	vb.offset = 2 * MIB;
+	expect_reply(raw_register(fd, 8, &vb, &mfd, 1), ERANGE, "lies outside");
+	close(mfd);
+
+	/* A good registration, then a save with no event for its device. */
+	rb.offset = 0;
+	rb.buffer_id = 9;
+	expect_reply(raw_register(fd, 10, &rb, NULL, 0), 0, "");
+	uint64_t shape[1] = { 4096 };
+	Ckpt__TensorRef tr = CKPT__TENSOR_REF__INIT;
+	tr.name = "t";
+	tr.dtype = CKPT__DTYPE__U8;
+	tr.n_global_shape = 1;
+	tr.global_shape = shape;
+	tr.buffer_id = 9;
+	tr.nbytes = 4096;
+	Ckpt__TensorRef *trs[1] = { &tr };
+	Ckpt__Save sv = CKPT__SAVE__INIT;
+	sv.step = 1;
+	sv.n_tensors = 1;
+	sv.tensors = trs;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_SAVE;
+	f.save = &sv;
+	Ckpt__Frame *rep = raw_call(fd, &f, 11, CKPT__FRAME__BODY_SAVE_FAILED);
+	if (!strstr(rep->save_failed->message, "no event for"))
+		fail_msg("SaveFailed: %s", rep->save_failed->message);
+	ckpt__frame__free_unpacked(rep, NULL);
+	/* An event handle that does not open. */
+	Ckpt__CudaEvent ev = CKPT__CUDA_EVENT__INIT;
+	ev.device_uuid.data = (uint8_t *)uuid.bytes;
+	ev.device_uuid.len = 16;
+	ev.ipc_handle.data = junk;
+	ev.ipc_handle.len = sizeof(junk);
+	Ckpt__CudaEvent *evs[1] = { &ev };
+	sv.n_cuda_events = 1;
+	sv.cuda_events = evs;
+	rep = raw_call(fd, &f, 12, CKPT__FRAME__BODY_SAVE_FAILED);
+	if (!strstr(rep->save_failed->message, "cuIpcOpenEventHandle failed"))
+		fail_msg("SaveFailed: %s", rep->save_failed->message);
+	ckpt__frame__free_unpacked(rep, NULL);
+	close(fd);
+	cuMemFree(p);
+	h_assert_serves(&d);
+	assert_int_equal(h_stop(&d), 0);
+	h_cleanup(&d);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "--stub-child") == 0)
@@ -507,6 +626,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_no_library_in_daemon),
 		cmocka_unit_test(test_stub_library_in_client),
 		cmocka_unit_test(test_copy_fails_mid_save),
+		cmocka_unit_test(test_malformed_cuda_frames),
 	};
 	return cmocka_run_group_tests_name("cuda", tests, NULL, NULL);
 }
