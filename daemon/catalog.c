@@ -68,7 +68,7 @@ int catalog_scan_step(struct store *s, const char *job, uint64_t step,
 		size_t len = 0;
 		r = s->ops->get_all(s, key, MANIFEST_MAX_BYTES, &buf, &len);
 		if (r < 0) {
-			log_warn("catalog: reading %s: %s", key, strerror(-r));
+			log_warn("catalog: reading %s: %s", key, store_error(r));
 			out->unreadable++;
 			continue;
 		}

@@ -146,7 +146,7 @@ static void list_run(struct bgreq *b)
 		store_names_free(jobs, n);
 	}
 	if (r < 0)
-		bgreq_fail(b, -r, "listing %s: %s", st->url, strerror(-r));
+		bgreq_fail(b, -r, "listing %s: %s", st->url, store_error(r));
 }
 
 static void list_reply(struct bgreq *b)
@@ -220,7 +220,7 @@ static int scan_one(struct step_req *q)
 	int r = catalog_scan_step(st, q->job, q->step, &q->cs);
 	if (r < 0) {
 		bgreq_fail(&q->base, -r, "step %" PRIu64 " of job '%s': %s", q->step, q->job,
-			   r == -ENOENT ? "not found" : strerror(-r));
+			   r == -ENOENT ? "not found" : store_error(r));
 		return r;
 	}
 	q->have_cs = true;
@@ -283,7 +283,7 @@ static void verify_shard(struct step_req *q, const Ckpt__Manifest *m, uint8_t *b
 		int r = st->ops->get_range(st, key, pos, buf, len);
 		if (r < 0) {
 			problem(q, "rank %u: reading %s at %" PRIu64 ": %s", m->rank, key, pos,
-				r == -ENODATA ? "the shard is shorter than its manifest says" : strerror(-r));
+				r == -ENODATA ? "the shard is shorter than its manifest says" : store_error(r));
 			break;
 		}
 		q->bytes_checked += len;
@@ -505,7 +505,7 @@ static void del_run(struct bgreq *b)
 	int r = catalog_scan_step(st, q->job, q->step, &cs);
 	if (r < 0) {
 		bgreq_fail(b, -r, "step %" PRIu64 " of job '%s': %s", q->step, q->job,
-			   r == -ENOENT ? "not found" : strerror(-r));
+			   r == -ENOENT ? "not found" : store_error(r));
 		return;
 	}
 	catalog_step_free(&cs);
@@ -517,7 +517,7 @@ static void del_run(struct bgreq *b)
 	r = catalog_delete_step(st, q->job, q->step);
 	steplock_delete_end(q->job, q->step);
 	if (r < 0)
-		bgreq_fail(b, -r, "removing step %" PRIu64 " of job '%s': %s", q->step, q->job, strerror(-r));
+		bgreq_fail(b, -r, "removing step %" PRIu64 " of job '%s': %s", q->step, q->job, store_error(r));
 	else
 		log_info("rm: %s step %" PRIu64 " removed", q->job, q->step);
 }
@@ -619,7 +619,7 @@ static void gc_job_run(struct gc_work *g, const char *job, const struct retentio
 			int r = catalog_delete_step(st, job, v[i].step);
 			steplock_delete_end(job, v[i].step);
 			if (r < 0) {
-				log_warn("gc: removing %s step %" PRIu64 ": %s", job, v[i].step, strerror(-r));
+				log_warn("gc: removing %s step %" PRIu64 ": %s", job, v[i].step, store_error(r));
 				continue;
 			}
 			log_info("gc: removed %s step %" PRIu64 " (%s)", job, v[i].step, v[i].reason);
@@ -687,7 +687,7 @@ static void gc_req_run(struct bgreq *b)
 		size_t n = 0;
 		int r = catalog_jobs(g->d->store, &names, &n);
 		if (r < 0 && r != -ENOENT) {
-			bgreq_fail(b, -r, "listing jobs in %s: %s", g->d->store->url, strerror(-r));
+			bgreq_fail(b, -r, "listing jobs in %s: %s", g->d->store->url, store_error(r));
 			return;
 		}
 		struct gc_job *jobs = calloc(n ? n : 1, sizeof(*jobs));

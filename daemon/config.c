@@ -331,6 +331,14 @@ static int on_ini(void *user, const char *section, const char *name,
 		r = parse_u32(value, &c->drain_timeout_ms);
 	else if (KEY("storage", "url"))
 		r = copy_str(c->storage_url, sizeof(c->storage_url), value);
+	else if (strcmp(section, "storage") == 0) {
+		/* Object-store options (endpoint, region, part_size ...):
+		 * checked by the backend when it opens. */
+		size_t l = strlen(c->storage_opts);
+		int n = snprintf(c->storage_opts + l, sizeof(c->storage_opts) - l, "%s%s=%s", l ? "&" : "", name,
+				 value);
+		r = (n < 0 || (size_t)n >= sizeof(c->storage_opts) - l || strpbrk(value, "&?")) ? -EINVAL : 0;
+	}
 	else if (KEY("pool", "staging_bytes"))
 		r = config_parse_size(value, &c->staging_bytes);
 	else if (KEY("pool", "chunk_bytes"))
@@ -452,7 +460,19 @@ void config_print(const struct config *c, FILE *f)
 	print_ids(f, "allowed_uids", c->allowed_uids, c->n_allowed_uids);
 	print_ids(f, "allowed_gids", c->allowed_gids, c->n_allowed_gids);
 	fprintf(f, "drain_timeout_ms = %u\n\n", c->drain_timeout_ms);
-	fprintf(f, "[storage]\nurl = %s\n\n", c->storage_url);
+	fprintf(f, "[storage]\nurl = %s\n", c->storage_url);
+	if (c->storage_opts[0]) {
+		char o[sizeof(c->storage_opts)];
+		snprintf(o, sizeof(o), "%s", c->storage_opts);
+		for (char *t = strtok(o, "&"); t; t = strtok(NULL, "&")) {
+			char *eq = strchr(t, '=');
+			if (eq) {
+				*eq = 0;
+				fprintf(f, "%s = %s\n", t, eq + 1);
+			}
+		}
+	}
+	fprintf(f, "\n");
 	fprintf(f, "[pool]\nstaging_bytes = %" PRIu64 "\nchunk_bytes = %" PRIu64 "\ncopy_threads = %u\n"
 		   "admit_timeout_ms = %u\npolicy = %s\n",
 		c->staging_bytes, c->chunk_bytes, c->copy_threads, c->admit_timeout_ms, config_policy_name(c->policy));

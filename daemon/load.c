@@ -186,7 +186,7 @@ static void run_task(struct exec *ex, const struct ltask *tk, uint8_t *tmp)
 		int r = st->ops->get_range(st, p->key, off, tmp, len);
 		if (r < 0) {
 			exec_fail(ex, -r, "reading tensor '%s' from %s: %s", t->name, p->key,
-				  r == -ENODATA ? "the shard is shorter than its manifest says" : strerror(-r));
+				  r == -ENODATA ? "the shard is shorter than its manifest says" : store_error(r));
 			return;
 		}
 		p->slab_crc[tk->slab] = crc32c_update(0, tmp, len);
@@ -438,7 +438,7 @@ static void load_run(uv_work_t *w)
 		r = catalog_scan_step(st, ld->job, ld->step, &cs);
 		if (r < 0) {
 			fail(ld, -r, "step %" PRIu64 " of job '%s': %s", ld->step, ld->job,
-			     r == -ENOENT ? "not found" : strerror(-r));
+			     r == -ENOENT ? "not found" : store_error(r));
 			return;
 		}
 		if (!catalog_step_complete(&cs)) {

@@ -220,12 +220,19 @@ int main(int argc, char **argv)
 		log_err("state dir %s: %s", d->cfg.state_dir, strerror(errno));
 		return 1;
 	}
-	r = store_open(d->cfg.storage_url, &d->store, err, sizeof(err));
+	char url[2100];
+	snprintf(url, sizeof(url), "%s%s%s", d->cfg.storage_url,
+		 d->cfg.storage_opts[0] ? (strchr(d->cfg.storage_url, '?') ? "&" : "?") : "", d->cfg.storage_opts);
+	if (d->cfg.storage_opts[0] && strncmp(url, "s3://", 5) && strncmp(url, "gs://", 5)) {
+		log_err("[storage] options (%s) apply to s3:// and gs:// only", d->cfg.storage_opts);
+		return 1;
+	}
+	r = store_open(url, &d->store, err, sizeof(err));
 	if (r < 0) {
 		log_err("%s", err);
 		return 1;
 	}
-	d->store_backend = "file";
+	d->store_backend = !strncmp(url, "s3://", 5) ? "s3" : !strncmp(url, "gs://", 5) ? "gcs" : "file";
 	d->store->debug_delay_ms = d->cfg.debug_store_delay_ms;
 	r = journal_open(d->cfg.state_dir, &d->journal, err, sizeof(err));
 	if (r < 0) {

@@ -122,7 +122,7 @@ int metrics_render(struct daemon *d, char **out, size_t *len)
 	put(&b, "ckptd_saves_failed_total{reason=\"other\"} %" PRIu64 "\n",
 	    s->saves_failed - s->saves_superseded - s->saves_skipped);
 	metric(&b, "ckptd_store_retries_total", "counter", "Storage requests retried.");
-	put(&b, "ckptd_store_retries_total{backend=\"%s\"} %" PRIu64 "\n", be, s->store_retries);
+	put(&b, "ckptd_store_retries_total{backend=\"%s\"} %" PRIu64 "\n", be, s->store_retries + (uint64_t)d->store->retries);
 	metric(&b, "ckptd_store_failures_total", "counter", "Uploads that failed in storage.");
 	put(&b, "ckptd_store_failures_total{backend=\"%s\"} %" PRIu64 "\n", be, s->store_failures);
 	metric(&b, "ckptd_sessions", "gauge", "Connected clients.");

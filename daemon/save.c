@@ -271,7 +271,7 @@ static int check_no_overwrite(struct save *sv)
 	if (r == -ENOENT)
 		return 0;
 	if (r < 0) {
-		upload_fail(sv, -r, "reading step %" PRIu64 " of job '%s': %s", sv->step, sv->job, strerror(-r));
+		upload_fail(sv, -r, "reading step %" PRIu64 " of job '%s': %s", sv->step, sv->job, store_error(r));
 		return r;
 	}
 	bool complete = catalog_step_complete(&cs);
@@ -315,10 +315,11 @@ static void upload_run(uv_work_t *w)
 		uint64_t left = sv->shard_bytes - (uint64_t)i * cb;
 		iov[i].iov_len = left < cb ? left : cb;
 	}
-	r = st->ops->put(st, shard_key, iov, sv->nchunks);
+	store_clear_error();
+	r = st->ops->put(st, shard_key, iov, sv->nchunks, sv->chunk_crc);
 	free(iov);
 	if (r < 0) {
-		upload_fail(sv, -r, "writing %s to %s: %s", shard_key, st->url, strerror(-r));
+		upload_fail(sv, -r, "writing %s to %s: %s", shard_key, st->url, store_error(r));
 		goto out;
 	}
 	uint8_t *mbuf = NULL;
@@ -327,11 +328,12 @@ static void upload_run(uv_work_t *w)
 	r = build_manifest(sv, &mbuf, &mlen, shard_name);
 	if (r == 0) {
 		struct iovec one = { .iov_base = mbuf, .iov_len = mlen };
-		r = st->ops->put(st, man_key, &one, 1);
+		store_clear_error();
+		r = st->ops->put(st, man_key, &one, 1, NULL);
 		free(mbuf);
 	}
 	if (r < 0) {
-		upload_fail(sv, -r, "writing %s to %s: %s", man_key, st->url, strerror(-r));
+		upload_fail(sv, -r, "writing %s to %s: %s", man_key, st->url, store_error(r));
 		/* A shard without any manifest is only clutter; with another
 		 * attempt's manifest it is not ours to judge. */
 		void *mb = NULL;

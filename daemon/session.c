@@ -461,7 +461,10 @@ static void on_status(struct session *s, uint64_t req_id)
 		recovered[i] = d->stats.recovered[i];
 	rep.n_recovered = d->stats.nrecovered;
 	rep.recovered = recovered;
-	rep.storage = d->store->url;
+	char storage[1400];
+	snprintf(storage, sizeof(storage), "%s%s%s%s", d->store->url, d->store->cred_source[0] ? " (credentials: " : "",
+		 d->store->cred_source, d->store->cred_source[0] ? ")" : "");
+	rep.storage = storage;
 	char cuda[300];
 	snprintf(cuda, sizeof(cuda), "%s%s", d->cuda ? "" : "off: ", d->cuda_why);
 	rep.cuda = cuda;

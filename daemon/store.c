@@ -1,6 +1,7 @@
 #include "store.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +10,10 @@ int store_open(const char *url, struct store **out, char *err, size_t errlen)
 {
 	if (strncmp(url, "file://", 7) == 0)
 		return store_fs_open(url, out, err, errlen);
-	snprintf(err, errlen, "storage URL '%s': unsupported scheme (supported: file:///abs/path)", url);
+	if (strncmp(url, "s3://", 5) == 0 || strncmp(url, "gs://", 5) == 0)
+		return store_s3_open(url, out, err, errlen);
+	snprintf(err, errlen, "storage URL '%s': unsupported scheme (supported: file:///abs/path, "
+		 "s3://bucket/prefix, gs://bucket/prefix)", url);
 	return -EPROTONOSUPPORT;
 }
 
@@ -26,4 +30,24 @@ void store_names_free(char **names, size_t n)
 	for (size_t i = 0; i < n; i++)
 		free(names[i]);
 	free(names);
+}
+
+static __thread char last_error[1024];
+
+const char *store_error(int r)
+{
+	return last_error[0] ? last_error : strerror(r < 0 ? -r : r);
+}
+
+void store_set_error(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	va_end(ap);
+}
+
+void store_clear_error(void)
+{
+	last_error[0] = 0;
 }

@@ -12,8 +12,9 @@ struct store;
 
 struct store_ops {
 	/* Write key from n pieces; the key becomes visible only complete and
-	 * durable (or not at all). */
-	int (*put)(struct store *s, const char *key, const struct iovec *iov, size_t n);
+	 * durable (or not at all). crcs: the CRC32C of each piece, or NULL
+	 * (object stores send per-part checksums). */
+	int (*put)(struct store *s, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs);
 	/* Read exactly len bytes at off; -ENODATA if the object is shorter. */
 	int (*get_range)(struct store *s, const char *key, uint64_t off, void *buf, size_t len);
 	/* Read a whole (small) object; -EFBIG if it is larger than max. */
@@ -34,6 +35,8 @@ struct store {
 	const struct store_ops *ops;
 	char url[1024];
 	unsigned debug_delay_ms; /* tests only: pause in the middle of a put */
+	char cred_source[160];   /* where credentials came from, for status; "" */
+	_Atomic unsigned long retries; /* requests retried (object stores) */
 };
 
 /* Opens the backend named by url's scheme. */
@@ -42,5 +45,13 @@ void store_free(struct store *s);
 void store_names_free(char **names, size_t n);
 
 int store_fs_open(const char *url, struct store **out, char *err, size_t errlen);
+/* s3://bucket/prefix?opts and gs://bucket/prefix?opts (store_s3.c). */
+int store_s3_open(const char *url, struct store **out, char *err, size_t errlen);
+
+/* A backend's words for its last failure on this thread (the server's
+ * error code and message), else strerror(-r). */
+const char *store_error(int r);
+void store_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void store_clear_error(void);
 
 #endif

@@ -94,9 +94,10 @@ static int write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
-static int fs_put(struct store *base, const char *key, const struct iovec *iov, size_t n)
+static int fs_put(struct store *base, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs)
 {
 	struct store_fs *s = (struct store_fs *)base;
+	(void)crcs; /* files need no per-part checksum */
 	char path[PATH_MAX], tmp[PATH_MAX + 64], dir[PATH_MAX];
 	int r = fs_path(s, key, path, sizeof(path));
 	if (r < 0)

@@ -110,7 +110,7 @@ static void disk_joined(const char *dir, char *out, size_t cap)
 static int put_str(struct store *s, const char *key, const char *text)
 {
 	struct iovec iov = { .iov_base = (void *)text, .iov_len = strlen(text) };
-	return s->ops->put(s, key, &iov, 1);
+	return s->ops->put(s, key, &iov, 1, NULL);
 }
 
 static void test_put_get(void **state)
@@ -130,7 +130,7 @@ static void test_put_get(void **state)
 		{ .iov_base = NULL, .iov_len = 0 },
 		{ .iov_base = c, .iov_len = n2 },
 	};
-	assert_int_equal(s->ops->put(s, "a/b/obj", iov, 3), 0);
+	assert_int_equal(s->ops->put(s, "a/b/obj", iov, 3, NULL), 0);
 
 	void *got = NULL;
 	size_t len = 0;
@@ -163,7 +163,7 @@ static void test_put_get(void **state)
 	assert_int_equal(st.st_size, total);
 
 	/* Zero iovecs: an empty object. */
-	assert_int_equal(s->ops->put(s, "empty", NULL, 0), 0);
+	assert_int_equal(s->ops->put(s, "empty", NULL, 0, NULL), 0);
 	assert_int_equal(s->ops->get_all(s, "empty", 0, &got, &len), 0);
 	assert_int_equal(len, 0);
 	free(got);
@@ -332,7 +332,7 @@ static void test_failed_put_cleans_up(void **state)
 	small.rlim_cur = 4096;
 	void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
 	assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
-	int r = s->ops->put(s, "j/k", &iov, 1);
+	int r = s->ops->put(s, "j/k", &iov, 1, NULL);
 	assert_int_equal(setrlimit(RLIMIT_FSIZE, &saved), 0);
 	signal(SIGXFSZ, old_handler);
 	assert_int_equal(r, -EFBIG);
@@ -428,7 +428,7 @@ static void put_manifest_as(struct store *s, const char *key, const char *job, u
 	uint8_t *buf = tm_pack(&x.m, &len);
 	assert_non_null(buf);
 	struct iovec iov = { .iov_base = buf, .iov_len = len };
-	assert_int_equal(s->ops->put(s, key, &iov, 1), 0);
+	assert_int_equal(s->ops->put(s, key, &iov, 1, NULL), 0);
 	free(buf);
 }
 

@@ -1,0 +1,997 @@
+/* Object storage: S3 and S3-compatible endpoints (s3://), GCS through its
+ * XML API (gs://, HMAC keys through SigV4 for now). DESIGN §5.
+ *
+ * - Small objects go as one PUT; larger ones as a multipart upload whose
+ *   parts (part_size, default 64 MiB, at least 5 MiB) are sent in
+ *   parallel straight from the caller's pieces (the pool chunks), each with
+ *   its CRC32C (x-amz-checksum-crc32c; x-goog-hash for GCS). The chunk
+ *   CRCs the copy pass computed are combined, not recomputed. Any failure
+ *   aborts the upload.
+ * - Every request is retried on 408, 429, 500, 502, 503, 504, SlowDown,
+ *   RequestTimeout, resets and timeouts, with exponential backoff and full
+ *   jitter (retry_max_attempts, retry_base_ms, retry_cap_ms); any other
+ *   4xx fails at once with the server's code and message (store_error).
+ * - remove_temps(key) aborts the multipart uploads of key left open by a
+ *   crashed daemon (found with ListMultipartUploads; the journal names the
+ *   keys).
+ *
+ * Options, in the URL query (the config's [storage] keys are appended):
+ * endpoint, region, path_style, part_size, concurrency, ca_bundle,
+ * payload (unsigned|sha256), retry_max_attempts, retry_base_ms,
+ * retry_cap_ms, connect_timeout_ms, low_speed_time_s, list_page (keys per
+ * ListObjectsV2 page; tests use it to exercise pagination). */
+#include "store.h"
+#include "config.h"
+#include "crc32c.h"
+#include "creds.h"
+#include "http.h"
+#include "log.h"
+#include "sigv4.h"
+#include "xmlmini.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <openssl/sha.h>
+
+#define MIN_PART (5ull << 20)
+#define MAX_PARTS 10000
+#define LIST_MAX_BYTES (16u << 20)
+#define MAX_HEADERS 10
+
+struct s3 {
+	struct store base;
+	struct http *http;
+	bool gcs;
+	char bucket[256];
+	char prefix[512];     /* no leading or trailing '/'; may be "" */
+	char scheme[8];       /* "https" or "http" */
+	char host[512];       /* endpoint host[:port] */
+	char region[64];
+	bool path_style;
+	uint64_t part_size;
+	unsigned concurrency;
+	bool sign_payload;
+	unsigned max_attempts, base_ms, cap_ms;
+	char list_page[16];   /* max-keys per ListObjectsV2 page; "" for the server's 1000 */
+	struct creds creds;
+};
+
+/* One logical request; re-signed on every attempt. */
+struct call {
+	const char *method;
+	const char *key;          /* object key under the bucket; NULL: the bucket */
+	struct sigv4_header query[6];
+	size_t nquery;
+	struct sigv4_header extra[3]; /* signed headers besides the standard ones */
+	size_t nextra;
+	const struct iovec *body;
+	size_t nbody;
+	void *dst;
+	size_t dst_len;
+	size_t resp_max;
+	bool ok_404;              /* 404 is an answer (HEAD, DELETE), not a failure */
+	/* Per attempt. */
+	struct http_req req;
+	char url[4096];
+	char *hdr[MAX_HEADERS];
+	const char *hdrp[MAX_HEADERS + 1];
+	int result;               /* 0, -errno, or 1: retry */
+};
+
+static void call_clear(struct call *c)
+{
+	for (int i = 0; i < MAX_HEADERS; i++) {
+		free(c->hdr[i]);
+		c->hdr[i] = NULL;
+	}
+}
+
+static void call_free(struct call *c)
+{
+	call_clear(c);
+	http_req_reset(&c->req);
+}
+
+static void hex(const unsigned char *in, size_t n, char *out)
+{
+	static const char d[] = "0123456789abcdef";
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = d[in[i] >> 4];
+		out[2 * i + 1] = d[in[i] & 15];
+	}
+	out[2 * n] = 0;
+}
+
+static void crc_b64(uint32_t crc, char out[16])
+{
+	unsigned char be[4] = { (unsigned char)(crc >> 24), (unsigned char)(crc >> 16), (unsigned char)(crc >> 8),
+				(unsigned char)crc };
+	EVP_EncodeBlock((unsigned char *)out, be, 4);
+}
+
+static int payload_hash(const struct s3 *s, const struct iovec *body, size_t n, char out[65])
+{
+	if (!s->sign_payload && n > 0) {
+		strcpy(out, "UNSIGNED-PAYLOAD");
+		return 0;
+	}
+	unsigned char md[32];
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	if (ctx == NULL)
+		return -ENOMEM;
+	int ok = EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+	for (size_t i = 0; ok && i < n; i++)
+		ok = EVP_DigestUpdate(ctx, body[i].iov_base, body[i].iov_len);
+	unsigned int len = 0;
+	ok = ok && EVP_DigestFinal_ex(ctx, md, &len);
+	EVP_MD_CTX_free(ctx);
+	if (!ok)
+		return -EIO;
+	hex(md, 32, out);
+	return 0;
+}
+
+static int hdr(struct call *c, int *k, const char *name, const char *value)
+{
+	if (*k >= MAX_HEADERS)
+		return -E2BIG;
+	if (asprintf(&c->hdr[*k], "%s: %s", name, value) < 0) {
+		c->hdr[*k] = NULL;
+		return -ENOMEM;
+	}
+	c->hdrp[*k] = c->hdr[*k];
+	(*k)++;
+	return 0;
+}
+
+/* Build the URL and the signed headers of one attempt. */
+static int sign_call(struct s3 *s, struct call *c)
+{
+	call_clear(c);
+	char path[2048], enc[6144];
+	int r;
+	if (c->key)
+		r = snprintf(path, sizeof(path), s->path_style ? "/%s/%s" : "/%.0s%s", s->bucket, c->key);
+	else
+		r = snprintf(path, sizeof(path), s->path_style ? "/%s" : "/%.0s", s->bucket);
+	if (r < 0 || (size_t)r >= sizeof(path))
+		return -ENAMETOOLONG;
+	if (sigv4_uri_encode(path, 1, enc, sizeof(enc)) < 0)
+		return -ENAMETOOLONG;
+	char host[600];
+	if (s->path_style)
+		snprintf(host, sizeof(host), "%s", s->host);
+	else
+		snprintf(host, sizeof(host), "%s.%s", s->bucket, s->host);
+	size_t ul = (size_t)snprintf(c->url, sizeof(c->url), "%s://%s%s", s->scheme, host, enc);
+	for (size_t i = 0; i < c->nquery; i++) {
+		char qn[512], qv[2048];
+		if (sigv4_uri_encode(c->query[i].name, 0, qn, sizeof(qn)) < 0 ||
+		    sigv4_uri_encode(c->query[i].value ? c->query[i].value : "", 0, qv, sizeof(qv)) < 0)
+			return -ENAMETOOLONG;
+		ul += (size_t)snprintf(c->url + ul, ul < sizeof(c->url) ? sizeof(c->url) - ul : 0, "%c%s%s%s",
+				       i ? '&' : '?', qn, c->query[i].value ? "=" : "", qv);
+	}
+	if (ul >= sizeof(c->url))
+		return -ENAMETOOLONG;
+	char ph[65], date[32];
+	if ((r = payload_hash(s, c->body, c->nbody, ph)) < 0)
+		return r;
+	time_t now = time(NULL);
+	struct tm tm;
+	gmtime_r(&now, &tm);
+	strftime(date, sizeof(date), "%Y%m%dT%H%M%SZ", &tm);
+	struct sigv4_header sh[4 + 3];
+	size_t nsh = 0;
+	sh[nsh++] = (struct sigv4_header){ "host", host };
+	sh[nsh++] = (struct sigv4_header){ "x-amz-content-sha256", ph };
+	sh[nsh++] = (struct sigv4_header){ "x-amz-date", date };
+	if (s->creds.token[0])
+		sh[nsh++] = (struct sigv4_header){ "x-amz-security-token", s->creds.token };
+	for (size_t i = 0; i < c->nextra; i++)
+		sh[nsh++] = c->extra[i];
+	struct sigv4_request sr = { .method = c->method, .path = path, .query = c->query, .nquery = c->nquery,
+				    .headers = sh, .nheaders = nsh, .payload_sha256 = ph, .amz_date = date,
+				    .region = s->region, .service = "s3" };
+	char auth[1024];
+	if ((r = sigv4_authorization(&sr, s->creds.access_key, s->creds.secret_key, auth, sizeof(auth))) < 0)
+		return r;
+	int k = 0;
+	for (size_t i = 0; i < nsh && r == 0; i++)
+		r = hdr(c, &k, sh[i].name, sh[i].value);
+	if (r == 0)
+		r = hdr(c, &k, "authorization", auth);
+	if (r < 0)
+		return r;
+	c->hdrp[k] = NULL;
+	struct http_req *q = &c->req;
+	q->method = c->method;
+	q->url = c->url;
+	q->headers = c->hdrp;
+	q->body = c->body;
+	q->nbody = c->nbody;
+	q->dst = c->dst;
+	q->dst_len = c->dst_len;
+	q->resp_max = c->resp_max ? c->resp_max : (1u << 20);
+	return 0;
+}
+
+static bool retryable_status(long st)
+{
+	return st == 408 || st == 429 || st == 500 || st == 502 || st == 503 || st == 504;
+}
+
+/* Judge one finished attempt: 0, 1 (retry) or -errno (with store_set_error). */
+static int judge(struct s3 *s, struct call *c)
+{
+	struct http_req *q = &c->req;
+	const char *what = c->key ? c->key : s->bucket;
+	if (q->curl_code != 0) {
+		if (q->overflow) {
+			store_set_error("%s %s: the response is larger than expected", c->method, what);
+			return -EFBIG;
+		}
+		store_set_error("%s %s: %s", c->method, what, q->curl_err);
+		return http_curl_retryable(q->curl_code) ? 1 : -EIO;
+	}
+	if (q->status >= 200 && q->status < 300) {
+		/* CompleteMultipartUpload may answer 200 with an error body. */
+		if (q->resp && strstr(q->resp, "<Error>")) {
+			struct xml_doc d;
+			if (xml_parse(q->resp, q->resp_len, &d) == 0) {
+				const char *code = xml_first(&d, "Error/Code");
+				if (code) {
+					const char *msg = xml_first(&d, "Error/Message");
+					store_set_error("%s %s: %s: %s", c->method, what, code, msg ? msg : "");
+					bool again = !strcmp(code, "SlowDown") || !strcmp(code, "InternalError") ||
+						     !strcmp(code, "RequestTimeout");
+					xml_free(&d);
+					return again ? 1 : -EIO;
+				}
+				xml_free(&d);
+			}
+		}
+		if (c->dst && q->got != c->dst_len) {
+			store_set_error("%s %s: %zu bytes, expected %zu", c->method, what, q->got, c->dst_len);
+			return -ENODATA;
+		}
+		return 0;
+	}
+	if (q->status == 404 && c->ok_404)
+		return 0;
+	char code[128] = "", msg[512] = "";
+	if (q->resp_len) {
+		struct xml_doc d;
+		if (xml_parse(q->resp, q->resp_len, &d) == 0) {
+			const char *cd = xml_first(&d, "Error/Code"), *m = xml_first(&d, "Error/Message");
+			snprintf(code, sizeof(code), "%s", cd ? cd : "");
+			snprintf(msg, sizeof(msg), "%s", m ? m : "");
+			xml_free(&d);
+		}
+	}
+	store_set_error("%s %s: HTTP %ld%s%s%s%s", c->method, what, q->status, code[0] ? " " : "", code,
+			msg[0] ? ": " : "", msg);
+	if (retryable_status(q->status) || !strcmp(code, "SlowDown") || !strcmp(code, "RequestTimeout"))
+		return 1;
+	switch (q->status) {
+	case 403:
+		return -EACCES;
+	case 404:
+		return -ENOENT;
+	case 416:
+		return -ENODATA;
+	case 400:
+		return -EINVAL;
+	default:
+		return -EIO;
+	}
+}
+
+static void backoff(const struct s3 *s, unsigned attempt)
+{
+	uint64_t cap = (uint64_t)s->base_ms << (attempt < 20 ? attempt : 20);
+	if (cap > s->cap_ms)
+		cap = s->cap_ms;
+	uint32_t rnd = 0;
+	if (RAND_bytes((unsigned char *)&rnd, sizeof(rnd)) != 1)
+		rnd = (uint32_t)rand();
+	uint64_t ms = cap ? rnd % (cap + 1) : 0; /* full jitter */
+	struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+/* Run calls (in parallel) until each succeeded, failed for good, or ran
+ * out of attempts. 0 or the first failure. */
+static int run_calls(struct s3 *s, struct call *calls, size_t n)
+{
+	struct http_req **reqs = calloc(n ? n : 1, sizeof(*reqs));
+	struct call **pend = calloc(n ? n : 1, sizeof(*pend));
+	if (reqs == NULL || pend == NULL) {
+		free(reqs);
+		free(pend);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		calls[i].result = 1;
+	int ret = 0;
+	for (unsigned attempt = 0; attempt < s->max_attempts; attempt++) {
+		size_t np = 0;
+		for (size_t i = 0; i < n; i++)
+			if (calls[i].result == 1)
+				pend[np++] = &calls[i];
+		if (np == 0)
+			break;
+		if (attempt > 0) {
+			s->base.retries += np;
+			log_debug("%s: retrying %zu request(s), attempt %u: %s", s->base.url, np, attempt + 1,
+				  store_error(-EIO));
+			backoff(s, attempt);
+		}
+		for (size_t i = 0; i < np; i++) {
+			int r = sign_call(s, pend[i]);
+			if (r < 0) {
+				store_set_error("signing %s %s: %s", pend[i]->method, pend[i]->key ? pend[i]->key : "",
+						strerror(-r));
+				ret = r;
+				goto out;
+			}
+			reqs[i] = &pend[i]->req;
+		}
+		int r = http_run(s->http, reqs, np);
+		if (r < 0) {
+			ret = r;
+			goto out;
+		}
+		for (size_t i = 0; i < np; i++) {
+			pend[i]->result = judge(s, pend[i]);
+			if (pend[i]->result < 0 && ret == 0)
+				ret = pend[i]->result;
+		}
+		if (ret < 0)
+			goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (calls[i].result == 1) {
+			/* store_error already holds the last attempt's answer. */
+			ret = -EIO;
+			break;
+		}
+out:
+	free(reqs);
+	free(pend);
+	return ret;
+}
+
+static int full_key(const struct s3 *s, const char *key, char *out, size_t len)
+{
+	int r = snprintf(out, len, "%s%s%s", s->prefix, s->prefix[0] ? "/" : "", key);
+	return r < 0 || (size_t)r >= len ? -ENAMETOOLONG : 0;
+}
+
+static void checksum_header(const struct s3 *s, struct call *c, uint32_t crc, char *buf, size_t len)
+{
+	char b64[16];
+	crc_b64(crc, b64);
+	if (s->gcs) {
+		snprintf(buf, len, "crc32c=%s", b64);
+		c->extra[c->nextra++] = (struct sigv4_header){ "x-goog-hash", buf };
+	} else {
+		snprintf(buf, len, "%s", b64);
+		c->extra[c->nextra++] = (struct sigv4_header){ "x-amz-checksum-crc32c", buf };
+	}
+}
+
+struct part {
+	struct iovec *iov;
+	size_t niov;
+	uint64_t len;
+	uint32_t crc;
+	char crchdr[48];
+	char num[16];
+};
+
+/* Cut the pieces into parts of part_size; a part's CRC combines the
+ * pieces' CRCs where it covers whole pieces. */
+static int make_parts(const struct s3 *s, const struct iovec *iov, size_t n, const uint32_t *crcs, uint64_t total,
+		      struct part **out, size_t *nout)
+{
+	size_t np = (size_t)((total + s->part_size - 1) / s->part_size);
+	if (np > MAX_PARTS) {
+		store_set_error("%" PRIu64 " bytes need %zu parts of %" PRIu64 " bytes, more than %d; raise part_size",
+				total, np, s->part_size, MAX_PARTS);
+		return -E2BIG;
+	}
+	struct part *p = calloc(np, sizeof(*p));
+	if (p == NULL)
+		return -ENOMEM;
+	size_t vi = 0;
+	uint64_t voff = 0;
+	for (size_t k = 0; k < np; k++) {
+		uint64_t want = total - (uint64_t)k * s->part_size < s->part_size ? total - (uint64_t)k * s->part_size
+										   : s->part_size;
+		/* Slices: at most the pieces it spans. */
+		size_t cap = 1;
+		for (uint64_t acc = iov[vi].iov_len - voff; acc < want && vi + cap < n; cap++)
+			acc += iov[vi + cap].iov_len;
+		p[k].iov = calloc(cap, sizeof(struct iovec));
+		if (p[k].iov == NULL)
+			goto nomem;
+		uint32_t crc = 0;
+		while (p[k].len < want) {
+			uint64_t take = iov[vi].iov_len - voff;
+			if (take > want - p[k].len)
+				take = want - p[k].len;
+			const uint8_t *base = (const uint8_t *)iov[vi].iov_base + voff;
+			p[k].iov[p[k].niov++] = (struct iovec){ (void *)base, (size_t)take };
+			uint32_t c = (crcs && voff == 0 && take == iov[vi].iov_len) ? crcs[vi]
+											: crc32c_update(0, base, (size_t)take);
+			crc = p[k].len ? crc32c_combine(crc, c, take) : c;
+			p[k].len += take;
+			voff += take;
+			if (voff == iov[vi].iov_len) {
+				vi++;
+				voff = 0;
+			}
+		}
+		p[k].crc = crc;
+		snprintf(p[k].num, sizeof(p[k].num), "%zu", k + 1);
+	}
+	*out = p;
+	*nout = np;
+	return 0;
+nomem:
+	for (size_t k = 0; k < np; k++)
+		free(p[k].iov);
+	free(p);
+	return -ENOMEM;
+}
+
+static void parts_free(struct part *p, size_t n)
+{
+	for (size_t k = 0; p && k < n; k++)
+		free(p[k].iov);
+	free(p);
+}
+
+static int abort_upload(struct s3 *s, const char *key, const char *upload_id)
+{
+	struct call c = { .method = "DELETE", .key = key, .ok_404 = true };
+	c.query[c.nquery++] = (struct sigv4_header){ "uploadId", upload_id };
+	char saved[1024];
+	snprintf(saved, sizeof(saved), "%s", store_error(-EIO));
+	int r = run_calls(s, &c, 1);
+	if (r < 0)
+		log_warn("%s: aborting the multipart upload of %s failed: %s", s->base.url, key, store_error(r));
+	call_free(&c);
+	store_set_error("%s", saved);
+	return r;
+}
+
+static int put_multipart(struct s3 *s, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs,
+			 uint64_t total)
+{
+	struct part *parts = NULL;
+	size_t np = 0;
+	int r = make_parts(s, iov, n, crcs, total, &parts, &np);
+	if (r < 0)
+		return r;
+	struct call c = { .method = "POST", .key = key, .resp_max = 64u << 10 };
+	c.query[c.nquery++] = (struct sigv4_header){ "uploads", NULL };
+	c.extra[c.nextra++] = (struct sigv4_header){ "content-type", "application/octet-stream" };
+	if (!s->gcs)
+		c.extra[c.nextra++] = (struct sigv4_header){ "x-amz-checksum-algorithm", "CRC32C" };
+	r = run_calls(s, &c, 1);
+	char upload_id[1024] = "";
+	if (r == 0) {
+		struct xml_doc d;
+		const char *id = NULL;
+		if (xml_parse(c.req.resp, c.req.resp_len, &d) == 0) {
+			id = xml_first(&d, "/UploadId");
+			if (id)
+				snprintf(upload_id, sizeof(upload_id), "%s", id);
+			xml_free(&d);
+		}
+		if (!upload_id[0]) {
+			store_set_error("POST %s?uploads: no UploadId in the answer", key);
+			r = -EPROTO;
+		}
+	}
+	call_free(&c);
+	if (r < 0) {
+		parts_free(parts, np);
+		return r;
+	}
+	struct call *pc = calloc(np, sizeof(*pc));
+	if (pc == NULL) {
+		r = -ENOMEM;
+		goto abort;
+	}
+	for (size_t k = 0; k < np; k++) {
+		struct call *x = &pc[k];
+		x->method = "PUT";
+		x->key = key;
+		x->query[x->nquery++] = (struct sigv4_header){ "partNumber", parts[k].num };
+		x->query[x->nquery++] = (struct sigv4_header){ "uploadId", upload_id };
+		checksum_header(s, x, parts[k].crc, parts[k].crchdr, sizeof(parts[k].crchdr));
+		x->body = parts[k].iov;
+		x->nbody = parts[k].niov;
+	}
+	r = run_calls(s, pc, np);
+	if (r < 0)
+		goto abort;
+	if (s->base.debug_delay_ms)
+		usleep(s->base.debug_delay_ms * 1000u); /* tests: a window to crash in with the upload open */
+	/* CompleteMultipartUpload, parts in order with their ETags. */
+	size_t cap = 128 + np * 320, len = 0;
+	char *xml = malloc(cap);
+	if (xml == NULL) {
+		r = -ENOMEM;
+		goto abort;
+	}
+	len += (size_t)snprintf(xml + len, cap - len, "<CompleteMultipartUpload>");
+	for (size_t k = 0; k < np; k++) {
+		char b64[16];
+		crc_b64(parts[k].crc, b64);
+		if (!pc[k].req.etag[0]) {
+			free(xml);
+			store_set_error("PUT %s part %zu: no ETag in the answer", key, k + 1);
+			r = -EPROTO;
+			goto abort;
+		}
+		len += (size_t)snprintf(xml + len, cap - len, "<Part><PartNumber>%zu</PartNumber><ETag>%s</ETag>%s%s%s</Part>",
+					k + 1, pc[k].req.etag, s->gcs ? "" : "<ChecksumCRC32C>", s->gcs ? "" : b64,
+					s->gcs ? "" : "</ChecksumCRC32C>");
+	}
+	len += (size_t)snprintf(xml + len, cap - len, "</CompleteMultipartUpload>");
+	struct iovec body = { xml, len };
+	struct call cc = { .method = "POST", .key = key, .body = &body, .nbody = 1, .resp_max = 64u << 10 };
+	cc.query[cc.nquery++] = (struct sigv4_header){ "uploadId", upload_id };
+	/* Not curl's default form type: servers would parse the XML as a form. */
+	cc.extra[cc.nextra++] = (struct sigv4_header){ "content-type", "application/xml" };
+	r = run_calls(s, &cc, 1);
+	call_free(&cc);
+	free(xml);
+	if (r < 0)
+		goto abort;
+	for (size_t k = 0; k < np; k++)
+		call_free(&pc[k]);
+	free(pc);
+	parts_free(parts, np);
+	return 0;
+abort:
+	if (pc)
+		for (size_t k = 0; k < np; k++)
+			call_free(&pc[k]);
+	free(pc);
+	parts_free(parts, np);
+	abort_upload(s, key, upload_id);
+	return r;
+}
+
+static int s3_put(struct store *base, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs)
+{
+	store_clear_error();
+	struct s3 *s = (struct s3 *)base;
+	char fk[1024];
+	int r = full_key(s, key, fk, sizeof(fk));
+	if (r < 0)
+		return r;
+	uint64_t total = 0;
+	for (size_t i = 0; i < n; i++)
+		total += iov[i].iov_len;
+	if (total > s->part_size)
+		return put_multipart(s, fk, iov, n, crcs, total);
+	uint32_t crc = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t c = crcs ? crcs[i] : crc32c_update(0, iov[i].iov_base, iov[i].iov_len);
+		crc = i ? crc32c_combine(crc, c, iov[i].iov_len) : c;
+	}
+	char ch[48];
+	struct call c = { .method = "PUT", .key = fk, .body = iov, .nbody = n };
+	checksum_header(s, &c, crc, ch, sizeof(ch));
+	r = run_calls(s, &c, 1);
+	call_free(&c);
+	return r;
+}
+
+static int s3_get_range(struct store *base, const char *key, uint64_t off, void *buf, size_t len)
+{
+	store_clear_error();
+	struct s3 *s = (struct s3 *)base;
+	char fk[1024], range[64];
+	int r = full_key(s, key, fk, sizeof(fk));
+	if (r < 0)
+		return r;
+	if (len == 0)
+		return 0;
+	snprintf(range, sizeof(range), "bytes=%" PRIu64 "-%" PRIu64, off, off + len - 1);
+	struct call c = { .method = "GET", .key = fk, .dst = buf, .dst_len = len };
+	c.extra[c.nextra++] = (struct sigv4_header){ "range", range };
+	r = run_calls(s, &c, 1);
+	call_free(&c);
+	return r == -EFBIG ? -EIO : r;
+}
+
+static int s3_get_all(struct store *base, const char *key, size_t max, void **buf, size_t *len)
+{
+	store_clear_error();
+	struct s3 *s = (struct s3 *)base;
+	char fk[1024];
+	int r = full_key(s, key, fk, sizeof(fk));
+	if (r < 0)
+		return r;
+	struct call c = { .method = "GET", .key = fk, .resp_max = max ? max : 1 };
+	r = run_calls(s, &c, 1);
+	if (r == 0) {
+		*buf = c.req.resp ? c.req.resp : calloc(1, 1);
+		*len = c.req.resp_len;
+		c.req.resp = NULL;
+		if (*buf == NULL)
+			r = -ENOMEM;
+	}
+	call_free(&c);
+	return r;
+}
+
+static int push_name(char ***names, size_t *n, size_t *cap, const char *name, size_t len)
+{
+	for (size_t i = 0; i < *n; i++)
+		if (strlen((*names)[i]) == len && strncmp((*names)[i], name, len) == 0)
+			return 0;
+	if (*n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 16;
+		char **nn = realloc(*names, nc * sizeof(*nn));
+		if (nn == NULL)
+			return -ENOMEM;
+		*names = nn;
+		*cap = nc;
+	}
+	if (((*names)[*n] = strndup(name, len)) == NULL)
+		return -ENOMEM;
+	(*n)++;
+	return 0;
+}
+
+static int s3_list(struct store *base, const char *prefix, char ***names, size_t *n)
+{
+	store_clear_error();
+	struct s3 *s = (struct s3 *)base;
+	char fp[1024];
+	int r;
+	if (prefix[0])
+		r = snprintf(fp, sizeof(fp), "%s%s%s/", s->prefix, s->prefix[0] ? "/" : "", prefix);
+	else
+		r = snprintf(fp, sizeof(fp), "%s%s", s->prefix, s->prefix[0] ? "/" : "");
+	if (r < 0 || (size_t)r >= sizeof(fp))
+		return -ENAMETOOLONG;
+	size_t fpl = strlen(fp), cap = 0;
+	*names = NULL;
+	*n = 0;
+	char token[2048] = "";
+	for (;;) {
+		struct call c = { .method = "GET", .key = NULL, .resp_max = LIST_MAX_BYTES };
+		c.query[c.nquery++] = (struct sigv4_header){ "list-type", "2" };
+		c.query[c.nquery++] = (struct sigv4_header){ "prefix", fp };
+		c.query[c.nquery++] = (struct sigv4_header){ "delimiter", "/" };
+		if (token[0])
+			c.query[c.nquery++] = (struct sigv4_header){ "continuation-token", token };
+		if (s->list_page[0])
+			c.query[c.nquery++] = (struct sigv4_header){ "max-keys", s->list_page };
+		r = run_calls(s, &c, 1);
+		struct xml_doc d = { 0 };
+		if (r == 0 && xml_parse(c.req.resp, c.req.resp_len, &d) < 0) {
+			store_set_error("ListObjectsV2 %s: malformed XML", fp);
+			r = -EPROTO;
+		}
+		call_free(&c);
+		if (r < 0)
+			goto fail;
+		bool truncated = false;
+		token[0] = 0;
+		for (size_t i = 0; i < d.n && r == 0; i++) {
+			const char *p = d.items[i].path, *t = d.items[i].text;
+			if (!strcmp(p, "ListBucketResult/Contents/Key") || !strcmp(p, "ListBucketResult/CommonPrefixes/Prefix")) {
+				if (strncmp(t, fp, fpl) != 0)
+					continue;
+				size_t l = strlen(t + fpl);
+				if (l && t[fpl + l - 1] == '/')
+					l--;
+				if (l)
+					r = push_name(names, n, &cap, t + fpl, l);
+			} else if (!strcmp(p, "ListBucketResult/IsTruncated")) {
+				truncated = !strcmp(t, "true");
+			} else if (!strcmp(p, "ListBucketResult/NextContinuationToken")) {
+				snprintf(token, sizeof(token), "%s", t);
+			}
+		}
+		xml_free(&d);
+		if (r < 0)
+			goto fail;
+		if (!truncated || !token[0])
+			break;
+	}
+	if (*n == 0) {
+		free(*names);
+		*names = NULL;
+		return -ENOENT;
+	}
+	return 0;
+fail:
+	store_names_free(*names, *n);
+	*names = NULL;
+	*n = 0;
+	return r;
+}
+
+static int s3_remove(struct store *base, const char *key)
+{
+	store_clear_error();
+	struct s3 *s = (struct s3 *)base;
+	char fk[1024];
+	int r = full_key(s, key, fk, sizeof(fk));
+	if (r < 0)
+		return r;
+	/* DELETE answers 204 for a missing key too; the contract wants ENOENT. */
+	struct call h = { .method = "HEAD", .key = fk, .ok_404 = true };
+	r = run_calls(s, &h, 1);
+	long st = h.req.status;
+	call_free(&h);
+	if (r < 0)
+		return r;
+	if (st == 404)
+		return -ENOENT;
+	struct call c = { .method = "DELETE", .key = fk, .ok_404 = true };
+	r = run_calls(s, &c, 1);
+	call_free(&c);
+	return r;
+}
+
+static int s3_remove_dir(struct store *base, const char *prefix)
+{
+	(void)base;
+	(void)prefix;
+	return 0; /* no directories in an object store */
+}
+
+static int s3_remove_temps(struct store *base, const char *key)
+{
+	store_clear_error();
+	struct s3 *s = (struct s3 *)base;
+	char fk[1024];
+	int r = full_key(s, key, fk, sizeof(fk));
+	if (r < 0)
+		return r;
+	struct call c = { .method = "GET", .key = NULL, .resp_max = LIST_MAX_BYTES };
+	c.query[c.nquery++] = (struct sigv4_header){ "uploads", NULL };
+	c.query[c.nquery++] = (struct sigv4_header){ "prefix", fk };
+	r = run_calls(s, &c, 1);
+	struct xml_doc d = { 0 };
+	if (r == 0 && xml_parse(c.req.resp, c.req.resp_len, &d) < 0)
+		r = -EPROTO;
+	call_free(&c);
+	if (r < 0)
+		return r;
+	int aborted = 0;
+	const char *k = NULL, *id = NULL;
+	for (size_t i = 0; i < d.n; i++) {
+		const char *p = d.items[i].path;
+		if (!strcmp(p, "ListMultipartUploadsResult/Upload/Key"))
+			k = d.items[i].text;
+		else if (!strcmp(p, "ListMultipartUploadsResult/Upload/UploadId"))
+			id = d.items[i].text;
+		else if (!strcmp(p, "ListMultipartUploadsResult/Upload")) {
+			/* The end of one Upload: its children come in any order. */
+			if (k && id && !strcmp(k, fk) && abort_upload(s, fk, id) == 0) {
+				log_info("%s: aborted the multipart upload of %s a crashed run left open", s->base.url, fk);
+				aborted++;
+			}
+			k = id = NULL;
+		}
+	}
+	xml_free(&d);
+	return aborted;
+}
+
+static void s3_free(struct store *base)
+{
+	struct s3 *s = (struct s3 *)base;
+	http_free(s->http);
+	creds_clear(&s->creds);
+	free(s);
+}
+
+static const struct store_ops s3_ops = {
+	.put = s3_put,
+	.get_range = s3_get_range,
+	.get_all = s3_get_all,
+	.list = s3_list,
+	.remove = s3_remove,
+	.remove_dir = s3_remove_dir,
+	.remove_temps = s3_remove_temps,
+	.free = s3_free,
+};
+
+static int parse_uint(const char *v, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long x = strtoull(v, &end, 10);
+	if (errno || end == v || *end || v[0] == '-')
+		return -EINVAL;
+	*out = x;
+	return 0;
+}
+
+/* One option; err says what is wrong. */
+static int set_opt(struct s3 *s, const char *k, const char *v, char *ca, size_t calen, struct http_opts *ho,
+		   char *err, size_t errlen)
+{
+	uint64_t x = 0;
+	if (!strcmp(k, "endpoint")) {
+		const char *h = v;
+		if (!strncmp(v, "https://", 8)) {
+			strcpy(s->scheme, "https");
+			h = v + 8;
+		} else if (!strncmp(v, "http://", 7)) {
+			strcpy(s->scheme, "http");
+			h = v + 7;
+		} else {
+			snprintf(err, errlen, "endpoint must start with http:// or https://");
+			return -EINVAL;
+		}
+		size_t l = strcspn(h, "/");
+		if (l == 0 || l >= sizeof(s->host)) {
+			snprintf(err, errlen, "endpoint has no host");
+			return -EINVAL;
+		}
+		memcpy(s->host, h, l);
+		s->host[l] = 0;
+		return 0;
+	}
+	if (!strcmp(k, "region"))
+		return snprintf(s->region, sizeof(s->region), "%s", v) < (int)sizeof(s->region) ? 0 : -EINVAL;
+	if (!strcmp(k, "path_style")) {
+		s->path_style = !strcmp(v, "1") || !strcmp(v, "true");
+		return 0;
+	}
+	if (!strcmp(k, "ca_bundle"))
+		return snprintf(ca, calen, "%s", v) < (int)calen ? 0 : -EINVAL;
+	if (!strcmp(k, "payload")) {
+		if (strcmp(v, "unsigned") && strcmp(v, "sha256")) {
+			snprintf(err, errlen, "payload must be unsigned or sha256");
+			return -EINVAL;
+		}
+		s->sign_payload = !strcmp(v, "sha256");
+		return 0;
+	}
+	if (!strcmp(k, "part_size")) {
+		if (config_parse_size(v, &x) < 0 || x < MIN_PART || x > (5ull << 30)) {
+			snprintf(err, errlen, "part_size must be 5M..5G");
+			return -EINVAL;
+		}
+		s->part_size = x;
+		return 0;
+	}
+	if (parse_uint(v, &x) < 0) {
+		snprintf(err, errlen, "option %s: '%s' is not a number", k, v);
+		return -EINVAL;
+	}
+	if (!strcmp(k, "concurrency") && x >= 1 && x <= 256)
+		s->concurrency = (unsigned)x;
+	else if (!strcmp(k, "retry_max_attempts") && x >= 1 && x <= 100)
+		s->max_attempts = (unsigned)x;
+	else if (!strcmp(k, "retry_base_ms") && x <= 60000)
+		s->base_ms = (unsigned)x;
+	else if (!strcmp(k, "retry_cap_ms") && x <= 600000)
+		s->cap_ms = (unsigned)x;
+	else if (!strcmp(k, "connect_timeout_ms") && x >= 100 && x <= 600000)
+		ho->connect_timeout_ms = (unsigned)x;
+	else if (!strcmp(k, "low_speed_time_s") && x >= 1 && x <= 3600)
+		ho->low_speed_time_s = (unsigned)x;
+	else if (!strcmp(k, "list_page") && x >= 1 && x <= 1000)
+		snprintf(s->list_page, sizeof(s->list_page), "%u", (unsigned)x);
+	else {
+		snprintf(err, errlen, "unknown option or value out of range: %s=%s", k, v);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int store_s3_open(const char *url, struct store **out, char *err, size_t errlen)
+{
+	struct s3 *s = calloc(1, sizeof(*s));
+	if (s == NULL)
+		return -ENOMEM;
+	s->base.ops = &s3_ops;
+	s->gcs = !strncmp(url, "gs://", 5);
+	strcpy(s->scheme, "https");
+	const char *reg = getenv("AWS_REGION");
+	if (reg == NULL || !*reg)
+		reg = getenv("AWS_DEFAULT_REGION");
+	snprintf(s->region, sizeof(s->region), "%s", s->gcs ? "auto" : (reg && *reg ? reg : "us-east-1"));
+	s->part_size = 64ull << 20;
+	s->concurrency = 8;
+	s->max_attempts = 8;
+	s->base_ms = 100;
+	s->cap_ms = 20000;
+	struct http_opts ho = { .connect_timeout_ms = 10000, .low_speed_time_s = 30 };
+	char ca[1024] = "";
+	char *u = strdup(url + 5);
+	if (u == NULL) {
+		free(s);
+		return -ENOMEM;
+	}
+	int r = 0;
+	char *q = strchr(u, '?');
+	if (q)
+		*q++ = 0;
+	char *slash = strchr(u, '/');
+	if (slash)
+		*slash++ = 0;
+	size_t bl = strlen(u);
+	if (bl < 3 || bl >= sizeof(s->bucket) || strspn(u, "abcdefghijklmnopqrstuvwxyz0123456789-._") != bl) {
+		snprintf(err, errlen, "storage URL '%s': bad bucket name", url);
+		r = -EINVAL;
+		goto fail;
+	}
+	strcpy(s->bucket, u);
+	const char *pfx = slash ? slash : "";
+	while (*pfx == '/')
+		pfx++;
+	snprintf(s->prefix, sizeof(s->prefix), "%s", pfx);
+	for (size_t l = strlen(s->prefix); l && s->prefix[l - 1] == '/'; l--)
+		s->prefix[l - 1] = 0;
+	snprintf(s->host, sizeof(s->host), s->gcs ? "storage.googleapis.com" : "s3.%s.amazonaws.com", s->region);
+	bool host_set = false;
+	for (char *tok = q ? strtok(q, "&") : NULL; tok; tok = strtok(NULL, "&")) {
+		char *eq = strchr(tok, '=');
+		if (eq == NULL) {
+			snprintf(err, errlen, "storage URL option '%s' has no value", tok);
+			r = -EINVAL;
+			goto fail;
+		}
+		*eq = 0;
+		char e2[256] = "";
+		r = set_opt(s, tok, eq + 1, ca, sizeof(ca), &ho, e2, sizeof(e2));
+		if (r < 0) {
+			snprintf(err, errlen, "storage URL option %s: %s", tok, e2[0] ? e2 : "bad value");
+			goto fail;
+		}
+		host_set |= !strcmp(tok, "endpoint");
+		if (!strcmp(tok, "region") && !host_set && !s->gcs)
+			snprintf(s->host, sizeof(s->host), "s3.%s.amazonaws.com", s->region);
+	}
+	ho.max_conns = s->concurrency;
+	ho.ca_bundle = ca[0] ? ca : NULL;
+	r = creds_aws(&s->creds, err, errlen);
+	if (r < 0)
+		goto fail;
+	snprintf(s->base.cred_source, sizeof(s->base.cred_source), "%s", s->creds.source);
+	r = http_init(&s->http, &ho, err, errlen);
+	if (r < 0)
+		goto fail;
+	/* The URL shown in status and logs: no query, nothing secret. */
+	snprintf(s->base.url, sizeof(s->base.url), "%.2s://%s%s%s", url, s->bucket, s->prefix[0] ? "/" : "", s->prefix);
+	log_info("storage %s: endpoint %s://%s%s, region %s, part size %" PRIu64 " MiB, %u connections, "
+		 "credentials from %s", s->base.url, s->scheme, s->host, s->path_style ? " (path style)" : "",
+		 s->region, s->part_size >> 20, s->concurrency, s->creds.source);
+	free(u);
+	*out = &s->base;
+	return 0;
+fail:
+	free(u);
+	creds_clear(&s->creds);
+	free(s);
+	return r;
+}
