@@ -1,0 +1,187 @@
+"""A small HTTP proxy in front of moto that injects faults on command and
+records the multipart uploads that stay open.
+
+Rules (added with add_rule, consumed in order) match a request by method and
+a substring of its path+query, and then, for `count` matching requests:
+  - ("status", code, s3_code): answer with that HTTP status and an S3 error
+    body (503 SlowDown, 500 InternalError, 403 AccessDenied ...);
+  - ("reset", nbytes): read nbytes of the request body, then reset the
+    connection (RST) in the middle of it;
+  - ("delay", seconds): wait, then forward (latency);
+count -1 means for ever. Everything else is forwarded unchanged, Host header
+included, so moto checks the client's SigV4 signature as signed.
+
+gcs mode: every request must carry "Authorization: Bearer <token>" (401
+otherwise) and no x-amz-checksum-* header (400); uploads (PUT) must carry
+x-goog-hash; the Authorization header is then replaced before forwarding,
+since the moto behind runs without IAM mode.
+"""
+import base64
+import http.client
+import http.server
+import importlib.util
+import os
+import re
+import socket
+import struct
+import threading
+import time
+import urllib.parse
+
+
+def _load_crc32c():
+    # ckpt.format's pure-Python CRC32C, loaded by path: importing the ckpt
+    # package would load libckpt, which is ASan-instrumented in that build.
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client", "python", "ckpt",
+                        "format.py")
+    spec = importlib.util.spec_from_file_location("ckpt_format_for_proxy", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.crc32c
+
+
+_crc32c = _load_crc32c()
+
+
+def crc32c_b64(data):
+    return base64.b64encode(_crc32c(data).to_bytes(4, "big")).decode()
+
+
+class FaultProxy:
+    def __init__(self, upstream_port, gcs_token=None):
+        self.upstream_port = upstream_port
+        self.gcs_token = gcs_token
+        self.lock = threading.Lock()
+        self.rules = []
+        self.log = []               # (method, path, status)
+        self.open_uploads = {}      # upload id -> key
+        self.seen_headers = []      # (method, path, {lowercase name: value})
+        # Check every upload's CRC32C header against its body, as S3 and GCS
+        # do (400 BadDigest); moto itself does not.
+        self.verify_checksums = False
+        self.checked = 0
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def _reply(self, code, body=b"", headers=()):
+                self.send_response(code)
+                for k, v in headers:
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if body and self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def _error(self, code, s3code, msg):
+                body = (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{s3code}</Code>"
+                        f"<Message>{msg}</Message></Error>").encode()
+                self._reply(code, body, [("Content-Type", "application/xml")])
+
+            def _handle(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                rule = proxy._match(self.command, self.path)
+                hdrs = {k.lower(): v for k, v in self.headers.items()}
+                with proxy.lock:
+                    proxy.seen_headers.append((self.command, self.path, hdrs))
+                if rule and rule[0] == "reset":
+                    self.rfile.read(min(length, rule[1]))
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.connection.close()
+                    self.close_connection = True
+                    proxy._record(self.command, self.path, "reset")
+                    return
+                body = self.rfile.read(length) if length else b""
+                if rule and rule[0] == "status":
+                    proxy._record(self.command, self.path, rule[1])
+                    return self._error(rule[1], rule[2], "injected by the fault proxy")
+                if rule and rule[0] == "delay":
+                    time.sleep(rule[1])
+                if proxy.verify_checksums and self.command == "PUT":
+                    sent = hdrs.get("x-amz-checksum-crc32c") or hdrs.get("x-goog-hash", "").replace("crc32c=", "")
+                    if sent != crc32c_b64(body):
+                        proxy._record(self.command, self.path, 400)
+                        return self._error(400, "BadDigest", f"CRC32C {sent!r} does not match the body")
+                    with proxy.lock:
+                        proxy.checked += 1
+                if proxy.gcs_token is not None:
+                    auth = hdrs.get("authorization", "")
+                    if auth != "Bearer " + proxy.gcs_token:
+                        proxy._record(self.command, self.path, 401)
+                        return self._error(401, "AuthenticationRequired", "bad or missing bearer token")
+                    if any(k.startswith("x-amz-checksum") for k in hdrs):
+                        proxy._record(self.command, self.path, 400)
+                        return self._error(400, "InvalidArgument", "AWS checksum header sent to GCS")
+                    if self.command == "PUT" and "x-goog-hash" not in hdrs:
+                        proxy._record(self.command, self.path, 400)
+                        return self._error(400, "InvalidArgument", "upload without x-goog-hash")
+                conn = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=60)
+                fwd = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
+                if proxy.gcs_token is not None:
+                    fwd.pop("Authorization", None)
+                    fwd.pop("authorization", None)
+                conn.request(self.command, self.path, body=body, headers=fwd)
+                resp = conn.getresponse()
+                data = resp.read()
+                conn.close()
+                proxy._track(self.command, self.path, resp.status, data)
+                proxy._record(self.command, self.path, resp.status)
+                out = [(k, v) for k, v in resp.getheaders()
+                       if k.lower() not in ("content-length", "connection", "transfer-encoding", "server", "date")]
+                self._reply(resp.status, data, out)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def add_rule(self, method, match, action, count=1):
+        with self.lock:
+            self.rules.append([method, match, action, count])
+
+    def clear(self):
+        with self.lock:
+            self.rules.clear()
+            self.log.clear()
+            self.seen_headers.clear()
+
+    def _match(self, method, path):
+        with self.lock:
+            for r in self.rules:
+                if r[3] != 0 and (r[0] is None or r[0] == method) and r[1] in path:
+                    if r[3] > 0:
+                        r[3] -= 1
+                    return r[2]
+        return None
+
+    def _record(self, method, path, status):
+        with self.lock:
+            self.log.append((method, path, status))
+
+    def _track(self, method, path, status, data):
+        if not 200 <= status < 300:
+            return
+        with self.lock:
+            if method == "POST" and re.search(r"[?&]uploads(=|&|$)", path):
+                m = re.search(rb"<UploadId>([^<]+)</UploadId>", data)
+                if m:
+                    self.open_uploads[m.group(1).decode()] = path.split("?")[0]
+            m = re.search(r"[?&]uploadId=([^&]+)", path)
+            if m and (method == "DELETE" or (method == "POST" and b"<Error>" not in data)):
+                self.open_uploads.pop(urllib.parse.unquote(m.group(1)), None)
+
+    def count(self, method, match, status=None):
+        with self.lock:
+            return sum(1 for m, p, s in self.log if m == method and match in p and (status is None or s == status))
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
