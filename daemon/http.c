@@ -321,6 +321,8 @@ static int setup(struct xfer *x)
 	SET(CURLOPT_NOSIGNAL, 1L);
 	SET(CURLOPT_HTTPHEADER, x->hdrs);
 	SET(CURLOPT_CONNECTTIMEOUT_MS, (long)h->o.connect_timeout_ms);
+	if (r->timeout_ms)
+		SET(CURLOPT_TIMEOUT_MS, (long)r->timeout_ms);
 	SET(CURLOPT_LOW_SPEED_LIMIT, 1024L);
 	SET(CURLOPT_LOW_SPEED_TIME, (long)h->o.low_speed_time_s);
 	SET(CURLOPT_SSL_VERIFYPEER, h->o.insecure ? 0L : 1L);

@@ -34,6 +34,7 @@ struct http_req {
 	void *dst;                  /* GET into this buffer (exactly dst_len bytes) */
 	size_t dst_len;
 	size_t resp_max;            /* else GET into resp, at most this many bytes */
+	unsigned timeout_ms;        /* whole request; 0: none (the low-speed limit applies) */
 	/* Out. */
 	long status;                /* HTTP status, 0 if none */
 	int curl_code;              /* CURLcode, 0 on a completed exchange */

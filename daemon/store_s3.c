@@ -40,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
@@ -64,7 +65,8 @@ struct s3 {
 	bool sign_payload;
 	unsigned max_attempts, base_ms, cap_ms;
 	char list_page[16];   /* max-keys per ListObjectsV2 page; "" for the server's 1000 */
-	struct creds creds;
+	struct creds_provider cp;
+	bool have_cp;
 };
 
 /* One logical request; re-signed on every attempt. */
@@ -156,7 +158,7 @@ static int hdr(struct call *c, int *k, const char *name, const char *value)
 }
 
 /* Build the URL and the signed headers of one attempt. */
-static int sign_call(struct s3 *s, struct call *c)
+static int sign_call(struct s3 *s, const struct creds *cr, struct call *c)
 {
 	call_clear(c);
 	char path[2048], enc[6144];
@@ -186,6 +188,21 @@ static int sign_call(struct s3 *s, struct call *c)
 	if (ul >= sizeof(c->url))
 		return -ENAMETOOLONG;
 	char ph[65], date[32];
+	int k = 0;
+	if (cr->bearer) {
+		/* GCS with an OAuth token: no SigV4, and no x-amz-* at all. */
+		char bearer[4200];
+		snprintf(bearer, sizeof(bearer), "Bearer %s", cr->token);
+		r = hdr(c, &k, "host", host);
+		for (size_t i = 0; i < c->nextra && r == 0; i++)
+			r = hdr(c, &k, c->extra[i].name, c->extra[i].value);
+		if (r == 0)
+			r = hdr(c, &k, "authorization", bearer);
+		OPENSSL_cleanse(bearer, sizeof(bearer));
+		if (r < 0)
+			return r;
+		goto headers_done;
+	}
 	if ((r = payload_hash(s, c->body, c->nbody, ph)) < 0)
 		return r;
 	time_t now = time(NULL);
@@ -197,23 +214,23 @@ static int sign_call(struct s3 *s, struct call *c)
 	sh[nsh++] = (struct sigv4_header){ "host", host };
 	sh[nsh++] = (struct sigv4_header){ "x-amz-content-sha256", ph };
 	sh[nsh++] = (struct sigv4_header){ "x-amz-date", date };
-	if (s->creds.token[0])
-		sh[nsh++] = (struct sigv4_header){ "x-amz-security-token", s->creds.token };
+	if (cr->token[0])
+		sh[nsh++] = (struct sigv4_header){ "x-amz-security-token", cr->token };
 	for (size_t i = 0; i < c->nextra; i++)
 		sh[nsh++] = c->extra[i];
 	struct sigv4_request sr = { .method = c->method, .path = path, .query = c->query, .nquery = c->nquery,
 				    .headers = sh, .nheaders = nsh, .payload_sha256 = ph, .amz_date = date,
 				    .region = s->region, .service = "s3" };
 	char auth[1024];
-	if ((r = sigv4_authorization(&sr, s->creds.access_key, s->creds.secret_key, auth, sizeof(auth))) < 0)
+	if ((r = sigv4_authorization(&sr, cr->access_key, cr->secret_key, auth, sizeof(auth))) < 0)
 		return r;
-	int k = 0;
 	for (size_t i = 0; i < nsh && r == 0; i++)
 		r = hdr(c, &k, sh[i].name, sh[i].value);
 	if (r == 0)
 		r = hdr(c, &k, "authorization", auth);
 	if (r < 0)
 		return r;
+headers_done:
 	c->hdrp[k] = NULL;
 	struct http_req *q = &c->req;
 	q->method = c->method;
@@ -325,6 +342,8 @@ static int run_calls(struct s3 *s, struct call *calls, size_t n)
 	for (size_t i = 0; i < n; i++)
 		calls[i].result = 1;
 	int ret = 0;
+	struct creds cr;
+	memset(&cr, 0, sizeof(cr));
 	for (unsigned attempt = 0; attempt < s->max_attempts; attempt++) {
 		size_t np = 0;
 		for (size_t i = 0; i < n; i++)
@@ -338,8 +357,15 @@ static int run_calls(struct s3 *s, struct call *calls, size_t n)
 				  store_error(-EIO));
 			backoff(s, attempt);
 		}
+		char cerr[512];
+		int cr_r = creds_get(&s->cp, &cr, cerr, sizeof(cerr));
+		if (cr_r < 0) {
+			store_set_error("credentials: %s", cerr);
+			ret = cr_r;
+			goto out;
+		}
 		for (size_t i = 0; i < np; i++) {
-			int r = sign_call(s, pend[i]);
+			int r = sign_call(s, &cr, pend[i]);
 			if (r < 0) {
 				store_set_error("signing %s %s: %s", pend[i]->method, pend[i]->key ? pend[i]->key : "",
 						strerror(-r));
@@ -368,6 +394,7 @@ static int run_calls(struct s3 *s, struct call *calls, size_t n)
 			break;
 		}
 out:
+	creds_clear(&cr);
 	free(reqs);
 	free(pend);
 	return ret;
@@ -807,7 +834,8 @@ static void s3_free(struct store *base)
 {
 	struct s3 *s = (struct s3 *)base;
 	http_free(s->http);
-	creds_clear(&s->creds);
+	if (s->have_cp)
+		creds_fini(&s->cp);
 	free(s);
 }
 
@@ -974,24 +1002,25 @@ int store_s3_open(const char *url, struct store **out, char *err, size_t errlen)
 	}
 	ho.max_conns = s->concurrency;
 	ho.ca_bundle = ca[0] ? ca : NULL;
-	r = creds_aws(&s->creds, err, errlen);
-	if (r < 0)
-		goto fail;
-	snprintf(s->base.cred_source, sizeof(s->base.cred_source), "%s", s->creds.source);
 	r = http_init(&s->http, &ho, err, errlen);
 	if (r < 0)
 		goto fail;
+	r = creds_init(&s->cp, s->gcs, s->http, err, errlen);
+	if (r < 0)
+		goto fail;
+	s->have_cp = true;
+	snprintf(s->base.cred_source, sizeof(s->base.cred_source), "%s", s->cp.cur.source);
 	/* The URL shown in status and logs: no query, nothing secret. */
 	snprintf(s->base.url, sizeof(s->base.url), "%.2s://%s%s%s", url, s->bucket, s->prefix[0] ? "/" : "", s->prefix);
 	log_info("storage %s: endpoint %s://%s%s, region %s, part size %" PRIu64 " MiB, %u connections, "
 		 "credentials from %s", s->base.url, s->scheme, s->host, s->path_style ? " (path style)" : "",
-		 s->region, s->part_size >> 20, s->concurrency, s->creds.source);
+		 s->region, s->part_size >> 20, s->concurrency, s->cp.cur.source);
 	free(u);
 	*out = &s->base;
 	return 0;
 fail:
 	free(u);
-	creds_clear(&s->creds);
+	http_free(s->http);
 	free(s);
 	return r;
 }
