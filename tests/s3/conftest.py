@@ -1,10 +1,12 @@
 import os
 import sys
+import uuid
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from moto_harness import Moto  # noqa: E402
+from fault_proxy import FaultProxy  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -12,3 +14,26 @@ def moto(tmp_path_factory):
     m = Moto(str(tmp_path_factory.mktemp("moto")))
     yield m
     m.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_plain(tmp_path_factory):
+    """A second moto without IAM mode: the gs:// peer behind the fault proxy,
+    which checks the OAuth bearer token itself."""
+    m = Moto(str(tmp_path_factory.mktemp("moto-plain")), iam=False)
+    yield m
+    m.stop()
+
+
+@pytest.fixture
+def bucket(moto):
+    name = "ckpt-" + uuid.uuid4().hex[:12]
+    moto.client().create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture
+def proxy(moto):
+    p = FaultProxy(moto.port)
+    yield p
+    p.stop()

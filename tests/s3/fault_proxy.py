@@ -11,10 +11,11 @@ a substring of its path+query, and then, for `count` matching requests:
 count -1 means for ever. Everything else is forwarded unchanged, Host header
 included, so moto checks the client's SigV4 signature as signed.
 
-gcs mode: every request must carry "Authorization: Bearer <token>" (401
-otherwise) and no x-amz-checksum-* header (400); uploads (PUT) must carry
-x-goog-hash; the Authorization header is then replaced before forwarding,
-since the moto behind runs without IAM mode.
+gcs mode: every request must carry "Authorization: Bearer <token>" with a
+token the fake metadata server issued (401 otherwise) and no x-amz-* header
+(400); uploads (PUT) must carry x-goog-hash; the Authorization header is
+then replaced with a dummy one before forwarding, since the moto behind runs
+without IAM mode.
 """
 import base64
 import http.client
@@ -48,9 +49,13 @@ def crc32c_b64(data):
 
 
 class FaultProxy:
-    def __init__(self, upstream_port, gcs_token=None):
+    def __init__(self, upstream_port, gcs_token=None, forbid_amz_checksum=False):
+        """gcs_token: a function that says whether a bearer token is valid
+        (gcs mode), or None. forbid_amz_checksum: refuse x-amz-checksum-*
+        headers without gcs mode (gs:// with HMAC keys, signed by SigV4)."""
         self.upstream_port = upstream_port
         self.gcs_token = gcs_token
+        self.forbid_amz_checksum = forbid_amz_checksum
         self.lock = threading.Lock()
         self.rules = []
         self.log = []               # (method, path, status)
@@ -108,22 +113,28 @@ class FaultProxy:
                         return self._error(400, "BadDigest", f"CRC32C {sent!r} does not match the body")
                     with proxy.lock:
                         proxy.checked += 1
+                if proxy.forbid_amz_checksum and any(k.startswith("x-amz-checksum") for k in hdrs):
+                    proxy._record(self.command, self.path, 400)
+                    return self._error(400, "InvalidArgument", "AWS checksum header sent to GCS")
                 if proxy.gcs_token is not None:
                     auth = hdrs.get("authorization", "")
-                    if auth != "Bearer " + proxy.gcs_token:
+                    if not auth.startswith("Bearer ") or not proxy.gcs_token(auth[7:]):
                         proxy._record(self.command, self.path, 401)
                         return self._error(401, "AuthenticationRequired", "bad or missing bearer token")
-                    if any(k.startswith("x-amz-checksum") for k in hdrs):
+                    if any(k.startswith("x-amz") for k in hdrs):
                         proxy._record(self.command, self.path, 400)
-                        return self._error(400, "InvalidArgument", "AWS checksum header sent to GCS")
+                        return self._error(400, "InvalidArgument", "x-amz-* header sent to GCS with OAuth")
                     if self.command == "PUT" and "x-goog-hash" not in hdrs:
                         proxy._record(self.command, self.path, 400)
                         return self._error(400, "InvalidArgument", "upload without x-goog-hash")
                 conn = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=60)
                 fwd = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
                 if proxy.gcs_token is not None:
-                    fwd.pop("Authorization", None)
-                    fwd.pop("authorization", None)
+                    fwd = {k: v for k, v in fwd.items() if k.lower() != "authorization"}
+                    # moto without IAM mode does not check it, but treats a
+                    # request without any as anonymous (403 on GET).
+                    fwd["Authorization"] = ("AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/s3/aws4_request, "
+                                            "SignedHeaders=host, Signature=" + "0" * 64)
                 conn.request(self.command, self.path, body=body, headers=fwd)
                 resp = conn.getresponse()
                 data = resp.read()

@@ -17,7 +17,8 @@ import boto3
 
 REGION = "us-east-1"
 POLICY = {"Version": "2012-10-17",
-          "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+          "Statement": [{"Effect": "Allow", "Action": ["s3:*", "sts:AssumeRole", "iam:CreateRole", "iam:PutRolePolicy"],
+                        "Resource": "*"}]}
 
 
 def free_port():
@@ -62,10 +63,26 @@ class Moto:
         key = iam.create_access_key(UserName="ckptd")["AccessKey"]
         self.access_key, self.secret_key = key["AccessKeyId"], key["SecretAccessKey"]
 
+    def role_credentials(self):
+        """Temporary credentials (with a session token, which moto checks)
+        of a role allowed s3:*: what STS web identity and IMDSv2 hand out."""
+        kw = dict(endpoint_url=self.endpoint, region_name=REGION, aws_access_key_id=self.access_key,
+                  aws_secret_access_key=self.secret_key)
+        if not getattr(self, "_role_arn", None):
+            iam = boto3.client("iam", **kw)
+            trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"},
+                                                              "Action": "sts:AssumeRole"}]}
+            self._role_arn = iam.create_role(RoleName="ckptd-role",
+                                             AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+            iam.put_role_policy(RoleName="ckptd-role", PolicyName="s3", PolicyDocument=json.dumps(
+                {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+        c = boto3.client("sts", **kw).assume_role(RoleArn=self._role_arn, RoleSessionName="ckptd")["Credentials"]
+        return c["AccessKeyId"], c["SecretAccessKey"], c["SessionToken"]
+
     def client(self, access_key=None, secret_key=None):
         return boto3.client("s3", endpoint_url=self.endpoint, region_name=REGION,
-                            aws_access_key_id=access_key or self.access_key,
-                            aws_secret_access_key=secret_key or self.secret_key)
+                            aws_access_key_id=access_key or self.access_key or "test",
+                            aws_secret_access_key=secret_key or self.secret_key or "test")
 
     def stop(self):
         self.proc.terminate()

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import time
-import uuid
 
 import pytest
 
@@ -70,20 +69,6 @@ class Daemon:
         r = subprocess.run([CKPTCTL, "--socket", self.sock, *args], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stdout + r.stderr
         return r.stdout
-
-
-@pytest.fixture
-def bucket(moto):
-    name = "ckpt-" + uuid.uuid4().hex[:12]
-    moto.client().create_bucket(Bucket=name)
-    return name
-
-
-@pytest.fixture
-def proxy(moto):
-    p = FaultProxy(moto.port)
-    yield p
-    p.stop()
 
 
 def s3env(moto, **extra):
@@ -192,7 +177,7 @@ def test_shared_credentials_file(moto, bucket, tmp_path):
 
 
 def test_no_credentials_is_a_clear_start_error(moto, bucket, tmp_path):
-    env = s3env(moto)
+    env = s3env(moto, AWS_EC2_METADATA_SERVICE_ENDPOINT="http://127.0.0.1:9")
     del env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]
     d = Daemon(tmp_path, s3url(bucket, moto.endpoint), env)
     with pytest.raises(RuntimeError, match="no AWS credentials"):
