@@ -144,6 +144,8 @@ static int cmd_status(ckpt_client *c, int json)
 		json_put(o, "reclaimed_bytes",
 			 json_object_new_uint64(st.reclaimed_bytes));
 		json_put(o, "uptime_ns", json_object_new_uint64(st.uptime_ns));
+		json_put(o, "cpu_ns", json_object_new_uint64(st.cpu_ns));
+		json_put(o, "peak_rss_bytes", json_object_new_uint64(st.peak_rss_bytes));
 		json_put(o, "storage", json_object_new_string(st.storage));
 		json_put(o, "cuda", json_object_new_string(st.cuda));
 		json_object *held = json_object_new_array();

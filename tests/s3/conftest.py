@@ -7,6 +7,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from moto_harness import Moto  # noqa: E402
 from fault_proxy import FaultProxy  # noqa: E402
+from s3util import Daemon  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +38,13 @@ def proxy(moto):
     p = FaultProxy(moto.port)
     yield p
     p.stop()
+
+
+@pytest.fixture(autouse=True)
+def no_daemon_left():
+    yield
+    while Daemon.live:
+        d = Daemon.live.pop()
+        if d.proc and d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait()

@@ -48,11 +48,38 @@ def crc32c_b64(data):
     return base64.b64encode(_crc32c(data).to_bytes(4, "big")).decode()
 
 
+def _self_signed(d):
+    import datetime
+    import ipaddress
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ckptd test proxy")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+    with open(cert_file, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(key_file, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+    return cert_file
+
+
 class FaultProxy:
-    def __init__(self, upstream_port, gcs_token=None, forbid_amz_checksum=False):
+    def __init__(self, upstream_port, gcs_token=None, forbid_amz_checksum=False, tls_dir=None):
         """gcs_token: a function that says whether a bearer token is valid
         (gcs mode), or None. forbid_amz_checksum: refuse x-amz-checksum-*
-        headers without gcs mode (gs:// with HMAC keys, signed by SigV4)."""
+        headers without gcs mode (gs:// with HMAC keys, signed by SigV4).
+        tls_dir: serve HTTPS with a self-signed certificate for 127.0.0.1
+        written there as cert.pem (the CA bundle a client must be given)."""
         self.upstream_port = upstream_port
         self.gcs_token = gcs_token
         self.forbid_amz_checksum = forbid_amz_checksum
@@ -151,6 +178,13 @@ class FaultProxy:
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.endpoint = f"http://127.0.0.1:{self.port}"
+        if tls_dir:
+            import ssl
+            self.ca_file = _self_signed(tls_dir)
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(self.ca_file, os.path.join(tls_dir, "key.pem"))
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+            self.endpoint = f"https://127.0.0.1:{self.port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 

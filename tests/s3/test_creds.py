@@ -10,7 +10,7 @@ import pytest
 
 from fake_metadata import FakeMetadata
 from fault_proxy import FaultProxy
-from test_store_s3 import Daemon, keys, open_uploads, s3env, s3url
+from s3util import Daemon, keys, open_uploads, s3url
 
 NOWHERE = "http://127.0.0.1:9"  # nothing listens on the discard port
 

@@ -4,96 +4,13 @@ signature checked by botocore), through the fault proxy (fault_proxy.py).
 The trainer is ckpt-example (C, deterministic data it verifies itself), so
 the suite runs in the ASan build too."""
 import json
-import os
-import signal
 import subprocess
 import time
 
 import pytest
 
 from fault_proxy import FaultProxy
-
-CKPTD = os.environ.get("CKPTD_BIN", "ckptd")
-EXAMPLE = os.environ.get("CKPT_EXAMPLE_BIN", "ckpt-example")
-CKPTCTL = os.environ.get("CKPTCTL_BIN", "ckptctl")
-MIB = 1 << 20
-
-
-class Daemon:
-    def __init__(self, tmp, url, env, conf=""):
-        self.tmp = tmp
-        self.sock = str(tmp / "ckptd.sock")
-        self.url = url
-        self.env = env
-        self.conf = tmp / "ckptd.conf"
-        self.conf.write_text(conf)
-        self.log = tmp / "ckptd.log"
-        self.proc = None
-
-    def start(self):
-        self.proc = subprocess.Popen(
-            [CKPTD, "--socket", self.sock, "--storage", self.url, "--staging-bytes", "96M", "--chunk-bytes", "1M",
-             "--state-dir", str(self.tmp / "state"), "--config", str(self.conf), "--log-level", "debug"],
-            env=self.env, stderr=open(self.log, "a"))
-        for _ in range(200):
-            if os.path.exists(self.sock):
-                return self
-            if self.proc.poll() is not None:
-                raise RuntimeError("ckptd exited: " + self.log.read_text()[-2000:])
-            time.sleep(0.05)
-        raise RuntimeError("ckptd did not start")
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            assert self.proc.wait(60) == 0, self.log.read_text()[-3000:]
-        if os.path.exists(self.sock):
-            os.unlink(self.sock)
-
-    def kill(self):
-        self.proc.kill()
-        self.proc.wait()
-        os.unlink(self.sock)
-
-    def example(self, job, steps=2, size_mb=16, restore_only=False, check=True):
-        cmd = [EXAMPLE, "--socket", self.sock, "--job", job, "--steps", str(steps), "--size-mb", str(size_mb),
-               "--tensors", "3"]
-        if restore_only:
-            cmd.append("--restore-only")
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        if check:
-            assert r.returncode == 0, r.stdout + r.stderr + self.log.read_text()[-3000:]
-        return r
-
-    def ctl(self, *args):
-        r = subprocess.run([CKPTCTL, "--socket", self.sock, *args], capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, r.stdout + r.stderr
-        return r.stdout
-
-
-def s3env(moto, **extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(AWS_ACCESS_KEY_ID=moto.access_key, AWS_SECRET_ACCESS_KEY=moto.secret_key, HOME="/nonexistent")
-    env.update(extra)
-    return env
-
-
-def s3url(bucket, endpoint, **opts):
-    q = {"endpoint": endpoint, "region": "us-east-1", "path_style": "1", "part_size": "5M", "concurrency": "4",
-         "retry_base_ms": "10", "retry_cap_ms": "200"}
-    q.update(opts)
-    return f"s3://{bucket}/runs?" + "&".join(f"{k}={v}" for k, v in q.items())
-
-
-def keys(moto, bucket, prefix=""):
-    out = []
-    for page in moto.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        out += [o["Key"] for o in page.get("Contents", [])]
-    return sorted(out)
-
-
-def open_uploads(moto, bucket):
-    return moto.client().list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+from s3util import EXAMPLE, MIB, Daemon, keys, open_uploads, s3env, s3url
 
 
 def test_save_restore_multipart_and_readback(moto, bucket, tmp_path):
@@ -142,6 +59,22 @@ def test_every_upload_carries_its_crc32c(moto, bucket, tmp_path, proxy):
     assert proxy.count("PUT", "partNumber=3", 200) == 1 and proxy.count("PUT", "partNumber=4") == 0
     assert proxy.checked == 4  # 3 parts and the manifest
     assert proxy.count("PUT", "", 400) == 0
+
+
+def test_tls_is_verified_and_ca_bundle_works(moto, bucket, tmp_path):
+    p = FaultProxy(moto.port, tls_dir=str(tmp_path))
+    try:
+        d = Daemon(tmp_path, s3url(bucket, p.endpoint), s3env(moto)).start()
+        r = d.example("tls", steps=1, size_mb=2, check=False)
+        assert r.returncode != 0 and "certificate" in r.stderr, r.stderr
+        d.stop()
+        d.url = s3url(bucket, p.endpoint, ca_bundle=p.ca_file)
+        d.start()
+        d.example("tls", steps=1, size_mb=2)
+        d.stop()
+        assert len(keys(moto, bucket)) == 2
+    finally:
+        p.stop()
 
 
 def test_ls_paginates_and_rm_deletes(moto, bucket, tmp_path):
