@@ -88,6 +88,21 @@ def test_ls_paginates_and_rm_deletes(moto, bucket, tmp_path):
     d.stop()
 
 
+def test_options_from_the_config_file(moto, bucket, tmp_path):
+    conf = (f"[storage]\nendpoint = {moto.endpoint}\nregion = us-east-1\npath_style = 1\npart_size = 6M\n"
+            "concurrency = 2\n")
+    d = Daemon(tmp_path, f"s3://{bucket}/cfg", s3env(moto), conf=conf).start()
+    d.example("o", steps=1, size_mb=13)
+    d.stop()
+    assert "part size 6 MiB, 2 connections" in d.log.read_text()
+    assert len(keys(moto, bucket, "cfg/o/")) == 2
+
+
+def test_bad_option_is_a_clear_start_error(moto, bucket, tmp_path):
+    with pytest.raises(RuntimeError, match="part_size must be 5M..5G"):
+        Daemon(tmp_path, s3url(bucket, moto.endpoint, part_size="1M"), s3env(moto)).start()
+
+
 def test_wrong_secret_fails_with_the_servers_error(moto, bucket, tmp_path):
     d = Daemon(tmp_path, s3url(bucket, moto.endpoint), s3env(moto, AWS_SECRET_ACCESS_KEY="wrong")).start()
     r = d.example("w", steps=1, size_mb=2, check=False)
@@ -121,12 +136,17 @@ def test_503_and_resets_are_retried(moto, bucket, tmp_path, proxy):
     proxy.add_rule("PUT", "partNumber=2", ("status", 503, "SlowDown"), count=2)
     proxy.add_rule("PUT", "partNumber=3", ("reset", 100000), count=1)
     proxy.add_rule("POST", "uploadId=", ("status", 500, "InternalError"), count=1)
+    proxy.add_rule("PUT", "partNumber=1", ("status", 429, "TooManyRequests"), count=1)
+    proxy.add_rule("PUT", "partNumber=4", ("delay", 1.0), count=1)
+    proxy.add_rule("GET", "list-type=2", ("status", 504, "GatewayTimeout"), count=1)
     d = Daemon(tmp_path, s3url(bucket, proxy.endpoint), s3env(moto)).start()
     d.example("r", steps=1)
     assert proxy.count("PUT", "partNumber=2", 503) == 2
     assert proxy.count("PUT", "partNumber=3", "reset") == 1
     assert proxy.count("PUT", "partNumber=2", 200) == 1
     assert proxy.count("POST", "uploadId=", 500) == 1
+    assert proxy.count("PUT", "partNumber=1", 429) == 1 and proxy.count("GET", "list-type=2", 504) == 1
+    assert proxy.count("PUT", "partNumber=4", 200) == 1  # the slow one was not retried
     assert proxy.open_uploads == {} and open_uploads(moto, bucket) == []
     d.stop()
     proxy.add_rule("GET", ".shard", ("status", 503, "SlowDown"), count=2)

@@ -290,10 +290,28 @@ static void test_open_urls(void **state)
 	struct fixture *f = *state;
 	struct store *s = NULL;
 	char err[256] = "";
-	assert_int_equal(store_open("s3://x", &s, err, sizeof(err)), -EPROTONOSUPPORT);
-	assert_non_null(strstr(err, "s3://x"));
-	assert_int_equal(store_open("gs://bucket/p", &s, err, sizeof(err)), -EPROTONOSUPPORT);
+	assert_int_equal(store_open("ftp://x", &s, err, sizeof(err)), -EPROTONOSUPPORT);
+	assert_non_null(strstr(err, "ftp://x"));
 	assert_int_equal(store_open("/tmp/plain", &s, err, sizeof(err)), -EPROTONOSUPPORT);
+	/* s3:// and gs:// URLs are checked before any credential or network. */
+	static const struct {
+		const char *url, *why;
+	} bad[] = {
+		{ "s3://x", "bad bucket name" },
+		{ "s3://Upper/p", "bad bucket name" },
+		{ "gs://bucket/p?part_size=1M", "part_size must be 5M..5G" },
+		{ "s3://bucket/p?concurrency=0", "out of range: concurrency=0" },
+		{ "s3://bucket/p?nonsense=1", "unknown option" },
+		{ "s3://bucket/p?endpoint=ftp://h", "endpoint must start with http:// or https://" },
+		{ "s3://bucket/p?payload=md5", "payload must be unsigned or sha256" },
+		{ "s3://bucket/p?region", "has no value" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = '\0';
+		assert_int_equal(store_open(bad[i].url, &s, err, sizeof(err)), -EINVAL);
+		if (strstr(err, bad[i].why) == NULL)
+			fail_msg("%s: '%s', want '%s'", bad[i].url, err, bad[i].why);
+	}
 	err[0] = '\0';
 	assert_int_equal(store_open("file://relative", &s, err, sizeof(err)), -EINVAL);
 	assert_true(err[0] != '\0');
