@@ -6,10 +6,12 @@ uploaded (from ckptctl status, which reports the daemon's own CPU time).
 
     .venv-test/bin/python tests/bench/s3_upload.py --build build-test-plain --size-mb 256 --rounds 3
 
-moto is a Python server, so both sides are bounded by it: this measures
-whether ckptd's uploader keeps up with boto3's, not S3's speed. The two
-alternate within each round. s3torchconnector is not compared: it is not
-installable here (no wheel for this platform on the package index)."""
+moto is a Python server, so every side is bounded by it: this measures
+whether ckptd's uploader keeps up with boto3's, not S3's speed. They
+alternate within each round. s3torchconnector's writer (AWS CRT, same part
+size; it sizes its own concurrency) joins when it is installed
+(`pip install s3torchconnector` into the venv; the test venv does not have
+it)."""
 import argparse
 import io
 import json
@@ -23,6 +25,11 @@ here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "s3"))
 from moto_harness import Moto  # noqa: E402
 from boto3.s3.transfer import TransferConfig  # noqa: E402
+
+try:
+    from s3torchconnector import S3Checkpoint, S3ClientConfig
+except ImportError:
+    S3Checkpoint = None
 
 
 def status(ctl, sock):
@@ -63,7 +70,13 @@ def main():
                          max_concurrency=a.concurrency, use_threads=True)
     print(f"{a.size_mb} MiB per upload, {a.part_mb} MiB parts, {a.concurrency} in parallel, moto "
           f"{'IAM mode' if a.iam else 'plain'}")
-    print(f"{'round':>5} {'ckptd MB/s':>11} {'boto3 MB/s':>11} {'ratio':>6} {'ckptd CPU s/GiB':>16}")
+    s3tc = None
+    if S3Checkpoint:
+        os.environ.update(AWS_ACCESS_KEY_ID=ak, AWS_SECRET_ACCESS_KEY=sk)
+        s3tc = S3Checkpoint(region="us-east-1", endpoint=m.endpoint,
+                            s3client_config=S3ClientConfig(part_size=a.part_mb << 20, force_path_style=True))
+    print(f"{'round':>5} {'ckptd MB/s':>11} {'boto3 MB/s':>11} {'ratio':>6} {'s3tc MB/s':>10} {'ratio':>6} "
+          f"{'ckptd CPU s/GiB':>16}")
     ratios = []
     for rnd in range(a.rounds):
         before = status(ctl, sock)
@@ -83,7 +96,14 @@ def main():
         s3.upload_fileobj(io.BytesIO(payload), "bench", f"boto3/{rnd}", Config=cfg)
         theirs = len(payload) / (time.monotonic() - t0) / 1e6
         ratios.append(ours / theirs)
-        print(f"{rnd:>5} {ours:>11.1f} {theirs:>11.1f} {ours / theirs:>6.2f} {cpu / (up / 2**30):>16.2f}")
+        tc = float("nan")
+        if s3tc:
+            t0 = time.monotonic()
+            with s3tc.writer(f"s3://bench/s3tc/{rnd}") as w:
+                w.write(payload)
+            tc = len(payload) / (time.monotonic() - t0) / 1e6
+        print(f"{rnd:>5} {ours:>11.1f} {theirs:>11.1f} {ours / theirs:>6.2f} {tc:>10.1f} {ours / tc:>6.2f} "
+              f"{cpu / (up / 2**30):>16.2f}")
     print(f"median ratio {sorted(ratios)[len(ratios) // 2]:.2f} (goal >= 1.0)")
     d.terminate()
     d.wait()
