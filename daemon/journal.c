@@ -75,6 +75,20 @@ int journal_end(struct journal *j, uint64_t id)
 	return append(j, line);
 }
 
+int journal_upload(struct journal *j, const char *key, const char *upload_id, bool open)
+{
+	char line[2048];
+	if (strpbrk(key, " \n") || strpbrk(upload_id, " \n") || strlen(key) > 767 || strlen(upload_id) > 1023)
+		return -EINVAL;
+	snprintf(line, sizeof(line), "%c %s %s\n", open ? 'U' : 'X', upload_id, key);
+	return append(j, line);
+}
+
+struct upload {
+	char id[1024], key[768];
+	bool ended;
+};
+
 void journal_compact(struct journal *j)
 {
 	pthread_mutex_lock(&j->mu);
@@ -133,6 +147,8 @@ int journal_recover(struct journal *j, struct store *s, journal_recover_fn repor
 	text[got] = '\0';
 	struct entry *v = NULL;
 	size_t n = 0, cap = 0;
+	struct upload *up = NULL;
+	size_t nup = 0, upcap = 0;
 	int removed = 0;
 	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
 		struct entry e = { 0 };
@@ -151,6 +167,25 @@ int journal_recover(struct journal *j, struct store *s, journal_recover_fn repor
 			for (size_t i = 0; i < n; i++)
 				if (v[i].id == e.id)
 					v[i].ended = true;
+		} else if (line[0] == 'U') {
+			struct upload u = { 0 };
+			if (sscanf(line, "U %1023s %767s", u.id, u.key) != 2)
+				continue;
+			if (nup == upcap) {
+				size_t nc = upcap ? 2 * upcap : 8;
+				struct upload *nu = realloc(up, nc * sizeof(*nu));
+				if (nu == NULL)
+					break;
+				up = nu;
+				upcap = nc;
+			}
+			up[nup++] = u;
+		} else if (line[0] == 'X') {
+			char id[1024];
+			if (sscanf(line, "X %1023s", id) == 1)
+				for (size_t i = 0; i < nup; i++)
+					if (strcmp(up[i].id, id) == 0)
+						up[i].ended = true;
 		} else if (line[0] == 'N' && line[1] == ' ') {
 			char what[1100];
 			snprintf(what, sizeof(what), "note from the last run: %s", line + 2);
@@ -158,6 +193,20 @@ int journal_recover(struct journal *j, struct store *s, journal_recover_fn repor
 		}
 		/* Anything else is a torn last line from the crash: ignored. */
 	}
+	for (size_t i = 0; i < nup; i++) {
+		if (up[i].ended || s->ops->abort_upload == NULL)
+			continue;
+		int r = s->ops->abort_upload(s, up[i].key, up[i].id);
+		char what[2048];
+		if (r == 0) {
+			removed++;
+			snprintf(what, sizeof(what), "multipart upload %s of %s (aborted)", up[i].id, up[i].key);
+			report(ctx, what);
+		} else {
+			log_warn("recovery: aborting multipart upload %s of %s: %s", up[i].id, up[i].key, store_error(r));
+		}
+	}
+	free(up);
 	for (size_t i = 0; i < n; i++) {
 		const struct entry *e = &v[i];
 		if (e->ended)

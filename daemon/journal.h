@@ -4,6 +4,7 @@
 #ifndef CKPTD_JOURNAL_H
 #define CKPTD_JOURNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,6 +18,9 @@ void journal_close(struct journal *j);
 int journal_begin(struct journal *j, uint64_t id, const char *shard_key, const char *man_key,
 		  const char *attempt);
 int journal_end(struct journal *j, uint64_t id);
+/* A multipart upload of key opened (open) or ended; recovery aborts the
+ * ones still open. Thread-safe, fsync'd. */
+int journal_upload(struct journal *j, const char *key, const char *upload_id, bool open);
 
 /* Empty the journal: call only while no upload is in flight. */
 void journal_compact(struct journal *j);
@@ -24,8 +28,9 @@ void journal_compact(struct journal *j);
 int journal_note(struct journal *j, const char *what);
 
 typedef void (*journal_recover_fn)(void *ctx, const char *what);
-/* Undo every write begun and never ended: remove its temporaries, and its
- * shard unless the manifest of that attempt made it. report() is told each
+/* Undo every write begun and never ended: abort its multipart uploads still
+ * open, remove its temporaries, and its shard unless the manifest of that
+ * attempt made it. report() is told each
  * removal. Then empty the journal. Returns the number of files removed. */
 int journal_recover(struct journal *j, struct store *s, journal_recover_fn report, void *ctx);
 

@@ -177,6 +177,13 @@ static void on_sighup(uv_signal_t *h, int signum)
 	log_info("SIGHUP: configuration reloaded (log level %d, %zu job sections)", nc.log_level, nc.njobs);
 }
 
+static void on_upload(void *ctx, const char *key, const char *upload_id, int open)
+{
+	int r = journal_upload(ctx, key, upload_id, open != 0);
+	if (r < 0)
+		log_warn("journal: recording multipart upload %s of %s: %s", upload_id, key, strerror(-r));
+}
+
 int main(int argc, char **argv)
 {
 	saved_argc = argc;
@@ -239,6 +246,8 @@ int main(int argc, char **argv)
 		log_err("%s", err);
 		return 1;
 	}
+	d->store->on_upload = on_upload;
+	d->store->on_upload_ctx = d->journal;
 	r = journal_recover(d->journal, d->store, on_recovered, d);
 	if (r < 0) {
 		log_err("journal recovery in %s: %s", d->cfg.state_dir, strerror(-r));

@@ -28,6 +28,9 @@ struct store_ops {
 	/* Remove this node's temporary files of key (left by a crash);
 	 * returns how many. */
 	int (*remove_temps)(struct store *s, const char *key);
+	/* Object stores (else NULL): abort multipart upload upload_id of key;
+	 * 0 also when it is gone already. */
+	int (*abort_upload)(struct store *s, const char *key, const char *upload_id);
 	void (*free)(struct store *s);
 };
 
@@ -36,6 +39,11 @@ struct store {
 	char url[1024];
 	unsigned debug_delay_ms; /* tests only: pause in the middle of a put */
 	char cred_source[160];   /* where credentials came from, for status; "" */
+	/* Told when a multipart upload of key opens (open 1) and when it is
+	 * completed or aborted (0), so the journal can abort it after a crash.
+	 * Called on the uploading thread; may be NULL. */
+	void (*on_upload)(void *ctx, const char *key, const char *upload_id, int open);
+	void *on_upload_ctx;
 	_Atomic unsigned long retries; /* requests retried (object stores) */
 };
 

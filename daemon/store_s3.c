@@ -11,9 +11,10 @@
  *   RequestTimeout, resets and timeouts, with exponential backoff and full
  *   jitter (retry_max_attempts, retry_base_ms, retry_cap_ms); any other
  *   4xx fails at once with the server's code and message (store_error).
- * - remove_temps(key) aborts the multipart uploads of key left open by a
- *   crashed daemon (found with ListMultipartUploads; the journal names the
- *   keys).
+ * - Open upload ids go to the journal (store.on_upload); after a crash the
+ *   journal aborts them by id (abort_upload). remove_temps(key) also
+ *   aborts any upload of key still listed (ListMultipartUploads), which
+ *   covers a crash between CreateMultipartUpload and the journal record.
  *
  * Options, in the URL query (the config's [storage] keys are appended):
  * endpoint, region, path_style, part_size, concurrency, ca_bundle,
@@ -505,8 +506,14 @@ static int abort_upload(struct s3 *s, const char *key, const char *upload_id)
 	return r;
 }
 
-static int put_multipart(struct s3 *s, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs,
-			 uint64_t total)
+static void tell_upload(struct s3 *s, const char *rel, const char *id, int open)
+{
+	if (s->base.on_upload)
+		s->base.on_upload(s->base.on_upload_ctx, rel, id, open);
+}
+
+static int put_multipart(struct s3 *s, const char *rel, const char *key, const struct iovec *iov, size_t n,
+			 const uint32_t *crcs, uint64_t total)
 {
 	struct part *parts = NULL;
 	size_t np = 0;
@@ -539,6 +546,8 @@ static int put_multipart(struct s3 *s, const char *key, const struct iovec *iov,
 		parts_free(parts, np);
 		return r;
 	}
+	/* Journaled before any part: a crash from here on is undone by id. */
+	tell_upload(s, rel, upload_id, 1);
 	struct call *pc = calloc(np, sizeof(*pc));
 	if (pc == NULL) {
 		r = -ENOMEM;
@@ -595,6 +604,7 @@ static int put_multipart(struct s3 *s, const char *key, const struct iovec *iov,
 		call_free(&pc[k]);
 	free(pc);
 	parts_free(parts, np);
+	tell_upload(s, rel, upload_id, 0);
 	return 0;
 abort:
 	if (pc)
@@ -602,7 +612,8 @@ abort:
 			call_free(&pc[k]);
 	free(pc);
 	parts_free(parts, np);
-	abort_upload(s, key, upload_id);
+	if (abort_upload(s, key, upload_id) == 0)
+		tell_upload(s, rel, upload_id, 0);
 	return r;
 }
 
@@ -618,7 +629,7 @@ static int s3_put(struct store *base, const char *key, const struct iovec *iov, 
 	for (size_t i = 0; i < n; i++)
 		total += iov[i].iov_len;
 	if (total > s->part_size)
-		return put_multipart(s, fk, iov, n, crcs, total);
+		return put_multipart(s, key, fk, iov, n, crcs, total);
 	uint32_t crc = 0;
 	for (size_t i = 0; i < n; i++) {
 		uint32_t c = crcs ? crcs[i] : crc32c_update(0, iov[i].iov_base, iov[i].iov_len);
@@ -830,6 +841,15 @@ static int s3_remove_temps(struct store *base, const char *key)
 	return aborted;
 }
 
+static int s3_abort_upload(struct store *base, const char *key, const char *upload_id)
+{
+	struct s3 *s = (struct s3 *)base;
+	char fk[1024];
+	store_clear_error();
+	int r = full_key(s, key, fk, sizeof(fk));
+	return r < 0 ? r : abort_upload(s, fk, upload_id);
+}
+
 static void s3_free(struct store *base)
 {
 	struct s3 *s = (struct s3 *)base;
@@ -847,6 +867,7 @@ static const struct store_ops s3_ops = {
 	.remove = s3_remove,
 	.remove_dir = s3_remove_dir,
 	.remove_temps = s3_remove_temps,
+	.abort_upload = s3_abort_upload,
 	.free = s3_free,
 };
 
