@@ -4,7 +4,9 @@ daemon (README "On-disk format").
     sd = ckpt.format.load_step("file:///mnt/ckpt", "llama")          # latest
     torch.save(sd, "llama.pt")
 
-Only file:// is readable here today.
+file:// reads the directory; s3://bucket/prefix reads through boto3 (its
+own credential chain), with the daemon's URL options endpoint=, region= and
+path_style=1, e.g. s3://ckpt/runs?endpoint=http://127.0.0.1:9000&path_style=1.
 """
 import os
 import pickle
@@ -139,19 +141,62 @@ def crc32c(data, crc=0):
 # ---- steps ----
 
 
-def _root(url):
-    if not url.startswith("file://"):
-        raise ValueError(f"{url}: only file:// is readable without the daemon")
-    return url[len("file://"):]
+class _FileStore:
+    def __init__(self, root):
+        self.root = root
+
+    def names(self, prefix):
+        """Names directly under prefix (a directory)."""
+        return sorted(os.listdir(os.path.join(self.root, prefix)))
+
+    def read(self, key):
+        with open(os.path.join(self.root, key), "rb") as f:
+            return f.read()
 
 
-def _manifests(root, job, step):
-    d = os.path.join(root, job, f"step-{step:012d}")
+class _S3Store:
+    def __init__(self, url):
+        import urllib.parse
+        import boto3
+        from botocore.config import Config
+        u = urllib.parse.urlsplit(url)
+        q = dict(urllib.parse.parse_qsl(u.query))
+        self.bucket = u.netloc
+        self.prefix = u.path.strip("/")
+        cfg = Config(s3={"addressing_style": "path" if q.get("path_style") in ("1", "true") else "auto"})
+        self.s3 = boto3.client("s3", endpoint_url=q.get("endpoint"), region_name=q.get("region"), config=cfg)
+
+    def _key(self, k):
+        return f"{self.prefix}/{k}" if self.prefix else k
+
+    def names(self, prefix):
+        p = self._key(prefix).rstrip("/") + "/"
+        out = set()
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=p, Delimiter="/"):
+            out.update(o["Key"][len(p):] for o in page.get("Contents", []))
+            out.update(c["Prefix"][len(p):].rstrip("/") for c in page.get("CommonPrefixes", []))
+        if not out:
+            raise FileNotFoundError(f"nothing under s3://{self.bucket}/{p}")
+        return sorted(out)
+
+    def read(self, key):
+        return self.s3.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
+
+
+def _store(url):
+    if url.startswith("file://"):
+        return _FileStore(url[len("file://"):])
+    if url.startswith("s3://"):
+        return _S3Store(url)
+    raise ValueError(f"{url}: readable without the daemon are file:// and s3://")
+
+
+def _manifests(st, job, step):
+    d = f"{job}/step-{step:012d}"
     out = []
-    for n in sorted(os.listdir(d)):
+    for n in st.names(d):
         if n.endswith(".manifest") and ".tmp." not in n:
-            with open(os.path.join(d, n), "rb") as f:
-                out.append(read_manifest(f.read()))
+            out.append(read_manifest(st.read(f"{d}/{n}")))
     return d, out
 
 
@@ -167,13 +212,13 @@ def _complete_group(mans):
 
 def list_steps(url, job):
     """[(step, complete)] ascending."""
-    root = _root(url)
+    st = _store(url)
     out = []
-    for n in sorted(os.listdir(os.path.join(root, job))):
+    for n in st.names(job):
         if n.startswith("step-") and n[5:].isdigit():
             s = int(n[5:])
             try:
-                out.append((s, _complete_group(_manifests(root, job, s)[1]) is not None))
+                out.append((s, _complete_group(_manifests(st, job, s)[1]) is not None))
             except ValueError:
                 out.append((s, False))  # a bad manifest: never "latest"
     return out
@@ -189,20 +234,19 @@ def load_step(url, job, step="latest", verify=True):
 
     from .torch import TORCH_DTYPES, _materialize
     from .client import DTYPE_NAMES
-    root = _root(url)
+    st = _store(url)
     if step in ("latest", -1):
         done = [s for s, c in list_steps(url, job) if c]
         if not done:
             raise FileNotFoundError(f"job '{job}' has no complete step under {url}")
         step = done[-1]
-    d, mans = _manifests(root, job, int(step))
+    d, mans = _manifests(st, job, int(step))
     group = _complete_group(mans)
     if group is None:
         raise FileNotFoundError(f"step {step} of job '{job}' is not complete")
     full = {}
     for m in group:
-        with open(os.path.join(d, f"rank-{m['rank']:05d}-of-{m['world_size']:05d}.shard"), "rb") as f:
-            shard = f.read()
+        shard = st.read(f"{d}/rank-{m['rank']:05d}-of-{m['world_size']:05d}.shard")
         for t in m["tensors"]:
             raw = shard[t["shard_offset"]:t["shard_offset"] + t["nbytes"]]
             if len(raw) != t["nbytes"]:
