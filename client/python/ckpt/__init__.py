@@ -11,7 +11,7 @@ ckpt.Client is the raw binding; ckpt.dcp has a torch.distributed.checkpoint
 StorageWriter/StorageReader; ckpt.format reads a step without the daemon.
 """
 from .client import (LATEST, Buffer, CkptError, Client, DaemonUnavailable, LoadFuture, SaveFuture, Superseded,
-                     TensorSpec, default_socket)
+                     TensorSpec, cuda_available, default_socket)
 
 __all__ = ["Client", "Buffer", "TensorSpec", "SaveFuture", "LoadFuture", "CkptError", "DaemonUnavailable",
-           "Superseded", "LATEST", "default_socket"]
+           "Superseded", "LATEST", "default_socket", "cuda_available"]

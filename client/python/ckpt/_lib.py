@@ -27,6 +27,10 @@ class _Tensor(ctypes.Structure):
     ]
 
 
+class _SaveOpts(ctypes.Structure):
+    _fields_ = [("cuda_stream", ctypes.c_void_p)]
+
+
 class _Hello(ctypes.Structure):
     _fields_ = [
         ("job", ctypes.c_char_p),
@@ -106,6 +110,10 @@ def _load():
         "ckpt_buffer_size": (sz, [vp]),
         "ckpt_buffer_free": (None, [vp]),
         "ckpt_save": (i, [vp, u64, ctypes.POINTER(_Tensor), sz, vp, sz, ctypes.POINTER(vp)]),
+        "ckpt_save_ex": (i, [vp, u64, ctypes.POINTER(_Tensor), sz, vp, sz, ctypes.POINTER(_SaveOpts),
+                             ctypes.POINTER(vp)]),
+        "ckpt_register_cuda": (i, [vp, u64, sz, ctypes.POINTER(vp)]),
+        "ckpt_cuda_available": (i, [ctypes.c_char_p, sz]),
         "ckpt_load": (i, [vp, ctypes.c_int64, ctypes.POINTER(_Tensor), sz, ctypes.POINTER(vp)]),
         "ckpt_future_wait": (i, [vp, i, i]),
         "ckpt_future_poll": (i, [vp, i]),

@@ -6,8 +6,8 @@ import errno as _errno
 import os
 import threading
 
-from ._lib import (CKPT_DURABLE, CKPT_LATEST, CKPT_LOADED, CKPT_STAGED, FUTURE_CB, _Hello, _StepDetail,
-                   _StepInfo, _Tensor, lib, libc)
+from ._lib import (CKPT_DURABLE, CKPT_LATEST, CKPT_LOADED, CKPT_STAGED, FUTURE_CB, _Hello, _SaveOpts,
+                   _StepDetail, _StepInfo, _Tensor, lib, libc)
 
 LATEST = CKPT_LATEST
 
@@ -41,6 +41,14 @@ def _error(rc, msg=None, what=None):
     if code == _errno.ECANCELED:
         return Superseded(code, full)
     return CkptError(code, full)
+
+
+def cuda_available():
+    """(True, "") when this process can register CUDA memory with libckpt,
+    else (False, why): no driver library, a stub library, no device ..."""
+    why = ctypes.create_string_buffer(256)
+    ok = lib.ckpt_cuda_available(why, len(why))
+    return bool(ok), why.value.decode(errors="replace")
 
 
 class Buffer:
@@ -240,11 +248,28 @@ class Client:
         self._buffers.append(b)
         return b
 
-    def save(self, step, specs, extra=b""):
+    def register_cuda(self, ptr, nbytes):
+        """Register nbytes of device memory at ptr (an int: tensor.data_ptr(),
+        cudaMalloc's pointer). CkptError(ENOTSUP) when CUDA is off here or in
+        the daemon."""
+        out = ctypes.c_void_p()
+        rc = lib.ckpt_register_cuda(self._handle(), int(ptr), nbytes, ctypes.byref(out))
+        if rc < 0:
+            raise _error(rc, what="register CUDA buffer")
+        b = Buffer(self, out, nbytes, False)
+        self._buffers.append(b)
+        return b
+
+    def save(self, step, specs, extra=b"", cuda_stream=None):
+        """cuda_stream: the CUstream (an int, torch's .cuda_stream) whose
+        work the daemon's copies of CUDA buffers wait for; None: the legacy
+        default stream."""
         arr, keep = _tensor_array(specs)
         fut = ctypes.c_void_p()
         ex = ctypes.create_string_buffer(extra, len(extra)) if extra else None
-        rc = lib.ckpt_save(self._handle(), step, arr, len(specs), ex, len(extra or b""), ctypes.byref(fut))
+        opts = _SaveOpts(ctypes.c_void_p(cuda_stream or None))
+        rc = lib.ckpt_save_ex(self._handle(), step, arr, len(specs), ex, len(extra or b""), ctypes.byref(opts),
+                              ctypes.byref(fut))
         del keep
         if rc < 0:
             raise _error(rc, what=f"save step {step}")

@@ -11,8 +11,11 @@ moves into shared memory in place (``share_memory_()``: every alias sees it,
 parameters and optimizer state included) and that /dev/shm file is
 registered with the daemon, once per storage. Later saves copy nothing in
 the trainer: the daemon reads the shared memory directly.
-Non-contiguous and CUDA tensors are copied into a registered scratch buffer
-on each save (the CUDA path of ckptd is not in this build). A shared
+Contiguous CUDA tensors are registered through the C API's CUDA path
+(legacy IPC handles, or VMM fds for expandable segments) and copied by the
+daemon D2H after an event on the current stream; when CUDA is off in this
+process or in the daemon they are copied, like non-contiguous tensors,
+into a registered scratch buffer on each save. A shared
 storage cannot be resized afterwards (PyTorch's rule for shared memory), so
 code that resize_()s parameter storages (FSDP-style) must not hand them to
 a Checkpointer.
@@ -113,6 +116,8 @@ class Checkpointer:
         # shared storage data_ptr -> (its registered Buffer, the file's inode)
         self._shared = {}
         self._scratch = {}        # name -> Buffer for copied tensors
+        self._cuda = None         # None: not tried; True: registering device memory works; False: copy
+        self._cuda_regs = []      # this save's device registrations
         _raise_nofile()
 
     # ---- registration ----
@@ -124,9 +129,18 @@ class Checkpointer:
         it) and its fd registered with the daemon (once per storage). Others
         get a registered scratch buffer, filled by _copy_in."""
         specs, used = [], set()
+        for b in self._cuda_regs:
+            b.free()
+        self._cuda_regs = []
+        cuda_bufs = {}
         for name, t in tensors:
             code = DTYPE_CODES[t.dtype]
             nbytes = t.numel() * t.element_size()
+            if t.device.type == "cuda" and t.is_contiguous() and nbytes and self._cuda is not False:
+                buf = self._cuda_buffer(t, cuda_bufs)
+                if buf is not None:
+                    specs.append(TensorSpec(name, code, t.shape, buf, t.storage_offset() * t.element_size(), nbytes))
+                    continue
             if t.device.type == "cpu" and t.is_contiguous() and nbytes:
                 st = t.untyped_storage()
                 # In place (every alias sees it); the fd names the file.
@@ -151,6 +165,30 @@ class Checkpointer:
         for key in [k for k in self._shared if k not in used]:
             self._shared.pop(key)[0].free()
         return specs
+
+    def _cuda_buffer(self, t, cuda_bufs):
+        """Register a CUDA tensor's storage with the daemon (C API: legacy
+        IPC or VMM fds), once per storage per save: the caching allocator
+        reuses addresses, so a registration is not kept across saves (the
+        daemon still opens each cudaMalloc segment once). None when CUDA
+        is off here or in the daemon: then the tensor is copied."""
+        from .client import CkptError
+        st = t.untyped_storage()
+        key = st.data_ptr()
+        if key in cuda_bufs:
+            return cuda_bufs[key]
+        try:
+            buf = self.client.register_cuda(key, st.nbytes())
+        except CkptError as e:
+            import errno
+            if e.errno != errno.ENOTSUP:
+                raise
+            self._cuda = False
+            return None
+        self._cuda = True
+        self._cuda_regs.append(buf)
+        cuda_bufs[key] = buf
+        return buf
 
     def _scratch_buffer(self, name, nbytes):
         have = self._scratch.get(name)
@@ -194,7 +232,11 @@ class Checkpointer:
             return self._fallback_save(state_dict, step, extra)
         specs = self._bind(tensors)
         self._copy_in(tensors, specs)
-        return SaveFuture(self.client.save(step, specs, blob), step)
+        stream = None
+        if any(t.is_cuda for _, t in tensors):
+            dev = next(t.device for _, t in tensors if t.is_cuda)
+            stream = torch.cuda.current_stream(dev).cuda_stream
+        return SaveFuture(self.client.save(step, specs, blob, cuda_stream=stream), step)
 
     # ---- load ----
 
