@@ -279,6 +279,20 @@ static int imds(struct creds_provider *p, struct creds *c, char *err, size_t err
 
 /* ---- GCS ---- */
 
+/* An OAuth token answer ({"access_token", "expires_in"}) into c; frees js. */
+static int take_oauth_token(char *js, struct creds *c)
+{
+	json_object *o = json_tokener_parse(js);
+	OPENSSL_cleanse(js, strlen(js));
+	free(js);
+	json_object *ei;
+	int r = o && json_str(o, "access_token", c->token, sizeof(c->token)) == 0 ? 0 : -EPROTO;
+	if (r == 0 && json_object_object_get_ex(o, "expires_in", &ei))
+		c->expires = time(NULL) + json_object_get_int64(ei);
+	json_object_put(o);
+	return r;
+}
+
 static int gce_metadata(struct creds_provider *p, struct creds *c, char *err, size_t errlen)
 {
 	const char *host = env("GCE_METADATA_HOST") ? env("GCE_METADATA_HOST") : "metadata.google.internal";
@@ -291,14 +305,7 @@ static int gce_metadata(struct creds_provider *p, struct creds *c, char *err, si
 		snprintf(err, errlen, "metadata server %s: %s", host, st < 0 ? fetch_err : "no token");
 		return -ENOENT;
 	}
-	json_object *o = json_tokener_parse(js);
-	OPENSSL_cleanse(js, strlen(js));
-	free(js);
-	json_object *ei;
-	int r = o && json_str(o, "access_token", c->token, sizeof(c->token)) == 0 ? 0 : -EPROTO;
-	if (r == 0 && json_object_object_get_ex(o, "expires_in", &ei))
-		c->expires = time(NULL) + json_object_get_int64(ei);
-	json_object_put(o);
+	int r = take_oauth_token(js, c);
 	if (r < 0) {
 		snprintf(err, errlen, "metadata server %s: malformed token answer", host);
 		return r;
@@ -387,14 +394,7 @@ static int service_account(struct creds_provider *p, struct creds *c, char *err,
 			 st < 0 ? fetch_err : "refused");
 		return -EACCES;
 	}
-	json_object *o = json_tokener_parse(js);
-	OPENSSL_cleanse(js, strlen(js));
-	free(js);
-	json_object *ei;
-	int r = o && json_str(o, "access_token", c->token, sizeof(c->token)) == 0 ? 0 : -EPROTO;
-	if (r == 0 && json_object_object_get_ex(o, "expires_in", &ei))
-		c->expires = time(NULL) + json_object_get_int64(ei);
-	json_object_put(o);
+	int r = take_oauth_token(js, c);
 	if (r < 0) {
 		snprintf(err, errlen, "token exchange at %s: malformed answer", p->token_uri);
 		return r;

@@ -312,11 +312,12 @@ API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
 	return CUDA_SUCCESS;
 }
 
-API CUresult cuMemFree_v2(CUdeviceptr p)
+/* Unmap and forget the region of that kind starting at p. */
+static CUresult drop_region(CUdeviceptr p, int kind)
 {
 	pthread_mutex_lock(&mu);
 	struct region *r = find_region((uintptr_t)p, 0);
-	if (r == NULL || r->base != (uintptr_t)p || r->kind != 0) {
+	if (r == NULL || r->base != (uintptr_t)p || r->kind != kind) {
 		pthread_mutex_unlock(&mu);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
@@ -325,6 +326,11 @@ API CUresult cuMemFree_v2(CUdeviceptr p)
 	del_region(r);
 	pthread_mutex_unlock(&mu);
 	return CUDA_SUCCESS;
+}
+
+API CUresult cuMemFree_v2(CUdeviceptr p)
+{
+	return drop_region(p, 0);
 }
 
 API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr p)
@@ -403,17 +409,7 @@ API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned in
 
 API CUresult cuIpcCloseMemHandle(CUdeviceptr p)
 {
-	pthread_mutex_lock(&mu);
-	struct region *r = find_region((uintptr_t)p, 0);
-	if (r == NULL || r->base != (uintptr_t)p || r->kind != 1) {
-		pthread_mutex_unlock(&mu);
-		return CUDA_ERROR_INVALID_VALUE;
-	}
-	munmap((void *)r->base, r->size);
-	close(r->fd);
-	del_region(r);
-	pthread_mutex_unlock(&mu);
-	return CUDA_SUCCESS;
+	return drop_region(p, 1);
 }
 
 /* ---- VMM ---- */
