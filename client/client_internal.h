@@ -132,6 +132,9 @@ uint64_t buffer_next_id(ckpt_client *c);
 int client_cuda_events(ckpt_client *c, const ckpt_tensor *tensors, size_t n,
 		       void *stream, Ckpt__Save *s, void **storage);
 void client_cuda_free(ckpt_client *c);
+/* Before a load into CUDA buffers: wait for the work already queued on
+ * their devices (cuCtxSynchronize), so it cannot land after the restore. */
+int client_cuda_sync(const ckpt_tensor *tensors, size_t n);
 
 /* future.c */
 ckpt_future *future_new(enum pending_kind kind, uint64_t step);

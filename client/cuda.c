@@ -342,6 +342,35 @@ int client_cuda_events(ckpt_client *c, const ckpt_tensor *tensors, size_t n, voi
 	return 0;
 }
 
+int client_cuda_sync(const ckpt_tensor *tensors, size_t n)
+{
+	uint64_t done = 0; /* ordinals synchronised (the first 64) */
+	for (size_t i = 0; i < n; i++) {
+		const ckpt_buffer *b = tensors[i].buffer;
+		if (!b || !b->cuda || (b->cuda_dev < 64 && (done >> b->cuda_dev) & 1))
+			continue;
+		int r = drv_ready(NULL);
+		if (r < 0)
+			return r;
+		CUcontext prev = NULL, ctx = NULL;
+		drv.cuCtxGetCurrent(&prev);
+		CUresult cr = drv.cuDevicePrimaryCtxRetain(&ctx, b->cuda_dev);
+		if (cr == CUDA_SUCCESS) {
+			drv.cuCtxSetCurrent(ctx);
+			cr = drv.cuCtxSynchronize();
+			drv.cuCtxSetCurrent(prev);
+			drv.cuDevicePrimaryCtxRelease(b->cuda_dev);
+		}
+		if (cr != CUDA_SUCCESS) {
+			client_set_errmsgf("waiting for device %d before the restore: %s", b->cuda_dev, ename(cr));
+			return -EIO;
+		}
+		if (b->cuda_dev < 64)
+			done |= 1ull << b->cuda_dev;
+	}
+	return 0;
+}
+
 void client_cuda_free(ckpt_client *c)
 {
 	struct client_cuda *cc = c->cuda;
@@ -403,6 +432,13 @@ int client_cuda_events(ckpt_client *c, const ckpt_tensor *tensors, size_t n, voi
 void client_cuda_free(ckpt_client *c)
 {
 	(void)c;
+}
+
+int client_cuda_sync(const ckpt_tensor *tensors, size_t n)
+{
+	(void)tensors;
+	(void)n;
+	return 0;
 }
 
 #endif

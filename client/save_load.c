@@ -228,6 +228,11 @@ int ckpt_load_ex(ckpt_client *c, int64_t step, const ckpt_tensor *tensors,
 	r = tensors_build(c, tensors, ntensors, &ts);
 	if (r < 0)
 		return r;
+	r = client_cuda_sync(tensors, ntensors);
+	if (r < 0) {
+		tensors_free(&ts);
+		return r;
+	}
 	f = future_new(PENDING_LOAD, step < 0 ? 0 : (uint64_t)step);
 	if (!f) {
 		tensors_free(&ts);

@@ -23,6 +23,8 @@
 	X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice))               \
 	X(cuCtxSetCurrent, "cuCtxSetCurrent", (CUcontext))                                     \
 	X(cuCtxGetCurrent, "cuCtxGetCurrent", (CUcontext *))                                   \
+	X(cuCtxSynchronize, "cuCtxSynchronize", (void))                                        \
+	X(cuMemGetAddressRange, "cuMemGetAddressRange_v2", (CUdeviceptr *, size_t *, CUdeviceptr)) \
 	X(cuPointerGetAttribute, "cuPointerGetAttribute", (void *, CUpointer_attribute, CUdeviceptr)) \
 	X(cuIpcGetMemHandle, "cuIpcGetMemHandle", (CUipcMemHandle *, CUdeviceptr))             \
 	X(cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2", (CUdeviceptr *, CUipcMemHandle, unsigned int)) \

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,8 @@
 struct cudadev {
 	CUdevice dev;
 	uint8_t uuid[CUDA_UUID_BYTES];
+	bool ready;                 /* context and streams made (loop thread) */
+	_Atomic int broken;         /* a sticky error (CUresult) broke the context */
 	CUcontext ctx;
 	CUstream *streams;          /* nstreams, for staging */
 	CUstream xfer;              /* restore copies, under xfer_mu */
@@ -33,6 +36,7 @@ struct ipcmap {
 	int dev;
 	uint8_t handle[CUDA_IPC_BYTES];
 	CUdeviceptr base;
+	size_t size;               /* of the allocation: registrations stay inside */
 };
 
 struct cudaev {
@@ -56,6 +60,8 @@ struct cuda {
 	bool pool_pinned;
 	char pool_err[160];
 };
+
+static int pin_pool(struct cuda *cu, char *err, size_t errlen);
 
 struct cudabuf {
 	struct cuda *cu;
@@ -116,39 +122,96 @@ struct cuda *cuda_open(unsigned nstreams, char *why, size_t whylen)
 	if (n > MAX_DEVICES)
 		n = MAX_DEVICES;
 	cu->nstreams = nstreams < 2 ? 2 : nstreams;
+	/* Only names for now: a device's context (hundreds of MiB on a real
+	 * GPU) and streams are made when a trainer first uses it. */
 	for (int i = 0; i < n; i++) {
 		struct cudadev *dv = &cu->devs[i];
 		CUuuid u;
-		const char *what = "cuDeviceGet";
 		r = cu->drv.cuDeviceGet(&dv->dev, i);
-		if (r == CUDA_SUCCESS && (what = "cuDeviceGetUuid", r = cu->drv.cuDeviceGetUuid(&u, dv->dev)) == CUDA_SUCCESS)
-			memcpy(dv->uuid, u.bytes, CUDA_UUID_BYTES);
 		if (r == CUDA_SUCCESS)
-			what = "cuDevicePrimaryCtxRetain", r = cu->drv.cuDevicePrimaryCtxRetain(&dv->ctx, dv->dev);
-		if (r == CUDA_SUCCESS)
-			r = cu->drv.cuCtxSetCurrent(dv->ctx);
-		dv->streams = calloc(cu->nstreams, sizeof(CUstream));
-		if (dv->streams == NULL) {
-			snprintf(why, whylen, "out of memory");
-			cu->ndev = i;
-			cuda_close(cu);
+			r = cu->drv.cuDeviceGetUuid(&u, dv->dev);
+		if (r != CUDA_SUCCESS) {
+			snprintf(why, whylen, "device %d: %s", i, ename(cu, r, eb, sizeof(eb)));
+			free(cu);
 			return NULL;
 		}
-		/* Non-blocking: staging never serialises with anything on the
-		 * legacy default stream. */
-		for (unsigned k = 0; r == CUDA_SUCCESS && k < cu->nstreams; k++)
-			what = "cuStreamCreate", r = cu->drv.cuStreamCreate(&dv->streams[k], CU_STREAM_NON_BLOCKING);
-		if (r == CUDA_SUCCESS)
-			r = cu->drv.cuStreamCreate(&dv->xfer, CU_STREAM_NON_BLOCKING);
+		memcpy(dv->uuid, u.bytes, CUDA_UUID_BYTES);
 		pthread_mutex_init(&dv->xfer_mu, NULL);
 		cu->ndev = i + 1;
-		if (r != CUDA_SUCCESS) {
-			snprintf(why, whylen, "device %d: %s failed: %s", i, what, ename(cu, r, eb, sizeof(eb)));
-			cuda_close(cu);
-			return NULL;
-		}
 	}
 	return cu;
+}
+
+/* Sticky errors leave the device's context unusable until ckptd restarts. */
+static bool sticky(CUresult r)
+{
+	switch (r) {
+	case CUDA_ERROR_ILLEGAL_ADDRESS:
+	case CUDA_ERROR_LAUNCH_FAILED:
+	case CUDA_ERROR_HARDWARE_STACK_ERROR:
+	case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+	case CUDA_ERROR_MISALIGNED_ADDRESS:
+	case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+	case CUDA_ERROR_INVALID_PC:
+	case CUDA_ERROR_ECC_UNCORRECTABLE:
+		return true;
+	default:
+		return false;
+	}
+}
+
+static void note_error(struct cuda *cu, int dev, CUresult r)
+{
+	if (sticky(r)) {
+		int zero = 0;
+		if (atomic_compare_exchange_strong(&cu->devs[dev].broken, &zero, (int)r)) {
+			char eb[64];
+			log_err("CUDA device %d: %s is sticky; its context is unusable until ckptd restarts", dev,
+				ename(cu, r, eb, sizeof(eb)));
+		}
+	}
+}
+
+/* Make device i usable: its primary context, copy streams, and the pool
+ * pinned (once, with the first device). Loop thread. */
+static int dev_ready(struct cuda *cu, int i, char *err, size_t errlen)
+{
+	struct cudadev *dv = &cu->devs[i];
+	char eb[64];
+	int broken = atomic_load(&dv->broken);
+	if (broken) {
+		snprintf(err, errlen, "CUDA device %d is broken (%s); restart ckptd", i,
+			 ename(cu, (CUresult)broken, eb, sizeof(eb)));
+		return -EIO;
+	}
+	if (dv->ready)
+		return 0;
+	const char *what = "cuDevicePrimaryCtxRetain";
+	CUresult r = CUDA_SUCCESS;
+	if (dv->ctx == NULL)
+		r = cu->drv.cuDevicePrimaryCtxRetain(&dv->ctx, dv->dev);
+	if (r == CUDA_SUCCESS)
+		what = "cuCtxSetCurrent", r = cu->drv.cuCtxSetCurrent(dv->ctx);
+	if (r == CUDA_SUCCESS && dv->streams == NULL && (dv->streams = calloc(cu->nstreams, sizeof(CUstream))) == NULL)
+		return -ENOMEM;
+	/* Non-blocking: staging never serialises with anything on the
+	 * legacy default stream. */
+	for (unsigned k = 0; r == CUDA_SUCCESS && k < cu->nstreams; k++)
+		if (dv->streams[k] == NULL)
+			what = "cuStreamCreate", r = cu->drv.cuStreamCreate(&dv->streams[k], CU_STREAM_NON_BLOCKING);
+	if (r == CUDA_SUCCESS && dv->xfer == NULL)
+		what = "cuStreamCreate", r = cu->drv.cuStreamCreate(&dv->xfer, CU_STREAM_NON_BLOCKING);
+	if (r != CUDA_SUCCESS) {
+		snprintf(err, errlen, "CUDA device %d: %s failed: %s", i, what, ename(cu, r, eb, sizeof(eb)));
+		return -EIO;
+	}
+	dv->ready = true;
+	if (cu->pool_base && !cu->pool_pinned && !cu->pool_err[0]) {
+		char pe[200];
+		if (pin_pool(cu, pe, sizeof(pe)) < 0)
+			log_warn("CUDA: %s; staging copies from GPUs will be slower", pe);
+	}
+	return 0;
 }
 
 void cuda_close(struct cuda *cu)
@@ -156,13 +219,18 @@ void cuda_close(struct cuda *cu)
 	if (cu == NULL)
 		return;
 	if (cu->pool_pinned) {
-		cu->drv.cuCtxSetCurrent(cu->devs[0].ctx);
+		for (int i = 0; i < cu->ndev; i++)
+			if (cu->devs[i].ctx) {
+				cu->drv.cuCtxSetCurrent(cu->devs[i].ctx);
+				break;
+			}
 		for (size_t off = 0; off < cu->pool_bytes; off += HOST_REGISTER_MAX)
 			cu->drv.cuMemHostUnregister((uint8_t *)cu->pool_base + off);
 	}
 	for (int i = 0; i < cu->ndev; i++) {
 		struct cudadev *dv = &cu->devs[i];
-		cu->drv.cuCtxSetCurrent(dv->ctx);
+		if (dv->ctx)
+			cu->drv.cuCtxSetCurrent(dv->ctx);
 		for (unsigned k = 0; dv->streams && k < cu->nstreams; k++)
 			if (dv->streams[k])
 				cu->drv.cuStreamDestroy(dv->streams[k]);
@@ -179,7 +247,18 @@ void cuda_close(struct cuda *cu)
 
 int cuda_register_pool(struct cuda *cu, void *base, size_t bytes, char *err, size_t errlen)
 {
-	cu->drv.cuCtxSetCurrent(cu->devs[0].ctx);
+	(void)err;
+	(void)errlen;
+	/* Pinned when the first device is made ready (it needs a context). */
+	cu->pool_base = base;
+	cu->pool_bytes = bytes;
+	return 0;
+}
+
+static int pin_pool(struct cuda *cu, char *err, size_t errlen)
+{
+	void *base = cu->pool_base;
+	size_t bytes = cu->pool_bytes;
 	for (size_t off = 0; off < bytes; off += HOST_REGISTER_MAX) {
 		size_t n = bytes - off < HOST_REGISTER_MAX ? bytes - off : HOST_REGISTER_MAX;
 		/* PORTABLE: pinned for every device's context, not just this one. */
@@ -194,18 +273,29 @@ int cuda_register_pool(struct cuda *cu, void *base, size_t bytes, char *err, siz
 			return -EIO;
 		}
 	}
-	cu->pool_base = base;
-	cu->pool_bytes = bytes;
 	cu->pool_pinned = true;
 	return 0;
 }
 
 void cuda_describe(const struct cuda *cu, char *buf, size_t len)
 {
-	int v = 0;
+	int v = 0, ready = 0;
 	cu->drv.cuDriverGetVersion(&v);
-	snprintf(buf, len, "on: %d device(s), driver %d.%d, %s%s", cu->ndev, v / 1000, (v % 1000) / 10,
-		 cu->pool_pinned ? "pool pinned" : "pool NOT pinned: ", cu->pool_pinned ? "" : cu->pool_err);
+	for (int i = 0; i < cu->ndev; i++)
+		ready += cu->devs[i].ready;
+	size_t o = (size_t)snprintf(buf, len, "on: %d device(s), %d in use, driver %d.%d, %s%s", cu->ndev, ready,
+				    v / 1000, (v % 1000) / 10,
+				    cu->pool_pinned ? "pool pinned"
+				    : cu->pool_err[0] ? "pool NOT pinned: " : "pool pinned at first use",
+				    cu->pool_pinned ? "" : cu->pool_err);
+	for (int i = 0; i < cu->ndev && o < len; i++) {
+		int b = atomic_load(&cu->devs[i].broken);
+		if (b) {
+			char eb[64];
+			o += (size_t)snprintf(buf + o, len - o, "; device %d BROKEN (%s), restart ckptd", i,
+					      ename(cu, (CUresult)b, eb, sizeof(eb)));
+		}
+	}
 }
 
 static struct cudabuf *buf_new(struct cuda *cu, int dev, uint64_t nbytes)
@@ -225,6 +315,9 @@ int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle,
 	int dev = find_dev(cu, uuid);
 	if (dev < 0)
 		return no_dev(cu, uuid, err, errlen);
+	int rr = dev_ready(cu, dev, err, errlen);
+	if (rr < 0)
+		return rr;
 	struct ipcmap *m;
 	for (m = cu->ipcmaps; m; m = m->next)
 		if (m->dev == dev && memcmp(m->handle, handle, CUDA_IPC_BYTES) == 0)
@@ -244,10 +337,32 @@ int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle,
 				 "PID namespace: hostPID in containers)", ename(cu, r, eb, sizeof(eb)));
 			return -EIO;
 		}
+		CUdeviceptr pb = 0;
+		r = cu->drv.cuMemGetAddressRange(&pb, &m->size, m->base);
+		if (r != CUDA_SUCCESS || pb != m->base) {
+			char eb[64];
+			cu->drv.cuIpcCloseMemHandle(m->base);
+			free(m);
+			snprintf(err, errlen, "cuMemGetAddressRange of the opened handle failed: %s",
+				 ename(cu, r, eb, sizeof(eb)));
+			return -EIO;
+		}
 		m->dev = dev;
 		memcpy(m->handle, handle, CUDA_IPC_BYTES);
 		m->next = cu->ipcmaps;
 		cu->ipcmaps = m;
+	}
+	/* The client's word is not enough: the range must lie in the
+	 * allocation, or a copy would read whatever else is mapped here. */
+	if (offset > m->size || nbytes > m->size - offset) {
+		snprintf(err, errlen, "[%" PRIu64 ", +%" PRIu64 ") lies outside the %zu-byte allocation", offset, nbytes,
+			 m->size);
+		if (m->refs == 0) {
+			cu->ipcmaps = m->next;
+			cu->drv.cuIpcCloseMemHandle(m->base);
+			free(m);
+		}
+		return -ERANGE;
 	}
 	struct cudabuf *b = buf_new(cu, dev, nbytes);
 	if (b == NULL) {
@@ -292,12 +407,15 @@ int cuda_import_vmm(struct cuda *cu, const uint8_t *uuid, int *fds, const uint64
 		ret = -ERANGE;
 		goto out;
 	}
+	if ((ret = dev_ready(cu, dev, err, errlen)) < 0)
+		goto out;
 	b = buf_new(cu, dev, nbytes);
 	if (b == NULL) {
 		ret = -ENOMEM;
 		goto out;
 	}
 	cu->drv.cuCtxSetCurrent(cu->devs[dev].ctx);
+	uint64_t at = 0;
 	CUresult r = cu->drv.cuMemAddressReserve(&b->va, total, 0, 0, 0);
 	if (r != CUDA_SUCCESS) {
 		snprintf(err, errlen, "cuMemAddressReserve of %" PRIu64 " bytes failed: %s", total,
@@ -306,7 +424,6 @@ int cuda_import_vmm(struct cuda *cu, const uint8_t *uuid, int *fds, const uint64
 		goto out;
 	}
 	b->va_size = total;
-	uint64_t at = 0;
 	for (size_t i = 0; i < n; i++) {
 		CUmemGenericAllocationHandle h;
 		const char *what = "cuMemImportFromShareableHandle";
@@ -339,8 +456,9 @@ int cuda_import_vmm(struct cuda *cu, const uint8_t *uuid, int *fds, const uint64
 	b = NULL;
 out:
 	if (b) {
+		/* Only what was mapped: the driver refuses a range with gaps. */
 		if (mapped)
-			cu->drv.cuMemUnmap(b->va, total);
+			cu->drv.cuMemUnmap(b->va, at);
 		if (b->va)
 			cu->drv.cuMemAddressFree(b->va, total);
 		free(b);
@@ -384,6 +502,9 @@ int cuda_event_get(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, 
 	int dev = find_dev(cu, uuid);
 	if (dev < 0)
 		return no_dev(cu, uuid, err, errlen);
+	int rr = dev_ready(cu, dev, err, errlen);
+	if (rr < 0)
+		return rr;
 	for (struct cudaev *e = cu->events; e; e = e->next)
 		if (e->dev == dev && memcmp(e->handle, handle, CUDA_IPC_BYTES) == 0) {
 			e->refs++;
@@ -442,9 +563,10 @@ void cuda_batch_begin(struct cuda_batch *bt, struct cuda *cu, unsigned worker)
 	bt->msg[0] = 0;
 }
 
-static int batch_fail(struct cuda_batch *bt, const char *what, CUresult r)
+static int batch_fail(struct cuda_batch *bt, int dev, const char *what, CUresult r)
 {
 	char eb[64];
+	note_error(bt->cu, dev, r);
 	if (bt->err == 0) {
 		bt->err = -EIO;
 		snprintf(bt->msg, sizeof(bt->msg), "%s failed: %s", what, ename(bt->cu, r, eb, sizeof(eb)));
@@ -459,22 +581,28 @@ int cuda_batch_d2h(struct cuda_batch *bt, const struct cudabuf *b, struct cudaev
 	struct cudadev *dv = &cu->devs[b->dev];
 	CUstream s = dv->streams[bt->worker];
 	CUresult r;
-	if (off > b->nbytes || len > b->nbytes - off)
-		return -ERANGE;
+	if (off > b->nbytes || len > b->nbytes - off) {
+		if (bt->err == 0) {
+			bt->err = -ERANGE;
+			snprintf(bt->msg, sizeof(bt->msg), "copy of [%" PRIu64 ", +%zu) outside the %" PRIu64 "-byte buffer",
+				 off, len, b->nbytes);
+		}
+		return bt->err;
+	}
 	if (!(bt->devmask & (1ull << b->dev))) {
 		bt->devmask |= 1ull << b->dev;
 		if ((r = cu->drv.cuCtxSetCurrent(dv->ctx)) != CUDA_SUCCESS)
-			return batch_fail(bt, "cuCtxSetCurrent", r);
+			return batch_fail(bt, b->dev, "cuCtxSetCurrent", r);
 		/* Wait for the trainer's last write to this device. */
 		for (size_t i = 0; i < nwait; i++)
 			if (wait[i]->dev == b->dev && (r = cu->drv.cuStreamWaitEvent(s, wait[i]->ev, 0)) != CUDA_SUCCESS)
-				return batch_fail(bt, "cuStreamWaitEvent", r);
+				return batch_fail(bt, b->dev, "cuStreamWaitEvent", r);
 	} else if ((r = cu->drv.cuCtxSetCurrent(dv->ctx)) != CUDA_SUCCESS) {
-		return batch_fail(bt, "cuCtxSetCurrent", r);
+		return batch_fail(bt, b->dev, "cuCtxSetCurrent", r);
 	}
 	r = cu->drv.cuMemcpyDtoHAsync(dst, b->ptr + off, len, s);
 	if (r != CUDA_SUCCESS)
-		return batch_fail(bt, "cuMemcpyDtoHAsync", r);
+		return batch_fail(bt, b->dev, "cuMemcpyDtoHAsync", r);
 	return 0;
 }
 
@@ -488,7 +616,7 @@ int cuda_batch_finish(struct cuda_batch *bt)
 		cu->drv.cuCtxSetCurrent(cu->devs[i].ctx);
 		CUresult r = cu->drv.cuStreamSynchronize(cu->devs[i].streams[bt->worker]);
 		if (r != CUDA_SUCCESS)
-			batch_fail(bt, "cuStreamSynchronize", r);
+			batch_fail(bt, i, "cuStreamSynchronize", r);
 	}
 	return bt->err;
 }
@@ -508,6 +636,7 @@ static int xfer(const struct cudabuf *b, uint64_t off, void *host, size_t len, b
 	pthread_mutex_unlock(&dv->xfer_mu);
 	if (r != CUDA_SUCCESS || r2 != CUDA_SUCCESS) {
 		char eb[64];
+		note_error(cu, b->dev, r ? r : r2);
 		log_err("CUDA %s copy of %zu bytes failed: %s", h2d ? "H2D" : "D2H", len,
 			ename(cu, r ? r : r2, eb, sizeof(eb)));
 		return -EIO;

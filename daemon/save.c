@@ -72,6 +72,12 @@ void save_detach_session(struct save *sv)
 		TAILQ_REMOVE(&sv->session->saves, sv, slink);
 		sv->session->inflight_saves--;
 		sv->session = NULL;
+		if (sv->state == SAVE_ADMITTING && sv->nevents > 0) {
+			/* Its copies have not been queued: the trainer's event
+			 * and (legacy IPC) its memory die with it. */
+			save_fail(sv, ECONNRESET, "the trainer went away before its CUDA tensors were staged");
+			return;
+		}
 		if (sv->state < SAVE_UPLOADING)
 			log_info("save %" PRIu64 " (%s step %" PRIu64 " rank %u): trainer went away; finishing it anyway",
 				 sv->id, sv->job, sv->step, sv->rank);

@@ -373,6 +373,10 @@ static void on_register(struct session *s, uint64_t req_id, const Ckpt__Register
 	size_t nfds = 0;
 	while (nfds < want && nfds < sizeof(fds) / sizeof(fds[0]) && (fds[nfds] = take_fd(s)) >= 0)
 		nfds++;
+	/* More than the kind takes: not for a later frame (a frame's fds
+	 * arrive with its first byte), so close them. */
+	for (int extra; (extra = take_fd(s)) >= 0;)
+		close(extra);
 	if (m->kind != CKPT__BUFFER_KIND__HOST_FD && m->kind != CKPT__BUFFER_KIND__CUDA_IPC &&
 	    m->kind != CKPT__BUFFER_KIND__CUDA_VMM) {
 		close_fds(fds, nfds);
@@ -465,8 +469,11 @@ static void on_status(struct session *s, uint64_t req_id)
 	snprintf(storage, sizeof(storage), "%s%s%s%s", d->store->url, d->store->cred_source[0] ? " (credentials: " : "",
 		 d->store->cred_source, d->store->cred_source[0] ? ")" : "");
 	rep.storage = storage;
-	char cuda[300];
-	snprintf(cuda, sizeof(cuda), "%s%s", d->cuda ? "" : "off: ", d->cuda_why);
+	char cuda[512];
+	if (d->cuda)
+		cuda_describe(d->cuda, cuda, sizeof(cuda));
+	else
+		snprintf(cuda, sizeof(cuda), "off: %s", d->cuda_why);
 	rep.cuda = cuda;
 	rep.uptime_ns = daemon_now_ns() - d->start_ns;
 	struct rusage ru;

@@ -225,6 +225,22 @@ API CUresult cuCtxGetCurrent(CUcontext *c)
 	return CUDA_SUCCESS;
 }
 
+static struct region *find_region(uintptr_t p, size_t n);
+
+API CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p)
+{
+	pthread_mutex_lock(&mu);
+	struct region *r = find_region((uintptr_t)p, 1);
+	if (r) {
+		if (base)
+			*base = r->base;
+		if (size)
+			*size = r->size;
+	}
+	pthread_mutex_unlock(&mu);
+	return r ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
 API CUresult cuCtxGetDevice(CUdevice *d)
 {
 	if (cur == NULL)
@@ -503,6 +519,16 @@ API CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAll
 API CUresult cuMemUnmap(CUdeviceptr p, size_t size)
 {
 	pthread_mutex_lock(&mu);
+	/* Like the real driver: the range must be covered by whole mappings,
+	 * with no gap. */
+	for (uintptr_t at = (uintptr_t)p; at < (uintptr_t)p + size;) {
+		struct region *r = find_region(at, 1);
+		if (r == NULL || r->kind != 2 || r->base != at || r->size > (uintptr_t)p + size - at) {
+			pthread_mutex_unlock(&mu);
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+		at += r->size;
+	}
 	for (;;) {
 		struct region *r = NULL;
 		for (struct region *x = regions; x; x = x->next)
@@ -729,6 +755,15 @@ static struct op *op_new(enum opkind k)
 	return o;
 }
 
+API CUresult cuCtxSynchronize(void)
+{
+	if (cur == NULL)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	/* Every stream of this process: the default one is enough for the
+	 * tests, which write on it or on streams they synchronise. */
+	return cuStreamSynchronize(NULL);
+}
+
 API CUresult cuStreamCreate(CUstream *out, unsigned int flags)
 {
 	(void)flags;
@@ -783,6 +818,8 @@ API CUresult cuEventCreate(CUevent *out, unsigned int flags)
 		}
 		e->fd = memfd_create("fakecuda-event", MFD_CLOEXEC);
 		if (e->fd < 0 || ftruncate(e->fd, sizeof(struct evshared)) != 0) {
+			if (e->fd >= 0)
+				close(e->fd);
 			free(e);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}

@@ -29,14 +29,19 @@
 
 static char lib_env[600];
 
-static void start(struct dctx *d, const char *e1, const char *e2)
+static void start_conf(struct dctx *d, const char *e1, const char *e2, const char *conf)
 {
 	h_init(d);
 	d->env[0] = lib_env;
 	d->env[1] = "FAKECUDA_REQUIRE_PINNED=1";
 	d->env[2] = e1;
 	d->env[3] = e1 ? e2 : NULL;
-	h_start(d, NULL);
+	h_start(d, conf);
+}
+
+static void start(struct dctx *d, const char *e1, const char *e2)
+{
+	start_conf(d, e1, e2, NULL);
 }
 
 static ckpt_client *connect_job(struct dctx *d, const char *job)
@@ -158,8 +163,9 @@ static void test_legacy_offsets_roundtrip(void **state)
 	struct dctx d;
 	start(&d, NULL, NULL);
 	char cs[256];
+	/* No context on any GPU until a trainer uses one. */
 	status_cuda(&d, cs, sizeof(cs));
-	if (strncmp(cs, "on: 1 device(s)", 15) != 0 || !strstr(cs, "pool pinned"))
+	if (strncmp(cs, "on: 1 device(s), 0 in use", 25) != 0 || !strstr(cs, "pool pinned at first use"))
 		fail_msg("status cuda: %s", cs);
 	ctx_current();
 	CUdeviceptr p;
@@ -175,6 +181,9 @@ static void test_legacy_offsets_roundtrip(void **state)
 		fail_msg("register: %s (%s)", ckpt_strerror(r), ckpt_errmsg());
 	assert_int_equal(ckpt_register_cuda(c, p + 2 * MIB + 4096, MIB, &b2), 0);
 	assert_int_equal(daemon_mappings(&d, "fakecuda-mem"), 1);
+	status_cuda(&d, cs, sizeof(cs));
+	if (strncmp(cs, "on: 1 device(s), 1 in use", 25) != 0 || !strstr(cs, ", pool pinned"))
+		fail_msg("status cuda: %s", cs);
 	uint64_t s0[1], s1[1], s2[1];
 	/* Three tensors at offsets, one of them straddling pool chunks. */
 	ckpt_tensor t[3] = { u8("w0", s0, b1, 0, 1000), u8("w1", s1, b1, 1000, MIB + 5000),
@@ -475,7 +484,14 @@ static void test_copy_fails_mid_save(void **state)
 	assert_int_equal(ckpt_status(c, st), 0);
 	assert_int_equal(st->pool_used_bytes, 0);
 	assert_int_equal(st->saves_failed, 1);
+	/* ILLEGAL_ADDRESS is sticky on a real GPU: the device is marked
+	 * broken, said in status, and refused until ckptd restarts. */
+	if (!strstr(st->cuda, "device 0 BROKEN (CUDA_ERROR_ILLEGAL_ADDRESS"))
+		fail_msg("status cuda: %s", st->cuda);
 	free(st);
+	ckpt_buffer *b2 = NULL;
+	assert_int_equal(ckpt_register_cuda(c, p, MIB, &b2), -EIO);
+	assert_non_null(strstr(ckpt_errmsg(), "restart ckptd"));
 	ckpt_buffer_free(b);
 	ckpt_close(c);
 	cuMemFree(p);
@@ -541,6 +557,11 @@ static void test_malformed_cuda_frames(void **state)
 	rb.ipc_handle.data = (uint8_t *)ih.reserved;
 	rb.offset = UINT64_MAX - 10;
 	expect_reply(raw_register(fd, 5, &rb, NULL, 0), ERANGE, "overflows");
+	/* Inside the client's claim but past the real allocation. */
+	rb.offset = MIB - 100;
+	rb.nbytes = 4096;
+	expect_reply(raw_register(fd, 51, &rb, NULL, 0), ERANGE, "lies outside the 1048576-byte allocation");
+	rb.nbytes = MIB;
 	/* VMM: two sizes, one fd (a memfd, not even a VMM export). */
 	int mfd = make_memfd(4096, 0);
 	uint64_t sizes[2] = { 2 * MIB, 2 * MIB };
@@ -603,6 +624,60 @@ static void test_malformed_cuda_frames(void **state)
 	h_cleanup(&d);
 }
 
+/* A save that waits for pool space when its trainer goes away fails: its
+ * copies never ran, and the trainer's event and memory went with it. */
+static void test_trainer_gone_before_staged(void **state)
+{
+	(void)state;
+	struct dctx d;
+	start_conf(&d, NULL, NULL, "[debug]\nstore_delay_ms = 3000\n");
+	ctx_current();
+	ckpt_client *c = connect_job(&d, "gone");
+	ckpt_buffer *hb = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, 40 * MIB, &hb), 0);
+	uint64_t s0[1], s1[1];
+	ckpt_tensor ht = u8("host", s0, hb, 0, 40 * MIB);
+	ckpt_future *f1 = NULL, *f2 = NULL;
+	assert_int_equal(ckpt_save(c, 1, &ht, 1, NULL, 0, &f1), 0);
+	assert_int_equal(ckpt_future_wait(f1, CKPT_STAGED, 10000), 0);
+	CUdeviceptr p;
+	assert_int_equal(cuMemAlloc(&p, 30 * MIB), CUDA_SUCCESS);
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_register_cuda(c, p, 30 * MIB, &b), 0);
+	ckpt_tensor t = u8("dev", s1, b, 0, 30 * MIB);
+	assert_int_equal(ckpt_save(c, 2, &t, 1, NULL, 0, &f2), 0);
+	usleep(300 * 1000); /* it waits: 40 + 30 MiB > the 64 MiB pool */
+	assert_int_equal(ckpt_future_poll(f2, CKPT_STAGED), 0);
+	ckpt_close(c);
+	ckpt_future_free(f1);
+	ckpt_future_free(f2);
+	ckpt_buffer_free(hb);
+	ckpt_buffer_free(b);
+	ckpt_client *k = NULL;
+	assert_int_equal(ckpt_connect(d.sock, NULL, &k), 0);
+	ckpt_status_info *st = calloc(1, sizeof(*st));
+	for (int i = 0; i < 100; i++) {
+		assert_int_equal(ckpt_status(k, st), 0);
+		if (st->saves_failed == 1 && st->inflight_saves == 0)
+			break;
+		usleep(100 * 1000);
+	}
+	assert_int_equal(st->saves_failed, 1); /* step 2; step 1 still became durable */
+	assert_int_equal(st->inflight_saves, 0);
+	free(st);
+	ckpt_step_info *steps = NULL;
+	size_t n = 0;
+	assert_true(ckpt_list(k, "gone", &steps, &n) >= 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(steps[0].step, 1);
+	free(steps);
+	ckpt_close(k);
+	cuMemFree(p);
+	h_assert_serves(&d);
+	assert_int_equal(h_stop(&d), 0);
+	h_cleanup(&d);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "--stub-child") == 0)
@@ -627,6 +702,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_stub_library_in_client),
 		cmocka_unit_test(test_copy_fails_mid_save),
 		cmocka_unit_test(test_malformed_cuda_frames),
+		cmocka_unit_test(test_trainer_gone_before_staged),
 	};
 	return cmocka_run_group_tests_name("cuda", tests, NULL, NULL);
 }
