@@ -356,7 +356,7 @@ static int load_service_account(struct creds_provider *p, const char *path, char
 static int service_account(struct creds_provider *p, struct creds *c, char *err, size_t errlen)
 {
 	time_t now = time(NULL);
-	char hdr[64], claims[1024], hb[128], cb[1500], signing[1700], sigb[600];
+	char hdr[64], claims[1024], hb[128], cb[1500], signing[1700], sigb[4 * ((512 + 2) / 3) + 1];
 	snprintf(hdr, sizeof(hdr), "{\"alg\":\"RS256\",\"typ\":\"JWT\"}");
 	snprintf(claims, sizeof(claims),
 		 "{\"iss\":\"%s\",\"scope\":\"https://www.googleapis.com/auth/devstorage.read_write\","
@@ -535,17 +535,25 @@ int creds_get(struct creds_provider *p, struct creds *out, char *err, size_t err
 {
 	pthread_mutex_lock(&p->mu);
 	int r = 0;
-	if (p->cur.expires && p->cur.expires - time(NULL) < REFRESH_MARGIN_S) {
+	time_t now = time(NULL);
+	/* A refresh that failed is not retried by every request while the
+	 * old credentials still work. */
+	bool backoff = p->failed_at && now - p->failed_at < 30 && p->cur.expires > now;
+	if (p->cur.expires && p->cur.expires - now < REFRESH_MARGIN_S && !backoff) {
 		struct creds n;
 		r = fetch_kind(p, &n, err, errlen);
 		if (r == 0) {
 			p->cur = n;
 			p->fetches++;
+			p->failed_at = 0;
 			log_debug("credentials refreshed from %s", n.source);
-		} else if (p->cur.expires > time(NULL)) {
-			/* Still valid: use them and try again next time. */
-			log_warn("refreshing credentials: %s", err);
-			r = 0;
+		} else {
+			p->failed_at = now;
+			if (p->cur.expires > now) {
+				/* Still valid: use them and try again later. */
+				log_warn("refreshing credentials: %s", err);
+				r = 0;
+			}
 		}
 		creds_clear(&n);
 	}

@@ -43,6 +43,7 @@ struct creds_provider {
 	int kind;             /* which source of the chain answered */
 	struct creds cur;
 	unsigned fetches;     /* tokens fetched (tests, status) */
+	time_t failed_at;     /* last failed refresh: not retried for 30 s */
 	char sa_email[256], token_uri[512];
 	char *sa_key_pem;     /* service-account private key */
 	char imds[256], sts[256];

@@ -251,7 +251,13 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *ud)
 		return n;
 	}
 	size_t max = (r->dst || st >= 300) ? ERROR_BODY_MAX : r->resp_max;
-	if (n > max - r->resp_len) {
+	if (st >= 300 && n > max - r->resp_len) {
+		/* An error page (a proxy's 503 HTML): its start says enough;
+		 * the status decides, so drop the rest and keep the exchange. */
+		n = max - r->resp_len;
+		if (n == 0)
+			return size * nmemb;
+	} else if (n > max - r->resp_len) {
 		r->overflow = true;
 		return 0;
 	}
@@ -268,7 +274,7 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *ud)
 	memcpy(r->resp + r->resp_len, p, n);
 	r->resp_len += n;
 	r->resp[r->resp_len] = 0;
-	return n;
+	return size * nmemb;
 }
 
 static size_t on_header(char *p, size_t size, size_t nmemb, void *ud)
@@ -334,6 +340,11 @@ static int setup(struct xfer *x)
 	SET(CURLOPT_HEADERFUNCTION, on_header);
 	SET(CURLOPT_HEADERDATA, x);
 	SET(CURLOPT_TCP_KEEPALIVE, 1L);
+	/* Keys are signed as they are: no /./ or /../ folding. */
+	SET(CURLOPT_PATH_AS_IS, 1L);
+	/* HTTP/1.1: parallelism is connections (max_conns), not h2 streams
+	 * multiplexed onto one. */
+	SET(CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
 	if (strcmp(r->method, "PUT") == 0) {
 		SET(CURLOPT_UPLOAD, 1L);
 		SET(CURLOPT_INFILESIZE_LARGE, (curl_off_t)blen);

@@ -3,6 +3,7 @@
 #include "manifest.h"
 #include "store.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -75,10 +76,18 @@ int journal_end(struct journal *j, uint64_t id)
 	return append(j, line);
 }
 
+static bool has_space(const char *s)
+{
+	for (; *s; s++)
+		if (isspace((unsigned char)*s))
+			return true;
+	return false;
+}
+
 int journal_upload(struct journal *j, const char *key, const char *upload_id, bool open)
 {
 	char line[2048];
-	if (strpbrk(key, " \n") || strpbrk(upload_id, " \n") || strlen(key) > 767 || strlen(upload_id) > 1023)
+	if (has_space(key) || has_space(upload_id) || strlen(key) > 767 || strlen(upload_id) > 1023)
 		return -EINVAL;
 	snprintf(line, sizeof(line), "%c %s %s\n", open ? 'U' : 'X', upload_id, key);
 	return append(j, line);
@@ -89,11 +98,76 @@ struct upload {
 	bool ended;
 };
 
+/* The multipart uploads of text still open (U without X). */
+static size_t open_uploads(char *text, struct upload **out)
+{
+	struct upload *up = NULL;
+	size_t n = 0, cap = 0;
+	for (char *save = NULL, *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		if (line[0] == 'U') {
+			struct upload u = { 0 };
+			if (sscanf(line, "U %1023s %767s", u.id, u.key) != 2)
+				continue;
+			if (n == cap) {
+				size_t nc = cap ? 2 * cap : 8;
+				struct upload *nu = realloc(up, nc * sizeof(*nu));
+				if (nu == NULL)
+					break;
+				up = nu;
+				cap = nc;
+			}
+			up[n++] = u;
+		} else if (line[0] == 'X') {
+			char id[1024];
+			if (sscanf(line, "X %1023s", id) == 1)
+				for (size_t i = 0; i < n; i++)
+					if (strcmp(up[i].id, id) == 0)
+						up[i].ended = true;
+		}
+	}
+	*out = up;
+	return n;
+}
+
+/* Empty the journal but for the uploads still open (their aborts failed):
+ * they must not be forgotten. j->mu held. */
+static void truncate_keeping(struct journal *j, const struct upload *up, size_t n)
+{
+	if (ftruncate(j->fd, 0) != 0)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		if (up[i].ended)
+			continue;
+		char line[2048];
+		int len = snprintf(line, sizeof(line), "U %s %s\n", up[i].id, up[i].key);
+		if (write(j->fd, line, (size_t)len) != len)
+			log_warn("journal %s: keeping open upload %s: %s", j->path, up[i].id, strerror(errno));
+	}
+	(void)fdatasync(j->fd);
+}
+
+static char *read_all(struct journal *j)
+{
+	off_t size = lseek(j->fd, 0, SEEK_END);
+	if (size < 0 || size > JOURNAL_MAX_BYTES)
+		return NULL;
+	char *text = malloc((size_t)size + 1);
+	if (text == NULL)
+		return NULL;
+	ssize_t got = pread(j->fd, text, (size_t)size, 0);
+	text[got > 0 ? got : 0] = '\0';
+	return text;
+}
+
 void journal_compact(struct journal *j)
 {
 	pthread_mutex_lock(&j->mu);
-	if (ftruncate(j->fd, 0) == 0)
-		(void)fdatasync(j->fd);
+	char *text = read_all(j);
+	struct upload *up = NULL;
+	size_t n = text ? open_uploads(text, &up) : 0;
+	truncate_keeping(j, up, n);
+	free(up);
+	free(text);
 	pthread_mutex_unlock(&j->mu);
 }
 
@@ -199,6 +273,7 @@ int journal_recover(struct journal *j, struct store *s, journal_recover_fn repor
 		int r = s->ops->abort_upload(s, up[i].key, up[i].id);
 		char what[2048];
 		if (r == 0) {
+			up[i].ended = true;
 			removed++;
 			snprintf(what, sizeof(what), "multipart upload %s of %s (aborted)", up[i].id, up[i].key);
 			report(ctx, what);
@@ -206,7 +281,6 @@ int journal_recover(struct journal *j, struct store *s, journal_recover_fn repor
 			log_warn("recovery: aborting multipart upload %s of %s: %s", up[i].id, up[i].key, store_error(r));
 		}
 	}
-	free(up);
 	for (size_t i = 0; i < n; i++) {
 		const struct entry *e = &v[i];
 		if (e->ended)
@@ -229,7 +303,11 @@ int journal_recover(struct journal *j, struct store *s, journal_recover_fn repor
 	}
 	free(v);
 	free(text);
-	if (ftruncate(j->fd, 0) != 0 || fsync(j->fd) != 0)
-		return -errno;
+	/* Uploads whose abort failed (storage unreachable) stay for the next
+	 * start; the rest of the journal is done with. */
+	pthread_mutex_lock(&j->mu);
+	truncate_keeping(j, up, s->ops->abort_upload ? nup : 0);
+	pthread_mutex_unlock(&j->mu);
+	free(up);
 	return removed;
 }

@@ -51,3 +51,8 @@ void store_clear_error(void)
 {
 	last_error[0] = 0;
 }
+
+bool store_has_error(void)
+{
+	return last_error[0] != 0;
+}

@@ -4,6 +4,7 @@
 #ifndef CKPTD_STORE_H
 #define CKPTD_STORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -61,5 +62,6 @@ int store_s3_open(const char *url, struct store **out, char *err, size_t errlen)
 const char *store_error(int r);
 void store_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void store_clear_error(void);
+bool store_has_error(void);
 
 #endif

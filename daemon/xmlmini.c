@@ -20,6 +20,7 @@ struct pstate {
 	int depth;
 	char *text;
 	size_t tlen;
+	size_t total;   /* bytes of every item so far */
 	int err;
 };
 
@@ -63,6 +64,12 @@ static void on_end(void *ud, const XML_Char *name)
 		}
 		s->d->items = ni;
 		s->cap = nc;
+	}
+	/* Paths repeat: cap what they add up to, not just the input size. */
+	s->total += strlen(s->path) + s->tlen + 2 + sizeof(struct xml_item);
+	if (s->total > 4 * (size_t)XML_MAX_BYTES) {
+		stop(s, -E2BIG);
+		return;
 	}
 	struct xml_item *it = &s->d->items[s->d->n];
 	it->path = strdup(s->path);

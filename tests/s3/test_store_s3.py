@@ -193,3 +193,31 @@ def test_sigkill_mid_upload_aborts_after_restart(moto, bucket, tmp_path, proxy):
     assert "multipart upload" in status and "rank-00000-of-00001.shard (aborted)" in status, status
     assert not any(k.endswith(".manifest") for k in keys(moto, bucket))
     d.stop()
+
+
+def test_failed_abort_is_retried_at_the_next_start(moto, bucket, tmp_path, proxy):
+    """A crash leaves an upload open; the first restart cannot abort it
+    (DELETE gets 500 every time), so the journal keeps its id; the next
+    restart aborts it."""
+    d = Daemon(tmp_path, s3url(bucket, proxy.endpoint, retry_max_attempts="2"), s3env(moto),
+               conf="[debug]\nstore_delay_ms = 30000\n").start()
+    p = subprocess.Popen([EXAMPLE, "--socket", d.sock, "--job", "a", "--steps", "1", "--size-mb", "16",
+                          "--tensors", "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for _ in range(300):
+        if proxy.count("PUT", "partNumber=4", 200):
+            break
+        time.sleep(0.05)
+    d.kill()
+    p.kill()
+    p.wait()
+    d.conf.write_text("")
+    proxy.add_rule("DELETE", "uploadId=", ("status", 500, "InternalError"), count=-1)
+    d.start()
+    assert "(aborted)" not in d.ctl("status")
+    d.stop()
+    assert len(open_uploads(moto, bucket)) == 1
+    proxy.clear()
+    d.start()
+    assert "(aborted)" in d.ctl("status")
+    d.stop()
+    assert open_uploads(moto, bucket) == []
