@@ -96,6 +96,10 @@ static void finish(struct xfer *x, CURLcode cc)
 	struct http_req *r = x->r;
 	r->curl_code = (int)cc;
 	curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &r->status);
+	curl_off_t cl = -1;
+	if (curl_easy_getinfo(x->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl) != CURLE_OK)
+		cl = -1;
+	r->content_length = cl;
 	if (cc != CURLE_OK)
 		snprintf(r->curl_err, sizeof(r->curl_err), "%s", x->errbuf[0] ? x->errbuf : curl_easy_strerror(cc));
 	curl_multi_remove_handle(x->h->multi, x->easy);

@@ -44,6 +44,7 @@ struct http_req {
 	size_t got;                 /* bytes written into dst */
 	bool overflow;              /* the body was larger than dst_len/resp_max */
 	char etag[160];
+	int64_t content_length;     /* from the answer's header, -1 if none */
 	/* Engine-private. */
 	void *priv;
 };

@@ -8,6 +8,8 @@ a substring of its path+query, and then, for `count` matching requests:
   - ("reset", nbytes): read nbytes of the request body, then reset the
     connection (RST) in the middle of it;
   - ("delay", seconds): wait, then forward (latency);
+  - ("lose_answer",): forward, then reset the connection instead of
+    answering (the request took effect, the client never hears so);
 count -1 means for ever. Everything else is forwarded unchanged, Host header
 included, so moto checks the client's SigV4 signature as signed.
 
@@ -100,11 +102,12 @@ class FaultProxy:
             def log_message(self, *a):
                 pass
 
-            def _reply(self, code, body=b"", headers=()):
+            def _reply(self, code, body=b"", headers=(), head_length=None):
                 self.send_response(code)
                 for k, v in headers:
                     self.send_header(k, v)
-                self.send_header("Content-Length", str(len(body)))
+                # HEAD: the length of the body a GET would get
+                self.send_header("Content-Length", str(len(body) if head_length is None else head_length))
                 self.end_headers()
                 if body and self.command != "HEAD":
                     self.wfile.write(body)
@@ -167,10 +170,17 @@ class FaultProxy:
                 data = resp.read()
                 conn.close()
                 proxy._track(self.command, self.path, resp.status, data)
+                if rule and rule[0] == "lose_answer":
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.connection.close()
+                    self.close_connection = True
+                    proxy._record(self.command, self.path, "lost")
+                    return
                 proxy._record(self.command, self.path, resp.status)
                 out = [(k, v) for k, v in resp.getheaders()
                        if k.lower() not in ("content-length", "connection", "transfer-encoding", "server", "date")]
-                self._reply(resp.status, data, out)
+                self._reply(resp.status, data, out,
+                            resp.getheader("Content-Length") if self.command == "HEAD" else None)
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 

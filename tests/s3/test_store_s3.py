@@ -221,3 +221,18 @@ def test_failed_abort_is_retried_at_the_next_start(moto, bucket, tmp_path, proxy
     assert "(aborted)" in d.ctl("status")
     d.stop()
     assert open_uploads(moto, bucket) == []
+
+
+def test_lost_complete_answer(moto, bucket, tmp_path, proxy):
+    """CompleteMultipartUpload takes effect but its answer is lost: the
+    retry gets NoSuchUpload, and ckptd finds the object whole (HEAD)."""
+    proxy.add_rule("POST", "uploadId=", ("lose_answer",), count=1)
+    # moto would answer a repeated Complete with 200; GCS and MinIO say:
+    proxy.add_rule("POST", "uploadId=", ("status", 404, "NoSuchUpload"), count=1)
+    d = Daemon(tmp_path, s3url(bucket, proxy.endpoint), s3env(moto)).start()
+    d.example("l", steps=1)
+    d.stop()
+    assert proxy.count("POST", "uploadId=", "lost") == 1
+    assert proxy.count("POST", "uploadId=", 404) == 1
+    assert "answered NoSuchUpload, but the object is there" in d.log.read_text()
+    assert len(keys(moto, bucket, "runs/l/")) == 2 and open_uploads(moto, bucket) == []
