@@ -245,6 +245,16 @@ void cuda_close(struct cuda *cu)
 	free(cu);
 }
 
+/* The index of the device with this UUID, made ready; or -errno. */
+static int use_dev(struct cuda *cu, const uint8_t *uuid, char *err, size_t errlen)
+{
+	int dev = find_dev(cu, uuid);
+	if (dev < 0)
+		return no_dev(cu, uuid, err, errlen);
+	int r = dev_ready(cu, dev, err, errlen);
+	return r < 0 ? r : dev;
+}
+
 int cuda_register_pool(struct cuda *cu, void *base, size_t bytes, char *err, size_t errlen)
 {
 	(void)err;
@@ -312,12 +322,9 @@ static struct cudabuf *buf_new(struct cuda *cu, int dev, uint64_t nbytes)
 int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, uint64_t offset,
 		    uint64_t nbytes, struct cudabuf **out, char *err, size_t errlen)
 {
-	int dev = find_dev(cu, uuid);
+	int dev = use_dev(cu, uuid, err, errlen);
 	if (dev < 0)
-		return no_dev(cu, uuid, err, errlen);
-	int rr = dev_ready(cu, dev, err, errlen);
-	if (rr < 0)
-		return rr;
+		return dev;
 	struct ipcmap *m;
 	for (m = cu->ipcmaps; m; m = m->next)
 		if (m->dev == dev && memcmp(m->handle, handle, CUDA_IPC_BYTES) == 0)
@@ -388,9 +395,9 @@ int cuda_import_vmm(struct cuda *cu, const uint8_t *uuid, int *fds, const uint64
 	char eb[64];
 	uint64_t total = 0;
 	size_t mapped = 0;
-	int dev = find_dev(cu, uuid);
+	int dev = use_dev(cu, uuid, err, errlen);
 	if (dev < 0) {
-		ret = no_dev(cu, uuid, err, errlen);
+		ret = dev;
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -407,8 +414,6 @@ int cuda_import_vmm(struct cuda *cu, const uint8_t *uuid, int *fds, const uint64
 		ret = -ERANGE;
 		goto out;
 	}
-	if ((ret = dev_ready(cu, dev, err, errlen)) < 0)
-		goto out;
 	b = buf_new(cu, dev, nbytes);
 	if (b == NULL) {
 		ret = -ENOMEM;
@@ -499,12 +504,9 @@ const uint8_t *cudabuf_uuid(const struct cudabuf *b)
 int cuda_event_get(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, struct cudaev **out,
 		   char *err, size_t errlen)
 {
-	int dev = find_dev(cu, uuid);
+	int dev = use_dev(cu, uuid, err, errlen);
 	if (dev < 0)
-		return no_dev(cu, uuid, err, errlen);
-	int rr = dev_ready(cu, dev, err, errlen);
-	if (rr < 0)
-		return rr;
+		return dev;
 	for (struct cudaev *e = cu->events; e; e = e->next)
 		if (e->dev == dev && memcmp(e->handle, handle, CUDA_IPC_BYTES) == 0) {
 			e->refs++;

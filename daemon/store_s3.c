@@ -520,6 +520,19 @@ static void tell_upload(struct s3 *s, const char *rel, const char *id, int open)
 		s->base.on_upload(s->base.on_upload_ctx, rel, id, open);
 }
 
+/* NoSuchUpload on a retried Complete: the attempt whose answer was lost
+ * may have completed it. Then the object is there, whole. */
+static bool completed_anyway(struct s3 *s, const char *key, uint64_t total)
+{
+	struct call h = { .method = "HEAD", .key = key, .ok_404 = true };
+	bool there = run_calls(s, &h, 1) == 0 && h.req.status == 200 && h.req.content_length == (int64_t)total;
+	call_free(&h);
+	if (there)
+		log_warn("%s: CompleteMultipartUpload of %s answered NoSuchUpload, but the object is there with all "
+			 "%" PRIu64 " bytes: an earlier attempt completed it", s->base.url, key, total);
+	return there;
+}
+
 static int put_multipart(struct s3 *s, const char *rel, const char *key, const struct iovec *iov, size_t n,
 			 const uint32_t *crcs, uint64_t total)
 {
@@ -611,25 +624,9 @@ static int put_multipart(struct s3 *s, const char *rel, const char *key, const s
 	r = run_calls(s, &cc, 1);
 	call_free(&cc);
 	free(xml);
-	if (r == -ENOENT) {
-		/* NoSuchUpload on a retried Complete: the attempt whose answer
-		 * was lost may have completed it. Then the object is there. */
-		struct call h = { .method = "HEAD", .key = key, .ok_404 = true };
-		if (run_calls(s, &h, 1) == 0 && h.req.status == 200 && h.req.content_length == (int64_t)total) {
-			log_warn("%s: CompleteMultipartUpload of %s answered NoSuchUpload, but the object is there "
-				 "with all %" PRIu64 " bytes: an earlier attempt completed it", s->base.url, key, total);
-			r = 0;
-		}
-		call_free(&h);
-		if (r == 0) {
-			store_clear_error();
-			for (size_t k = 0; k < np; k++)
-				call_free(&pc[k]);
-			free(pc);
-			parts_free(parts, np);
-			tell_upload(s, rel, upload_id, 0);
-			return 0;
-		}
+	if (r == -ENOENT && completed_anyway(s, key, total)) {
+		store_clear_error();
+		r = 0;
 	}
 	if (r < 0)
 		goto abort;
