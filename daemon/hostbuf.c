@@ -160,7 +160,7 @@ int hostbuf_copy_out(const struct hostbuf *b, uint64_t off, void *dst, size_t le
 		return -ERANGE;
 	if (b->cuda) {
 		int r = cuda_read(b->cuda, off, dst, len);
-		if (r == 0)
+		if (r == 0 && crc)
 			*crc = crc32c_update(*crc, dst, len);
 		return r;
 	}
@@ -168,14 +168,15 @@ int hostbuf_copy_out(const struct hostbuf *b, uint64_t off, void *dst, size_t le
 		if (b->sealed) {
 			/* crc first pulls the block into cache; the copy then
 			 * reads it from there and streams it out. */
-			*crc = crc32c_update(*crc, b->map + off, len);
+			if (crc)
+				*crc = crc32c_update(*crc, b->map + off, len);
 			memcopy_stream(dst, b->map + off, len);
 			return 0;
 		}
 		return guarded_copy(dst, b->map + off, len, crc);
 	}
 	int r = hostbuf_read(b, off, dst, len);
-	if (r == 0)
+	if (r == 0 && crc)
 		*crc = crc32c_update(*crc, dst, len);
 	return r;
 }

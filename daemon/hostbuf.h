@@ -32,7 +32,7 @@ struct hostbuf *hostbuf_ref(struct hostbuf *b);
 void hostbuf_unref(struct hostbuf *b);
 /* Install the SIGBUS guard's handler; once, at start. */
 int hostbuf_init(void);
-/* Copy [off, off+len) into dst and extend *crc over those bytes.
+/* Copy [off, off+len) into dst and extend *crc (if not NULL) over them.
  * Thread-safe. 0, -EFAULT when the client truncated its file, -ERANGE.
  * Device buffers copy synchronously here; saves batch them instead
  * (save.c's copy_run). */

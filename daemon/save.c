@@ -23,7 +23,7 @@
 #define SHARD_ALIGN 64
 #define COPY_BLOCK (256u << 10) /* copy then crc while the block is in cache */
 
-static const char *state_name[] = { "new", "admitting", "staging", "queued", "uploading",
+static const char *state_name[] = { "new", "admitting", "staging", "hashing", "queued", "uploading",
 				    "held", "done", "failed" };
 
 static void save_set_state(struct save *sv, enum save_state st);
@@ -92,19 +92,52 @@ static void send_event(struct save *sv, Ckpt__Frame *f)
 
 /* ---- staging ---- */
 
+/* Checksums of one staged chunk: of the pieces the copy pass could not
+ * take (device memory: the D2H copy bypasses the CPU), from the pool, and
+ * of the whole chunk, gaps included. */
+static void hash_chunk(struct copy_job *job)
+{
+	struct save *sv = job->sv;
+	uint64_t cb = sv->d->pool.chunk_bytes;
+	uint64_t chunk_start = (uint64_t)job->chunk * cb;
+	const uint8_t *base = pool_chunk(&sv->d->pool, sv->chunks[job->chunk]);
+	uint64_t chunk_len = sv->shard_bytes - chunk_start < cb ? sv->shard_bytes - chunk_start : cb;
+	uint64_t pos = 0;
+	uint32_t ccrc = 0;
+	for (uint32_t k = 0; k < job->npieces; k++) {
+		struct save_piece *p = &sv->pieces[job->first_piece + k];
+		uint64_t at = sv->tensors[p->tensor].shard_off + p->tensor_off - chunk_start;
+		if (at > pos)
+			ccrc = crc32c_update(ccrc, base + pos, at - pos);
+		if (!p->crc_done)
+			p->crc = crc32c_update(0, base + at, p->len);
+		ccrc = crc32c_combine(ccrc, p->crc, p->len);
+		pos = at + p->len;
+	}
+	if (chunk_len > pos)
+		ccrc = crc32c_update(ccrc, base + pos, chunk_len - pos);
+	sv->chunk_crc[job->chunk] = ccrc;
+}
+
+/* Stage one chunk. Host pieces are CRC'd block by block as they are
+ * copied (the block is in cache then, so it costs little); device pieces
+ * and the chunk's CRC come after staged (hash_chunk), so a GPU save waits
+ * for the D2H copy alone. */
 static void copy_run(struct work_item *it)
 {
 	struct copy_job *job = (struct copy_job *)it;
+	if (job->hash) {
+		hash_chunk(job);
+		return;
+	}
 	struct save *sv = job->sv;
 	uint64_t cb = sv->d->pool.chunk_bytes;
 	uint64_t chunk_start = (uint64_t)job->chunk * cb;
 	uint8_t *base = pool_chunk(&sv->d->pool, sv->chunks[job->chunk]);
 	uint64_t chunk_len = sv->shard_bytes - chunk_start < cb ? sv->shard_bytes - chunk_start : cb;
 	uint64_t pos = 0; /* within the chunk */
-	uint32_t ccrc = 0;
 	/* Device pieces first: queue every D2H copy of the chunk on this
-	 * worker's stream (after the trainer's event), wait once, then crc
-	 * them below from the pool like host pieces. */
+	 * worker's stream (after the trainer's event) and wait once. */
 	struct cuda_batch bt;
 	bool batched = false;
 	uint32_t bad = UINT32_MAX;
@@ -136,18 +169,13 @@ static void copy_run(struct work_item *it)
 		struct save_piece *p = &sv->pieces[job->first_piece + k];
 		struct save_tensor *t = &sv->tensors[p->tensor];
 		uint64_t at = t->shard_off + p->tensor_off - chunk_start;
-		if (at > pos) { /* alignment gap */
+		if (at > pos) /* alignment gap */
 			memset(base + pos, 0, at - pos);
-			ccrc = crc32c_update(ccrc, base + pos, at - pos);
-		}
-		uint32_t pcrc = 0;
-		if (t->buf->cuda) {
-			pcrc = crc32c_update(0, base + at, p->len);
-			p->crc = pcrc;
-			ccrc = crc32c_combine(ccrc, pcrc, p->len);
-			pos = at + p->len;
+		pos = at + p->len;
+		p->crc_done = false;
+		if (t->buf->cuda)
 			continue;
-		}
+		uint32_t pcrc = 0;
 		for (uint64_t done = 0; done < p->len;) {
 			size_t n = p->len - done < COPY_BLOCK ? (size_t)(p->len - done) : COPY_BLOCK;
 			uint64_t from = t->buf_off + p->tensor_off + done;
@@ -160,14 +188,10 @@ static void copy_run(struct work_item *it)
 			done += n;
 		}
 		p->crc = pcrc;
-		ccrc = crc32c_combine(ccrc, pcrc, p->len);
-		pos = at + p->len;
+		p->crc_done = true;
 	}
-	if (chunk_len > pos) {
+	if (chunk_len > pos)
 		memset(base + pos, 0, chunk_len - pos);
-		ccrc = crc32c_update(ccrc, base + pos, chunk_len - pos);
-	}
-	sv->chunk_crc[job->chunk] = ccrc;
 }
 
 static void copy_done(struct work_item *it)
@@ -189,6 +213,10 @@ static void copy_done(struct work_item *it)
 		return;
 	if (sv->status != 0) {
 		save_set_state(sv, SAVE_FAILED);
+		return;
+	}
+	if (!job->hash) {
+		save_set_state(sv, SAVE_HASHING);
 		return;
 	}
 	/* Tensor checksums from their pieces, in shard order. */
@@ -610,7 +638,7 @@ static void save_set_state(struct save *sv, enum save_state st)
 	case SAVE_STAGING: {
 		sv->jobs_left = sv->nchunks;
 		if (sv->nchunks == 0) {
-			save_set_state(sv, SAVE_QUEUED);
+			save_set_state(sv, SAVE_HASHING);
 			break;
 		}
 		uint32_t pi = 0;
@@ -622,6 +650,7 @@ static void save_set_state(struct save *sv, enum save_state st)
 			j->first_piece = pi;
 			j->item.run = copy_run;
 			j->item.done = copy_done;
+			j->hash = false;
 			uint64_t end = (uint64_t)(c + 1) * cb;
 			while (pi < sv->npieces) {
 				struct save_piece *p = &sv->pieces[pi];
@@ -635,7 +664,7 @@ static void save_set_state(struct save *sv, enum save_state st)
 			workq_submit(d->copyq, &sv->jobs[c].item);
 		break;
 	}
-	case SAVE_QUEUED:
+	case SAVE_HASHING:
 		d->stats.bytes_staged += sv->shard_bytes;
 		hist_observe(&d->stats.stall_hist, (double)(daemon_now_ns() - sv->t_start) / 1e9);
 		/* The trainer may touch its buffers again: drop them. */
@@ -645,6 +674,17 @@ static void save_set_state(struct save *sv, enum save_state st)
 			sv->tensors[i].buf = NULL;
 		}
 		send_staged(sv);
+		if (sv->nchunks == 0) {
+			save_set_state(sv, SAVE_QUEUED);
+			break;
+		}
+		sv->jobs_left = sv->nchunks;
+		for (uint32_t c = 0; c < sv->nchunks; c++) {
+			sv->jobs[c].hash = true;
+			workq_submit(d->copyq, &sv->jobs[c].item);
+		}
+		break;
+	case SAVE_QUEUED:
 		TAILQ_INSERT_TAIL(&d->uploadq, sv, wlink);
 		pump_uploads(d);
 		break;

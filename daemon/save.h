@@ -25,6 +25,7 @@ enum save_state {
 	SAVE_NEW,
 	SAVE_ADMITTING, /* waiting for pool chunks */
 	SAVE_STAGING,   /* copies running */
+	SAVE_HASHING,   /* staged (the trainer goes on); CRC32C of device pieces and chunks */
 	SAVE_QUEUED,    /* staged; waiting for an upload slot */
 	SAVE_UPLOADING, /* shard and manifest being written */
 	SAVE_HELD,      /* durable; kept in the pool as the memory tier */
@@ -47,6 +48,7 @@ struct save_piece {
 	uint32_t tensor;
 	uint64_t tensor_off, len;
 	uint32_t crc;
+	bool crc_done; /* host pieces: in the copy pass, while cache-hot */
 };
 
 struct copy_job {
@@ -55,6 +57,7 @@ struct copy_job {
 	uint32_t chunk; /* index into sv->chunks */
 	uint32_t first_piece, npieces;
 	int err;
+	bool hash;     /* the second pass: checksums of the staged chunk */
 	char why[200]; /* a CUDA failure, in words */
 };
 
