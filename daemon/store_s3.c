@@ -604,9 +604,11 @@ static int put_multipart(struct s3 *s, const char *rel, const char *key, const s
 	for (size_t k = 0; k < np; k++) {
 		char b64[16];
 		crc_b64(parts[k].crc, b64);
-		if (!pc[k].req.etag[0]) {
+		/* The server's ETag goes into our XML: nothing that could
+		 * break out of the element. */
+		if (!pc[k].req.etag[0] || strpbrk(pc[k].req.etag, "<>&")) {
 			free(xml);
-			store_set_error("PUT %s part %zu: no ETag in the answer", key, k + 1);
+			store_set_error("PUT %s part %zu: no usable ETag in the answer", key, k + 1);
 			r = -EPROTO;
 			goto abort;
 		}
