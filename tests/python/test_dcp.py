@@ -70,3 +70,72 @@ def test_dcp_save_world2_load_world1_and_2(daemon, tmp_path):
             res = torch.load(f"{out}.{r}")
             assert res["ok"], (world, step, r)
             assert res["extra"] == {"epoch": 5, "tag": "x"}
+
+
+def _async_staging_roundtrip(d, legacy, monkeypatch):
+    """async_staging: async_save returns before ckptd has staged; the trainer
+    waits (staging_completion, or synchronize_staging() where async_save
+    cannot take a Future), then mutates; the step holds the old values."""
+    import ckpt.dcp as cd
+    import ckpt.torch
+    if legacy:
+        monkeypatch.setattr(cd, "_future_staging_supported", lambda: False)
+    mib = 1 << 20
+    # 144 MiB of a 256 MiB pool is uploading slowly: the next 144 MiB save
+    # cannot be admitted (staged) until that upload ends.
+    blocker = torch.ones(36 * mib // 4, dtype=torch.float32).share_memory_()
+    t = torch.arange(36 * mib // 4, dtype=torch.float32).share_memory_()
+    want = t.clone()
+    try:
+        with ckpt.torch.Checkpointer("blocker", socket=d.sock) as cp:
+            f0 = cp.save({"b": blocker}, 1)
+            f0.staged.result(30)
+            w = cd.Writer("dcpa", step=1, socket=d.sock, async_staging=True)
+            resp = dcp.async_save({"t": t}, storage_writer=w)
+            if legacy:
+                assert not hasattr(resp, "staging_completion")
+                assert not w._last.staged.done()  # it did not wait for staging
+                w.synchronize_staging()
+                up = resp
+            else:
+                assert not resp.staging_completion.done()  # it did not wait for staging
+                resp.staging_completion.result(60)
+                up = resp.upload_completion
+            t.add_(1)  # the trainer goes on: the saved step must not see this
+            up.result(60)
+            f0.durable.result(60)
+        got = {"t": torch.zeros_like(t)}
+        dcp.load(got, storage_reader=cd.Reader("dcpa", step=1, socket=d.sock))
+        assert torch.equal(got["t"], want)
+    finally:
+        cd.close_all()
+
+
+@pytest.mark.skipif(not hasattr(__import__("torch.distributed.checkpoint.state_dict_saver",
+                                           fromlist=["x"]), "AsyncSaveResponse"),
+                    reason="this torch's async_save does not take a Future from stage()")
+def test_dcp_async_staging_returns_before_staged(daemon_factory, monkeypatch):
+    _async_staging_roundtrip(daemon_factory("[debug]\nstore_delay_ms = 3000\n"), False, monkeypatch)
+
+
+def test_dcp_async_staging_synchronize_staging(daemon_factory, monkeypatch):
+    _async_staging_roundtrip(daemon_factory("[debug]\nstore_delay_ms = 3000\n"), True, monkeypatch)
+
+
+def test_dcp_async_staging_failure_reaches_the_trainer(daemon):
+    """A save ckptd refuses (larger than the 256 MiB pool) fails the
+    writer's staging wait and the upload. (DCP's staging_completion is not
+    checked: when the stager's future has already failed, async_save
+    completes it with None.)"""
+    import ckpt.dcp as cd
+    t = torch.zeros(300 << 18, dtype=torch.float32)  # 300 MiB
+    try:
+        w = cd.Writer("dcpf", step=1, socket=daemon.sock, async_staging=True)
+        resp = dcp.async_save({"t": t}, storage_writer=w)
+        up = resp.upload_completion if hasattr(resp, "upload_completion") else resp
+        with pytest.raises(OSError, match="never fit the staging pool"):
+            w.synchronize_staging()
+        with pytest.raises(OSError, match="never fit the staging pool"):
+            up.result(60)
+    finally:
+        cd.close_all()

@@ -13,6 +13,16 @@ daemon has staged them. The trainer's stall is the daemon's copy; no copy
 is made in the trainer. DCP's background save then only waits for durable.
 dcp.save (synchronous) works too.
 
+With Writer(..., async_staging=True), stage() does not wait: async_save
+returns as soon as the save is handed to ckptd, and the daemon's copy
+overlaps whatever the trainer does next (forward and backward). The
+trainer must wait before it changes a saved tensor (optimizer.step(), or a
+train-mode forward that updates BatchNorm statistics):
+``resp.staging_completion.result()`` where async_save returns DCP's
+AsyncSaveResponse (torch builds whose async_save accepts a Future from
+stage()), else ``writer.synchronize_staging()``. DCP's own DefaultStager
+calls this use_async_staging.
+
 Reader is a StorageReader. The step's manifests are the metadata: every
 saved tensor box becomes a DCP chunk, so DCP's own planner reshards (a step
 saved by N ranks loads on M). Non-tensor values are stored as their
@@ -90,15 +100,31 @@ def _local_box(t):
     return t, tuple(t.shape), (0,) * t.dim()
 
 
-class Writer(StorageWriter, AsyncStager):
-    _synchronize_after_execute = False  # stage() returns only once staged
+def _future_staging_supported():
+    """True when dcp.async_save accepts a Future from AsyncStager.stage()
+    and returns an AsyncSaveResponse (newer torch)."""
+    try:
+        from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse  # noqa: F401
+        return True
+    except ImportError:
+        return False
 
-    def __init__(self, job, step=None, socket=None, rank=None, world_size=None, attempt_id=None, policy=None):
+
+class Writer(StorageWriter, AsyncStager):
+    # async_save never calls synchronize_staging() itself: with blocking
+    # staging stage() has already waited, and with async_staging the
+    # trainer waits where it chooses.
+    _synchronize_after_execute = False
+
+    def __init__(self, job, step=None, socket=None, rank=None, world_size=None, attempt_id=None, policy=None,
+                 async_staging=False):
         super().__init__()
         self.job, self.step, self.socket = job, step, socket
         self.rank, self.world_size = rank, world_size
         self.attempt_id, self.policy = attempt_id, policy
-        self._staged = None  # (SaveFuture, {name: nbytes})
+        self.async_staging = async_staging
+        self._staged = None  # (SaveFuture, {name: nbytes}, step)
+        self._last = None    # the SaveFuture of the latest stage()
 
     # ---- AsyncStager ----
 
@@ -131,13 +157,31 @@ class Writer(StorageWriter, AsyncStager):
                 b = _bytes_tensor(v)
                 items.append((BYTES_PREFIX + fqn, b, (b.numel(),), (0,)))
         fut, sizes = self._save(items)
-        fut.staged.result()
         self._staged = (fut, sizes, int(self.step))
-        # DCP plans from these; their data is never read again here.
-        return state_dict
+        self._last = fut
+        # DCP plans from state_dict; its data is never read again here.
+        if not self.async_staging:
+            fut.staged.result()
+            return state_dict
+        if not _future_staging_supported():
+            return state_dict  # the trainer calls synchronize_staging()
+        import concurrent.futures
+        out = concurrent.futures.Future()
+
+        def staged(f):
+            e = f.exception()
+            if e is not None:
+                out.set_exception(e)
+            else:
+                out.set_result(state_dict)
+        fut.staged.add_done_callback(staged)
+        return out
 
     def synchronize_staging(self):
-        pass
+        """Wait until ckptd has staged the latest stage()'s tensors (they
+        may change again after); raise its error if staging failed."""
+        if self._last is not None:
+            self._last.staged.result()
 
     # ---- StorageWriter ----
 
