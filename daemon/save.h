@@ -25,7 +25,7 @@ enum save_state {
 	SAVE_NEW,
 	SAVE_ADMITTING, /* waiting for pool chunks */
 	SAVE_STAGING,   /* copies running */
-	SAVE_HASHING,   /* staged (the trainer goes on); CRC32C of device pieces and chunks */
+	SAVE_HASHING,   /* staged (the trainer goes on); CRC32C of pieces and chunks */
 	SAVE_QUEUED,    /* staged; waiting for an upload slot */
 	SAVE_UPLOADING, /* shard and manifest being written */
 	SAVE_HELD,      /* durable; kept in the pool as the memory tier */
@@ -47,8 +47,7 @@ struct save_tensor {
 struct save_piece {
 	uint32_t tensor;
 	uint64_t tensor_off, len;
-	uint32_t crc;
-	bool crc_done; /* host pieces: in the copy pass, while cache-hot */
+	uint32_t crc; /* from the pool, after staged */
 };
 
 struct copy_job {
