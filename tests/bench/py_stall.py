@@ -9,7 +9,12 @@ state of --size-mb (default 1024) MiB in 8 float32 tensors:
 
 Each is run --rounds times (after one warm-up save that registers or
 allocates what it keeps), interleaved, in an order rotated every round;
-medians are printed. The files go to
+medians are printed, and every round's value. After each call has
+finished (durable, or its upload done) the bench waits --settle seconds
+(default 2), so that what one path leaves running in the background
+(reclaim, writeback, the allocator returning a GiB) is not charged to the
+path measured next: a 50 ms stall is easily doubled by that, a 1 s one is
+not. The files go to
 --dir, on the same filesystem as ckptd's storage.
 
     python tests/bench/py_stall.py --socket /tmp/ckptd.sock --dir /var/tmp/bench
@@ -34,6 +39,8 @@ def main():
     ap.add_argument("--dir", required=True)
     ap.add_argument("--size-mb", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--settle", type=float, default=2.0,
+                    help="seconds to wait after each finished call before the next")
     ap.add_argument("--only", default="ckpt,ckpt_dcp,torch_save,dcp_fs",
                     help="which paths, comma separated")
     a = ap.parse_args()
@@ -91,6 +98,7 @@ def main():
         # rotate the order each round: whatever runs right after a large
         # disk write pays for it, so no path always follows the same one
         for name, fn in runs[r % len(runs):] + runs[:r % len(runs)]:
+            time.sleep(a.settle)
             res[name].append(fn())
     med = {k: statistics.median(v) * 1e3 if v else float("nan") for k, v in res.items()}
     gib = 8 * n * 4 / (1 << 30)
@@ -99,6 +107,9 @@ def main():
     print(f"  dcp.async_save + ckpt.dcp.Writer       {med['ckpt_dcp']:9.1f}")
     print(f"  torch.save (fsync)                     {med['torch_save']:9.1f}")
     print(f"  dcp.async_save + FileSystemWriter      {med['dcp_fs']:9.1f}")
+    for k, v in res.items():
+        if v:
+            print(f"  {k} rounds (ms): " + " ".join(f"{x * 1e3:.0f}" for x in v))
     print(f"ratios: torch.save / Checkpointer = {med['torch_save'] / med['ckpt']:.1f}x, "
           f"torch.save / ckpt.dcp = {med['torch_save'] / med['ckpt_dcp']:.1f}x, "
           f"DCP FileSystemWriter / ckpt.dcp = {med['dcp_fs'] / med['ckpt_dcp']:.1f}x")
