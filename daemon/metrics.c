@@ -121,6 +121,9 @@ int metrics_render(struct daemon *d, char **out, size_t *len)
 	put(&b, "ckptd_saves_failed_total{reason=\"skipped\"} %" PRIu64 "\n", s->saves_skipped);
 	put(&b, "ckptd_saves_failed_total{reason=\"other\"} %" PRIu64 "\n",
 	    s->saves_failed - s->saves_superseded - s->saves_skipped);
+	metric(&b, "ckptd_store_direct_bytes_total", "counter",
+	       "Bytes written to file:// storage with O_DIRECT (bypassing the page cache).");
+	put(&b, "ckptd_store_direct_bytes_total{backend=\"%s\"} %llu\n", be, (unsigned long long)d->store->direct_bytes);
 	metric(&b, "ckptd_store_retries_total", "counter", "Storage requests retried.");
 	put(&b, "ckptd_store_retries_total{backend=\"%s\"} %" PRIu64 "\n", be, s->store_retries + (uint64_t)d->store->retries);
 	metric(&b, "ckptd_store_failures_total", "counter", "Uploads that failed in storage.");

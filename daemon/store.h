@@ -46,6 +46,7 @@ struct store {
 	void (*on_upload)(void *ctx, const char *key, const char *upload_id, int open);
 	void *on_upload_ctx;
 	_Atomic unsigned long retries; /* requests retried (object stores) */
+	_Atomic unsigned long long direct_bytes; /* written with O_DIRECT (file://) */
 };
 
 /* Opens the backend named by url's scheme. */

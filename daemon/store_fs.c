@@ -7,6 +7,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +96,83 @@ static int write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+/* Direct I/O for shards: the pool's chunks are page-aligned, so their
+ * bytes go from the pool to the disk with no copy into the page cache.
+ * That copy, the page cache's allocation and its reclaim cost the daemon
+ * about 0.3 s of CPU per GiB on this project's VM, CPU a trainer on the
+ * same cores loses (and a checkpoint would push its working set out of
+ * the page cache). Buffered writes remain for what is not aligned (the
+ * last chunk's tail, manifests) and for filesystems without O_DIRECT. */
+#define DIRECT_MIN (1u << 20)
+
+struct dio {
+	bool on;
+	uint32_t mem_align, off_align;
+	uint64_t off;    /* file offset so far */
+	uint64_t direct; /* bytes written directly */
+};
+
+static void dio_start(struct dio *d, int fd, uint64_t total)
+{
+	memset(d, 0, sizeof(*d));
+	if (total < DIRECT_MIN)
+		return;
+	struct statx stx;
+	if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) != 0 || !(stx.stx_mask & STATX_DIOALIGN) ||
+	    stx.stx_dio_mem_align == 0 || stx.stx_dio_offset_align == 0)
+		return;
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_DIRECT) != 0)
+		return;
+	d->on = true;
+	d->mem_align = stx.stx_dio_mem_align;
+	d->off_align = stx.stx_dio_offset_align;
+}
+
+static void dio_stop(struct dio *d, int fd)
+{
+	if (!d->on)
+		return;
+	d->on = false;
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0)
+		(void)fcntl(fd, F_SETFL, fl & ~O_DIRECT);
+}
+
+/* Write buf: its aligned part directly while alignment holds, the rest
+ * (and everything after) buffered. */
+static int dio_write(struct dio *d, int fd, const char *p, size_t len)
+{
+	while (d->on && len >= d->off_align) {
+		if ((uintptr_t)p % d->mem_align || d->off % d->off_align) {
+			dio_stop(d, fd);
+			break;
+		}
+		size_t n = len - len % d->off_align;
+		if (n > (1u << 30))
+			n = 1u << 30;
+		ssize_t w = write(fd, p, n);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EINVAL) { /* this file or device refuses it after all */
+				dio_stop(d, fd);
+				break;
+			}
+			return -errno;
+		}
+		p += w;
+		len -= (size_t)w;
+		d->off += (uint64_t)w;
+		d->direct += (uint64_t)w;
+	}
+	if (len == 0)
+		return 0;
+	dio_stop(d, fd);
+	d->off += len;
+	return write_all(fd, p, len);
+}
+
 static int fs_put(struct store *base, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs)
 {
 	struct store_fs *s = (struct store_fs *)base;
@@ -112,11 +191,17 @@ static int fs_put(struct store *base, const char *key, const struct iovec *iov, 
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -errno;
+	uint64_t total = 0;
+	for (size_t i = 0; i < n; i++)
+		total += iov[i].iov_len;
+	struct dio d;
+	dio_start(&d, fd, total);
 	for (size_t i = 0; i < n && r == 0; i++) {
-		r = write_all(fd, iov[i].iov_base, iov[i].iov_len);
+		r = dio_write(&d, fd, iov[i].iov_base, iov[i].iov_len);
 		if (s->base.debug_delay_ms && n > 1 && i == n / 2)
 			usleep(s->base.debug_delay_ms * 1000u); /* tests: a window to crash in */
 	}
+	s->base.direct_bytes += d.direct;
 	if (r == 0 && fsync(fd) != 0)
 		r = -errno;
 	/* Durable now: drop it from the page cache rather than push the

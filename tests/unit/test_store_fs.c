@@ -1,6 +1,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -605,12 +606,101 @@ static void test_catalog_no_complete_step(void **state)
 	assert_int_equal(catalog_latest(s, "j", &cs), -ENOENT);
 }
 
+/* The O_DIRECT offset alignment of this directory's filesystem (statx
+ * DIOALIGN), or 0 when it has none. */
+static size_t dir_dio_align(const char *dir)
+{
+	char path[128];
+	snprintf(path, sizeof(path), "%s/dio-probe", dir);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	struct statx stx;
+	size_t al = 0;
+	if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 && (stx.stx_mask & STATX_DIOALIGN) &&
+	    stx.stx_dio_mem_align != 0 && stx.stx_dio_mem_align <= 4096 && stx.stx_dio_offset_align <= 4096)
+		al = stx.stx_dio_offset_align;
+	close(fd);
+	unlink(path);
+	return al;
+}
+
+static void check_object(struct store *s, const char *key, const uint8_t *want, size_t len)
+{
+	void *got = NULL;
+	size_t glen = 0;
+	assert_int_equal(s->ops->get_all(s, key, len, &got, &glen), 0);
+	assert_int_equal(glen, len);
+	assert_memory_equal(got, want, len);
+	free(got);
+}
+
+/* Shards go to disk with O_DIRECT while buffers and offsets are aligned;
+ * whatever is not (a chunk's tail, an unaligned buffer) goes buffered, and
+ * the bytes are the same either way. */
+static void test_put_direct_io(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = f->s;
+	size_t al = dir_dio_align(f->dir);
+	bool dio = al != 0;
+	const size_t mib = 1u << 20, tail = 12345;
+	uint8_t *a = aligned_alloc(4096, mib), *b = aligned_alloc(4096, mib), *c = aligned_alloc(4096, 2 * mib);
+	uint8_t *whole = malloc(3 * mib + tail);
+	assert_true(a && b && c && whole);
+	uint64_t seed = 5;
+	tu_fill(&seed, a, mib);
+	tu_fill(&seed, b, mib);
+	tu_fill(&seed, c, 2 * mib);
+
+	/* Aligned chunks and a tail: all but the tail directly. */
+	struct iovec iov[3] = { { a, mib }, { b, mib }, { c, tail } };
+	memcpy(whole, a, mib);
+	memcpy(whole + mib, b, mib);
+	memcpy(whole + 2 * mib, c, tail);
+	unsigned long long before = s->direct_bytes;
+	assert_int_equal(s->ops->put(s, "d/aligned", iov, 3, NULL), 0);
+	check_object(s, "d/aligned", whole, 2 * mib + tail);
+	assert_int_equal(s->direct_bytes - before, dio ? 2 * mib + (tail - tail % al) : 0);
+
+	/* A first chunk whose length is not a multiple of the alignment: the
+	 * file offset is unaligned after it, so the rest goes buffered. */
+	struct iovec odd[2] = { { a, mib - 100 }, { b, mib } };
+	memcpy(whole, a, mib - 100);
+	memcpy(whole + mib - 100, b, mib);
+	before = s->direct_bytes;
+	assert_int_equal(s->ops->put(s, "d/odd", odd, 2, NULL), 0);
+	check_object(s, "d/odd", whole, 2 * mib - 100);
+	if (dio)
+		assert_int_equal(s->direct_bytes - before, (mib - 100) - (mib - 100) % al);
+
+	/* An unaligned buffer: buffered from there on. */
+	struct iovec un[2] = { { a, mib }, { c + 1, mib } };
+	memcpy(whole, a, mib);
+	memcpy(whole + mib, c + 1, mib);
+	before = s->direct_bytes;
+	assert_int_equal(s->ops->put(s, "d/unaligned", un, 2, NULL), 0);
+	check_object(s, "d/unaligned", whole, 2 * mib);
+	assert_int_equal(s->direct_bytes - before, dio ? mib : 0);
+
+	/* Small objects (manifests) are never direct. */
+	before = s->direct_bytes;
+	struct iovec small = { a, 8192 };
+	assert_int_equal(s->ops->put(s, "d/small", &small, 1, NULL), 0);
+	check_object(s, "d/small", a, 8192);
+	assert_int_equal(s->direct_bytes - before, 0);
+	free(a);
+	free(b);
+	free(c);
+	free(whole);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		T(test_put_get),
+		T(test_put_direct_io),
 		T(test_get_all_limits),
 		T(test_list),
 		T(test_put_leaves_no_temp_and_replaces),
