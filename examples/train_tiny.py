@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Train a small MLP on CPU and checkpoint it through ckptd every K steps,
-asynchronously: the loop waits only for "staged".
+asynchronously: the loop waits only for "staged", and only just before
+optimizer.step(), the first write to the saved tensors, so ckptd's copy
+overlaps the next step's forward and backward.
 
     python examples/train_tiny.py --socket /run/ckptd/ckptd.sock --job tiny --steps 50 --every 10
     python examples/train_tiny.py ... --resume      # continue from the latest checkpoint
@@ -48,21 +50,23 @@ def main():
         start = step
         src = getattr(cp, "last_load", {}).get("source", "fallback")
         print(f"resumed from step {step} (source: {src})", flush=True)
-    pending = None
+    pending = unstaged = None
     for step in range(start + 1, a.steps + 1):
         x, y = batch(a.seed, step)
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
+        if unstaged is not None:
+            unstaged.staged.result()  # the stall: the saved tensors change from here on
+            unstaged = None
         opt.step()
         print(f"step {step} loss {loss.item():.9f}", flush=True)
         if step % a.every == 0:
             if pending is not None:
                 pending.durable.result()  # at most one save in flight
                 print(f"durable {pending.step}", flush=True)
-            pending = cp.save({"model": model.state_dict(), "optim": opt.state_dict()}, step,
-                              extra={"rng": torch.get_rng_state()})
-            pending.staged.result()  # the stall: then training may go on
+            pending = unstaged = cp.save({"model": model.state_dict(), "optim": opt.state_dict()}, step,
+                                         extra={"rng": torch.get_rng_state()})
     if pending is not None:
         pending.durable.result()
         print(f"durable {pending.step}", flush=True)
