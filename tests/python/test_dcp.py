@@ -98,7 +98,8 @@ def _async_staging_roundtrip(d, legacy, monkeypatch):
                 w.synchronize_staging()
                 up = resp
             else:
-                assert not resp.staging_completion.done()  # it did not wait for staging
+                # it did not wait for staging
+                assert not resp.staging_completion.done(), open(os.path.join(d.dir, "ckptd.log")).read()
                 resp.staging_completion.result(60)
                 up = resp.upload_completion
             t.add_(1)  # the trainer goes on: the saved step must not see this

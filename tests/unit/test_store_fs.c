@@ -682,6 +682,28 @@ static void test_put_direct_io(void **state)
 	check_object(s, "d/unaligned", whole, 2 * mib);
 	assert_int_equal(s->direct_bytes - before, dio ? mib : 0);
 
+	/* A direct write cut short (here RLIMIT_FSIZE; a full disk alike)
+	 * fails the put, and no temporary file is left. */
+	uint8_t *big = aligned_alloc(4096, 4 * mib);
+	assert_non_null(big);
+	memset(big, 'y', 4 * mib);
+	struct iovec bigv = { big, 4 * mib };
+	struct rlimit saved, lim;
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &saved), 0);
+	lim = saved;
+	lim.rlim_cur = mib + 4096;
+	void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	int r = s->ops->put(s, "e/big", &bigv, 1, NULL);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &saved), 0);
+	signal(SIGXFSZ, old_handler);
+	assert_int_equal(r, -EFBIG);
+	char edir[128], names[256];
+	snprintf(edir, sizeof(edir), "%s/e", f->dir);
+	disk_joined(edir, names, sizeof(names));
+	assert_string_equal(names, "");
+	free(big);
+
 	/* Small objects (manifests) are never direct. */
 	before = s->direct_bytes;
 	struct iovec small = { a, 8192 };
