@@ -83,8 +83,9 @@ def _async_staging_roundtrip(d, legacy, monkeypatch):
     mib = 1 << 20
     # 144 MiB of a 256 MiB pool is uploading slowly: the next 144 MiB save
     # cannot be admitted (staged) until that upload ends.
-    blocker = torch.ones(36 * mib // 4, dtype=torch.float32).share_memory_()
-    t = torch.arange(36 * mib // 4, dtype=torch.float32).share_memory_()
+    elems = 144 * mib // 4  # float32: 144 MiB, 36 chunks of 4 MiB each
+    blocker = torch.ones(elems, dtype=torch.float32).share_memory_()
+    t = torch.arange(elems, dtype=torch.float32).share_memory_()
     want = t.clone()
     try:
         with ckpt.torch.Checkpointer("blocker", socket=d.sock) as cp:
