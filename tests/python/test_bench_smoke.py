@@ -1,0 +1,39 @@
+"""The Python benchmarks still run (not timed): tests/bench/py_stall.py and
+tests/bench/py_loop.py on a tiny state against a real ckptd."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BENCH = os.path.join(ROOT, "tests", "bench")
+
+
+def _run(script, daemon, tmp_path, *args):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"))
+    p = subprocess.run([sys.executable, os.path.join(BENCH, script), "--socket", daemon.sock,
+                        "--dir", str(tmp_path / "d"), *args], capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout
+
+
+def test_py_stall_runs(daemon, tmp_path):
+    out = _run("py_stall.py", daemon, tmp_path, "--size-mb", "8", "--rounds", "2", "--settle", "0")
+    for label in ("Checkpointer.save -> staged", "ckpt.dcp.Writer", "torch.save (fsync)", "FileSystemWriter"):
+        m = re.search(re.escape(label) + r"\s+([0-9.]+)", out)
+        assert m and float(m.group(1)) > 0, out
+    assert "ratios: torch.save / Checkpointer = " in out
+
+
+def test_py_loop_runs(daemon, tmp_path):
+    out = _run("py_loop.py", daemon, tmp_path, "--state-mb", "8", "--width", "256", "--batch", "4",
+               "--steps", "4", "--every", "2", "--rounds", "1")
+    modes = ["ckpt", "ckpt_overlap", "ckpt_dcp", "ckpt_dcp_async", "torch_save", "dcp_fs"]
+    if "dcp_fs_async: this torch has no DefaultStager" not in out:
+        modes.append("dcp_fs_async")
+    for m in modes:
+        row = re.search(r"^\s+" + m + r"\s+(-?\d+) ms\s+(\d+) ms$", out, re.M)
+        assert row, (m, out)
+        assert int(row.group(2)) >= 0
