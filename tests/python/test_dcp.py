@@ -117,11 +117,11 @@ def _async_staging_roundtrip(d, legacy, monkeypatch):
                                            fromlist=["x"]), "AsyncSaveResponse"),
                     reason="this torch's async_save does not take a Future from stage()")
 def test_dcp_async_staging_returns_before_staged(daemon_factory, monkeypatch):
-    _async_staging_roundtrip(daemon_factory("[debug]\nstore_delay_ms = 3000\n"), False, monkeypatch)
+    _async_staging_roundtrip(daemon_factory("[debug]\nstore_delay_ms = 5000\n"), False, monkeypatch)
 
 
 def test_dcp_async_staging_synchronize_staging(daemon_factory, monkeypatch):
-    _async_staging_roundtrip(daemon_factory("[debug]\nstore_delay_ms = 3000\n"), True, monkeypatch)
+    _async_staging_roundtrip(daemon_factory("[debug]\nstore_delay_ms = 5000\n"), True, monkeypatch)
 
 
 def test_dcp_async_staging_failure_reaches_the_trainer(daemon):
@@ -139,5 +139,22 @@ def test_dcp_async_staging_failure_reaches_the_trainer(daemon):
             w.synchronize_staging()
         with pytest.raises(OSError, match="never fit the staging pool"):
             up.result(60)
+    finally:
+        cd.close_all()
+
+
+def test_dcp_retry_after_failed_staging(daemon):
+    """A save that fails in staging leaves nothing behind in the Writer: the
+    same Writer then saves that step with dcp.save."""
+    import ckpt.dcp as cd
+    try:
+        w = cd.Writer("dcpr", step=3, socket=daemon.sock)
+        with pytest.raises(OSError, match="never fit the staging pool"):
+            dcp.async_save({"t": torch.zeros(300 << 18, dtype=torch.float32)}, storage_writer=w)
+        small = torch.arange(1000, dtype=torch.float32)
+        dcp.save({"t": small}, storage_writer=w)
+        got = {"t": torch.zeros(1000, dtype=torch.float32)}
+        dcp.load(got, storage_reader=cd.Reader("dcpr", step=3, socket=daemon.sock))
+        assert torch.equal(got["t"], small)
     finally:
         cd.close_all()

@@ -1,5 +1,7 @@
 """The raw binding: ckpt.Client over libckpt. Futures are
-concurrent.futures.Future objects completed from libckpt's reader thread."""
+concurrent.futures.Future objects completed from libckpt's reader thread;
+callbacks added to them run on that thread, so they must be short and must
+not wait for another future of the same client."""
 import concurrent.futures
 import ctypes
 import errno as _errno

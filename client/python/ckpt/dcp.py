@@ -21,7 +21,9 @@ train-mode forward that updates BatchNorm statistics):
 ``resp.staging_completion.result()`` where async_save returns DCP's
 AsyncSaveResponse (torch builds whose async_save accepts a Future from
 stage()), else ``writer.synchronize_staging()``. DCP's own DefaultStager
-calls this use_async_staging.
+calls this use_async_staging. A Writer keeps each staging under its step
+until DCP's save thread takes it: give each save its own Writer (or its own
+checkpoint_id) rather than changing .step while a save is in flight.
 
 Reader is a StorageReader. The step's manifests are the metadata: every
 saved tensor box becomes a DCP chunk, so DCP's own planner reshards (a step
@@ -123,8 +125,11 @@ class Writer(StorageWriter, AsyncStager):
         self.rank, self.world_size = rank, world_size
         self.attempt_id, self.policy = attempt_id, policy
         self.async_staging = async_staging
-        self._staged = None  # (SaveFuture, {name: nbytes}, step)
-        self._last = None    # the SaveFuture of the latest stage()
+        # step -> (SaveFuture, {name: nbytes}): staged by stage() on the
+        # trainer's thread, taken by write_data() on DCP's save thread.
+        self._staged = {}
+        self._staged_lock = threading.Lock()
+        self._last = None  # the SaveFuture of the latest stage()
 
     # ---- AsyncStager ----
 
@@ -156,13 +161,24 @@ class Writer(StorageWriter, AsyncStager):
             else:
                 b = _bytes_tensor(v)
                 items.append((BYTES_PREFIX + fqn, b, (b.numel(),), (0,)))
+        step = int(self.step)
         fut, sizes = self._save(items)
-        self._staged = (fut, sizes, int(self.step))
         self._last = fut
         # DCP plans from state_dict; its data is never read again here.
         if not self.async_staging:
-            fut.staged.result()
+            fut.staged.result()  # a failed staging is not kept for write_data
+            with self._staged_lock:
+                self._staged[step] = (fut, sizes)
             return state_dict
+        with self._staged_lock:
+            self._staged[step] = (fut, sizes)
+
+        def forget_failed(f):
+            if f.exception() is not None:
+                with self._staged_lock:
+                    if self._staged.get(step, (None,))[0] is fut:
+                        del self._staged[step]
+        fut.staged.add_done_callback(forget_failed)
         if not _future_staging_supported():
             return state_dict  # the trainer calls synchronize_staging()
         import concurrent.futures
@@ -188,10 +204,6 @@ class Writer(StorageWriter, AsyncStager):
     def reset(self, checkpoint_id=None):
         if checkpoint_id is not None:
             self.step = int(checkpoint_id)
-        # A staging for another step (whose save failed before write_data)
-        # is not this save's data.
-        if self._staged is not None and self._staged[2] != self.step:
-            self._staged = None
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id):
@@ -217,8 +229,17 @@ class Writer(StorageWriter, AsyncStager):
     def _name(item):
         return item.index.fqn if item.type != WriteItemType.BYTE_IO else BYTES_PREFIX + item.index.fqn
 
+    def _take_staged(self):
+        """This step's staging from stage(), if it staged (or may still)."""
+        with self._staged_lock:
+            got = self._staged.pop(int(self.step), None)
+        if got is not None and got[0].staged.done() and got[0].staged.exception() is not None:
+            return None
+        return got
+
     def write_data(self, plan, planner):
-        if self._staged is None:
+        staged = self._take_staged()
+        if staged is None:
             # dcp.save without staging: hand the planner's data over now.
             items = []
             for item in plan.items:
@@ -230,9 +251,8 @@ class Writer(StorageWriter, AsyncStager):
                     t = data.detach()
                     chunk = item.tensor_data.chunk
                     items.append((item.index.fqn, t, tuple(item.tensor_data.size), tuple(chunk.offsets)))
-            self._staged = self._save(items) + (int(self.step),)
-        fut, sizes, _ = self._staged
-        self._staged = None
+            staged = self._save(items)
+        fut, sizes = staged
         out = torch.futures.Future()
 
         def done(f, fut=fut):  # keep the native future alive until durable
