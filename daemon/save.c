@@ -675,7 +675,7 @@ static void save_set_state(struct save *sv, enum save_state st)
 		sv->jobs_left = sv->nchunks;
 		for (uint32_t c = 0; c < sv->nchunks; c++) {
 			sv->jobs[c].hash = true;
-			workq_submit(d->copyq, &sv->jobs[c].item);
+			workq_submit_background(d->copyq, &sv->jobs[c].item);
 		}
 		break;
 	case SAVE_QUEUED:

@@ -9,6 +9,7 @@ struct workq {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	struct work_item *head, *tail;     /* waiting to run */
+	struct work_item *bhead, *btail;   /* waiting, background: after head's */
 	struct work_item *done_head;       /* finished, for the loop */
 	bool stop;
 	unsigned nthreads;
@@ -36,14 +37,22 @@ static void *worker_main(void *arg)
 	free(wa);
 	pthread_mutex_lock(&q->mu);
 	for (;;) {
-		while (q->head == NULL && !q->stop)
+		while (q->head == NULL && q->bhead == NULL && !q->stop)
 			pthread_cond_wait(&q->cv, &q->mu);
-		if (q->head == NULL)
+		struct work_item *it;
+		if (q->head != NULL) {
+			it = q->head;
+			q->head = it->next;
+			if (q->head == NULL)
+				q->tail = NULL;
+		} else if (q->bhead != NULL) {
+			it = q->bhead;
+			q->bhead = it->next;
+			if (q->bhead == NULL)
+				q->btail = NULL;
+		} else {
 			break;
-		struct work_item *it = q->head;
-		q->head = it->next;
-		if (q->head == NULL)
-			q->tail = NULL;
+		}
 		pthread_mutex_unlock(&q->mu);
 		it->run(it);
 		pthread_mutex_lock(&q->mu);
@@ -116,17 +125,27 @@ int workq_init(struct workq **out, uv_loop_t *loop, unsigned nthreads)
 	return 0;
 }
 
-void workq_submit(struct workq *q, struct work_item *it)
+static void enqueue(struct workq *q, struct work_item **head, struct work_item **tail, struct work_item *it)
 {
 	it->next = NULL;
 	pthread_mutex_lock(&q->mu);
-	if (q->tail)
-		q->tail->next = it;
+	if (*tail)
+		(*tail)->next = it;
 	else
-		q->head = it;
-	q->tail = it;
+		*head = it;
+	*tail = it;
 	pthread_cond_signal(&q->cv);
 	pthread_mutex_unlock(&q->mu);
+}
+
+void workq_submit(struct workq *q, struct work_item *it)
+{
+	enqueue(q, &q->head, &q->tail, it);
+}
+
+void workq_submit_background(struct workq *q, struct work_item *it)
+{
+	enqueue(q, &q->bhead, &q->btail, it);
 }
 
 static void on_async_closed(uv_handle_t *h)

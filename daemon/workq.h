@@ -17,6 +17,9 @@ struct workq;
 
 int workq_init(struct workq **out, uv_loop_t *loop, unsigned nthreads);
 void workq_submit(struct workq *q, struct work_item *it);
+/* Runs only when no workq_submit() item waits: work after staged (hashing)
+ * never delays another save's staging copies. */
+void workq_submit_background(struct workq *q, struct work_item *it);
 /* On a worker: its index, 0..nthreads-1 (each uses its own CUDA stream). */
 unsigned workq_worker(void);
 /* Joins the threads (after the queue is empty) and closes the async handle;
