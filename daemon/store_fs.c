@@ -115,6 +115,7 @@ struct dio {
 static void dio_start(struct dio *d, int fd, uint64_t total)
 {
 	memset(d, 0, sizeof(*d));
+#ifdef STATX_DIOALIGN /* Linux 6.1 UAPI headers; without them, buffered */
 	if (total < DIRECT_MIN)
 		return;
 	struct statx stx;
@@ -127,25 +128,33 @@ static void dio_start(struct dio *d, int fd, uint64_t total)
 	d->on = true;
 	d->mem_align = stx.stx_dio_mem_align;
 	d->off_align = stx.stx_dio_offset_align;
+#else
+	(void)fd;
+	(void)total;
+#endif
 }
 
-static void dio_stop(struct dio *d, int fd)
+/* Back to buffered writes for the rest of the file. */
+static int dio_stop(struct dio *d, int fd)
 {
 	if (!d->on)
-		return;
+		return 0;
 	d->on = false;
 	int fl = fcntl(fd, F_GETFL);
-	if (fl >= 0)
-		(void)fcntl(fd, F_SETFL, fl & ~O_DIRECT);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_DIRECT) != 0)
+		return -errno;
+	return 0;
 }
 
 /* Write buf: its aligned part directly while alignment holds, the rest
  * (and everything after) buffered. */
 static int dio_write(struct dio *d, int fd, const char *p, size_t len)
 {
+	int r;
 	while (d->on && len >= d->off_align) {
 		if ((uintptr_t)p % d->mem_align || d->off % d->off_align) {
-			dio_stop(d, fd);
+			if ((r = dio_stop(d, fd)) < 0)
+				return r;
 			break;
 		}
 		size_t n = len - len % d->off_align;
@@ -156,11 +165,14 @@ static int dio_write(struct dio *d, int fd, const char *p, size_t len)
 			if (errno == EINTR)
 				continue;
 			if (errno == EINVAL) { /* this file or device refuses it after all */
-				dio_stop(d, fd);
+				if ((r = dio_stop(d, fd)) < 0)
+					return r;
 				break;
 			}
 			return -errno;
 		}
+		if (w == 0)
+			return -EIO;
 		p += w;
 		len -= (size_t)w;
 		d->off += (uint64_t)w;
@@ -168,7 +180,8 @@ static int dio_write(struct dio *d, int fd, const char *p, size_t len)
 	}
 	if (len == 0)
 		return 0;
-	dio_stop(d, fd);
+	if ((r = dio_stop(d, fd)) < 0)
+		return r;
 	d->off += len;
 	return write_all(fd, p, len);
 }
@@ -201,7 +214,6 @@ static int fs_put(struct store *base, const char *key, const struct iovec *iov, 
 		if (s->base.debug_delay_ms && n > 1 && i == n / 2)
 			usleep(s->base.debug_delay_ms * 1000u); /* tests: a window to crash in */
 	}
-	s->base.direct_bytes += d.direct;
 	if (r == 0 && fsync(fd) != 0)
 		r = -errno;
 	/* Durable now: drop it from the page cache rather than push the
@@ -216,6 +228,7 @@ static int fs_put(struct store *base, const char *key, const struct iovec *iov, 
 		unlink(tmp);
 		return r;
 	}
+	s->base.direct_bytes += d.direct;
 	return fsync_dir(dir);
 }
 
