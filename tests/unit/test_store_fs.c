@@ -332,6 +332,22 @@ static void test_open_urls(void **state)
 	store_free(NULL);
 }
 
+/* put with the file size limited to max bytes (RLIMIT_FSIZE: the write
+ * fails with EFBIG, as a full disk fails with ENOSPC). */
+static int put_limited(struct store *s, const char *key, const struct iovec *iov, size_t n, rlim_t max)
+{
+	struct rlimit saved, lim;
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &saved), 0);
+	lim = saved;
+	lim.rlim_cur = max;
+	void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+	int r = s->ops->put(s, key, iov, n, NULL);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &saved), 0);
+	signal(SIGXFSZ, old_handler);
+	return r;
+}
+
 /* A put that fails after its temporary file exists removes that file and
  * leaves the old object alone. RLIMIT_FSIZE makes the write fail. */
 static void test_failed_put_cleans_up(void **state)
@@ -345,16 +361,7 @@ static void test_failed_put_cleans_up(void **state)
 	static char big[64 * 1024];
 	memset(big, 'x', sizeof(big));
 	struct iovec iov = { .iov_base = big, .iov_len = sizeof(big) };
-	struct rlimit saved, small;
-	assert_int_equal(getrlimit(RLIMIT_FSIZE, &saved), 0);
-	small = saved;
-	small.rlim_cur = 4096;
-	void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
-	assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
-	int r = s->ops->put(s, "j/k", &iov, 1, NULL);
-	assert_int_equal(setrlimit(RLIMIT_FSIZE, &saved), 0);
-	signal(SIGXFSZ, old_handler);
-	assert_int_equal(r, -EFBIG);
+	assert_int_equal(put_limited(s, "j/k", &iov, 1, 4096), -EFBIG);
 
 	disk_joined(dir, names, sizeof(names));
 	assert_string_equal(names, "k");
@@ -696,16 +703,7 @@ static void test_put_direct_io(void **state)
 	assert_non_null(big);
 	memset(big, 'y', 4 * mib);
 	struct iovec bigv = { big, 4 * mib };
-	struct rlimit saved, lim;
-	assert_int_equal(getrlimit(RLIMIT_FSIZE, &saved), 0);
-	lim = saved;
-	lim.rlim_cur = mib + 4096;
-	void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
-	assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
-	int r = s->ops->put(s, "e/big", &bigv, 1, NULL);
-	assert_int_equal(setrlimit(RLIMIT_FSIZE, &saved), 0);
-	signal(SIGXFSZ, old_handler);
-	assert_int_equal(r, -EFBIG);
+	assert_int_equal(put_limited(s, "e/big", &bigv, 1, mib + 4096), -EFBIG);
 	char edir[128], names[256];
 	snprintf(edir, sizeof(edir), "%s/e", f->dir);
 	disk_joined(edir, names, sizeof(names));
