@@ -161,8 +161,8 @@ class Writer(StorageWriter, AsyncStager):
             else:
                 b = _bytes_tensor(v)
                 items.append((BYTES_PREFIX + fqn, b, (b.numel(),), (0,)))
+        fut, sizes = self._save(items)  # refuses a Writer without step=
         step = int(self.step)
-        fut, sizes = self._save(items)
         self._last = fut
         # DCP plans from state_dict; its data is never read again here.
         if not self.async_staging:
