@@ -32,6 +32,15 @@ void store_names_free(char **names, size_t n)
 	free(names);
 }
 
+void store_entries_free(struct store_entry *v, size_t n)
+{
+	if (v == NULL)
+		return;
+	for (size_t i = 0; i < n; i++)
+		free(v[i].name);
+	free(v);
+}
+
 static __thread char last_error[1024];
 
 const char *store_error(int r)

@@ -11,17 +11,33 @@
 
 struct store;
 
+/* One name under a listed prefix. */
+struct store_entry {
+	char *name;
+	uint64_t size;     /* bytes; 0 for a "directory" */
+	int64_t mtime_ns;  /* last modified (S3/GCS: LastModified); 0 if unknown */
+	bool dir;          /* a common prefix (object stores) or a directory */
+};
+
 struct store_ops {
 	/* Write key from n pieces; the key becomes visible only complete and
 	 * durable (or not at all). crcs: the CRC32C of each piece, or NULL
 	 * (object stores send per-part checksums). */
 	int (*put)(struct store *s, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs);
+	/* put, but create-only: -EEXIST, and nothing written, when key exists.
+	 * Atomic against every other writer of key, on every node: file://
+	 * links the temporary to its name (or renameat2 RENAME_NOREPLACE), S3
+	 * sends If-None-Match: *, GCS x-goog-if-generation-match: 0. */
+	int (*create)(struct store *s, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs);
 	/* Read exactly len bytes at off; -ENODATA if the object is shorter. */
 	int (*get_range)(struct store *s, const char *key, uint64_t off, void *buf, size_t len);
 	/* Read a whole (small) object; -EFBIG if it is larger than max. */
 	int (*get_all)(struct store *s, const char *key, size_t max, void **buf, size_t *len);
 	/* Names directly under prefix (a "directory"), malloc'd; -ENOENT if none. */
 	int (*list)(struct store *s, const char *prefix, char ***names, size_t *n);
+	/* The same with sizes and times: one paginated LIST on object stores
+	 * (1 request per 1000 names), a readdir and a stat per name on files. */
+	int (*list_entries)(struct store *s, const char *prefix, struct store_entry **out, size_t *n);
 	/* Remove key; -ENOENT if it was not there. */
 	int (*remove)(struct store *s, const char *key);
 	/* Remove an empty "directory" prefix (a no-op where there are none). */
@@ -53,6 +69,7 @@ struct store {
 int store_open(const char *url, struct store **out, char *err, size_t errlen);
 void store_free(struct store *s);
 void store_names_free(char **names, size_t n);
+void store_entries_free(struct store_entry *v, size_t n);
 
 int store_fs_open(const char *url, struct store **out, char *err, size_t errlen);
 /* s3://bucket/prefix?opts and gs://bucket/prefix?opts (store_s3.c). */

@@ -1,6 +1,7 @@
 /* file:// backend: local disk, NFS, GCSFuse. Atomicity comes from writing a
  * temporary name, fsync, rename, fsync of the directory. */
 #include "store.h"
+#include "log.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -186,10 +187,38 @@ static int dio_write(struct dio *d, int fd, const char *p, size_t len)
 	return write_all(fd, p, len);
 }
 
-static int fs_put(struct store *base, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs)
+/* Give tmp its final name without replacing anything there: link() (the
+ * name appears atomically, or EEXIST), else renameat2(RENAME_NOREPLACE) on
+ * filesystems without hard links. One with neither (some FUSE mounts) gets
+ * a check and a rename: not atomic between nodes, and said so once. */
+static int publish_new(const char *tmp, const char *path)
+{
+	if (link(tmp, path) == 0) {
+		unlink(tmp);
+		return 0;
+	}
+	if (errno == EEXIST)
+		return -EEXIST;
+	if (errno != EPERM && errno != EOPNOTSUPP && errno != ENOSYS && errno != EMLINK && errno != EXDEV)
+		return -errno;
+	if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) == 0)
+		return 0;
+	if (errno == EEXIST)
+		return -EEXIST;
+	if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
+		return -errno;
+	static atomic_int warned;
+	if (atomic_exchange(&warned, 1) == 0)
+		log_warn("storage: this filesystem has neither hard links nor RENAME_NOREPLACE; create-only "
+			 "writes (manifests, commit markers) are checked but not atomic between nodes");
+	if (access(path, F_OK) == 0)
+		return -EEXIST;
+	return rename(tmp, path) == 0 ? 0 : -errno;
+}
+
+static int fs_write(struct store *base, const char *key, const struct iovec *iov, size_t n, bool excl)
 {
 	struct store_fs *s = (struct store_fs *)base;
-	(void)crcs; /* files need no per-part checksum */
 	char path[PATH_MAX], tmp[PATH_MAX + 64], dir[PATH_MAX];
 	int r = fs_path(s, key, path, sizeof(path));
 	if (r < 0)
@@ -222,7 +251,9 @@ static int fs_put(struct store *base, const char *key, const struct iovec *iov, 
 		(void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 	if (close(fd) != 0 && r == 0)
 		r = -errno;
-	if (r == 0 && rename(tmp, path) != 0)
+	if (r == 0 && excl)
+		r = publish_new(tmp, path);
+	else if (r == 0 && rename(tmp, path) != 0)
 		r = -errno;
 	if (r < 0) {
 		unlink(tmp);
@@ -230,6 +261,18 @@ static int fs_put(struct store *base, const char *key, const struct iovec *iov, 
 	}
 	s->base.direct_bytes += d.direct;
 	return fsync_dir(dir);
+}
+
+static int fs_put(struct store *base, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs)
+{
+	(void)crcs; /* files need no per-part checksum */
+	return fs_write(base, key, iov, n, false);
+}
+
+static int fs_create(struct store *base, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs)
+{
+	(void)crcs;
+	return fs_write(base, key, iov, n, true);
 }
 
 static int fs_get_range(struct store *base, const char *key, uint64_t off, void *buf, size_t len)
@@ -349,6 +392,51 @@ static int fs_list(struct store *base, const char *prefix, char ***names, size_t
 	return 0;
 }
 
+static int fs_list_entries(struct store *base, const char *prefix, struct store_entry **out, size_t *count)
+{
+	struct store_fs *s = (struct store_fs *)base;
+	char path[PATH_MAX];
+	int r = prefix[0] ? fs_path(s, prefix, path, sizeof(path))
+			  : (snprintf(path, sizeof(path), "%s", s->root), 0);
+	if (r < 0)
+		return r;
+	DIR *d = opendir(path);
+	if (d == NULL)
+		return -errno;
+	size_t n = 0, cap = 16;
+	struct store_entry *v = malloc(cap * sizeof(*v));
+	struct dirent *e;
+	while (v && (e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.' || strstr(e->d_name, ".tmp.") != NULL)
+			continue;
+		struct stat st;
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+			continue; /* removed meanwhile */
+		if (n == cap) {
+			struct store_entry *nv = realloc(v, 2 * cap * sizeof(*v));
+			if (nv == NULL)
+				break;
+			v = nv;
+			cap *= 2;
+		}
+		v[n] = (struct store_entry){ .size = S_ISDIR(st.st_mode) ? 0 : (uint64_t)st.st_size,
+					     .mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+					     .dir = S_ISDIR(st.st_mode) };
+		if ((v[n].name = strdup(e->d_name)) == NULL)
+			break;
+		n++;
+	}
+	int failed = v == NULL || e != NULL;
+	closedir(d);
+	if (failed) {
+		store_entries_free(v, n);
+		return -ENOMEM;
+	}
+	*out = v;
+	*count = n;
+	return 0;
+}
+
 static int fs_remove(struct store *base, const char *key)
 {
 	struct store_fs *s = (struct store_fs *)base;
@@ -411,9 +499,11 @@ static void fs_free(struct store *base)
 
 static const struct store_ops fs_ops = {
 	.put = fs_put,
+	.create = fs_create,
 	.get_range = fs_get_range,
 	.get_all = fs_get_all,
 	.list = fs_list,
+	.list_entries = fs_list_entries,
 	.remove = fs_remove,
 	.remove_dir = fs_remove_dir,
 	.remove_temps = fs_remove_temps,

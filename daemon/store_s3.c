@@ -311,6 +311,8 @@ static int judge(struct s3 *s, struct call *c)
 		return -EACCES;
 	case 404:
 		return -ENOENT;
+	case 412:
+		return -EEXIST; /* a create-only PUT met an existing object */
 	case 416:
 		return -ENODATA;
 	case 400:
@@ -649,7 +651,51 @@ abort:
 	return r;
 }
 
-static int s3_put(struct store *base, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs)
+/* A create-only PUT answered 412: if the object there holds exactly the
+ * bytes sent, an earlier attempt of this very PUT made it (its answer was
+ * lost and the retry met it), and the create succeeded. */
+static bool created_by_us(struct s3 *s, const char *key, const struct iovec *iov, size_t n, uint64_t total)
+{
+	struct call c = { .method = "GET", .key = key, .resp_max = total ? (size_t)total : 1 };
+	char saved[1024];
+	snprintf(saved, sizeof(saved), "%s", store_error(-EEXIST));
+	bool same = run_calls(s, &c, 1) == 0 && c.req.resp_len == total;
+	for (size_t i = 0, off = 0; same && i < n; off += iov[i].iov_len, i++)
+		same = memcmp(c.req.resp + off, iov[i].iov_base, iov[i].iov_len) == 0;
+	call_free(&c);
+	store_set_error("%s", saved);
+	if (same)
+		log_info("%s: create-only PUT of %s met its own earlier attempt", s->base.url, key);
+	return same;
+}
+
+/* One PUT: for a create, conditional (S3 If-None-Match: *; GCS, whose XML
+ * multipart uploads take no preconditions, x-goog-if-generation-match: 0). */
+static int put_single(struct s3 *s, const char *fk, const struct iovec *iov, size_t n, const uint32_t *crcs,
+		      uint64_t total, bool excl)
+{
+	uint32_t crc = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t c = crcs ? crcs[i] : crc32c_update(0, iov[i].iov_base, iov[i].iov_len);
+		crc = i ? crc32c_combine(crc, c, iov[i].iov_len) : c;
+	}
+	char ch[48];
+	struct call c = { .method = "PUT", .key = fk, .body = iov, .nbody = n };
+	checksum_header(s, &c, crc, ch, sizeof(ch));
+	if (excl)
+		c.extra[c.nextra++] = s->gcs ? (struct sigv4_header){ "x-goog-if-generation-match", "0" }
+					     : (struct sigv4_header){ "if-none-match", "*" };
+	int r = run_calls(s, &c, 1);
+	call_free(&c);
+	if (r == -EEXIST && created_by_us(s, fk, iov, n, total)) {
+		store_clear_error();
+		r = 0;
+	}
+	return r;
+}
+
+static int s3_write(struct store *base, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs,
+		    bool excl)
 {
 	store_clear_error();
 	struct s3 *s = (struct s3 *)base;
@@ -660,19 +706,23 @@ static int s3_put(struct store *base, const char *key, const struct iovec *iov, 
 	uint64_t total = 0;
 	for (size_t i = 0; i < n; i++)
 		total += iov[i].iov_len;
-	if (total > s->part_size)
-		return put_multipart(s, key, fk, iov, n, crcs, total);
-	uint32_t crc = 0;
-	for (size_t i = 0; i < n; i++) {
-		uint32_t c = crcs ? crcs[i] : crc32c_update(0, iov[i].iov_base, iov[i].iov_len);
-		crc = i ? crc32c_combine(crc, c, iov[i].iov_len) : c;
+	if (excl && total > (5ull << 30)) {
+		store_set_error("PUT %s: a create-only object of %" PRIu64 " bytes is over one PUT's 5 GiB", fk, total);
+		return -EFBIG;
 	}
-	char ch[48];
-	struct call c = { .method = "PUT", .key = fk, .body = iov, .nbody = n };
-	checksum_header(s, &c, crc, ch, sizeof(ch));
-	r = run_calls(s, &c, 1);
-	call_free(&c);
-	return r;
+	if (!excl && total > s->part_size)
+		return put_multipart(s, key, fk, iov, n, crcs, total);
+	return put_single(s, fk, iov, n, crcs, total, excl);
+}
+
+static int s3_put(struct store *base, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs)
+{
+	return s3_write(base, key, iov, n, crcs, false);
+}
+
+static int s3_create(struct store *base, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs)
+{
+	return s3_write(base, key, iov, n, crcs, true);
 }
 
 static int s3_get_range(struct store *base, const char *key, uint64_t off, void *buf, size_t len)
@@ -719,26 +769,49 @@ static int s3_get_all(struct store *base, const char *key, size_t max, void **bu
 	return r;
 }
 
-static int push_name(char ***names, size_t *n, size_t *cap, const char *name, size_t len)
+static int push_entry(struct store_entry **v, size_t *n, size_t *cap, const char *name, size_t len, bool dir)
 {
-	for (size_t i = 0; i < *n; i++)
-		if (strlen((*names)[i]) == len && strncmp((*names)[i], name, len) == 0)
-			return 0;
 	if (*n == *cap) {
-		size_t nc = *cap ? *cap * 2 : 16;
-		char **nn = realloc(*names, nc * sizeof(*nn));
-		if (nn == NULL)
+		size_t nc = *cap ? *cap * 2 : 64;
+		struct store_entry *nv = realloc(*v, nc * sizeof(*nv));
+		if (nv == NULL)
 			return -ENOMEM;
-		*names = nn;
+		*v = nv;
 		*cap = nc;
 	}
-	if (((*names)[*n] = strndup(name, len)) == NULL)
+	struct store_entry *e = &(*v)[*n];
+	*e = (struct store_entry){ .dir = dir };
+	if ((e->name = strndup(name, len)) == NULL)
 		return -ENOMEM;
 	(*n)++;
 	return 0;
 }
 
-static int s3_list(struct store *base, const char *prefix, char ***names, size_t *n)
+/* "2009-10-12T17:50:30.000Z" -> ns since the epoch; 0 if it does not parse. */
+static int64_t parse_time(const char *t)
+{
+	struct tm tm = { 0 };
+	const char *end = strptime(t, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (end == NULL)
+		return 0;
+	int64_t ns = (int64_t)timegm(&tm) * 1000000000;
+	if (*end == '.') {
+		int64_t scale = 100000000;
+		for (end++; *end >= '0' && *end <= '9'; end++, scale /= 10)
+			ns += (*end - '0') * scale;
+	}
+	return ns;
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+	return strcmp(((const struct store_entry *)a)->name, ((const struct store_entry *)b)->name);
+}
+
+/* ListObjectsV2 with delimiter '/', every page: one request per 1000 names
+ * (list_page for tests). A key and a common prefix of one name (an object
+ * "a" beside "a/...") are one entry, the object's. */
+static int s3_list_entries(struct store *base, const char *prefix, struct store_entry **out, size_t *n)
 {
 	store_clear_error();
 	struct s3 *s = (struct s3 *)base;
@@ -751,7 +824,7 @@ static int s3_list(struct store *base, const char *prefix, char ***names, size_t
 	if (r < 0 || (size_t)r >= sizeof(fp))
 		return -ENAMETOOLONG;
 	size_t fpl = strlen(fp), cap = 0;
-	*names = NULL;
+	struct store_entry *v = NULL;
 	*n = 0;
 	char token[2048] = "";
 	for (;;) {
@@ -774,16 +847,26 @@ static int s3_list(struct store *base, const char *prefix, char ***names, size_t
 			goto fail;
 		bool truncated = false;
 		token[0] = 0;
+		struct store_entry *cur = NULL; /* the Contents element being read */
 		for (size_t i = 0; i < d.n && r == 0; i++) {
 			const char *p = d.items[i].path, *t = d.items[i].text;
-			if (!strcmp(p, "ListBucketResult/Contents/Key") || !strcmp(p, "ListBucketResult/CommonPrefixes/Prefix")) {
+			bool key = !strcmp(p, "ListBucketResult/Contents/Key");
+			if (key || !strcmp(p, "ListBucketResult/CommonPrefixes/Prefix")) {
+				cur = NULL;
 				if (strncmp(t, fp, fpl) != 0)
 					continue;
 				size_t l = strlen(t + fpl);
 				if (l && t[fpl + l - 1] == '/')
 					l--;
-				if (l)
-					r = push_name(names, n, &cap, t + fpl, l);
+				if (l == 0 || memchr(t + fpl, '/', l) != NULL)
+					continue;
+				r = push_entry(&v, n, &cap, t + fpl, l, !key);
+				if (r == 0 && key)
+					cur = &v[*n - 1];
+			} else if (cur && !strcmp(p, "ListBucketResult/Contents/Size")) {
+				cur->size = strtoull(t, NULL, 10);
+			} else if (cur && !strcmp(p, "ListBucketResult/Contents/LastModified")) {
+				cur->mtime_ns = parse_time(t);
 			} else if (!strcmp(p, "ListBucketResult/IsTruncated")) {
 				truncated = !strcmp(t, "true");
 			} else if (!strcmp(p, "ListBucketResult/NextContinuationToken")) {
@@ -797,16 +880,50 @@ static int s3_list(struct store *base, const char *prefix, char ***names, size_t
 			break;
 	}
 	if (*n == 0) {
-		free(*names);
-		*names = NULL;
+		free(v);
 		return -ENOENT;
 	}
+	qsort(v, *n, sizeof(*v), cmp_entry);
+	size_t w = 0;
+	for (size_t i = 0; i < *n; i++) {
+		if (w > 0 && strcmp(v[w - 1].name, v[i].name) == 0) {
+			if (v[w - 1].dir && !v[i].dir) {
+				free(v[w - 1].name);
+				v[w - 1] = v[i];
+			} else {
+				free(v[i].name);
+			}
+			continue;
+		}
+		v[w++] = v[i];
+	}
+	*n = w;
+	*out = v;
 	return 0;
 fail:
-	store_names_free(*names, *n);
-	*names = NULL;
+	store_entries_free(v, *n);
 	*n = 0;
 	return r;
+}
+
+static int s3_list(struct store *base, const char *prefix, char ***names, size_t *n)
+{
+	struct store_entry *v = NULL;
+	size_t k = 0;
+	int r = s3_list_entries(base, prefix, &v, &k);
+	if (r < 0)
+		return r;
+	char **nm = malloc(k * sizeof(*nm));
+	if (nm == NULL) {
+		store_entries_free(v, k);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < k; i++)
+		nm[i] = v[i].name;
+	free(v);
+	*names = nm;
+	*n = k;
+	return 0;
 }
 
 static int s3_remove(struct store *base, const char *key)
@@ -870,9 +987,11 @@ static void s3_free(struct store *base)
 
 static const struct store_ops s3_ops = {
 	.put = s3_put,
+	.create = s3_create,
 	.get_range = s3_get_range,
 	.get_all = s3_get_all,
 	.list = s3_list,
+	.list_entries = s3_list_entries,
 	.remove = s3_remove,
 	.remove_dir = s3_remove_dir,
 	.remove_temps = s3_remove_temps,
