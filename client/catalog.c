@@ -41,7 +41,7 @@ static int bad_args(void)
 	return -EINVAL;
 }
 
-int ckpt_show(ckpt_client *c, const char *job, uint64_t step, ckpt_step_detail **out)
+static int show(ckpt_client *c, const char *job, uint64_t step, int64_t rank, ckpt_step_detail **out)
 {
 	if (!c || !job || !out)
 		return bad_args();
@@ -49,6 +49,8 @@ int ckpt_show(ckpt_client *c, const char *job, uint64_t step, ckpt_step_detail *
 	Ckpt__ShowRequest m = CKPT__SHOW_REQUEST__INIT;
 	m.job = (char *)job;
 	m.step = step;
+	m.one_rank = rank >= 0;
+	m.rank = rank >= 0 ? (uint32_t)rank : 0;
 	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
 	req.body_case = CKPT__FRAME__BODY_SHOW;
 	req.show = &m;
@@ -100,6 +102,16 @@ int ckpt_show(ckpt_client *c, const char *job, uint64_t step, ckpt_step_detail *
 	return 0;
 }
 
+int ckpt_show(ckpt_client *c, const char *job, uint64_t step, ckpt_step_detail **out)
+{
+	return show(c, job, step, -1, out);
+}
+
+int ckpt_show_rank(ckpt_client *c, const char *job, uint64_t step, uint32_t rank, ckpt_step_detail **out)
+{
+	return show(c, job, step, rank, out);
+}
+
 void ckpt_step_detail_free(ckpt_step_detail *d)
 {
 	free(d);
@@ -149,6 +161,30 @@ void ckpt_verify_result_free(ckpt_verify_result *v)
 		free(v->problems[i]);
 	free(v->problems);
 	free(v);
+}
+
+int ckpt_resolve(ckpt_client *c, const char *job, int64_t step, ckpt_step_info *out)
+{
+	if (!c || !out || (step < 0 && step != CKPT_LATEST))
+		return bad_args();
+	Ckpt__ResolveRequest m = CKPT__RESOLVE_REQUEST__INIT;
+	m.job = (char *)(job ? job : "");
+	m.latest = step == CKPT_LATEST;
+	m.step = step == CKPT_LATEST ? 0 : (uint64_t)step;
+	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
+	req.body_case = CKPT__FRAME__BODY_RESOLVE;
+	req.resolve = &m;
+	int r = call(c, &req, CKPT__FRAME__BODY_RESOLVE_REPLY, &rep);
+	if (r < 0)
+		return r;
+	if (rep->resolve_reply->info == NULL) {
+		ckpt__frame__free_unpacked(rep, NULL);
+		client_set_errmsg("ckptd answered resolve without a step");
+		return -EPROTO;
+	}
+	copy_step(out, rep->resolve_reply->info);
+	ckpt__frame__free_unpacked(rep, NULL);
+	return 0;
 }
 
 int ckpt_delete(ckpt_client *c, const char *job, uint64_t step)

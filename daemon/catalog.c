@@ -1,12 +1,12 @@
 #include "catalog.h"
 #include "log.h"
-#include "manifest.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void catalog_step_free(struct catalog_step *cs)
 {
@@ -16,106 +16,381 @@ void catalog_step_free(struct catalog_step *cs)
 			if (grp->by_rank[r])
 				ckpt__manifest__free_unpacked(grp->by_rank[r], NULL);
 		free(grp->by_rank);
+		free(grp->present);
 	}
 	cs->ngroups = 0;
 	cs->best = -1;
 }
 
-bool catalog_step_complete(const struct catalog_step *cs)
+static bool group_complete(const struct catalog_group *g)
 {
-	return cs->best >= 0 && cs->groups[cs->best].count == cs->groups[cs->best].world_size;
+	return g->count == g->world_size;
 }
 
-static struct catalog_group *group_for(struct catalog_step *cs, const char *attempt, uint32_t ws)
+bool catalog_step_complete(const struct catalog_step *cs)
+{
+	return cs->best >= 0 && !cs->stale_commit && group_complete(&cs->groups[cs->best]);
+}
+
+static struct catalog_group *find_group(struct catalog_step *cs, const char *attempt, uint32_t ws)
 {
 	for (size_t g = 0; g < cs->ngroups; g++)
 		if (cs->groups[g].world_size == ws && strcmp(cs->groups[g].attempt, attempt) == 0)
 			return &cs->groups[g];
+	return NULL;
+}
+
+static struct catalog_group *group_for(struct catalog_step *cs, const char *attempt, uint32_t ws, bool legacy)
+{
+	struct catalog_group *grp = find_group(cs, attempt, ws);
+	if (grp)
+		return grp;
 	if (cs->ngroups == CATALOG_MAX_GROUPS)
 		return NULL;
-	struct catalog_group *grp = &cs->groups[cs->ngroups];
+	grp = &cs->groups[cs->ngroups];
 	memset(grp, 0, sizeof(*grp));
+	grp->present = calloc(ws, sizeof(*grp->present));
 	grp->by_rank = calloc(ws, sizeof(*grp->by_rank));
-	if (grp->by_rank == NULL)
+	if (grp->present == NULL || grp->by_rank == NULL) {
+		free(grp->present);
+		free(grp->by_rank);
 		return NULL;
+	}
 	snprintf(grp->attempt, sizeof(grp->attempt), "%s", attempt);
 	grp->world_size = ws;
+	grp->legacy = legacy;
 	cs->ngroups++;
 	return grp;
 }
 
-int catalog_scan_step(struct store *s, const char *job, uint64_t step,
-		      struct catalog_step *out)
+static int manifest_key_of(const char *job, uint64_t step, const struct catalog_group *g, uint32_t rank,
+			   char *key, size_t cap)
 {
-	char dir[512], key[768];
+	return g->legacy ? manifest_key(key, cap, job, step, rank, g->world_size, "manifest")
+			 : manifest_key_attempt(key, cap, job, step, rank, g->world_size, g->attempt);
+}
+
+/* GET and check one manifest: its contents must match its name. */
+static int read_manifest(struct store *s, const char *key, const char *job, uint64_t step, uint32_t rank,
+			 uint32_t ws, const char *attempt, Ckpt__Manifest **out, char *err, size_t errlen)
+{
+	void *buf = NULL;
+	size_t len = 0;
+	int r = s->ops->get_all(s, key, MANIFEST_MAX_BYTES, &buf, &len);
+	if (r < 0) {
+		snprintf(err, errlen, "reading %s: %s", key, store_error(r));
+		return r;
+	}
+	Ckpt__Manifest *m = NULL;
+	char why[256];
+	r = manifest_decode(buf, len, &m, why, sizeof(why));
+	free(buf);
+	if (r < 0) {
+		snprintf(err, errlen, "%s: %s", key, why);
+		return -EBADMSG;
+	}
+	if (strcmp(m->job, job) != 0 || m->step != step || m->rank != rank || m->world_size != ws ||
+	    (attempt && strcmp(m->attempt_id, attempt) != 0)) {
+		snprintf(err, errlen, "%s: its contents (job '%s' step %" PRIu64 " rank %u of %u attempt '%s') do not "
+			 "match its name", key, m->job, m->step, m->rank, m->world_size, m->attempt_id);
+		ckpt__manifest__free_unpacked(m, NULL);
+		return -EBADMSG;
+	}
+	*out = m;
+	return 0;
+}
+
+/* A format 1 manifest: its attempt is known only from inside it. */
+static int add_legacy(struct store *s, const char *job, uint64_t step, const char *dir, const struct step_name *sn,
+		      const char *name, struct catalog_step *out)
+{
+	char key[1024], err[512];
+	snprintf(key, sizeof(key), "%s/%s", dir, name);
+	Ckpt__Manifest *m = NULL;
+	int r = read_manifest(s, key, job, step, sn->rank, sn->world_size, NULL, &m, err, sizeof(err));
+	if (r == -ENOENT)
+		return 0; /* removed since the LIST */
+	if (r == -EBADMSG) {
+		log_warn("catalog: %s", err);
+		out->unreadable++;
+		return 0;
+	}
+	if (r < 0) {
+		store_set_error("%s", err);
+		return r;
+	}
+	struct catalog_group *grp = group_for(out, m->attempt_id, sn->world_size, true);
+	if (grp == NULL) {
+		log_warn("catalog: %s: too many attempts in one step; ignored", key);
+		ckpt__manifest__free_unpacked(m, NULL);
+		return 0;
+	}
+	if (grp->present[sn->rank]) {
+		ckpt__manifest__free_unpacked(m, NULL);
+		return 0;
+	}
+	grp->present[sn->rank] = true;
+	grp->by_rank[sn->rank] = m;
+	grp->count++;
+	grp->bytes += m->shard_bytes;
+	if ((int64_t)m->created_unix_ns > grp->newest_ns)
+		grp->newest_ns = (int64_t)m->created_unix_ns;
+	return 0;
+}
+
+/* Of several complete attempts, the one that completed first (its newest
+ * manifest is the oldest); equal times: the smaller attempt id. */
+static bool completed_before(const struct catalog_group *a, const struct catalog_group *b)
+{
+	if (a->newest_ns != b->newest_ns)
+		return a->newest_ns < b->newest_ns;
+	return strcmp(a->attempt, b->attempt) < 0;
+}
+
+static int pick_best(struct catalog_step *cs)
+{
+	int best = -1;
+	for (size_t g = 0; g < cs->ngroups; g++) {
+		const struct catalog_group *grp = &cs->groups[g];
+		if (best < 0) {
+			best = (int)g;
+			continue;
+		}
+		const struct catalog_group *b = &cs->groups[best];
+		bool c = group_complete(grp), bc = group_complete(b);
+		if (c && !bc)
+			best = (int)g;
+		else if (c && bc && completed_before(grp, b))
+			best = (int)g;
+		else if (!c && !bc && grp->newest_ns > b->newest_ns)
+			best = (int)g;
+	}
+	return best;
+}
+
+static int use_commit(struct store *s, const char *job, struct catalog_step *cs);
+
+int catalog_list_step(struct store *s, const char *job, uint64_t step, struct catalog_step *out)
+{
+	char dir[512];
 	memset(out, 0, sizeof(*out));
 	out->step = step;
 	out->best = -1;
 	int r = manifest_step_dir(dir, sizeof(dir), job, step);
 	if (r < 0)
 		return r;
-	char **names = NULL;
+	struct store_entry *v = NULL;
 	size_t n = 0;
-	r = s->ops->list(s, dir, &names, &n);
+	r = s->ops->list_entries(s, dir, &v, &n);
 	if (r < 0)
 		return r;
-	for (size_t i = 0; i < n; i++) {
-		uint32_t rank, ws;
-		if (manifest_parse_name(names[i], &rank, &ws) < 0)
-			continue;
-		snprintf(key, sizeof(key), "%s/%s", dir, names[i]);
-		void *buf = NULL;
-		size_t len = 0;
-		r = s->ops->get_all(s, key, MANIFEST_MAX_BYTES, &buf, &len);
-		if (r < 0) {
-			log_warn("catalog: reading %s: %s", key, store_error(r));
-			out->unreadable++;
-			continue;
+	struct step_name sn;
+	for (size_t i = 0; i < n && r == 0; i++) {
+		manifest_parse_object(v[i].name, &sn);
+		if (sn.kind == OBJ_COMMIT) {
+			out->has_commit = true;
+		} else if (sn.kind == OBJ_MANIFEST && sn.attempt[0] == '\0') {
+			r = add_legacy(s, job, step, dir, &sn, v[i].name, out);
+		} else if (sn.kind == OBJ_MANIFEST) {
+			struct catalog_group *grp = group_for(out, sn.attempt, sn.world_size, false);
+			if (grp == NULL) {
+				log_warn("catalog: %s/%s: too many attempts in one step; ignored", dir, v[i].name);
+				continue;
+			}
+			if (grp->present[sn.rank])
+				continue;
+			grp->present[sn.rank] = true;
+			grp->count++;
+			if (v[i].mtime_ns > grp->newest_ns)
+				grp->newest_ns = v[i].mtime_ns;
 		}
-		Ckpt__Manifest *m = NULL;
-		char why[256];
-		r = manifest_decode(buf, len, &m, why, sizeof(why));
-		free(buf);
-		if (r < 0) {
-			log_warn("catalog: %s: %s; ignored", key, why);
-			out->unreadable++;
-			continue;
-		}
-		if (strcmp(m->job, job) != 0 || m->step != step || m->rank != rank ||
-		    m->world_size != ws) {
-			log_warn("catalog: %s: contents do not match its name; ignored", key);
-			ckpt__manifest__free_unpacked(m, NULL);
-			out->unreadable++;
-			continue;
-		}
-		struct catalog_group *grp = group_for(out, m->attempt_id, ws);
-		if (grp == NULL) {
-			log_warn("catalog: %s: too many attempts in one step; ignored", key);
-			ckpt__manifest__free_unpacked(m, NULL);
-			continue;
-		}
-		grp->by_rank[rank] = m;
-		grp->count++;
-		grp->bytes += m->shard_bytes;
-		if (m->created_unix_ns > grp->newest_ns)
-			grp->newest_ns = m->created_unix_ns;
 	}
-	store_names_free(names, n);
-	if (out->ngroups == 0)
-		return out->unreadable ? -EIO : -ENOENT;
-	for (size_t g = 0; g < out->ngroups; g++) {
-		struct catalog_group *grp = &out->groups[g];
-		bool complete = grp->count == grp->world_size;
-		if (out->best < 0) {
-			out->best = (int)g;
+	/* Shards count towards their attempt's bytes. */
+	for (size_t i = 0; i < n && r == 0; i++) {
+		manifest_parse_object(v[i].name, &sn);
+		if (sn.kind != OBJ_SHARD || sn.attempt[0] == '\0')
 			continue;
+		struct catalog_group *grp = find_group(out, sn.attempt, sn.world_size);
+		if (grp && !grp->legacy && grp->present[sn.rank])
+			grp->bytes += v[i].size;
+	}
+	store_entries_free(v, n);
+	if (r < 0) {
+		catalog_step_free(out);
+		return r;
+	}
+	if (out->ngroups == 0)
+		return out->unreadable ? -EBADMSG : -ENOENT;
+	out->best = pick_best(out);
+	size_t ncomplete = 0;
+	for (size_t g = 0; g < out->ngroups; g++)
+		ncomplete += group_complete(&out->groups[g]);
+	if (ncomplete > 1 && out->has_commit) {
+		r = use_commit(s, job, out);
+		if (r < 0) {
+			catalog_step_free(out);
+			return r;
 		}
-		struct catalog_group *b = &out->groups[out->best];
-		bool bcomplete = b->count == b->world_size;
-		if ((complete && !bcomplete) || (complete == bcomplete && grp->newest_ns > b->newest_ns))
-			out->best = (int)g;
 	}
 	return 0;
+}
+
+int catalog_read_commit(struct store *s, const char *job, uint64_t step, char *attempt, size_t cap, uint32_t *ws)
+{
+	char key[768];
+	int r = manifest_commit_key(key, sizeof(key), job, step);
+	if (r < 0)
+		return r;
+	void *buf = NULL;
+	size_t len = 0;
+	r = s->ops->get_all(s, key, 64u << 10, &buf, &len);
+	if (r < 0)
+		return r;
+	Ckpt__StepCommit *c = ckpt__step_commit__unpack(NULL, len, buf);
+	free(buf);
+	if (c == NULL || c->format_version != 1 || strcmp(c->job, job) != 0 || c->step != step ||
+	    !manifest_name_valid(c->attempt_id, ATTEMPT_MAX_LEN) || c->world_size == 0) {
+		if (c)
+			ckpt__step_commit__free_unpacked(c, NULL);
+		store_set_error("%s: not a valid commit object for this step", key);
+		return -EBADMSG;
+	}
+	snprintf(attempt, cap, "%s", c->attempt_id);
+	*ws = c->world_size;
+	ckpt__step_commit__free_unpacked(c, NULL);
+	return 0;
+}
+
+/* The commit object decides: best becomes the group it names. A commit
+ * naming an attempt that is not complete (any more) leaves the step not
+ * complete: it is being removed, or was damaged. */
+static int use_commit(struct store *s, const char *job, struct catalog_step *cs)
+{
+	char attempt[ATTEMPT_MAX_LEN + 1];
+	uint32_t ws;
+	int r = catalog_read_commit(s, job, cs->step, attempt, sizeof(attempt), &ws);
+	if (r == -ENOENT) { /* removed since the LIST */
+		cs->has_commit = false;
+		return 0;
+	}
+	if (r < 0)
+		return r;
+	struct catalog_group *g = find_group(cs, attempt, ws);
+	if (g == NULL || !group_complete(g)) {
+		log_warn("catalog: %s step %" PRIu64 ": its commit names attempt '%s' of %u ranks, which is not "
+			 "complete; the step is taken as incomplete", job, cs->step, attempt, ws);
+		cs->stale_commit = true; /* no other attempt completes a pinned step */
+		if (g)
+			cs->best = (int)(g - cs->groups);
+		return 0;
+	}
+	cs->best = (int)(g - cs->groups);
+	cs->pinned = true;
+	return 0;
+}
+
+static int write_commit(struct store *s, const char *job, const struct catalog_step *cs)
+{
+	const struct catalog_group *g = &cs->groups[cs->best];
+	char key[768];
+	int r = manifest_commit_key(key, sizeof(key), job, cs->step);
+	if (r < 0)
+		return r;
+	Ckpt__StepCommit c = CKPT__STEP_COMMIT__INIT;
+	c.format_version = 1;
+	c.job = (char *)job;
+	c.step = cs->step;
+	c.attempt_id = (char *)g->attempt;
+	c.world_size = g->world_size;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	c.created_unix_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	uint8_t buf[512];
+	size_t len = ckpt__step_commit__get_packed_size(&c);
+	if (len > sizeof(buf))
+		return -ENAMETOOLONG;
+	ckpt__step_commit__pack(&c, buf);
+	struct iovec iov = { buf, len };
+	return s->ops->create(s, key, &iov, 1, NULL);
+}
+
+int catalog_resolve_step(struct store *s, const char *job, uint64_t step, struct catalog_step *out)
+{
+	int r = catalog_list_step(s, job, step, out);
+	if (r < 0 || !catalog_step_complete(out) || out->pinned)
+		return r;
+	if (!out->has_commit) {
+		r = write_commit(s, job, out);
+		if (r == 0) {
+			out->pinned = out->has_commit = true;
+			return 0;
+		}
+		if (r == -EACCES || r == -EPERM || r == -EROFS) {
+			/* Read-only credentials: the listing's choice stands. */
+			log_warn("catalog: cannot pin %s step %" PRIu64 " (%s); using attempt '%s' unpinned", job, step,
+				 store_error(r), out->groups[out->best].attempt);
+			return 0;
+		}
+		if (r != -EEXIST) {
+			catalog_step_free(out);
+			return r;
+		}
+		/* Another reader pinned it first: its choice holds. */
+	}
+	r = use_commit(s, job, out);
+	if (r < 0)
+		catalog_step_free(out);
+	return r;
+}
+
+int catalog_read_manifest(struct store *s, const char *job, struct catalog_step *cs, uint32_t rank,
+			  const Ckpt__Manifest **out, char *err, size_t errlen)
+{
+	if (cs->best < 0) {
+		snprintf(err, errlen, "step %" PRIu64 " of job '%s' has no manifest", cs->step, job);
+		return -ENOENT;
+	}
+	struct catalog_group *g = &cs->groups[cs->best];
+	if (rank >= g->world_size || !g->present[rank]) {
+		snprintf(err, errlen, "step %" PRIu64 " of job '%s' has no manifest of rank %u in attempt '%s'",
+			 cs->step, job, rank, g->attempt);
+		return -ENOENT;
+	}
+	if (g->by_rank[rank] == NULL) {
+		char key[1024];
+		int r = manifest_key_of(job, cs->step, g, rank, key, sizeof(key));
+		if (r == 0)
+			r = read_manifest(s, key, job, cs->step, rank, g->world_size, g->attempt, &g->by_rank[rank], err,
+					  errlen);
+		if (r < 0)
+			return r;
+	}
+	*out = g->by_rank[rank];
+	return 0;
+}
+
+int catalog_read_all(struct store *s, const char *job, struct catalog_step *cs)
+{
+	if (cs->best < 0)
+		return 0;
+	struct catalog_group *g = &cs->groups[cs->best];
+	int first = 0;
+	for (uint32_t rank = 0; rank < g->world_size; rank++) {
+		if (!g->present[rank] || g->by_rank[rank])
+			continue;
+		const Ckpt__Manifest *m;
+		char err[512];
+		int r = catalog_read_manifest(s, job, cs, rank, &m, err, sizeof(err));
+		if (r < 0) {
+			log_warn("catalog: %s", err);
+			cs->unreadable++;
+			if (r != -EBADMSG && first == 0) {
+				store_set_error("%s", err);
+				first = r;
+			}
+		}
+	}
+	return first;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -153,11 +428,25 @@ int catalog_latest(struct store *s, const char *job, struct catalog_step *out)
 	size_t n = 0;
 	int r = catalog_steps(s, job, &steps, &n);
 	if (r < 0)
-		return r == -ENOENT ? -ENOENT : r;
+		return r;
 	r = -ENOENT;
 	for (size_t i = n; i-- > 0;) {
-		if (catalog_scan_step(s, job, steps[i], out) < 0)
-			continue;
+		int e = catalog_resolve_step(s, job, steps[i], out);
+		if (e == -ENOENT)
+			continue; /* a directory with no manifest (yet) */
+		if (e < 0) {
+			r = e;
+			break;
+		}
+		if (out->unreadable) {
+			/* A manifest that exists and cannot be read might make
+			 * this step complete: never guess past it. */
+			store_set_error("step %" PRIu64 " of job '%s' has %u unreadable manifest(s); not deciding which "
+					"step is latest past it", steps[i], job, out->unreadable);
+			catalog_step_free(out);
+			r = -EBADMSG;
+			break;
+		}
 		if (catalog_step_complete(out)) {
 			r = 0;
 			break;
@@ -199,10 +488,13 @@ int catalog_delete_step(struct store *s, const char *job, uint64_t step)
 	if (r < 0)
 		return r;
 	int err = 0;
-	for (int pass = 0; pass < 2; pass++) {
+	/* Manifests, then the commit object, then shards and the rest. */
+	for (int pass = 0; pass < 3; pass++) {
 		for (size_t i = 0; i < n; i++) {
-			bool man = strstr(names[i], ".manifest") != NULL;
-			if (man != (pass == 0))
+			struct step_name sn;
+			manifest_parse_object(names[i], &sn);
+			int want = sn.kind == OBJ_MANIFEST ? 0 : sn.kind == OBJ_COMMIT ? 1 : 2;
+			if (want != pass)
 				continue;
 			snprintf(key, sizeof(key), "%s/%s", dir, names[i]);
 			r = s->ops->remove(s, key);

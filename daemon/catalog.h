@@ -1,7 +1,14 @@
-/* What storage holds: steps, their manifests, the complete/latest rule.
- * A step is complete when all world_size manifests exist with the same
- * attempt id; latest is the highest complete step. Blocking: worker threads
- * only. */
+/* What storage holds: steps, their attempts, the complete/latest rule.
+ *
+ * A step is complete when one attempt holds all world_size manifests.
+ * Manifest names carry their attempt, so one paginated LIST of the step's
+ * directory decides it, with no manifest read: ceil(objects / 1000)
+ * requests, about 2W/1000 for W ranks. The first reader that finds a step
+ * complete pins that attempt with the step's create-only commit object;
+ * from then on every reader on every node loads that attempt, and saves
+ * into the step are refused. latest is the highest complete step; a
+ * storage error while deciding it fails, never falls back to an older
+ * step. Blocking: worker threads only. */
 #ifndef CKPTD_CATALOG_H
 #define CKPTD_CATALOG_H
 
@@ -9,41 +16,62 @@
 #include <stdint.h>
 
 #include "ckpt.pb-c.h"
+#include "manifest.h"
 #include "store.h"
 
 #define CATALOG_MAX_GROUPS 64
 
 struct catalog_group {
-	char attempt[129];
+	char attempt[ATTEMPT_MAX_LEN + 1];
 	uint32_t world_size;
-	uint32_t count;
-	uint64_t bytes;
-	uint64_t newest_ns;
-	Ckpt__Manifest **by_rank; /* world_size entries, NULL where missing */
+	uint32_t count;    /* ranks with a manifest */
+	uint64_t bytes;    /* of its shards, as listed */
+	int64_t newest_ns; /* its newest manifest's time, as listed */
+	bool legacy;       /* format 1 names: the attempt came from reading the manifests */
+	bool *present;     /* world_size entries */
+	Ckpt__Manifest **by_rank; /* world_size entries, filled by catalog_read_all (and for format 1) */
 };
 
 struct catalog_step {
 	uint64_t step;
 	size_t ngroups;
 	struct catalog_group groups[CATALOG_MAX_GROUPS];
-	int best; /* the complete group, else the newest; -1 if none */
-	uint32_t unreadable; /* manifests listed but not read or not valid */
+	int best;           /* the complete group (the pinned one), else the newest; -1 if none */
+	bool has_commit;    /* the commit object is there */
+	bool pinned;        /* best is what the commit object names */
+	bool stale_commit;  /* the commit names an attempt that is not complete: not complete */
+	uint32_t unreadable; /* format 1 manifests that could not be read or were invalid */
 };
 
-/* Read every manifest of job/step. -ENOENT if the step has none. Manifests
- * that fail their checks are skipped with a warning. */
-int catalog_scan_step(struct store *s, const char *job, uint64_t step,
-		      struct catalog_step *out);
+/* One LIST of job/step (and, for a format 1 step only, a read of each of
+ * its manifests). -ENOENT if the step has no manifest; any storage error
+ * is returned, never taken for "missing". When several attempts are
+ * complete, the commit object decides (one GET), else the one that
+ * completed first. */
+int catalog_list_step(struct store *s, const char *job, uint64_t step, struct catalog_step *out);
+/* catalog_list_step, and pin a complete step: create its commit object
+ * unless it exists. Then cs->best is the attempt every reader loads.
+ * 0 (test catalog_step_complete), -ENOENT, or a storage error. */
+int catalog_resolve_step(struct store *s, const char *job, uint64_t step, struct catalog_step *out);
 void catalog_step_free(struct catalog_step *cs);
 bool catalog_step_complete(const struct catalog_step *cs);
+/* Read and check the manifest of rank in cs's best group (cached in
+ * by_rank; owned by cs). 0, or -EBADMSG (err says why), or a storage error. */
+int catalog_read_manifest(struct store *s, const char *job, struct catalog_step *cs, uint32_t rank,
+			  const Ckpt__Manifest **out, char *err, size_t errlen);
+/* Every manifest of the best group (show, verify). Counts what fails in
+ * cs->unreadable; returns the first storage error, if any. */
+int catalog_read_all(struct store *s, const char *job, struct catalog_step *cs);
+/* The commit object of job/step: 0 and attempt and ws filled, -ENOENT, -EBADMSG. */
+int catalog_read_commit(struct store *s, const char *job, uint64_t step, char *attempt, size_t cap, uint32_t *ws);
 /* Steps of job, ascending, malloc'd. */
 int catalog_steps(struct store *s, const char *job, uint64_t **steps, size_t *n);
-/* Highest complete step of job: 0 with *out filled (caller frees), or
- * -ENOENT. */
+/* Highest complete step of job, pinned: 0 with *out filled (caller
+ * frees), -ENOENT if none, or the storage error that stopped the search. */
 int catalog_latest(struct store *s, const char *job, struct catalog_step *out);
 /* Remove every object of job/step: manifests first, so the step stops
- * being complete before any shard goes, then the rest and the directory.
- * 0, or the first error. */
+ * being complete before any shard goes, then the commit object, the rest
+ * and the directory. 0, or the first error. */
 int catalog_delete_step(struct store *s, const char *job, uint64_t step);
 /* Jobs under the root, malloc'd. */
 int catalog_jobs(struct store *s, char ***jobs, size_t *n);

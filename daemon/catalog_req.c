@@ -114,10 +114,17 @@ static int list_job(struct list_req *l, struct store *st, const char *job)
 	int r = catalog_steps(st, job, &steps, &n);
 	if (r < 0)
 		return r;
+	/* One LIST per step (ceil(objects / 1000) requests), no manifest
+	 * read: 100 steps of 4096 ranks are about 900 requests. */
 	for (size_t i = 0; i < n && r == 0; i++) {
 		struct catalog_step cs;
-		if (catalog_scan_step(st, job, steps[i], &cs) < 0)
+		int e = catalog_list_step(st, job, steps[i], &cs);
+		if (e == -ENOENT || e == -EBADMSG)
 			continue;
+		if (e < 0) {
+			r = e;
+			break;
+		}
 		r = infos_add(&l->out, job, &cs, NULL);
 		catalog_step_free(&cs);
 	}
@@ -207,6 +214,8 @@ struct step_req {
 	uint64_t step;
 	struct catalog_step cs;
 	bool have_cs;
+	bool one_rank; /* show: this rank's manifest only */
+	uint32_t rank;
 	/* verify */
 	bool ok;
 	uint64_t bytes_checked;
@@ -214,16 +223,48 @@ struct step_req {
 	size_t nproblems;
 };
 
-static int scan_one(struct step_req *q)
+/* One rank's manifest of the step's chosen attempt (pinned, as a load
+ * would take it): 1 LIST page per 1000 objects and one GET. */
+static int scan_rank(struct step_req *q)
 {
 	struct store *st = q->base.d->store;
-	int r = catalog_scan_step(st, q->job, q->step, &q->cs);
+	int r = catalog_resolve_step(st, q->job, q->step, &q->cs);
 	if (r < 0) {
 		bgreq_fail(&q->base, -r, "step %" PRIu64 " of job '%s': %s", q->step, q->job,
 			   r == -ENOENT ? "not found" : store_error(r));
 		return r;
 	}
 	q->have_cs = true;
+	const struct catalog_group *g = &q->cs.groups[q->cs.best];
+	uint32_t rank = q->rank < g->world_size ? q->rank : 0;
+	const Ckpt__Manifest *m;
+	char err[512];
+	r = catalog_read_manifest(st, q->job, &q->cs, rank, &m, err, sizeof(err));
+	if (r < 0) {
+		bgreq_fail(&q->base, r == -EBADMSG ? EBADMSG : -r, "step %" PRIu64 " of job '%s': %s", q->step, q->job,
+			   r == -EBADMSG || r == -ENOENT ? err : store_error(r));
+		return r;
+	}
+	return 0;
+}
+
+static int scan_one(struct step_req *q)
+{
+	if (q->one_rank)
+		return scan_rank(q);
+	struct store *st = q->base.d->store;
+	int r = catalog_list_step(st, q->job, q->step, &q->cs);
+	if (r < 0) {
+		bgreq_fail(&q->base, -r, "step %" PRIu64 " of job '%s': %s", q->step, q->job,
+			   r == -ENOENT ? "not found" : store_error(r));
+		return r;
+	}
+	q->have_cs = true;
+	r = catalog_read_all(st, q->job, &q->cs);
+	if (r < 0) {
+		bgreq_fail(&q->base, -r, "step %" PRIu64 " of job '%s': %s", q->step, q->job, store_error(r));
+		return r;
+	}
 	return 0;
 }
 
@@ -256,7 +297,10 @@ static void verify_shard(struct step_req *q, const Ckpt__Manifest *m, uint8_t *b
 {
 	struct store *st = q->base.d->store;
 	char key[768];
-	manifest_key(key, sizeof(key), m->job, m->step, m->rank, m->world_size, "shard");
+	if (manifest_shard_of(m, key, sizeof(key)) < 0) {
+		problem(q, "rank %u: the manifest names no shard of its own", m->rank);
+		return;
+	}
 	Ckpt__ManifestTensor **ts = malloc((m->n_tensors ? m->n_tensors : 1) * sizeof(*ts));
 	if (ts == NULL) {
 		problem(q, "rank %u: out of memory", m->rank);
@@ -338,6 +382,8 @@ static void verify_run(struct bgreq *b)
 	struct catalog_group *g = &q->cs.groups[q->cs.best];
 	if (!catalog_step_complete(&q->cs))
 		problem(q, "step is not complete: %u of %u ranks (attempt '%s')", g->count, g->world_size, g->attempt);
+	if (q->cs.unreadable)
+		problem(q, "%u manifest(s) could not be read or are invalid (see ckptd's log)", q->cs.unreadable);
 	uint8_t *buf = malloc(VERIFY_BLOCK);
 	if (buf == NULL) {
 		bgreq_fail(b, ENOMEM, "out of memory");
@@ -417,7 +463,8 @@ static void step_destroy(struct bgreq *b)
 	free(q);
 }
 
-static void step_start(struct session *s, uint64_t req_id, const char *job, uint64_t step, bool verify)
+static void step_start(struct session *s, uint64_t req_id, const char *job, uint64_t step, bool verify,
+		       bool one_rank, uint32_t rank)
 {
 	if (!job_arg_ok(s, req_id, job, true))
 		return;
@@ -428,6 +475,8 @@ static void step_start(struct session *s, uint64_t req_id, const char *job, uint
 	}
 	snprintf(q->job, sizeof(q->job), "%s", job);
 	q->step = step;
+	q->one_rank = one_rank;
+	q->rank = rank;
 	q->base.run = verify ? verify_run : show_run;
 	q->base.reply = verify ? verify_reply : show_reply;
 	q->base.destroy = step_destroy;
@@ -436,12 +485,97 @@ static void step_start(struct session *s, uint64_t req_id, const char *job, uint
 
 void show_start(struct session *s, uint64_t req_id, const Ckpt__ShowRequest *m)
 {
-	step_start(s, req_id, m->job, m->step, false);
+	step_start(s, req_id, m->job, m->step, false, m->one_rank, m->rank);
 }
 
 void verify_start(struct session *s, uint64_t req_id, const Ckpt__VerifyRequest *m)
 {
-	step_start(s, req_id, m->job, m->step, true);
+	step_start(s, req_id, m->job, m->step, true, false, 0);
+}
+
+/* ---- resolve: the one step every rank loads ---- */
+
+struct resolve_req {
+	struct bgreq base;
+	char job[129];
+	bool latest;
+	uint64_t step;
+	struct catalog_step cs;
+	bool have_cs;
+};
+
+static void resolve_run(struct bgreq *b)
+{
+	struct resolve_req *q = (struct resolve_req *)b;
+	struct store *st = b->d->store;
+	store_clear_error();
+	int r = q->latest ? catalog_latest(st, q->job, &q->cs) : catalog_resolve_step(st, q->job, q->step, &q->cs);
+	if (r == -ENOENT) {
+		if (q->latest)
+			bgreq_fail(b, ENOENT, "job '%s' has no complete step in %s", q->job, st->url);
+		else
+			bgreq_fail(b, ENOENT, "step %" PRIu64 " of job '%s': not found", q->step, q->job);
+		return;
+	}
+	if (r < 0) {
+		bgreq_fail(b, -r, "deciding %s of job '%s' in %s: %s (retry; no older step is taken instead)",
+			   q->latest ? "the latest step" : "the step", q->job, st->url, store_error(r));
+		return;
+	}
+	q->have_cs = true;
+	if (!catalog_step_complete(&q->cs)) {
+		const struct catalog_group *g = &q->cs.groups[q->cs.best];
+		bgreq_fail(b, ENOENT, "step %" PRIu64 " of job '%s' is not complete: %u of %u ranks (attempt '%s')",
+			   q->step, q->job, g->count, g->world_size, g->attempt);
+	}
+}
+
+static void resolve_reply(struct bgreq *b)
+{
+	struct resolve_req *q = (struct resolve_req *)b;
+	Ckpt__StepInfo si;
+	if (step_info(&si, q->job, &q->cs) < 0) {
+		session_reply(b->session, b->req_id, ENOMEM, "out of memory");
+		return;
+	}
+	Ckpt__ResolveReply rep = CKPT__RESOLVE_REPLY__INIT;
+	rep.info = &si;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_RESOLVE_REPLY;
+	f.resolve_reply = &rep;
+	session_send(b->session, b->req_id, &f);
+	step_info_clear(&si);
+}
+
+static void resolve_destroy(struct bgreq *b)
+{
+	struct resolve_req *q = (struct resolve_req *)b;
+	if (q->have_cs)
+		catalog_step_free(&q->cs);
+	free(q);
+}
+
+void resolve_start(struct session *s, uint64_t req_id, const Ckpt__ResolveRequest *m)
+{
+	const char *job = m->job[0] ? m->job : s->job;
+	if (job[0] == '\0') {
+		session_reply(s, req_id, EINVAL, "resolve needs a job (this session said none in Hello)");
+		return;
+	}
+	if (!job_arg_ok(s, req_id, job, true))
+		return;
+	struct resolve_req *q = calloc(1, sizeof(*q));
+	if (q == NULL) {
+		session_reply(s, req_id, ENOMEM, "out of memory");
+		return;
+	}
+	snprintf(q->job, sizeof(q->job), "%s", job);
+	q->latest = m->latest;
+	q->step = m->step;
+	q->base.run = resolve_run;
+	q->base.reply = resolve_reply;
+	q->base.destroy = resolve_destroy;
+	bgreq_start(s, req_id, &q->base);
 }
 
 /* ---- busy steps: never deleted ---- */
@@ -502,13 +636,16 @@ static void del_run(struct bgreq *b)
 	struct del_req *q = (struct del_req *)b;
 	struct store *st = b->d->store;
 	struct catalog_step cs;
-	int r = catalog_scan_step(st, q->job, q->step, &cs);
+	int r = catalog_list_step(st, q->job, q->step, &cs);
+	if (r == -EBADMSG)
+		r = 0; /* only unreadable manifests: remove them too */
+	else if (r == 0)
+		catalog_step_free(&cs);
 	if (r < 0) {
 		bgreq_fail(b, -r, "step %" PRIu64 " of job '%s': %s", q->step, q->job,
 			   r == -ENOENT ? "not found" : store_error(r));
 		return;
 	}
-	catalog_step_free(&cs);
 	r = steplock_delete_begin(q->job, q->step);
 	if (r < 0) {
 		bgreq_fail(b, -r, "step %" PRIu64 " of job '%s' is being written", q->step, q->job);
@@ -595,14 +732,14 @@ static void gc_job_run(struct gc_work *g, const char *job, const struct retentio
 		goto out;
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (catalog_scan_step(st, job, steps[i], &cs[k]) < 0)
+		if (catalog_list_step(st, job, steps[i], &cs[k]) < 0)
 			continue;
 		have[k] = true;
 		struct catalog_group *grp = &cs[k].groups[cs[k].best];
 		/* A manifest that could not be read may make a complete step
 		 * look incomplete: keep such a step. */
 		v[k] = (struct step_view){ .step = steps[i], .complete = catalog_step_complete(&cs[k]),
-					   .newest_ns = grp->newest_ns,
+					   .newest_ns = (uint64_t)grp->newest_ns,
 					   .busy = is_busy(&g->busy, job, steps[i]) || cs[k].unreadable > 0 };
 		k++;
 	}

@@ -187,18 +187,34 @@ struct entry {
 	bool ended;
 };
 
-/* Is there any manifest for this shard's rank and step? Shard names carry
- * no attempt, so a manifest of another attempt (a relaunch that completed
- * the step elsewhere) may own the shard now; so may ours, if it made it.
- * Only when storage says there is none is the shard ours to remove; a read
- * error keeps it. */
-static bool manifest_absent(struct store *s, const struct entry *e)
+/* Is this shard nobody's? Its manifest's name carries the attempt, and
+ * shard names are fresh per save (format 2), so the shard is in use only
+ * if that manifest exists and names it. Format 1 journals (shard names
+ * without an attempt) keep the shard whenever a manifest exists. Only
+ * when storage answers is the shard ours to remove; a read error keeps
+ * it. */
+static bool shard_orphaned(struct store *s, const struct entry *e)
 {
 	void *buf = NULL;
 	size_t len = 0;
 	int r = s->ops->get_all(s, e->man, MANIFEST_MAX_BYTES, &buf, &len);
+	if (r == -ENOENT)
+		return true;
+	if (r < 0)
+		return false;
+	const char *base = strrchr(e->shard, '/');
+	base = base ? base + 1 : e->shard;
+	struct step_name sn;
+	manifest_parse_object(base, &sn);
+	bool orphan = false;
+	Ckpt__Manifest *m = NULL;
+	char why[256];
+	if (sn.kind == OBJ_SHARD && sn.attempt[0] && manifest_decode(buf, len, &m, why, sizeof(why)) == 0) {
+		orphan = strcmp(m->shard_name, base) != 0;
+		ckpt__manifest__free_unpacked(m, NULL);
+	}
 	free(buf);
-	return r == -ENOENT;
+	return orphan;
 }
 
 int journal_recover(struct journal *j, struct store *s, journal_recover_fn report, void *ctx)
@@ -295,7 +311,7 @@ int journal_recover(struct journal *j, struct store *s, journal_recover_fn repor
 				report(ctx, what);
 			}
 		}
-		if (manifest_absent(s, e) && s->ops->remove(s, e->shard) == 0) {
+		if (shard_orphaned(s, e) && s->ops->remove(s, e->shard) == 0) {
 			removed++;
 			snprintf(what, sizeof(what), "shard %s (its manifest was never written)", e->shard);
 			report(ctx, what);

@@ -422,20 +422,57 @@ static void exec_free(struct exec *ex)
 	pthread_mutex_destroy(&ex->mu);
 }
 
+static bool all_covered(const struct load *ld)
+{
+	for (size_t i = 0; i < ld->nreqs; i++)
+		if (ld->reqs[i].covered != box_volume(&ld->reqs[i].box))
+			return false;
+	return true;
+}
+
+/* Plan from rank's manifest (read once, kept in cs). */
+static int plan_rank(struct exec *ex, struct catalog_step *cs, uint32_t rank, char (*key)[768])
+{
+	struct load *ld = ex->ld;
+	const Ckpt__Manifest *m;
+	char err[512];
+	int r = catalog_read_manifest(ld->d->store, ld->job, cs, rank, &m, err, sizeof(err));
+	if (r < 0)
+		return fail(ld, r == -EBADMSG ? EBADMSG : -r, "step %" PRIu64 " of job '%s': %s", cs->step, ld->job,
+			    r == -EBADMSG ? err : store_error(r));
+	if (manifest_shard_of(m, *key, sizeof(*key)) < 0)
+		return fail(ld, EBADMSG, "rank %u's manifest names no shard of its own", rank);
+	return plan_manifest(ex, m, *key);
+}
+
+/* Which step: "latest" is decided from listings and pinned (catalog.h);
+ * a storage error fails the load, it never falls back to an older step.
+ * Then this rank's own manifest, and its shard. Other ranks' manifests
+ * are read only when the request is not covered by its own (resharding,
+ * or tensors only some ranks saved): a restore at the same world size
+ * costs this rank ceil(W/1000) LIST pages (with "latest", per step
+ * looked at), one commit GET or create, one manifest GET, and the
+ * shard's ranged GETs. */
 static void load_run(uv_work_t *w)
 {
 	struct load *ld = w->data;
 	struct store *st = ld->d->store;
 	struct catalog_step cs;
 	int r;
+	store_clear_error();
 	if (ld->latest) {
 		r = catalog_latest(st, ld->job, &cs);
+		if (r == -ENOENT) {
+			fail(ld, ENOENT, "job '%s' has no complete step in %s", ld->job, st->url);
+			return;
+		}
 		if (r < 0) {
-			fail(ld, r == -ENOENT ? ENOENT : -r, "job '%s' has no complete step in %s", ld->job, st->url);
+			fail(ld, -r, "deciding the latest step of job '%s' in %s: %s (retry; no older step is taken "
+			     "instead)", ld->job, st->url, store_error(r));
 			return;
 		}
 	} else {
-		r = catalog_scan_step(st, ld->job, ld->step, &cs);
+		r = catalog_resolve_step(st, ld->job, ld->step, &cs);
 		if (r < 0) {
 			fail(ld, -r, "step %" PRIu64 " of job '%s': %s", ld->step, ld->job,
 			     r == -ENOENT ? "not found" : store_error(r));
@@ -459,11 +496,10 @@ static void load_run(uv_work_t *w)
 	/* This rank's own shard first: it is the likeliest to hold what the
 	 * rank asks for, and replicated tensors then need one read only. */
 	uint32_t own = ld->rank < g->world_size ? ld->rank : 0;
-	for (uint32_t i = 0; i < g->world_size && ld->status == 0; i++) {
-		const Ckpt__Manifest *m = g->by_rank[(own + i) % g->world_size];
-		manifest_key(keys[i], sizeof(keys[i]), m->job, m->step, m->rank, m->world_size, "shard");
-		plan_manifest(&ex, m, keys[i]);
-	}
+	if (ld->status == 0)
+		plan_rank(&ex, &cs, own, &keys[0]);
+	for (uint32_t i = 1; i < g->world_size && ld->status == 0 && !all_covered(ld); i++)
+		plan_rank(&ex, &cs, (own + i) % g->world_size, &keys[i]);
 	for (size_t i = 0; i < ld->nreqs && ld->status == 0; i++) {
 		struct load_req *q = &ld->reqs[i];
 		if (q->covered != box_volume(&q->box))
@@ -474,16 +510,16 @@ static void load_run(uv_work_t *w)
 		execute(&ex, ld->d->cfg.copy_threads);
 	exec_free(&ex);
 	free(keys);
-	if (ld->status == 0) {
-		const Ckpt__Manifest *m = g->by_rank[ld->rank < g->world_size ? ld->rank : 0];
-		if (m->extra_state.len) {
-			ld->extra = malloc(m->extra_state.len);
-			if (ld->extra == NULL) {
-				fail(ld, ENOMEM, "out of memory");
-			} else {
-				memcpy(ld->extra, m->extra_state.data, m->extra_state.len);
-				ld->extra_len = m->extra_state.len;
-			}
+	const Ckpt__Manifest *m = NULL;
+	char err[512];
+	if (ld->status == 0 && catalog_read_manifest(st, ld->job, &cs, own, &m, err, sizeof(err)) == 0 &&
+	    m->extra_state.len) {
+		ld->extra = malloc(m->extra_state.len);
+		if (ld->extra == NULL) {
+			fail(ld, ENOMEM, "out of memory");
+		} else {
+			memcpy(ld->extra, m->extra_state.data, m->extra_state.len);
+			ld->extra_len = m->extra_state.len;
 		}
 	}
 	catalog_step_free(&cs);

@@ -2,6 +2,7 @@
 #include "tensor.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,28 @@ int manifest_key(char *out, size_t cap, const char *job, uint64_t step,
 {
 	int n = snprintf(out, cap, "%s/step-%012" PRIu64 "/rank-%05" PRIu32 "-of-%05" PRIu32 ".%s",
 			 job, step, rank, world_size, ext);
+	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
+}
+
+int manifest_key_attempt(char *out, size_t cap, const char *job, uint64_t step, uint32_t rank,
+			 uint32_t world_size, const char *attempt)
+{
+	int n = snprintf(out, cap, "%s/step-%012" PRIu64 "/rank-%05" PRIu32 "-of-%05" PRIu32 ".%s.manifest", job,
+			 step, rank, world_size, attempt);
+	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
+}
+
+int manifest_shard_key(char *out, size_t cap, const char *job, uint64_t step, uint32_t rank,
+		       uint32_t world_size, const char *attempt, uint64_t nonce)
+{
+	int n = snprintf(out, cap, "%s/step-%012" PRIu64 "/rank-%05" PRIu32 "-of-%05" PRIu32 ".%s.%016" PRIx64 ".shard",
+			 job, step, rank, world_size, attempt, nonce);
+	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
+}
+
+int manifest_commit_key(char *out, size_t cap, const char *job, uint64_t step)
+{
+	int n = snprintf(out, cap, "%s/step-%012" PRIu64 "/" COMMIT_NAME, job, step);
 	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
 }
 
@@ -61,6 +84,81 @@ int manifest_parse_name(const char *name, uint32_t *rank, uint32_t *world_size)
 	*rank = (uint32_t)r;
 	*world_size = (uint32_t)w;
 	return 0;
+}
+
+static bool ends_with(const char *s, size_t len, const char *suffix)
+{
+	size_t k = strlen(suffix);
+	return len >= k && memcmp(s + len - k, suffix, k) == 0;
+}
+
+static bool is_hex(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	return true;
+}
+
+void manifest_parse_object(const char *name, struct step_name *out)
+{
+	memset(out, 0, sizeof(*out));
+	size_t len = strlen(name);
+	if (strcmp(name, COMMIT_NAME) == 0) {
+		out->kind = OBJ_COMMIT;
+		return;
+	}
+	/* rank-RRRRR-of-WWWWW then '.' */
+	uint64_t r, w;
+	if (len < 20 || strncmp(name, "rank-", 5) != 0 || strncmp(name + 10, "-of-", 4) != 0 || name[19] != '.' ||
+	    parse_digits(name + 5, 5, &r) < 0 || parse_digits(name + 14, 5, &w) < 0 || w == 0 || r >= w)
+		return;
+	const char *rest = name + 20;
+	size_t rl = len - 20;
+	enum step_obj kind;
+	if (ends_with(rest, rl, "manifest")) {
+		kind = OBJ_MANIFEST;
+		rl -= strlen("manifest");
+	} else if (ends_with(rest, rl, "shard")) {
+		kind = OBJ_SHARD;
+		rl -= strlen("shard");
+	} else {
+		return;
+	}
+	/* rest[0, rl) is "" (format 1) or "<attempt>." / "<attempt>.<nonce>." */
+	if (rl > 0) {
+		if (rest[rl - 1] != '.')
+			return;
+		rl--;
+		if (kind == OBJ_SHARD) {
+			if (rl < MANIFEST_NONCE_HEX + 2 || rest[rl - MANIFEST_NONCE_HEX - 1] != '.' ||
+			    !is_hex(rest + rl - MANIFEST_NONCE_HEX, MANIFEST_NONCE_HEX))
+				return;
+			rl -= MANIFEST_NONCE_HEX + 1;
+		}
+		if (rl == 0 || rl > ATTEMPT_MAX_LEN)
+			return;
+		memcpy(out->attempt, rest, rl);
+		out->attempt[rl] = '\0';
+		if (!manifest_name_valid(out->attempt, ATTEMPT_MAX_LEN)) {
+			out->attempt[0] = '\0';
+			return;
+		}
+	}
+	out->kind = kind;
+	out->rank = (uint32_t)r;
+	out->world_size = (uint32_t)w;
+}
+
+int manifest_shard_of(const Ckpt__Manifest *m, char *out, size_t cap)
+{
+	struct step_name sn;
+	manifest_parse_object(m->shard_name, &sn);
+	if (sn.kind != OBJ_SHARD || sn.rank != m->rank || sn.world_size != m->world_size ||
+	    (sn.attempt[0] && strcmp(sn.attempt, m->attempt_id) != 0))
+		return -EBADMSG;
+	int n = snprintf(out, cap, "%s/step-%012" PRIu64 "/%s", m->job, m->step, m->shard_name);
+	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
 }
 
 int manifest_name_valid(const char *s, size_t max)
@@ -182,6 +280,12 @@ int manifest_check(const Ckpt__Manifest *m, char *err, size_t errlen)
 				 t->name);
 			return -EBADMSG;
 		}
+	}
+	char key[1024];
+	if (manifest_shard_of(m, key, sizeof(key)) < 0) {
+		snprintf(err, errlen, "manifest shard_name '%.200s' is not a shard of rank %u of %u", m->shard_name,
+			 m->rank, m->world_size);
+		return -EBADMSG;
 	}
 	int r = check_unique_names(m, err, errlen);
 	return r < 0 ? r : check_disjoint(m, err, errlen);

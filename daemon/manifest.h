@@ -12,15 +12,44 @@
 #define JOB_MAX_LEN 128
 #define ATTEMPT_MAX_LEN 128
 
-/* "<job>/step-<12 digits>/rank-<5>-of-<5>.<ext>"; ext is "shard" or
+/* The layout (docs/architecture.md, "Storage layout"). In the directory
+ * "<job>/step-<12 digits>/" of a step:
+ *   rank-<5>-of-<5>.<attempt>.manifest        created create-only, last
+ *   rank-<5>-of-<5>.<attempt>.<16 hex>.shard  a fresh name per save
+ *   commit                                    the step's pin (StepCommit)
+ * so that one LIST of the directory says which attempt holds which ranks,
+ * with no manifest read. Format 1 steps (before attempts were in names)
+ * hold rank-<5>-of-<5>.manifest and .shard, and stay readable. */
+#define MANIFEST_NONCE_HEX 16
+#define COMMIT_NAME "commit"
+
+/* Format 1 names: "<job>/step-<12>/rank-<5>-of-<5>.<ext>", ext "shard" or
  * "manifest". 0 or -ENAMETOOLONG. */
 int manifest_key(char *out, size_t cap, const char *job, uint64_t step,
 		 uint32_t rank, uint32_t world_size, const char *ext);
+/* "<job>/step-<12>/rank-<5>-of-<5>.<attempt>.manifest" */
+int manifest_key_attempt(char *out, size_t cap, const char *job, uint64_t step, uint32_t rank,
+			 uint32_t world_size, const char *attempt);
+/* "<job>/step-<12>/rank-<5>-of-<5>.<attempt>.<nonce as 16 hex>.shard" */
+int manifest_shard_key(char *out, size_t cap, const char *job, uint64_t step, uint32_t rank,
+		       uint32_t world_size, const char *attempt, uint64_t nonce);
+/* "<job>/step-<12>/commit" */
+int manifest_commit_key(char *out, size_t cap, const char *job, uint64_t step);
 int manifest_step_dir(char *out, size_t cap, const char *job, uint64_t step);
 /* Parses "step-000000000123"; 0 or -EINVAL. */
 int manifest_parse_step_dir(const char *name, uint64_t *step);
-/* Parses "rank-00003-of-00008.manifest"; 0 or -EINVAL. */
+/* Parses a format 1 "rank-00003-of-00008.manifest"; 0 or -EINVAL. */
 int manifest_parse_name(const char *name, uint32_t *rank, uint32_t *world_size);
+
+enum step_obj { OBJ_OTHER, OBJ_MANIFEST, OBJ_SHARD, OBJ_COMMIT };
+struct step_name {
+	enum step_obj kind;
+	uint32_t rank, world_size;
+	char attempt[ATTEMPT_MAX_LEN + 1]; /* "" in format 1 names */
+};
+/* What a name in a step directory is. Never fails: unknown names (other
+ * nodes' temporaries, stray files) are OBJ_OTHER. */
+void manifest_parse_object(const char *name, struct step_name *out);
 /* Job and attempt names: [A-Za-z0-9._-], not starting with '.', bounded. */
 int manifest_name_valid(const char *s, size_t max);
 
@@ -29,5 +58,8 @@ int manifest_name_valid(const char *s, size_t max);
 int manifest_decode(const void *buf, size_t len, Ckpt__Manifest **out,
 		    char *err, size_t errlen);
 int manifest_check(const Ckpt__Manifest *m, char *err, size_t errlen);
+/* The key of m's shard: its step directory and shard_name, which must
+ * name a shard of m's own rank (and attempt, in format 2 names). */
+int manifest_shard_of(const Ckpt__Manifest *m, char *out, size_t cap);
 
 #endif

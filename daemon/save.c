@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <sys/random.h>
 
 #define SHARD_ALIGN 64
 #define COPY_BLOCK (256u << 10) /* one guarded copy (hostbuf_copy_out) */
@@ -291,30 +293,48 @@ static void upload_fail(struct save *sv, int err, const char *fmt, ...)
 	sv->status = err;
 }
 
-/* Writers never overwrite a complete step, nor their own manifest. */
-static int check_no_overwrite(struct save *sv)
+/* Writers never overwrite a complete step, nor their own manifest, on any
+ * node, and without reading other ranks' manifests:
+ * - a step whose commit object exists (some reader found it complete and
+ *   pinned it) is refused here: one GET;
+ * - the shard goes under a name no other save uses (a random nonce), so
+ *   it can replace nothing;
+ * - the manifest is created create-only (link / If-None-Match: * /
+ *   x-goog-if-generation-match: 0): a second save of this rank in this
+ *   attempt gets EEXIST, whichever node it runs on, and its shard is
+ *   removed again.
+ * So a save costs 2 requests besides the shard's own: flat in the world
+ * size. A complete step that no reader has pinned yet can still gain a
+ * second complete attempt; readers then take the one that completed
+ * first and pin it (catalog.h), so what a reader once loaded never
+ * changes. */
+static int check_not_pinned(struct save *sv)
 {
-	struct catalog_step cs;
-	int r = catalog_scan_step(sv->d->store, sv->job, sv->step, &cs);
+	char attempt[ATTEMPT_MAX_LEN + 1];
+	uint32_t ws;
+	store_clear_error();
+	int r = catalog_read_commit(sv->d->store, sv->job, sv->step, attempt, sizeof(attempt), &ws);
 	if (r == -ENOENT)
 		return 0;
-	if (r < 0) {
-		upload_fail(sv, -r, "reading step %" PRIu64 " of job '%s': %s", sv->step, sv->job, store_error(r));
-		return r;
-	}
-	bool complete = catalog_step_complete(&cs);
-	bool mine = false;
-	for (size_t g = 0; g < cs.ngroups; g++)
-		if (strcmp(cs.groups[g].attempt, sv->attempt) == 0 && cs.groups[g].world_size == sv->world_size &&
-		    cs.groups[g].by_rank[sv->rank])
-			mine = true;
-	catalog_step_free(&cs);
-	if (complete || mine) {
-		upload_fail(sv, EEXIST, "step %" PRIu64 " of job '%s' is %s; checkpoints are never overwritten",
-			    sv->step, sv->job, complete ? "already complete" : "already saved by this rank in this attempt");
+	if (r == 0) {
+		upload_fail(sv, EEXIST, "step %" PRIu64 " of job '%s' is already complete (attempt '%s', %u ranks); "
+			    "checkpoints are never overwritten", sv->step, sv->job, attempt, ws);
 		return -EEXIST;
 	}
-	return 0;
+	upload_fail(sv, -r, "reading the commit of step %" PRIu64 " of job '%s': %s", sv->step, sv->job,
+		    store_error(r));
+	return r;
+}
+
+static uint64_t shard_nonce(void)
+{
+	uint64_t x = 0;
+	if (getrandom(&x, sizeof(x), 0) != sizeof(x)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		x = ((uint64_t)ts.tv_sec << 30) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 48);
+	}
+	return x;
 }
 
 static void upload_run(uv_work_t *w)
@@ -322,9 +342,14 @@ static void upload_run(uv_work_t *w)
 	struct save *sv = w->data;
 	struct store *st = sv->d->store;
 	char shard_key[768], man_key[768];
-	manifest_key(shard_key, sizeof(shard_key), sv->job, sv->step, sv->rank, sv->world_size, "shard");
-	manifest_key(man_key, sizeof(man_key), sv->job, sv->step, sv->rank, sv->world_size, "manifest");
-	if (check_no_overwrite(sv) < 0)
+	if (manifest_shard_key(shard_key, sizeof(shard_key), sv->job, sv->step, sv->rank, sv->world_size, sv->attempt,
+			       shard_nonce()) < 0 ||
+	    manifest_key_attempt(man_key, sizeof(man_key), sv->job, sv->step, sv->rank, sv->world_size,
+				 sv->attempt) < 0) {
+		upload_fail(sv, ENAMETOOLONG, "job and attempt names make too long a key");
+		return;
+	}
+	if (check_not_pinned(sv) < 0)
 		return;
 	/* After a crash the journal says which shard may be half there. */
 	int r = journal_begin(sv->d->journal, sv->id, shard_key, man_key, sv->attempt);
@@ -357,13 +382,17 @@ static void upload_run(uv_work_t *w)
 	if (r == 0) {
 		struct iovec one = { .iov_base = mbuf, .iov_len = mlen };
 		store_clear_error();
-		r = st->ops->put(st, man_key, &one, 1, NULL);
+		r = st->ops->create(st, man_key, &one, 1, NULL);
 		free(mbuf);
 	}
-	if (r < 0) {
+	if (r == -EEXIST) {
+		upload_fail(sv, EEXIST, "step %" PRIu64 " of job '%s' is already saved by rank %u in attempt '%s'; "
+			    "checkpoints are never overwritten", sv->step, sv->job, sv->rank, sv->attempt);
+		(void)st->ops->remove(st, shard_key); /* ours alone: its name is new */
+	} else if (r < 0) {
 		upload_fail(sv, -r, "writing %s to %s: %s", man_key, st->url, store_error(r));
-		/* A shard without any manifest is only clutter; with another
-		 * attempt's manifest it is not ours to judge. */
+		/* Unless the manifest made it after all (an answer lost on
+		 * the way), the shard is only clutter. */
 		void *mb = NULL;
 		size_t ml = 0;
 		if (st->ops->get_all(st, man_key, MANIFEST_MAX_BYTES, &mb, &ml) == -ENOENT)
@@ -422,12 +451,13 @@ static uint64_t job_inflight_bytes(struct daemon *d, const char *job)
 	return n;
 }
 
-static uint32_t job_inflight_saves(struct daemon *d, const char *job)
+/* Saves of one rank of job in flight (not yet durable or failed). */
+static uint32_t rank_inflight_saves(struct daemon *d, const char *job, uint32_t rank)
 {
 	uint32_t n = 0;
 	struct save *sv;
 	TAILQ_FOREACH(sv, &d->saves, link)
-		if (strcmp(sv->job, job) == 0)
+		if (sv->rank == rank && strcmp(sv->job, job) == 0)
 			n++;
 	return n;
 }
@@ -694,6 +724,7 @@ static void save_set_state(struct save *sv, enum save_state st)
 	case SAVE_DONE: {
 		char sv_job[129];
 		snprintf(sv_job, sizeof(sv_job), "%s", sv->job); /* sv may be freed below */
+		bool gc_here = sv->rank == 0;
 		d->stats.bytes_durable += sv->shard_bytes;
 		hist_observe(&d->stats.durable_hist, (double)(daemon_now_ns() - sv->t_start) / 1e9);
 		log_ctx_msg(LOG_LVL_INFO, &lctx, "save %" PRIu64 ": %s step %" PRIu64 " rank %u/%u durable, %" PRIu64 " bytes in %.1f ms",
@@ -715,7 +746,11 @@ static void save_set_state(struct save *sv, enum save_state st)
 			sv->state = SAVE_DONE;
 			save_release(sv);
 		}
-		catalog_gc_after_durable(d, sv_job);
+		/* Retention runs on one node per job, the one holding rank 0:
+		 * every daemon of a 512-node job listing and deleting the same
+		 * steps would multiply the requests by the node count. */
+		if (gc_here)
+			catalog_gc_after_durable(d, sv_job);
 		pump_uploads(d);
 		save_admit_waiting(d);
 		daemon_maybe_finish_drain(d);
@@ -951,9 +986,11 @@ void save_start(struct session *s, uint64_t req_id, const Ckpt__Save *m)
 	config_job_policy(&d->cfg, sv->job, d->pool.bytes, &jp);
 	sv->policy = s->policy >= 0 ? (enum admit_policy)s->policy : jp.policy;
 	sv->quota_bytes = jp.quota_bytes;
-	if (job_inflight_saves(d, sv->job) >= jp.max_inflight_saves) {
-		save_fail(sv, EBUSY, "%u saves of job '%s' are in flight (max_inflight_saves)",
-			  jp.max_inflight_saves, sv->job);
+	/* Per rank: a node holds as many ranks of a job as it has GPUs (or
+	 * more), each with a save uploading and the next one staged. */
+	if (rank_inflight_saves(d, sv->job, sv->rank) >= jp.max_inflight_saves) {
+		save_fail(sv, EBUSY, "%u saves of job '%s' rank %u are in flight (max_inflight_saves, per rank)",
+			  jp.max_inflight_saves, sv->job, sv->rank);
 		return;
 	}
 	struct save *o;

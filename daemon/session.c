@@ -590,6 +590,9 @@ static void handle_frame(struct session *s, const uint8_t *p, size_t len)
 	case CKPT__FRAME__BODY_METRICS:
 		on_metrics(s, f->req_id);
 		break;
+	case CKPT__FRAME__BODY_RESOLVE:
+		resolve_start(s, f->req_id, f->resolve);
+		break;
 	default:
 		session_reply(s, f->req_id, EBADMSG, "unknown or unexpected message type %d",
 			      (int)f->body_case);

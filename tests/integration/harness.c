@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -335,4 +336,26 @@ int make_memfd(size_t n, int v)
 	memset(p, v, n);
 	munmap(p, n);
 	return fd;
+}
+
+void h_rank_object(const char *dir, uint32_t rank, uint32_t ws, const char *ext, char *out, size_t cap)
+{
+	char prefix[64], suffix[32];
+	snprintf(prefix, sizeof(prefix), "rank-%05u-of-%05u.", rank, ws);
+	snprintf(suffix, sizeof(suffix), ".%s", ext);
+	DIR *d = opendir(dir);
+	if (d == NULL)
+		fail_msg("opendir %s: %s", dir, strerror(errno));
+	int found = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		size_t l = strlen(e->d_name), k = strlen(suffix);
+		if (strncmp(e->d_name, prefix, strlen(prefix)) != 0 || l < k || strcmp(e->d_name + l - k, suffix) != 0)
+			continue;
+		snprintf(out, cap, "%s/%s", dir, e->d_name);
+		found++;
+	}
+	closedir(d);
+	if (found != 1)
+		fail_msg("%d objects %s*%s in %s, expected one", found, prefix, suffix, dir);
 }

@@ -56,5 +56,10 @@ int listen_unix(const char *path);
 bool raw_wait_eof(int fd, int timeout_ms);
 /* memfd of n bytes (unsealed), filled with byte v. */
 int make_memfd(size_t n, int v);
+/* The path of the one object in dir (a step directory) whose name starts
+ * with "rank-RRRRR-of-WWWWW." and ends with "."+ext ("manifest", "shard"),
+ * whatever attempt and nonce it carries; fails the test unless exactly
+ * one matches. */
+void h_rank_object(const char *dir, uint32_t rank, uint32_t ws, const char *ext, char *out, size_t cap);
 
 #endif

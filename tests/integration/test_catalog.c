@@ -351,8 +351,9 @@ static void test_show_and_verify(void **state)
 	assert_int_equal(ctl_run("verify rs 1", out, sizeof(out)), 0);
 	assert_non_null(strstr(out, "OK"));
 	/* Flip one byte inside "block" of rank 2's shard. */
-	char path[600];
-	snprintf(path, sizeof(path), "%s/rs/step-000000000001/rank-00002-of-00004.shard", D.store);
+	char path[600], dir[600];
+	snprintf(dir, sizeof(dir), "%s/rs/step-000000000001", D.store);
+	h_rank_object(dir, 2, 4, "shard", path, sizeof(path));
 	FILE *f = fopen(path, "r+b");
 	assert_non_null(f);
 	/* row (10 rows x 5 x 4 = 200 B) and flat (23 x 4 = 92 B) come first,

@@ -183,10 +183,11 @@ static void test_save_two_ranks_three_steps(void **state)
 		ckpt_close(c[r]);
 	}
 	/* The files are where DESIGN §5 says. */
-	char path[600];
-	snprintf(path, sizeof(path), "%s/" JOB "/step-000000000003/rank-00001-of-00002.manifest", D.store);
+	char path[600], dir[600];
+	snprintf(dir, sizeof(dir), "%s/" JOB "/step-000000000003", D.store);
+	h_rank_object(dir, 1, 2, "manifest", path, sizeof(path));
 	assert_int_equal(access(path, R_OK), 0);
-	snprintf(path, sizeof(path), "%s/" JOB "/step-000000000003/rank-00001-of-00002.shard", D.store);
+	h_rank_object(dir, 1, 2, "shard", path, sizeof(path));
 	assert_int_equal(access(path, R_OK), 0);
 }
 
@@ -316,8 +317,9 @@ static void test_complete_step_never_overwritten(void **state)
 static void test_corrupt_shard_names_tensor(void **state)
 {
 	(void)state;
-	char path[600];
-	snprintf(path, sizeof(path), "%s/" JOB "/step-000000000003/rank-00000-of-00002.shard", D.store);
+	char path[600], dir[600];
+	snprintf(dir, sizeof(dir), "%s/" JOB "/step-000000000003", D.store);
+	h_rank_object(dir, 0, 2, "shard", path, sizeof(path));
 	int fd = open(path, O_RDWR | O_CLOEXEC);
 	assert_true(fd >= 0);
 	uint8_t b;

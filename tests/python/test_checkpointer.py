@@ -250,3 +250,22 @@ def test_closed_checkpointer_is_a_clear_error(daemon):
     cp.close()
     with pytest.raises(ckpt.CkptError, match="closed"):
         cp.save({"t": torch.ones(4)}, 1)
+
+
+def test_resolve_pins_one_step_and_show_one_rank(daemon):
+    """Client.resolve decides "latest" once (the daemon pins it with the
+    step's commit object); show(rank=) reads one rank's manifest; an
+    unknown job is ENOENT, not some other job's step."""
+    sd = {"w": torch.arange(8, dtype=torch.float32)}
+    with ckpt.torch.Checkpointer("rs", socket=daemon.sock) as cp:
+        cp.save(sd, 5).durable.result(30)
+        cp.save(sd, 7).durable.result(30)
+        assert cp.client.resolve() == 7
+        assert cp.client.resolve(5) == 5
+        info, tensors = cp.client.show("rs", 7, rank=0)
+        assert info["complete"] and [t["name"] for t in tensors] == ["w"]
+        with pytest.raises(ckpt.CkptError) as e:
+            cp.client.resolve(job="no-such-job")
+        assert e.value.errno == errno.ENOENT
+    assert os.path.exists(os.path.join(daemon.store, "rs", "step-000000000007", "commit"))
+    assert os.path.exists(os.path.join(daemon.store, "rs", "step-000000000005", "commit"))

@@ -17,7 +17,9 @@ gcs mode: every request must carry "Authorization: Bearer <token>" with a
 token the fake metadata server issued (401 otherwise) and no x-amz-* header
 (400); uploads (PUT) must carry x-goog-hash; the Authorization header is
 then replaced with a dummy one before forwarding, since the moto behind runs
-without IAM mode.
+without IAM mode. Like GCS, a PUT with x-goog-if-generation-match: 0 gets
+412 when the object exists, and If-None-Match (S3's create-only header,
+which GCS's XML API does not honour on PUT) is refused.
 """
 import base64
 import http.client
@@ -157,6 +159,20 @@ class FaultProxy:
                     if self.command == "PUT" and "x-goog-hash" not in hdrs:
                         proxy._record(self.command, self.path, 400)
                         return self._error(400, "InvalidArgument", "upload without x-goog-hash")
+                    if "if-none-match" in hdrs:
+                        proxy._record(self.command, self.path, 400)
+                        return self._error(400, "InvalidArgument", "If-None-Match sent to GCS")
+                    if self.command == "PUT" and hdrs.get("x-goog-if-generation-match") == "0":
+                        head = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=60)
+                        head.request("HEAD", self.path.split("?")[0], headers={
+                            "Host": self.headers.get("Host", ""),
+                            "Authorization": "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/s3/aws4_request, "
+                                             "SignedHeaders=host, Signature=" + "0" * 64})
+                        exists = head.getresponse().status == 200
+                        head.close()
+                        if exists:
+                            proxy._record(self.command, self.path, 412)
+                            return self._error(412, "PreconditionFailed", "generation 0 does not match")
                 conn = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=60)
                 fwd = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
                 if proxy.gcs_token is not None:

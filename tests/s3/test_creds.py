@@ -138,7 +138,7 @@ def test_aws_web_identity(moto, bucket, meta, tmp_path):
     assert "credentials: web identity (arn:aws:iam::123456789012:role/ckpt)" in d.ctl("status")
     d.stop()
     assert meta.counts["sts"] == 1
-    assert len(keys(moto, bucket)) == 2
+    assert len(keys(moto, bucket)) == 3  # shard, manifest, commit (the restore pinned it)
 
 
 def test_aws_web_identity_wrong_token_fails_at_start(meta, bucket, moto, tmp_path):
@@ -157,3 +157,32 @@ def test_aws_imdsv2(moto, bucket, meta, tmp_path):
     assert "credentials: IMDSv2 role ckpt-role" in d.ctl("status")
     d.stop()
     assert meta.counts["imds"] == 1
+
+
+def test_gcs_manifests_are_create_only(moto_plain, plain_bucket, meta, gcs_proxy, tmp_path):
+    """Manifests and commits go with x-goog-if-generation-match: 0 (GCS's
+    create-only; XML multipart takes no precondition, so they are single
+    PUTs), never If-None-Match; a second save of the same rank and attempt
+    gets 412 and fails with EEXIST, leaving the first intact."""
+    env = base_env(GCE_METADATA_HOST=meta.host)
+    d = Daemon(tmp_path, gs_url(plain_bucket, gcs_proxy.endpoint), env).start()
+    d.example("c", steps=1, size_mb=2)
+    puts = [(p, h) for m, p, h in gcs_proxy.seen_headers if m == "PUT"]
+    made = [p for p, h in puts if h.get("x-goog-if-generation-match") == "0"]
+    assert any(p.split("?")[0].endswith(".manifest") for p in made), puts
+    assert any(p.split("?")[0].endswith("/commit") for p in made), puts
+    assert not any(p.split("?")[0].endswith(".shard") for p in made)
+    client = plain_client(moto_plain)
+    commit, = [k for k in keys_of(client, plain_bucket) if k.endswith("/commit")]
+    client.delete_object(Bucket=plain_bucket, Key=commit)
+    before = keys_of(client, plain_bucket)
+    r = d.example("c", steps=1, size_mb=2, check=False)
+    assert r.returncode != 0 and "already saved by rank 0 in attempt 'default'" in r.stderr, r.stderr
+    assert gcs_proxy.count("PUT", ".manifest", 412) == 1
+    d.stop()
+    # The failed save's own shard went again; nothing else changed.
+    assert keys_of(client, plain_bucket) == before
+
+
+def keys_of(client, bucket):
+    return sorted(o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", []))

@@ -4,6 +4,7 @@ signature checked by botocore), through the fault proxy (fault_proxy.py).
 The trainer is ckpt-example (C, deterministic data it verifies itself), so
 the suite runs in the ASan build too."""
 import json
+import re
 import subprocess
 import time
 
@@ -24,9 +25,15 @@ def test_save_restore_multipart_and_readback(moto, bucket, tmp_path):
     assert "credentials: environment" in status
     assert moto.secret_key not in status and moto.secret_key not in d.log.read_text()
     d.stop()
-    assert keys(moto, bucket) == [
-        "runs/j/step-000000000001/rank-00000-of-00001.manifest", "runs/j/step-000000000001/rank-00000-of-00001.shard",
-        "runs/j/step-000000000002/rank-00000-of-00001.manifest", "runs/j/step-000000000002/rank-00000-of-00001.shard"]
+    # Attempts in the names (format 2); step 2, which the restore read,
+    # is pinned by its commit object.
+    names = [re.sub(r"\.[0-9a-f]{16}\.shard$", ".NONCE.shard", k) for k in keys(moto, bucket)]
+    assert names == [
+        "runs/j/step-000000000001/rank-00000-of-00001.default.NONCE.shard",
+        "runs/j/step-000000000001/rank-00000-of-00001.default.manifest",
+        "runs/j/step-000000000002/commit",
+        "runs/j/step-000000000002/rank-00000-of-00001.default.NONCE.shard",
+        "runs/j/step-000000000002/rank-00000-of-00001.default.manifest"], names
     assert open_uploads(moto, bucket) == []
     log = d.log.read_text()
     assert "part size 5 MiB" in log
@@ -43,10 +50,11 @@ def test_save_restore_multipart_and_readback(moto, bucket, tmp_path):
     f = Daemon(fdir, f"file://{fdir}/store", s3env(moto)).start()
     f.example("j", steps=2)
     f.stop()
-    key = "runs/j/step-000000000002/rank-00000-of-00001.shard"
+    key, = [k for k in keys(moto, bucket) if k.startswith("runs/j/step-000000000002/") and k.endswith(".shard")]
     body = moto.client().get_object(Bucket=bucket, Key=key)["Body"].read()
     assert len(body) > 3 * 5 * MIB
-    assert body == (fdir / "store" / key[len("runs/"):]).read_bytes()
+    local, = (fdir / "store" / "j" / "step-000000000002").glob("rank-00000-of-00001.*.shard")
+    assert body == local.read_bytes()
 
 
 def test_every_upload_carries_its_crc32c(moto, bucket, tmp_path, proxy):
@@ -57,7 +65,7 @@ def test_every_upload_carries_its_crc32c(moto, bucket, tmp_path, proxy):
     d.example("crc", steps=1, size_mb=11)
     d.stop()
     assert proxy.count("PUT", "partNumber=3", 200) == 1 and proxy.count("PUT", "partNumber=4") == 0
-    assert proxy.checked == 4  # 3 parts and the manifest
+    assert proxy.checked == 5  # 3 parts, the manifest, the commit the restore wrote
     assert proxy.count("PUT", "", 400) == 0
 
 
@@ -72,7 +80,7 @@ def test_tls_is_verified_and_ca_bundle_works(moto, bucket, tmp_path):
         d.start()
         d.example("tls", steps=1, size_mb=2)
         d.stop()
-        assert len(keys(moto, bucket)) == 2
+        assert len(keys(moto, bucket)) == 3  # shard, manifest, commit (the restore pinned it)
     finally:
         p.stop()
 
@@ -95,7 +103,7 @@ def test_options_from_the_config_file(moto, bucket, tmp_path):
     d.example("o", steps=1, size_mb=13)
     d.stop()
     assert "part size 6 MiB, 2 connections" in d.log.read_text()
-    assert len(keys(moto, bucket, "cfg/o/")) == 2
+    assert len(keys(moto, bucket, "cfg/o/")) == 3  # shard, manifest, commit
 
 
 def test_bad_option_is_a_clear_start_error(moto, bucket, tmp_path):
@@ -190,7 +198,7 @@ def test_sigkill_mid_upload_aborts_after_restart(moto, bucket, tmp_path, proxy):
     assert open_uploads(moto, bucket) == []
     assert proxy.open_uploads == {}
     # The journal had the upload id: aborted by id at start.
-    assert "multipart upload" in status and "rank-00000-of-00001.shard (aborted)" in status, status
+    assert "multipart upload" in status and re.search(r"rank-00000-of-00001\.[^ ]*\.shard \(aborted\)", status), status
     assert not any(k.endswith(".manifest") for k in keys(moto, bucket))
     d.stop()
 
@@ -235,4 +243,4 @@ def test_lost_complete_answer(moto, bucket, tmp_path, proxy):
     assert proxy.count("POST", "uploadId=", "lost") == 1
     assert proxy.count("POST", "uploadId=", 404) == 1
     assert "answered NoSuchUpload, but the object is there" in d.log.read_text()
-    assert len(keys(moto, bucket, "runs/l/")) == 2 and open_uploads(moto, bucket) == []
+    assert len(keys(moto, bucket, "runs/l/")) == 3 and open_uploads(moto, bucket) == []

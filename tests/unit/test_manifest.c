@@ -100,6 +100,52 @@ static void test_parse_name(void **state)
 	}
 }
 
+/* Format 2 names: what a LIST of a step directory is parsed into. */
+static void test_parse_object(void **state)
+{
+	(void)state;
+	char key[512];
+	struct step_name sn;
+	assert_int_equal(manifest_key_attempt(key, sizeof(key), "j", 3, 2, 8, "run.7-x_1"), 0);
+	assert_string_equal(key, "j/step-000000000003/rank-00002-of-00008.run.7-x_1.manifest");
+	manifest_parse_object(strrchr(key, '/') + 1, &sn);
+	assert_int_equal(sn.kind, OBJ_MANIFEST);
+	assert_int_equal(sn.rank, 2);
+	assert_int_equal(sn.world_size, 8);
+	assert_string_equal(sn.attempt, "run.7-x_1");
+	assert_int_equal(manifest_shard_key(key, sizeof(key), "j", 3, 2, 8, "run.7", 0x1f), 0);
+	assert_string_equal(key, "j/step-000000000003/rank-00002-of-00008.run.7.000000000000001f.shard");
+	manifest_parse_object(strrchr(key, '/') + 1, &sn);
+	assert_int_equal(sn.kind, OBJ_SHARD);
+	assert_string_equal(sn.attempt, "run.7");
+	/* An attempt named like a suffix is still an attempt. */
+	manifest_parse_object("rank-00000-of-00001.manifest.manifest", &sn);
+	assert_int_equal(sn.kind, OBJ_MANIFEST);
+	assert_string_equal(sn.attempt, "manifest");
+	/* Format 1 names: no attempt. */
+	manifest_parse_object("rank-00003-of-00008.manifest", &sn);
+	assert_int_equal(sn.kind, OBJ_MANIFEST);
+	assert_string_equal(sn.attempt, "");
+	manifest_parse_object("rank-00003-of-00008.shard", &sn);
+	assert_int_equal(sn.kind, OBJ_SHARD);
+	assert_int_equal(manifest_commit_key(key, sizeof(key), "j", 3), 0);
+	assert_string_equal(key, "j/step-000000000003/commit");
+	manifest_parse_object("commit", &sn);
+	assert_int_equal(sn.kind, OBJ_COMMIT);
+	static const char *other[] = {
+		"", "commit.tmp.h.1.2", "rank-00003-of-00008..manifest", "rank-00003-of-00008.a b.manifest",
+		"rank-00003-of-00008..a.manifest", "rank-00008-of-00008.a.manifest",
+		"rank-00003-of-00008.a.manifest.tmp.host.1.2", "rank-00003-of-00008.a.shard",
+		"rank-00003-of-00008.a.000000000000001F.shard", "rank-00003-of-00008.000000000000001f.shard",
+		"rank-00003-of-00008.a.00000000000001f.shard", "rank-00003-of-00008a.manifest",
+	};
+	for (size_t i = 0; i < ARRAY_LEN(other); i++) {
+		manifest_parse_object(other[i], &sn);
+		if (sn.kind != OBJ_OTHER)
+			fail_msg("took \"%s\" for a step object (kind %d)", other[i], sn.kind);
+	}
+}
+
 static void test_name_valid(void **state)
 {
 	(void)state;
@@ -282,6 +328,7 @@ int main(void)
 		cmocka_unit_test(test_key_format),
 		cmocka_unit_test(test_parse_step_dir),
 		cmocka_unit_test(test_parse_name),
+		cmocka_unit_test(test_parse_object),
 		cmocka_unit_test(test_name_valid),
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_check_rejects),

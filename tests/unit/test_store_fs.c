@@ -501,7 +501,7 @@ static void test_catalog_scan(void **state)
 	struct catalog_step cs;
 	build_catalog(s);
 
-	assert_int_equal(catalog_scan_step(s, "job", 1, &cs), 0);
+	assert_int_equal(catalog_list_step(s, "job", 1, &cs), 0);
 	assert_int_equal(cs.step, 1);
 	assert_true(catalog_step_complete(&cs));
 	assert_int_equal(cs.ngroups, 1);
@@ -515,7 +515,7 @@ static void test_catalog_scan(void **state)
 	assert_int_equal(best(&cs)->by_rank[1]->rank, 1);
 	catalog_step_free(&cs);
 
-	assert_int_equal(catalog_scan_step(s, "job", 2, &cs), 0);
+	assert_int_equal(catalog_list_step(s, "job", 2, &cs), 0);
 	assert_false(catalog_step_complete(&cs));
 	assert_int_equal(cs.ngroups, 1);
 	assert_int_equal(best(&cs)->count, 1);
@@ -525,7 +525,7 @@ static void test_catalog_scan(void **state)
 	catalog_step_free(&cs);
 
 	/* Two attempts, one rank each: not complete; the newer is best. */
-	assert_int_equal(catalog_scan_step(s, "job", 3, &cs), 0);
+	assert_int_equal(catalog_list_step(s, "job", 3, &cs), 0);
 	assert_false(catalog_step_complete(&cs));
 	assert_int_equal(cs.ngroups, 2);
 	assert_int_equal(cs.groups[0].count, 1);
@@ -534,7 +534,7 @@ static void test_catalog_scan(void **state)
 	catalog_step_free(&cs);
 
 	/* Complete for attempt "b" despite the stale world-3 manifest. */
-	assert_int_equal(catalog_scan_step(s, "job", 4, &cs), 0);
+	assert_int_equal(catalog_list_step(s, "job", 4, &cs), 0);
 	assert_true(catalog_step_complete(&cs));
 	assert_int_equal(cs.ngroups, 2);
 	assert_string_equal(best(&cs)->attempt, "b");
@@ -549,11 +549,11 @@ static void test_catalog_scan(void **state)
 
 	/* Only a manifest that cannot be trusted: not "no such step" but an
 	 * error, so that GC and writers leave it alone. */
-	assert_int_equal(catalog_scan_step(s, "job", 5, &cs), -EIO);
+	assert_int_equal(catalog_list_step(s, "job", 5, &cs), -EBADMSG);
 	assert_int_equal(cs.unreadable, 1);
 	assert_false(catalog_step_complete(&cs));
-	assert_int_equal(catalog_scan_step(s, "job", 99, &cs), -ENOENT);
-	assert_int_equal(catalog_scan_step(s, "nojob", 1, &cs), -ENOENT);
+	assert_int_equal(catalog_list_step(s, "job", 99, &cs), -ENOENT);
+	assert_int_equal(catalog_list_step(s, "nojob", 1, &cs), -ENOENT);
 }
 
 static void test_catalog_steps_latest_jobs(void **state)
@@ -571,15 +571,28 @@ static void test_catalog_steps_latest_jobs(void **state)
 		assert_int_equal(steps[i], i + 1);
 	free(steps);
 
+	/* Step 5's only manifest cannot be trusted: latest is not decided
+	 * past it (it never silently falls back to step 4). */
+	char path[256];
+	assert_int_equal(catalog_latest(s, "job", &cs), -EBADMSG);
+	snprintf(path, sizeof(path), "%s/job/step-000000000005/rank-00000-of-00001.manifest", f->dir);
+	assert_int_equal(unlink(path), 0);
+
 	assert_int_equal(catalog_latest(s, "job", &cs), 0);
 	assert_int_equal(cs.step, 4);
 	assert_true(catalog_step_complete(&cs));
+	assert_true(cs.pinned);
 	assert_string_equal(best(&cs)->attempt, "b");
 	catalog_step_free(&cs);
 
-	/* Without rank 1 of step 4, the newest complete step is 1. */
-	char path[256];
+	/* Without rank 1 of step 4 (and step 4's pin), step 3 is incomplete
+	 * and step 2 has a corrupt manifest: an error again, not step 1. */
 	snprintf(path, sizeof(path), "%s/job/step-000000000004/rank-00001-of-00002.manifest", f->dir);
+	assert_int_equal(unlink(path), 0);
+	snprintf(path, sizeof(path), "%s/job/step-000000000004/commit", f->dir);
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(catalog_latest(s, "job", &cs), -EBADMSG);
+	snprintf(path, sizeof(path), "%s/job/step-000000000002/rank-00001-of-00002.manifest", f->dir);
 	assert_int_equal(unlink(path), 0);
 	assert_int_equal(catalog_latest(s, "job", &cs), 0);
 	assert_int_equal(cs.step, 1);
@@ -611,6 +624,156 @@ static void test_catalog_no_complete_step(void **state)
 	put_manifest(s, "j", 1, 0, 2, "a");
 	put_manifest(s, "j", 2, 1, 2, "a");
 	assert_int_equal(catalog_latest(s, "j", &cs), -ENOENT);
+}
+
+/* --- catalog, format 2: attempts in names, completeness from one LIST --- */
+
+static void put_v2(struct store *s, const char *job, uint64_t step, uint32_t rank, uint32_t ws,
+		   const char *attempt, size_t shard_len)
+{
+	char key[512];
+	struct tm_manifest x;
+	tm_init(&x, job, step, rank, ws, attempt);
+	assert_int_equal(manifest_shard_key(key, sizeof(key), job, step, rank, ws, attempt, 0xabcdef0123456789ull +
+					    rank), 0);
+	snprintf(x.shard, sizeof(x.shard), "%s", strrchr(key, '/') + 1);
+	char *bytes = calloc(1, shard_len + 1);
+	struct iovec sv = { bytes, shard_len };
+	assert_int_equal(s->ops->put(s, key, &sv, 1, NULL), 0);
+	free(bytes);
+	size_t len;
+	uint8_t *buf = tm_pack(&x.m, &len);
+	assert_non_null(buf);
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	assert_int_equal(manifest_key_attempt(key, sizeof(key), job, step, rank, ws, attempt), 0);
+	assert_int_equal(s->ops->create(s, key, &iov, 1, NULL), 0);
+	/* Create-only: a second manifest of this rank and attempt is refused
+	 * and leaves the first in place. */
+	assert_int_equal(s->ops->create(s, key, &iov, 1, NULL), -EEXIST);
+	free(buf);
+}
+
+/* Age every manifest of attempt in job/step to t seconds. */
+static void set_manifest_time(const char *root, const char *job, uint64_t step, uint32_t ws, const char *attempt,
+			      time_t t)
+{
+	for (uint32_t r = 0; r < ws; r++) {
+		char key[512], path[1024];
+		assert_int_equal(manifest_key_attempt(key, sizeof(key), job, step, r, ws, attempt), 0);
+		snprintf(path, sizeof(path), "%s/%s", root, key);
+		struct timespec ts[2] = { { t, 0 }, { t, 0 } };
+		assert_int_equal(utimensat(AT_FDCWD, path, ts, 0), 0);
+	}
+}
+
+static void test_catalog_v2_from_listing(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = f->s;
+	struct catalog_step cs;
+	put_v2(s, "j", 1, 0, 3, "att.1", 100);
+	put_v2(s, "j", 1, 1, 3, "att.1", 200);
+	put_v2(s, "j", 1, 2, 3, "att.1", 300);
+	put_v2(s, "j", 1, 0, 3, "att-0", 7); /* an older attempt's leftover */
+	/* Every manifest made unreadable: the listing alone still decides. */
+	for (uint32_t r = 0; r < 3; r++) {
+		char key[512];
+		assert_int_equal(manifest_key_attempt(key, sizeof(key), "j", 1, r, 3, "att.1"), 0);
+		char path[1024];
+		snprintf(path, sizeof(path), "%s/%s", f->dir, key);
+		assert_int_equal(truncate(path, 3), 0);
+	}
+	assert_int_equal(catalog_list_step(s, "j", 1, &cs), 0);
+	assert_true(catalog_step_complete(&cs));
+	assert_int_equal(cs.ngroups, 2);
+	assert_string_equal(best(&cs)->attempt, "att.1");
+	assert_int_equal(best(&cs)->count, 3);
+	assert_int_equal(best(&cs)->bytes, 600);
+	assert_false(cs.has_commit);
+	/* ... and reading a manifest says it is corrupt, naming it. */
+	const Ckpt__Manifest *m;
+	char err[512];
+	assert_int_equal(catalog_read_manifest(s, "j", &cs, 1, &m, err, sizeof(err)), -EBADMSG);
+	assert_non_null(strstr(err, "rank-00001-of-00003.att.1.manifest"));
+	catalog_step_free(&cs);
+	/* So latest is step 1, and loading it fails: never an older step. */
+	assert_int_equal(catalog_latest(s, "j", &cs), 0);
+	assert_int_equal(cs.step, 1);
+	assert_true(cs.pinned);
+	catalog_step_free(&cs);
+}
+
+static void test_catalog_v2_pin(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = f->s;
+	struct catalog_step cs;
+	put_v2(s, "j", 5, 0, 2, "a", 10);
+	put_v2(s, "j", 5, 1, 2, "a", 10);
+	set_manifest_time(f->dir, "j", 5, 2, "a", 2000000000);
+	/* The first reader pins "a". */
+	assert_int_equal(catalog_resolve_step(s, "j", 5, &cs), 0);
+	assert_true(cs.pinned);
+	assert_string_equal(best(&cs)->attempt, "a");
+	catalog_step_free(&cs);
+	char attempt[130];
+	uint32_t ws;
+	assert_int_equal(catalog_read_commit(s, "j", 5, attempt, sizeof(attempt), &ws), 0);
+	assert_string_equal(attempt, "a");
+	assert_int_equal(ws, 2);
+	/* A racing attempt "0" completes the same step later, with older
+	 * times even: the pin holds, for resolve and for a plain listing. */
+	put_v2(s, "j", 5, 0, 2, "0", 10);
+	put_v2(s, "j", 5, 1, 2, "0", 10);
+	set_manifest_time(f->dir, "j", 5, 2, "0", 1000000000);
+	assert_int_equal(catalog_resolve_step(s, "j", 5, &cs), 0);
+	assert_string_equal(best(&cs)->attempt, "a");
+	catalog_step_free(&cs);
+	assert_int_equal(catalog_list_step(s, "j", 5, &cs), 0);
+	assert_true(cs.pinned);
+	assert_string_equal(best(&cs)->attempt, "a");
+	catalog_step_free(&cs);
+
+	/* Unpinned, the attempt that completed first wins. */
+	put_v2(s, "j", 6, 0, 1, "late", 10);
+	put_v2(s, "j", 6, 0, 1, "early", 10);
+	set_manifest_time(f->dir, "j", 6, 1, "late", 2000000000);
+	set_manifest_time(f->dir, "j", 6, 1, "early", 1900000000);
+	assert_int_equal(catalog_list_step(s, "j", 6, &cs), 0);
+	assert_string_equal(best(&cs)->attempt, "early");
+	catalog_step_free(&cs);
+	/* A commit naming an attempt that is not complete (a step being
+	 * removed): not complete, whatever else the step holds. */
+	struct iovec junk = { "x", 1 };
+	assert_int_equal(s->ops->create(s, "j/step-000000000007/commit", &junk, 1, NULL), 0);
+	put_v2(s, "j", 7, 0, 1, "a", 1);
+	assert_int_equal(catalog_resolve_step(s, "j", 7, &cs), -EBADMSG);
+	char path[1024];
+	snprintf(path, sizeof(path), "%s/j/step-000000000007/commit", f->dir);
+	assert_int_equal(unlink(path), 0);
+	Ckpt__StepCommit c = CKPT__STEP_COMMIT__INIT;
+	c.format_version = 1;
+	c.job = "j";
+	c.step = 7;
+	c.attempt_id = "gone";
+	c.world_size = 1;
+	uint8_t buf[128];
+	struct iovec civ = { buf, ckpt__step_commit__pack(&c, buf) };
+	assert_int_equal(s->ops->create(s, "j/step-000000000007/commit", &civ, 1, NULL), 0);
+	assert_int_equal(catalog_resolve_step(s, "j", 7, &cs), 0);
+	assert_false(catalog_step_complete(&cs));
+	catalog_step_free(&cs);
+}
+
+static void test_catalog_latest_list_error(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = f->s;
+	struct catalog_step cs;
+	put_v2(s, "j", 1, 0, 1, "a", 1);
+	/* A newer step that cannot be listed: an error, not step 1. */
+	assert_int_equal(put_str(s, "j/step-000000000002", "a file, not a directory"), 0);
+	assert_int_equal(catalog_latest(s, "j", &cs), -ENOTDIR);
 }
 
 /* The O_DIRECT offset alignment of this directory's filesystem (statx
@@ -738,6 +901,9 @@ int main(void)
 		T(test_put_read_only),
 		T(test_catalog_scan),
 		T(test_catalog_steps_latest_jobs),
+		T(test_catalog_v2_from_listing),
+		T(test_catalog_v2_pin),
+		T(test_catalog_latest_list_error),
 		T(test_catalog_no_complete_step),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -231,6 +231,15 @@ typedef struct {
 	char attempt_id[128];
 } ckpt_step_info;
 
+/* Decide once which step a restore loads: step CKPT_LATEST (the highest
+ * complete step) or a named one, of job (NULL: this session's job). The
+ * daemon decides it from storage listings and pins it (the step's commit
+ * object), so every rank that then calls ckpt_load() with out->step loads
+ * the same bytes. A storage error fails it (-EIO and the like, retryable);
+ * it never falls back to an older step; -ENOENT when there is none. Call
+ * it on one rank and broadcast out->step. */
+int ckpt_resolve(ckpt_client *c, const char *job, int64_t step, ckpt_step_info *out);
+
 /* List steps of job (NULL: all jobs). *out is malloc'd; free with free(). */
 int ckpt_list(ckpt_client *c, const char *job, ckpt_step_info **out,
 	      size_t *count);
@@ -256,6 +265,10 @@ typedef struct {
 
 /* The manifests of job/step. Free with ckpt_step_detail_free. */
 int ckpt_show(ckpt_client *c, const char *job, uint64_t step, ckpt_step_detail **out);
+/* Only rank's manifest (rank 0's when the step has fewer ranks), of the
+ * attempt a load takes: what one restoring rank needs (one manifest read,
+ * not world_size). */
+int ckpt_show_rank(ckpt_client *c, const char *job, uint64_t step, uint32_t rank, ckpt_step_detail **out);
 void ckpt_step_detail_free(ckpt_step_detail *d);
 
 typedef struct {

@@ -300,11 +300,29 @@ class Client:
             libc.free(ctypes.cast(out, ctypes.c_void_p))
         return res
 
-    def show(self, job, step):
-        """Every rank's tensors of job/step: dicts with rank, name, dtype,
-        shape, offsets, lengths, nbytes."""
+    def resolve(self, step=LATEST, job=None):
+        """Decide once which step a restore loads: LATEST (the highest
+        complete step) or a named one, of job (default: this client's). The
+        daemon pins it, so every rank that loads the returned step loads
+        the same bytes; call it on one rank and broadcast the number. A
+        storage error raises (retry); it never falls back to an older
+        step."""
+        info = _StepInfo()
+        rc = lib.ckpt_resolve(self._handle(), job.encode() if job else None,
+                              LATEST if step in (LATEST, "latest") else int(step), ctypes.byref(info))
+        if rc < 0:
+            raise _error(rc, what="resolve")
+        return info.step
+
+    def show(self, job, step, rank=None):
+        """Every rank's tensors of job/step (with rank=R, only rank R's, or
+        rank 0's when the step has fewer ranks: one manifest read): dicts
+        with rank, name, dtype, shape, offsets, lengths, nbytes."""
         out = ctypes.POINTER(_StepDetail)()
-        rc = lib.ckpt_show(self._handle(), job.encode(), step, ctypes.byref(out))
+        if rank is None:
+            rc = lib.ckpt_show(self._handle(), job.encode(), step, ctypes.byref(out))
+        else:
+            rc = lib.ckpt_show_rank(self._handle(), job.encode(), step, rank, ctypes.byref(out))
         if rc < 0:
             raise _error(rc, what=f"show {job} {step}")
         d = out.contents

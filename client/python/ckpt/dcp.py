@@ -296,12 +296,9 @@ class Reader(StorageReader):
 
     def read_metadata(self, *args, **kwargs):
         cp = self._cp()
+        # Every rank reads the metadata: they must agree on "latest", which
+        # rank 0 resolves once and broadcasts (Checkpointer._resolve_step).
         self._resolved = cp._resolve_step(self.step if self.step is not None else LATEST)
-        if dist.is_available() and dist.is_initialized():
-            # Every rank reads the metadata: they must agree on "latest".
-            box = [self._resolved]
-            dist.broadcast_object_list(box, src=0)
-            self._resolved = box[0]
         _, tensors = cp.client.show(self.job, self._resolved)
         me = _identity(self.rank, self.world_size)[0]
         # This rank's own entries win (its pickled values may differ in size).

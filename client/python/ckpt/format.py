@@ -10,6 +10,7 @@ path_style=1, e.g. s3://ckpt/runs?endpoint=http://127.0.0.1:9000&path_style=1.
 """
 import os
 import pickle
+import re
 import struct
 
 __all__ = ["load_step", "list_steps", "read_manifest", "crc32c"]
@@ -146,8 +147,15 @@ class _FileStore:
         self.root = root
 
     def names(self, prefix):
-        """Names directly under prefix (a directory)."""
-        return sorted(os.listdir(os.path.join(self.root, prefix)))
+        """{name: mtime (ns)} directly under prefix (a directory)."""
+        d = os.path.join(self.root, prefix)
+        out = {}
+        for n in os.listdir(d):
+            try:
+                out[n] = os.stat(os.path.join(d, n)).st_mtime_ns
+            except FileNotFoundError:
+                pass
+        return out
 
     def read(self, key):
         with open(os.path.join(self.root, key), "rb") as f:
@@ -171,13 +179,15 @@ class _S3Store:
 
     def names(self, prefix):
         p = self._key(prefix).rstrip("/") + "/"
-        out = set()
+        out = {}
         for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=p, Delimiter="/"):
-            out.update(o["Key"][len(p):] for o in page.get("Contents", []))
-            out.update(c["Prefix"][len(p):].rstrip("/") for c in page.get("CommonPrefixes", []))
+            for c in page.get("CommonPrefixes", []):
+                out.setdefault(c["Prefix"][len(p):].rstrip("/"), 0)
+            for o in page.get("Contents", []):
+                out[o["Key"][len(p):]] = int(o["LastModified"].timestamp() * 1e9)
         if not out:
             raise FileNotFoundError(f"nothing under s3://{self.bucket}/{p}")
-        return sorted(out)
+        return out
 
     def read(self, key):
         return self.s3.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
@@ -191,36 +201,62 @@ def _store(url):
     raise ValueError(f"{url}: readable without the daemon are file:// and s3://")
 
 
-def _manifests(st, job, step):
+_V2 = re.compile(r"^rank-(\d{5})-of-(\d{5})\.([A-Za-z0-9_-][A-Za-z0-9._-]*)\.manifest$")
+_V1 = re.compile(r"^rank-(\d{5})-of-(\d{5})\.manifest$")
+
+
+def _commit(st, d):
+    """(attempt, world_size) of a step's commit object."""
+    att, ws = None, 0
+    for num, wt, v in _fields(st.read(f"{d}/commit")):
+        if num == 4 and wt == 2:
+            att = v.decode()
+        elif num == 5 and wt == 0:
+            ws = v
+    if not att or not ws:
+        raise ValueError(f"{d}/commit: not a valid commit object")
+    return att, ws
+
+
+def _groups(st, job, step):
+    """The step's attempts from one listing, as the daemon decides them
+    (catalog.h): {(attempt, world_size): {rank: manifest key}}, the
+    complete one chosen (the commit object's, else the one that completed
+    first), or None. Format 1 manifests are read to learn their attempt.
+    Errors are raised, never taken for "incomplete"."""
     d = f"{job}/step-{step:012d}"
-    out = []
-    for n in st.names(d):
-        if n.endswith(".manifest") and ".tmp." not in n:
-            out.append(read_manifest(st.read(f"{d}/{n}")))
-    return d, out
-
-
-def _complete_group(mans):
-    groups = {}
-    for m in mans:
-        groups.setdefault((m["attempt_id"], m["world_size"]), {})[m["rank"]] = m
-    for (att, ws), g in groups.items():
-        if len(g) == ws and all(r in g for r in range(ws)):
-            return [g[r] for r in range(ws)]
-    return None
+    names = st.names(d)
+    groups, newest = {}, {}
+    for n, t in names.items():
+        m2, m1 = _V2.match(n), _V1.match(n)
+        if m2:
+            key = (m2.group(3), int(m2.group(2)))
+            rank = int(m2.group(1))
+        elif m1:
+            m = read_manifest(st.read(f"{d}/{n}"))
+            key, rank, t = (m["attempt_id"], m["world_size"]), m["rank"], m["created_unix_ns"]
+        else:
+            continue
+        if rank >= key[1]:
+            continue
+        groups.setdefault(key, {})[rank] = f"{d}/{n}"
+        newest[key] = max(newest.get(key, 0), t)
+    complete = [k for k, g in groups.items() if len(g) == k[1]]
+    if "commit" in names:
+        pin = _commit(st, d)
+        return d, groups, (pin if pin in complete else None)
+    complete.sort(key=lambda k: (newest[k], k[0]))
+    return d, groups, (complete[0] if complete else None)
 
 
 def list_steps(url, job):
     """[(step, complete)] ascending."""
     st = _store(url)
     out = []
-    for n in st.names(job):
+    for n in sorted(st.names(job)):
         if n.startswith("step-") and n[5:].isdigit():
             s = int(n[5:])
-            try:
-                out.append((s, _complete_group(_manifests(st, job, s)[1]) is not None))
-            except ValueError:
-                out.append((s, False))  # a bad manifest: never "latest"
+            out.append((s, _groups(st, job, s)[2] is not None))
     return out
 
 
@@ -240,13 +276,15 @@ def load_step(url, job, step="latest", verify=True):
         if not done:
             raise FileNotFoundError(f"job '{job}' has no complete step under {url}")
         step = done[-1]
-    d, mans = _manifests(st, job, int(step))
-    group = _complete_group(mans)
-    if group is None:
+    d, groups, best = _groups(st, job, int(step))
+    if best is None:
         raise FileNotFoundError(f"step {step} of job '{job}' is not complete")
+    group = [read_manifest(st.read(groups[best][r])) for r in range(best[1])]
     full = {}
     for m in group:
-        shard = st.read(f"{d}/rank-{m['rank']:05d}-of-{m['world_size']:05d}.shard")
+        if "/" in m["shard_name"] or not m["shard_name"].endswith(".shard"):
+            raise ValueError(f"rank {m['rank']}: manifest names no shard of its own")
+        shard = st.read(f"{d}/{m['shard_name']}")
         for t in m["tensors"]:
             raw = shard[t["shard_offset"]:t["shard_offset"] + t["nbytes"]]
             if len(raw) != t["nbytes"]:

@@ -241,14 +241,28 @@ class Checkpointer:
     # ---- load ----
 
     def _resolve_step(self, step):
-        if step != "latest" and step != LATEST:
+        """The one step every rank loads. "latest" is resolved once, by the
+        daemon (pinned: catalog.h), and, when torch.distributed is
+        initialized, on rank 0 alone and broadcast, so that no two ranks
+        can restore different steps; a failure there raises on every
+        rank."""
+        latest = step in ("latest", LATEST)
+        if not latest:
             return int(step)
-        steps = [s["step"] for s in self.client.list(self.job) if s["complete"]]
-        if not steps:
+        dist = torch.distributed
+        if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+            return self.client.resolve(LATEST)
+        box = [None]
+        if dist.get_rank() == 0:
+            try:
+                box[0] = ("ok", self.client.resolve(LATEST))
+            except Exception as e:  # every rank must hear of it
+                box[0] = ("err", getattr(e, "errno", None) or 5, str(e))
+        dist.broadcast_object_list(box, src=0)
+        if box[0][0] == "err":
             from .client import CkptError
-            import errno
-            raise CkptError(errno.ENOENT, f"job '{self.job}' has no complete step")
-        return max(steps)
+            raise CkptError(box[0][1], f"rank 0 could not decide the latest step: {box[0][2]}")
+        return box[0][1]
 
     def load(self, state_dict, step="latest"):
         """Load step (or the latest complete one) into state_dict, in place.
@@ -258,8 +272,9 @@ class Checkpointer:
         if self.client is None:
             return self._fallback_load(state_dict, step)
         number = self._resolve_step(step)
-        _, saved = self.client.show(self.job, number)
-        mine = [t for t in saved if t["rank"] == self.rank] or [t for t in saved if t["rank"] == 0]
+        # This rank's manifest only (rank 0's past the saved world size):
+        # one manifest read, not world_size of them.
+        _, mine = self.client.show(self.job, number, rank=self.rank)
         by_name = {}
         for t in mine:
             by_name.setdefault(t["name"], t)
