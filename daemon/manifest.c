@@ -68,24 +68,6 @@ int manifest_parse_step_dir(const char *name, uint64_t *step)
 	return parse_digits(name + 5, n, step);
 }
 
-int manifest_parse_name(const char *name, uint32_t *rank, uint32_t *world_size)
-{
-	/* rank-RRRRR-of-WWWWW.manifest, fixed width */
-	static const char suffix[] = ".manifest";
-	size_t len = strlen(name);
-	if (len != 5 + 5 + 4 + 5 + strlen(suffix) || strncmp(name, "rank-", 5) != 0 ||
-	    strncmp(name + 10, "-of-", 4) != 0 || strcmp(name + 19, suffix) != 0)
-		return -EINVAL;
-	uint64_t r, w;
-	if (parse_digits(name + 5, 5, &r) < 0 || parse_digits(name + 14, 5, &w) < 0)
-		return -EINVAL;
-	if (w == 0 || r >= w)
-		return -EINVAL;
-	*rank = (uint32_t)r;
-	*world_size = (uint32_t)w;
-	return 0;
-}
-
 static bool ends_with(const char *s, size_t len, const char *suffix)
 {
 	size_t k = strlen(suffix);

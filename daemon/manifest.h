@@ -38,8 +38,6 @@ int manifest_commit_key(char *out, size_t cap, const char *job, uint64_t step);
 int manifest_step_dir(char *out, size_t cap, const char *job, uint64_t step);
 /* Parses "step-000000000123"; 0 or -EINVAL. */
 int manifest_parse_step_dir(const char *name, uint64_t *step);
-/* Parses a format 1 "rank-00003-of-00008.manifest"; 0 or -EINVAL. */
-int manifest_parse_name(const char *name, uint32_t *rank, uint32_t *world_size);
 
 enum step_obj { OBJ_OTHER, OBJ_MANIFEST, OBJ_SHARD, OBJ_COMMIT };
 struct step_name {

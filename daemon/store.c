@@ -41,6 +41,21 @@ void store_entries_free(struct store_entry *v, size_t n)
 	free(v);
 }
 
+int store_entries_to_names(struct store_entry *v, size_t n, char ***names, size_t *count)
+{
+	char **nm = malloc((n ? n : 1) * sizeof(*nm));
+	if (nm == NULL) {
+		store_entries_free(v, n);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		nm[i] = v[i].name;
+	free(v);
+	*names = nm;
+	*count = n;
+	return 0;
+}
+
 static __thread char last_error[1024];
 
 const char *store_error(int r)

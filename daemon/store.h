@@ -70,6 +70,8 @@ int store_open(const char *url, struct store **out, char *err, size_t errlen);
 void store_free(struct store *s);
 void store_names_free(char **names, size_t n);
 void store_entries_free(struct store_entry *v, size_t n);
+/* Keep the names of v (which it frees): for list() built on a listing. */
+int store_entries_to_names(struct store_entry *v, size_t n, char ***names, size_t *count);
 
 int store_fs_open(const char *url, struct store **out, char *err, size_t errlen);
 /* s3://bucket/prefix?opts and gs://bucket/prefix?opts (store_s3.c). */

@@ -353,48 +353,10 @@ static int fs_get_all(struct store *base, const char *key, size_t max, void **ou
 	return 0;
 }
 
-static int fs_list(struct store *base, const char *prefix, char ***names, size_t *count)
+/* The names under prefix, and with want_stat their sizes and times (a
+ * stat per name: list_entries only, so list stays one readdir on NFS). */
+static int read_dir(struct store_fs *s, const char *prefix, bool want_stat, struct store_entry **out, size_t *count)
 {
-	struct store_fs *s = (struct store_fs *)base;
-	char path[PATH_MAX];
-	int r = prefix[0] ? fs_path(s, prefix, path, sizeof(path))
-			  : (snprintf(path, sizeof(path), "%s", s->root), 0);
-	if (r < 0)
-		return r;
-	DIR *d = opendir(path);
-	if (d == NULL)
-		return -errno;
-	size_t n = 0, cap = 16;
-	char **v = malloc(cap * sizeof(*v));
-	struct dirent *e;
-	while (v && (e = readdir(d)) != NULL) {
-		if (e->d_name[0] == '.' || strstr(e->d_name, ".tmp.") != NULL)
-			continue;
-		if (n == cap) {
-			char **nv = realloc(v, 2 * cap * sizeof(*v));
-			if (nv == NULL)
-				break;
-			v = nv;
-			cap *= 2;
-		}
-		if ((v[n] = strdup(e->d_name)) == NULL)
-			break;
-		n++;
-	}
-	int failed = v == NULL || e != NULL;
-	closedir(d);
-	if (failed) {
-		store_names_free(v, n);
-		return -ENOMEM;
-	}
-	*names = v;
-	*count = n;
-	return 0;
-}
-
-static int fs_list_entries(struct store *base, const char *prefix, struct store_entry **out, size_t *count)
-{
-	struct store_fs *s = (struct store_fs *)base;
 	char path[PATH_MAX];
 	int r = prefix[0] ? fs_path(s, prefix, path, sizeof(path))
 			  : (snprintf(path, sizeof(path), "%s", s->root), 0);
@@ -409,8 +371,8 @@ static int fs_list_entries(struct store *base, const char *prefix, struct store_
 	while (v && (e = readdir(d)) != NULL) {
 		if (e->d_name[0] == '.' || strstr(e->d_name, ".tmp.") != NULL)
 			continue;
-		struct stat st;
-		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+		struct stat st = { 0 };
+		if (want_stat && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
 			continue; /* removed meanwhile */
 		if (n == cap) {
 			struct store_entry *nv = realloc(v, 2 * cap * sizeof(*v));
@@ -421,7 +383,7 @@ static int fs_list_entries(struct store *base, const char *prefix, struct store_
 		}
 		v[n] = (struct store_entry){ .size = S_ISDIR(st.st_mode) ? 0 : (uint64_t)st.st_size,
 					     .mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
-					     .dir = S_ISDIR(st.st_mode) };
+					     .dir = want_stat ? S_ISDIR(st.st_mode) : e->d_type == DT_DIR };
 		if ((v[n].name = strdup(e->d_name)) == NULL)
 			break;
 		n++;
@@ -435,6 +397,19 @@ static int fs_list_entries(struct store *base, const char *prefix, struct store_
 	*out = v;
 	*count = n;
 	return 0;
+}
+
+static int fs_list(struct store *base, const char *prefix, char ***names, size_t *count)
+{
+	struct store_entry *v = NULL;
+	size_t n = 0;
+	int r = read_dir((struct store_fs *)base, prefix, false, &v, &n);
+	return r < 0 ? r : store_entries_to_names(v, n, names, count);
+}
+
+static int fs_list_entries(struct store *base, const char *prefix, struct store_entry **out, size_t *count)
+{
+	return read_dir((struct store_fs *)base, prefix, true, out, count);
 }
 
 static int fs_remove(struct store *base, const char *key)

@@ -911,19 +911,7 @@ static int s3_list(struct store *base, const char *prefix, char ***names, size_t
 	struct store_entry *v = NULL;
 	size_t k = 0;
 	int r = s3_list_entries(base, prefix, &v, &k);
-	if (r < 0)
-		return r;
-	char **nm = malloc(k * sizeof(*nm));
-	if (nm == NULL) {
-		store_entries_free(v, k);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < k; i++)
-		nm[i] = v[i].name;
-	free(v);
-	*names = nm;
-	*n = k;
-	return 0;
+	return r < 0 ? r : store_entries_to_names(v, k, names, n);
 }
 
 static int s3_remove(struct store *base, const char *key)

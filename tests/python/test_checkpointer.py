@@ -269,3 +269,24 @@ def test_resolve_pins_one_step_and_show_one_rank(daemon):
         assert e.value.errno == errno.ENOENT
     assert os.path.exists(os.path.join(daemon.store, "rs", "step-000000000007", "commit"))
     assert os.path.exists(os.path.join(daemon.store, "rs", "step-000000000005", "commit"))
+
+
+def test_format1_step_stays_readable(daemon):
+    """A step in the layout before attempts were in names (rank-R-of-W.
+    manifest, no commit) loads through the daemon from storage and through
+    ckpt.format, whose catalogue reads its manifests to learn the attempt."""
+    sd = {"w": torch.arange(64, dtype=torch.float32).reshape(8, 8)}
+    with ckpt.torch.Checkpointer("old", socket=daemon.sock) as cp:
+        cp.save(sd, 3).durable.result(30)
+    daemon.stop()
+    d = os.path.join(daemon.store, "old", "step-000000000003")
+    os.rename(os.path.join(d, "rank-00000-of-00001.default.manifest"), os.path.join(d, "rank-00000-of-00001.manifest"))
+    assert not os.path.exists(os.path.join(d, "commit"))
+    assert ckpt.format.list_steps(daemon.url, "old") == [(3, True)]
+    assert torch.equal(ckpt.format.load_step(daemon.url, "old")["w"], sd["w"])
+    daemon.start()  # a new daemon: nothing in memory
+    got = {"w": torch.zeros(8, 8)}
+    with ckpt.torch.Checkpointer("old", socket=daemon.sock) as cp:
+        step, _ = cp.load(got)
+        assert step == 3 and cp.last_load["source"] == "storage"
+    assert torch.equal(got["w"], sd["w"])

@@ -220,7 +220,8 @@ def _commit(st, d):
 
 def _groups(st, job, step):
     """The step's attempts from one listing, as the daemon decides them
-    (catalog.h): {(attempt, world_size): {rank: manifest key}}, the
+    (catalog.h): {(attempt, world_size): {rank: manifest key, or the
+    manifest itself when it had to be read (format 1)}}, the
     complete one chosen (the commit object's, else the one that completed
     first), or None. Format 1 manifests are read to learn their attempt.
     Errors are raised, never taken for "incomplete"."""
@@ -239,7 +240,7 @@ def _groups(st, job, step):
             continue
         if rank >= key[1]:
             continue
-        groups.setdefault(key, {})[rank] = f"{d}/{n}"
+        groups.setdefault(key, {})[rank] = m if m1 else f"{d}/{n}"
         newest[key] = max(newest.get(key, 0), t)
     complete = [k for k, g in groups.items() if len(g) == k[1]]
     if "commit" in names:
@@ -279,7 +280,8 @@ def load_step(url, job, step="latest", verify=True):
     d, groups, best = _groups(st, job, int(step))
     if best is None:
         raise FileNotFoundError(f"step {step} of job '{job}' is not complete")
-    group = [read_manifest(st.read(groups[best][r])) for r in range(best[1])]
+    group = [m if isinstance(m, dict) else read_manifest(st.read(m))
+             for m in (groups[best][r] for r in range(best[1]))]
     full = {}
     for m in group:
         if "/" in m["shard_name"] or not m["shard_name"].endswith(".shard"):
