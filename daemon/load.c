@@ -450,7 +450,7 @@ static int plan_rank(struct exec *ex, struct catalog_step *cs, uint32_t rank, ch
  * Then this rank's own manifest, and its shard. Other ranks' manifests
  * are read only when the request is not covered by its own (resharding,
  * or tensors only some ranks saved): a restore at the same world size
- * costs this rank ceil(W/1000) LIST pages (with "latest", per step
+ * costs this rank ceil(2W/1000) LIST pages (with "latest", per step
  * looked at), one commit GET or create, one manifest GET, and the
  * shard's ranged GETs. */
 static void load_run(uv_work_t *w)
