@@ -44,26 +44,23 @@ void memtier_hold(struct daemon *d, struct save *sv)
 	d->nheld++;
 }
 
-uint32_t memtier_reclaimable(struct daemon *d)
+void memtier_reclaim(struct daemon *d, uint32_t whole, uint32_t tail_slots)
 {
-	uint32_t n = 0;
-	struct save *sv;
+	/* Drop nothing unless dropping every unpinned copy could make room. */
+	uint64_t could = pool_free_slots(&d->pool);
+	struct save *sv, *next;
 	TAILQ_FOREACH(sv, &d->held, link)
 		if (sv->readers == 0)
-			n += sv->nchunks;
-	return n;
-}
-
-void memtier_reclaim(struct daemon *d, uint32_t need)
-{
-	uint32_t freed = 0;
-	struct save *sv, *next;
-	for (sv = TAILQ_FIRST(&d->held); sv && freed < need; sv = next) {
+			could += sv->pool_bytes / d->pool.slot_bytes;
+	if (could * d->pool.slot_bytes < pool_shape_bytes(&d->pool, whole, tail_slots))
+		return;
+	/* Oldest first, until the shape fits: room in slots may still be
+	 * cut up, so fit is checked, not counted. */
+	for (sv = TAILQ_FIRST(&d->held); sv && !pool_fits(&d->pool, whole, tail_slots); sv = next) {
 		next = TAILQ_NEXT(sv, link);
 		if (sv->readers > 0)
 			continue;
-		freed += sv->nchunks;
-		d->stats.reclaimed_bytes += (uint64_t)sv->nchunks * d->pool.chunk_bytes;
+		d->stats.reclaimed_bytes += sv->pool_bytes;
 		drop(d, sv, "its space is needed for a new save");
 	}
 }

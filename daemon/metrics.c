@@ -88,7 +88,7 @@ int metrics_render(struct daemon *d, char **out, size_t *len)
 	uint64_t held = 0;
 	struct save *sv;
 	TAILQ_FOREACH(sv, &d->held, link)
-		held += (uint64_t)sv->nchunks * d->pool.chunk_bytes;
+		held += sv->pool_bytes;
 
 	metric(&b, "ckptd_bytes_staged_total", "counter", "Bytes copied into the staging pool.");
 	put(&b, "ckptd_bytes_staged_total %" PRIu64 "\n", s->bytes_staged);

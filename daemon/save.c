@@ -101,7 +101,7 @@ static void hash_chunk(struct copy_job *job)
 	struct save *sv = job->sv;
 	uint64_t cb = sv->d->pool.chunk_bytes;
 	uint64_t chunk_start = (uint64_t)job->chunk * cb;
-	const uint8_t *base = pool_chunk(&sv->d->pool, sv->chunks[job->chunk]);
+	const uint8_t *base = pool_span_ptr(&sv->d->pool, sv->chunks[job->chunk]);
 	uint64_t chunk_len = sv->shard_bytes - chunk_start < cb ? sv->shard_bytes - chunk_start : cb;
 	uint64_t pos = 0;
 	uint32_t ccrc = 0;
@@ -133,7 +133,7 @@ static void copy_run(struct work_item *it)
 	struct save *sv = job->sv;
 	uint64_t cb = sv->d->pool.chunk_bytes;
 	uint64_t chunk_start = (uint64_t)job->chunk * cb;
-	uint8_t *base = pool_chunk(&sv->d->pool, sv->chunks[job->chunk]);
+	uint8_t *base = pool_span_ptr(&sv->d->pool, sv->chunks[job->chunk]);
 	uint64_t chunk_len = sv->shard_bytes - chunk_start < cb ? sv->shard_bytes - chunk_start : cb;
 	uint64_t pos = 0; /* within the chunk */
 	/* Device pieces first: queue every D2H copy of the chunk on this
@@ -364,7 +364,7 @@ static void upload_run(uv_work_t *w)
 	}
 	uint64_t cb = sv->d->pool.chunk_bytes;
 	for (uint32_t i = 0; i < sv->nchunks; i++) {
-		iov[i].iov_base = pool_chunk(&sv->d->pool, sv->chunks[i]);
+		iov[i].iov_base = pool_span_ptr(&sv->d->pool, sv->chunks[i]);
 		uint64_t left = sv->shard_bytes - (uint64_t)i * cb;
 		iov[i].iov_len = left < cb ? left : cb;
 	}
@@ -447,7 +447,7 @@ static uint64_t job_inflight_bytes(struct daemon *d, const char *job)
 	struct save *sv;
 	TAILQ_FOREACH(sv, &d->saves, link)
 		if (sv->have_chunks && strcmp(sv->job, job) == 0)
-			n += (uint64_t)sv->nchunks * d->pool.chunk_bytes;
+			n += sv->pool_bytes;
 	return n;
 }
 
@@ -467,13 +467,12 @@ static uint32_t rank_inflight_saves(struct daemon *d, const char *job, uint32_t 
 static int try_admit(struct save *sv)
 {
 	struct daemon *d = sv->d;
-	uint64_t need = (uint64_t)sv->nchunks * d->pool.chunk_bytes;
-	if (sv->quota_bytes < d->pool.bytes && job_inflight_bytes(d, sv->job) + need > sv->quota_bytes)
+	if (sv->quota_bytes < d->pool.bytes && job_inflight_bytes(d, sv->job) + sv->pool_bytes > sv->quota_bytes)
 		return -EDQUOT;
-	/* Drop memory-tier copies only if that makes room. */
-	if (d->pool.nfree < sv->nchunks && d->pool.nfree + memtier_reclaimable(d) >= sv->nchunks)
-		memtier_reclaim(d, sv->nchunks - d->pool.nfree);
-	int r = pool_reserve(&d->pool, sv->nchunks, sv->chunks);
+	/* Drop memory-tier copies only if that can make room. */
+	if (!pool_fits(&d->pool, sv->whole, sv->tail_slots))
+		memtier_reclaim(d, sv->whole, sv->tail_slots);
+	int r = pool_reserve(&d->pool, sv->whole, sv->tail_slots, sv->chunks);
 	if (r < 0)
 		return -ENOSPC;
 	sv->have_chunks = true;
@@ -499,8 +498,7 @@ void save_on_admit_timer(uv_timer_t *t)
 		if (sv->deadline_ns > now)
 			continue;
 		bool quota = sv->quota_bytes < d->pool.bytes &&
-			     job_inflight_bytes(d, sv->job) + (uint64_t)sv->nchunks * d->pool.chunk_bytes >
-				     sv->quota_bytes;
+			     job_inflight_bytes(d, sv->job) + sv->pool_bytes > sv->quota_bytes;
 		save_fail(sv, ETIMEDOUT,
 			  "no staging space for %" PRIu64 " bytes within %u ms: %s holds %" PRIu64
 			  " MiB not yet durable; raise staging_bytes or the quota, or save less often",
@@ -575,12 +573,12 @@ const uint8_t *save_shard_bytes(const struct save *sv, uint64_t off, uint64_t le
 	uint64_t cb = p->chunk_bytes;
 	uint64_t c = off / cb, in = off % cb;
 	if (in + len <= cb)
-		return pool_chunk(p, sv->chunks[c]) + in;
+		return pool_span_ptr(p, sv->chunks[c]) + in;
 	for (uint64_t done = 0; done < len;) {
 		c = (off + done) / cb;
 		in = (off + done) % cb;
 		uint64_t n = cb - in < len - done ? cb - in : len - done;
-		memcpy(tmp + done, pool_chunk(p, sv->chunks[c]) + in, n);
+		memcpy(tmp + done, pool_span_ptr(p, sv->chunks[c]) + in, n);
 		done += n;
 	}
 	return tmp;
@@ -917,6 +915,8 @@ static int layout(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen
 		return -E2BIG;
 	}
 	sv->nchunks = (uint32_t)nchunks;
+	pool_shape(&sv->d->pool, off, &sv->whole, &sv->tail_slots);
+	sv->pool_bytes = pool_shape_bytes(&sv->d->pool, sv->whole, sv->tail_slots);
 	/* Pieces: each tensor split at chunk boundaries. */
 	size_t np = 0;
 	for (size_t i = 0; i < sv->ntensors; i++) {
@@ -925,7 +925,7 @@ static int layout(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen
 			np += (t->shard_off + t->nbytes - 1) / cb - t->shard_off / cb + 1;
 	}
 	sv->pieces = calloc(np ? np : 1, sizeof(*sv->pieces));
-	sv->chunks = calloc(nchunks ? nchunks : 1, sizeof(uint32_t));
+	sv->chunks = calloc(nchunks ? nchunks : 1, sizeof(*sv->chunks));
 	sv->chunk_crc = calloc(nchunks ? nchunks : 1, sizeof(uint32_t));
 	sv->jobs = calloc(nchunks ? nchunks : 1, sizeof(*sv->jobs));
 	if (!sv->pieces || !sv->chunks || !sv->chunk_crc || !sv->jobs)

@@ -81,8 +81,10 @@ struct save {
 	struct save_piece *pieces;
 	size_t npieces;
 	uint64_t shard_bytes;
-	uint32_t nchunks;
-	uint32_t *chunks;
+	uint32_t nchunks; /* spans of chunks[]: chunk c holds shard bytes [c, c + 1) * chunk_bytes */
+	uint32_t whole, tail_slots; /* their shape (pool_shape) */
+	uint64_t pool_bytes;        /* what they hold of the pool */
+	struct pool_span *chunks;
 	uint32_t *chunk_crc;
 	bool have_chunks;
 	struct copy_job *jobs;
@@ -117,11 +119,10 @@ const uint8_t *save_shard_bytes(const struct save *sv, uint64_t off, uint64_t le
 /* The memory tier (memtier.c). */
 /* sv became durable: keep it as the newest copy of its (job, rank). */
 void memtier_hold(struct daemon *d, struct save *sv);
-/* Drop held copies, oldest first, until need chunks are free (or none
- * unpinned is left). */
-void memtier_reclaim(struct daemon *d, uint32_t need);
-/* Chunks memtier_reclaim could free now (held copies nobody reads). */
-uint32_t memtier_reclaimable(struct daemon *d);
+/* Drop held copies nobody reads, oldest first, until a reservation of
+ * that shape (pool_shape) fits; none when dropping all of them could not
+ * free enough bytes. */
+void memtier_reclaim(struct daemon *d, uint32_t whole, uint32_t tail_slots);
 /* Pin the held copies of job for a load; unpin releases any that were
  * dropped meanwhile. */
 size_t memtier_pin(struct daemon *d, const char *job, struct save ***out);

@@ -501,7 +501,7 @@ static void on_status(struct session *s, uint64_t req_id)
 		held[k].bytes = sv->shard_bytes;
 		held[k].attempt_id = sv->attempt;
 		heldp[k] = &held[k];
-		rep.pool_held_bytes += (uint64_t)sv->nchunks * d->pool.chunk_bytes;
+		rep.pool_held_bytes += sv->pool_bytes;
 		k++;
 	}
 	rep.n_held = k;

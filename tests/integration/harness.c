@@ -80,23 +80,33 @@ void h_start(struct dctx *d, const char *extra_conf)
 			setenv("LISTEN_PID", pid, 1);
 		}
 		const char *lvl = env_or("CKPTD_TEST_LOG", "info");
+		const char *argv[32];
+		int n = 0;
 		if (d->store_tmpfs) {
-			char opt[64];
+			static char opt[64];
 			snprintf(opt, sizeof(opt), "size=%s", d->store_tmpfs);
 			mkdir(d->store, 0755);
-			execlp("unshare", "unshare", "-rm", "sh", "-c",
-			       "mount -t tmpfs -o \"$1\" ckpt-test \"$2\" && shift 2 && exec \"$@\"",
-			       "sh", opt, d->store, bin, "--socket", d->sock, "--storage", url, "--staging-bytes",
-			       "64M", "--chunk-bytes", "1M", "--state-dir", state, "--config", conf,
-			       "--log-level", lvl, (char *)NULL);
-			_exit(127);
+			const char *pre[] = { "unshare", "-rm", "sh", "-c",
+					      "mount -t tmpfs -o \"$1\" ckpt-test \"$2\" && shift 2 && exec \"$@\"",
+					      "sh", opt, d->store };
+			for (size_t k = 0; k < sizeof(pre) / sizeof(pre[0]); k++)
+				argv[n++] = pre[k];
 		}
-		if (d->no_log_flag)
-			execl(bin, bin, "--socket", d->sock, "--storage", url, "--staging-bytes", "64M",
-			      "--chunk-bytes", "1M", "--state-dir", state, "--config", conf, (char *)NULL);
-		execl(bin, bin, "--socket", d->sock, "--storage", url, "--staging-bytes", "64M",
-		      "--chunk-bytes", "1M", "--state-dir", state, "--config", conf, "--log-level",
-		      lvl, (char *)NULL);
+		const char *common[] = { bin, "--socket", d->sock, "--storage", url, "--state-dir", state, "--config", conf };
+		for (size_t k = 0; k < sizeof(common) / sizeof(common[0]); k++)
+			argv[n++] = common[k];
+		if (!d->default_pool) {
+			argv[n++] = "--staging-bytes";
+			argv[n++] = "64M";
+			argv[n++] = "--chunk-bytes";
+			argv[n++] = "1M";
+		}
+		if (!d->no_log_flag) {
+			argv[n++] = "--log-level";
+			argv[n++] = lvl;
+		}
+		argv[n] = NULL;
+		execvp(argv[0], (char *const *)argv);
 		_exit(127);
 	}
 	d->pid = pid;

@@ -25,6 +25,9 @@ struct dctx {
 	int listen_fd;
 	/* Leave --log-level off the command line (the config file decides). */
 	bool no_log_flag;
+	/* Leave the pool's size to the config file or the defaults; else the
+	 * harness's 64 MiB of 1 MiB chunks. */
+	bool default_pool;
 };
 
 /* mkdtemp a new root. */

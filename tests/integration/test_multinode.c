@@ -1,7 +1,7 @@
 /* Several daemons on one machine stand for several nodes sharing one
  * storage directory: one job's ranks spread over them; completeness, the
  * commit pin, no-overwrite and restore across nodes; two attempts racing
- * for one step; 16 ranks of a job on one daemon with the default config. */
+ * for one step; 64 ranks of a job on one daemon with the default config. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -35,6 +35,7 @@ static uint32_t value(uint64_t step, char attempt, uint64_t idx)
 }
 
 struct rank {
+	uint64_t shape[1]; /* of "w": world * elems */
 	ckpt_client *c;
 	ckpt_buffer *b;
 	uint64_t off[1], len[1];
@@ -42,20 +43,27 @@ struct rank {
 	ckpt_future *f;
 };
 
-static void rank_open(struct rank *r, int node, const char *job, uint32_t rank, uint32_t world, const char *attempt)
+static void rank_open_at(struct rank *r, const char *sock, const char *job, uint32_t rank, uint32_t world,
+			 const char *attempt, uint64_t elems)
 {
 	memset(r, 0, sizeof(*r));
 	ckpt_hello h = { .job = job, .rank = rank, .world_size = world, .attempt_id = attempt };
-	int e = ckpt_connect(N[node].sock, &h, &r->c);
+	int e = ckpt_connect(sock, &h, &r->c);
 	if (e < 0)
-		fail_msg("connect to node %d: %s (%s)", node, ckpt_strerror(e), ckpt_errmsg());
-	r->off[0] = W_SHAPE[0] * rank / world;
-	r->len[0] = W_SHAPE[0] * (rank + 1) / world - r->off[0];
+		fail_msg("connect to %s: %s (%s)", sock, ckpt_strerror(e), ckpt_errmsg());
+	r->shape[0] = world * elems;
+	r->off[0] = r->shape[0] * rank / world;
+	r->len[0] = r->shape[0] * (rank + 1) / world - r->off[0];
 	assert_int_equal(ckpt_buffer_alloc(r->c, r->len[0] * 4 + 64 + 64, &r->b), 0);
-	r->t[0] = (ckpt_tensor){ .name = "w", .dtype = CKPT_F32, .ndim = 1, .global_shape = W_SHAPE,
+	r->t[0] = (ckpt_tensor){ .name = "w", .dtype = CKPT_F32, .ndim = 1, .global_shape = r->shape,
 				 .box_offsets = r->off, .box_lengths = r->len, .buffer = r->b, .nbytes = r->len[0] * 4 };
 	r->t[1] = (ckpt_tensor){ .name = "r", .dtype = CKPT_F32, .ndim = 1, .global_shape = R_SHAPE, .buffer = r->b,
 				 .offset = (r->len[0] * 4 + 63) & ~63ull, .nbytes = 64 };
+}
+
+static void rank_open(struct rank *r, int node, const char *job, uint32_t rank, uint32_t world, const char *attempt)
+{
+	rank_open_at(r, N[node].sock, job, rank, world, attempt, W_SHAPE[0] / world);
 }
 
 static void rank_fill(struct rank *r, uint64_t step, char attempt)
@@ -280,33 +288,64 @@ static void test_concurrent_attempts_race(void **state)
 
 /* More than 8 ranks of one job on one node (the old per-job cap), each
  * with a save in flight and the next queued: default config. */
-static void test_sixteen_ranks_one_node(void **state)
+/* 64 ranks of one job on one daemon with the default pool and limits
+ * (1 GiB of 64 MiB chunks, 4 saves in flight per rank), 1 MiB each: every
+ * rank has step 1 in flight and step 2 queued behind it. A shard takes
+ * the slots it needs, not a chunk each: 128 saves of a chunk each would
+ * need 8 GiB. Then restore, from memory and, after a restart, from storage. */
+static void test_sixty_four_ranks_one_node(void **state)
 {
 	(void)state;
-	enum { R = 16 };
+	enum { R = 64, ELEMS_1M = 256 * 1024 };
+	static struct dctx wide;
 	static struct rank r[R];
+	h_init(&wide);
+	wide.default_pool = true;
+	h_start(&wide, NULL); /* the defaults, but for the harness's admit_timeout_ms */
 	for (uint32_t i = 0; i < R; i++)
-		rank_open(&r[i], 0, "wide", i, R, "a");
-	for (uint64_t step = 1; step <= 2; step++)
-		for (uint32_t i = 0; i < R; i++) {
-			struct rank *x = &r[i];
-			rank_fill(x, step, 'a');
-			ckpt_future *f = NULL;
-			int e = ckpt_save(x->c, step, x->t, 2, NULL, 0, &f);
-			if (e < 0)
-				fail_msg("save: %s (%s)", ckpt_strerror(e), ckpt_errmsg());
-			if (step == 1)
-				x->f = f;
-			else if ((e = ckpt_future_wait(f, CKPT_DURABLE, 60000)) != 0)
-				fail_msg("rank %u step 2: %s: %s", i, ckpt_strerror(e), ckpt_future_message(f));
-			if (step == 2)
-				ckpt_future_free(f);
-		}
+		rank_open_at(&r[i], wide.sock, "wide", i, R, "a", ELEMS_1M);
+	ckpt_future *f2[R];
 	for (uint32_t i = 0; i < R; i++) {
-		assert_int_equal(save_wait(&r[i]), 0);
+		save_start(&r[i], 1, 'a');
+		int e = ckpt_future_wait(r[i].f, CKPT_STAGED, 60000);
+		if (e != 0)
+			fail_msg("rank %u step 1 staged: %s", i, ckpt_strerror(e));
+		rank_fill(&r[i], 2, 'a');
+		e = ckpt_save(r[i].c, 2, r[i].t, 2, NULL, 0, &f2[i]);
+		if (e < 0)
+			fail_msg("rank %u step 2: %s (%s)", i, ckpt_strerror(e), ckpt_errmsg());
+	}
+	for (uint32_t i = 0; i < R; i++) {
+		int e = save_wait(&r[i]);
+		if (e != 0)
+			fail_msg("rank %u step 1: %s", i, ckpt_strerror(e));
+		if ((e = ckpt_future_wait(f2[i], CKPT_DURABLE, 60000)) != 0)
+			fail_msg("rank %u step 2: %s: %s", i, ckpt_strerror(e), ckpt_future_message(f2[i]));
+		ckpt_future_free(f2[i]);
+	}
+	/* The memory tier holds step 2 of every rank in 2 MiB (1 MiB and the
+	 * next slot for the small tensor), not a 64 MiB chunk each. */
+	ckpt_status_info si;
+	assert_int_equal(ckpt_status(r[0].c, &si), 0);
+	assert_int_equal(si.chunk_bytes, 64ull << 20);
+	assert_true(si.pool_held_bytes <= (uint64_t)R * (2ull << 20));
+	assert_true(si.pool_held_bytes >= (uint64_t)R * (1ull << 20));
+	for (uint32_t i = 0; i < R; i++)
+		load_check(&r[i], CKPT_LATEST, 2, 'a', 0);
+	for (uint32_t i = 0; i < R; i++)
+		rank_close(&r[i]);
+
+	assert_int_equal(h_stop(&wide), 0);
+	h_start(&wide, NULL);
+	for (uint32_t i = 0; i < R; i++)
+		rank_open_at(&r[i], wide.sock, "wide", i, R, "a", ELEMS_1M);
+	for (uint32_t i = 0; i < R; i++) {
+		load_check(&r[i], 1, 1, 'a', 0);
 		load_check(&r[i], CKPT_LATEST, 2, 'a', 0);
 		rank_close(&r[i]);
 	}
+	h_stop(&wide);
+	h_cleanup(&wide);
 }
 
 int main(void)
@@ -316,7 +355,7 @@ int main(void)
 		cmocka_unit_test(test_restore_across_nodes),
 		cmocka_unit_test(test_no_overwrite_across_nodes),
 		cmocka_unit_test(test_concurrent_attempts_race),
-		cmocka_unit_test(test_sixteen_ranks_one_node),
+		cmocka_unit_test(test_sixty_four_ranks_one_node),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
