@@ -6,7 +6,7 @@
 
 #include "client_internal.h"
 
-static void copy_step(ckpt_step_info *o, const Ckpt__StepInfo *s)
+void client_copy_step(ckpt_step_info *o, const Ckpt__StepInfo *s)
 {
 	memset(o, 0, sizeof(*o));
 	if (s == NULL)
@@ -18,6 +18,7 @@ static void copy_step(ckpt_step_info *o, const Ckpt__StepInfo *s)
 	o->ranks_present = s->ranks_present;
 	o->world_size = s->world_size;
 	snprintf(o->attempt_id, sizeof(o->attempt_id), "%s", s->attempt_id ? s->attempt_id : "");
+	o->bytes_unlisted = s->bytes_unlisted ? 1 : 0;
 }
 
 /* Call and check the reply's body type. */
@@ -72,7 +73,7 @@ static int show(ckpt_client *c, const char *job, uint64_t step, int64_t rank, ck
 		client_set_errmsg("");
 		return -ENOMEM;
 	}
-	copy_step(&d->info, s->info);
+	client_copy_step(&d->info, s->info);
 	d->tensors = (ckpt_tensor_info *)(d + 1);
 	char *np = (char *)(d->tensors + n);
 	for (size_t i = 0; i < s->n_manifests; i++) {
@@ -141,7 +142,7 @@ int ckpt_verify(ckpt_client *c, const char *job, uint64_t step, ckpt_verify_resu
 		client_set_errmsg("");
 		return -ENOMEM;
 	}
-	copy_step(&o->info, v->info);
+	client_copy_step(&o->info, v->info);
 	o->ok = v->ok ? 1 : 0;
 	o->bytes_checked = v->bytes_checked;
 	o->problems = p;
@@ -182,7 +183,7 @@ int ckpt_resolve(ckpt_client *c, const char *job, int64_t step, ckpt_step_info *
 		client_set_errmsg("ckptd answered resolve without a step");
 		return -EPROTO;
 	}
-	copy_step(out, rep->resolve_reply->info);
+	client_copy_step(out, rep->resolve_reply->info);
 	ckpt__frame__free_unpacked(rep, NULL);
 	return 0;
 }
@@ -227,7 +228,7 @@ int ckpt_gc(ckpt_client *c, const char *job, int dry_run, ckpt_gc_entry **out, s
 		return -ENOMEM;
 	}
 	for (size_t i = 0; i < g->n_removed; i++) {
-		copy_step(&v[i].info, g->removed[i]);
+		client_copy_step(&v[i].info, g->removed[i]);
 		snprintf(v[i].reason, sizeof(v[i].reason), "%s",
 			 i < g->n_reasons && g->reasons[i] ? g->reasons[i] : "");
 	}

@@ -262,7 +262,12 @@ static int cmd_ls(ckpt_client *c, const char *job, int json)
 			json_put(o, "step", json_object_new_uint64(v[i].step));
 			json_put(o, "complete",
 				 json_object_new_boolean(v[i].complete));
-			json_put(o, "bytes", json_object_new_uint64(v[i].bytes));
+			if (v[i].bytes_unlisted) { /* layout spread: null; show has them */
+				if (json_object_object_add(o, "bytes", NULL) != 0)
+					die_oom();
+			} else {
+				json_put(o, "bytes", json_object_new_uint64(v[i].bytes));
+			}
 			json_put(o, "ranks_present",
 				 json_object_new_uint64(v[i].ranks_present));
 			json_put(o, "world_size",
@@ -287,7 +292,7 @@ static int cmd_ls(ckpt_client *c, const char *job, int json)
 			 v[i].ranks_present, v[i].world_size);
 		printf("%-*s %12" PRIu64 " %-8s %7s %10s  %s\n", (int)jw,
 		       v[i].job, v[i].step, v[i].complete ? "yes" : "no",
-		       ranks, human_bytes(v[i].bytes, sz, sizeof(sz)),
+		       ranks, v[i].bytes_unlisted ? "-" : human_bytes(v[i].bytes, sz, sizeof(sz)),
 		       v[i].attempt_id);
 	}
 	free(v);

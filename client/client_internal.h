@@ -148,4 +148,7 @@ void future_fail(ckpt_future *f, int status, const char *msg);
  * holds a ref on f. */
 void future_dispatch(ckpt_future *f);
 
+/* A StepInfo from the daemon as the public ckpt_step_info (catalog.c). */
+void client_copy_step(ckpt_step_info *o, const Ckpt__StepInfo *s);
+
 #endif

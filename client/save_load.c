@@ -359,19 +359,8 @@ int ckpt_list(ckpt_client *c, const char *job, ckpt_step_info **out,
 			return -ENOMEM;
 		}
 	}
-	for (size_t i = 0; i < l->n_steps; i++) {
-		const Ckpt__StepInfo *s = l->steps[i];
-
-		snprintf(v[i].job, sizeof(v[i].job), "%s",
-			 s->job ? s->job : "");
-		v[i].step = s->step;
-		v[i].complete = s->complete ? 1 : 0;
-		v[i].bytes = s->bytes;
-		v[i].ranks_present = s->ranks_present;
-		v[i].world_size = s->world_size;
-		snprintf(v[i].attempt_id, sizeof(v[i].attempt_id), "%s",
-			 s->attempt_id ? s->attempt_id : "");
-	}
+	for (size_t i = 0; i < l->n_steps; i++)
+		client_copy_step(&v[i], l->steps[i]);
 	*out = v;
 	*count = l->n_steps;
 	ckpt__frame__free_unpacked(rep, NULL);

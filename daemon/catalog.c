@@ -211,8 +211,10 @@ int catalog_list_step(struct store *s, const char *job, uint64_t step, struct ca
 		if (sn.kind != OBJ_SHARD || sn.attempt[0] == '\0')
 			continue;
 		struct catalog_group *grp = find_group(out, sn.attempt, sn.world_size);
-		if (grp && !grp->legacy && grp->present[sn.rank])
+		if (grp && !grp->legacy && grp->present[sn.rank]) {
 			grp->bytes += v[i].size;
+			grp->shards_listed++;
+		}
 	}
 	store_entries_free(v, n);
 	if (r < 0) {
@@ -476,6 +478,63 @@ int catalog_jobs(struct store *s, char ***jobs, size_t *n)
 	return 0;
 }
 
+/* Layout spread: a rank with a manifest in the step's listing but no
+ * shard there keeps its shards in its spread directory. One LIST per such
+ * directory (at most SPREAD_FANOUT, W / 256 names each), then a DELETE per
+ * shard: no manifest is read. Shards whose manifests were removed by an
+ * earlier, interrupted delete are not found again here. */
+static int delete_spread_shards(struct store *s, const char *job, uint64_t step, char **names, size_t n)
+{
+	bool want[SPREAD_FANOUT] = { false };
+	uint8_t *has_shard = calloc(100000, 1); /* by rank: 5 digits in names */
+	if (has_shard == NULL)
+		return -ENOMEM;
+	struct step_name sn;
+	for (size_t i = 0; i < n; i++) {
+		manifest_parse_object(names[i], &sn);
+		if (sn.kind == OBJ_SHARD)
+			has_shard[sn.rank] = 1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		manifest_parse_object(names[i], &sn);
+		if (sn.kind == OBJ_MANIFEST && sn.attempt[0] && !has_shard[sn.rank])
+			want[sn.rank % SPREAD_FANOUT] = true;
+	}
+	free(has_shard);
+	int err = 0;
+	for (uint32_t h = 0; h < SPREAD_FANOUT; h++) {
+		if (!want[h])
+			continue;
+		char dir[600], sd[64], key[768];
+		char **v = NULL;
+		size_t nv = 0;
+		if (manifest_spread_dir(sd, sizeof(sd), h, step) < 0 ||
+		    snprintf(dir, sizeof(dir), "%s/%s", job, sd) >= (int)sizeof(dir))
+			return -ENAMETOOLONG;
+		int r = s->ops->list(s, dir, &v, &nv);
+		if (r == -ENOENT)
+			continue;
+		if (r < 0) {
+			err = err ? err : r;
+			continue;
+		}
+		for (size_t i = 0; i < nv; i++) {
+			manifest_parse_object(v[i], &sn);
+			if (sn.kind != OBJ_SHARD)
+				continue; /* another node's temporary */
+			snprintf(key, sizeof(key), "%s/%s", dir, v[i]);
+			r = s->ops->remove(s, key);
+			if (r < 0 && r != -ENOENT && err == 0)
+				err = r;
+		}
+		store_names_free(v, nv);
+		r = s->ops->remove_dir(s, dir);
+		if (r < 0 && r != -ENOTEMPTY && r != -EEXIST && r != -ENOENT && err == 0)
+			err = r;
+	}
+	return err;
+}
+
 int catalog_delete_step(struct store *s, const char *job, uint64_t step)
 {
 	char dir[512], key[768];
@@ -502,6 +561,9 @@ int catalog_delete_step(struct store *s, const char *job, uint64_t step)
 				err = r;
 		}
 	}
+	r = delete_spread_shards(s, job, step, names, n);
+	if (r < 0 && err == 0)
+		err = r;
 	store_names_free(names, n);
 	/* Other nodes' temporaries may still sit there: then it stays. */
 	r = s->ops->remove_dir(s, dir);

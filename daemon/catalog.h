@@ -26,6 +26,7 @@ struct catalog_group {
 	uint32_t world_size;
 	uint32_t count;    /* ranks with a manifest */
 	uint64_t bytes;    /* of its shards, as listed */
+	uint32_t shards_listed; /* 0 with manifests: the shards are elsewhere (layout spread) */
 	int64_t newest_ns; /* its newest manifest's time, as listed */
 	bool legacy;       /* format 1 names: the attempt came from reading the manifests */
 	bool *present;     /* world_size entries */

@@ -42,6 +42,7 @@ static int step_info(Ckpt__StepInfo *si, const char *job, const struct catalog_s
 	si->step = cs->step;
 	si->complete = catalog_step_complete(cs);
 	si->bytes = g->bytes;
+	si->bytes_unlisted = !g->legacy && g->count > 0 && g->shards_listed == 0;
 	si->ranks_present = g->count;
 	si->world_size = g->world_size;
 	return 0;
@@ -440,7 +441,11 @@ static void show_reply(struct bgreq *b)
 			continue;
 		g->by_rank[r]->extra_state.len = 0; /* the user's, and possibly large */
 		ms[n++] = g->by_rank[r];
+		if (si.bytes_unlisted && !q->one_rank) /* layout spread: from the manifests */
+			si.bytes += g->by_rank[r]->shard_bytes;
 	}
+	if (!q->one_rank)
+		si.bytes_unlisted = false;
 	Ckpt__ShowReply rep = CKPT__SHOW_REPLY__INIT;
 	rep.info = &si;
 	rep.n_manifests = n;

@@ -331,6 +331,10 @@ static int on_ini(void *user, const char *section, const char *name,
 		r = parse_u32(value, &c->drain_timeout_ms);
 	else if (KEY("storage", "url"))
 		r = copy_str(c->storage_url, sizeof(c->storage_url), value);
+	else if (KEY("storage", "layout")) {
+		r = strcmp(value, "spread") == 0 || strcmp(value, "step") == 0 ? 0 : -EINVAL;
+		c->layout_spread = strcmp(value, "spread") == 0;
+	}
 	else if (strcmp(section, "storage") == 0) {
 		/* Object-store options (endpoint, region, part_size ...):
 		 * checked by the backend when it opens. */
@@ -460,7 +464,7 @@ void config_print(const struct config *c, FILE *f)
 	print_ids(f, "allowed_uids", c->allowed_uids, c->n_allowed_uids);
 	print_ids(f, "allowed_gids", c->allowed_gids, c->n_allowed_gids);
 	fprintf(f, "drain_timeout_ms = %u\n\n", c->drain_timeout_ms);
-	fprintf(f, "[storage]\nurl = %s\n", c->storage_url);
+	fprintf(f, "[storage]\nurl = %s\nlayout = %s\n", c->storage_url, c->layout_spread ? "spread" : "step");
 	if (c->storage_opts[0]) {
 		char o[sizeof(c->storage_opts)];
 		snprintf(o, sizeof(o), "%s", c->storage_opts);

@@ -71,6 +71,7 @@ struct config {
 	char socket_path[108];
 	char storage_url[1024];
 	char storage_opts[1024]; /* other [storage] keys as k=v&k=v, for s3:// and gs:// */
+	bool layout_spread;      /* [storage] layout = spread (manifest.h, SPREAD_FANOUT) */
 	char state_dir[1024];
 	uint64_t staging_bytes;
 	uint64_t chunk_bytes;

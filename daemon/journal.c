@@ -210,7 +210,8 @@ static bool shard_orphaned(struct store *s, const struct entry *e)
 	Ckpt__Manifest *m = NULL;
 	char why[256];
 	if (sn.kind == OBJ_SHARD && sn.attempt[0] && manifest_decode(buf, len, &m, why, sizeof(why)) == 0) {
-		orphan = strcmp(m->shard_name, base) != 0;
+		char named[768]; /* the manifest's shard, in the step's or the spread directory */
+		orphan = manifest_shard_of(m, named, sizeof(named)) == 0 && strcmp(named, e->shard) != 0;
 		ckpt__manifest__free_unpacked(m, NULL);
 	}
 	free(buf);

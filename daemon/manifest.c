@@ -30,11 +30,22 @@ int manifest_key_attempt(char *out, size_t cap, const char *job, uint64_t step, 
 	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
 }
 
-int manifest_shard_key(char *out, size_t cap, const char *job, uint64_t step, uint32_t rank,
-		       uint32_t world_size, const char *attempt, uint64_t nonce)
+int manifest_spread_dir(char *out, size_t cap, uint32_t rank, uint64_t step)
 {
-	int n = snprintf(out, cap, "%s/step-%012" PRIu64 "/rank-%05" PRIu32 "-of-%05" PRIu32 ".%s.%016" PRIx64 ".shard",
-			 job, step, rank, world_size, attempt, nonce);
+	int n = snprintf(out, cap, "shards/%02x/step-%012" PRIu64, rank % SPREAD_FANOUT, step);
+	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
+}
+
+int manifest_shard_key(char *out, size_t cap, const char *job, uint64_t step, uint32_t rank,
+		       uint32_t world_size, const char *attempt, uint64_t nonce, bool spread)
+{
+	char dir[64];
+	int n = spread ? manifest_spread_dir(dir, sizeof(dir), rank, step)
+		       : snprintf(dir, sizeof(dir), "step-%012" PRIu64, step);
+	if (n < 0)
+		return -ENAMETOOLONG;
+	n = snprintf(out, cap, "%s/%s/rank-%05" PRIu32 "-of-%05" PRIu32 ".%s.%016" PRIx64 ".shard", job, dir, rank,
+		     world_size, attempt, nonce);
 	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
 }
 
@@ -139,7 +150,15 @@ int manifest_shard_of(const Ckpt__Manifest *m, char *out, size_t cap)
 	if (sn.kind != OBJ_SHARD || sn.rank != m->rank || sn.world_size != m->world_size ||
 	    (sn.attempt[0] && strcmp(sn.attempt, m->attempt_id) != 0))
 		return -EBADMSG;
-	int n = snprintf(out, cap, "%s/step-%012" PRIu64 "/%s", m->job, m->step, m->shard_name);
+	if (m->shard_dir[0] == '\0') {
+		int n = snprintf(out, cap, "%s/step-%012" PRIu64 "/%s", m->job, m->step, m->shard_name);
+		return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
+	}
+	char dir[64];
+	if (sn.attempt[0] == '\0' || manifest_spread_dir(dir, sizeof(dir), m->rank, m->step) < 0 ||
+	    strcmp(dir, m->shard_dir) != 0)
+		return -EBADMSG;
+	int n = snprintf(out, cap, "%s/%s/%s", m->job, dir, m->shard_name);
 	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
 }
 
@@ -265,8 +284,8 @@ int manifest_check(const Ckpt__Manifest *m, char *err, size_t errlen)
 	}
 	char key[1024];
 	if (manifest_shard_of(m, key, sizeof(key)) < 0) {
-		snprintf(err, errlen, "manifest shard_name '%.200s' is not a shard of rank %u of %u", m->shard_name,
-			 m->rank, m->world_size);
+		snprintf(err, errlen, "manifest shard '%.100s%s%.200s' is not a shard of rank %u of %u", m->shard_dir,
+			 m->shard_dir[0] ? "/" : "", m->shard_name, m->rank, m->world_size);
 		return -EBADMSG;
 	}
 	int r = check_unique_names(m, err, errlen);

@@ -2,6 +2,7 @@
 #ifndef CKPTD_MANIFEST_H
 #define CKPTD_MANIFEST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,9 +31,18 @@ int manifest_key(char *out, size_t cap, const char *job, uint64_t step,
 /* "<job>/step-<12>/rank-<5>-of-<5>.<attempt>.manifest" */
 int manifest_key_attempt(char *out, size_t cap, const char *job, uint64_t step, uint32_t rank,
 			 uint32_t world_size, const char *attempt);
-/* "<job>/step-<12>/rank-<5>-of-<5>.<attempt>.<nonce as 16 hex>.shard" */
+/* Layout spread (config [storage] layout): a step's shards go to
+ * "<job>/shards/<2 hex of rank % 256>/step-<12>/", 256 key prefixes that
+ * stay the same from step to step, so an object store that partitions its
+ * key space by prefix spreads one step's requests over all of them; the
+ * manifests and the commit stay in the step's directory. */
+#define SPREAD_FANOUT 256
+/* "shards/<hh>/step-<12>", relative to the job (Manifest.shard_dir). */
+int manifest_spread_dir(char *out, size_t cap, uint32_t rank, uint64_t step);
+/* "<job>/step-<12>/rank-<5>-of-<5>.<attempt>.<nonce as 16 hex>.shard", or
+ * with spread "<job>/shards/<hh>/step-<12>/..." */
 int manifest_shard_key(char *out, size_t cap, const char *job, uint64_t step, uint32_t rank,
-		       uint32_t world_size, const char *attempt, uint64_t nonce);
+		       uint32_t world_size, const char *attempt, uint64_t nonce, bool spread);
 /* "<job>/step-<12>/commit" */
 int manifest_commit_key(char *out, size_t cap, const char *job, uint64_t step);
 int manifest_step_dir(char *out, size_t cap, const char *job, uint64_t step);
@@ -56,7 +66,8 @@ int manifest_name_valid(const char *s, size_t max);
 int manifest_decode(const void *buf, size_t len, Ckpt__Manifest **out,
 		    char *err, size_t errlen);
 int manifest_check(const Ckpt__Manifest *m, char *err, size_t errlen);
-/* The key of m's shard: its step directory and shard_name, which must
+/* The key of m's shard: its step directory (or shard_dir, which must be
+ * the spread directory of m's rank and step) and shard_name, which must
  * name a shard of m's own rank (and attempt, in format 2 names). */
 int manifest_shard_of(const Ckpt__Manifest *m, char *out, size_t cap);
 

@@ -239,6 +239,9 @@ static int build_manifest(struct save *sv, uint8_t **out, size_t *outlen, const 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	m.created_unix_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	m.shard_name = (char *)shard_name;
+	char dir[64];
+	if (sv->spread && manifest_spread_dir(dir, sizeof(dir), sv->rank, sv->step) == 0)
+		m.shard_dir = dir;
 	m.shard_bytes = sv->shard_bytes;
 	m.chunk_bytes = sv->d->pool.chunk_bytes;
 	m.n_chunk_crc32c = sv->nchunks;
@@ -343,7 +346,7 @@ static void upload_run(uv_work_t *w)
 	struct store *st = sv->d->store;
 	char shard_key[768], man_key[768];
 	if (manifest_shard_key(shard_key, sizeof(shard_key), sv->job, sv->step, sv->rank, sv->world_size, sv->attempt,
-			       shard_nonce()) < 0 ||
+			       shard_nonce(), sv->spread) < 0 ||
 	    manifest_key_attempt(man_key, sizeof(man_key), sv->job, sv->step, sv->rank, sv->world_size,
 				 sv->attempt) < 0) {
 		upload_fail(sv, ENAMETOOLONG, "job and attempt names make too long a key");
@@ -986,6 +989,7 @@ void save_start(struct session *s, uint64_t req_id, const Ckpt__Save *m)
 	config_job_policy(&d->cfg, sv->job, d->pool.bytes, &jp);
 	sv->policy = s->policy >= 0 ? (enum admit_policy)s->policy : jp.policy;
 	sv->quota_bytes = jp.quota_bytes;
+	sv->spread = d->cfg.layout_spread;
 	/* Per rank: a node holds as many ranks of a job as it has GPUs (or
 	 * more), each with a save uploading and the next one staged. */
 	if (rank_inflight_saves(d, sv->job, sv->rank) >= jp.max_inflight_saves) {

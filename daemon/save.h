@@ -75,6 +75,7 @@ struct save {
 	uint64_t step;
 	enum admit_policy policy;
 	uint64_t quota_bytes;
+	bool spread; /* the shard goes to the spread directory ([storage] layout) */
 
 	struct save_tensor *tensors;
 	size_t ntensors;

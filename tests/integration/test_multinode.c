@@ -348,6 +348,119 @@ static void test_sixty_four_ranks_one_node(void **state)
 	h_cleanup(&wide);
 }
 
+/* Layout spread on two nodes: shards under job/shards/<rank % 256>/,
+ * manifests and the commit in the step's directory. Complete from the
+ * listing (with bytes unlisted), shown with bytes from the manifests,
+ * verified, restored after a restart and resharded, and deleted shards
+ * and all. */
+static bool exists(const char *path)
+{
+	return access(path, F_OK) == 0;
+}
+
+static size_t count_ext(const char *dir, const char *ext)
+{
+	char cmd[700];
+	snprintf(cmd, sizeof(cmd), "ls '%s' 2>/dev/null | grep -c '\\.%s$'", dir, ext);
+	FILE *p = popen(cmd, "r");
+	assert_non_null(p);
+	size_t n = 0;
+	if (fscanf(p, "%zu", &n) != 1)
+		n = 0;
+	pclose(p);
+	return n;
+}
+
+static void test_spread_layout(void **state)
+{
+	(void)state;
+	enum { W = 4 };
+	static struct dctx S[2];
+	for (int i = 0; i < 2; i++) {
+		h_init(&S[i]);
+		if (i > 0)
+			snprintf(S[i].store, sizeof(S[i].store), "%s", S[0].store);
+		h_start(&S[i], "[storage]\nlayout = spread\n");
+	}
+	struct rank r[W];
+	for (uint64_t step = 1; step <= 2; step++) {
+		for (uint32_t i = 0; i < W; i++) {
+			rank_open_at(&r[i], S[i % 2].sock, "sp", i, W, "a", 1000);
+			save_start(&r[i], step, 'a');
+		}
+		for (uint32_t i = 0; i < W; i++) {
+			assert_int_equal(save_wait(&r[i]), 0);
+			rank_close(&r[i]);
+		}
+	}
+	char dir[700];
+	for (uint32_t i = 0; i < W; i++) {
+		snprintf(dir, sizeof(dir), "%s/sp/shards/%02x/step-000000000001", S[0].store, i);
+		assert_int_equal(count_ext(dir, "shard"), 1);
+	}
+	snprintf(dir, sizeof(dir), "%s/sp/step-000000000001", S[0].store);
+	assert_int_equal(count_ext(dir, "shard"), 0);
+	assert_int_equal(count_ext(dir, "manifest"), W);
+
+	ckpt_client *c = NULL;
+	ckpt_hello h = { 0 };
+	assert_int_equal(ckpt_connect(S[1].sock, &h, &c), 0);
+	ckpt_step_info *v = NULL;
+	size_t n = 0;
+	assert_int_equal(ckpt_list(c, "sp", &v, &n), 0);
+	assert_int_equal(n, 2);
+	for (size_t i = 0; i < n; i++) {
+		assert_true(v[i].complete);
+		assert_true(v[i].bytes_unlisted);
+		assert_int_equal(v[i].bytes, 0);
+	}
+	free(v);
+	ckpt_step_detail *d = NULL;
+	assert_int_equal(ckpt_show(c, "sp", 2, &d), 0);
+	assert_false(d->info.bytes_unlisted);
+	assert_true(d->info.bytes >= (uint64_t)W * 1000 * 4);
+	ckpt_step_detail_free(d);
+	ckpt_verify_result *vr = NULL;
+	assert_int_equal(ckpt_verify(c, "sp", 2, &vr), 0);
+	assert_true(vr->ok);
+	ckpt_verify_result_free(vr);
+	ckpt_close(c);
+
+	/* After a restart: from storage, at the same world size and resharded. */
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(h_stop(&S[i]), 0);
+		h_start(&S[i], "[storage]\nlayout = spread\n");
+	}
+	for (uint32_t i = 0; i < W; i++) {
+		rank_open_at(&r[i], S[(i + 1) % 2].sock, "sp", i, W, "a", 1000);
+		load_check(&r[i], CKPT_LATEST, 2, 'a', 0);
+		load_check(&r[i], 1, 1, 'a', 0);
+		rank_close(&r[i]);
+	}
+	for (uint32_t i = 0; i < 2; i++) {
+		rank_open_at(&r[i], S[0].sock, "sp", i, 2, "a", 2000);
+		load_check(&r[i], 2, 2, 'a', 0);
+		rank_close(&r[i]);
+	}
+
+	/* Deleting step 1 removes its spread shards, not step 2's. */
+	assert_int_equal(ckpt_connect(S[0].sock, &h, &c), 0);
+	assert_int_equal(ckpt_delete(c, "sp", 1), 0);
+	ckpt_close(c);
+	for (uint32_t i = 0; i < W; i++) {
+		snprintf(dir, sizeof(dir), "%s/sp/shards/%02x/step-000000000001", S[0].store, i);
+		assert_false(exists(dir));
+		snprintf(dir, sizeof(dir), "%s/sp/shards/%02x/step-000000000002", S[0].store, i);
+		assert_int_equal(count_ext(dir, "shard"), 1);
+	}
+	snprintf(dir, sizeof(dir), "%s/sp/step-000000000001", S[0].store);
+	assert_false(exists(dir));
+	for (int i = 0; i < 2; i++) {
+		h_stop(&S[i]);
+		h_cleanup(&S[i]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -356,6 +469,7 @@ int main(void)
 		cmocka_unit_test(test_no_overwrite_across_nodes),
 		cmocka_unit_test(test_concurrent_attempts_race),
 		cmocka_unit_test(test_sixty_four_ranks_one_node),
+		cmocka_unit_test(test_spread_layout),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -16,20 +16,26 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 moto_harness = pytest.importorskip("moto_harness")
 
 
-@pytest.fixture
-def s3daemon(monkeypatch):
+@pytest.fixture(params=["step", "spread"])
+def s3daemon(monkeypatch, request):
     tmp = tempfile.mkdtemp(prefix="ckpt-py-s3-")
     m = moto_harness.Moto(tmp)
     m.client().create_bucket(Bucket="pyfmt")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", m.access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", m.secret_key)
     monkeypatch.setenv("AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://127.0.0.1:9")
-    d = Daemon(tmp)
+    d = Daemon(tmp, conf=f"[storage]\nlayout = {request.param}\n")
+    d.layout = request.param
     d.url = f"s3://pyfmt/ck?endpoint={m.endpoint}&region=us-east-1&path_style=1&part_size=5M"
+    d.moto = m
     d.start()
     yield d
     d.stop()
     m.stop()
+
+
+def boto3_keys(d):
+    return d.moto.client().list_objects_v2(Bucket="pyfmt").get("Contents", [])
 
 
 def test_load_step_from_s3(s3daemon):
@@ -41,6 +47,8 @@ def test_load_step_from_s3(s3daemon):
         sd["w"].add_(1)
         cp.save(sd, 4).durable.result(60)
     s3daemon.stop()  # no daemon needed
+    spread = [k["Key"] for k in boto3_keys(s3daemon) if "/shards/" in k["Key"]]
+    assert len(spread) == (2 if s3daemon.layout == "spread" else 0), spread
     assert ckpt.format.list_steps(s3daemon.url, "fs3") == [(3, True), (4, True)]
     got = ckpt.format.load_step(s3daemon.url, "fs3")
     assert torch.equal(got["w"], sd["w"]) and torch.equal(got["b"], sd["b"]) and got["note"] == "s3"

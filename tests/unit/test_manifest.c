@@ -125,8 +125,14 @@ static void test_parse_object(void **state)
 	assert_int_equal(sn.rank, 2);
 	assert_int_equal(sn.world_size, 8);
 	assert_string_equal(sn.attempt, "run.7-x_1");
-	assert_int_equal(manifest_shard_key(key, sizeof(key), "j", 3, 2, 8, "run.7", 0x1f), 0);
+	assert_int_equal(manifest_shard_key(key, sizeof(key), "j", 3, 2, 8, "run.7", 0x1f, false), 0);
 	assert_string_equal(key, "j/step-000000000003/rank-00002-of-00008.run.7.000000000000001f.shard");
+	assert_int_equal(manifest_shard_key(key, sizeof(key), "j", 3, 258, 300, "run.7", 0x1f, true), 0);
+	assert_string_equal(key, "j/shards/02/step-000000000003/rank-00258-of-00300.run.7.000000000000001f.shard");
+	manifest_parse_object(strrchr(key, '/') + 1, &sn);
+	assert_int_equal(sn.kind, OBJ_SHARD);
+	assert_int_equal(sn.rank, 258);
+	assert_int_equal(manifest_shard_key(key, sizeof(key), "j", 3, 2, 8, "run.7", 0x1f, false), 0);
 	manifest_parse_object(strrchr(key, '/') + 1, &sn);
 	assert_int_equal(sn.kind, OBJ_SHARD);
 	assert_string_equal(sn.attempt, "run.7");
@@ -251,6 +257,22 @@ static void b_box(struct tm_manifest *x) { x->off0[0] = 3; }
 static void b_box_count(struct tm_manifest *x) { x->t[0].n_box_lengths = 1; }
 static void b_dup_name(struct tm_manifest *x) { x->t[1].name = x->t[0].name; }
 static void b_overlap(struct tm_manifest *x) { x->t[1].shard_offset = x->t[0].shard_offset + 1; }
+static void b_spread_format1(struct tm_manifest *x) { x->m.shard_dir = "shards/00/step-000000000005"; }
+static void b_spread_up(struct tm_manifest *x)
+{
+	snprintf(x->shard, sizeof(x->shard), "rank-00000-of-00002.a.0000000000000001.shard");
+	x->m.shard_dir = "../../other/step-000000000005";
+}
+static void b_spread_rank(struct tm_manifest *x)
+{
+	snprintf(x->shard, sizeof(x->shard), "rank-00000-of-00002.a.0000000000000001.shard");
+	x->m.shard_dir = "shards/01/step-000000000005";
+}
+static void b_spread_step(struct tm_manifest *x)
+{
+	snprintf(x->shard, sizeof(x->shard), "rank-00000-of-00002.a.0000000000000001.shard");
+	x->m.shard_dir = "shards/00/step-000000000004";
+}
 
 static void test_check_rejects(void **state)
 {
@@ -277,6 +299,10 @@ static void test_check_rejects(void **state)
 		{ "box count mismatch", b_box_count },
 		{ "tensor name twice", b_dup_name },
 		{ "tensors overlap in the shard", b_overlap },
+		{ "spread shard with a format 1 name", b_spread_format1 },
+		{ "spread directory outside the job's shards", b_spread_up },
+		{ "spread directory of another rank", b_spread_rank },
+		{ "spread directory of another step", b_spread_step },
 	};
 	struct tm_manifest x;
 	char err[256];
@@ -302,6 +328,14 @@ static void test_check_rejects(void **state)
 			fail_msg("%s: manifest_decode = %d", cases[i].what, r);
 		free(buf);
 	}
+	/* The spread directory of the manifest's own rank and step is fine. */
+	tm_init(&x, "job", 5, 0, 2, "a");
+	snprintf(x.shard, sizeof(x.shard), "rank-00000-of-00002.a.0000000000000001.shard");
+	x.m.shard_dir = "shards/00/step-000000000005";
+	assert_int_equal(manifest_check(&x.m, err, sizeof(err)), 0);
+	char key[256];
+	assert_int_equal(manifest_shard_of(&x.m, key, sizeof(key)), 0);
+	assert_string_equal(key, "job/shards/00/step-000000000005/rank-00000-of-00002.a.0000000000000001.shard");
 	/* A shard that ends exactly at its last tensor is fine. */
 	tm_init(&x, "job", 5, 0, 2, "a");
 	x.m.shard_bytes = 4096 + 12;

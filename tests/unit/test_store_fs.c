@@ -635,7 +635,7 @@ static void put_v2(struct store *s, const char *job, uint64_t step, uint32_t ran
 	struct tm_manifest x;
 	tm_init(&x, job, step, rank, ws, attempt);
 	assert_int_equal(manifest_shard_key(key, sizeof(key), job, step, rank, ws, attempt, 0xabcdef0123456789ull +
-					    rank), 0);
+					    rank, false), 0);
 	snprintf(x.shard, sizeof(x.shard), "%s", strrchr(key, '/') + 1);
 	char *bytes = calloc(1, shard_len + 1);
 	struct iovec sv = { bytes, shard_len };

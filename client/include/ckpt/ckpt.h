@@ -229,6 +229,7 @@ typedef struct {
 	uint32_t ranks_present;
 	uint32_t world_size;
 	char attempt_id[128];
+	int bytes_unlisted; /* layout spread: the listing has no shard sizes (bytes is 0); show has them */
 } ckpt_step_info;
 
 /* Decide once which step a restore loads: step CKPT_LATEST (the highest

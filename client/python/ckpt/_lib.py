@@ -51,6 +51,7 @@ class _StepInfo(ctypes.Structure):
         ("ranks_present", ctypes.c_uint32),
         ("world_size", ctypes.c_uint32),
         ("attempt_id", ctypes.c_char * 128),
+        ("bytes_unlisted", ctypes.c_int),
     ]
 
 

@@ -293,7 +293,8 @@ class Client:
         if rc < 0:
             raise _error(rc, what="list")
         res = [{"job": out[i].job.decode(), "step": out[i].step, "complete": bool(out[i].complete),
-                "bytes": out[i].bytes, "ranks_present": out[i].ranks_present,
+                "bytes": None if out[i].bytes_unlisted else out[i].bytes,
+                "ranks_present": out[i].ranks_present,
                 "world_size": out[i].world_size, "attempt_id": out[i].attempt_id.decode()}
                for i in range(n.value)]
         if out:

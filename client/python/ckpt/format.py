@@ -95,9 +95,23 @@ def read_manifest(data):
         raise ValueError(f"malformed manifest: {e}") from e
 
 
+def shard_key(job, m):
+    """The key of manifest m's shard: in its step's directory, or (layout
+    spread) in shards/<rank % 256 as 2 hex>/step-<12>/ under the job."""
+    if "/" in m["shard_name"] or not m["shard_name"].startswith(f"rank-{m['rank']:05d}-of-") \
+            or not m["shard_name"].endswith(".shard"):
+        raise ValueError(f"rank {m['rank']}: manifest names no shard of its own")
+    step_dir = f"step-{m['step']:012d}"
+    if not m["shard_dir"]:
+        return f"{job}/{step_dir}/{m['shard_name']}"
+    if m["shard_dir"] != f"shards/{m['rank'] % 256:02x}/{step_dir}":
+        raise ValueError(f"rank {m['rank']}: manifest's shard_dir {m['shard_dir']!r} is not its spread directory")
+    return f"{job}/{m['shard_dir']}/{m['shard_name']}"
+
+
 def _read_manifest(data):
     m = {"format_version": 0, "job": "", "step": 0, "rank": 0, "world_size": 0, "attempt_id": "",
-         "shard_name": "", "shard_bytes": 0, "chunk_bytes": 0, "chunk_crc32c": [], "tensors": [],
+         "shard_name": "", "shard_dir": "", "shard_bytes": 0, "chunk_bytes": 0, "chunk_crc32c": [], "tensors": [],
          "extra_state": b""}
     names = {1: "format_version", 3: "step", 4: "rank", 5: "world_size", 7: "created_unix_ns", 9: "shard_bytes",
              10: "chunk_bytes"}
@@ -116,6 +130,8 @@ def _read_manifest(data):
             m["tensors"].append(_tensor(v))
         elif num == 13:
             m["extra_state"] = v
+        elif num == 14:
+            m["shard_dir"] = v.decode()
     if m["format_version"] != 1:
         raise ValueError(f"manifest format version {m['format_version']}, this reader knows 1")
     return m
@@ -172,7 +188,10 @@ class _S3Store:
         self.bucket = u.netloc
         self.prefix = u.path.strip("/")
         cfg = Config(s3={"addressing_style": "path" if q.get("path_style") in ("1", "true") else "auto"})
-        self.s3 = boto3.client("s3", endpoint_url=q.get("endpoint"), region_name=q.get("region"), config=cfg)
+        # A session of its own: boto3's default one keeps the first
+        # credentials it found for the life of the process.
+        self.s3 = boto3.session.Session().client("s3", endpoint_url=q.get("endpoint"), region_name=q.get("region"),
+                                                 config=cfg)
 
     def _key(self, k):
         return f"{self.prefix}/{k}" if self.prefix else k
@@ -284,9 +303,7 @@ def load_step(url, job, step="latest", verify=True):
              for m in (groups[best][r] for r in range(best[1]))]
     full = {}
     for m in group:
-        if "/" in m["shard_name"] or not m["shard_name"].endswith(".shard"):
-            raise ValueError(f"rank {m['rank']}: manifest names no shard of its own")
-        shard = st.read(f"{d}/{m['shard_name']}")
+        shard = st.read(shard_key(job, m))
         for t in m["tensors"]:
             raw = shard[t["shard_offset"]:t["shard_offset"] + t["nbytes"]]
             if len(raw) != t["nbytes"]:
