@@ -452,7 +452,8 @@ static int plan_rank(struct exec *ex, struct catalog_step *cs, uint32_t rank, ch
  * or tensors only some ranks saved): a restore at the same world size
  * costs this rank ceil(2W/1000) LIST pages (with "latest", per step
  * looked at), one commit GET or create, one manifest GET, and the
- * shard's ranged GETs. */
+ * shard's ranged GETs. Manifests come through the daemon's cache
+ * (mancache.h): a manifest several ranks of this node need is read once. */
 static void load_run(uv_work_t *w)
 {
 	struct load *ld = w->data;
@@ -486,6 +487,9 @@ static void load_run(uv_work_t *w)
 			return;
 		}
 	}
+	/* Pinned now: other ranks' manifests come through the daemon's cache,
+	 * so the ranks of this node read each one once between them. */
+	cs.cache = ld->d->mancache;
 	struct catalog_group *g = &cs.groups[cs.best];
 	ld->loaded_step = cs.step;
 	char (*keys)[768] = calloc(g->world_size, sizeof(*keys));
