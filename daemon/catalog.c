@@ -3,19 +3,32 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+static atomic_uint_fast64_t manifest_gets;
+
+uint64_t catalog_manifest_gets(void)
+{
+	return atomic_load(&manifest_gets);
+}
+
 void catalog_step_free(struct catalog_step *cs)
 {
 	for (size_t g = 0; g < cs->ngroups; g++) {
 		struct catalog_group *grp = &cs->groups[g];
-		for (uint32_t r = 0; grp->by_rank && r < grp->world_size; r++)
-			if (grp->by_rank[r])
+		for (uint32_t r = 0; grp->by_rank && r < grp->world_size; r++) {
+			if (grp->cached && grp->cached[r])
+				mancache_release(cs->cache, grp->cached[r]);
+			else if (grp->by_rank[r])
 				ckpt__manifest__free_unpacked(grp->by_rank[r], NULL);
+		}
+		free(grp->cached);
 		free(grp->by_rank);
+		free(grp->listed);
 		free(grp->present);
 	}
 	cs->ngroups = 0;
@@ -50,9 +63,11 @@ static struct catalog_group *group_for(struct catalog_step *cs, const char *atte
 	grp = &cs->groups[cs->ngroups];
 	memset(grp, 0, sizeof(*grp));
 	grp->present = calloc(ws, sizeof(*grp->present));
+	grp->listed = calloc(ws, sizeof(*grp->listed));
 	grp->by_rank = calloc(ws, sizeof(*grp->by_rank));
-	if (grp->present == NULL || grp->by_rank == NULL) {
+	if (grp->present == NULL || grp->listed == NULL || grp->by_rank == NULL) {
 		free(grp->present);
+		free(grp->listed);
 		free(grp->by_rank);
 		return NULL;
 	}
@@ -76,6 +91,7 @@ static int read_manifest(struct store *s, const char *key, const char *job, uint
 {
 	void *buf = NULL;
 	size_t len = 0;
+	atomic_fetch_add(&manifest_gets, 1);
 	int r = s->ops->get_all(s, key, MANIFEST_MAX_BYTES, &buf, &len);
 	if (r < 0) {
 		snprintf(err, errlen, "reading %s: %s", key, store_error(r));
@@ -200,6 +216,7 @@ int catalog_list_step(struct store *s, const char *job, uint64_t step, struct ca
 			if (grp->present[sn.rank])
 				continue;
 			grp->present[sn.rank] = true;
+			grp->listed[sn.rank] = (struct catalog_listed){ v[i].mtime_ns, v[i].size };
 			grp->count++;
 			if (v[i].mtime_ns > grp->newest_ns)
 				grp->newest_ns = v[i].mtime_ns;
@@ -345,6 +362,48 @@ int catalog_resolve_step(struct store *s, const char *job, uint64_t step, struct
 	return r;
 }
 
+int catalog_confirm_pin(struct store *s, const char *job, struct catalog_step *cs)
+{
+	if (cs->pinned || !cs->has_commit || !catalog_step_complete(cs))
+		return 0;
+	return use_commit(s, job, cs);
+}
+
+struct fetch {
+	struct store *s;
+	const char *key, *job, *attempt;
+	uint64_t step;
+	uint32_t rank, ws;
+};
+
+static int fetch_manifest(void *ctx, Ckpt__Manifest **out, char *err, size_t errlen)
+{
+	struct fetch *f = ctx;
+	return read_manifest(f->s, f->key, f->job, f->step, f->rank, f->ws, f->attempt, out, err, errlen);
+}
+
+/* Through the cache: once per daemon for every reader of the pinned
+ * attempt, keyed by the object's name and listed time and size. */
+static int read_cached(struct store *s, const char *job, struct catalog_step *cs, struct catalog_group *g,
+		       uint32_t rank, const char *key, char *err, size_t errlen)
+{
+	if (g->cached == NULL && (g->cached = calloc(g->world_size, sizeof(*g->cached))) == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	struct fetch f = { s, key, job, g->attempt, cs->step, rank, g->world_size };
+	const Ckpt__Manifest *m;
+	int r = mancache_get(cs->cache, key, g->listed[rank].mtime_ns, g->listed[rank].size, fetch_manifest, &f, &m,
+			     &g->cached[rank], err, errlen);
+	if (r < 0) {
+		if (r != -EBADMSG)
+			store_set_error("%s", err); /* a waiter's thread has not seen the backend's words */
+		return r;
+	}
+	g->by_rank[rank] = (Ckpt__Manifest *)m; /* read only: catalog.h */
+	return 0;
+}
+
 int catalog_read_manifest(struct store *s, const char *job, struct catalog_step *cs, uint32_t rank,
 			  const Ckpt__Manifest **out, char *err, size_t errlen)
 {
@@ -361,7 +420,9 @@ int catalog_read_manifest(struct store *s, const char *job, struct catalog_step 
 	if (g->by_rank[rank] == NULL) {
 		char key[1024];
 		int r = manifest_key_of(job, cs->step, g, rank, key, sizeof(key));
-		if (r == 0)
+		if (r == 0 && cs->cache && cs->pinned && !g->legacy)
+			r = read_cached(s, job, cs, g, rank, key, err, errlen);
+		else if (r == 0)
 			r = read_manifest(s, key, job, cs->step, rank, g->world_size, g->attempt, &g->by_rank[rank], err,
 					  errlen);
 		if (r < 0)
@@ -535,12 +596,13 @@ static int delete_spread_shards(struct store *s, const char *job, uint64_t step,
 	return err;
 }
 
-int catalog_delete_step(struct store *s, const char *job, uint64_t step)
+int catalog_delete_step(struct store *s, struct mancache *cache, const char *job, uint64_t step)
 {
 	char dir[512], key[768];
 	int r = manifest_step_dir(dir, sizeof(dir), job, step);
 	if (r < 0)
 		return r;
+
 	char **names = NULL;
 	size_t n = 0;
 	r = s->ops->list(s, dir, &names, &n);
@@ -569,5 +631,12 @@ int catalog_delete_step(struct store *s, const char *job, uint64_t step)
 	r = s->ops->remove_dir(s, dir);
 	if (r < 0 && r != -ENOTEMPTY && r != -EEXIST && r != -ENOENT && err == 0)
 		err = r;
+	/* Also after a partial failure: some manifests may be gone. An entry a
+	 * racing load puts back is never served: a step saved again under the
+	 * same names lists other times or sizes (catalog_listed). */
+	if (cache) {
+		snprintf(key, sizeof(key), "%s/", dir);
+		mancache_drop_prefix(cache, key);
+	}
 	return err;
 }

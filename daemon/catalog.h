@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "ckpt.pb-c.h"
+#include "mancache.h"
 #include "manifest.h"
 #include "store.h"
 
@@ -30,7 +31,9 @@ struct catalog_group {
 	int64_t newest_ns; /* its newest manifest's time, as listed */
 	bool legacy;       /* format 1 names: the attempt came from reading the manifests */
 	bool *present;     /* world_size entries */
+	struct catalog_listed { int64_t mtime_ns; uint64_t size; } *listed; /* world_size: each manifest as listed */
 	Ckpt__Manifest **by_rank; /* world_size entries, filled by catalog_read_all (and for format 1) */
+	struct mancache_entry **cached; /* NULL, or world_size: by_rank[r] is the cache's, shared: read only */
 };
 
 struct catalog_step {
@@ -42,6 +45,9 @@ struct catalog_step {
 	bool pinned;        /* best is what the commit object names */
 	bool stale_commit;  /* the commit names an attempt that is not complete: not complete */
 	uint32_t unreadable; /* format 1 manifests that could not be read or were invalid */
+	/* Set by the caller: manifests of a pinned step are read through this
+	 * daemon's cache (mancache.h), once per node. NULL: from storage. */
+	struct mancache *cache;
 };
 
 /* One LIST of job/step (and, for a format 1 step only, a read of each of
@@ -56,8 +62,15 @@ int catalog_list_step(struct store *s, const char *job, uint64_t step, struct ca
 int catalog_resolve_step(struct store *s, const char *job, uint64_t step, struct catalog_step *out);
 void catalog_step_free(struct catalog_step *cs);
 bool catalog_step_complete(const struct catalog_step *cs);
-/* Read and check the manifest of rank in cs's best group (cached in
- * by_rank; owned by cs). 0, or -EBADMSG (err says why), or a storage error. */
+/* A step listed with a commit object but not pinned by the listing (one
+ * complete attempt): GET the commit, so that cs->pinned says whether best
+ * is the attempt it names. 0, or a storage error. */
+int catalog_confirm_pin(struct store *s, const char *job, struct catalog_step *cs);
+/* Read and check the manifest of rank in cs's best group (kept in by_rank
+ * until catalog_step_free). With cs->cache set and the step pinned (format
+ * 2), through the cache: shared with every other reader on this daemon,
+ * so *out must not be changed. 0, or -EBADMSG (err says why), or a
+ * storage error. */
 int catalog_read_manifest(struct store *s, const char *job, struct catalog_step *cs, uint32_t rank,
 			  const Ckpt__Manifest **out, char *err, size_t errlen);
 /* Every manifest of the best group (show, verify). Counts what fails in
@@ -72,8 +85,11 @@ int catalog_steps(struct store *s, const char *job, uint64_t **steps, size_t *n)
 int catalog_latest(struct store *s, const char *job, struct catalog_step *out);
 /* Remove every object of job/step: manifests first, so the step stops
  * being complete before any shard goes, then the commit object, the rest
- * and the directory. 0, or the first error. */
-int catalog_delete_step(struct store *s, const char *job, uint64_t step);
+ * and the directory; and drop the step from cache (may be NULL). 0, or
+ * the first error. */
+int catalog_delete_step(struct store *s, struct mancache *cache, const char *job, uint64_t step);
+/* Manifests read from storage by this process, any path: for metrics. */
+uint64_t catalog_manifest_gets(void);
 /* Jobs under the root, malloc'd. */
 int catalog_jobs(struct store *s, char ***jobs, size_t *n);
 

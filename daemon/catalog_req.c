@@ -236,6 +236,7 @@ static int scan_rank(struct step_req *q)
 		return r;
 	}
 	q->have_cs = true;
+	q->cs.cache = q->base.d->mancache; /* the load that follows finds it there */
 	const struct catalog_group *g = &q->cs.groups[q->cs.best];
 	uint32_t rank = q->rank < g->world_size ? q->rank : 0;
 	const Ckpt__Manifest *m;
@@ -249,7 +250,13 @@ static int scan_rank(struct step_req *q)
 	return 0;
 }
 
-static int scan_one(struct step_req *q)
+/* Every manifest of the step. show (ckpt.dcp's read_metadata on every
+ * rank) takes them through the daemon's cache once the step is pinned
+ * (a GET of the commit confirms it), so the ranks of a node read each
+ * manifest once between them; it never pins a step itself. verify reads
+ * them from storage: it checks what storage holds, not a copy in memory,
+ * and its shard reads dwarf W manifest GETs anyway. */
+static int scan_one(struct step_req *q, bool cached)
 {
 	if (q->one_rank)
 		return scan_rank(q);
@@ -261,6 +268,15 @@ static int scan_one(struct step_req *q)
 		return r;
 	}
 	q->have_cs = true;
+	if (cached && q->base.d->mancache) {
+		r = catalog_confirm_pin(st, q->job, &q->cs);
+		if (r < 0) {
+			bgreq_fail(&q->base, -r, "step %" PRIu64 " of job '%s': reading its commit: %s", q->step,
+				   q->job, store_error(r));
+			return r;
+		}
+		q->cs.cache = q->base.d->mancache;
+	}
 	r = catalog_read_all(st, q->job, &q->cs);
 	if (r < 0) {
 		bgreq_fail(&q->base, -r, "step %" PRIu64 " of job '%s': %s", q->step, q->job, store_error(r));
@@ -377,7 +393,7 @@ static void verify_shard(struct step_req *q, const Ckpt__Manifest *m, uint8_t *b
 static void verify_run(struct bgreq *b)
 {
 	struct step_req *q = (struct step_req *)b;
-	if (scan_one(q) < 0)
+	if (scan_one(q, false) < 0)
 		return;
 	q->ok = true;
 	struct catalog_group *g = &q->cs.groups[q->cs.best];
@@ -421,7 +437,7 @@ static void verify_reply(struct bgreq *b)
 
 static void show_run(struct bgreq *b)
 {
-	scan_one((struct step_req *)b);
+	scan_one((struct step_req *)b, true);
 }
 
 static void show_reply(struct bgreq *b)
@@ -430,8 +446,10 @@ static void show_reply(struct bgreq *b)
 	struct catalog_group *g = &q->cs.groups[q->cs.best];
 	Ckpt__StepInfo si;
 	Ckpt__Manifest **ms = calloc(g->world_size, sizeof(*ms));
-	if (ms == NULL || step_info(&si, q->job, &q->cs) < 0) {
+	Ckpt__Manifest *copy = calloc(g->world_size, sizeof(*copy)); /* by_rank may be the cache's: read only */
+	if (ms == NULL || copy == NULL || step_info(&si, q->job, &q->cs) < 0) {
 		free(ms);
+		free(copy);
 		session_reply(b->session, b->req_id, ENOMEM, "out of memory");
 		return;
 	}
@@ -439,8 +457,10 @@ static void show_reply(struct bgreq *b)
 	for (uint32_t r = 0; r < g->world_size; r++) {
 		if (g->by_rank[r] == NULL)
 			continue;
-		g->by_rank[r]->extra_state.len = 0; /* the user's, and possibly large */
-		ms[n++] = g->by_rank[r];
+		copy[n] = *g->by_rank[r];
+		copy[n].extra_state.len = 0; /* the user's, and possibly large */
+		ms[n] = &copy[n];
+		n++;
 		if (si.bytes_unlisted && !q->one_rank) /* layout spread: from the manifests */
 			si.bytes += g->by_rank[r]->shard_bytes;
 	}
@@ -456,6 +476,7 @@ static void show_reply(struct bgreq *b)
 	session_send(b->session, b->req_id, &f);
 	step_info_clear(&si);
 	free(ms);
+	free(copy);
 }
 
 static void step_destroy(struct bgreq *b)
@@ -656,7 +677,7 @@ static void del_run(struct bgreq *b)
 		bgreq_fail(b, -r, "step %" PRIu64 " of job '%s' is being written", q->step, q->job);
 		return;
 	}
-	r = catalog_delete_step(st, q->job, q->step);
+	r = catalog_delete_step(st, b->d->mancache, q->job, q->step);
 	steplock_delete_end(q->job, q->step);
 	if (r < 0)
 		bgreq_fail(b, -r, "removing step %" PRIu64 " of job '%s': %s", q->step, q->job, store_error(r));
@@ -758,7 +779,7 @@ static void gc_job_run(struct gc_work *g, const char *job, const struct retentio
 				log_info("gc: %s step %" PRIu64 " is being written now; kept", job, v[i].step);
 				continue;
 			}
-			int r = catalog_delete_step(st, job, v[i].step);
+			int r = catalog_delete_step(st, g->d->mancache, job, v[i].step);
 			steplock_delete_end(job, v[i].step);
 			if (r < 0) {
 				log_warn("gc: removing %s step %" PRIu64 ": %s", job, v[i].step, store_error(r));

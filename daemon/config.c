@@ -31,6 +31,7 @@ void config_defaults(struct config *c)
 	c->max_inflight_loads = DEFAULT_MAX_INFLIGHT_LOADS;
 	c->max_write_queue = DEFAULT_MAX_WRITE_QUEUE;
 	c->max_extra_state = DEFAULT_MAX_EXTRA_STATE;
+	c->manifest_cache_bytes = DEFAULT_MANIFEST_CACHE_BYTES;
 	c->log_level = 6;
 	c->policy = POLICY_BLOCK;
 	c->max_parallel_uploads = DEFAULT_MAX_PARALLEL_UPLOADS;
@@ -319,6 +320,8 @@ static int on_ini(void *user, const char *section, const char *name,
 		}
 	} else if (KEY("debug", "store_delay_ms")) {
 		r = parse_u32(value, &c->debug_store_delay_ms);
+	} else if (KEY("debug", "manifest_delay_ms")) {
+		r = parse_u32(value, &c->debug_manifest_delay_ms);
 	} else if (KEY("server", "socket"))
 		r = copy_str(c->socket_path, sizeof(c->socket_path), value);
 	else if (KEY("server", "state_dir"))
@@ -371,6 +374,8 @@ static int on_ini(void *user, const char *section, const char *name,
 		r = parse_u32(value, &c->max_write_queue);
 	else if (KEY("limits", "max_extra_state"))
 		r = parse_u32(value, &c->max_extra_state);
+	else if (KEY("limits", "manifest_cache_bytes"))
+		r = config_parse_size(value, &c->manifest_cache_bytes);
 	else if (KEY("metrics", "listen"))
 		r = copy_str(c->metrics_listen, sizeof(c->metrics_listen), value);
 	else if (KEY("log", "level")) {
@@ -490,10 +495,11 @@ void config_print(const struct config *c, FILE *f)
 	print_retention(f, &c->retention, 15);
 	fprintf(f, "\n[limits]\nmax_frame_bytes = %u\nmax_fds_per_frame = %u\nmax_sessions = %u\n"
 		   "max_buffers = %u\nmax_tensors = %u\nmax_name_len = %u\nmax_inflight_saves = %u\n"
-		   "max_inflight_loads = %u\nmax_write_queue = %u\nmax_extra_state = %u\n\n",
+		   "max_inflight_loads = %u\nmax_write_queue = %u\nmax_extra_state = %u\n"
+		   "manifest_cache_bytes = %" PRIu64 "\n\n",
 		c->max_frame_bytes, c->max_fds_per_frame, c->max_sessions, c->max_buffers, c->max_tensors,
 		c->max_name_len, c->max_inflight_saves, c->max_inflight_loads, c->max_write_queue,
-		c->max_extra_state);
+		c->max_extra_state, c->manifest_cache_bytes);
 	fprintf(f, "[metrics]\nlisten = %s\n\n[log]\nlevel = %s\n", c->metrics_listen,
 		level_name(c->log_level));
 	for (size_t i = 0; i < c->njobs; i++) {
@@ -509,8 +515,9 @@ void config_print(const struct config *c, FILE *f)
 			fprintf(f, "max_inflight_saves = %u\n", j->max_inflight_saves);
 		print_retention(f, &j->retention, j->retention_set);
 	}
-	if (c->debug_store_delay_ms)
-		fprintf(f, "\n[debug]\nstore_delay_ms = %u\n", c->debug_store_delay_ms);
+	if (c->debug_store_delay_ms || c->debug_manifest_delay_ms)
+		fprintf(f, "\n[debug]\nstore_delay_ms = %u\nmanifest_delay_ms = %u\n", c->debug_store_delay_ms,
+			c->debug_manifest_delay_ms);
 }
 
 int config_validate(const struct config *c, char *err, size_t errlen)

@@ -29,6 +29,7 @@
 #define DEFAULT_MAX_WRITE_QUEUE (16u << 20)
 #define DEFAULT_MAX_EXTRA_STATE (1u << 20)
 #define DEFAULT_DRAIN_TIMEOUT_MS 120000
+#define DEFAULT_MANIFEST_CACHE_BYTES (256ull << 20)
 
 #define DEFAULT_MAX_PARALLEL_UPLOADS 2
 #define CONFIG_MAX_JOBS 64
@@ -93,6 +94,7 @@ struct config {
 	uint32_t max_inflight_loads; /* loads and lists per session */
 	uint32_t max_write_queue;
 	uint32_t max_extra_state;
+	uint64_t manifest_cache_bytes; /* decoded manifests of pinned steps kept (mancache.h); 0: off */
 	int log_level;
 	/* policies */
 	enum admit_policy policy;
@@ -106,6 +108,8 @@ struct config {
 	char metrics_listen[128]; /* "127.0.0.1:9464"; empty: off */
 	/* testing only: sleep this long in the middle of every shard write */
 	uint32_t debug_store_delay_ms;
+	/* testing only: sleep this long in every manifest fetch of the cache */
+	uint32_t debug_manifest_delay_ms;
 };
 
 void config_defaults(struct config *c);

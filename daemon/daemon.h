@@ -42,6 +42,7 @@ struct daemon {
 	struct config cfg;
 	struct pool pool;
 	struct store *store;
+	struct mancache *mancache;  /* NULL: off; shared by the threadpool (thread-safe) */
 	struct workq *copyq;
 	struct stats stats;
 	struct cuda *cuda;          /* NULL: CUDA is off, cuda_why says why */

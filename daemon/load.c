@@ -42,7 +42,7 @@ struct load {
 	struct session *session;
 	uint64_t req_id;
 	char job[129];
-	uint32_t rank;
+	uint32_t rank, world_size;
 	bool latest;
 	uint64_t step;
 	struct load_req *reqs;
@@ -103,8 +103,8 @@ static size_t find_first(struct load *ld, const char *name)
 	return lo;
 }
 
-/* The load runs in two phases. Plan (one thread): walk the manifests, this
- * rank's own first, intersect every saved tensor with the requests, decide
+/* The load runs in two phases. Plan (one thread): walk the manifests, the
+ * one likeliest to hold this rank's share first (load_run), intersect every saved tensor with the requests, decide
  * replicas and coverage, and cut each saved tensor into slabs of whole rows
  * along dim 0 (contiguous in the shard, at most about READ_BLOCK each).
  * Execute (copy_threads threads): read each slab from the memory tier or
@@ -346,7 +346,7 @@ static int plan_manifest(struct exec *ex, const Ckpt__Manifest *m, const char *k
 			if (!box_intersect(&saved, &q->box, &cuts[nh]))
 				continue;
 			/* Replicated tensors: what one rank's manifest already
-			 * gave (this rank's own is read first) is not read again. */
+			 * gave (the first one read) is not read again. */
 			int seen = cut_seen(q, &cuts[nh]);
 			if (seen < 0) {
 				r = fail(ld, EINVAL, "rank %u: tensor '%s': saved boxes of different ranks overlap in "
@@ -452,7 +452,8 @@ static int plan_rank(struct exec *ex, struct catalog_step *cs, uint32_t rank, ch
  * or tensors only some ranks saved): a restore at the same world size
  * costs this rank ceil(2W/1000) LIST pages (with "latest", per step
  * looked at), one commit GET or create, one manifest GET, and the
- * shard's ranged GETs. */
+ * shard's ranged GETs. Manifests come through the daemon's cache
+ * (mancache.h): a manifest several ranks of this node need is read once. */
 static void load_run(uv_work_t *w)
 {
 	struct load *ld = w->data;
@@ -486,6 +487,9 @@ static void load_run(uv_work_t *w)
 			return;
 		}
 	}
+	/* Pinned now: other ranks' manifests come through the daemon's cache,
+	 * so the ranks of this node read each one once between them. */
+	cs.cache = ld->d->mancache;
 	struct catalog_group *g = &cs.groups[cs.best];
 	ld->loaded_step = cs.step;
 	char (*keys)[768] = calloc(g->world_size, sizeof(*keys));
@@ -493,13 +497,21 @@ static void load_run(uv_work_t *w)
 	pthread_mutex_init(&ex.mu, NULL);
 	if (keys == NULL)
 		fail(ld, ENOMEM, "out of memory");
-	/* This rank's own shard first: it is the likeliest to hold what the
-	 * rank asks for, and replicated tensors then need one read only. */
+	/* The manifest likeliest to hold what this rank asks for first, and
+	 * replicated tensors then need one read only: at the same world size
+	 * its own; resharding N -> M, the saved rank at the same place in the
+	 * order (rank * N / M), which holds this rank's share when the layout
+	 * follows the rank order (rows, flat FSDP shards, blocks along one
+	 * dimension), so a rank reads about N/M + 1 manifests, not every one
+	 * before its share. The others follow in order until all is covered. */
 	uint32_t own = ld->rank < g->world_size ? ld->rank : 0;
+	uint32_t first = own;
+	if (ld->world_size != g->world_size && ld->rank < ld->world_size)
+		first = (uint32_t)((uint64_t)ld->rank * g->world_size / ld->world_size);
 	if (ld->status == 0)
-		plan_rank(&ex, &cs, own, &keys[0]);
+		plan_rank(&ex, &cs, first, &keys[0]);
 	for (uint32_t i = 1; i < g->world_size && ld->status == 0 && !all_covered(ld); i++)
-		plan_rank(&ex, &cs, (own + i) % g->world_size, &keys[i]);
+		plan_rank(&ex, &cs, (first + i) % g->world_size, &keys[i]);
 	for (size_t i = 0; i < ld->nreqs && ld->status == 0; i++) {
 		struct load_req *q = &ld->reqs[i];
 		if (q->covered != box_volume(&q->box))
@@ -510,10 +522,15 @@ static void load_run(uv_work_t *w)
 		execute(&ex, ld->d->cfg.copy_threads);
 	exec_free(&ex);
 	free(keys);
+	/* The extra state is own's (rank 0's for ranks the save did not
+	 * have), read here if the plan did not need it. */
 	const Ckpt__Manifest *m = NULL;
 	char err[512];
-	if (ld->status == 0 && catalog_read_manifest(st, ld->job, &cs, own, &m, err, sizeof(err)) == 0 &&
-	    m->extra_state.len) {
+	r = ld->status == 0 ? catalog_read_manifest(st, ld->job, &cs, own, &m, err, sizeof(err)) : 0;
+	if (r < 0)
+		fail(ld, r == -EBADMSG ? EBADMSG : -r, "step %" PRIu64 " of job '%s': %s", cs.step, ld->job,
+		     r == -EBADMSG ? err : store_error(r));
+	else if (ld->status == 0 && m->extra_state.len) {
 		ld->extra = malloc(m->extra_state.len);
 		if (ld->extra == NULL) {
 			fail(ld, ENOMEM, "out of memory");
@@ -668,6 +685,7 @@ void load_start(struct session *s, uint64_t req_id, const Ckpt__Load *m)
 	ld->req_id = req_id;
 	snprintf(ld->job, sizeof(ld->job), "%s", s->job);
 	ld->rank = s->rank;
+	ld->world_size = s->world_size;
 	ld->latest = m->latest;
 	ld->step = m->step;
 	char err[512];

@@ -5,6 +5,7 @@
 #include "hostbuf.h"
 #include "journal.h"
 #include "log.h"
+#include "mancache.h"
 #include "pool.h"
 #include "save.h"
 #include "server.h"
@@ -157,9 +158,9 @@ static void on_sighup(uv_signal_t *h, int signum)
 	if (strcmp(nc.socket_path, d->cfg.socket_path) || strcmp(nc.storage_url, d->cfg.storage_url) ||
 	    nc.staging_bytes != d->cfg.staging_bytes || nc.chunk_bytes != d->cfg.chunk_bytes ||
 	    nc.copy_threads != d->cfg.copy_threads || strcmp(nc.state_dir, d->cfg.state_dir) ||
-	    strcmp(nc.metrics_listen, d->cfg.metrics_listen))
-		log_warn("SIGHUP: socket, storage, pool, copy threads, state dir and metrics_listen "
-			 "change only on restart");
+	    strcmp(nc.metrics_listen, d->cfg.metrics_listen) || nc.manifest_cache_bytes != d->cfg.manifest_cache_bytes)
+		log_warn("SIGHUP: socket, storage, pool, copy threads, state dir, metrics_listen and "
+			 "manifest_cache_bytes change only on restart");
 	d->cfg.log_level = nc.log_level;
 	log_set_level((enum log_level)nc.log_level);
 	d->cfg.policy = nc.policy;
@@ -241,6 +242,14 @@ int main(int argc, char **argv)
 	}
 	d->store_backend = !strncmp(url, "s3://", 5) ? "s3" : !strncmp(url, "gs://", 5) ? "gcs" : "file";
 	d->store->debug_delay_ms = d->cfg.debug_store_delay_ms;
+	if (d->cfg.manifest_cache_bytes) {
+		d->mancache = mancache_new(d->cfg.manifest_cache_bytes);
+		if (d->mancache == NULL) {
+			log_err("manifest cache: out of memory");
+			return 1;
+		}
+		mancache_set_fetch_delay_ms(d->mancache, d->cfg.debug_manifest_delay_ms);
+	}
 	r = journal_open(d->cfg.state_dir, &d->journal, err, sizeof(err));
 	if (r < 0) {
 		log_err("%s", err);
@@ -324,6 +333,7 @@ int main(int argc, char **argv)
 	cuda_close(d->cuda);
 	pool_fini(&d->pool);
 	journal_close(d->journal);
+	mancache_free(d->mancache);
 	store_free(d->store);
 	return d->exit_code;
 }

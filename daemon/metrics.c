@@ -1,6 +1,8 @@
 #include "metrics.h"
+#include "catalog.h"
 #include "daemon.h"
 #include "log.h"
+#include "mancache.h"
 #include "pool.h"
 #include "save.h"
 
@@ -128,6 +130,20 @@ int metrics_render(struct daemon *d, char **out, size_t *len)
 	put(&b, "ckptd_store_retries_total{backend=\"%s\"} %" PRIu64 "\n", be, s->store_retries + (uint64_t)d->store->retries);
 	metric(&b, "ckptd_store_failures_total", "counter", "Uploads that failed in storage.");
 	put(&b, "ckptd_store_failures_total{backend=\"%s\"} %" PRIu64 "\n", be, s->store_failures);
+	struct mancache_stats mc = { 0 };
+	if (d->mancache)
+		mancache_stats(d->mancache, &mc);
+	metric(&b, "ckptd_manifest_reads_total", "counter", "Manifests read from storage (GETs), by any path.");
+	put(&b, "ckptd_manifest_reads_total{backend=\"%s\"} %" PRIu64 "\n", be, catalog_manifest_gets());
+	metric(&b, "ckptd_manifest_cache_hits_total", "counter",
+	       "Manifest reads of pinned steps served by the cache (kept, or shared with a read in flight).");
+	put(&b, "ckptd_manifest_cache_hits_total %" PRIu64 "\n", mc.hits);
+	metric(&b, "ckptd_manifest_cache_misses_total", "counter", "Manifest reads of pinned steps the cache fetched.");
+	put(&b, "ckptd_manifest_cache_misses_total %" PRIu64 "\n", mc.misses);
+	metric(&b, "ckptd_manifest_cache_bytes", "gauge", "Decoded manifests kept by the cache (estimated bytes).");
+	put(&b, "ckptd_manifest_cache_bytes %" PRIu64 "\n", mc.bytes);
+	metric(&b, "ckptd_manifest_cache_entries", "gauge", "Manifests in the cache, fetches in flight included.");
+	put(&b, "ckptd_manifest_cache_entries %" PRIu64 "\n", mc.entries);
 	metric(&b, "ckptd_sessions", "gauge", "Connected clients.");
 	put(&b, "ckptd_sessions %" PRIu32 "\n", d->nsessions);
 	metric(&b, "ckptd_recovered_files", "gauge", "Files a crashed run left, removed at start.");

@@ -72,6 +72,34 @@ def test_dcp_save_world2_load_world1_and_2(daemon, tmp_path):
             assert res["extra"] == {"epoch": 5, "tag": "x"}
 
 
+def _metric(port, name):
+    import urllib.request
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    vals = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith(name + " ") or line.startswith(name + "{")]
+    assert vals, name
+    return vals[0]
+
+
+def test_dcp_read_metadata_reads_each_manifest_once_per_node(daemon_factory, tmp_path):
+    """Saved by 2 ranks, loaded by 4 on one daemon after a restart: every
+    rank's read_metadata shows every manifest and every rank's load plans
+    from them, yet the daemon reads each manifest from storage once."""
+    port = _free_port()
+    d = daemon_factory(f"[metrics]\nlisten = 127.0.0.1:{port}\n")
+    mp.spawn(_worker, args=(2, _free_port(), d.sock, "save", str(tmp_path / "r")), nprocs=2)
+    d.stop()
+    d.start()  # nothing in memory
+    out = tmp_path / "w4"
+    mp.spawn(_worker, args=(4, _free_port(), d.sock, 11, str(out)), nprocs=4)
+    for r in range(4):
+        res = torch.load(f"{out}.{r}")
+        assert res["ok"] and res["extra"] == {"epoch": 5, "tag": "x"}, r
+    assert _metric(port, "ckptd_manifest_reads_total") == 2
+    assert _metric(port, "ckptd_manifest_cache_misses_total") == 2
+    assert _metric(port, "ckptd_manifest_cache_hits_total") >= 4 * 2  # 4 read_metadata alone
+
+
 def _async_staging_roundtrip(d, legacy, monkeypatch):
     """async_staging: async_save returns before ckptd has staged; the trainer
     waits (staging_completion, or synchronize_staging() where async_save

@@ -219,6 +219,7 @@ static void test_example_file(void **state)
 	assert_int_equal(c.max_inflight_loads, 4);
 	assert_int_equal(c.policy, POLICY_BLOCK);
 	assert_true(c.memory_tier);
+	assert_int_equal(c.manifest_cache_bytes, DEFAULT_MANIFEST_CACHE_BYTES);
 }
 
 static void test_job_policy(void **state)

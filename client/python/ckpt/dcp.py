@@ -298,7 +298,10 @@ class Reader(StorageReader):
         cp = self._cp()
         # Every rank reads the metadata: they must agree on "latest", which
         # rank 0 resolves once and broadcasts (Checkpointer._resolve_step).
-        self._resolved = cp._resolve_step(self.step if self.step is not None else LATEST)
+        # A named step is resolved too: pinned before any rank shows it, so
+        # the daemon reads each manifest once for all of its ranks (its
+        # cache holds pinned steps only); the load would pin it anyway.
+        self._resolved = cp._resolve_step(self.step if self.step is not None else LATEST, pin=True)
         _, tensors = cp.client.show(self.job, self._resolved)
         me = _identity(self.rank, self.world_size)[0]
         # This rank's own entries win (its pickled values may differ in size).

@@ -240,28 +240,32 @@ class Checkpointer:
 
     # ---- load ----
 
-    def _resolve_step(self, step):
+    def _resolve_step(self, step, pin=False):
         """The one step every rank loads. "latest" is resolved once, by the
         daemon (pinned: catalog.h), and, when torch.distributed is
         initialized, on rank 0 alone and broadcast, so that no two ranks
         can restore different steps; a failure there raises on every
-        rank."""
+        rank. A named step is taken as it is, or with pin=True resolved
+        the same way (checked complete and pinned before any rank reads
+        it)."""
         latest = step in ("latest", LATEST)
-        if not latest:
+        if not latest and not pin:
             return int(step)
+        want = LATEST if latest else int(step)
         dist = torch.distributed
         if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-            return self.client.resolve(LATEST)
+            return self.client.resolve(want)
         box = [None]
         if dist.get_rank() == 0:
             try:
-                box[0] = ("ok", self.client.resolve(LATEST))
+                box[0] = ("ok", self.client.resolve(want))
             except Exception as e:  # every rank must hear of it
                 box[0] = ("err", getattr(e, "errno", None) or 5, str(e))
         dist.broadcast_object_list(box, src=0)
         if box[0][0] == "err":
             from .client import CkptError
-            raise CkptError(box[0][1], f"rank 0 could not decide the latest step: {box[0][2]}")
+            what = "the latest step" if latest else f"step {want}"
+            raise CkptError(box[0][1], f"rank 0 could not decide {what}: {box[0][2]}")
         return box[0][1]
 
     def load(self, state_dict, step="latest"):
