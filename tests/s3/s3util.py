@@ -2,6 +2,7 @@
 credentials environments, and listings through boto3."""
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -33,8 +34,16 @@ class Daemon:
             env=self.env, stderr=open(self.log, "a"))
         Daemon.live.append(self)
         for _ in range(200):
+            # The socket file appears at bind(), before listen(): connect.
             if os.path.exists(self.sock):
-                return self
+                probe = socket.socket(socket.AF_UNIX)
+                try:
+                    probe.connect(self.sock)
+                    return self
+                except OSError:
+                    pass
+                finally:
+                    probe.close()
             if self.proc.poll() is not None:
                 raise RuntimeError("ckptd exited: " + self.log.read_text()[-2000:])
             time.sleep(0.05)
