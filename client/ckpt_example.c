@@ -11,7 +11,9 @@
  * trainer sees), fill the next step while the previous one uploads, and wait
  * for its DURABLE before saving again, so at most one save is not durable.
  * Then loads the latest step into the zeroed buffer and verifies it. With
- * --restore-only it only loads and verifies. */
+ * --restore-only it only loads and verifies; --step N loads step N instead
+ * of the latest (one rank resolved it, e.g. with `ckptctl resolve`, and
+ * handed it to every rank). */
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -34,6 +36,7 @@ struct opts {
 	const char *socket, *job, *attempt;
 	uint32_t rank, world, local_rank;
 	uint64_t steps, size_mb, ntensors;
+	uint64_t load_step; /* 0: latest */
 	int restore_only;
 	int shm; /* register a /dev/shm file (pread path) instead of a sealed memfd */
 };
@@ -183,7 +186,8 @@ static void usage(FILE *f)
 		"[--world-size W]\n"
 		"                    [--steps N] [--size-mb M] [--tensors K] "
 		"[--restore-only]\n"
-		"                    [--attempt ID] [--shm]\n"
+		"                    [--step S] [--attempt ID] [--shm]\n"
+		"--step loads step S instead of the latest.\n"
 		"--shm registers a /dev/shm file (staged with pread) instead of a sealed memfd.\n"
 		"Rank and world size default to $RANK and $WORLD_SIZE, else "
 		"0 and 1.\n");
@@ -242,6 +246,11 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			o->size_mb = parse_u64(a, v, 1u << 20);
 		else if (!strcmp(a, "--tensors"))
 			o->ntensors = parse_u64(a, v, 100000);
+		else if (!strcmp(a, "--step")) {
+			o->load_step = parse_u64(a, v, INT64_MAX);
+			if (o->load_step == 0)
+				fatal("--step must be at least 1");
+		}
 		else {
 			usage(stderr);
 			fatal("unknown option %s", a);
@@ -258,6 +267,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		      o->rank, o->world);
 	if (o->ntensors == 0)
 		fatal("--tensors must be at least 1");
+
 	if (!o->restore_only && o->steps == 0)
 		fatal("--steps must be at least 1");
 	if (o->local_rank == UINT32_MAX)
@@ -430,14 +440,22 @@ static void run_restore(const struct opts *o, ckpt_client *c,
 	double ms;
 	int r;
 
+	if (o->load_step)
+		snprintf(want, sizeof(want), "load step %" PRIu64, o->load_step);
+	else
+		snprintf(want, sizeof(want), "load latest");
 	memset(data, 0, L->total_bytes);
 	t0 = now_ns();
-	r = ckpt_load(c, CKPT_LATEST, L->t, o->ntensors, &f);
+	r = ckpt_load(c, o->load_step ? (int64_t)o->load_step : CKPT_LATEST,
+		      L->t, o->ntensors, &f);
 	if (r < 0)
-		fatal_ckpt("load latest", r, ckpt_errmsg());
+		fatal_ckpt(want, r, ckpt_errmsg());
 	r = ckpt_future_wait(f, CKPT_LOADED, -1);
 	if (r < 0)
-		fatal_ckpt("load latest", r, ckpt_future_message(f));
+		fatal_ckpt(want, r, ckpt_future_message(f));
+	if (o->load_step && ckpt_future_step(f) != o->load_step)
+		fatal("asked for step %" PRIu64 ", ckptd loaded step %" PRIu64,
+		      o->load_step, ckpt_future_step(f));
 	ms = (double)(now_ns() - t0) / 1e6;
 	step = ckpt_future_step(f);
 	bytes = ckpt_future_bytes(f);

@@ -18,6 +18,8 @@ static void usage(FILE *f)
 		"  show JOB STEP       tensors, dtypes, shapes, boxes, ranks, bytes\n"
 		"  verify JOB STEP     re-read the step and check every crc32c\n"
 		"  rm JOB STEP         remove the step from storage\n"
+		"  resolve JOB [STEP]  the step a restore loads (default: latest), pinned;\n"
+		"                      hand it to every rank (ckpt-example --step)\n"
 		"  gc [--dry-run] [JOB]  apply the retention policy now\n"
 		"  metrics             Prometheus text exposition\n"
 		"\n"
@@ -461,6 +463,28 @@ static int cmd_rm(ckpt_client *c, const char *job, uint64_t step, int json)
 	return 0;
 }
 
+/* ckpt_resolve: decide the step once and pin it, so that every rank
+ * given the printed step loads the same bytes. */
+static int cmd_resolve(ckpt_client *c, const char *job, const char *step_arg, int json)
+{
+	char what[400];
+	ckpt_step_info info;
+	int64_t step = step_arg ? (int64_t)parse_step(step_arg) : CKPT_LATEST;
+	int r = ckpt_resolve(c, job, step, &info);
+	if (r < 0) {
+		snprintf(what, sizeof(what), "resolve %s %s", job, step_arg ? step_arg : "latest");
+		die(what, r);
+	}
+	if (json) {
+		json_object *o = json_step(&info);
+		json_print(o);
+		json_object_put(o);
+	} else {
+		printf("%s step %" PRIu64 " attempt %s\n", info.job, info.step, info.attempt_id);
+	}
+	return 0;
+}
+
 static int cmd_gc(ckpt_client *c, const char *job, int dry_run, int json)
 {
 	ckpt_gc_entry *v = NULL;
@@ -558,6 +582,8 @@ int main(int argc, char **argv)
 		want_min = 0, want_max = 1;
 	else if (!strcmp(cmd, "show") || !strcmp(cmd, "verify") || !strcmp(cmd, "rm"))
 		want_min = 2, want_max = 2;
+	else if (!strcmp(cmd, "resolve"))
+		want_min = 1, want_max = 2;
 	else {
 		fprintf(stderr, "ckptctl: unknown command %s\n", cmd);
 		usage(stderr);
@@ -586,6 +612,8 @@ int main(int argc, char **argv)
 		r = cmd_show(c, args[0], parse_step(args[1]), json);
 	else if (!strcmp(cmd, "verify"))
 		r = cmd_verify(c, args[0], parse_step(args[1]), json);
+	else if (!strcmp(cmd, "resolve"))
+		r = cmd_resolve(c, args[0], nargs > 1 ? args[1] : NULL, json);
 	else
 		r = cmd_rm(c, args[0], parse_step(args[1]), json);
 	ckpt_close(c);

@@ -520,6 +520,13 @@ int catalog_latest(struct store *s, const char *job, struct catalog_step *out)
 	return r;
 }
 
+const char *catalog_no_fallback_hint(int r)
+{
+	return r == -EBADMSG ? "not retryable: that object is damaged; no older step is taken instead; to restore "
+			       "an older one, remove its step with ckptctl rm"
+			     : "retry; no older step is taken instead";
+}
+
 int catalog_jobs(struct store *s, char ***jobs, size_t *n)
 {
 	char **names = NULL;

@@ -83,6 +83,11 @@ int catalog_steps(struct store *s, const char *job, uint64_t **steps, size_t *n)
 /* Highest complete step of job, pinned: 0 with *out filled (caller
  * frees), -ENOENT if none, or the storage error that stopped the search. */
 int catalog_latest(struct store *s, const char *job, struct catalog_step *out);
+/* What to tell the user after catalog_latest (or a resolve) failed with r:
+ * a storage error is worth a retry; a damaged object (-EBADMSG: a commit
+ * or format 1 manifest that does not parse) is not, until it is repaired
+ * or its step removed. Either way no older step was taken. */
+const char *catalog_no_fallback_hint(int r);
 /* Remove every object of job/step: manifests first, so the step stops
  * being complete before any shard goes, then the commit object, the rest
  * and the directory; and drop the step from cache (may be NULL). 0, or

@@ -544,8 +544,8 @@ static void resolve_run(struct bgreq *b)
 		return;
 	}
 	if (r < 0) {
-		bgreq_fail(b, -r, "deciding %s of job '%s' in %s: %s (retry; no older step is taken instead)",
-			   q->latest ? "the latest step" : "the step", q->job, st->url, store_error(r));
+		bgreq_fail(b, -r, "deciding %s of job '%s' in %s: %s (%s)", q->latest ? "the latest step" : "the step",
+			   q->job, st->url, store_error(r), catalog_no_fallback_hint(r));
 		return;
 	}
 	q->have_cs = true;

@@ -130,8 +130,14 @@ static void on_poll(uv_poll_t *p, int status, int events)
 {
 	struct sock *s = p->data;
 	int flags = 0;
+	/* libuv reports POLLERR as status UV_EBADF, with no events. Tell curl
+	 * the socket is readable and writable too, as its own poll does
+	 * (Curl_socket_check counts POLLERR as both): it then reads or writes
+	 * and reports the socket's error ("Recv failure: Connection reset by
+	 * peer"). CURL_CSELECT_ERR alone fails the transfer as "select/poll
+	 * returned error", which names no cause. */
 	if (status < 0)
-		flags = CURL_CSELECT_ERR;
+		flags = CURL_CSELECT_ERR | CURL_CSELECT_IN | CURL_CSELECT_OUT;
 	if (events & UV_READABLE)
 		flags |= CURL_CSELECT_IN;
 	if (events & UV_WRITABLE)

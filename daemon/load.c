@@ -468,8 +468,8 @@ static void load_run(uv_work_t *w)
 			return;
 		}
 		if (r < 0) {
-			fail(ld, -r, "deciding the latest step of job '%s' in %s: %s (retry; no older step is taken "
-			     "instead)", ld->job, st->url, store_error(r));
+			fail(ld, -r, "deciding the latest step of job '%s' in %s: %s (%s)", ld->job, st->url,
+			     store_error(r), catalog_no_fallback_hint(r));
 			return;
 		}
 	} else {

@@ -85,6 +85,7 @@ struct call {
 	size_t resp_max;
 	bool ok_404;              /* 404 is an answer (HEAD, DELETE), not a failure */
 	bool error_in_200;        /* CompleteMultipartUpload: a 200 may carry an <Error> */
+	const char *label;        /* names it in errors instead of "METHOD key" (a listing has no key) */
 	/* Per attempt. */
 	struct http_req req;
 	char url[4096];
@@ -255,13 +256,17 @@ static bool retryable_status(long st)
 static int judge(struct s3 *s, struct call *c)
 {
 	struct http_req *q = &c->req;
-	const char *what = c->key ? c->key : s->bucket;
+	char what[1200];
+	if (c->label)
+		snprintf(what, sizeof(what), "%s", c->label);
+	else
+		snprintf(what, sizeof(what), "%s %s", c->method, c->key ? c->key : s->bucket);
 	if (q->curl_code != 0) {
 		if (q->overflow) {
-			store_set_error("%s %s: the response is larger than expected", c->method, what);
+			store_set_error("%s: the response is larger than expected", what);
 			return -EFBIG;
 		}
-		store_set_error("%s %s: %s", c->method, what, q->curl_err);
+		store_set_error("%s: %s", what, q->curl_err);
 		return http_curl_retryable(q->curl_code) ? 1 : -EIO;
 	}
 	if (q->status >= 200 && q->status < 300) {
@@ -272,7 +277,7 @@ static int judge(struct s3 *s, struct call *c)
 				const char *code = xml_first(&d, "Error/Code");
 				if (code) {
 					const char *msg = xml_first(&d, "Error/Message");
-					store_set_error("%s %s: %s: %s", c->method, what, code, msg ? msg : "");
+					store_set_error("%s: %s: %s", what, code, msg ? msg : "");
 					bool again = !strcmp(code, "SlowDown") || !strcmp(code, "InternalError") ||
 						     !strcmp(code, "RequestTimeout");
 					xml_free(&d);
@@ -282,7 +287,7 @@ static int judge(struct s3 *s, struct call *c)
 			}
 		}
 		if (c->dst && q->got != c->dst_len) {
-			store_set_error("%s %s: %zu bytes, expected %zu", c->method, what, q->got, c->dst_len);
+			store_set_error("%s: %zu bytes, expected %zu", what, q->got, c->dst_len);
 			return -ENODATA;
 		}
 		return 0;
@@ -299,7 +304,7 @@ static int judge(struct s3 *s, struct call *c)
 			xml_free(&d);
 		}
 	}
-	store_set_error("%s %s: HTTP %ld%s%s%s%s", c->method, what, q->status, code[0] ? " " : "", code,
+	store_set_error("%s: HTTP %ld%s%s%s%s", what, q->status, code[0] ? " " : "", code,
 			msg[0] ? ": " : "", msg);
 	/* Also: a request signed long before it was sent, or credentials that
 	 * expired on the way; the next attempt is signed anew. */
@@ -826,9 +831,10 @@ static int s3_list_entries(struct store *base, const char *prefix, struct store_
 	size_t fpl = strlen(fp), cap = 0;
 	struct store_entry *v = NULL;
 	*n = 0;
-	char token[2048] = "";
+	char token[2048] = "", label[1100];
+	snprintf(label, sizeof(label), "ListObjectsV2 %s", fp);
 	for (;;) {
-		struct call c = { .method = "GET", .key = NULL, .resp_max = LIST_MAX_BYTES };
+		struct call c = { .method = "GET", .key = NULL, .resp_max = LIST_MAX_BYTES, .label = label };
 		c.query[c.nquery++] = (struct sigv4_header){ "list-type", "2" };
 		c.query[c.nquery++] = (struct sigv4_header){ "prefix", fp };
 		c.query[c.nquery++] = (struct sigv4_header){ "delimiter", "/" };

@@ -10,7 +10,12 @@ a substring of its path+query, and then, for `count` matching requests:
   - ("delay", seconds): wait, then forward (latency);
   - ("lose_answer",): forward, then reset the connection instead of
     answering (the request took effect, the client never hears so);
-count -1 means for ever. Everything else is forwarded unchanged, Host header
+count -1 means for ever. A rule with a rate below 1 hits each matching
+request only with that probability (seeded, see seed()); a request it
+spares goes on to the next rule, and only hits use up its count, so
+add_rule("GET", "", ("status", 503, "SlowDown"), count=-1, rate=0.5) then
+add_rule("GET", "", ("reset", 0), count=-1, rate=0.5) fails 75% of GETs,
+half of them with a 503 and half with a reset. Everything else is forwarded unchanged, Host header
 included, so moto checks the client's SigV4 signature as signed.
 
 gcs mode: every request must carry "Authorization: Bearer <token>" with a
@@ -26,6 +31,7 @@ import http.client
 import http.server
 import importlib.util
 import os
+import random
 import re
 import socket
 import struct
@@ -89,6 +95,7 @@ class FaultProxy:
         self.forbid_amz_checksum = forbid_amz_checksum
         self.lock = threading.Lock()
         self.rules = []
+        self.rng = random.Random(0)
         self.log = []               # (method, path, status)
         self.open_uploads = {}      # upload id -> key
         self.seen_headers = []      # (method, path, {lowercase name: value})
@@ -214,9 +221,13 @@ class FaultProxy:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
-    def add_rule(self, method, match, action, count=1):
+    def add_rule(self, method, match, action, count=1, rate=1.0):
         with self.lock:
-            self.rules.append([method, match, action, count])
+            self.rules.append([method, match, action, count, rate])
+
+    def seed(self, n):
+        with self.lock:
+            self.rng.seed(n)
 
     def clear(self):
         with self.lock:
@@ -228,6 +239,8 @@ class FaultProxy:
         with self.lock:
             for r in self.rules:
                 if r[3] != 0 and (r[0] is None or r[0] == method) and r[1] in path:
+                    if r[4] < 1.0 and self.rng.random() >= r[4]:
+                        continue
                     if r[3] > 0:
                         r[3] -= 1
                     return r[2]

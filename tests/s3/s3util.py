@@ -2,6 +2,7 @@
 credentials environments, and listings through boto3."""
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -14,8 +15,10 @@ MIB = 1 << 20
 class Daemon:
     live = []  # killed after each test (conftest), so a failed test leaves none behind
 
-    def __init__(self, tmp, url, env, conf=""):
+    def __init__(self, tmp, url, env, conf="", args=()):
+        """args: more ckptd flags, after the defaults (so they win)."""
         self.tmp = tmp
+        self.args = list(args)
         self.sock = str(tmp / "ckptd.sock")
         self.url = url
         self.env = env
@@ -27,12 +30,20 @@ class Daemon:
     def start(self):
         self.proc = subprocess.Popen(
             [CKPTD, "--socket", self.sock, "--storage", self.url, "--staging-bytes", "96M", "--chunk-bytes", "1M",
-             "--state-dir", str(self.tmp / "state"), "--config", str(self.conf), "--log-level", "debug"],
+             "--state-dir", str(self.tmp / "state"), "--config", str(self.conf), "--log-level", "debug", *self.args],
             env=self.env, stderr=open(self.log, "a"))
         Daemon.live.append(self)
         for _ in range(200):
+            # The socket file appears at bind(), before listen(): connect.
             if os.path.exists(self.sock):
-                return self
+                probe = socket.socket(socket.AF_UNIX)
+                try:
+                    probe.connect(self.sock)
+                    return self
+                except OSError:
+                    pass
+                finally:
+                    probe.close()
             if self.proc.poll() is not None:
                 raise RuntimeError("ckptd exited: " + self.log.read_text()[-2000:])
             time.sleep(0.05)
