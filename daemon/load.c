@@ -248,8 +248,11 @@ static const struct save *held_copy(const struct load *ld, const Ckpt__Manifest 
 {
 	for (size_t i = 0; i < ld->npinned; i++) {
 		const struct save *sv = ld->pinned[i];
+		/* The shard's name is fresh per save: a step deleted and saved
+		 * again (on any node) names another shard than the copy held. */
 		if (sv->step == m->step && sv->rank == m->rank && sv->world_size == m->world_size &&
-		    sv->shard_bytes == m->shard_bytes && strcmp(sv->attempt, m->attempt_id) == 0)
+		    sv->shard_bytes == m->shard_bytes && strcmp(sv->attempt, m->attempt_id) == 0 &&
+		    strcmp(sv->shard_name, m->shard_name) == 0)
 			return sv;
 	}
 	return NULL;

@@ -381,6 +381,7 @@ static void upload_run(uv_work_t *w)
 	uint8_t *mbuf = NULL;
 	size_t mlen = 0;
 	const char *shard_name = strrchr(shard_key, '/') + 1;
+	snprintf(sv->shard_name, sizeof(sv->shard_name), "%s", shard_name);
 	r = build_manifest(sv, &mbuf, &mlen, shard_name);
 	if (r == 0) {
 		struct iovec one = { .iov_base = mbuf, .iov_len = mlen };

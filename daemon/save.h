@@ -76,6 +76,7 @@ struct save {
 	enum admit_policy policy;
 	uint64_t quota_bytes;
 	bool spread; /* the shard goes to the spread directory ([storage] layout) */
+	char shard_name[200]; /* as uploaded (a fresh name per save); a held copy serves only its manifest */
 
 	struct save_tensor *tensors;
 	size_t ntensors;
