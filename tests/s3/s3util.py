@@ -14,8 +14,10 @@ MIB = 1 << 20
 class Daemon:
     live = []  # killed after each test (conftest), so a failed test leaves none behind
 
-    def __init__(self, tmp, url, env, conf=""):
+    def __init__(self, tmp, url, env, conf="", staging="96M", chunk="1M", log_level="debug"):
         self.tmp = tmp
+        self.pool = (staging, chunk)
+        self.log_level = log_level
         self.sock = str(tmp / "ckptd.sock")
         self.url = url
         self.env = env
@@ -26,8 +28,9 @@ class Daemon:
 
     def start(self):
         self.proc = subprocess.Popen(
-            [CKPTD, "--socket", self.sock, "--storage", self.url, "--staging-bytes", "96M", "--chunk-bytes", "1M",
-             "--state-dir", str(self.tmp / "state"), "--config", str(self.conf), "--log-level", "debug"],
+            [CKPTD, "--socket", self.sock, "--storage", self.url, "--staging-bytes", self.pool[0],
+             "--chunk-bytes", self.pool[1], "--state-dir", str(self.tmp / "state"), "--config", str(self.conf),
+             "--log-level", self.log_level],
             env=self.env, stderr=open(self.log, "a"))
         Daemon.live.append(self)
         for _ in range(200):
