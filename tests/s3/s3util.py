@@ -15,10 +15,12 @@ MIB = 1 << 20
 class Daemon:
     live = []  # killed after each test (conftest), so a failed test leaves none behind
 
-    def __init__(self, tmp, url, env, conf="", args=()):
+    def __init__(self, tmp, url, env, conf="", args=(), staging="96M", chunk="1M", log_level="debug"):
         """args: more ckptd flags, after the defaults (so they win)."""
         self.tmp = tmp
         self.args = list(args)
+        self.pool = (staging, chunk)
+        self.log_level = log_level
         self.sock = str(tmp / "ckptd.sock")
         self.url = url
         self.env = env
@@ -29,8 +31,9 @@ class Daemon:
 
     def start(self):
         self.proc = subprocess.Popen(
-            [CKPTD, "--socket", self.sock, "--storage", self.url, "--staging-bytes", "96M", "--chunk-bytes", "1M",
-             "--state-dir", str(self.tmp / "state"), "--config", str(self.conf), "--log-level", "debug", *self.args],
+            [CKPTD, "--socket", self.sock, "--storage", self.url, "--staging-bytes", self.pool[0],
+             "--chunk-bytes", self.pool[1], "--state-dir", str(self.tmp / "state"), "--config", str(self.conf),
+             "--log-level", self.log_level, *self.args],
             env=self.env, stderr=open(self.log, "a"))
         Daemon.live.append(self)
         for _ in range(200):

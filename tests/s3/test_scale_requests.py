@@ -1,0 +1,38 @@
+"""Storage requests per rank do not grow with the world size: the core of
+tests/bench/scale at W=8 (one daemon) and W=32 (four daemons, standing for
+nodes) on moto, counted at the proxy. Before format 2 a restore read every
+manifest of its step, W GETs per rank: that would show here as 24 more per
+rank at W=32."""
+import importlib.machinery
+import importlib.util
+import os
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "scale")
+
+
+def bench():
+    loader = importlib.machinery.SourceFileLoader("scale_bench", BENCH)
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader("scale_bench", loader))
+    loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.skipif(not os.environ.get("CKPT_LIB"),
+                    reason="needs libckpt in python (CKPT_LIB; not in the ASan build)")
+def test_requests_per_rank_are_flat(moto, proxy, tmp_path):
+    b = bench()
+    small, big = (b.measure(moto, proxy, tmp_path, w, log=lambda *a: None) for w in (8, 32))
+    # A save: GET commit (none yet), PUT shard, create-only PUT manifest.
+    assert {k: small["save"][k] / 8 for k in b.KINDS} == {"GET": 1, "HEAD": 0, "PUT": 2, "POST": 0, "DELETE": 0,
+                                                          "LIST": 0}, small["save"]
+    # Counts, not times: a retry or two is the only slack.
+    for phase in ("save", "load"):
+        assert abs(big[phase]["per_rank"] - small[phase]["per_rank"]) <= 0.25, (phase, small[phase], big[phase])
+    # Every rank racing to pin the step costs a loser 2 requests more.
+    assert abs(big["naive"]["per_rank"] - small["naive"]["per_rank"]) <= 2, (small["naive"], big["naive"])
+    # Once per job, whatever W (below 500 ranks: one LIST page per step).
+    assert big["resolve"]["total"] == small["resolve"]["total"] == 3, (small["resolve"], big["resolve"])
+    assert big["ls"]["total"] == small["ls"]["total"] == 3, (small["ls"], big["ls"])
+    assert big["restart"]["total"] == small["restart"]["total"] == 0
