@@ -128,7 +128,18 @@ struct tplan {
 struct ltask {
 	size_t plan;
 	uint64_t slab;
+	uint64_t off, len; /* in the shard */
 };
+
+/* One read: tasks [first, first + n) of one shard in storage, in offset
+ * order, fetched by one ranged GET of [off, off + len) when they lie close
+ * together (READ_GAP), up to READ_BLOCK; a held copy's task is its own. A
+ * rank's many small tensors then cost a GET per 16 MiB, not one each. */
+struct lread {
+	size_t first, n;
+	uint64_t off, len;
+};
+#define READ_GAP (256u << 10) /* bytes of a gap worth reading rather than a request */
 
 struct exec {
 	struct load *ld;
@@ -136,7 +147,9 @@ struct exec {
 	size_t nplans, cap;
 	struct ltask *tasks;
 	size_t ntasks;
-	uint64_t max_slab;
+	struct lread *reads;
+	size_t nreads;
+	uint64_t max_read;
 	atomic_size_t next;
 	atomic_int failed;
 	pthread_mutex_t mu;
@@ -168,29 +181,16 @@ static int scatter_run(void *ctx, uint64_t dst_off, uint64_t src_off, uint64_t n
 	return hostbuf_write(sc->req->buf, sc->req->buf_off + dst_off, sc->src + src_off, n);
 }
 
-static void run_task(struct exec *ex, const struct ltask *tk, uint8_t *tmp)
+/* Task tk's slab is at src (from storage when the plan has no held copy):
+ * check its crc share and scatter it into every cut it meets. */
+static void apply_task(struct exec *ex, const struct ltask *tk, const uint8_t *src)
 {
 	struct tplan *p = &ex->plans[tk->plan];
 	const Ckpt__ManifestTensor *t = p->t;
-	struct store *st = ex->ld->d->store;
 	uint64_t r0 = tk->slab * p->rows_per;
 	uint64_t k = p->nrows - r0 < p->rows_per ? p->nrows - r0 : p->rows_per;
-	size_t len = (size_t)(k * p->row_bytes);
-	uint64_t off = t->shard_offset + r0 * p->row_bytes;
-	const uint8_t *src = tmp;
-	if (p->held) {
-		/* Our own pool, written by our copy threads: no crc pass, so
-		 * a restore from memory runs at memory speed. */
-		src = save_shard_bytes(p->held, off, len, tmp);
-	} else {
-		int r = st->ops->get_range(st, p->key, off, tmp, len);
-		if (r < 0) {
-			exec_fail(ex, -r, "reading tensor '%s' from %s: %s", t->name, p->key,
-				  r == -ENODATA ? "the shard is shorter than its manifest says" : store_error(r));
-			return;
-		}
-		p->slab_crc[tk->slab] = crc32c_update(0, tmp, len);
-	}
+	if (!p->held)
+		p->slab_crc[tk->slab] = crc32c_update(0, src, tk->len);
 	struct box slab = p->saved;
 	if (slab.ndim > 0) {
 		slab.off[0] = p->saved.off[0] + r0;
@@ -211,19 +211,45 @@ static void run_task(struct exec *ex, const struct ltask *tk, uint8_t *tmp)
 	}
 }
 
+static void run_read(struct exec *ex, const struct lread *rd, uint8_t *tmp)
+{
+	const struct ltask *first = &ex->tasks[rd->first];
+	struct tplan *p = &ex->plans[first->plan];
+	if (p->held) {
+		/* Our own pool, written by our copy threads: no crc pass, so
+		 * a restore from memory runs at memory speed. */
+		apply_task(ex, first, save_shard_bytes(p->held, first->off, first->len, tmp));
+		return;
+	}
+	struct store *st = ex->ld->d->store;
+	int r = st->ops->get_range(st, p->key, rd->off, tmp, (size_t)rd->len);
+	if (r < 0) {
+		char more[64] = "";
+		if (rd->n > 1)
+			snprintf(more, sizeof(more), " (one read with %zu more)", rd->n - 1);
+		exec_fail(ex, -r, "reading tensor '%s' from %s%s: %s", p->t->name, p->key, more,
+			  r == -ENODATA ? "the shard is shorter than its manifest says" : store_error(r));
+		return;
+	}
+	for (size_t i = 0; i < rd->n && !atomic_load(&ex->failed); i++) {
+		const struct ltask *tk = &ex->tasks[rd->first + i];
+		apply_task(ex, tk, tmp + (tk->off - rd->off));
+	}
+}
+
 static void *exec_worker(void *arg)
 {
 	struct exec *ex = arg;
-	uint8_t *tmp = malloc(ex->max_slab ? (size_t)ex->max_slab : 1);
+	uint8_t *tmp = malloc(ex->max_read ? (size_t)ex->max_read : 1);
 	if (tmp == NULL) {
-		exec_fail(ex, ENOMEM, "out of memory for a read buffer of %" PRIu64 " bytes", ex->max_slab);
+		exec_fail(ex, ENOMEM, "out of memory for a read buffer of %" PRIu64 " bytes", ex->max_read);
 		return NULL;
 	}
 	for (;;) {
 		size_t i = atomic_fetch_add(&ex->next, 1);
-		if (i >= ex->ntasks || atomic_load(&ex->failed))
+		if (i >= ex->nreads || atomic_load(&ex->failed))
 			break;
-		run_task(ex, &ex->tasks[i], tmp);
+		run_read(ex, &ex->reads[i], tmp);
 	}
 	free(tmp);
 	return NULL;
@@ -298,8 +324,8 @@ static int plan_tensor(struct exec *ex, const char *key, const struct save *held
 	memcpy(p->cuts, cuts, nh * sizeof(*cuts));
 	p->nhits = nh;
 	ex->nplans++;
-	if (p->rows_per * p->row_bytes > ex->max_slab)
-		ex->max_slab = p->rows_per * p->row_bytes;
+	if (p->rows_per * p->row_bytes > ex->max_read)
+		ex->max_read = p->rows_per * p->row_bytes;
 	for (size_t i = 0; i < nh; i++) {
 		struct load_req *q = hits[i];
 		struct box *na = realloc(q->applied, (q->napplied + 1) * sizeof(*na));
@@ -368,7 +394,51 @@ out:
 	return r;
 }
 
-/* Run every slab on up to copy_threads threads, this one included. */
+static int cmp_task(const void *a, const void *b, void *arg)
+{
+	const struct exec *ex = arg;
+	const struct ltask *x = a, *y = b;
+	const struct tplan *px = &ex->plans[x->plan], *py = &ex->plans[y->plan];
+	/* Held copies first, each on its own; then by shard and offset. */
+	if ((px->held != NULL) != (py->held != NULL))
+		return px->held ? -1 : 1;
+	int c = px->held ? 0 : strcmp(px->key, py->key);
+	if (c)
+		return c;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Sort the tasks and cut them into reads (struct lread). */
+static int group_reads(struct exec *ex)
+{
+	qsort_r(ex->tasks, ex->ntasks, sizeof(*ex->tasks), cmp_task, ex);
+	ex->reads = calloc(ex->ntasks ? ex->ntasks : 1, sizeof(*ex->reads));
+	if (ex->reads == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < ex->ntasks; i++) {
+		const struct ltask *tk = &ex->tasks[i];
+		const struct tplan *p = &ex->plans[tk->plan];
+		struct lread *rd = ex->nreads ? &ex->reads[ex->nreads - 1] : NULL;
+		if (rd && !p->held) {
+			const struct ltask *prev = &ex->tasks[rd->first + rd->n - 1];
+			const struct tplan *pp = &ex->plans[prev->plan];
+			uint64_t end = rd->off + rd->len;
+			if (!pp->held && strcmp(pp->key, p->key) == 0 && tk->off >= end && tk->off - end <= READ_GAP &&
+			    tk->off + tk->len - rd->off <= READ_BLOCK) {
+				rd->n++;
+				rd->len = tk->off + tk->len - rd->off;
+				continue;
+			}
+		}
+		ex->reads[ex->nreads++] = (struct lread){ .first = i, .n = 1, .off = tk->off, .len = tk->len };
+	}
+	for (size_t i = 0; i < ex->nreads; i++)
+		if (ex->reads[i].len > ex->max_read)
+			ex->max_read = ex->reads[i].len;
+	return 0;
+}
+
+/* Run every read on up to copy_threads threads, this one included. */
 static void execute(struct exec *ex, unsigned nthreads)
 {
 	size_t n = 0;
@@ -379,11 +449,22 @@ static void execute(struct exec *ex, unsigned nthreads)
 		exec_fail(ex, ENOMEM, "out of memory");
 		return;
 	}
-	for (size_t i = 0; i < ex->nplans; i++)
-		for (uint64_t sl = 0; sl < ex->plans[i].nslabs; sl++)
-			ex->tasks[ex->ntasks++] = (struct ltask){ .plan = i, .slab = sl };
-	if (nthreads > ex->ntasks)
-		nthreads = ex->ntasks ? (unsigned)ex->ntasks : 1;
+	for (size_t i = 0; i < ex->nplans; i++) {
+		struct tplan *p = &ex->plans[i];
+		for (uint64_t sl = 0; sl < p->nslabs; sl++) {
+			uint64_t r0 = sl * p->rows_per;
+			uint64_t k = p->nrows - r0 < p->rows_per ? p->nrows - r0 : p->rows_per;
+			ex->tasks[ex->ntasks++] = (struct ltask){ .plan = i, .slab = sl,
+								  .off = p->t->shard_offset + r0 * p->row_bytes,
+								  .len = k * p->row_bytes };
+		}
+	}
+	if (group_reads(ex) < 0) {
+		exec_fail(ex, ENOMEM, "out of memory");
+		return;
+	}
+	if (nthreads > ex->nreads)
+		nthreads = ex->nreads ? (unsigned)ex->nreads : 1;
 	pthread_t th[64];
 	unsigned started = 0;
 	for (unsigned i = 1; i < nthreads && i < 64; i++)
@@ -422,6 +503,7 @@ static void exec_free(struct exec *ex)
 	}
 	free(ex->plans);
 	free(ex->tasks);
+	free(ex->reads);
 	pthread_mutex_destroy(&ex->mu);
 }
 

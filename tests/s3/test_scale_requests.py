@@ -36,3 +36,15 @@ def test_requests_per_rank_are_flat(moto, proxy, tmp_path):
     assert big["resolve"]["total"] == small["resolve"]["total"] == 3, (small["resolve"], big["resolve"])
     assert big["ls"]["total"] == small["ls"]["total"] == 3, (small["ls"], big["ls"])
     assert big["restart"]["total"] == small["restart"]["total"] == 0
+
+
+@pytest.mark.skipif(not os.environ.get("CKPT_LIB"),
+                    reason="needs libckpt in python (CKPT_LIB; not in the ASan build)")
+def test_a_restore_reads_neighbouring_tensors_in_one_request(moto, proxy, tmp_path):
+    """33 small tensors in one shard cost a load the same requests as 2:
+    neighbouring tensors of one shard come in one ranged GET (up to 16
+    MiB), not one GET each."""
+    b = bench()
+    few, many = (b.measure(moto, proxy, tmp_path / str(t), 8, tensors=t, log=lambda *a: None) for t in (1, 32))
+    assert many["load"]["GET"] == few["load"]["GET"], (few["load"], many["load"])
+    assert many["load"]["per_rank"] == few["load"]["per_rank"], (few["load"], many["load"])
