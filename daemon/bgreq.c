@@ -50,7 +50,7 @@ static void on_done(uv_work_t *w, int status)
 			r->reply(r);
 	}
 	r->destroy(r);
-	daemon_maybe_finish_drain(d);
+	daemon_work_ended(d);
 }
 
 void bgreq_start(struct session *s, uint64_t req_id, struct bgreq *r)

@@ -939,7 +939,7 @@ static void auto_done(uv_work_t *w, int status)
 	d->nloads--;
 	gc_free(g);
 	auto_gc_kick(d);
-	daemon_maybe_finish_drain(d);
+	daemon_work_ended(d);
 }
 
 static void auto_gc_kick(struct daemon *d)

@@ -1,4 +1,4 @@
-/* Daemon-wide lifecycle: the clock, and the drain on SIGTERM/SIGINT (stop
+/* Daemon-wide lifecycle: the drain on SIGTERM/SIGINT (stop
  * admitting, let every staged save become durable, then close). */
 #include "daemon.h"
 #include "journal.h"
@@ -13,13 +13,6 @@
 #include <stdlib.h>
 #include <systemd/sd-daemon.h>
 #include <time.h>
-
-uint64_t daemon_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void close_all(struct daemon *d)
 {
@@ -39,7 +32,7 @@ static void close_all(struct daemon *d)
 	d->copyq = NULL;
 }
 
-void daemon_maybe_finish_drain(struct daemon *d)
+static void maybe_finish_drain(struct daemon *d)
 {
 	if (!d->draining || d->nsaves > 0 || d->nloads > 0 || d->copyq == NULL)
 		return;
@@ -116,9 +109,10 @@ void daemon_on_signal(uv_signal_t *h, int signum)
 	log_info("signal %d: draining (%u saves in flight, %u waiting)", signum, d->nsaves, d->nwaiting);
 	sd_notify(0, "STOPPING=1");
 	d->draining = true;
+	d->on_work_ended = maybe_finish_drain;
 	server_stop(d);
 	save_cancel_waiting(d, ESHUTDOWN, "ckptd is shutting down; this save was not admitted");
 	uv_timer_start(&d->drain_timer, on_drain_timeout, d->cfg.drain_timeout_ms, 0);
-	daemon_maybe_finish_drain(d);
+	maybe_finish_drain(d);
 }
 

@@ -7,6 +7,7 @@
 #include <sys/queue.h>
 #include <uv.h>
 
+#include "clock.h"
 #include "config.h"
 #include "metrics.h"
 #include "pool.h"
@@ -85,11 +86,20 @@ struct daemon {
 	uint32_t metrics_conns;
 	uv_timer_t status_timer;    /* sd_notify STATUS= and WATCHDOG=1 */
 	uint64_t watchdog_usec;
+	/* Hooks set at start by the modules above the engine, so that
+	 * completions flow up without calls into them. */
+	void (*on_work_ended)(struct daemon *d);                 /* daemon.c, while draining */
+	void (*on_durable)(struct daemon *d, const char *job);    /* retention (catalog_req.c) */
 };
 
-uint64_t daemon_now_ns(void);
-/* Called whenever work finishes; completes a drain when nothing is left. */
-void daemon_maybe_finish_drain(struct daemon *d);
+/* Work that a drain waits for (a save, a load, a catalogue request) ended.
+ * Modules below daemon.c call this, not daemon.c: the hook is set when a
+ * drain starts, and completes it when nothing is left. */
+static inline void daemon_work_ended(struct daemon *d)
+{
+	if (d->on_work_ended)
+		d->on_work_ended(d);
+}
 /* SIGTERM/SIGINT: start draining; a second signal exits at once. */
 void daemon_on_signal(uv_signal_t *h, int signum);
 /* sd_notify READY=1 and STATUS=, and start the STATUS/WATCHDOG timer. */

@@ -675,7 +675,9 @@ static void load_done(uv_work_t *w, int status)
 	struct daemon *d = ld->d;
 	d->nloads--;
 	TAILQ_REMOVE(&d->loads, ld, link);
-	memtier_unpin(d, ld->pinned, ld->npinned);
+	memtier_unpin(ld->pinned, ld->npinned);
+	if (ld->npinned)
+		save_admit_waiting(d); /* copies dropped while pinned are free now */
 	ld->pinned = NULL;
 	ld->npinned = 0;
 	if (status < 0 && ld->status == 0)
@@ -703,7 +705,7 @@ static void load_done(uv_work_t *w, int status)
 		}
 	}
 	load_free(ld);
-	daemon_maybe_finish_drain(d);
+	daemon_work_ended(d);
 }
 
 static void load_reject(struct session *s, uint64_t req_id, int status, const char *msg)
@@ -791,7 +793,9 @@ void load_start(struct session *s, uint64_t req_id, const Ckpt__Load *m)
 		TAILQ_INSERT_TAIL(&s->d->loads, ld, link);
 	if (r < 0) {
 		s->d->nloads--;
-		memtier_unpin(s->d, ld->pinned, ld->npinned);
+		memtier_unpin(ld->pinned, ld->npinned);
+		if (ld->npinned)
+			save_admit_waiting(s->d);
 		ld->pinned = NULL;
 		ld->npinned = 0;
 		session_unref_alive(s);

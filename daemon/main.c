@@ -1,5 +1,6 @@
 /* ckptd: the node-local checkpoint agent. */
 #include "config.h"
+#include "catalog_req.h"
 #include "cudadev.h"
 #include "daemon.h"
 #include "hostbuf.h"
@@ -265,14 +266,14 @@ int main(int argc, char **argv)
 	if (r > 0)
 		log_warn("recovery: removed %d file(s) a crashed run left half-written", r);
 	d->stats.recovered_files = (uint32_t)r;
-	uint64_t t0 = daemon_now_ns();
+	uint64_t t0 = clock_now_ns();
 	r = pool_init(&d->pool, d->cfg.staging_bytes, d->cfg.chunk_bytes);
 	if (r < 0) {
 		log_err("staging pool of %" PRIu64 " bytes: %s", d->cfg.staging_bytes, strerror(-r));
 		return 1;
 	}
 	log_info("pool: %u chunks of %" PRIu64 " MiB pre-faulted in %.0f ms%s", d->pool.nchunks,
-		 d->pool.chunk_bytes >> 20, (double)(daemon_now_ns() - t0) / 1e6,
+		 d->pool.chunk_bytes >> 20, (double)(clock_now_ns() - t0) / 1e6,
 		 d->pool.locked ? ", locked" : "");
 	d->cuda = cuda_open(d->cfg.copy_threads, d->cuda_why, sizeof(d->cuda_why));
 	if (d->cuda == NULL) {
@@ -285,7 +286,8 @@ int main(int argc, char **argv)
 	}
 
 	d->loop = uv_default_loop();
-	d->start_ns = daemon_now_ns();
+	d->start_ns = clock_now_ns();
+	d->on_durable = catalog_gc_after_durable; /* retention, after each durable save */
 	TAILQ_INIT(&d->sessions);
 	TAILQ_INIT(&d->saves);
 	TAILQ_INIT(&d->waitq);

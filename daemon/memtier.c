@@ -88,7 +88,7 @@ size_t memtier_pin(struct daemon *d, const char *job, struct save ***out)
 	return k;
 }
 
-void memtier_unpin(struct daemon *d, struct save **pinned, size_t n)
+void memtier_unpin(struct save **pinned, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		struct save *sv = pinned[i];
@@ -96,8 +96,6 @@ void memtier_unpin(struct daemon *d, struct save **pinned, size_t n)
 			save_release(sv);
 	}
 	free(pinned);
-	if (n)
-		save_admit_waiting(d);
 }
 
 void memtier_clear(struct daemon *d)

@@ -149,7 +149,7 @@ int metrics_render(struct daemon *d, char **out, size_t *len)
 	metric(&b, "ckptd_recovered_files", "gauge", "Files a crashed run left, removed at start.");
 	put(&b, "ckptd_recovered_files %" PRIu32 "\n", s->recovered_files);
 	metric(&b, "ckptd_uptime_seconds", "gauge", "Seconds since start.");
-	put(&b, "ckptd_uptime_seconds %.3f\n", (double)(daemon_now_ns() - d->start_ns) / 1e9);
+	put(&b, "ckptd_uptime_seconds %.3f\n", (double)(clock_now_ns() - d->start_ns) / 1e9);
 	if (b.err) {
 		free(b.p);
 		return b.err;

@@ -1,6 +1,5 @@
 #include "save.h"
 #include "catalog.h"
-#include "catalog_req.h"
 #include "crc32c.h"
 #include "cudadev.h"
 #include "journal.h"
@@ -29,31 +28,6 @@ static const char *state_name[] = { "new", "admitting", "staging", "hashing", "q
 				    "held", "done", "failed" };
 
 static void save_set_state(struct save *sv, enum save_state st);
-
-static void drop_events(struct save *sv)
-{
-	for (size_t i = 0; i < sv->nevents; i++)
-		cuda_event_put(sv->events[i]);
-	free(sv->events);
-	sv->events = NULL;
-	sv->nevents = 0;
-}
-
-static void save_free(struct save *sv)
-{
-	drop_events(sv);
-	for (size_t i = 0; i < sv->ntensors; i++) {
-		free(sv->tensors[i].name);
-		hostbuf_unref(sv->tensors[i].buf);
-	}
-	free(sv->tensors);
-	free(sv->pieces);
-	free(sv->chunks);
-	free(sv->chunk_crc);
-	free(sv->jobs);
-	free(sv->extra);
-	free(sv);
-}
 
 static void save_fail(struct save *sv, int status, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -440,7 +414,7 @@ static void arm_admit_timer(struct daemon *d)
 	TAILQ_FOREACH(sv, &d->waitq, wlink)
 		if (sv->deadline_ns < earliest)
 			earliest = sv->deadline_ns;
-	uint64_t now = daemon_now_ns();
+	uint64_t now = clock_now_ns();
 	uint64_t ms = earliest > now ? (earliest - now) / 1000000 + 1 : 0;
 	uv_timer_start(&d->admit_timer, save_on_admit_timer, ms, 0);
 }
@@ -495,7 +469,7 @@ static bool job_waiting(struct daemon *d, const char *job)
 void save_on_admit_timer(uv_timer_t *t)
 {
 	struct daemon *d = t->data;
-	uint64_t now = daemon_now_ns();
+	uint64_t now = clock_now_ns();
 	struct save *sv, *next;
 	for (sv = TAILQ_FIRST(&d->waitq); sv; sv = next) {
 		next = TAILQ_NEXT(sv, wlink);
@@ -569,40 +543,13 @@ static unsigned supersede_older(struct save *sv)
 	return n;
 }
 
-/* ---- the memory tier's view of a save ---- */
-
-const uint8_t *save_shard_bytes(const struct save *sv, uint64_t off, uint64_t len, uint8_t *tmp)
-{
-	const struct pool *p = &sv->d->pool;
-	uint64_t cb = p->chunk_bytes;
-	uint64_t c = off / cb, in = off % cb;
-	if (in + len <= cb)
-		return pool_span_ptr(p, sv->chunks[c]) + in;
-	for (uint64_t done = 0; done < len;) {
-		c = (off + done) / cb;
-		in = (off + done) % cb;
-		uint64_t n = cb - in < len - done ? cb - in : len - done;
-		memcpy(tmp + done, pool_span_ptr(p, sv->chunks[c]) + in, n);
-		done += n;
-	}
-	return tmp;
-}
-
-void save_release(struct save *sv)
-{
-	if (sv->have_chunks)
-		pool_release(&sv->d->pool, sv->chunks, sv->nchunks);
-	sv->have_chunks = false;
-	save_free(sv);
-}
-
 /* ---- the state machine ---- */
 
 static void send_staged(struct save *sv)
 {
 	Ckpt__SaveStaged ev = CKPT__SAVE_STAGED__INIT;
 	ev.bytes = sv->shard_bytes;
-	ev.stall_ns = daemon_now_ns() - sv->t_start;
+	ev.stall_ns = clock_now_ns() - sv->t_start;
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_SAVE_STAGED;
 	f.save_staged = &ev;
@@ -656,7 +603,7 @@ static void save_set_state(struct save *sv, enum save_state st)
 	case SAVE_NEW:
 		break;
 	case SAVE_ADMITTING:
-		sv->deadline_ns = daemon_now_ns() + (uint64_t)d->cfg.admit_timeout_ms * 1000000ull;
+		sv->deadline_ns = clock_now_ns() + (uint64_t)d->cfg.admit_timeout_ms * 1000000ull;
 		TAILQ_INSERT_TAIL(&d->waitq, sv, wlink);
 		d->nwaiting++;
 		arm_admit_timer(d);
@@ -692,9 +639,9 @@ static void save_set_state(struct save *sv, enum save_state st)
 	}
 	case SAVE_HASHING:
 		d->stats.bytes_staged += sv->shard_bytes;
-		hist_observe(&d->stats.stall_hist, (double)(daemon_now_ns() - sv->t_start) / 1e9);
+		hist_observe(&d->stats.stall_hist, (double)(clock_now_ns() - sv->t_start) / 1e9);
 		/* The trainer may touch its buffers again: drop them. */
-		drop_events(sv);
+		save_drop_events(sv);
 		for (size_t i = 0; i < sv->ntensors; i++) {
 			hostbuf_unref(sv->tensors[i].buf);
 			sv->tensors[i].buf = NULL;
@@ -728,10 +675,10 @@ static void save_set_state(struct save *sv, enum save_state st)
 		snprintf(sv_job, sizeof(sv_job), "%s", sv->job); /* sv may be freed below */
 		bool gc_here = sv->rank == 0;
 		d->stats.bytes_durable += sv->shard_bytes;
-		hist_observe(&d->stats.durable_hist, (double)(daemon_now_ns() - sv->t_start) / 1e9);
+		hist_observe(&d->stats.durable_hist, (double)(clock_now_ns() - sv->t_start) / 1e9);
 		log_ctx_msg(LOG_LVL_INFO, &lctx, "save %" PRIu64 ": %s step %" PRIu64 " rank %u/%u durable, %" PRIu64 " bytes in %.1f ms",
 			 sv->id, sv->job, sv->step, sv->rank, sv->world_size, sv->shard_bytes,
-			 (double)(daemon_now_ns() - sv->t_start) / 1e6);
+			 (double)(clock_now_ns() - sv->t_start) / 1e6);
 		send_durable(sv);
 		if (sv->steplocked) {
 			steplock_save_end(sv->job, sv->step);
@@ -742,7 +689,7 @@ static void save_set_state(struct save *sv, enum save_state st)
 		sv->listed = false;
 		d->nsaves--;
 		if (st == SAVE_HELD && d->cfg.memory_tier) {
-			sv->held_since_ns = daemon_now_ns();
+			sv->held_since_ns = clock_now_ns();
 			memtier_hold(d, sv);
 		} else {
 			sv->state = SAVE_DONE;
@@ -751,11 +698,11 @@ static void save_set_state(struct save *sv, enum save_state st)
 		/* Retention runs on one node per job, the one holding rank 0:
 		 * every daemon of a 512-node job listing and deleting the same
 		 * steps would multiply the requests by the node count. */
-		if (gc_here)
-			catalog_gc_after_durable(d, sv_job);
+		if (gc_here && d->on_durable)
+			d->on_durable(d, sv_job);
 		pump_uploads(d);
 		save_admit_waiting(d);
-		daemon_maybe_finish_drain(d);
+		daemon_work_ended(d);
 		break;
 	}
 	case SAVE_FAILED:
@@ -778,7 +725,7 @@ static void save_set_state(struct save *sv, enum save_state st)
 			pump_uploads(d);
 			save_admit_waiting(d);
 		}
-		daemon_maybe_finish_drain(d);
+		daemon_work_ended(d);
 		break;
 	}
 }
@@ -789,21 +736,6 @@ static int cmp_name(const void *a, const void *b)
 {
 	const struct save_tensor *x = a, *y = b;
 	return strcmp(x->name, y->name);
-}
-
-int save_validate_name(const char *name, uint32_t max, char *err, size_t errlen)
-{
-	size_t n = strlen(name);
-	if (n == 0 || n > max) {
-		snprintf(err, errlen, "tensor name must be 1..%u bytes", max);
-		return -EINVAL;
-	}
-	for (size_t i = 0; i < n; i++)
-		if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f) {
-			snprintf(err, errlen, "tensor name has a control character");
-			return -EINVAL;
-		}
-	return 0;
 }
 
 /* The trainer's events, one per device its CUDA tensors live on: every
@@ -966,7 +898,7 @@ void save_start(struct session *s, uint64_t req_id, const Ckpt__Save *m)
 	sv->d = d;
 	sv->req_id = req_id;
 	sv->id = ++d->next_save_id;
-	sv->t_start = daemon_now_ns();
+	sv->t_start = clock_now_ns();
 	sv->state = SAVE_NEW;
 	sv->session = s;
 	TAILQ_INSERT_TAIL(&s->saves, sv, slink);

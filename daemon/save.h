@@ -112,8 +112,6 @@ void save_admit_waiting(struct daemon *d);
 /* Fail saves still waiting for admission (shutdown). */
 void save_cancel_waiting(struct daemon *d, int status, const char *why);
 void save_on_admit_timer(uv_timer_t *t);
-/* Tensor names: 1..max bytes, no control characters. */
-int save_validate_name(const char *name, uint32_t max, char *err, size_t errlen);
 /* Bytes [off, off+len) of a held save's shard: a pointer into the pool when
  * they lie in one chunk, else copied into tmp. Thread-safe while pinned. */
 const uint8_t *save_shard_bytes(const struct save *sv, uint64_t off, uint64_t len, uint8_t *tmp);
@@ -126,12 +124,18 @@ void memtier_hold(struct daemon *d, struct save *sv);
  * free enough bytes. */
 void memtier_reclaim(struct daemon *d, uint32_t whole, uint32_t tail_slots);
 /* Pin the held copies of job for a load; unpin releases any that were
- * dropped meanwhile. */
+ * dropped meanwhile (the caller then admits waiting saves). */
 size_t memtier_pin(struct daemon *d, const char *job, struct save ***out);
-void memtier_unpin(struct daemon *d, struct save **pinned, size_t n);
+void memtier_unpin(struct save **pinned, size_t n);
 /* Release every held copy (shutdown). */
 void memtier_clear(struct daemon *d);
+
+/* The save object (saveobj.c). */
 /* Release one save's chunks and free it (no events). */
 void save_release(struct save *sv);
+/* Free it, its pool spans not included. */
+void save_free(struct save *sv);
+/* Give back the trainer's CUDA events. */
+void save_drop_events(struct save *sv);
 
 #endif

@@ -202,30 +202,11 @@ struct hostbuf *session_find_buffer(struct session *s, uint64_t id)
 int session_check_tensor(struct session *s, const Ckpt__TensorRef *tr, size_t index, struct box *box,
 			 struct hostbuf **buf, char *err, size_t errlen)
 {
-	const struct config *c = &s->d->cfg;
-	char why[256];
-	int r = save_validate_name(tr->name, c->max_name_len, why, sizeof(why));
-	if (r < 0) {
-		snprintf(err, errlen, "tensor %zu: %s", index, why);
+	int r = tensor_check(tr->name, tr->dtype, tr->n_global_shape, tr->global_shape, tr->n_box_offsets,
+			     tr->box_offsets, tr->n_box_lengths, tr->box_lengths, tr->nbytes, index,
+			     s->d->cfg.max_name_len, box, err, errlen);
+	if (r < 0)
 		return r;
-	}
-	size_t es = tensor_dtype_size(tr->dtype);
-	if (es == 0) {
-		snprintf(err, errlen, "tensor '%s': unknown dtype %d", tr->name, tr->dtype);
-		return -EINVAL;
-	}
-	uint64_t nelem;
-	r = box_from_fields(box, tr->n_global_shape, tr->global_shape, tr->n_box_offsets, tr->box_offsets,
-			    tr->n_box_lengths, tr->box_lengths, &nelem, why, sizeof(why));
-	if (r < 0) {
-		snprintf(err, errlen, "tensor '%s': %s", tr->name, why);
-		return r;
-	}
-	if (nelem > UINT64_MAX / es || nelem * es != tr->nbytes) {
-		snprintf(err, errlen, "tensor '%s': nbytes %" PRIu64 " does not match its box (%" PRIu64
-			 " elements of %zu bytes)", tr->name, tr->nbytes, nelem, es);
-		return -EINVAL;
-	}
 	struct hostbuf *b = session_find_buffer(s, tr->buffer_id);
 	if (b == NULL) {
 		snprintf(err, errlen, "tensor '%s': buffer %" PRIu64 " is not registered", tr->name, tr->buffer_id);
@@ -475,7 +456,7 @@ static void on_status(struct session *s, uint64_t req_id)
 	else
 		snprintf(cuda, sizeof(cuda), "off: %s", d->cuda_why);
 	rep.cuda = cuda;
-	rep.uptime_ns = daemon_now_ns() - d->start_ns;
+	rep.uptime_ns = clock_now_ns() - d->start_ns;
 	struct rusage ru;
 	if (getrusage(RUSAGE_SELF, &ru) == 0) {
 		rep.cpu_ns = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000ull +

@@ -1,6 +1,7 @@
 #include "tensor.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -176,4 +177,48 @@ int box_copy_runs(const struct box *region, const struct box *src,
 		if (d < 0)
 			return 0;
 	}
+}
+
+int tensor_validate_name(const char *name, uint32_t max, char *err, size_t errlen)
+{
+	size_t n = strlen(name);
+	if (n == 0 || n > max) {
+		snprintf(err, errlen, "tensor name must be 1..%u bytes", max);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f) {
+			snprintf(err, errlen, "tensor name has a control character");
+			return -EINVAL;
+		}
+	return 0;
+}
+
+int tensor_check(const char *name, int dtype, size_t nshape, const uint64_t *shape, size_t noff,
+		 const uint64_t *off, size_t nlen, const uint64_t *len, uint64_t nbytes, size_t index,
+		 uint32_t max_name_len, struct box *box, char *err, size_t errlen)
+{
+	char why[256];
+	int r = tensor_validate_name(name, max_name_len, why, sizeof(why));
+	if (r < 0) {
+		snprintf(err, errlen, "tensor %zu: %s", index, why);
+		return r;
+	}
+	size_t es = tensor_dtype_size(dtype);
+	if (es == 0) {
+		snprintf(err, errlen, "tensor '%s': unknown dtype %d", name, dtype);
+		return -EINVAL;
+	}
+	uint64_t nelem;
+	r = box_from_fields(box, nshape, shape, noff, off, nlen, len, &nelem, why, sizeof(why));
+	if (r < 0) {
+		snprintf(err, errlen, "tensor '%s': %s", name, why);
+		return r;
+	}
+	if (nelem > UINT64_MAX / es || nelem * es != nbytes) {
+		snprintf(err, errlen, "tensor '%s': nbytes %" PRIu64 " does not match its box (%" PRIu64
+			 " elements of %zu bytes)", name, nbytes, nelem, es);
+		return -EINVAL;
+	}
+	return 0;
 }

@@ -36,6 +36,16 @@ bool box_equal(const struct box *a, const struct box *b);
 bool box_contains(const struct box *outer, const struct box *inner);
 uint64_t box_volume(const struct box *b);
 
+/* A tensor name: 1..max bytes, no control character. 0 or -EINVAL. */
+int tensor_validate_name(const char *name, uint32_t max, char *err, size_t errlen);
+/* A tensor as a request names it (proto TensorRef fields): its name, dtype,
+ * box, and nbytes that match the box. Fills *box. 0 or -errno, the reason
+ * in err naming the tensor (by index when its name is bad). The one check
+ * both saves and loads use; the buffer it names is the session's to find. */
+int tensor_check(const char *name, int dtype, size_t nshape, const uint64_t *shape, size_t noff,
+		 const uint64_t *off, size_t nlen, const uint64_t *len, uint64_t nbytes, size_t index,
+		 uint32_t max_name_len, struct box *box, char *err, size_t errlen);
+
 /* Copy the elements of region (inside both src and dst boxes) from a
  * row-major src box to a row-major dst box, as contiguous runs along the
  * last dimension. emit(dst_byte_off, src_byte_off, nbytes) does each run and

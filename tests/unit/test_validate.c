@@ -101,27 +101,27 @@ static void test_validate_name(void **state)
 {
 	(void)state;
 	char err[128];
-	assert_int_equal(save_validate_name("layer.0.weight", 64, err, sizeof(err)), 0);
-	assert_int_equal(save_validate_name("optim/state 0:exp_avg", 64, err, sizeof(err)), 0);
-	assert_int_equal(save_validate_name("gr\xc3\xb6\xc3\x9f" "e", 64, err, sizeof(err)), 0);
-	assert_int_equal(save_validate_name("x", 1, err, sizeof(err)), 0);
+	assert_int_equal(tensor_validate_name("layer.0.weight", 64, err, sizeof(err)), 0);
+	assert_int_equal(tensor_validate_name("optim/state 0:exp_avg", 64, err, sizeof(err)), 0);
+	assert_int_equal(tensor_validate_name("gr\xc3\xb6\xc3\x9f" "e", 64, err, sizeof(err)), 0);
+	assert_int_equal(tensor_validate_name("x", 1, err, sizeof(err)), 0);
 
 	err[0] = '\0';
-	assert_int_equal(save_validate_name("", 64, err, sizeof(err)), -EINVAL);
+	assert_int_equal(tensor_validate_name("", 64, err, sizeof(err)), -EINVAL);
 	assert_true(err[0] != '\0');
 
 	char name[1026];
 	memset(name, 'a', sizeof(name));
 	name[1024] = '\0';
-	assert_int_equal(save_validate_name(name, 1024, err, sizeof(err)), 0);
+	assert_int_equal(tensor_validate_name(name, 1024, err, sizeof(err)), 0);
 	name[1024] = 'a';
 	name[1025] = '\0';
-	assert_int_equal(save_validate_name(name, 1024, err, sizeof(err)), -EINVAL);
-	assert_int_equal(save_validate_name("ab", 1, err, sizeof(err)), -EINVAL);
+	assert_int_equal(tensor_validate_name(name, 1024, err, sizeof(err)), -EINVAL);
+	assert_int_equal(tensor_validate_name("ab", 1, err, sizeof(err)), -EINVAL);
 
 	static const char *ctl[] = { "a\tb", "a\nb", "\x01", "end\x1f", "del\x7f", "\x1b[31mred" };
 	for (size_t i = 0; i < ARRAY_LEN(ctl); i++)
-		assert_int_equal(save_validate_name(ctl[i], 64, err, sizeof(err)), -EINVAL);
+		assert_int_equal(tensor_validate_name(ctl[i], 64, err, sizeof(err)), -EINVAL);
 }
 
 static struct box mkbox(uint32_t nd, const uint64_t *shape, const uint64_t *off, const uint64_t *len)
