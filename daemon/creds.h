@@ -1,4 +1,4 @@
-/* Credentials for the object stores (DESIGN §5), cached and refreshed
+/* Credentials for the object stores (README "Object storage"), cached and refreshed
  * before they expire.
  *
  * AWS, in order: the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,

@@ -1,5 +1,5 @@
 /* One trainer (or ckptctl) connection: framing with SCM_RIGHTS, the
- * validation order of DESIGN §3, dispatch, and the outgoing queue. */
+ * validation order of docs/architecture.md §4, dispatch, and the outgoing queue. */
 #ifndef CKPTD_SESSION_H
 #define CKPTD_SESSION_H
 

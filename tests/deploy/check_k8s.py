@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Parse every manifest in deploy/k8s and check the fields DESIGN §7 asks
+"""Parse every manifest in deploy/k8s and check the fields README "Operations" asks
 for. Prints TAP."""
 import os
 import sys

@@ -117,7 +117,7 @@ size_t ckpt_buffer_size(ckpt_buffer *b);
 /* Unregister and unmap. Accepts NULL. */
 void ckpt_buffer_free(ckpt_buffer *b);
 
-/* CUDA device buffers (DESIGN §6). libcuda is loaded at run time
+/* CUDA device buffers (README "CUDA"). libcuda is loaded at run time
  * (dlopen of $CKPT_CUDA_LIBRARY, else libcuda.so.1); nothing links it.
  *
  * 1 when this process can register device memory, else 0 with why
