@@ -24,8 +24,12 @@
 #define SHARD_ALIGN 64
 #define COPY_BLOCK (256u << 10) /* one guarded copy (hostbuf_copy_out) */
 
-static const char *state_name[] = { "new", "admitting", "staging", "hashing", "queued", "uploading",
-				    "held", "done", "failed" };
+static const char *const state_name[] = {
+	[SAVE_NEW] = "new",		[SAVE_ADMITTING] = "admitting", [SAVE_STAGING] = "staging",
+	[SAVE_HASHING] = "hashing",	[SAVE_QUEUED] = "queued",	[SAVE_UPLOADING] = "uploading",
+	[SAVE_HELD] = "held",		[SAVE_DONE] = "done",		[SAVE_FAILED] = "failed",
+};
+_Static_assert(sizeof(state_name) / sizeof(state_name[0]) == SAVE_FAILED + 1, "a save state without a name");
 
 static void save_set_state(struct save *sv, enum save_state st);
 

@@ -1,34 +1,32 @@
 #include "tensor.h"
+#include "ckpt.pb-c.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
+/* One row per dtype of proto/ckpt.proto, indexed by its value. */
+static const struct {
+	const char *name;
+	size_t size;
+} dtypes[] = {
+	[CKPT__DTYPE__F32] = { "f32", 4 },	   [CKPT__DTYPE__F16] = { "f16", 2 },
+	[CKPT__DTYPE__BF16] = { "bf16", 2 },	   [CKPT__DTYPE__F64] = { "f64", 8 },
+	[CKPT__DTYPE__I8] = { "i8", 1 },	   [CKPT__DTYPE__U8] = { "u8", 1 },
+	[CKPT__DTYPE__I16] = { "i16", 2 },	   [CKPT__DTYPE__I32] = { "i32", 4 },
+	[CKPT__DTYPE__I64] = { "i64", 8 },	   [CKPT__DTYPE__BOOL] = { "bool", 1 },
+	[CKPT__DTYPE__F8E4M3] = { "f8e4m3", 1 }, [CKPT__DTYPE__F8E5M2] = { "f8e5m2", 1 },
+};
+
 size_t tensor_dtype_size(int dtype)
 {
-	switch (dtype) {
-	case 1: return 4;  /* F32 */
-	case 2: return 2;  /* F16 */
-	case 3: return 2;  /* BF16 */
-	case 4: return 8;  /* F64 */
-	case 5: return 1;  /* I8 */
-	case 6: return 1;  /* U8 */
-	case 7: return 2;  /* I16 */
-	case 8: return 4;  /* I32 */
-	case 9: return 8;  /* I64 */
-	case 10: return 1; /* BOOL */
-	case 11: return 1; /* F8E4M3 */
-	case 12: return 1; /* F8E5M2 */
-	default: return 0;
-	}
+	return dtype > 0 && dtype < (int)(sizeof(dtypes) / sizeof(dtypes[0])) ? dtypes[dtype].size : 0;
 }
 
 const char *tensor_dtype_name(int dtype)
 {
-	static const char *const n[] = { "?", "f32", "f16", "bf16", "f64", "i8", "u8", "i16",
-					 "i32", "i64", "bool", "f8e4m3", "f8e5m2" };
-	return dtype > 0 && dtype < (int)(sizeof(n) / sizeof(n[0])) ? n[dtype] : "?";
+	return tensor_dtype_size(dtype) ? dtypes[dtype].name : "?";
 }
 
 void box_shape_str(const struct box *b, char *out, size_t len)
