@@ -11,16 +11,29 @@
 #include <stdint.h>
 
 #include "ckpt.pb-c.h"
+#include "wire.h"
 
 #pragma GCC visibility push(default)
 #include "ckpt/ckpt.h"
 #pragma GCC visibility pop
 
-/* The largest frame we accept from the daemon, and send ourselves. */
-#define CLIENT_MAX_FRAME_BYTES (64u * 1024 * 1024)
+/* The public header repeats what the wire defines (proto/wire.h,
+ * proto/ckpt.proto); they must agree. */
+_Static_assert(CKPT_PROTOCOL_VERSION == WIRE_PROTOCOL_VERSION,
+	       "ckpt.h and proto/wire.h disagree on the protocol version");
+_Static_assert(CKPT_CAP_CUDA == WIRE_CAP_CUDA,
+	       "ckpt.h and proto/wire.h disagree on CKPT_CAP_CUDA");
+#define CLIENT_SAME_DTYPE(x) ((int)CKPT_##x == (int)CKPT__DTYPE__##x)
+_Static_assert(CLIENT_SAME_DTYPE(F32) && CLIENT_SAME_DTYPE(F16) &&
+	       CLIENT_SAME_DTYPE(BF16) && CLIENT_SAME_DTYPE(F64) &&
+	       CLIENT_SAME_DTYPE(I8) && CLIENT_SAME_DTYPE(U8) &&
+	       CLIENT_SAME_DTYPE(I16) && CLIENT_SAME_DTYPE(I32) &&
+	       CLIENT_SAME_DTYPE(I64) && CLIENT_SAME_DTYPE(BOOL) &&
+	       CLIENT_SAME_DTYPE(F8E4M3) && CLIENT_SAME_DTYPE(F8E5M2),
+	       "ckpt_dtype and proto/ckpt.proto's DType disagree");
+#undef CLIENT_SAME_DTYPE
+
 #define CLIENT_ERRMSG_LEN 1024
-/* At most this many fds in one frame (the kernel's SCM_MAX_FD). */
-#define CLIENT_MAX_FDS 253
 
 enum pending_kind {
 	PENDING_SYNC = 1,  /* a caller blocks in client_call() */
@@ -114,7 +127,7 @@ void client_unref(ckpt_client *c);
  * and its message goes to ckpt_errmsg(). fd >= 0 is attached as
  * SCM_RIGHTS. */
 int client_call(ckpt_client *c, Ckpt__Frame *req, int fd, Ckpt__Frame **reply);
-/* The same with several fds (at most CLIENT_MAX_FDS). */
+/* The same with several fds (at most WIRE_MAX_FDS). */
 int client_call_fds(ckpt_client *c, Ckpt__Frame *req, const int *fds,
 		    size_t nfds, Ckpt__Frame **reply);
 /* Register f under a new req_id and send req. On failure the table does not

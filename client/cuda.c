@@ -163,8 +163,8 @@ int ckpt_register_cuda(ckpt_client *c, uint64_t devptr, size_t nbytes, ckpt_buff
 	}
 	Ckpt__RegisterBuffer rb = CKPT__REGISTER_BUFFER__INIT;
 	CUipcMemHandle ih;
-	int fds[CLIENT_MAX_FDS];
-	uint64_t sizes[CLIENT_MAX_FDS];
+	int fds[WIRE_MAX_FDS];
+	uint64_t sizes[WIRE_MAX_FDS];
 	size_t nfds = 0;
 	rb.nbytes = nbytes;
 	rb.device_uuid.data = (uint8_t *)uuid.bytes;
@@ -185,7 +185,7 @@ int ckpt_register_cuda(ckpt_client *c, uint64_t devptr, size_t nbytes, ckpt_buff
 		rb.ipc_handle.len = sizeof(ih.reserved);
 		rb.offset = devptr - start;
 	} else {
-		size_t cap = c->max_fds && c->max_fds < CLIENT_MAX_FDS ? c->max_fds : CLIENT_MAX_FDS;
+		size_t cap = c->max_fds && c->max_fds < WIRE_MAX_FDS ? c->max_fds : WIRE_MAX_FDS;
 		r = vmm_export(start, devptr, nbytes, fds, sizes, cap, &nfds);
 		if (r < 0)
 			return r;

@@ -7,8 +7,7 @@
 #include <cmocka.h>
 #include <errno.h>
 
-#include "frame.h"
-#include "ckpt/ckpt.h"
+#include "wire.h"
 
 /* Packs f into a fresh buffer (header + body); *total gets its length. */
 static uint8_t *encode(Ckpt__Frame *f, uint64_t req_id, size_t *total)
@@ -59,7 +58,7 @@ static void test_save_round_trip(void **state)
 
 	size_t total;
 	uint8_t *buf = encode(&f, 0xABCDEF0123ull, &total);
-	assert_int_equal(f.version, CKPT_PROTOCOL_VERSION);
+	assert_int_equal(f.version, WIRE_PROTOCOL_VERSION);
 	assert_true(total > FRAME_HDR);
 	/* Big-endian length header. */
 	uint32_t hdr = (uint32_t)buf[0] << 24 | (uint32_t)buf[1] << 16 | (uint32_t)buf[2] << 8 | buf[3];
@@ -72,7 +71,7 @@ static void test_save_round_trip(void **state)
 	Ckpt__Frame *g = NULL;
 	assert_int_equal(frame_decode(buf + FRAME_HDR, body_len, &g), 0);
 	assert_non_null(g);
-	assert_int_equal(g->version, CKPT_PROTOCOL_VERSION);
+	assert_int_equal(g->version, WIRE_PROTOCOL_VERSION);
 	assert_int_equal(g->req_id, 0xABCDEF0123ull);
 	assert_int_equal(g->body_case, CKPT__FRAME__BODY_SAVE);
 	const Ckpt__Save *s = g->save;
@@ -199,12 +198,12 @@ static void test_decode_unknown_field(void **state)
 	(void)state;
 	/* version = 1, req_id = 9, then field 99 (varint) = 5: its tag
 	 * 99 << 3 | 0 = 792 is the varint 0x98 0x06. */
-	static const uint8_t body[] = { 0x08, CKPT_PROTOCOL_VERSION, 0x10, 0x09,
+	static const uint8_t body[] = { 0x08, WIRE_PROTOCOL_VERSION, 0x10, 0x09,
 					0x98, 0x06, 0x05 };
 	Ckpt__Frame *g = NULL;
 	assert_int_equal(frame_decode(body, sizeof(body), &g), 0);
 	assert_non_null(g);
-	assert_int_equal(g->version, CKPT_PROTOCOL_VERSION);
+	assert_int_equal(g->version, WIRE_PROTOCOL_VERSION);
 	assert_int_equal(g->req_id, 9);
 	assert_int_equal(g->body_case, CKPT__FRAME__BODY__NOT_SET);
 	ckpt__frame__free_unpacked(g, NULL);
