@@ -74,6 +74,8 @@ struct ckpt_client {
 	uint64_t capabilities;      /* CKPT_CAP_* from the daemon's hello */
 	uint32_t max_fds;           /* the daemon's max_fds_per_frame */
 	struct client_cuda *cuda;   /* per-device events; cuda.c */
+	/* Frees cuda; cuda.c sets it with cuda, client_unref() calls it. */
+	void (*cuda_free)(ckpt_client *c);
 };
 
 struct ckpt_buffer {
@@ -144,7 +146,6 @@ uint64_t buffer_next_id(ckpt_client *c);
  * cuda_events; *evs is malloc'd storage to free after sending. */
 int client_cuda_events(ckpt_client *c, const ckpt_tensor *tensors, size_t n,
 		       void *stream, Ckpt__Save *s, void **storage);
-void client_cuda_free(ckpt_client *c);
 /* Before a load into CUDA buffers: wait for the work already queued on
  * their devices (cuCtxSynchronize), so it cannot land after the restore. */
 int client_cuda_sync(const ckpt_tensor *tensors, size_t n);

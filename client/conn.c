@@ -32,7 +32,8 @@ void client_unref(ckpt_client *c)
 		return;
 	if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
 		return;
-	client_cuda_free(c);
+	if (c->cuda_free)
+		c->cuda_free(c);
 	if (c->fd >= 0)
 		close(c->fd);
 	pthread_cond_destroy(&c->cv);
