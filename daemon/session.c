@@ -618,9 +618,10 @@ static bool receive(struct session *s)
 		s->rbuf = nb;
 		s->rcap = ncap;
 	}
+	/* Room for one fd over the cap, so that an excess shows. */
 	size_t cmsg_fds = c->max_fds_per_frame + 1;
-	char cbuf[CMSG_SPACE(sizeof(int) * 254)];
-	size_t cspace = CMSG_SPACE(sizeof(int) * (cmsg_fds > 254 ? 254 : cmsg_fds));
+	char cbuf[CMSG_SPACE(sizeof(int) * (WIRE_MAX_FDS + 1))];
+	size_t cspace = CMSG_SPACE(sizeof(int) * (cmsg_fds > WIRE_MAX_FDS + 1 ? WIRE_MAX_FDS + 1 : cmsg_fds));
 	struct iovec iov = { .iov_base = s->rbuf + s->rlen, .iov_len = s->rcap - s->rlen };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
 			     .msg_controllen = cspace };
