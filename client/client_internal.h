@@ -11,16 +11,29 @@
 #include <stdint.h>
 
 #include "ckpt.pb-c.h"
+#include "wire.h"
 
 #pragma GCC visibility push(default)
 #include "ckpt/ckpt.h"
 #pragma GCC visibility pop
 
-/* The largest frame we accept from the daemon, and send ourselves. */
-#define CLIENT_MAX_FRAME_BYTES (64u * 1024 * 1024)
+/* The public header repeats what the wire defines (proto/wire.h,
+ * proto/ckpt.proto); they must agree. */
+_Static_assert(CKPT_PROTOCOL_VERSION == WIRE_PROTOCOL_VERSION,
+	       "ckpt.h and proto/wire.h disagree on the protocol version");
+_Static_assert(CKPT_CAP_CUDA == WIRE_CAP_CUDA,
+	       "ckpt.h and proto/wire.h disagree on CKPT_CAP_CUDA");
+#define CLIENT_SAME_DTYPE(x) ((int)CKPT_##x == (int)CKPT__DTYPE__##x)
+_Static_assert(CLIENT_SAME_DTYPE(F32) && CLIENT_SAME_DTYPE(F16) &&
+	       CLIENT_SAME_DTYPE(BF16) && CLIENT_SAME_DTYPE(F64) &&
+	       CLIENT_SAME_DTYPE(I8) && CLIENT_SAME_DTYPE(U8) &&
+	       CLIENT_SAME_DTYPE(I16) && CLIENT_SAME_DTYPE(I32) &&
+	       CLIENT_SAME_DTYPE(I64) && CLIENT_SAME_DTYPE(BOOL) &&
+	       CLIENT_SAME_DTYPE(F8E4M3) && CLIENT_SAME_DTYPE(F8E5M2),
+	       "ckpt_dtype and proto/ckpt.proto's DType disagree");
+#undef CLIENT_SAME_DTYPE
+
 #define CLIENT_ERRMSG_LEN 1024
-/* At most this many fds in one frame (the kernel's SCM_MAX_FD). */
-#define CLIENT_MAX_FDS 253
 
 enum pending_kind {
 	PENDING_SYNC = 1,  /* a caller blocks in client_call() */
@@ -61,6 +74,8 @@ struct ckpt_client {
 	uint64_t capabilities;      /* CKPT_CAP_* from the daemon's hello */
 	uint32_t max_fds;           /* the daemon's max_fds_per_frame */
 	struct client_cuda *cuda;   /* per-device events; cuda.c */
+	/* Frees cuda; cuda.c sets it with cuda, client_unref() calls it. */
+	void (*cuda_free)(ckpt_client *c);
 };
 
 struct ckpt_buffer {
@@ -114,7 +129,7 @@ void client_unref(ckpt_client *c);
  * and its message goes to ckpt_errmsg(). fd >= 0 is attached as
  * SCM_RIGHTS. */
 int client_call(ckpt_client *c, Ckpt__Frame *req, int fd, Ckpt__Frame **reply);
-/* The same with several fds (at most CLIENT_MAX_FDS). */
+/* The same with several fds (at most WIRE_MAX_FDS). */
 int client_call_fds(ckpt_client *c, Ckpt__Frame *req, const int *fds,
 		    size_t nfds, Ckpt__Frame **reply);
 /* Register f under a new req_id and send req. On failure the table does not
@@ -131,7 +146,6 @@ uint64_t buffer_next_id(ckpt_client *c);
  * cuda_events; *evs is malloc'd storage to free after sending. */
 int client_cuda_events(ckpt_client *c, const ckpt_tensor *tensors, size_t n,
 		       void *stream, Ckpt__Save *s, void **storage);
-void client_cuda_free(ckpt_client *c);
 /* Before a load into CUDA buffers: wait for the work already queued on
  * their devices (cuCtxSynchronize), so it cannot land after the restore. */
 int client_cuda_sync(const ckpt_tensor *tensors, size_t n);

@@ -1,8 +1,9 @@
 /* The connection: connect and hello, framing, the reader thread and the
  * table of outstanding requests.
  *
- * Frame: 4-byte big-endian length, then a packed Ckpt__Frame. Every frame we
- * send carries version = CKPT_PROTOCOL_VERSION and a nonzero req_id unique on
+ * Frame: 4-byte big-endian length, then a packed Ckpt__Frame (proto/wire.h,
+ * shared with the daemon). Every frame we send carries
+ * version = WIRE_PROTOCOL_VERSION and a nonzero req_id unique on
  * the connection; the daemon's replies and pushed events echo it. Writes are
  * serialized by wmu so frames never interleave. One reader thread per client
  * receives everything and completes requests; callbacks run on it, outside
@@ -31,7 +32,8 @@ void client_unref(ckpt_client *c)
 		return;
 	if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
 		return;
-	client_cuda_free(c);
+	if (c->cuda_free)
+		c->cuda_free(c);
 	if (c->fd >= 0)
 		close(c->fd);
 	pthread_cond_destroy(&c->cv);
@@ -113,27 +115,23 @@ static void fail_all(ckpt_client *c, int status, const char *msg)
 
 /* ---- writing ------------------------------------------------------------- */
 
-/* Pack fr behind its 4-byte big-endian length. */
+/* Pack fr behind its length (proto/wire.h) into a new buffer. */
 static int frame_pack(const Ckpt__Frame *fr, uint8_t **out, size_t *outlen)
 {
-	size_t n = ckpt__frame__get_packed_size(fr);
+	size_t total = frame_size(fr);
 	uint8_t *buf;
 
-	if (n > CLIENT_MAX_FRAME_BYTES)
+	if (total - FRAME_HDR > WIRE_CLIENT_MAX_FRAME_BYTES)
 		return -EMSGSIZE;
-	buf = malloc(4 + n);
+	buf = malloc(total);
 	if (!buf)
 		return -ENOMEM;
-	buf[0] = (uint8_t)(n >> 24);
-	buf[1] = (uint8_t)(n >> 16);
-	buf[2] = (uint8_t)(n >> 8);
-	buf[3] = (uint8_t)n;
-	if (ckpt__frame__pack(fr, buf + 4) != n) {
+	if (frame_write(fr, total, buf) < 0) {
 		free(buf);
 		return -EPROTO;
 	}
 	*out = buf;
-	*outlen = 4 + n;
+	*outlen = total;
 	return 0;
 }
 
@@ -147,12 +145,12 @@ static int write_all(int sock, const uint8_t *buf, size_t len, const int *fds,
 	ssize_t n;
 
 	*sent = 0;
-	if (nfds > CLIENT_MAX_FDS)
+	if (nfds > WIRE_MAX_FDS)
 		return -E2BIG;
 	if (nfds > 0) {
 		union {
 			struct cmsghdr hdr;
-			char buf[CMSG_SPACE(sizeof(int) * CLIENT_MAX_FDS)];
+			char buf[CMSG_SPACE(sizeof(int) * WIRE_MAX_FDS)];
 		} ctl;
 		struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
 		struct msghdr mh = {
@@ -233,7 +231,7 @@ static int begin_request(ckpt_client *c, struct pending *p, Ckpt__Frame *req)
 	p->req_id = c->next_req_id++;
 	table_insert(c, p);
 	pthread_mutex_unlock(&c->mu);
-	req->version = CKPT_PROTOCOL_VERSION;
+	req->version = WIRE_PROTOCOL_VERSION;
 	req->req_id = p->req_id;
 	return 0;
 }
@@ -413,7 +411,7 @@ static void *reader_main(void *arg)
 
 	snprintf(msg, sizeof(msg), "connection to ckptd lost");
 	for (;;) {
-		uint8_t hdr[4], *buf;
+		uint8_t hdr[FRAME_HDR], *buf;
 		uint32_t len;
 		Ckpt__Frame *fr;
 		int r;
@@ -421,13 +419,12 @@ static void *reader_main(void *arg)
 		r = read_full(c->fd, hdr, sizeof(hdr));
 		if (r < 0)
 			break;
-		len = (uint32_t)hdr[0] << 24 | (uint32_t)hdr[1] << 16 |
-		      (uint32_t)hdr[2] << 8 | hdr[3];
-		if (len > CLIENT_MAX_FRAME_BYTES) {
+		len = frame_len(hdr);
+		if (len > WIRE_CLIENT_MAX_FRAME_BYTES) {
 			status = -EPROTO;
 			snprintf(msg, sizeof(msg),
 				 "ckptd sent a frame of %u bytes (limit %u)",
-				 len, CLIENT_MAX_FRAME_BYTES);
+				 len, WIRE_CLIENT_MAX_FRAME_BYTES);
 			break;
 		}
 		buf = malloc(len ? len : 1);
@@ -442,7 +439,7 @@ static void *reader_main(void *arg)
 			free(buf);
 			break;
 		}
-		fr = ckpt__frame__unpack(NULL, len, buf);
+		fr = frame_unpack(buf, len);
 		free(buf);
 		if (!fr) {
 			status = -EPROTO;
@@ -573,7 +570,7 @@ int ckpt_connect(const char *socket_path, const ckpt_hello *hello,
 		client_set_errmsg("");
 		return fail_connect(c, -ENOMEM);
 	}
-	h.protocol_version = CKPT_PROTOCOL_VERSION;
+	h.protocol_version = WIRE_PROTOCOL_VERSION;
 	h.job = (char *)(hello && hello->job ? hello->job : "");
 	h.rank = hello ? hello->rank : 0;
 	h.world_size = hello ? hello->world_size : 0;
@@ -592,10 +589,10 @@ int ckpt_connect(const char *socket_path, const ckpt_hello *hello,
 		return fail_connect(c, -EPROTO);
 	}
 	if (rep->hello_reply->protocol_version &&
-	    rep->hello_reply->protocol_version != CKPT_PROTOCOL_VERSION) {
+	    rep->hello_reply->protocol_version != WIRE_PROTOCOL_VERSION) {
 		client_set_errmsgf("ckptd speaks protocol version %u, we %u",
 				   rep->hello_reply->protocol_version,
-				   CKPT_PROTOCOL_VERSION);
+				   WIRE_PROTOCOL_VERSION);
 		ckpt__frame__free_unpacked(rep, NULL);
 		return fail_connect(c, -EPROTONOSUPPORT);
 	}

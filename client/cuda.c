@@ -37,6 +37,8 @@ struct client_cuda {
 	} e[MAX_EVENT_DEVICES];
 };
 
+static void client_cuda_free(ckpt_client *c);
+
 static const char *ename(CUresult r)
 {
 	static __thread char buf[64];
@@ -163,8 +165,8 @@ int ckpt_register_cuda(ckpt_client *c, uint64_t devptr, size_t nbytes, ckpt_buff
 	}
 	Ckpt__RegisterBuffer rb = CKPT__REGISTER_BUFFER__INIT;
 	CUipcMemHandle ih;
-	int fds[CLIENT_MAX_FDS];
-	uint64_t sizes[CLIENT_MAX_FDS];
+	int fds[WIRE_MAX_FDS];
+	uint64_t sizes[WIRE_MAX_FDS];
 	size_t nfds = 0;
 	rb.nbytes = nbytes;
 	rb.device_uuid.data = (uint8_t *)uuid.bytes;
@@ -185,7 +187,7 @@ int ckpt_register_cuda(ckpt_client *c, uint64_t devptr, size_t nbytes, ckpt_buff
 		rb.ipc_handle.len = sizeof(ih.reserved);
 		rb.offset = devptr - start;
 	} else {
-		size_t cap = c->max_fds && c->max_fds < CLIENT_MAX_FDS ? c->max_fds : CLIENT_MAX_FDS;
+		size_t cap = c->max_fds && c->max_fds < WIRE_MAX_FDS ? c->max_fds : WIRE_MAX_FDS;
 		r = vmm_export(start, devptr, nbytes, fds, sizes, cap, &nfds);
 		if (r < 0)
 			return r;
@@ -272,8 +274,10 @@ int client_cuda_events(ckpt_client *c, const ckpt_tensor *tensors, size_t n, voi
 	pthread_mutex_lock(&c->mu);
 	if (c->cuda == NULL) {
 		c->cuda = calloc(1, sizeof(*c->cuda));
-		if (c->cuda)
+		if (c->cuda) {
 			pthread_mutex_init(&c->cuda->mu, NULL);
+			c->cuda_free = client_cuda_free;
+		}
 	}
 	struct client_cuda *cc = c->cuda;
 	pthread_mutex_unlock(&c->mu);
@@ -371,7 +375,8 @@ int client_cuda_sync(const ckpt_tensor *tensors, size_t n)
 	return 0;
 }
 
-void client_cuda_free(ckpt_client *c)
+/* c->cuda_free, from the last client_unref(). */
+static void client_cuda_free(ckpt_client *c)
 {
 	struct client_cuda *cc = c->cuda;
 	if (cc == NULL)
@@ -427,11 +432,6 @@ int client_cuda_events(ckpt_client *c, const ckpt_tensor *tensors, size_t n, voi
 			return -ENOTSUP;
 		}
 	return 0;
-}
-
-void client_cuda_free(ckpt_client *c)
-{
-	(void)c;
 }
 
 int client_cuda_sync(const ckpt_tensor *tensors, size_t n)

@@ -1,8 +1,7 @@
 #include "server.h"
-#include "frame.h"
+#include "wire.h"
 #include "log.h"
 #include "session.h"
-#include "ckpt/ckpt.h"
 
 #include <errno.h>
 #include <fcntl.h>

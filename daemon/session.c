@@ -1,6 +1,6 @@
 #include "session.h"
 #include "catalog_req.h"
-#include "frame.h"
+#include "wire.h"
 #include "load.h"
 #include "log.h"
 #include "manifest.h"
@@ -233,9 +233,9 @@ static int take_fd(struct session *s)
 
 static void on_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 {
-	if (h->protocol_version != CKPT_PROTOCOL_VERSION) {
+	if (h->protocol_version != WIRE_PROTOCOL_VERSION) {
 		session_close(s, EPROTONOSUPPORT, "protocol version %u, this ckptd speaks %d",
-			      h->protocol_version, CKPT_PROTOCOL_VERSION);
+			      h->protocol_version, WIRE_PROTOCOL_VERSION);
 		return;
 	}
 	if (h->job[0] != '\0') {
@@ -282,9 +282,9 @@ static void on_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 	lim.chunk_bytes = s->d->pool.chunk_bytes;
 	lim.pool_bytes = s->d->pool.bytes;
 	Ckpt__HelloReply rep = CKPT__HELLO_REPLY__INIT;
-	rep.protocol_version = CKPT_PROTOCOL_VERSION;
+	rep.protocol_version = WIRE_PROTOCOL_VERSION;
 	rep.session_id = s->id;
-	rep.capabilities = s->d->cuda ? CKPT_CAP_CUDA : 0;
+	rep.capabilities = s->d->cuda ? WIRE_CAP_CUDA : 0;
 	rep.limits = &lim;
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_HELLO_REPLY;
@@ -524,7 +524,7 @@ static void handle_frame(struct session *s, const uint8_t *p, size_t len)
 	}
 	if (r < 0) {
 		session_close(s, EPROTONOSUPPORT, "unsupported frame version; this ckptd speaks %d",
-			      CKPT_PROTOCOL_VERSION);
+			      WIRE_PROTOCOL_VERSION);
 		return;
 	}
 	if (!s->hello_done && f->body_case != CKPT__FRAME__BODY_HELLO) {
@@ -599,9 +599,10 @@ static bool receive(struct session *s)
 		s->rbuf = nb;
 		s->rcap = ncap;
 	}
+	/* Room for one fd over the cap, so that an excess shows. */
 	size_t cmsg_fds = c->max_fds_per_frame + 1;
-	char cbuf[CMSG_SPACE(sizeof(int) * 254)];
-	size_t cspace = CMSG_SPACE(sizeof(int) * (cmsg_fds > 254 ? 254 : cmsg_fds));
+	char cbuf[CMSG_SPACE(sizeof(int) * (WIRE_MAX_FDS + 1))];
+	size_t cspace = CMSG_SPACE(sizeof(int) * (cmsg_fds > WIRE_MAX_FDS + 1 ? WIRE_MAX_FDS + 1 : cmsg_fds));
 	struct iovec iov = { .iov_base = s->rbuf + s->rlen, .iov_len = s->rcap - s->rlen };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
 			     .msg_controllen = cspace };

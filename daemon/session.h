@@ -10,7 +10,6 @@
 #include <uv.h>
 
 #include "ckpt.pb-c.h"
-#include "ckpt/ckpt.h"
 #include "daemon.h"
 #include "hostbuf.h"
 

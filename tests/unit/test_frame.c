@@ -7,8 +7,7 @@
 #include <cmocka.h>
 #include <errno.h>
 
-#include "frame.h"
-#include "ckpt/ckpt.h"
+#include "wire.h"
 
 /* Packs f into a fresh buffer (header + body); *total gets its length. */
 static uint8_t *encode(Ckpt__Frame *f, uint64_t req_id, size_t *total)
@@ -59,7 +58,7 @@ static void test_save_round_trip(void **state)
 
 	size_t total;
 	uint8_t *buf = encode(&f, 0xABCDEF0123ull, &total);
-	assert_int_equal(f.version, CKPT_PROTOCOL_VERSION);
+	assert_int_equal(f.version, WIRE_PROTOCOL_VERSION);
 	assert_true(total > FRAME_HDR);
 	/* Big-endian length header. */
 	uint32_t hdr = (uint32_t)buf[0] << 24 | (uint32_t)buf[1] << 16 | (uint32_t)buf[2] << 8 | buf[3];
@@ -72,7 +71,7 @@ static void test_save_round_trip(void **state)
 	Ckpt__Frame *g = NULL;
 	assert_int_equal(frame_decode(buf + FRAME_HDR, body_len, &g), 0);
 	assert_non_null(g);
-	assert_int_equal(g->version, CKPT_PROTOCOL_VERSION);
+	assert_int_equal(g->version, WIRE_PROTOCOL_VERSION);
 	assert_int_equal(g->req_id, 0xABCDEF0123ull);
 	assert_int_equal(g->body_case, CKPT__FRAME__BODY_SAVE);
 	const Ckpt__Save *s = g->save;
@@ -199,15 +198,64 @@ static void test_decode_unknown_field(void **state)
 	(void)state;
 	/* version = 1, req_id = 9, then field 99 (varint) = 5: its tag
 	 * 99 << 3 | 0 = 792 is the varint 0x98 0x06. */
-	static const uint8_t body[] = { 0x08, CKPT_PROTOCOL_VERSION, 0x10, 0x09,
+	static const uint8_t body[] = { 0x08, WIRE_PROTOCOL_VERSION, 0x10, 0x09,
 					0x98, 0x06, 0x05 };
 	Ckpt__Frame *g = NULL;
 	assert_int_equal(frame_decode(body, sizeof(body), &g), 0);
 	assert_non_null(g);
-	assert_int_equal(g->version, CKPT_PROTOCOL_VERSION);
+	assert_int_equal(g->version, WIRE_PROTOCOL_VERSION);
 	assert_int_equal(g->req_id, 9);
 	assert_int_equal(g->body_case, CKPT__FRAME__BODY__NOT_SET);
 	ckpt__frame__free_unpacked(g, NULL);
+}
+
+/* The exact bytes of one frame, pinned: libckpt and ckptd both write frames
+ * with this code, so this is what goes on the wire. */
+static void test_golden_bytes(void **state)
+{
+	(void)state;
+	Ckpt__Reply reply = CKPT__REPLY__INIT;
+	reply.status = 5;
+	reply.message = "no";
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_REPLY;
+	f.reply = &reply;
+	static const uint8_t want[] = {
+		0x00, 0x00, 0x00, 0x0d,       /* body length, big-endian */
+		0x08, 0x01,                   /* version = 1 */
+		0x10, 0xac, 0x02,             /* req_id = 300 */
+		0x72, 0x06,                   /* reply (field 14), 6 bytes */
+		0x08, 0x05, 0x12, 0x02, 'n', 'o',
+	};
+	size_t total;
+	uint8_t *buf = encode(&f, 300, &total);
+	assert_int_equal(total, sizeof(want));
+	assert_memory_equal(buf, want, sizeof(want));
+	free(buf);
+
+	/* A body over 16 MiB uses all four header bytes. */
+	size_t n = (16u << 20) + 0x30201;
+	uint8_t *extra = calloc(1, n);
+	assert_non_null(extra);
+	Ckpt__Save save = CKPT__SAVE__INIT;
+	save.extra_state.data = extra;
+	save.extra_state.len = n;
+	f.body_case = CKPT__FRAME__BODY_SAVE;
+	f.save = &save;
+	buf = encode(&f, 1, &total);
+	size_t body = total - FRAME_HDR;
+	assert_true(body > (16u << 20));
+	assert_int_equal(buf[0], (uint8_t)(body >> 24));
+	assert_int_equal(buf[1], (uint8_t)(body >> 16));
+	assert_int_equal(buf[2], (uint8_t)(body >> 8));
+	assert_int_equal(buf[3], (uint8_t)body);
+	assert_int_equal(buf[0], 1);
+	uint32_t body_len = 0;
+	assert_int_equal(frame_next(buf, total, 32u << 20, &body_len), 1);
+	assert_int_equal(body_len, body);
+	assert_int_equal(frame_next(buf, total, (uint32_t)body - 1, &body_len), -EMSGSIZE);
+	free(buf);
+	free(extra);
 }
 
 int main(void)
@@ -219,6 +267,7 @@ int main(void)
 		cmocka_unit_test(test_decode_garbage),
 		cmocka_unit_test(test_decode_version),
 		cmocka_unit_test(test_decode_unknown_field),
+		cmocka_unit_test(test_golden_bytes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
