@@ -5,6 +5,7 @@
 #include "log.h"
 #include "manifest.h"
 #include "save.h"
+#include "status.h"
 #include "tensor.h"
 #include "config.h"
 #include "cudadev.h"
@@ -15,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -440,78 +440,19 @@ static void on_unregister(struct session *s, uint64_t req_id, const Ckpt__Unregi
 
 static void on_status(struct session *s, uint64_t req_id)
 {
-	struct daemon *d = s->d;
+	struct status st;
 	Ckpt__StatusReply rep = CKPT__STATUS_REPLY__INIT;
-	rep.sessions = d->nsessions;
-	rep.pool_bytes = d->pool.bytes;
-	rep.pool_used_bytes = pool_used_bytes(&d->pool);
-	rep.chunk_bytes = d->pool.chunk_bytes;
-	rep.inflight_saves = d->nsaves - d->nwaiting;
-	rep.waiting_saves = d->nwaiting;
-	rep.saves_total = d->stats.saves_total;
-	rep.saves_failed = d->stats.saves_failed;
-	rep.saves_superseded = d->stats.saves_superseded;
-	rep.saves_skipped = d->stats.saves_skipped;
-	rep.bytes_staged = d->stats.bytes_staged;
-	rep.bytes_durable = d->stats.bytes_durable;
-	rep.bytes_restored = d->stats.bytes_restored;
-	rep.bytes_restored_memory = d->stats.bytes_restored_memory;
-	rep.restores_from_memory = d->stats.restores_from_memory;
-	rep.restores_from_storage = d->stats.restores_from_storage;
-	rep.reclaimed_bytes = d->stats.reclaimed_bytes;
-	rep.recovered_files = d->stats.recovered_files;
-	char *recovered[RECOVERED_LIST];
-	for (uint32_t i = 0; i < d->stats.nrecovered; i++)
-		recovered[i] = d->stats.recovered[i];
-	rep.n_recovered = d->stats.nrecovered;
-	rep.recovered = recovered;
-	char storage[1400];
-	snprintf(storage, sizeof(storage), "%s%s%s%s", d->store->url, d->store->cred_source[0] ? " (credentials: " : "",
-		 d->store->cred_source, d->store->cred_source[0] ? ")" : "");
-	rep.storage = storage;
-	char cuda[512];
-	if (d->cuda)
-		cuda_describe(d->cuda, cuda, sizeof(cuda));
-	else
-		snprintf(cuda, sizeof(cuda), "off: %s", d->cuda_why);
-	rep.cuda = cuda;
-	rep.uptime_ns = daemon_now_ns() - d->start_ns;
-	struct rusage ru;
-	if (getrusage(RUSAGE_SELF, &ru) == 0) {
-		rep.cpu_ns = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000ull +
-			     ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000ull;
-		rep.peak_rss_bytes = (uint64_t)ru.ru_maxrss * 1024;
-	}
-	Ckpt__HeldCopy *held = calloc(d->nheld ? d->nheld : 1, sizeof(*held));
-	Ckpt__HeldCopy **heldp = calloc(d->nheld ? d->nheld : 1, sizeof(*heldp));
-	if (held == NULL || heldp == NULL) {
-		free(held);
-		free(heldp);
+	if (status_snapshot(s->d, &st) < 0 || status_reply_fill(&st, &rep) < 0) {
+		status_release(&st);
 		session_reply(s, req_id, ENOMEM, "out of memory");
 		return;
 	}
-	size_t k = 0;
-	struct save *sv;
-	TAILQ_FOREACH(sv, &d->held, link) {
-		ckpt__held_copy__init(&held[k]);
-		held[k].job = sv->job;
-		held[k].rank = sv->rank;
-		held[k].world_size = sv->world_size;
-		held[k].step = sv->step;
-		held[k].bytes = sv->shard_bytes;
-		held[k].attempt_id = sv->attempt;
-		heldp[k] = &held[k];
-		rep.pool_held_bytes += sv->pool_bytes;
-		k++;
-	}
-	rep.n_held = k;
-	rep.held = heldp;
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_STATUS_REPLY;
 	f.status_reply = &rep;
 	session_send(s, req_id, &f);
-	free(held);
-	free(heldp);
+	status_reply_free(&rep);
+	status_release(&st);
 }
 
 static void on_metrics(struct session *s, uint64_t req_id)
