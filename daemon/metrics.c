@@ -1,6 +1,7 @@
 #include "metrics.h"
 #include "daemon.h"
 #include "log.h"
+#include "msgtab.h"
 #include "status.h"
 
 #include <errno.h>
@@ -95,6 +96,14 @@ static void column(struct buf *b, const struct status *st, size_t i, const char 
 	if (*family == NULL || strcmp(*family, c->metric) != 0)
 		metric(b, c->metric, type_name(c->kind), c->help);
 	*family = c->metric;
+	if (c->per_message) {
+		for (int m = 0; m < STATS_MSG_SLOTS; m++) {
+			const struct msg_row *row = msg_row(m);
+			if (row != NULL && !(row->flags & MSG_NOT_REQUEST))
+				put(b, "%s{msg=\"%s\"} %" PRIu64 "\n", c->metric, row->name, st->requests[m]);
+		}
+		return;
+	}
 	char labels[192] = "";
 	if (c->backend || c->label)
 		snprintf(labels, sizeof(labels), "{%s%s%s%s%s}", c->backend ? "backend=\"" : "",

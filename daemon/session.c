@@ -1,11 +1,9 @@
 #include "session.h"
-#include "catalog_req.h"
 #include "frame.h"
-#include "load.h"
+#include "msgtab.h"
 #include "log.h"
 #include "manifest.h"
 #include "save.h"
-#include "status.h"
 #include "tensor.h"
 #include "config.h"
 #include "cudadev.h"
@@ -250,8 +248,12 @@ static int take_fd(struct session *s)
 	return fd;
 }
 
-static void on_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
+void session_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 {
+	if (s->hello_done) {
+		session_reply(s, req_id, EPROTO, "Hello was already received");
+		return;
+	}
 	if (h->protocol_version != CKPT_PROTOCOL_VERSION) {
 		session_close(s, EPROTONOSUPPORT, "protocol version %u, this ckptd speaks %d",
 			      h->protocol_version, CKPT_PROTOCOL_VERSION);
@@ -361,7 +363,7 @@ static int register_cuda(struct session *s, const Ckpt__RegisterBuffer *m, int *
 	return hostbuf_from_cuda(cb, m->buffer_id, m->nbytes, out);
 }
 
-static void on_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBuffer *m)
+void session_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBuffer *m)
 {
 	/* The fds this frame carried: one for a host buffer, one per chunk
 	 * for VMM, none for a legacy IPC handle. */
@@ -424,7 +426,7 @@ static void on_register(struct session *s, uint64_t req_id, const Ckpt__Register
 	session_reply(s, req_id, 0, NULL);
 }
 
-static void on_unregister(struct session *s, uint64_t req_id, const Ckpt__Unregister *m)
+void session_unregister(struct session *s, uint64_t req_id, const Ckpt__Unregister *m)
 {
 	for (uint32_t i = 0; i < s->nbufs; i++) {
 		if (s->bufs[i]->id != m->buffer_id)
@@ -438,42 +440,9 @@ static void on_unregister(struct session *s, uint64_t req_id, const Ckpt__Unregi
 	session_reply(s, req_id, ENOENT, "buffer id %" PRIu64 " is not registered", m->buffer_id);
 }
 
-static void on_status(struct session *s, uint64_t req_id)
-{
-	struct status st;
-	Ckpt__StatusReply rep = CKPT__STATUS_REPLY__INIT;
-	if (status_snapshot(s->d, &st) < 0 || status_reply_fill(&st, &rep) < 0) {
-		status_release(&st);
-		session_reply(s, req_id, ENOMEM, "out of memory");
-		return;
-	}
-	Ckpt__Frame f = CKPT__FRAME__INIT;
-	f.body_case = CKPT__FRAME__BODY_STATUS_REPLY;
-	f.status_reply = &rep;
-	session_send(s, req_id, &f);
-	status_reply_free(&rep);
-	status_release(&st);
-}
-
-static void on_metrics(struct session *s, uint64_t req_id)
-{
-	char *text = NULL;
-	size_t len = 0;
-	if (metrics_render(s->d, &text, &len) < 0) {
-		session_reply(s, req_id, ENOMEM, "out of memory");
-		return;
-	}
-	Ckpt__MetricsReply rep = CKPT__METRICS_REPLY__INIT;
-	rep.text = text;
-	Ckpt__Frame f = CKPT__FRAME__INIT;
-	f.body_case = CKPT__FRAME__BODY_METRICS_REPLY;
-	f.metrics_reply = &rep;
-	session_send(s, req_id, &f);
-	free(text);
-}
-
-/* Validation order (DESIGN §3): size cap (in on_readable) -> unpack ->
- * protocol version -> message type -> field ranges (in each handler). */
+/* Validation order (DESIGN §3): size cap (in receive) -> unpack ->
+ * protocol version -> message type and its flags (msgtab.c) -> field ranges
+ * (in each handler). */
 static void handle_frame(struct session *s, const uint8_t *p, size_t len)
 {
 	Ckpt__Frame *f = NULL;
@@ -487,59 +456,7 @@ static void handle_frame(struct session *s, const uint8_t *p, size_t len)
 			      CKPT_PROTOCOL_VERSION);
 		return;
 	}
-	if (!s->hello_done && f->body_case != CKPT__FRAME__BODY_HELLO) {
-		session_close(s, EPROTO, "the first frame must be Hello");
-		goto out;
-	}
-	switch (f->body_case) {
-	case CKPT__FRAME__BODY_HELLO:
-		if (s->hello_done)
-			session_reply(s, f->req_id, EPROTO, "Hello was already received");
-		else
-			on_hello(s, f->req_id, f->hello);
-		break;
-	case CKPT__FRAME__BODY_REGISTER_BUFFER:
-		on_register(s, f->req_id, f->register_buffer);
-		break;
-	case CKPT__FRAME__BODY_UNREGISTER:
-		on_unregister(s, f->req_id, f->unregister);
-		break;
-	case CKPT__FRAME__BODY_SAVE:
-		save_start(s, f->req_id, f->save);
-		break;
-	case CKPT__FRAME__BODY_LOAD:
-		load_start(s, f->req_id, f->load);
-		break;
-	case CKPT__FRAME__BODY_STATUS:
-		on_status(s, f->req_id);
-		break;
-	case CKPT__FRAME__BODY_LIST:
-		list_start(s, f->req_id, f->list);
-		break;
-	case CKPT__FRAME__BODY_SHOW:
-		show_start(s, f->req_id, f->show);
-		break;
-	case CKPT__FRAME__BODY_VERIFY:
-		verify_start(s, f->req_id, f->verify);
-		break;
-	case CKPT__FRAME__BODY_DELETE:
-		delete_start(s, f->req_id, f->delete_);
-		break;
-	case CKPT__FRAME__BODY_GC:
-		gc_start(s, f->req_id, f->gc);
-		break;
-	case CKPT__FRAME__BODY_METRICS:
-		on_metrics(s, f->req_id);
-		break;
-	case CKPT__FRAME__BODY_RESOLVE:
-		resolve_start(s, f->req_id, f->resolve);
-		break;
-	default:
-		session_reply(s, f->req_id, EBADMSG, "unknown or unexpected message type %d",
-			      (int)f->body_case);
-		break;
-	}
-out:
+	msg_dispatch(s, f);
 	ckpt__frame__free_unpacked(f, NULL);
 }
 

@@ -97,6 +97,8 @@ const struct status_col status_cols[ST_NCOLS] = {
 				REPLY | METRIC, "ckptd_peak_rss_bytes" },
 	[ST_HELD_COPIES] = { "held_copies", "Checkpoint copies held as the memory tier.", ST_GAUGE, ST_UNIT_COUNT,
 			     METRIC | LINE, "ckptd_held_copies" },
+	[ST_REQUESTS] = { "requests", "Requests received, by message.", ST_COUNTER, ST_UNIT_COUNT, METRIC,
+			  "ckptd_requests_total", .per_message = true },
 };
 
 int status_snapshot(const struct daemon *d, struct status *st)
@@ -145,6 +147,7 @@ int status_snapshot(const struct daemon *d, struct status *st)
 		v[ST_PEAK_RSS_BYTES] = (uint64_t)ru.ru_maxrss * 1024;
 	}
 	v[ST_HELD_COPIES] = d->nheld;
+	memcpy(st->requests, s->requests, sizeof(st->requests));
 
 	st->backend = d->store_backend;
 	snprintf(st->storage, sizeof(st->storage), "%s%s%s%s", d->store->url,

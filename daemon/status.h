@@ -52,6 +52,7 @@ enum status_col_id {
 	ST_CPU_NS,
 	ST_PEAK_RSS_BYTES,
 	ST_HELD_COPIES,
+	ST_REQUESTS,
 	ST_NCOLS
 };
 
@@ -75,6 +76,7 @@ struct status_col {
 	const char *label;  /* this series' fixed label, e.g. source="memory" */
 	bool backend;       /* the series carries backend="<store backend>" */
 	bool sum;           /* no series of its own: the sum of its family's */
+	bool per_message;   /* one series per request message: msg="<row name>" */
 	size_t hist;        /* ST_HISTOGRAM: offsetof(struct status, the histogram) */
 };
 
@@ -89,6 +91,7 @@ struct status_held {
 struct status {
 	uint64_t v[ST_NCOLS];
 	struct histogram save_stall, save_durable;
+	uint64_t requests[STATS_MSG_SLOTS]; /* ST_REQUESTS, by Frame body case */
 	const char *backend;                /* "file", ... (borrowed) */
 	char storage[1400];
 	char cuda[512];

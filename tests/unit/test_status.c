@@ -15,6 +15,7 @@
 #include <math.h>
 
 #include "metrics.h"
+#include "msgtab.h"
 #include "status.h"
 
 static void fake_snapshot(struct status *st)
@@ -31,6 +32,8 @@ static void fake_snapshot(struct status *st)
 	st->v[ST_WAITING_SAVES] = 3;
 	st->v[ST_RECOVERED_FILES] = 2;
 	st->v[ST_HELD_COPIES] = 4;
+	for (int m = 0; m < STATS_MSG_SLOTS; m++)
+		st->requests[m] = 100 + (uint64_t)m;
 	hist_observe(&st->save_stall, 0.003);
 	hist_observe(&st->save_durable, 2.0);
 	hist_observe(&st->save_durable, 20.0);
@@ -161,6 +164,15 @@ static void test_metric_view(void **state)
 			const struct histogram *h = (const struct histogram *)((const char *)&st + c->hist);
 			snprintf(want, sizeof(want), "%s_count", c->metric);
 			assert_true(series(text, want) == (double)h->count);
+		} else if (c->per_message) {
+			for (int m = 0; m < STATS_MSG_SLOTS; m++) {
+				const struct msg_row *row = msg_row(m);
+				if (row == NULL || (row->flags & MSG_NOT_REQUEST))
+					continue;
+				snprintf(want, sizeof(want), "%s{msg=\"%s\"}", c->metric, row->name);
+				if (series(text, want) != (double)st.requests[m])
+					fail_msg("no %s %" PRIu64 " in the metrics", want, st.requests[m]);
+			}
 		} else if (c->sum) {
 			if (family_sum(text, c->metric) != v)
 				fail_msg("column %s: the series of %s do not add up to it", c->name, c->metric);
