@@ -73,10 +73,8 @@ static void on_drain_timeout(uv_timer_t *t)
 static void status_line(struct daemon *d, char *buf, size_t len)
 {
 	struct status st;
-	if (status_snapshot(d, &st) == 0)
-		status_line_render(&st, buf, len);
-	else
-		snprintf(buf, len, "STATUS=out of memory");
+	(void)status_snapshot(d, &st); /* the line needs no list */
+	status_line_render(&st, buf, len);
 	status_release(&st);
 }
 

@@ -160,19 +160,18 @@ int status_snapshot(const struct daemon *d, struct status *st)
 	st->nrecovered = s->nrecovered;
 	for (uint32_t i = 0; i < s->nrecovered && i < RECOVERED_LIST; i++)
 		st->recovered[i] = (char *)s->recovered[i];
+	/* Every number is filled even when the list cannot be. */
 	st->held = calloc(d->nheld ? d->nheld : 1, sizeof(*st->held));
-	if (st->held == NULL)
-		return -ENOMEM;
 	const struct save *sv;
 	TAILQ_FOREACH(sv, &d->held, link) {
-		if (st->nheld == d->nheld)
-			break;
+		v[ST_POOL_HELD_BYTES] += sv->pool_bytes;
+		if (st->held == NULL || st->nheld == d->nheld)
+			continue;
 		st->held[st->nheld++] = (struct status_held){ .job = sv->job, .attempt = sv->attempt,
 							      .rank = sv->rank, .world_size = sv->world_size,
 							      .step = sv->step, .bytes = sv->shard_bytes };
-		v[ST_POOL_HELD_BYTES] += sv->pool_bytes;
 	}
-	return 0;
+	return st->held ? 0 : -ENOMEM;
 }
 
 void status_release(struct status *st)

@@ -102,8 +102,8 @@ struct status {
 };
 
 /* Fill st from the daemon, each value computed once. Strings are borrowed:
- * render before the loop runs again, then status_release. 0 or -ENOMEM
- * (st is then still safe to release). */
+ * render before the loop runs again, then status_release (always). 0, or
+ * -ENOMEM when the held list could not be copied (the numbers are filled). */
 int status_snapshot(const struct daemon *d, struct status *st);
 void status_release(struct status *st);
 
