@@ -47,8 +47,9 @@ static void test_every_body_has_a_row(void **state)
 		if (m->refuse_as != 0)
 			assert_int_equal(m->refuse_as, CKPT__FRAME__BODY_LOAD_FAILED);
 	}
-	assert_int_equal(nbody, 27);
-	assert_int_equal(nreq, 13);
+	/* The walk saw the oneof (today 27 bodies, 13 of them requests). */
+	assert_true(nbody >= 27);
+	assert_true(nreq >= 13);
 }
 
 static void test_no_row_outside_the_oneof(void **state)
