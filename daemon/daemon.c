@@ -6,6 +6,7 @@
 #include "save.h"
 #include "server.h"
 #include "session.h"
+#include "status.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -64,10 +65,10 @@ static void on_drain_timeout(uv_timer_t *t)
 
 static void status_line(struct daemon *d, char *buf, size_t len)
 {
-	snprintf(buf, len, "STATUS=%u sessions, pool %" PRIu64 "/%" PRIu64 " MiB used (%" PRIu32
-		 " held), %u saves in flight, %u waiting",
-		 d->nsessions, pool_used_bytes(&d->pool) >> 20, d->pool.bytes >> 20, d->nheld,
-		 d->nsaves - d->nwaiting, d->nwaiting);
+	struct status st;
+	(void)status_snapshot(d, &st); /* the line needs no list */
+	status_line_render(&st, buf, len);
+	status_release(&st);
 }
 
 static void on_status_timer(uv_timer_t *t)

@@ -25,6 +25,7 @@ TAILQ_HEAD(save_list, save);
 TAILQ_HEAD(load_list, load);
 
 #define RECOVERED_LIST 8
+#define STATS_MSG_SLOTS 64 /* Frame body cases; msgtab.c checks its rows fit */
 
 struct stats {
 	uint64_t saves_total, saves_failed, saves_superseded, saves_skipped;
@@ -33,6 +34,7 @@ struct stats {
 	uint64_t reclaimed_bytes;
 	uint64_t store_retries, store_failures;
 	struct histogram stall_hist, durable_hist;
+	uint64_t requests[STATS_MSG_SLOTS]; /* received, by Frame body case (msgtab.c) */
 	uint32_t recovered_files;             /* removed at start after a crash */
 	uint32_t nrecovered;
 	char recovered[RECOVERED_LIST][1024]; /* what, for ckptctl status */

@@ -1,10 +1,8 @@
 #include "metrics.h"
-#include "catalog.h"
 #include "daemon.h"
 #include "log.h"
-#include "mancache.h"
-#include "pool.h"
-#include "save.h"
+#include "msgtab.h"
+#include "status.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -79,77 +77,53 @@ static void hist(struct buf *b, const char *name, const char *help, const struct
 	put(b, "%s_sum %.6f\n%s_count %" PRIu64 "\n", name, h->sum, name, h->count);
 }
 
-int metrics_render(struct daemon *d, char **out, size_t *len)
+static const char *type_name(enum status_kind k)
+{
+	return k == ST_COUNTER ? "counter" : k == ST_GAUGE ? "gauge" : "histogram";
+}
+
+/* One line per series of column i; the family header before its first. */
+static void column(struct buf *b, const struct status *st, size_t i, const char **family)
+{
+	const struct status_col *c = &status_cols[i];
+	if (!(c->views & SV_METRIC) || c->sum)
+		return;
+	if (c->kind == ST_HISTOGRAM) {
+		hist(b, c->metric, c->help, (const struct histogram *)((const char *)st + c->hist));
+		*family = c->metric;
+		return;
+	}
+	if (*family == NULL || strcmp(*family, c->metric) != 0)
+		metric(b, c->metric, type_name(c->kind), c->help);
+	*family = c->metric;
+	if (c->per_message) {
+		for (int m = 0; m < STATS_MSG_SLOTS; m++) {
+			const struct msg_row *row = msg_row(m);
+			if (row != NULL && !(row->flags & MSG_NOT_REQUEST))
+				put(b, "%s{msg=\"%s\"} %" PRIu64 "\n", c->metric, row->name, st->requests[m]);
+		}
+		return;
+	}
+	char labels[192] = "";
+	if (c->backend || c->label)
+		snprintf(labels, sizeof(labels), "{%s%s%s%s%s}", c->backend ? "backend=\"" : "",
+			 c->backend ? st->backend : "", c->backend ? "\"" : "", c->backend && c->label ? "," : "",
+			 c->label ? c->label : "");
+	if (c->unit == ST_UNIT_NS)
+		put(b, "%s%s %.3f\n", c->metric, labels, (double)st->v[i] / 1e9);
+	else
+		put(b, "%s%s %" PRIu64 "\n", c->metric, labels, st->v[i]);
+}
+
+int metrics_format(const struct status *st, char **out, size_t *len)
 {
 	struct buf b = { .cap = 8192 };
 	b.p = malloc(b.cap);
 	if (b.p == NULL)
 		return -ENOMEM;
-	const struct stats *s = &d->stats;
-	const char *be = d->store_backend;
-	uint64_t held = 0;
-	struct save *sv;
-	TAILQ_FOREACH(sv, &d->held, link)
-		held += sv->pool_bytes;
-
-	metric(&b, "ckptd_bytes_staged_total", "counter", "Bytes copied into the staging pool.");
-	put(&b, "ckptd_bytes_staged_total %" PRIu64 "\n", s->bytes_staged);
-	metric(&b, "ckptd_bytes_uploaded_total", "counter", "Bytes made durable in storage.");
-	put(&b, "ckptd_bytes_uploaded_total{backend=\"%s\"} %" PRIu64 "\n", be, s->bytes_durable);
-	metric(&b, "ckptd_bytes_restored_total", "counter", "Bytes restored into trainer buffers.");
-	put(&b, "ckptd_bytes_restored_total{source=\"memory\"} %" PRIu64 "\n", s->bytes_restored_memory);
-	put(&b, "ckptd_bytes_restored_total{source=\"storage\"} %" PRIu64 "\n",
-	    s->bytes_restored - s->bytes_restored_memory);
-	metric(&b, "ckptd_restores_total", "counter", "Loads served, by where all their bytes came from.");
-	put(&b, "ckptd_restores_total{source=\"memory\"} %" PRIu64 "\n", s->restores_from_memory);
-	put(&b, "ckptd_restores_total{source=\"storage\"} %" PRIu64 "\n", s->restores_from_storage);
-	hist(&b, "ckptd_save_stall_seconds", "Time from a save request to staged (the trainer's stall).",
-	     &s->stall_hist);
-	hist(&b, "ckptd_save_durable_seconds", "Time from a save request to durable.", &s->durable_hist);
-	metric(&b, "ckptd_pool_bytes", "gauge", "Size of the staging pool.");
-	put(&b, "ckptd_pool_bytes %" PRIu64 "\n", d->pool.bytes);
-	metric(&b, "ckptd_pool_used_bytes", "gauge", "Pool bytes in use, memory tier included.");
-	put(&b, "ckptd_pool_used_bytes %" PRIu64 "\n", pool_used_bytes(&d->pool));
-	metric(&b, "ckptd_pool_held_bytes", "gauge", "Pool bytes held as the memory tier.");
-	put(&b, "ckptd_pool_held_bytes %" PRIu64 "\n", held);
-	metric(&b, "ckptd_saves_inflight", "gauge", "Saves admitted and not yet durable or failed.");
-	put(&b, "ckptd_saves_inflight %" PRIu32 "\n", d->nsaves - d->nwaiting);
-	metric(&b, "ckptd_saves_waiting", "gauge", "Saves waiting for pool space.");
-	put(&b, "ckptd_saves_waiting %" PRIu32 "\n", d->nwaiting);
-	metric(&b, "ckptd_saves_total", "counter", "Save requests received.");
-	put(&b, "ckptd_saves_total %" PRIu64 "\n", s->saves_total);
-	metric(&b, "ckptd_saves_failed_total", "counter", "Saves that failed, by reason.");
-	put(&b, "ckptd_saves_failed_total{reason=\"superseded\"} %" PRIu64 "\n", s->saves_superseded);
-	put(&b, "ckptd_saves_failed_total{reason=\"skipped\"} %" PRIu64 "\n", s->saves_skipped);
-	put(&b, "ckptd_saves_failed_total{reason=\"other\"} %" PRIu64 "\n",
-	    s->saves_failed - s->saves_superseded - s->saves_skipped);
-	metric(&b, "ckptd_store_direct_bytes_total", "counter",
-	       "Bytes written to file:// storage with O_DIRECT (bypassing the page cache).");
-	put(&b, "ckptd_store_direct_bytes_total{backend=\"%s\"} %llu\n", be, (unsigned long long)d->store->direct_bytes);
-	metric(&b, "ckptd_store_retries_total", "counter", "Storage requests retried.");
-	put(&b, "ckptd_store_retries_total{backend=\"%s\"} %" PRIu64 "\n", be, s->store_retries + (uint64_t)d->store->retries);
-	metric(&b, "ckptd_store_failures_total", "counter", "Uploads that failed in storage.");
-	put(&b, "ckptd_store_failures_total{backend=\"%s\"} %" PRIu64 "\n", be, s->store_failures);
-	struct mancache_stats mc = { 0 };
-	if (d->mancache)
-		mancache_stats(d->mancache, &mc);
-	metric(&b, "ckptd_manifest_reads_total", "counter", "Manifests read from storage (GETs), by any path.");
-	put(&b, "ckptd_manifest_reads_total{backend=\"%s\"} %" PRIu64 "\n", be, catalog_manifest_gets());
-	metric(&b, "ckptd_manifest_cache_hits_total", "counter",
-	       "Manifest reads of pinned steps served by the cache (kept, or shared with a read in flight).");
-	put(&b, "ckptd_manifest_cache_hits_total %" PRIu64 "\n", mc.hits);
-	metric(&b, "ckptd_manifest_cache_misses_total", "counter", "Manifest reads of pinned steps the cache fetched.");
-	put(&b, "ckptd_manifest_cache_misses_total %" PRIu64 "\n", mc.misses);
-	metric(&b, "ckptd_manifest_cache_bytes", "gauge", "Decoded manifests kept by the cache (estimated bytes).");
-	put(&b, "ckptd_manifest_cache_bytes %" PRIu64 "\n", mc.bytes);
-	metric(&b, "ckptd_manifest_cache_entries", "gauge", "Manifests in the cache, fetches in flight included.");
-	put(&b, "ckptd_manifest_cache_entries %" PRIu64 "\n", mc.entries);
-	metric(&b, "ckptd_sessions", "gauge", "Connected clients.");
-	put(&b, "ckptd_sessions %" PRIu32 "\n", d->nsessions);
-	metric(&b, "ckptd_recovered_files", "gauge", "Files a crashed run left, removed at start.");
-	put(&b, "ckptd_recovered_files %" PRIu32 "\n", s->recovered_files);
-	metric(&b, "ckptd_uptime_seconds", "gauge", "Seconds since start.");
-	put(&b, "ckptd_uptime_seconds %.3f\n", (double)(clock_now_ns() - d->start_ns) / 1e9);
+	const char *family = NULL;
+	for (size_t i = 0; i < ST_NCOLS; i++)
+		column(&b, st, i, &family);
 	if (b.err) {
 		free(b.p);
 		return b.err;
@@ -157,6 +131,16 @@ int metrics_render(struct daemon *d, char **out, size_t *len)
 	*out = b.p;
 	*len = b.len;
 	return 0;
+}
+
+int metrics_render(struct daemon *d, char **out, size_t *len)
+{
+	struct status st;
+	int r = status_snapshot(d, &st);
+	if (r == 0)
+		r = metrics_format(&st, out, len);
+	status_release(&st);
+	return r;
 }
 
 /* ---- a minimal HTTP/1.0 responder: GET /metrics, then close ---- */

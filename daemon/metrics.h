@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 struct daemon;
+struct status;
 
 #define HIST_BUCKETS 14
 
@@ -20,7 +21,10 @@ struct histogram {
 extern const double metrics_bounds[HIST_BUCKETS];
 
 void hist_observe(struct histogram *h, double seconds);
-/* The whole exposition, malloc'd. 0 or -ENOMEM. */
+/* The whole exposition of a status snapshot, one series per SV_METRIC
+ * column (status.h), malloc'd. 0 or -ENOMEM. */
+int metrics_format(const struct status *st, char **out, size_t *len);
+/* metrics_format of a fresh snapshot of d. */
 int metrics_render(struct daemon *d, char **out, size_t *len);
 /* Start the HTTP listener on "host:port" (IPv4 or [IPv6]); 0 or -errno. */
 int metrics_listen(struct daemon *d, const char *addr, char *err, size_t errlen);

@@ -1,7 +1,6 @@
 #include "session.h"
-#include "catalog_req.h"
 #include "wire.h"
-#include "load.h"
+#include "msgtab.h"
 #include "log.h"
 #include "manifest.h"
 #include "save.h"
@@ -15,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -231,8 +229,12 @@ static int take_fd(struct session *s)
 	return fd;
 }
 
-static void on_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
+void session_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 {
+	if (s->hello_done) {
+		session_reply(s, req_id, EPROTO, "Hello was already received");
+		return;
+	}
 	if (h->protocol_version != WIRE_PROTOCOL_VERSION) {
 		session_close(s, EPROTONOSUPPORT, "protocol version %u, this ckptd speaks %d",
 			      h->protocol_version, WIRE_PROTOCOL_VERSION);
@@ -299,7 +301,7 @@ static void close_fds(int *fds, size_t n)
 			close(fds[i]);
 }
 
-/* A device buffer: checks, then the import (DESIGN §6). The fds are ours. */
+/* A device buffer: checks, then the import (README "CUDA"). The fds are ours. */
 static int register_cuda(struct session *s, const Ckpt__RegisterBuffer *m, int *fds, size_t nfds,
 			 struct hostbuf **out, char *err, size_t errlen)
 {
@@ -342,7 +344,7 @@ static int register_cuda(struct session *s, const Ckpt__RegisterBuffer *m, int *
 	return hostbuf_from_cuda(cb, m->buffer_id, m->nbytes, out);
 }
 
-static void on_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBuffer *m)
+void session_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBuffer *m)
 {
 	/* The fds this frame carried: one for a host buffer, one per chunk
 	 * for VMM, none for a legacy IPC handle. */
@@ -405,7 +407,7 @@ static void on_register(struct session *s, uint64_t req_id, const Ckpt__Register
 	session_reply(s, req_id, 0, NULL);
 }
 
-static void on_unregister(struct session *s, uint64_t req_id, const Ckpt__Unregister *m)
+void session_unregister(struct session *s, uint64_t req_id, const Ckpt__Unregister *m)
 {
 	for (uint32_t i = 0; i < s->nbufs; i++) {
 		if (s->bufs[i]->id != m->buffer_id)
@@ -419,101 +421,9 @@ static void on_unregister(struct session *s, uint64_t req_id, const Ckpt__Unregi
 	session_reply(s, req_id, ENOENT, "buffer id %" PRIu64 " is not registered", m->buffer_id);
 }
 
-static void on_status(struct session *s, uint64_t req_id)
-{
-	struct daemon *d = s->d;
-	Ckpt__StatusReply rep = CKPT__STATUS_REPLY__INIT;
-	rep.sessions = d->nsessions;
-	rep.pool_bytes = d->pool.bytes;
-	rep.pool_used_bytes = pool_used_bytes(&d->pool);
-	rep.chunk_bytes = d->pool.chunk_bytes;
-	rep.inflight_saves = d->nsaves - d->nwaiting;
-	rep.waiting_saves = d->nwaiting;
-	rep.saves_total = d->stats.saves_total;
-	rep.saves_failed = d->stats.saves_failed;
-	rep.saves_superseded = d->stats.saves_superseded;
-	rep.saves_skipped = d->stats.saves_skipped;
-	rep.bytes_staged = d->stats.bytes_staged;
-	rep.bytes_durable = d->stats.bytes_durable;
-	rep.bytes_restored = d->stats.bytes_restored;
-	rep.bytes_restored_memory = d->stats.bytes_restored_memory;
-	rep.restores_from_memory = d->stats.restores_from_memory;
-	rep.restores_from_storage = d->stats.restores_from_storage;
-	rep.reclaimed_bytes = d->stats.reclaimed_bytes;
-	rep.recovered_files = d->stats.recovered_files;
-	char *recovered[RECOVERED_LIST];
-	for (uint32_t i = 0; i < d->stats.nrecovered; i++)
-		recovered[i] = d->stats.recovered[i];
-	rep.n_recovered = d->stats.nrecovered;
-	rep.recovered = recovered;
-	char storage[1400];
-	snprintf(storage, sizeof(storage), "%s%s%s%s", d->store->url, d->store->cred_source[0] ? " (credentials: " : "",
-		 d->store->cred_source, d->store->cred_source[0] ? ")" : "");
-	rep.storage = storage;
-	char cuda[512];
-	if (d->cuda)
-		cuda_describe(d->cuda, cuda, sizeof(cuda));
-	else
-		snprintf(cuda, sizeof(cuda), "off: %s", d->cuda_why);
-	rep.cuda = cuda;
-	rep.uptime_ns = clock_now_ns() - d->start_ns;
-	struct rusage ru;
-	if (getrusage(RUSAGE_SELF, &ru) == 0) {
-		rep.cpu_ns = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000ull +
-			     ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000ull;
-		rep.peak_rss_bytes = (uint64_t)ru.ru_maxrss * 1024;
-	}
-	Ckpt__HeldCopy *held = calloc(d->nheld ? d->nheld : 1, sizeof(*held));
-	Ckpt__HeldCopy **heldp = calloc(d->nheld ? d->nheld : 1, sizeof(*heldp));
-	if (held == NULL || heldp == NULL) {
-		free(held);
-		free(heldp);
-		session_reply(s, req_id, ENOMEM, "out of memory");
-		return;
-	}
-	size_t k = 0;
-	struct save *sv;
-	TAILQ_FOREACH(sv, &d->held, link) {
-		ckpt__held_copy__init(&held[k]);
-		held[k].job = sv->job;
-		held[k].rank = sv->rank;
-		held[k].world_size = sv->world_size;
-		held[k].step = sv->step;
-		held[k].bytes = sv->shard_bytes;
-		held[k].attempt_id = sv->attempt;
-		heldp[k] = &held[k];
-		rep.pool_held_bytes += sv->pool_bytes;
-		k++;
-	}
-	rep.n_held = k;
-	rep.held = heldp;
-	Ckpt__Frame f = CKPT__FRAME__INIT;
-	f.body_case = CKPT__FRAME__BODY_STATUS_REPLY;
-	f.status_reply = &rep;
-	session_send(s, req_id, &f);
-	free(held);
-	free(heldp);
-}
-
-static void on_metrics(struct session *s, uint64_t req_id)
-{
-	char *text = NULL;
-	size_t len = 0;
-	if (metrics_render(s->d, &text, &len) < 0) {
-		session_reply(s, req_id, ENOMEM, "out of memory");
-		return;
-	}
-	Ckpt__MetricsReply rep = CKPT__METRICS_REPLY__INIT;
-	rep.text = text;
-	Ckpt__Frame f = CKPT__FRAME__INIT;
-	f.body_case = CKPT__FRAME__BODY_METRICS_REPLY;
-	f.metrics_reply = &rep;
-	session_send(s, req_id, &f);
-	free(text);
-}
-
-/* Validation order (DESIGN §3): size cap (in on_readable) -> unpack ->
- * protocol version -> message type -> field ranges (in each handler). */
+/* Validation order (docs/architecture.md §4): size cap (in receive) -> unpack ->
+ * protocol version -> message type and its flags (msgtab.c) -> field ranges
+ * (in each handler). */
 static void handle_frame(struct session *s, const uint8_t *p, size_t len)
 {
 	Ckpt__Frame *f = NULL;
@@ -527,59 +437,7 @@ static void handle_frame(struct session *s, const uint8_t *p, size_t len)
 			      WIRE_PROTOCOL_VERSION);
 		return;
 	}
-	if (!s->hello_done && f->body_case != CKPT__FRAME__BODY_HELLO) {
-		session_close(s, EPROTO, "the first frame must be Hello");
-		goto out;
-	}
-	switch (f->body_case) {
-	case CKPT__FRAME__BODY_HELLO:
-		if (s->hello_done)
-			session_reply(s, f->req_id, EPROTO, "Hello was already received");
-		else
-			on_hello(s, f->req_id, f->hello);
-		break;
-	case CKPT__FRAME__BODY_REGISTER_BUFFER:
-		on_register(s, f->req_id, f->register_buffer);
-		break;
-	case CKPT__FRAME__BODY_UNREGISTER:
-		on_unregister(s, f->req_id, f->unregister);
-		break;
-	case CKPT__FRAME__BODY_SAVE:
-		save_start(s, f->req_id, f->save);
-		break;
-	case CKPT__FRAME__BODY_LOAD:
-		load_start(s, f->req_id, f->load);
-		break;
-	case CKPT__FRAME__BODY_STATUS:
-		on_status(s, f->req_id);
-		break;
-	case CKPT__FRAME__BODY_LIST:
-		list_start(s, f->req_id, f->list);
-		break;
-	case CKPT__FRAME__BODY_SHOW:
-		show_start(s, f->req_id, f->show);
-		break;
-	case CKPT__FRAME__BODY_VERIFY:
-		verify_start(s, f->req_id, f->verify);
-		break;
-	case CKPT__FRAME__BODY_DELETE:
-		delete_start(s, f->req_id, f->delete_);
-		break;
-	case CKPT__FRAME__BODY_GC:
-		gc_start(s, f->req_id, f->gc);
-		break;
-	case CKPT__FRAME__BODY_METRICS:
-		on_metrics(s, f->req_id);
-		break;
-	case CKPT__FRAME__BODY_RESOLVE:
-		resolve_start(s, f->req_id, f->resolve);
-		break;
-	default:
-		session_reply(s, f->req_id, EBADMSG, "unknown or unexpected message type %d",
-			      (int)f->body_case);
-		break;
-	}
-out:
+	msg_dispatch(s, f);
 	ckpt__frame__free_unpacked(f, NULL);
 }
 

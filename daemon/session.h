@@ -1,5 +1,6 @@
 /* One trainer (or ckptctl) connection: framing with SCM_RIGHTS, the
- * validation order of docs/architecture.md §4, dispatch, and the outgoing queue. */
+ * validation order of docs/architecture.md §4, the outgoing queue, and the session's own
+ * requests (Hello, buffers). Dispatch is msgtab.c. */
 #ifndef CKPTD_SESSION_H
 #define CKPTD_SESSION_H
 
@@ -71,6 +72,10 @@ struct box;
  * *buf set, or -errno with err naming the tensor. */
 int session_check_tensor(struct session *s, const Ckpt__TensorRef *tr, size_t index, struct box *box,
 			 struct hostbuf **buf, char *err, size_t errlen);
+/* The session's own requests (rows of msgtab.c). */
+void session_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h);
+void session_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBuffer *m);
+void session_unregister(struct session *s, uint64_t req_id, const Ckpt__Unregister *m);
 void session_ref(struct session *s);
 /* Returns false if the session has closed meanwhile (and drops it). */
 bool session_unref_alive(struct session *s);

@@ -268,6 +268,12 @@ static void test_metrics(void **state)
 	assert_true(sample(body, "ckptd_bytes_uploaded_total{backend=\"file\"}") == (double)(1 << 20));
 	assert_true(sample(body, "ckptd_restores_total{source=\"memory\"}") == 1);
 	assert_true(sample(body, "ckptd_save_stall_seconds_count") == 1);
+	/* Requests by message (msgtab.c): this session's, and none refused. */
+	assert_true(sample(body, "ckptd_requests_total{msg=\"hello\"}") == 1);
+	assert_true(sample(body, "ckptd_requests_total{msg=\"register_buffer\"}") == 1);
+	assert_true(sample(body, "ckptd_requests_total{msg=\"save\"}") == 1);
+	assert_true(sample(body, "ckptd_requests_total{msg=\"load\"}") == 1);
+	assert_true(sample(body, "ckptd_requests_total{msg=\"resolve\"}") == 0);
 	assert_true(sample(body, "ckptd_save_durable_seconds_bucket{le=\"+Inf\"}") == 1);
 	assert_true(sample(body, "ckptd_pool_held_bytes") == (double)(1 << 20));
 	/* Histogram buckets never decrease. */
@@ -297,7 +303,7 @@ static void test_sigterm_drains(void **state)
 	(void)state;
 	struct dctx d;
 	h_init(&d);
-	h_start(&d, "[debug]\nstore_delay_ms = 1000\n");
+	h_start(&d, "[debug]\nstore_delay_ms = 3000\n");
 	ckpt_hello h = { .job = "dr", .rank = 0, .world_size = 1 };
 	ckpt_client *c = NULL;
 	assert_int_equal(ckpt_connect(d.sock, &h, &c), 0);
@@ -314,6 +320,26 @@ static void test_sigterm_drains(void **state)
 	usleep(100 * 1000);
 	ckpt_client *c2 = NULL;
 	assert_true(ckpt_connect(d.sock, NULL, &c2) < 0);
+	/* ... and so are new saves, loads and catalogue requests of a session
+	 * already open, each in the form its client waits for. */
+	ckpt_step_info *steps = NULL;
+	size_t nsteps = 0;
+	assert_int_equal(ckpt_list(c, NULL, &steps, &nsteps), -ESHUTDOWN);
+	assert_non_null(strstr(ckpt_errmsg(), "ckptd is shutting down"));
+	ckpt_future *lf = NULL;
+	assert_int_equal(ckpt_load(c, 1, &t, 1, &lf), 0);
+	assert_int_equal(ckpt_future_wait(lf, CKPT_LOADED, 30000), -ESHUTDOWN);
+	assert_non_null(strstr(ckpt_future_message(lf), "ckptd is shutting down"));
+	ckpt_future_free(lf);
+	ckpt_future *sf = NULL;
+	assert_int_equal(ckpt_save(c, 2, &t, 1, NULL, 0, &sf), 0);
+	assert_int_equal(ckpt_future_wait(sf, CKPT_STAGED, 30000), -ESHUTDOWN);
+	assert_non_null(strstr(ckpt_future_message(sf), "admits no new saves"));
+	ckpt_future_free(sf);
+	/* Status still answers. */
+	ckpt_status_info si;
+	assert_int_equal(ckpt_status(c, &si), 0);
+	assert_true(si.inflight_saves >= 1);
 	/* ... but the staged save still becomes durable, then ckptd exits 0. */
 	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 30000), 0);
 	int st;

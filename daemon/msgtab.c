@@ -1,0 +1,153 @@
+/* One row per wire message (docs/architecture.md §4 validation order: the flags are the
+ * checks every message of a kind shares; field ranges stay in handlers). */
+#include "msgtab.h"
+#include "catalog_req.h"
+#include "load.h"
+#include "log.h"
+#include "metrics.h"
+#include "save.h"
+#include "session.h"
+#include "status.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+
+/* The handlers take the whole frame; these pass on its body. */
+static void m_hello(struct session *s, const Ckpt__Frame *f) { session_hello(s, f->req_id, f->hello); }
+static void m_register(struct session *s, const Ckpt__Frame *f) { session_register(s, f->req_id, f->register_buffer); }
+static void m_unregister(struct session *s, const Ckpt__Frame *f) { session_unregister(s, f->req_id, f->unregister); }
+static void m_save(struct session *s, const Ckpt__Frame *f) { save_start(s, f->req_id, f->save); }
+static void m_load(struct session *s, const Ckpt__Frame *f) { load_start(s, f->req_id, f->load); }
+static void m_list(struct session *s, const Ckpt__Frame *f) { list_start(s, f->req_id, f->list); }
+static void m_show(struct session *s, const Ckpt__Frame *f) { show_start(s, f->req_id, f->show); }
+static void m_verify(struct session *s, const Ckpt__Frame *f) { verify_start(s, f->req_id, f->verify); }
+static void m_delete(struct session *s, const Ckpt__Frame *f) { delete_start(s, f->req_id, f->delete_); }
+static void m_gc(struct session *s, const Ckpt__Frame *f) { gc_start(s, f->req_id, f->gc); }
+static void m_resolve(struct session *s, const Ckpt__Frame *f) { resolve_start(s, f->req_id, f->resolve); }
+
+static void m_status(struct session *s, const Ckpt__Frame *f)
+{
+	struct status st;
+	Ckpt__StatusReply rep = CKPT__STATUS_REPLY__INIT;
+	if (status_snapshot(s->d, &st) < 0 || status_reply_fill(&st, &rep) < 0) {
+		status_release(&st);
+		session_reply(s, f->req_id, ENOMEM, "out of memory");
+		return;
+	}
+	Ckpt__Frame out = CKPT__FRAME__INIT;
+	out.body_case = CKPT__FRAME__BODY_STATUS_REPLY;
+	out.status_reply = &rep;
+	session_send(s, f->req_id, &out);
+	status_reply_free(&rep);
+	status_release(&st);
+}
+
+static void m_metrics(struct session *s, const Ckpt__Frame *f)
+{
+	char *text = NULL;
+	size_t len = 0;
+	if (metrics_render(s->d, &text, &len) < 0) {
+		session_reply(s, f->req_id, ENOMEM, "out of memory");
+		return;
+	}
+	Ckpt__MetricsReply rep = CKPT__METRICS_REPLY__INIT;
+	rep.text = text;
+	Ckpt__Frame out = CKPT__FRAME__INIT;
+	out.body_case = CKPT__FRAME__BODY_METRICS_REPLY;
+	out.metrics_reply = &rep;
+	session_send(s, f->req_id, &out);
+	free(text);
+}
+
+/* Loads and catalogue requests (bgreq): on the threadpool, bounded per
+ * session, refused while draining. A Save's refusal while draining is a
+ * failed save (save_start: SaveFailed, counted in saves_failed). */
+#define BG (MSG_NEEDS_HELLO | MSG_REFUSE_DRAINING | MSG_BACKGROUND | MSG_CAPPED)
+#define NOT_REQUEST(n) { .name = n, .flags = MSG_NOT_REQUEST }
+
+static const struct msg_row rows[] = {
+	[CKPT__FRAME__BODY_HELLO] = { .name = "hello", .handler = m_hello },
+	[CKPT__FRAME__BODY_REGISTER_BUFFER] = { .name = "register_buffer", .handler = m_register,
+						 .flags = MSG_NEEDS_HELLO },
+	[CKPT__FRAME__BODY_UNREGISTER] = { .name = "unregister", .handler = m_unregister, .flags = MSG_NEEDS_HELLO },
+	[CKPT__FRAME__BODY_SAVE] = { .name = "save", .handler = m_save, .flags = MSG_NEEDS_HELLO },
+	[CKPT__FRAME__BODY_LOAD] = { .name = "load", .handler = m_load, .flags = BG,
+				     .refuse_as = CKPT__FRAME__BODY_LOAD_FAILED },
+	[CKPT__FRAME__BODY_STATUS] = { .name = "status", .handler = m_status, .flags = MSG_NEEDS_HELLO },
+	[CKPT__FRAME__BODY_LIST] = { .name = "list", .handler = m_list, .flags = BG },
+	[CKPT__FRAME__BODY_SHOW] = { .name = "show", .handler = m_show, .flags = BG },
+	[CKPT__FRAME__BODY_VERIFY] = { .name = "verify", .handler = m_verify, .flags = BG },
+	[CKPT__FRAME__BODY_DELETE] = { .name = "delete", .handler = m_delete, .flags = BG },
+	[CKPT__FRAME__BODY_GC] = { .name = "gc", .handler = m_gc, .flags = BG },
+	[CKPT__FRAME__BODY_METRICS] = { .name = "metrics", .handler = m_metrics, .flags = MSG_NEEDS_HELLO },
+	[CKPT__FRAME__BODY_RESOLVE] = { .name = "resolve", .handler = m_resolve, .flags = BG },
+
+	[CKPT__FRAME__BODY_HELLO_REPLY] = NOT_REQUEST("hello_reply"),
+	[CKPT__FRAME__BODY_REPLY] = NOT_REQUEST("reply"),
+	[CKPT__FRAME__BODY_SAVE_STAGED] = NOT_REQUEST("save_staged"),
+	[CKPT__FRAME__BODY_SAVE_DURABLE] = NOT_REQUEST("save_durable"),
+	[CKPT__FRAME__BODY_SAVE_FAILED] = NOT_REQUEST("save_failed"),
+	[CKPT__FRAME__BODY_LOADED] = NOT_REQUEST("loaded"),
+	[CKPT__FRAME__BODY_LOAD_FAILED] = NOT_REQUEST("load_failed"),
+	[CKPT__FRAME__BODY_STATUS_REPLY] = NOT_REQUEST("status_reply"),
+	[CKPT__FRAME__BODY_LIST_REPLY] = NOT_REQUEST("list_reply"),
+	[CKPT__FRAME__BODY_SHOW_REPLY] = NOT_REQUEST("show_reply"),
+	[CKPT__FRAME__BODY_VERIFY_REPLY] = NOT_REQUEST("verify_reply"),
+	[CKPT__FRAME__BODY_GC_REPLY] = NOT_REQUEST("gc_reply"),
+	[CKPT__FRAME__BODY_METRICS_REPLY] = NOT_REQUEST("metrics_reply"),
+	[CKPT__FRAME__BODY_RESOLVE_REPLY] = NOT_REQUEST("resolve_reply"),
+};
+
+_Static_assert(sizeof(rows) / sizeof(rows[0]) <= STATS_MSG_SLOTS,
+	       "struct stats counts requests per body case: raise STATS_MSG_SLOTS");
+
+const struct msg_row *msg_row(int body_case)
+{
+	if (body_case < 0 || (size_t)body_case >= sizeof(rows) / sizeof(rows[0]) || rows[body_case].name == NULL)
+		return NULL;
+	return &rows[body_case];
+}
+
+/* A refusal by the flags, as a Reply or as the row's failure body. */
+static void refuse(struct session *s, const struct msg_row *m, uint64_t req_id, int status, const char *why)
+{
+	if (m->refuse_as != CKPT__FRAME__BODY_LOAD_FAILED) {
+		session_reply(s, req_id, status, "%s", why);
+		return;
+	}
+	Ckpt__LoadFailed bad = CKPT__LOAD_FAILED__INIT;
+	bad.status = status;
+	bad.message = (char *)why;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_LOAD_FAILED;
+	f.load_failed = &bad;
+	log_info("session %" PRIu64 ": %s refused: %s", s->id, m->name, why);
+	session_send(s, req_id, &f);
+}
+
+void msg_dispatch(struct session *s, const Ckpt__Frame *f)
+{
+	const struct msg_row *m = msg_row(f->body_case);
+	if (m != NULL && m->handler == NULL)
+		m = NULL;
+	if (!s->hello_done && (m == NULL || (m->flags & MSG_NEEDS_HELLO))) {
+		session_close(s, EPROTO, "the first frame must be Hello");
+		return;
+	}
+	if (m == NULL) {
+		session_reply(s, f->req_id, EBADMSG, "unknown or unexpected message type %d", (int)f->body_case);
+		return;
+	}
+	s->d->stats.requests[f->body_case]++;
+	if ((m->flags & MSG_REFUSE_DRAINING) && s->d->draining) {
+		refuse(s, m, f->req_id, ESHUTDOWN, "ckptd is shutting down");
+		return;
+	}
+	if ((m->flags & MSG_CAPPED) && s->refs >= s->d->cfg.max_inflight_loads) {
+		refuse(s, m, f->req_id, EBUSY,
+		       "too many loads and catalogue requests in flight on this session (max_inflight_loads)");
+		return;
+	}
+	m->handler(s, f);
+}

@@ -1,0 +1,242 @@
+/* The status snapshot and its columns (status.h); the reply and line views. */
+#include "status.h"
+#include "catalog.h"
+#include "cudadev.h"
+#include "mancache.h"
+#include "pool.h"
+#include "save.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#define REPLY SV_REPLY
+#define METRIC SV_METRIC
+#define LINE SV_LINE
+
+/* In the order of the Prometheus text; a family's columns are adjacent. */
+const struct status_col status_cols[ST_NCOLS] = {
+	[ST_BYTES_STAGED] = { "bytes_staged", "Bytes copied into the staging pool.", ST_COUNTER, ST_UNIT_BYTES,
+			      REPLY | METRIC, "ckptd_bytes_staged_total" },
+	[ST_BYTES_DURABLE] = { "bytes_durable", "Bytes made durable in storage.", ST_COUNTER, ST_UNIT_BYTES,
+			       REPLY | METRIC, "ckptd_bytes_uploaded_total", .backend = true },
+	[ST_BYTES_RESTORED_MEMORY] = { "bytes_restored_memory", "Bytes restored into trainer buffers.", ST_COUNTER,
+				       ST_UNIT_BYTES, REPLY | METRIC, "ckptd_bytes_restored_total",
+				       "source=\"memory\"" },
+	[ST_BYTES_RESTORED_STORAGE] = { "bytes_restored_storage", "Bytes restored from storage.", ST_COUNTER,
+					ST_UNIT_BYTES, METRIC, "ckptd_bytes_restored_total", "source=\"storage\"" },
+	[ST_BYTES_RESTORED] = { "bytes_restored", "Bytes restored, from memory and storage.", ST_COUNTER,
+				ST_UNIT_BYTES, REPLY | METRIC, "ckptd_bytes_restored_total", .sum = true },
+	[ST_RESTORES_FROM_MEMORY] = { "restores_from_memory", "Loads served, by where all their bytes came from.",
+				      ST_COUNTER, ST_UNIT_COUNT, REPLY | METRIC, "ckptd_restores_total",
+				      "source=\"memory\"" },
+	[ST_RESTORES_FROM_STORAGE] = { "restores_from_storage", "Loads not served wholly from memory.", ST_COUNTER,
+				       ST_UNIT_COUNT, REPLY | METRIC, "ckptd_restores_total", "source=\"storage\"" },
+	[ST_SAVE_STALL] = { "save_stall", "Time from a save request to staged (the trainer's stall).",
+			    ST_HISTOGRAM, ST_UNIT_SECONDS, METRIC, "ckptd_save_stall_seconds",
+			    .hist = offsetof(struct status, save_stall) },
+	[ST_SAVE_DURABLE] = { "save_durable", "Time from a save request to durable.", ST_HISTOGRAM,
+			      ST_UNIT_SECONDS, METRIC, "ckptd_save_durable_seconds",
+			      .hist = offsetof(struct status, save_durable) },
+	[ST_POOL_BYTES] = { "pool_bytes", "Size of the staging pool.", ST_GAUGE, ST_UNIT_BYTES,
+			    REPLY | METRIC | LINE, "ckptd_pool_bytes" },
+	[ST_POOL_USED_BYTES] = { "pool_used_bytes", "Pool bytes in use, memory tier included.", ST_GAUGE,
+				 ST_UNIT_BYTES, REPLY | METRIC | LINE, "ckptd_pool_used_bytes" },
+	[ST_POOL_HELD_BYTES] = { "pool_held_bytes", "Pool bytes held as the memory tier.", ST_GAUGE, ST_UNIT_BYTES,
+				 REPLY | METRIC, "ckptd_pool_held_bytes" },
+	[ST_INFLIGHT_SAVES] = { "inflight_saves", "Saves admitted and not yet durable or failed.", ST_GAUGE,
+				ST_UNIT_COUNT, REPLY | METRIC | LINE, "ckptd_saves_inflight" },
+	[ST_WAITING_SAVES] = { "waiting_saves", "Saves waiting for pool space.", ST_GAUGE, ST_UNIT_COUNT,
+			       REPLY | METRIC | LINE, "ckptd_saves_waiting" },
+	[ST_SAVES_TOTAL] = { "saves_total", "Save requests received.", ST_COUNTER, ST_UNIT_COUNT, REPLY | METRIC,
+			     "ckptd_saves_total" },
+	[ST_SAVES_SUPERSEDED] = { "saves_superseded", "Saves that failed, by reason.", ST_COUNTER, ST_UNIT_COUNT,
+				  REPLY | METRIC, "ckptd_saves_failed_total", "reason=\"superseded\"" },
+	[ST_SAVES_SKIPPED] = { "saves_skipped", "Saves skipped by the skip policy.", ST_COUNTER, ST_UNIT_COUNT,
+			       REPLY | METRIC, "ckptd_saves_failed_total", "reason=\"skipped\"" },
+	[ST_SAVES_FAILED_OTHER] = { "saves_failed_other", "Saves that failed for another reason.", ST_COUNTER,
+				    ST_UNIT_COUNT, METRIC, "ckptd_saves_failed_total", "reason=\"other\"" },
+	[ST_SAVES_FAILED] = { "saves_failed", "Saves that failed, every reason.", ST_COUNTER, ST_UNIT_COUNT,
+			      REPLY | METRIC, "ckptd_saves_failed_total", .sum = true },
+	[ST_STORE_DIRECT_BYTES] = { "store_direct_bytes",
+				    "Bytes written to file:// storage with O_DIRECT (bypassing the page cache).",
+				    ST_COUNTER, ST_UNIT_BYTES, METRIC, "ckptd_store_direct_bytes_total",
+				    .backend = true },
+	[ST_STORE_RETRIES] = { "store_retries", "Storage requests retried.", ST_COUNTER, ST_UNIT_COUNT, METRIC,
+			       "ckptd_store_retries_total", .backend = true },
+	[ST_STORE_FAILURES] = { "store_failures", "Uploads that failed in storage.", ST_COUNTER, ST_UNIT_COUNT,
+				METRIC, "ckptd_store_failures_total", .backend = true },
+	[ST_MANIFEST_READS] = { "manifest_reads", "Manifests read from storage (GETs), by any path.", ST_COUNTER,
+				ST_UNIT_COUNT, METRIC, "ckptd_manifest_reads_total", .backend = true },
+	[ST_MANIFEST_CACHE_HITS] = { "manifest_cache_hits",
+				     "Manifest reads of pinned steps served by the cache (kept, or shared with a read in flight).",
+				     ST_COUNTER, ST_UNIT_COUNT, METRIC, "ckptd_manifest_cache_hits_total" },
+	[ST_MANIFEST_CACHE_MISSES] = { "manifest_cache_misses", "Manifest reads of pinned steps the cache fetched.",
+				       ST_COUNTER, ST_UNIT_COUNT, METRIC, "ckptd_manifest_cache_misses_total" },
+	[ST_MANIFEST_CACHE_BYTES] = { "manifest_cache_bytes", "Decoded manifests kept by the cache (estimated bytes).",
+				      ST_GAUGE, ST_UNIT_BYTES, METRIC, "ckptd_manifest_cache_bytes" },
+	[ST_MANIFEST_CACHE_ENTRIES] = { "manifest_cache_entries", "Manifests in the cache, fetches in flight included.",
+					ST_GAUGE, ST_UNIT_COUNT, METRIC, "ckptd_manifest_cache_entries" },
+	[ST_SESSIONS] = { "sessions", "Connected clients.", ST_GAUGE, ST_UNIT_COUNT, REPLY | METRIC | LINE,
+			  "ckptd_sessions" },
+	[ST_RECOVERED_FILES] = { "recovered_files", "Files a crashed run left, removed at start.", ST_GAUGE,
+				 ST_UNIT_COUNT, REPLY | METRIC, "ckptd_recovered_files" },
+	[ST_UPTIME_NS] = { "uptime_ns", "Seconds since start.", ST_GAUGE, ST_UNIT_NS, REPLY | METRIC,
+			   "ckptd_uptime_seconds" },
+	[ST_CHUNK_BYTES] = { "chunk_bytes", "Size of one staging pool chunk.", ST_GAUGE, ST_UNIT_BYTES,
+			     REPLY | METRIC, "ckptd_chunk_bytes" },
+	[ST_RECLAIMED_BYTES] = { "reclaimed_bytes", "Memory-tier bytes dropped to make room for saves.", ST_COUNTER,
+				 ST_UNIT_BYTES, REPLY | METRIC, "ckptd_reclaimed_bytes_total" },
+	[ST_CPU_NS] = { "cpu_ns", "User and system CPU time of ckptd.", ST_COUNTER, ST_UNIT_NS, REPLY | METRIC,
+			"ckptd_cpu_seconds_total" },
+	[ST_PEAK_RSS_BYTES] = { "peak_rss_bytes", "Peak resident set of ckptd.", ST_GAUGE, ST_UNIT_BYTES,
+				REPLY | METRIC, "ckptd_peak_rss_bytes" },
+	[ST_HELD_COPIES] = { "held_copies", "Checkpoint copies held as the memory tier.", ST_GAUGE, ST_UNIT_COUNT,
+			     METRIC | LINE, "ckptd_held_copies" },
+	[ST_REQUESTS] = { "requests", "Requests received, by message.", ST_COUNTER, ST_UNIT_COUNT, METRIC,
+			  "ckptd_requests_total", .per_message = true },
+};
+
+int status_snapshot(const struct daemon *d, struct status *st)
+{
+	const struct stats *s = &d->stats;
+	uint64_t *v = st->v;
+	memset(st, 0, sizeof(*st));
+	v[ST_BYTES_STAGED] = s->bytes_staged;
+	v[ST_BYTES_DURABLE] = s->bytes_durable;
+	v[ST_BYTES_RESTORED_MEMORY] = s->bytes_restored_memory;
+	v[ST_BYTES_RESTORED_STORAGE] = s->bytes_restored - s->bytes_restored_memory;
+	v[ST_BYTES_RESTORED] = s->bytes_restored;
+	v[ST_RESTORES_FROM_MEMORY] = s->restores_from_memory;
+	v[ST_RESTORES_FROM_STORAGE] = s->restores_from_storage;
+	st->save_stall = s->stall_hist;
+	st->save_durable = s->durable_hist;
+	v[ST_POOL_BYTES] = d->pool.bytes;
+	v[ST_POOL_USED_BYTES] = pool_used_bytes(&d->pool);
+	v[ST_INFLIGHT_SAVES] = d->nsaves - d->nwaiting;
+	v[ST_WAITING_SAVES] = d->nwaiting;
+	v[ST_SAVES_TOTAL] = s->saves_total;
+	v[ST_SAVES_SUPERSEDED] = s->saves_superseded;
+	v[ST_SAVES_SKIPPED] = s->saves_skipped;
+	v[ST_SAVES_FAILED_OTHER] = s->saves_failed - s->saves_superseded - s->saves_skipped;
+	v[ST_SAVES_FAILED] = s->saves_failed;
+	v[ST_STORE_DIRECT_BYTES] = (uint64_t)d->store->direct_bytes;
+	v[ST_STORE_RETRIES] = s->store_retries + (uint64_t)d->store->retries;
+	v[ST_STORE_FAILURES] = s->store_failures;
+	v[ST_MANIFEST_READS] = catalog_manifest_gets();
+	struct mancache_stats mc = { 0 };
+	if (d->mancache)
+		mancache_stats(d->mancache, &mc);
+	v[ST_MANIFEST_CACHE_HITS] = mc.hits;
+	v[ST_MANIFEST_CACHE_MISSES] = mc.misses;
+	v[ST_MANIFEST_CACHE_BYTES] = mc.bytes;
+	v[ST_MANIFEST_CACHE_ENTRIES] = mc.entries;
+	v[ST_SESSIONS] = d->nsessions;
+	v[ST_RECOVERED_FILES] = s->recovered_files;
+	v[ST_UPTIME_NS] = clock_now_ns() - d->start_ns;
+	v[ST_CHUNK_BYTES] = d->pool.chunk_bytes;
+	v[ST_RECLAIMED_BYTES] = s->reclaimed_bytes;
+	struct rusage ru;
+	if (getrusage(RUSAGE_SELF, &ru) == 0) {
+		v[ST_CPU_NS] = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000ull +
+			       ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000ull;
+		v[ST_PEAK_RSS_BYTES] = (uint64_t)ru.ru_maxrss * 1024;
+	}
+	v[ST_HELD_COPIES] = d->nheld;
+	memcpy(st->requests, s->requests, sizeof(st->requests));
+
+	st->backend = d->store_backend;
+	snprintf(st->storage, sizeof(st->storage), "%s%s%s%s", d->store->url,
+		 d->store->cred_source[0] ? " (credentials: " : "", d->store->cred_source,
+		 d->store->cred_source[0] ? ")" : "");
+	if (d->cuda)
+		cuda_describe(d->cuda, st->cuda, sizeof(st->cuda));
+	else
+		snprintf(st->cuda, sizeof(st->cuda), "off: %s", d->cuda_why);
+	st->nrecovered = s->nrecovered;
+	for (uint32_t i = 0; i < s->nrecovered && i < RECOVERED_LIST; i++)
+		st->recovered[i] = (char *)s->recovered[i];
+	/* Every number is filled even when the list cannot be. */
+	st->held = calloc(d->nheld ? d->nheld : 1, sizeof(*st->held));
+	const struct save *sv;
+	TAILQ_FOREACH(sv, &d->held, link) {
+		v[ST_POOL_HELD_BYTES] += sv->pool_bytes;
+		if (st->held == NULL || st->nheld == d->nheld)
+			continue;
+		st->held[st->nheld++] = (struct status_held){ .job = sv->job, .attempt = sv->attempt,
+							      .rank = sv->rank, .world_size = sv->world_size,
+							      .step = sv->step, .bytes = sv->shard_bytes };
+	}
+	return st->held ? 0 : -ENOMEM;
+}
+
+void status_release(struct status *st)
+{
+	free(st->held);
+	st->held = NULL;
+	st->nheld = 0;
+}
+
+int status_reply_fill(const struct status *st, Ckpt__StatusReply *rep)
+{
+	for (size_t i = 0; i < ST_NCOLS; i++) {
+		const struct status_col *c = &status_cols[i];
+		if (!(c->views & SV_REPLY))
+			continue;
+		const ProtobufCFieldDescriptor *fd =
+			protobuf_c_message_descriptor_get_field_by_name(&ckpt__status_reply__descriptor, c->name);
+		assert(fd != NULL && fd->label != PROTOBUF_C_LABEL_REPEATED);
+		void *p = (char *)rep + fd->offset;
+		if (fd->type == PROTOBUF_C_TYPE_UINT32)
+			*(uint32_t *)p = (uint32_t)st->v[i];
+		else if (fd->type == PROTOBUF_C_TYPE_UINT64)
+			*(uint64_t *)p = st->v[i];
+		else
+			assert(!"a status column's StatusReply field is uint32 or uint64");
+	}
+	rep->n_recovered = st->nrecovered;
+	rep->recovered = (char **)st->recovered;
+	rep->storage = (char *)st->storage;
+	rep->cuda = (char *)st->cuda;
+	/* One block: the pointers, then the copies. */
+	size_t n = st->nheld;
+	void *blk = calloc(n ? n : 1, sizeof(Ckpt__HeldCopy *) + sizeof(Ckpt__HeldCopy));
+	if (blk == NULL)
+		return -ENOMEM;
+	Ckpt__HeldCopy **heldp = blk;
+	Ckpt__HeldCopy *held = (Ckpt__HeldCopy *)(heldp + (n ? n : 1));
+	for (size_t k = 0; k < n; k++) {
+		const struct status_held *h = &st->held[k];
+		ckpt__held_copy__init(&held[k]);
+		held[k].job = (char *)h->job;
+		held[k].rank = h->rank;
+		held[k].world_size = h->world_size;
+		held[k].step = h->step;
+		held[k].bytes = h->bytes;
+		held[k].attempt_id = (char *)h->attempt;
+		heldp[k] = &held[k];
+	}
+	rep->n_held = n;
+	rep->held = heldp;
+	return 0;
+}
+
+void status_reply_free(Ckpt__StatusReply *rep)
+{
+	free(rep->held);
+	rep->held = NULL;
+	rep->n_held = 0;
+}
+
+void status_line_render(const struct status *st, char *buf, size_t len)
+{
+	const uint64_t *v = st->v;
+	snprintf(buf, len, "STATUS=%" PRIu64 " sessions, pool %" PRIu64 "/%" PRIu64 " MiB used (%" PRIu64
+		 " held), %" PRIu64 " saves in flight, %" PRIu64 " waiting",
+		 v[ST_SESSIONS], v[ST_POOL_USED_BYTES] >> 20, v[ST_POOL_BYTES] >> 20, v[ST_HELD_COPIES],
+		 v[ST_INFLIGHT_SAVES], v[ST_WAITING_SAVES]);
+}
