@@ -45,7 +45,7 @@
 #define MIN_PART (5ull << 20)
 #define MAX_PARTS 10000
 #define LIST_MAX_BYTES (16u << 20)
-#define MAX_HEADERS 10
+#define MAX_HEADERS OBJSTORE_MAX_HEADERS
 
 struct objstore {
 	struct store base;
@@ -66,37 +66,7 @@ struct objstore {
 	bool have_cp;
 };
 
-/* The headers of one attempt. */
-struct objstore_hdrs {
-	char *hdr[MAX_HEADERS];
-	const char *hdrp[MAX_HEADERS + 1];
-	int n;
-};
-
-/* One logical request; re-signed on every attempt. */
-struct call {
-	const char *method;
-	const char *key;          /* object key under the bucket; NULL: the bucket */
-	struct sigv4_header query[6];
-	size_t nquery;
-	struct sigv4_header extra[3]; /* signed headers besides the standard ones */
-	size_t nextra;
-	const struct iovec *body;
-	size_t nbody;
-	void *dst;
-	size_t dst_len;
-	size_t resp_max;
-	bool ok_404;              /* 404 is an answer (HEAD, DELETE), not a failure */
-	bool error_in_200;        /* CompleteMultipartUpload: a 200 may carry an <Error> */
-	const char *label;        /* names it in errors instead of "METHOD key" (a listing has no key) */
-	/* Per attempt. */
-	struct http_req req;
-	char url[4096];
-	struct objstore_hdrs h;
-	int result;               /* 0, -errno, or 1: retry */
-};
-
-static void call_clear(struct call *c)
+static void call_clear(struct objstore_call *c)
 {
 	for (int i = 0; i < MAX_HEADERS; i++) {
 		free(c->h.hdr[i]);
@@ -105,7 +75,7 @@ static void call_clear(struct call *c)
 	c->h.n = 0;
 }
 
-static void call_free(struct call *c)
+void objstore_call_free(struct objstore_call *c)
 {
 	call_clear(c);
 	http_req_reset(&c->req);
@@ -213,7 +183,7 @@ int objstore_sign_sigv4(const struct objstore_sign *q)
 }
 
 /* Build the URL and the signed headers of one attempt. */
-static int sign_call(struct objstore *s, const struct creds *cr, struct call *c)
+static int sign_call(struct objstore *s, const struct creds *cr, struct objstore_call *c)
 {
 	call_clear(c);
 	char path[2048], enc[6144];
@@ -267,7 +237,7 @@ static bool retryable_status(long st)
 }
 
 /* Judge one finished attempt: 0, 1 (retry) or -errno (with store_set_error). */
-static int judge(struct objstore *s, struct call *c)
+static int judge(struct objstore *s, struct objstore_call *c)
 {
 	struct http_req *q = &c->req;
 	char what[1200];
@@ -354,12 +324,10 @@ static void backoff(const struct objstore *s, unsigned attempt)
 	nanosleep(&ts, NULL);
 }
 
-/* Run calls (in parallel) until each succeeded, failed for good, or ran
- * out of attempts. 0 or the first failure. */
-static int run_calls(struct objstore *s, struct call *calls, size_t n)
+int objstore_run(struct objstore *s, struct objstore_call *calls, size_t n)
 {
 	struct http_req **reqs = calloc(n ? n : 1, sizeof(*reqs));
-	struct call **pend = calloc(n ? n : 1, sizeof(*pend));
+	struct objstore_call **pend = calloc(n ? n : 1, sizeof(*pend));
 	if (reqs == NULL || pend == NULL) {
 		free(reqs);
 		free(pend);
@@ -432,27 +400,20 @@ static int full_key(const struct objstore *s, const char *key, char *out, size_t
 	return r < 0 || (size_t)r >= len ? -ENAMETOOLONG : 0;
 }
 
-static void checksum_header(const struct objstore *s, struct call *c, uint32_t crc, char *buf, size_t len)
+static void checksum_header(const struct objstore *s, struct objstore_call *c, uint32_t crc, char *buf, size_t len)
 {
+	if (s->d->crc_header == NULL)
+		return;
 	char b64[16];
 	crc_b64(crc, b64);
 	snprintf(buf, len, "%s%s", s->d->crc_prefix, b64);
 	c->extra[c->nextra++] = (struct sigv4_header){ s->d->crc_header, buf };
 }
 
-struct part {
-	struct iovec *iov;
-	size_t niov;
-	uint64_t len;
-	uint32_t crc;
-	char crchdr[48];
-	char num[16];
-};
-
 /* Cut the pieces into parts of part_size; a part's CRC combines the
  * pieces' CRCs where it covers whole pieces. */
 static int make_parts(const struct objstore *s, const struct iovec *iov, size_t n, const uint32_t *crcs, uint64_t total,
-		      struct part **out, size_t *nout)
+		      struct objstore_part **out, size_t *nout)
 {
 	size_t np = (size_t)((total + s->part_size - 1) / s->part_size);
 	if (np > MAX_PARTS) {
@@ -460,7 +421,7 @@ static int make_parts(const struct objstore *s, const struct iovec *iov, size_t 
 				total, np, s->part_size, MAX_PARTS);
 		return -E2BIG;
 	}
-	struct part *p = calloc(np, sizeof(*p));
+	struct objstore_part *p = calloc(np, sizeof(*p));
 	if (p == NULL)
 		return -ENOMEM;
 	size_t vi = 0;
@@ -505,26 +466,118 @@ nomem:
 	return -ENOMEM;
 }
 
-static void parts_free(struct part *p, size_t n)
+static void parts_free(struct objstore_part *p, size_t n)
 {
 	for (size_t k = 0; p && k < n; k++)
 		free(p[k].iov);
 	free(p);
 }
 
+const struct objstore_dialect *objstore_dialect_of(const struct objstore *s)
+{
+	return s->d;
+}
+
+/* ---- S3's multipart API, which GCS's XML API speaks too ---- */
+
+static int mpu_begin(struct objstore *s, const char *key, char *id, size_t idlen)
+{
+	struct objstore_call c = { .method = "POST", .key = key, .resp_max = 64u << 10 };
+	c.query[c.nquery++] = (struct sigv4_header){ "uploads", NULL };
+	c.extra[c.nextra++] = (struct sigv4_header){ "content-type", "application/octet-stream" };
+	if (s->d->mpu_header.name)
+		c.extra[c.nextra++] = s->d->mpu_header;
+	int r = objstore_run(s, &c, 1);
+	id[0] = 0;
+	if (r == 0) {
+		struct xml_doc d;
+		if (xml_parse(c.req.resp, c.req.resp_len, &d) == 0) {
+			const char *v = xml_first(&d, "/UploadId");
+			if (v)
+				snprintf(id, idlen, "%s", v);
+			xml_free(&d);
+		}
+		if (!id[0]) {
+			store_set_error("POST %s?uploads: no UploadId in the answer", key);
+			r = -EPROTO;
+		}
+	}
+	objstore_call_free(&c);
+	return r;
+}
+
+static void mpu_part(struct objstore_call *c, const struct objstore_part *p, const char *id)
+{
+	c->method = "PUT";
+	c->query[c->nquery++] = (struct sigv4_header){ "partNumber", p->num };
+	c->query[c->nquery++] = (struct sigv4_header){ "uploadId", id };
+}
+
+/* CompleteMultipartUpload, parts in order with their ETags. */
+static int mpu_complete(struct objstore *s, const char *key, const char *id, const struct objstore_part *parts,
+			const struct objstore_call *sent, size_t np)
+{
+	size_t cap = 128 + np * 320, len = 0;
+	char *xml = malloc(cap);
+	if (xml == NULL)
+		return -ENOMEM;
+	len += (size_t)snprintf(xml + len, cap - len, "<CompleteMultipartUpload>");
+	bool crcs_in = s->d->complete_part_crc;
+	for (size_t k = 0; k < np; k++) {
+		char b64[16];
+		crc_b64(parts[k].crc, b64);
+		/* The server's ETag goes into our XML: nothing that could
+		 * break out of the element. */
+		if (!sent[k].req.etag[0] || strpbrk(sent[k].req.etag, "<>&")) {
+			free(xml);
+			store_set_error("PUT %s part %zu: no usable ETag in the answer", key, k + 1);
+			return -EPROTO;
+		}
+		len += (size_t)snprintf(xml + len, cap - len, "<Part><PartNumber>%zu</PartNumber><ETag>%s</ETag>%s%s%s</Part>",
+					k + 1, sent[k].req.etag, crcs_in ? "<ChecksumCRC32C>" : "", crcs_in ? b64 : "",
+					crcs_in ? "</ChecksumCRC32C>" : "");
+	}
+	len += (size_t)snprintf(xml + len, cap - len, "</CompleteMultipartUpload>");
+	struct iovec body = { xml, len };
+	struct objstore_call cc = { .method = "POST", .key = key, .body = &body, .nbody = 1, .resp_max = 64u << 10,
+				    .error_in_200 = true };
+	cc.query[cc.nquery++] = (struct sigv4_header){ "uploadId", id };
+	/* Not curl's default form type: servers would parse the XML as a form. */
+	cc.extra[cc.nextra++] = (struct sigv4_header){ "content-type", "application/xml" };
+	int r = objstore_run(s, &cc, 1);
+	objstore_call_free(&cc);
+	free(xml);
+	return r;
+}
+
+static int mpu_abort(struct objstore *s, const char *key, const char *id)
+{
+	struct objstore_call c = { .method = "DELETE", .key = key, .ok_404 = true };
+	c.query[c.nquery++] = (struct sigv4_header){ "uploadId", id };
+	int r = objstore_run(s, &c, 1);
+	objstore_call_free(&c);
+	return r;
+}
+
+const struct objstore_multipart objstore_mpu_s3 = {
+	.begin = mpu_begin,
+	.part = mpu_part,
+	.complete = mpu_complete,
+	.abort = mpu_abort,
+};
+
+/* ---- uploads ---- */
+
 static int abort_upload(struct objstore *s, const char *key, const char *upload_id)
 {
-	struct call c = { .method = "DELETE", .key = key, .ok_404 = true };
-	c.query[c.nquery++] = (struct sigv4_header){ "uploadId", upload_id };
 	/* The failure that led here stays the error to report. */
 	char saved[1024] = "";
 	bool had = store_has_error();
 	if (had)
 		snprintf(saved, sizeof(saved), "%s", store_error(-EIO));
-	int r = run_calls(s, &c, 1);
+	int r = s->d->multipart->abort(s, key, upload_id);
 	if (r < 0)
 		log_warn("%s: aborting the multipart upload of %s failed: %s", s->base.url, key, store_error(r));
-	call_free(&c);
 	if (had)
 		store_set_error("%s", saved);
 	return r;
@@ -540,9 +593,9 @@ static void tell_upload(struct objstore *s, const char *rel, const char *id, int
  * may have completed it. Then the object is there, whole. */
 static bool completed_anyway(struct objstore *s, const char *key, uint64_t total)
 {
-	struct call h = { .method = "HEAD", .key = key, .ok_404 = true };
-	bool there = run_calls(s, &h, 1) == 0 && h.req.status == 200 && h.req.content_length == (int64_t)total;
-	call_free(&h);
+	struct objstore_call h = { .method = "HEAD", .key = key, .ok_404 = true };
+	bool there = objstore_run(s, &h, 1) == 0 && h.req.status == 200 && h.req.content_length == (int64_t)total;
+	objstore_call_free(&h);
 	if (there)
 		log_warn("%s: CompleteMultipartUpload of %s answered NoSuchUpload, but the object is there with all "
 			 "%" PRIu64 " bytes: an earlier attempt completed it", s->base.url, key, total);
@@ -552,50 +605,29 @@ static bool completed_anyway(struct objstore *s, const char *key, uint64_t total
 static int put_multipart(struct objstore *s, const char *rel, const char *key, const struct iovec *iov, size_t n,
 			 const uint32_t *crcs, uint64_t total)
 {
-	struct part *parts = NULL;
+	const struct objstore_multipart *mp = s->d->multipart;
+	struct objstore_part *parts = NULL;
 	size_t np = 0;
 	int r = make_parts(s, iov, n, crcs, total, &parts, &np);
 	if (r < 0)
 		return r;
-	struct call c = { .method = "POST", .key = key, .resp_max = 64u << 10 };
-	c.query[c.nquery++] = (struct sigv4_header){ "uploads", NULL };
-	c.extra[c.nextra++] = (struct sigv4_header){ "content-type", "application/octet-stream" };
-	if (s->d->mpu_header.name)
-		c.extra[c.nextra++] = s->d->mpu_header;
-	r = run_calls(s, &c, 1);
 	char upload_id[1024] = "";
-	if (r == 0) {
-		struct xml_doc d;
-		const char *id = NULL;
-		if (xml_parse(c.req.resp, c.req.resp_len, &d) == 0) {
-			id = xml_first(&d, "/UploadId");
-			if (id)
-				snprintf(upload_id, sizeof(upload_id), "%s", id);
-			xml_free(&d);
-		}
-		if (!upload_id[0]) {
-			store_set_error("POST %s?uploads: no UploadId in the answer", key);
-			r = -EPROTO;
-		}
-	}
-	call_free(&c);
+	r = mp->begin(s, key, upload_id, sizeof(upload_id));
 	if (r < 0) {
 		parts_free(parts, np);
 		return r;
 	}
 	/* Journaled before any part: a crash from here on is undone by id. */
 	tell_upload(s, rel, upload_id, 1);
-	struct call *pc = calloc(np, sizeof(*pc));
+	struct objstore_call *pc = calloc(np, sizeof(*pc));
 	if (pc == NULL) {
 		r = -ENOMEM;
 		goto abort;
 	}
 	for (size_t k = 0; k < np; k++) {
-		struct call *x = &pc[k];
-		x->method = "PUT";
+		struct objstore_call *x = &pc[k];
 		x->key = key;
-		x->query[x->nquery++] = (struct sigv4_header){ "partNumber", parts[k].num };
-		x->query[x->nquery++] = (struct sigv4_header){ "uploadId", upload_id };
+		mp->part(x, &parts[k], upload_id);
 		checksum_header(s, x, parts[k].crc, parts[k].crchdr, sizeof(parts[k].crchdr));
 		x->body = parts[k].iov;
 		x->nbody = parts[k].niov;
@@ -604,45 +636,12 @@ static int put_multipart(struct objstore *s, const char *rel, const char *key, c
 	 * token) must not age while thousands of parts wait their turn. */
 	size_t win = (size_t)s->concurrency * 2;
 	for (size_t k = 0; k < np && r == 0; k += win)
-		r = run_calls(s, pc + k, np - k < win ? np - k : win);
+		r = objstore_run(s, pc + k, np - k < win ? np - k : win);
 	if (r < 0)
 		goto abort;
 	if (s->base.debug_delay_ms)
 		usleep(s->base.debug_delay_ms * 1000u); /* tests: a window to crash in with the upload open */
-	/* CompleteMultipartUpload, parts in order with their ETags. */
-	size_t cap = 128 + np * 320, len = 0;
-	char *xml = malloc(cap);
-	if (xml == NULL) {
-		r = -ENOMEM;
-		goto abort;
-	}
-	len += (size_t)snprintf(xml + len, cap - len, "<CompleteMultipartUpload>");
-	bool crcs_in = s->d->complete_part_crc;
-	for (size_t k = 0; k < np; k++) {
-		char b64[16];
-		crc_b64(parts[k].crc, b64);
-		/* The server's ETag goes into our XML: nothing that could
-		 * break out of the element. */
-		if (!pc[k].req.etag[0] || strpbrk(pc[k].req.etag, "<>&")) {
-			free(xml);
-			store_set_error("PUT %s part %zu: no usable ETag in the answer", key, k + 1);
-			r = -EPROTO;
-			goto abort;
-		}
-		len += (size_t)snprintf(xml + len, cap - len, "<Part><PartNumber>%zu</PartNumber><ETag>%s</ETag>%s%s%s</Part>",
-					k + 1, pc[k].req.etag, crcs_in ? "<ChecksumCRC32C>" : "", crcs_in ? b64 : "",
-					crcs_in ? "</ChecksumCRC32C>" : "");
-	}
-	len += (size_t)snprintf(xml + len, cap - len, "</CompleteMultipartUpload>");
-	struct iovec body = { xml, len };
-	struct call cc = { .method = "POST", .key = key, .body = &body, .nbody = 1, .resp_max = 64u << 10,
-			   .error_in_200 = true };
-	cc.query[cc.nquery++] = (struct sigv4_header){ "uploadId", upload_id };
-	/* Not curl's default form type: servers would parse the XML as a form. */
-	cc.extra[cc.nextra++] = (struct sigv4_header){ "content-type", "application/xml" };
-	r = run_calls(s, &cc, 1);
-	call_free(&cc);
-	free(xml);
+	r = mp->complete(s, key, upload_id, parts, pc, np);
 	if (r == -ENOENT && completed_anyway(s, key, total)) {
 		store_clear_error();
 		r = 0;
@@ -650,7 +649,7 @@ static int put_multipart(struct objstore *s, const char *rel, const char *key, c
 	if (r < 0)
 		goto abort;
 	for (size_t k = 0; k < np; k++)
-		call_free(&pc[k]);
+		objstore_call_free(&pc[k]);
 	free(pc);
 	parts_free(parts, np);
 	tell_upload(s, rel, upload_id, 0);
@@ -658,7 +657,7 @@ static int put_multipart(struct objstore *s, const char *rel, const char *key, c
 abort:
 	if (pc)
 		for (size_t k = 0; k < np; k++)
-			call_free(&pc[k]);
+			objstore_call_free(&pc[k]);
 	free(pc);
 	parts_free(parts, np);
 	if (abort_upload(s, key, upload_id) == 0)
@@ -671,13 +670,13 @@ abort:
  * lost and the retry met it), and the create succeeded. */
 static bool created_by_us(struct objstore *s, const char *key, const struct iovec *iov, size_t n, uint64_t total)
 {
-	struct call c = { .method = "GET", .key = key, .resp_max = total ? (size_t)total : 1 };
+	struct objstore_call c = { .method = "GET", .key = key, .resp_max = total ? (size_t)total : 1 };
 	char saved[1024];
 	snprintf(saved, sizeof(saved), "%s", store_error(-EEXIST));
-	bool same = run_calls(s, &c, 1) == 0 && c.req.resp_len == total;
+	bool same = objstore_run(s, &c, 1) == 0 && c.req.resp_len == total;
 	for (size_t i = 0, off = 0; same && i < n; off += iov[i].iov_len, i++)
 		same = memcmp(c.req.resp + off, iov[i].iov_base, iov[i].iov_len) == 0;
-	call_free(&c);
+	objstore_call_free(&c);
 	store_set_error("%s", saved);
 	if (same)
 		log_info("%s: create-only PUT of %s met its own earlier attempt", s->base.url, key);
@@ -696,12 +695,12 @@ static int put_single(struct objstore *s, const char *fk, const struct iovec *io
 		crc = i ? crc32c_combine(crc, c, iov[i].iov_len) : c;
 	}
 	char ch[48];
-	struct call c = { .method = "PUT", .key = fk, .body = iov, .nbody = n };
+	struct objstore_call c = { .method = "PUT", .key = fk, .body = iov, .nbody = n };
 	checksum_header(s, &c, crc, ch, sizeof(ch));
 	if (excl)
 		c.extra[c.nextra++] = s->d->create_only;
-	int r = run_calls(s, &c, 1);
-	call_free(&c);
+	int r = objstore_run(s, &c, 1);
+	objstore_call_free(&c);
 	if (r == -EEXIST && created_by_us(s, fk, iov, n, total)) {
 		store_clear_error();
 		r = 0;
@@ -751,15 +750,15 @@ static int obj_get_range(struct store *base, const char *key, uint64_t off, void
 	if (len == 0)
 		return 0;
 	snprintf(range, sizeof(range), "bytes=%" PRIu64 "-%" PRIu64, off, off + len - 1);
-	struct call c = { .method = "GET", .key = fk, .dst = buf, .dst_len = len };
+	struct objstore_call c = { .method = "GET", .key = fk, .dst = buf, .dst_len = len };
 	c.extra[c.nextra++] = (struct sigv4_header){ "range", range };
-	r = run_calls(s, &c, 1);
+	r = objstore_run(s, &c, 1);
 	if (r == 0 && c.req.status != 206 && off != 0) {
 		/* A server that ignored Range sent the object's start. */
 		store_set_error("GET %s bytes %s: HTTP %ld instead of 206", fk, range + 6, c.req.status);
 		r = -EIO;
 	}
-	call_free(&c);
+	objstore_call_free(&c);
 	return r == -EFBIG ? -EIO : r;
 }
 
@@ -771,8 +770,8 @@ static int obj_get_all(struct store *base, const char *key, size_t max, void **b
 	int r = full_key(s, key, fk, sizeof(fk));
 	if (r < 0)
 		return r;
-	struct call c = { .method = "GET", .key = fk, .resp_max = max ? max : 1 };
-	r = run_calls(s, &c, 1);
+	struct objstore_call c = { .method = "GET", .key = fk, .resp_max = max ? max : 1 };
+	r = objstore_run(s, &c, 1);
 	if (r == 0) {
 		*buf = c.req.resp ? c.req.resp : calloc(1, 1);
 		*len = c.req.resp_len;
@@ -780,7 +779,7 @@ static int obj_get_all(struct store *base, const char *key, size_t max, void **b
 		if (*buf == NULL)
 			r = -ENOMEM;
 	}
-	call_free(&c);
+	objstore_call_free(&c);
 	return r;
 }
 
@@ -825,7 +824,7 @@ static int cmp_entry(const void *a, const void *b)
 
 const struct objstore_listing objstore_list_v2 = {
 	.label = "ListObjectsV2",
-	.fixed = { "list-type", "2" },
+	.fixed = { { "list-type", "2" } },
 	.prefix_param = "prefix",
 	.delimiter_param = "delimiter",
 	.token_param = "continuation-token",
@@ -861,22 +860,22 @@ static int obj_list_entries(struct store *base, const char *prefix, struct store
 	const struct objstore_listing *ls = s->d->listing;
 	snprintf(label, sizeof(label), "%s %s", ls->label, fp);
 	for (;;) {
-		struct call c = { .method = "GET", .key = NULL, .resp_max = LIST_MAX_BYTES, .label = label };
-		if (ls->fixed.name)
-			c.query[c.nquery++] = ls->fixed;
+		struct objstore_call c = { .method = "GET", .key = NULL, .resp_max = LIST_MAX_BYTES, .label = label };
+		for (size_t i = 0; i < 2 && ls->fixed[i].name; i++)
+			c.query[c.nquery++] = ls->fixed[i];
 		c.query[c.nquery++] = (struct sigv4_header){ ls->prefix_param, fp };
 		c.query[c.nquery++] = (struct sigv4_header){ ls->delimiter_param, "/" };
 		if (token[0])
 			c.query[c.nquery++] = (struct sigv4_header){ ls->token_param, token };
 		if (s->list_page[0])
 			c.query[c.nquery++] = (struct sigv4_header){ ls->page_param, s->list_page };
-		r = run_calls(s, &c, 1);
+		r = objstore_run(s, &c, 1);
 		struct xml_doc d = { 0 };
 		if (r == 0 && xml_parse(c.req.resp, c.req.resp_len, &d) < 0) {
 			store_set_error("%s: malformed XML", label);
 			r = -EPROTO;
 		}
-		call_free(&c);
+		objstore_call_free(&c);
 		if (r < 0)
 			goto fail;
 		bool truncated = false;
@@ -900,8 +899,8 @@ static int obj_list_entries(struct store *base, const char *prefix, struct store
 			} else if (cur && !strcmp(p, ls->size)) {
 				cur->size = strtoull(t, NULL, 10);
 			} else if (cur && !strcmp(p, ls->mtime)) {
-				cur->mtime_ns = parse_time(t);
-			} else if (!strcmp(p, ls->truncated)) {
+				cur->mtime_ns = ls->parse_time ? ls->parse_time(t) : parse_time(t);
+			} else if (ls->truncated && !strcmp(p, ls->truncated)) {
 				truncated = !strcmp(t, "true");
 			} else if (!strcmp(p, ls->next_token)) {
 				snprintf(token, sizeof(token), "%s", t);
@@ -910,6 +909,8 @@ static int obj_list_entries(struct store *base, const char *prefix, struct store
 		xml_free(&d);
 		if (r < 0)
 			goto fail;
+		if (ls->truncated == NULL)
+			truncated = token[0] != 0;
 		if (!truncated || !token[0])
 			break;
 	}
@@ -957,17 +958,17 @@ static int obj_remove(struct store *base, const char *key)
 	if (r < 0)
 		return r;
 	/* DELETE answers 204 for a missing key too; the contract wants ENOENT. */
-	struct call h = { .method = "HEAD", .key = fk, .ok_404 = true };
-	r = run_calls(s, &h, 1);
+	struct objstore_call h = { .method = "HEAD", .key = fk, .ok_404 = true };
+	r = objstore_run(s, &h, 1);
 	long st = h.req.status;
-	call_free(&h);
+	objstore_call_free(&h);
 	if (r < 0)
 		return r;
 	if (st == 404)
 		return -ENOENT;
-	struct call c = { .method = "DELETE", .key = fk, .ok_404 = true };
-	r = run_calls(s, &c, 1);
-	call_free(&c);
+	struct objstore_call c = { .method = "DELETE", .key = fk, .ok_404 = true };
+	r = objstore_run(s, &c, 1);
+	objstore_call_free(&c);
 	return r;
 }
 
@@ -1124,6 +1125,7 @@ int objstore_open(const struct store_scheme *row, const char *url, struct store 
 		return -ENOMEM;
 	s->base.ops = &obj_ops;
 	s->d = row->dialect;
+	s->path_style = s->d->path_style;
 	strcpy(s->scheme, "https");
 	const char *reg = NULL;
 	for (size_t i = 0; i < 2 && (reg == NULL || !*reg); i++)

@@ -24,6 +24,7 @@ const struct objstore_dialect store_gcs_dialect = {
 	.sign = gcs_sign,
 	.crc_header = "x-goog-hash",
 	.crc_prefix = "crc32c=",
+	.multipart = &objstore_mpu_s3,
 	.complete_part_crc = false,
 	.create_only = { "x-goog-if-generation-match", "0" },
 	.listing = &objstore_list_v2,

@@ -18,6 +18,7 @@ const struct objstore_dialect store_s3_dialect = {
 	.sign = objstore_sign_sigv4,
 	.crc_header = "x-amz-checksum-crc32c",
 	.crc_prefix = "",
+	.multipart = &objstore_mpu_s3,
 	.mpu_header = { "x-amz-checksum-algorithm", "CRC32C" },
 	.complete_part_crc = true,
 	.create_only = { "if-none-match", "*" },
