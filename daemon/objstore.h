@@ -65,6 +65,8 @@ int objstore_run(struct objstore *s, struct objstore_call *calls, size_t n);
 /* Free what running c left (headers, the answer). */
 void objstore_call_free(struct objstore_call *c);
 const struct objstore_dialect *objstore_dialect_of(const struct objstore *s);
+/* A CRC32C as the object stores want it: big-endian, base64. */
+void objstore_crc_b64(uint32_t crc, char out[16]);
 
 /* One attempt of one request as a signer sees it. The signer adds every
  * header the request carries (the request's own, extra, included) through
@@ -106,7 +108,7 @@ struct objstore_listing {
 	int64_t (*parse_time)(const char *t);
 };
 
-/* ListObjectsV2, which S3 and GCS's XML API both speak. */
+/* ListObjectsV2, which S3 and GCS's XML API both speak (store_s3.c). */
 extern const struct objstore_listing objstore_list_v2;
 
 /* One part of a multipart upload, as the engine cut it. */
@@ -139,7 +141,7 @@ struct objstore_multipart {
 
 /* CreateMultipartUpload, UploadPart, CompleteMultipartUpload (with each
  * part's CRC where the dialect's complete_part_crc says),
- * AbortMultipartUpload: S3's, which GCS's XML API speaks too. */
+ * AbortMultipartUpload: S3's, which GCS's XML API speaks too (store_s3.c). */
 extern const struct objstore_multipart objstore_mpu_s3;
 
 struct objstore_dialect {
