@@ -86,6 +86,7 @@ int store_open(const char *url, struct store **out, char *err, size_t errlen);
 /* 0 if url's backend takes [storage] options opts (or opts is empty);
  * else -EINVAL with err naming the schemes that do. */
 int store_check_options(const char *url, const char *opts, char *err, size_t errlen);
+/* The rest: store_util.c, which every backend may call. */
 void store_free(struct store *s);
 void store_names_free(char **names, size_t n);
 void store_entries_free(struct store_entry *v, size_t n);
