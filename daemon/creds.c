@@ -435,100 +435,117 @@ static int static_aws(struct creds *c, const char *ak_env, const char *sk_env, c
 	return 0;
 }
 
-int creds_init(struct creds_provider *p, bool gcs, struct http *http, char *err, size_t errlen)
+/* A source that answered with r < 0: its values did not fit. */
+static int too_long(int r, char *err, size_t errlen)
 {
-	memset(p, 0, sizeof(*p));
-	pthread_mutex_init(&p->mu, NULL);
-	p->gcs = gcs;
-	p->http = http;
+	if (r < 0)
+		snprintf(err, errlen, "credentials too long");
+	return r;
+}
+
+static int chain_aws(struct creds_provider *p, char *err, size_t errlen)
+{
 	struct creds *c = &p->cur;
 	char e1[512] = "", e2[512] = "";
 	int r;
-	if (!gcs) {
-		snprintf(p->imds, sizeof(p->imds), "%s",
-			 env("AWS_EC2_METADATA_SERVICE_ENDPOINT") ? env("AWS_EC2_METADATA_SERVICE_ENDPOINT")
-								  : "http://169.254.169.254");
-		for (size_t l = strlen(p->imds); l && p->imds[l - 1] == '/'; l--)
-			p->imds[l - 1] = 0;
-		snprintf(p->sts, sizeof(p->sts), "%s",
-			 env("AWS_ENDPOINT_URL_STS") ? env("AWS_ENDPOINT_URL_STS") : "https://sts.amazonaws.com/");
-		if ((r = static_aws(c, "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-				    "environment")) != -ENOENT) {
-			p->kind = K_ENV;
-			goto done;
-		}
-		char path[1024];
-		if (env("AWS_SHARED_CREDENTIALS_FILE"))
-			snprintf(path, sizeof(path), "%s", env("AWS_SHARED_CREDENTIALS_FILE"));
-		else
-			snprintf(path, sizeof(path), "%s/.aws/credentials", env("HOME") ? env("HOME") : "/root");
-		const char *profile = env("AWS_PROFILE") ? env("AWS_PROFILE") : "default";
-		r = from_file(path, profile, c);
-		if (r == 0) {
-			snprintf(c->source, sizeof(c->source), "shared file %s [%s]", path, profile);
-			p->kind = K_FILE;
-			goto done;
-		}
-		if (r == -ENOKEY) {
-			snprintf(err, errlen, "profile [%s] in %s lacks aws_access_key_id or aws_secret_access_key",
-				 profile, path);
-			goto fail;
-		}
-		snprintf(e1, sizeof(e1), "not in %s [%s]", path, profile);
-		memset(c, 0, sizeof(*c));
-		if (env("AWS_WEB_IDENTITY_TOKEN_FILE") && env("AWS_ROLE_ARN")) {
-			p->kind = K_WEBID;
-			r = fetch_kind(p, c, err, errlen);
-			if (r < 0)
-				goto fail; /* configured, so its failure is the answer */
-			goto done;
-		}
-		p->kind = K_IMDS;
-		r = fetch_kind(p, c, e2, sizeof(e2));
-		if (r == 0)
-			goto done;
-		snprintf(err, errlen, "no AWS credentials: not in the environment (AWS_ACCESS_KEY_ID), %s, no web "
-			 "identity (AWS_WEB_IDENTITY_TOKEN_FILE), %s", e1, e2);
-		r = -ENOENT;
-		goto fail;
+	snprintf(p->imds, sizeof(p->imds), "%s",
+		 env("AWS_EC2_METADATA_SERVICE_ENDPOINT") ? env("AWS_EC2_METADATA_SERVICE_ENDPOINT")
+							  : "http://169.254.169.254");
+	for (size_t l = strlen(p->imds); l && p->imds[l - 1] == '/'; l--)
+		p->imds[l - 1] = 0;
+	snprintf(p->sts, sizeof(p->sts), "%s",
+		 env("AWS_ENDPOINT_URL_STS") ? env("AWS_ENDPOINT_URL_STS") : "https://sts.amazonaws.com/");
+	if ((r = static_aws(c, "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "environment")) !=
+	    -ENOENT) {
+		p->kind = K_ENV;
+		return too_long(r, err, errlen);
 	}
+	char path[1024];
+	if (env("AWS_SHARED_CREDENTIALS_FILE"))
+		snprintf(path, sizeof(path), "%s", env("AWS_SHARED_CREDENTIALS_FILE"));
+	else
+		snprintf(path, sizeof(path), "%s/.aws/credentials", env("HOME") ? env("HOME") : "/root");
+	const char *profile = env("AWS_PROFILE") ? env("AWS_PROFILE") : "default";
+	r = from_file(path, profile, c);
+	if (r == 0) {
+		snprintf(c->source, sizeof(c->source), "shared file %s [%s]", path, profile);
+		p->kind = K_FILE;
+		return 0;
+	}
+	if (r == -ENOKEY) {
+		snprintf(err, errlen, "profile [%s] in %s lacks aws_access_key_id or aws_secret_access_key", profile,
+			 path);
+		return r;
+	}
+	snprintf(e1, sizeof(e1), "not in %s [%s]", path, profile);
+	memset(c, 0, sizeof(*c));
+	if (env("AWS_WEB_IDENTITY_TOKEN_FILE") && env("AWS_ROLE_ARN")) {
+		p->kind = K_WEBID;
+		/* configured, so its failure is the answer */
+		return fetch_kind(p, c, err, errlen);
+	}
+	p->kind = K_IMDS;
+	r = fetch_kind(p, c, e2, sizeof(e2));
+	if (r == 0)
+		return 0;
+	snprintf(err, errlen, "no AWS credentials: not in the environment (AWS_ACCESS_KEY_ID), %s, no web "
+		 "identity (AWS_WEB_IDENTITY_TOKEN_FILE), %s", e1, e2);
+	return -ENOENT;
+}
+
+static int chain_gcs(struct creds_provider *p, char *err, size_t errlen)
+{
+	struct creds *c = &p->cur;
+	char e1[512] = "";
+	int r;
 	p->kind = K_GCE;
 	r = fetch_kind(p, c, e1, sizeof(e1));
 	if (r == 0)
-		goto done;
+		return 0;
 	if (env("GCE_METADATA_HOST")) {
 		snprintf(err, errlen, "%s", e1); /* pointed there on purpose */
-		goto fail;
+		return r;
 	}
 	if (env("GOOGLE_APPLICATION_CREDENTIALS")) {
 		r = load_service_account(p, env("GOOGLE_APPLICATION_CREDENTIALS"), err, errlen);
 		if (r < 0)
-			goto fail;
+			return r;
 		p->kind = K_SA;
-		r = fetch_kind(p, c, err, errlen);
-		if (r < 0)
-			goto fail;
-		goto done;
+		return fetch_kind(p, c, err, errlen);
 	}
 	if ((r = static_aws(c, "GCS_HMAC_ACCESS_KEY_ID", "GCS_HMAC_SECRET", NULL, "HMAC key (GCS_HMAC_ACCESS_KEY_ID)")) !=
 	    -ENOENT) {
 		p->kind = K_HMAC;
-		goto done;
+		return too_long(r, err, errlen);
 	}
 	snprintf(err, errlen, "no GCS credentials: %s, no service-account key (GOOGLE_APPLICATION_CREDENTIALS), "
 		 "no HMAC key (GCS_HMAC_ACCESS_KEY_ID)", e1);
-	r = -ENOENT;
-	goto fail;
-done:
-	if (r < 0) {
-		snprintf(err, errlen, "credentials too long");
-		goto fail;
+	return -ENOENT;
+}
+
+static int start(struct creds_provider *p, int (*chain)(struct creds_provider *, char *, size_t), struct http *http,
+		 char *err, size_t errlen)
+{
+	memset(p, 0, sizeof(*p));
+	pthread_mutex_init(&p->mu, NULL);
+	p->http = http;
+	int r = chain(p, err, errlen);
+	if (r == 0) {
+		p->fetches = 1;
+		return 0;
 	}
-	p->fetches = 1;
-	return 0;
-fail:
 	creds_fini(p);
 	return r < 0 ? r : -ENOENT;
+}
+
+int creds_init_aws(struct creds_provider *p, struct http *http, char *err, size_t errlen)
+{
+	return start(p, chain_aws, http, err, errlen);
+}
+
+int creds_init_gcs(struct creds_provider *p, struct http *http, char *err, size_t errlen)
+{
+	return start(p, chain_gcs, http, err, errlen);
 }
 
 int creds_get(struct creds_provider *p, struct creds *out, char *err, size_t errlen)

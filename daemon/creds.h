@@ -38,7 +38,6 @@ struct creds {
 
 struct creds_provider {
 	pthread_mutex_t mu;
-	bool gcs;
 	struct http *http;
 	int kind;             /* which source of the chain answered */
 	struct creds cur;
@@ -49,9 +48,10 @@ struct creds_provider {
 	char imds[256], sts[256];
 };
 
-/* Walk the chain once and fetch the first credentials. 0, or -errno with
- * err saying which sources were tried. */
-int creds_init(struct creds_provider *p, bool gcs, struct http *http, char *err, size_t errlen);
+/* Walk a chain (AWS or GCS, as above) once and fetch the first
+ * credentials. 0, or -errno with err saying which sources were tried. */
+int creds_init_aws(struct creds_provider *p, struct http *http, char *err, size_t errlen);
+int creds_init_gcs(struct creds_provider *p, struct http *http, char *err, size_t errlen);
 /* The current credentials, refreshed first when they expire within five
  * minutes. Thread-safe. */
 int creds_get(struct creds_provider *p, struct creds *out, char *err, size_t errlen);

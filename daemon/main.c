@@ -232,8 +232,8 @@ int main(int argc, char **argv)
 	char url[2100];
 	snprintf(url, sizeof(url), "%s%s%s", d->cfg.storage_url,
 		 d->cfg.storage_opts[0] ? (strchr(d->cfg.storage_url, '?') ? "&" : "?") : "", d->cfg.storage_opts);
-	if (d->cfg.storage_opts[0] && strncmp(url, "s3://", 5) && strncmp(url, "gs://", 5)) {
-		log_err("[storage] options (%s) apply to s3:// and gs:// only", d->cfg.storage_opts);
+	if (store_check_options(url, d->cfg.storage_opts, err, sizeof(err)) < 0) {
+		log_err("%s", err);
 		return 1;
 	}
 	r = store_open(url, &d->store, err, sizeof(err));
@@ -241,7 +241,7 @@ int main(int argc, char **argv)
 		log_err("%s", err);
 		return 1;
 	}
-	d->store_backend = !strncmp(url, "s3://", 5) ? "s3" : !strncmp(url, "gs://", 5) ? "gcs" : "file";
+	d->store_backend = d->store->backend;
 	d->store->debug_delay_ms = d->cfg.debug_store_delay_ms;
 	if (d->cfg.manifest_cache_bytes) {
 		d->mancache = mancache_new(d->cfg.manifest_cache_bytes);

@@ -1,82 +1,65 @@
 #include "store.h"
+#include "objstore.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Every backend, by URL scheme (fio's ioengine_ops, curl's scheme and
+ * handler): the only place that knows the schemes. */
+static const struct store_scheme schemes[] = {
+	{ "file", "file", "/abs/path", false, store_fs_open, NULL },
+	{ "s3", "s3", "bucket/prefix", true, objstore_open, &store_s3_dialect },
+	{ "gs", "gcs", "bucket/prefix", true, objstore_open, &store_gcs_dialect },
+};
+#define NSCHEMES (sizeof(schemes) / sizeof(schemes[0]))
+
+const struct store_scheme *store_scheme_of(const char *url)
+{
+	for (size_t i = 0; i < NSCHEMES; i++) {
+		size_t l = strlen(schemes[i].scheme);
+		if (strncmp(url, schemes[i].scheme, l) == 0 && strncmp(url + l, "://", 3) == 0)
+			return &schemes[i];
+	}
+	return NULL;
+}
+
 int store_open(const char *url, struct store **out, char *err, size_t errlen)
 {
-	if (strncmp(url, "file://", 7) == 0)
-		return store_fs_open(url, out, err, errlen);
-	if (strncmp(url, "s3://", 5) == 0 || strncmp(url, "gs://", 5) == 0)
-		return store_s3_open(url, out, err, errlen);
-	snprintf(err, errlen, "storage URL '%s': unsupported scheme (supported: file:///abs/path, "
-		 "s3://bucket/prefix, gs://bucket/prefix)", url);
+	const struct store_scheme *row = store_scheme_of(url);
+	if (row) {
+		int r = row->open(row, url, out, err, errlen);
+		if (r == 0)
+			(*out)->backend = row->label;
+		return r;
+	}
+	char list[512] = "";
+	size_t l = 0;
+	for (size_t i = 0; i < NSCHEMES && l < sizeof(list); i++)
+		l += (size_t)snprintf(list + l, sizeof(list) - l, "%s%s://%s", i ? ", " : "", schemes[i].scheme,
+				      schemes[i].example);
+	snprintf(err, errlen, "storage URL '%s': unsupported scheme (supported: %s)", url, list);
 	return -EPROTONOSUPPORT;
 }
 
-void store_free(struct store *s)
+int store_check_options(const char *url, const char *opts, char *err, size_t errlen)
 {
-	if (s)
-		s->ops->free(s);
-}
-
-void store_names_free(char **names, size_t n)
-{
-	if (names == NULL)
-		return;
-	for (size_t i = 0; i < n; i++)
-		free(names[i]);
-	free(names);
-}
-
-void store_entries_free(struct store_entry *v, size_t n)
-{
-	if (v == NULL)
-		return;
-	for (size_t i = 0; i < n; i++)
-		free(v[i].name);
-	free(v);
-}
-
-int store_entries_to_names(struct store_entry *v, size_t n, char ***names, size_t *count)
-{
-	char **nm = malloc((n ? n : 1) * sizeof(*nm));
-	if (nm == NULL) {
-		store_entries_free(v, n);
-		return -ENOMEM;
+	const struct store_scheme *row = store_scheme_of(url);
+	if (opts[0] == 0 || (row && row->options))
+		return 0;
+	/* "s3:// and gs://", "a://, b:// and c://" */
+	size_t n = 0, k = 0, l = 0;
+	for (size_t i = 0; i < NSCHEMES; i++)
+		n += schemes[i].options;
+	char list[256] = "";
+	for (size_t i = 0; i < NSCHEMES && l < sizeof(list); i++) {
+		if (!schemes[i].options)
+			continue;
+		l += (size_t)snprintf(list + l, sizeof(list) - l, "%s%s://", k == 0 ? "" : k + 1 < n ? ", " : " and ",
+				      schemes[i].scheme);
+		k++;
 	}
-	for (size_t i = 0; i < n; i++)
-		nm[i] = v[i].name;
-	free(v);
-	*names = nm;
-	*count = n;
-	return 0;
-}
-
-static __thread char last_error[1024];
-
-const char *store_error(int r)
-{
-	return last_error[0] ? last_error : strerror(r < 0 ? -r : r);
-}
-
-void store_set_error(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(last_error, sizeof(last_error), fmt, ap);
-	va_end(ap);
-}
-
-void store_clear_error(void)
-{
-	last_error[0] = 0;
-}
-
-bool store_has_error(void)
-{
-	return last_error[0] != 0;
+	snprintf(err, errlen, "[storage] options (%s) apply to %s only", opts, list);
+	return -EINVAL;
 }

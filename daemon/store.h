@@ -53,6 +53,7 @@ struct store_ops {
 
 struct store {
 	const struct store_ops *ops;
+	const char *backend;     /* the scheme row's label: "file", "s3", "gcs" */
 	char url[1024];
 	unsigned debug_delay_ms; /* tests only: pause in the middle of a put */
 	char cred_source[160];   /* where credentials came from, for status; "" */
@@ -65,17 +66,35 @@ struct store {
 	_Atomic unsigned long long direct_bytes; /* written with O_DIRECT (file://) */
 };
 
-/* Opens the backend named by url's scheme. */
+/* One row of the scheme table in store.c: a URL scheme and the backend
+ * that serves it. A new backend is a new row (and its open function, or a
+ * new objstore dialect). */
+struct store_scheme {
+	const char *scheme;   /* before "://" */
+	const char *label;    /* for metrics and status: "file", "s3", "gcs" */
+	const char *example;  /* after "://", for the unknown-scheme error */
+	bool options;         /* takes the config's [storage] options */
+	int (*open)(const struct store_scheme *row, const char *url, struct store **out, char *err, size_t errlen);
+	const void *dialect;  /* the open function's own data (objstore.h), or NULL */
+};
+
+/* The row of url's scheme, or NULL. */
+const struct store_scheme *store_scheme_of(const char *url);
+/* Opens the backend named by url's scheme; an unknown scheme's error
+ * lists the table. */
 int store_open(const char *url, struct store **out, char *err, size_t errlen);
+/* 0 if url's backend takes [storage] options opts (or opts is empty);
+ * else -EINVAL with err naming the schemes that do. */
+int store_check_options(const char *url, const char *opts, char *err, size_t errlen);
+/* The rest: store_util.c, which every backend may call. */
 void store_free(struct store *s);
 void store_names_free(char **names, size_t n);
 void store_entries_free(struct store_entry *v, size_t n);
 /* Keep the names of v (which it frees): for list() built on a listing. */
 int store_entries_to_names(struct store_entry *v, size_t n, char ***names, size_t *count);
 
-int store_fs_open(const char *url, struct store **out, char *err, size_t errlen);
-/* s3://bucket/prefix?opts and gs://bucket/prefix?opts (store_s3.c). */
-int store_s3_open(const char *url, struct store **out, char *err, size_t errlen);
+/* file:///abs/path (store_fs.c). */
+int store_fs_open(const struct store_scheme *row, const char *url, struct store **out, char *err, size_t errlen);
 
 /* A backend's words for its last failure on this thread (the server's
  * error code and message), else strerror(-r). */

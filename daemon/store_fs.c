@@ -485,8 +485,9 @@ static const struct store_ops fs_ops = {
 	.free = fs_free,
 };
 
-int store_fs_open(const char *url, struct store **out, char *err, size_t errlen)
+int store_fs_open(const struct store_scheme *row, const char *url, struct store **out, char *err, size_t errlen)
 {
+	(void)row;
 	const char *p = url + strlen("file://");
 	if (p[0] != '/') {
 		snprintf(err, errlen, "storage URL '%s': want file:///absolute/path", url);

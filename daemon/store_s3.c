@@ -1,1169 +1,140 @@
-/* Object storage: S3 and S3-compatible endpoints (s3://), GCS through its
- * XML API (gs://, HMAC keys through SigV4 for now). DESIGN §5.
+/* s3://bucket/prefix: S3 and S3-compatible endpoints (MinIO, Ceph,
+ * moto), as a dialect of the object-store engine (objstore.h), and S3's
+ * multipart and listing requests, which GCS's XML API speaks too
+ * (store_gcs.c). DESIGN §5.
  *
- * - Small objects go as one PUT; larger ones as a multipart upload whose
- *   parts (part_size, default 64 MiB, at least 5 MiB) are sent in
- *   parallel straight from the caller's pieces (the pool chunks), each with
- *   its CRC32C (x-amz-checksum-crc32c; x-goog-hash for GCS). The chunk
- *   CRCs the copy pass computed are combined, not recomputed. Any failure
- *   aborts the upload.
- * - Every request is retried on 408, 429, 500, 502, 503, 504, SlowDown,
- *   RequestTimeout, resets and timeouts, with exponential backoff and full
- *   jitter (retry_max_attempts, retry_base_ms, retry_cap_ms); any other
- *   4xx fails at once with the server's code and message (store_error).
- * - Open upload ids go to the journal (store.on_upload); after a crash the
- *   journal aborts them by id (abort_upload). A crash between
- *   CreateMultipartUpload and that record leaves an upload only a bucket
- *   lifecycle rule (AbortIncompleteMultipartUpload) removes.
- *
- * Options, in the URL query (the config's [storage] keys are appended):
- * endpoint, region, path_style, part_size, concurrency, ca_bundle,
- * payload (unsigned|sha256), retry_max_attempts, retry_base_ms,
- * retry_cap_ms, connect_timeout_ms, low_speed_time_s, list_page (keys per
- * ListObjectsV2 page; tests use it to exercise pagination). */
-#include "store.h"
-#include "config.h"
-#include "crc32c.h"
+ * Endpoint s3.<region>.amazonaws.com (virtual-hosted, or path_style=1),
+ * region from $AWS_REGION or $AWS_DEFAULT_REGION else us-east-1, the AWS
+ * credentials chain (creds.h), SigV4, CRC32Cs in x-amz-checksum-crc32c
+ * (per part, and in CompleteMultipartUpload), create-only through
+ * If-None-Match: *, ListObjectsV2. */
 #include "creds.h"
-#include "http.h"
-#include "log.h"
-#include "sigv4.h"
+#include "objstore.h"
+#include "store.h"
 #include "xmlmini.h"
 
-#include <ctype.h>
 #include <errno.h>
-#include <inttypes.h>
-#include <pthread.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/rand.h>
-#include <openssl/sha.h>
-
-#define MIN_PART (5ull << 20)
-#define MAX_PARTS 10000
-#define LIST_MAX_BYTES (16u << 20)
-#define MAX_HEADERS 10
-
-struct s3 {
-	struct store base;
-	struct http *http;
-	bool gcs;
-	char bucket[256];
-	char prefix[512];     /* no leading or trailing '/'; may be "" */
-	char scheme[8];       /* "https" or "http" */
-	char host[512];       /* endpoint host[:port] */
-	char region[64];
-	bool path_style;
-	uint64_t part_size;
-	unsigned concurrency;
-	bool sign_payload;
-	unsigned max_attempts, base_ms, cap_ms;
-	char list_page[16];   /* max-keys per ListObjectsV2 page; "" for the server's 1000 */
-	struct creds_provider cp;
-	bool have_cp;
+const struct objstore_listing objstore_list_v2 = {
+	.label = "ListObjectsV2",
+	.fixed = { { "list-type", "2" } },
+	.prefix_param = "prefix",
+	.delimiter_param = "delimiter",
+	.token_param = "continuation-token",
+	.page_param = "max-keys",
+	.key = "ListBucketResult/Contents/Key",
+	.size = "ListBucketResult/Contents/Size",
+	.mtime = "ListBucketResult/Contents/LastModified",
+	.common_prefix = "ListBucketResult/CommonPrefixes/Prefix",
+	.truncated = "ListBucketResult/IsTruncated",
+	.next_token = "ListBucketResult/NextContinuationToken",
 };
 
-/* One logical request; re-signed on every attempt. */
-struct call {
-	const char *method;
-	const char *key;          /* object key under the bucket; NULL: the bucket */
-	struct sigv4_header query[6];
-	size_t nquery;
-	struct sigv4_header extra[3]; /* signed headers besides the standard ones */
-	size_t nextra;
-	const struct iovec *body;
-	size_t nbody;
-	void *dst;
-	size_t dst_len;
-	size_t resp_max;
-	bool ok_404;              /* 404 is an answer (HEAD, DELETE), not a failure */
-	bool error_in_200;        /* CompleteMultipartUpload: a 200 may carry an <Error> */
-	const char *label;        /* names it in errors instead of "METHOD key" (a listing has no key) */
-	/* Per attempt. */
-	struct http_req req;
-	char url[4096];
-	char *hdr[MAX_HEADERS];
-	const char *hdrp[MAX_HEADERS + 1];
-	int result;               /* 0, -errno, or 1: retry */
-};
+/* ---- S3's multipart API, which GCS's XML API speaks too ---- */
 
-static void call_clear(struct call *c)
+static int mpu_begin(struct objstore *s, const char *key, char *id, size_t idlen)
 {
-	for (int i = 0; i < MAX_HEADERS; i++) {
-		free(c->hdr[i]);
-		c->hdr[i] = NULL;
-	}
-}
-
-static void call_free(struct call *c)
-{
-	call_clear(c);
-	http_req_reset(&c->req);
-}
-
-static void hex(const unsigned char *in, size_t n, char *out)
-{
-	static const char d[] = "0123456789abcdef";
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = d[in[i] >> 4];
-		out[2 * i + 1] = d[in[i] & 15];
-	}
-	out[2 * n] = 0;
-}
-
-static void crc_b64(uint32_t crc, char out[16])
-{
-	unsigned char be[4] = { (unsigned char)(crc >> 24), (unsigned char)(crc >> 16), (unsigned char)(crc >> 8),
-				(unsigned char)crc };
-	EVP_EncodeBlock((unsigned char *)out, be, 4);
-}
-
-static int payload_hash(const struct s3 *s, const struct iovec *body, size_t n, char out[65])
-{
-	if (!s->sign_payload && n > 0) {
-		strcpy(out, "UNSIGNED-PAYLOAD");
-		return 0;
-	}
-	unsigned char md[32];
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	if (ctx == NULL)
-		return -ENOMEM;
-	int ok = EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-	for (size_t i = 0; ok && i < n; i++)
-		ok = EVP_DigestUpdate(ctx, body[i].iov_base, body[i].iov_len);
-	unsigned int len = 0;
-	ok = ok && EVP_DigestFinal_ex(ctx, md, &len);
-	EVP_MD_CTX_free(ctx);
-	if (!ok)
-		return -EIO;
-	hex(md, 32, out);
-	return 0;
-}
-
-static int hdr(struct call *c, int *k, const char *name, const char *value)
-{
-	if (*k >= MAX_HEADERS)
-		return -E2BIG;
-	if (asprintf(&c->hdr[*k], "%s: %s", name, value) < 0) {
-		c->hdr[*k] = NULL;
-		return -ENOMEM;
-	}
-	c->hdrp[*k] = c->hdr[*k];
-	(*k)++;
-	return 0;
-}
-
-/* Build the URL and the signed headers of one attempt. */
-static int sign_call(struct s3 *s, const struct creds *cr, struct call *c)
-{
-	call_clear(c);
-	char path[2048], enc[6144];
-	int r;
-	if (c->key)
-		r = snprintf(path, sizeof(path), s->path_style ? "/%s/%s" : "/%.0s%s", s->bucket, c->key);
-	else
-		r = snprintf(path, sizeof(path), s->path_style ? "/%s" : "/%.0s", s->bucket);
-	if (r < 0 || (size_t)r >= sizeof(path))
-		return -ENAMETOOLONG;
-	if (sigv4_uri_encode(path, 1, enc, sizeof(enc)) < 0)
-		return -ENAMETOOLONG;
-	char host[600];
-	if (s->path_style)
-		snprintf(host, sizeof(host), "%s", s->host);
-	else
-		snprintf(host, sizeof(host), "%s.%s", s->bucket, s->host);
-	size_t ul = (size_t)snprintf(c->url, sizeof(c->url), "%s://%s%s", s->scheme, host, enc);
-	for (size_t i = 0; i < c->nquery; i++) {
-		char qn[512], qv[2048];
-		if (sigv4_uri_encode(c->query[i].name, 0, qn, sizeof(qn)) < 0 ||
-		    sigv4_uri_encode(c->query[i].value ? c->query[i].value : "", 0, qv, sizeof(qv)) < 0)
-			return -ENAMETOOLONG;
-		ul += (size_t)snprintf(c->url + ul, ul < sizeof(c->url) ? sizeof(c->url) - ul : 0, "%c%s%s%s",
-				       i ? '&' : '?', qn, c->query[i].value ? "=" : "", qv);
-	}
-	if (ul >= sizeof(c->url))
-		return -ENAMETOOLONG;
-	char ph[65], date[32];
-	int k = 0;
-	if (cr->bearer) {
-		/* GCS with an OAuth token: no SigV4, and no x-amz-* at all. */
-		char bearer[4200];
-		snprintf(bearer, sizeof(bearer), "Bearer %s", cr->token);
-		r = hdr(c, &k, "host", host);
-		for (size_t i = 0; i < c->nextra && r == 0; i++)
-			r = hdr(c, &k, c->extra[i].name, c->extra[i].value);
-		if (r == 0)
-			r = hdr(c, &k, "authorization", bearer);
-		OPENSSL_cleanse(bearer, sizeof(bearer));
-		if (r < 0)
-			return r;
-		goto headers_done;
-	}
-	if ((r = payload_hash(s, c->body, c->nbody, ph)) < 0)
-		return r;
-	time_t now = time(NULL);
-	struct tm tm;
-	gmtime_r(&now, &tm);
-	strftime(date, sizeof(date), "%Y%m%dT%H%M%SZ", &tm);
-	struct sigv4_header sh[4 + 3];
-	size_t nsh = 0;
-	sh[nsh++] = (struct sigv4_header){ "host", host };
-	sh[nsh++] = (struct sigv4_header){ "x-amz-content-sha256", ph };
-	sh[nsh++] = (struct sigv4_header){ "x-amz-date", date };
-	if (cr->token[0])
-		sh[nsh++] = (struct sigv4_header){ "x-amz-security-token", cr->token };
-	for (size_t i = 0; i < c->nextra; i++)
-		sh[nsh++] = c->extra[i];
-	struct sigv4_request sr = { .method = c->method, .path = path, .query = c->query, .nquery = c->nquery,
-				    .headers = sh, .nheaders = nsh, .payload_sha256 = ph, .amz_date = date,
-				    .region = s->region, .service = "s3" };
-	char auth[1024];
-	if ((r = sigv4_authorization(&sr, cr->access_key, cr->secret_key, auth, sizeof(auth))) < 0)
-		return r;
-	for (size_t i = 0; i < nsh && r == 0; i++)
-		r = hdr(c, &k, sh[i].name, sh[i].value);
-	if (r == 0)
-		r = hdr(c, &k, "authorization", auth);
-	if (r < 0)
-		return r;
-headers_done:
-	c->hdrp[k] = NULL;
-	struct http_req *q = &c->req;
-	q->method = c->method;
-	q->url = c->url;
-	q->headers = c->hdrp;
-	q->body = c->body;
-	q->nbody = c->nbody;
-	q->dst = c->dst;
-	q->dst_len = c->dst_len;
-	q->resp_max = c->resp_max ? c->resp_max : (1u << 20);
-	return 0;
-}
-
-static bool retryable_status(long st)
-{
-	return st == 408 || st == 429 || st == 500 || st == 502 || st == 503 || st == 504;
-}
-
-/* Judge one finished attempt: 0, 1 (retry) or -errno (with store_set_error). */
-static int judge(struct s3 *s, struct call *c)
-{
-	struct http_req *q = &c->req;
-	char what[1200];
-	if (c->label)
-		snprintf(what, sizeof(what), "%s", c->label);
-	else
-		snprintf(what, sizeof(what), "%s %s", c->method, c->key ? c->key : s->bucket);
-	if (q->curl_code != 0) {
-		if (q->overflow) {
-			store_set_error("%s: the response is larger than expected", what);
-			return -EFBIG;
-		}
-		store_set_error("%s: %s", what, q->curl_err);
-		return http_curl_retryable(q->curl_code) ? 1 : -EIO;
-	}
-	if (q->status >= 200 && q->status < 300) {
-		/* CompleteMultipartUpload may answer 200 with an error body. */
-		if (c->error_in_200 && q->resp && strstr(q->resp, "<Error>")) {
-			struct xml_doc d;
-			if (xml_parse(q->resp, q->resp_len, &d) == 0) {
-				const char *code = xml_first(&d, "Error/Code");
-				if (code) {
-					const char *msg = xml_first(&d, "Error/Message");
-					store_set_error("%s: %s: %s", what, code, msg ? msg : "");
-					bool again = !strcmp(code, "SlowDown") || !strcmp(code, "InternalError") ||
-						     !strcmp(code, "RequestTimeout");
-					xml_free(&d);
-					return again ? 1 : -EIO;
-				}
-				xml_free(&d);
-			}
-		}
-		if (c->dst && q->got != c->dst_len) {
-			store_set_error("%s: %zu bytes, expected %zu", what, q->got, c->dst_len);
-			return -ENODATA;
-		}
-		return 0;
-	}
-	if (q->status == 404 && c->ok_404)
-		return 0;
-	char code[128] = "", msg[512] = "";
-	if (q->resp_len) {
-		struct xml_doc d;
-		if (xml_parse(q->resp, q->resp_len, &d) == 0) {
-			const char *cd = xml_first(&d, "Error/Code"), *m = xml_first(&d, "Error/Message");
-			snprintf(code, sizeof(code), "%s", cd ? cd : "");
-			snprintf(msg, sizeof(msg), "%s", m ? m : "");
-			xml_free(&d);
-		}
-	}
-	store_set_error("%s: HTTP %ld%s%s%s%s", what, q->status, code[0] ? " " : "", code,
-			msg[0] ? ": " : "", msg);
-	/* Also: a request signed long before it was sent, or credentials that
-	 * expired on the way; the next attempt is signed anew. */
-	if (retryable_status(q->status) || q->status == 401 || !strcmp(code, "SlowDown") ||
-	    !strcmp(code, "RequestTimeout") || !strcmp(code, "RequestTimeTooSkewed") || !strcmp(code, "ExpiredToken"))
-		return 1;
-	switch (q->status) {
-	case 403:
-		return -EACCES;
-	case 404:
-		return -ENOENT;
-	case 412:
-		return -EEXIST; /* a create-only PUT met an existing object */
-	case 416:
-		return -ENODATA;
-	case 400:
-		return -EINVAL;
-	default:
-		return -EIO;
-	}
-}
-
-static void backoff(const struct s3 *s, unsigned attempt)
-{
-	uint64_t cap = (uint64_t)s->base_ms << (attempt < 20 ? attempt : 20);
-	if (cap > s->cap_ms)
-		cap = s->cap_ms;
-	uint32_t rnd = 0;
-	if (RAND_bytes((unsigned char *)&rnd, sizeof(rnd)) != 1)
-		rnd = (uint32_t)rand();
-	uint64_t ms = cap ? rnd % (cap + 1) : 0; /* full jitter */
-	struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
-}
-
-/* Run calls (in parallel) until each succeeded, failed for good, or ran
- * out of attempts. 0 or the first failure. */
-static int run_calls(struct s3 *s, struct call *calls, size_t n)
-{
-	struct http_req **reqs = calloc(n ? n : 1, sizeof(*reqs));
-	struct call **pend = calloc(n ? n : 1, sizeof(*pend));
-	if (reqs == NULL || pend == NULL) {
-		free(reqs);
-		free(pend);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < n; i++)
-		calls[i].result = 1;
-	int ret = 0;
-	struct creds cr;
-	memset(&cr, 0, sizeof(cr));
-	for (unsigned attempt = 0; attempt < s->max_attempts; attempt++) {
-		size_t np = 0;
-		for (size_t i = 0; i < n; i++)
-			if (calls[i].result == 1)
-				pend[np++] = &calls[i];
-		if (np == 0)
-			break;
-		if (attempt > 0) {
-			s->base.retries += np;
-			log_debug("%s: retrying %zu request(s), attempt %u: %s", s->base.url, np, attempt + 1,
-				  store_error(-EIO));
-			backoff(s, attempt);
-		}
-		char cerr[512];
-		int cr_r = creds_get(&s->cp, &cr, cerr, sizeof(cerr));
-		if (cr_r < 0) {
-			store_set_error("credentials: %s", cerr);
-			ret = cr_r;
-			goto out;
-		}
-		for (size_t i = 0; i < np; i++) {
-			int r = sign_call(s, &cr, pend[i]);
-			if (r < 0) {
-				store_set_error("signing %s %s: %s", pend[i]->method, pend[i]->key ? pend[i]->key : "",
-						strerror(-r));
-				ret = r;
-				goto out;
-			}
-			reqs[i] = &pend[i]->req;
-		}
-		int r = http_run(s->http, reqs, np);
-		if (r < 0) {
-			ret = r;
-			goto out;
-		}
-		for (size_t i = 0; i < np; i++) {
-			pend[i]->result = judge(s, pend[i]);
-			if (pend[i]->result < 0 && ret == 0)
-				ret = pend[i]->result;
-		}
-		if (ret < 0)
-			goto out;
-	}
-	for (size_t i = 0; i < n; i++)
-		if (calls[i].result == 1) {
-			/* store_error already holds the last attempt's answer. */
-			ret = -EIO;
-			break;
-		}
-out:
-	creds_clear(&cr);
-	free(reqs);
-	free(pend);
-	return ret;
-}
-
-static int full_key(const struct s3 *s, const char *key, char *out, size_t len)
-{
-	int r = snprintf(out, len, "%s%s%s", s->prefix, s->prefix[0] ? "/" : "", key);
-	return r < 0 || (size_t)r >= len ? -ENAMETOOLONG : 0;
-}
-
-static void checksum_header(const struct s3 *s, struct call *c, uint32_t crc, char *buf, size_t len)
-{
-	char b64[16];
-	crc_b64(crc, b64);
-	if (s->gcs) {
-		snprintf(buf, len, "crc32c=%s", b64);
-		c->extra[c->nextra++] = (struct sigv4_header){ "x-goog-hash", buf };
-	} else {
-		snprintf(buf, len, "%s", b64);
-		c->extra[c->nextra++] = (struct sigv4_header){ "x-amz-checksum-crc32c", buf };
-	}
-}
-
-struct part {
-	struct iovec *iov;
-	size_t niov;
-	uint64_t len;
-	uint32_t crc;
-	char crchdr[48];
-	char num[16];
-};
-
-/* Cut the pieces into parts of part_size; a part's CRC combines the
- * pieces' CRCs where it covers whole pieces. */
-static int make_parts(const struct s3 *s, const struct iovec *iov, size_t n, const uint32_t *crcs, uint64_t total,
-		      struct part **out, size_t *nout)
-{
-	size_t np = (size_t)((total + s->part_size - 1) / s->part_size);
-	if (np > MAX_PARTS) {
-		store_set_error("%" PRIu64 " bytes need %zu parts of %" PRIu64 " bytes, more than %d; raise part_size",
-				total, np, s->part_size, MAX_PARTS);
-		return -E2BIG;
-	}
-	struct part *p = calloc(np, sizeof(*p));
-	if (p == NULL)
-		return -ENOMEM;
-	size_t vi = 0;
-	uint64_t voff = 0;
-	for (size_t k = 0; k < np; k++) {
-		uint64_t want = total - (uint64_t)k * s->part_size < s->part_size ? total - (uint64_t)k * s->part_size
-										   : s->part_size;
-		/* Slices: at most the pieces it spans. */
-		size_t cap = 1;
-		for (uint64_t acc = iov[vi].iov_len - voff; acc < want && vi + cap < n; cap++)
-			acc += iov[vi + cap].iov_len;
-		p[k].iov = calloc(cap, sizeof(struct iovec));
-		if (p[k].iov == NULL)
-			goto nomem;
-		uint32_t crc = 0;
-		while (p[k].len < want) {
-			uint64_t take = iov[vi].iov_len - voff;
-			if (take > want - p[k].len)
-				take = want - p[k].len;
-			const uint8_t *base = (const uint8_t *)iov[vi].iov_base + voff;
-			p[k].iov[p[k].niov++] = (struct iovec){ (void *)base, (size_t)take };
-			uint32_t c = (crcs && voff == 0 && take == iov[vi].iov_len) ? crcs[vi]
-											: crc32c_update(0, base, (size_t)take);
-			crc = p[k].len ? crc32c_combine(crc, c, take) : c;
-			p[k].len += take;
-			voff += take;
-			if (voff == iov[vi].iov_len) {
-				vi++;
-				voff = 0;
-			}
-		}
-		p[k].crc = crc;
-		snprintf(p[k].num, sizeof(p[k].num), "%zu", k + 1);
-	}
-	*out = p;
-	*nout = np;
-	return 0;
-nomem:
-	for (size_t k = 0; k < np; k++)
-		free(p[k].iov);
-	free(p);
-	return -ENOMEM;
-}
-
-static void parts_free(struct part *p, size_t n)
-{
-	for (size_t k = 0; p && k < n; k++)
-		free(p[k].iov);
-	free(p);
-}
-
-static int abort_upload(struct s3 *s, const char *key, const char *upload_id)
-{
-	struct call c = { .method = "DELETE", .key = key, .ok_404 = true };
-	c.query[c.nquery++] = (struct sigv4_header){ "uploadId", upload_id };
-	/* The failure that led here stays the error to report. */
-	char saved[1024] = "";
-	bool had = store_has_error();
-	if (had)
-		snprintf(saved, sizeof(saved), "%s", store_error(-EIO));
-	int r = run_calls(s, &c, 1);
-	if (r < 0)
-		log_warn("%s: aborting the multipart upload of %s failed: %s", s->base.url, key, store_error(r));
-	call_free(&c);
-	if (had)
-		store_set_error("%s", saved);
-	return r;
-}
-
-static void tell_upload(struct s3 *s, const char *rel, const char *id, int open)
-{
-	if (s->base.on_upload)
-		s->base.on_upload(s->base.on_upload_ctx, rel, id, open);
-}
-
-/* NoSuchUpload on a retried Complete: the attempt whose answer was lost
- * may have completed it. Then the object is there, whole. */
-static bool completed_anyway(struct s3 *s, const char *key, uint64_t total)
-{
-	struct call h = { .method = "HEAD", .key = key, .ok_404 = true };
-	bool there = run_calls(s, &h, 1) == 0 && h.req.status == 200 && h.req.content_length == (int64_t)total;
-	call_free(&h);
-	if (there)
-		log_warn("%s: CompleteMultipartUpload of %s answered NoSuchUpload, but the object is there with all "
-			 "%" PRIu64 " bytes: an earlier attempt completed it", s->base.url, key, total);
-	return there;
-}
-
-static int put_multipart(struct s3 *s, const char *rel, const char *key, const struct iovec *iov, size_t n,
-			 const uint32_t *crcs, uint64_t total)
-{
-	struct part *parts = NULL;
-	size_t np = 0;
-	int r = make_parts(s, iov, n, crcs, total, &parts, &np);
-	if (r < 0)
-		return r;
-	struct call c = { .method = "POST", .key = key, .resp_max = 64u << 10 };
+	const struct objstore_dialect *d = objstore_dialect_of(s);
+	struct objstore_call c = { .method = "POST", .key = key, .resp_max = 64u << 10 };
 	c.query[c.nquery++] = (struct sigv4_header){ "uploads", NULL };
 	c.extra[c.nextra++] = (struct sigv4_header){ "content-type", "application/octet-stream" };
-	if (!s->gcs)
-		c.extra[c.nextra++] = (struct sigv4_header){ "x-amz-checksum-algorithm", "CRC32C" };
-	r = run_calls(s, &c, 1);
-	char upload_id[1024] = "";
+	if (d->mpu_header.name)
+		c.extra[c.nextra++] = d->mpu_header;
+	int r = objstore_run(s, &c, 1);
+	id[0] = 0;
 	if (r == 0) {
-		struct xml_doc d;
-		const char *id = NULL;
-		if (xml_parse(c.req.resp, c.req.resp_len, &d) == 0) {
-			id = xml_first(&d, "/UploadId");
-			if (id)
-				snprintf(upload_id, sizeof(upload_id), "%s", id);
-			xml_free(&d);
+		struct xml_doc x;
+		if (xml_parse(c.req.resp, c.req.resp_len, &x) == 0) {
+			const char *v = xml_first(&x, "/UploadId");
+			if (v)
+				snprintf(id, idlen, "%s", v);
+			xml_free(&x);
 		}
-		if (!upload_id[0]) {
+		if (!id[0]) {
 			store_set_error("POST %s?uploads: no UploadId in the answer", key);
 			r = -EPROTO;
 		}
 	}
-	call_free(&c);
-	if (r < 0) {
-		parts_free(parts, np);
-		return r;
-	}
-	/* Journaled before any part: a crash from here on is undone by id. */
-	tell_upload(s, rel, upload_id, 1);
-	struct call *pc = calloc(np, sizeof(*pc));
-	if (pc == NULL) {
-		r = -ENOMEM;
-		goto abort;
-	}
-	for (size_t k = 0; k < np; k++) {
-		struct call *x = &pc[k];
-		x->method = "PUT";
-		x->key = key;
-		x->query[x->nquery++] = (struct sigv4_header){ "partNumber", parts[k].num };
-		x->query[x->nquery++] = (struct sigv4_header){ "uploadId", upload_id };
-		checksum_header(s, x, parts[k].crc, parts[k].crchdr, sizeof(parts[k].crchdr));
-		x->body = parts[k].iov;
-		x->nbody = parts[k].niov;
-	}
-	/* In windows, each signed just before it goes: a signature (and a
-	 * token) must not age while thousands of parts wait their turn. */
-	size_t win = (size_t)s->concurrency * 2;
-	for (size_t k = 0; k < np && r == 0; k += win)
-		r = run_calls(s, pc + k, np - k < win ? np - k : win);
-	if (r < 0)
-		goto abort;
-	if (s->base.debug_delay_ms)
-		usleep(s->base.debug_delay_ms * 1000u); /* tests: a window to crash in with the upload open */
-	/* CompleteMultipartUpload, parts in order with their ETags. */
+	objstore_call_free(&c);
+	return r;
+}
+
+static void mpu_part(struct objstore_call *c, const struct objstore_part *p, const char *id)
+{
+	c->method = "PUT";
+	c->query[c->nquery++] = (struct sigv4_header){ "partNumber", p->num };
+	c->query[c->nquery++] = (struct sigv4_header){ "uploadId", id };
+}
+
+/* CompleteMultipartUpload, parts in order with their ETags. */
+static int mpu_complete(struct objstore *s, const char *key, const char *id, const struct objstore_part *parts,
+			const struct objstore_call *sent, size_t np)
+{
 	size_t cap = 128 + np * 320, len = 0;
 	char *xml = malloc(cap);
-	if (xml == NULL) {
-		r = -ENOMEM;
-		goto abort;
-	}
+	if (xml == NULL)
+		return -ENOMEM;
 	len += (size_t)snprintf(xml + len, cap - len, "<CompleteMultipartUpload>");
+	bool crcs_in = objstore_dialect_of(s)->complete_part_crc;
 	for (size_t k = 0; k < np; k++) {
 		char b64[16];
-		crc_b64(parts[k].crc, b64);
+		objstore_crc_b64(parts[k].crc, b64);
 		/* The server's ETag goes into our XML: nothing that could
 		 * break out of the element. */
-		if (!pc[k].req.etag[0] || strpbrk(pc[k].req.etag, "<>&")) {
+		if (!sent[k].req.etag[0] || strpbrk(sent[k].req.etag, "<>&")) {
 			free(xml);
 			store_set_error("PUT %s part %zu: no usable ETag in the answer", key, k + 1);
-			r = -EPROTO;
-			goto abort;
+			return -EPROTO;
 		}
 		len += (size_t)snprintf(xml + len, cap - len, "<Part><PartNumber>%zu</PartNumber><ETag>%s</ETag>%s%s%s</Part>",
-					k + 1, pc[k].req.etag, s->gcs ? "" : "<ChecksumCRC32C>", s->gcs ? "" : b64,
-					s->gcs ? "" : "</ChecksumCRC32C>");
+					k + 1, sent[k].req.etag, crcs_in ? "<ChecksumCRC32C>" : "", crcs_in ? b64 : "",
+					crcs_in ? "</ChecksumCRC32C>" : "");
 	}
 	len += (size_t)snprintf(xml + len, cap - len, "</CompleteMultipartUpload>");
 	struct iovec body = { xml, len };
-	struct call cc = { .method = "POST", .key = key, .body = &body, .nbody = 1, .resp_max = 64u << 10,
-			   .error_in_200 = true };
-	cc.query[cc.nquery++] = (struct sigv4_header){ "uploadId", upload_id };
+	struct objstore_call cc = { .method = "POST", .key = key, .body = &body, .nbody = 1, .resp_max = 64u << 10,
+				    .error_in_200 = true };
+	cc.query[cc.nquery++] = (struct sigv4_header){ "uploadId", id };
 	/* Not curl's default form type: servers would parse the XML as a form. */
 	cc.extra[cc.nextra++] = (struct sigv4_header){ "content-type", "application/xml" };
-	r = run_calls(s, &cc, 1);
-	call_free(&cc);
+	int r = objstore_run(s, &cc, 1);
+	objstore_call_free(&cc);
 	free(xml);
-	if (r == -ENOENT && completed_anyway(s, key, total)) {
-		store_clear_error();
-		r = 0;
-	}
-	if (r < 0)
-		goto abort;
-	for (size_t k = 0; k < np; k++)
-		call_free(&pc[k]);
-	free(pc);
-	parts_free(parts, np);
-	tell_upload(s, rel, upload_id, 0);
-	return 0;
-abort:
-	if (pc)
-		for (size_t k = 0; k < np; k++)
-			call_free(&pc[k]);
-	free(pc);
-	parts_free(parts, np);
-	if (abort_upload(s, key, upload_id) == 0)
-		tell_upload(s, rel, upload_id, 0);
 	return r;
 }
 
-/* A create-only PUT answered 412: if the object there holds exactly the
- * bytes sent, an earlier attempt of this very PUT made it (its answer was
- * lost and the retry met it), and the create succeeded. */
-static bool created_by_us(struct s3 *s, const char *key, const struct iovec *iov, size_t n, uint64_t total)
+static int mpu_abort(struct objstore *s, const char *key, const char *id)
 {
-	struct call c = { .method = "GET", .key = key, .resp_max = total ? (size_t)total : 1 };
-	char saved[1024];
-	snprintf(saved, sizeof(saved), "%s", store_error(-EEXIST));
-	bool same = run_calls(s, &c, 1) == 0 && c.req.resp_len == total;
-	for (size_t i = 0, off = 0; same && i < n; off += iov[i].iov_len, i++)
-		same = memcmp(c.req.resp + off, iov[i].iov_base, iov[i].iov_len) == 0;
-	call_free(&c);
-	store_set_error("%s", saved);
-	if (same)
-		log_info("%s: create-only PUT of %s met its own earlier attempt", s->base.url, key);
-	return same;
-}
-
-/* One PUT: for a create, conditional (S3 If-None-Match: *; GCS, whose XML
- * multipart uploads take no preconditions, x-goog-if-generation-match: 0). */
-static int put_single(struct s3 *s, const char *fk, const struct iovec *iov, size_t n, const uint32_t *crcs,
-		      uint64_t total, bool excl)
-{
-	uint32_t crc = 0;
-	for (size_t i = 0; i < n; i++) {
-		uint32_t c = crcs ? crcs[i] : crc32c_update(0, iov[i].iov_base, iov[i].iov_len);
-		crc = i ? crc32c_combine(crc, c, iov[i].iov_len) : c;
-	}
-	char ch[48];
-	struct call c = { .method = "PUT", .key = fk, .body = iov, .nbody = n };
-	checksum_header(s, &c, crc, ch, sizeof(ch));
-	if (excl)
-		c.extra[c.nextra++] = s->gcs ? (struct sigv4_header){ "x-goog-if-generation-match", "0" }
-					     : (struct sigv4_header){ "if-none-match", "*" };
-	int r = run_calls(s, &c, 1);
-	call_free(&c);
-	if (r == -EEXIST && created_by_us(s, fk, iov, n, total)) {
-		store_clear_error();
-		r = 0;
-	}
+	struct objstore_call c = { .method = "DELETE", .key = key, .ok_404 = true };
+	c.query[c.nquery++] = (struct sigv4_header){ "uploadId", id };
+	int r = objstore_run(s, &c, 1);
+	objstore_call_free(&c);
 	return r;
 }
 
-static int s3_write(struct store *base, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs,
-		    bool excl)
-{
-	store_clear_error();
-	struct s3 *s = (struct s3 *)base;
-	char fk[1024];
-	int r = full_key(s, key, fk, sizeof(fk));
-	if (r < 0)
-		return r;
-	uint64_t total = 0;
-	for (size_t i = 0; i < n; i++)
-		total += iov[i].iov_len;
-	if (excl && total > (5ull << 30)) {
-		store_set_error("PUT %s: a create-only object of %" PRIu64 " bytes is over one PUT's 5 GiB", fk, total);
-		return -EFBIG;
-	}
-	if (!excl && total > s->part_size)
-		return put_multipart(s, key, fk, iov, n, crcs, total);
-	return put_single(s, fk, iov, n, crcs, total, excl);
-}
-
-static int s3_put(struct store *base, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs)
-{
-	return s3_write(base, key, iov, n, crcs, false);
-}
-
-static int s3_create(struct store *base, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs)
-{
-	return s3_write(base, key, iov, n, crcs, true);
-}
-
-static int s3_get_range(struct store *base, const char *key, uint64_t off, void *buf, size_t len)
-{
-	store_clear_error();
-	struct s3 *s = (struct s3 *)base;
-	char fk[1024], range[64];
-	int r = full_key(s, key, fk, sizeof(fk));
-	if (r < 0)
-		return r;
-	if (len == 0)
-		return 0;
-	snprintf(range, sizeof(range), "bytes=%" PRIu64 "-%" PRIu64, off, off + len - 1);
-	struct call c = { .method = "GET", .key = fk, .dst = buf, .dst_len = len };
-	c.extra[c.nextra++] = (struct sigv4_header){ "range", range };
-	r = run_calls(s, &c, 1);
-	if (r == 0 && c.req.status != 206 && off != 0) {
-		/* A server that ignored Range sent the object's start. */
-		store_set_error("GET %s bytes %s: HTTP %ld instead of 206", fk, range + 6, c.req.status);
-		r = -EIO;
-	}
-	call_free(&c);
-	return r == -EFBIG ? -EIO : r;
-}
-
-static int s3_get_all(struct store *base, const char *key, size_t max, void **buf, size_t *len)
-{
-	store_clear_error();
-	struct s3 *s = (struct s3 *)base;
-	char fk[1024];
-	int r = full_key(s, key, fk, sizeof(fk));
-	if (r < 0)
-		return r;
-	struct call c = { .method = "GET", .key = fk, .resp_max = max ? max : 1 };
-	r = run_calls(s, &c, 1);
-	if (r == 0) {
-		*buf = c.req.resp ? c.req.resp : calloc(1, 1);
-		*len = c.req.resp_len;
-		c.req.resp = NULL;
-		if (*buf == NULL)
-			r = -ENOMEM;
-	}
-	call_free(&c);
-	return r;
-}
-
-static int push_entry(struct store_entry **v, size_t *n, size_t *cap, const char *name, size_t len, bool dir)
-{
-	if (*n == *cap) {
-		size_t nc = *cap ? *cap * 2 : 64;
-		struct store_entry *nv = realloc(*v, nc * sizeof(*nv));
-		if (nv == NULL)
-			return -ENOMEM;
-		*v = nv;
-		*cap = nc;
-	}
-	struct store_entry *e = &(*v)[*n];
-	*e = (struct store_entry){ .dir = dir };
-	if ((e->name = strndup(name, len)) == NULL)
-		return -ENOMEM;
-	(*n)++;
-	return 0;
-}
-
-/* "2009-10-12T17:50:30.000Z" -> ns since the epoch; 0 if it does not parse. */
-static int64_t parse_time(const char *t)
-{
-	struct tm tm = { 0 };
-	const char *end = strptime(t, "%Y-%m-%dT%H:%M:%S", &tm);
-	if (end == NULL)
-		return 0;
-	int64_t ns = (int64_t)timegm(&tm) * 1000000000;
-	if (*end == '.') {
-		int64_t scale = 100000000;
-		for (end++; *end >= '0' && *end <= '9'; end++, scale /= 10)
-			ns += (*end - '0') * scale;
-	}
-	return ns;
-}
-
-static int cmp_entry(const void *a, const void *b)
-{
-	return strcmp(((const struct store_entry *)a)->name, ((const struct store_entry *)b)->name);
-}
-
-/* ListObjectsV2 with delimiter '/', every page: one request per 1000 names
- * (list_page for tests). A key and a common prefix of one name (an object
- * "a" beside "a/...") are one entry, the object's. */
-static int s3_list_entries(struct store *base, const char *prefix, struct store_entry **out, size_t *n)
-{
-	store_clear_error();
-	struct s3 *s = (struct s3 *)base;
-	char fp[1024];
-	int r;
-	if (prefix[0])
-		r = snprintf(fp, sizeof(fp), "%s%s%s/", s->prefix, s->prefix[0] ? "/" : "", prefix);
-	else
-		r = snprintf(fp, sizeof(fp), "%s%s", s->prefix, s->prefix[0] ? "/" : "");
-	if (r < 0 || (size_t)r >= sizeof(fp))
-		return -ENAMETOOLONG;
-	size_t fpl = strlen(fp), cap = 0;
-	struct store_entry *v = NULL;
-	*n = 0;
-	char token[2048] = "", label[1100];
-	snprintf(label, sizeof(label), "ListObjectsV2 %s", fp);
-	for (;;) {
-		struct call c = { .method = "GET", .key = NULL, .resp_max = LIST_MAX_BYTES, .label = label };
-		c.query[c.nquery++] = (struct sigv4_header){ "list-type", "2" };
-		c.query[c.nquery++] = (struct sigv4_header){ "prefix", fp };
-		c.query[c.nquery++] = (struct sigv4_header){ "delimiter", "/" };
-		if (token[0])
-			c.query[c.nquery++] = (struct sigv4_header){ "continuation-token", token };
-		if (s->list_page[0])
-			c.query[c.nquery++] = (struct sigv4_header){ "max-keys", s->list_page };
-		r = run_calls(s, &c, 1);
-		struct xml_doc d = { 0 };
-		if (r == 0 && xml_parse(c.req.resp, c.req.resp_len, &d) < 0) {
-			store_set_error("ListObjectsV2 %s: malformed XML", fp);
-			r = -EPROTO;
-		}
-		call_free(&c);
-		if (r < 0)
-			goto fail;
-		bool truncated = false;
-		token[0] = 0;
-		struct store_entry *cur = NULL; /* the Contents element being read */
-		for (size_t i = 0; i < d.n && r == 0; i++) {
-			const char *p = d.items[i].path, *t = d.items[i].text;
-			bool key = !strcmp(p, "ListBucketResult/Contents/Key");
-			if (key || !strcmp(p, "ListBucketResult/CommonPrefixes/Prefix")) {
-				cur = NULL;
-				if (strncmp(t, fp, fpl) != 0)
-					continue;
-				size_t l = strlen(t + fpl);
-				if (l && t[fpl + l - 1] == '/')
-					l--;
-				if (l == 0 || memchr(t + fpl, '/', l) != NULL)
-					continue;
-				r = push_entry(&v, n, &cap, t + fpl, l, !key);
-				if (r == 0 && key)
-					cur = &v[*n - 1];
-			} else if (cur && !strcmp(p, "ListBucketResult/Contents/Size")) {
-				cur->size = strtoull(t, NULL, 10);
-			} else if (cur && !strcmp(p, "ListBucketResult/Contents/LastModified")) {
-				cur->mtime_ns = parse_time(t);
-			} else if (!strcmp(p, "ListBucketResult/IsTruncated")) {
-				truncated = !strcmp(t, "true");
-			} else if (!strcmp(p, "ListBucketResult/NextContinuationToken")) {
-				snprintf(token, sizeof(token), "%s", t);
-			}
-		}
-		xml_free(&d);
-		if (r < 0)
-			goto fail;
-		if (!truncated || !token[0])
-			break;
-	}
-	if (*n == 0) {
-		free(v);
-		return -ENOENT;
-	}
-	qsort(v, *n, sizeof(*v), cmp_entry);
-	size_t w = 0;
-	for (size_t i = 0; i < *n; i++) {
-		if (w > 0 && strcmp(v[w - 1].name, v[i].name) == 0) {
-			if (v[w - 1].dir && !v[i].dir) {
-				free(v[w - 1].name);
-				v[w - 1] = v[i];
-			} else {
-				free(v[i].name);
-			}
-			continue;
-		}
-		v[w++] = v[i];
-	}
-	*n = w;
-	*out = v;
-	return 0;
-fail:
-	store_entries_free(v, *n);
-	*n = 0;
-	return r;
-}
-
-static int s3_list(struct store *base, const char *prefix, char ***names, size_t *n)
-{
-	struct store_entry *v = NULL;
-	size_t k = 0;
-	int r = s3_list_entries(base, prefix, &v, &k);
-	return r < 0 ? r : store_entries_to_names(v, k, names, n);
-}
-
-static int s3_remove(struct store *base, const char *key)
-{
-	store_clear_error();
-	struct s3 *s = (struct s3 *)base;
-	char fk[1024];
-	int r = full_key(s, key, fk, sizeof(fk));
-	if (r < 0)
-		return r;
-	/* DELETE answers 204 for a missing key too; the contract wants ENOENT. */
-	struct call h = { .method = "HEAD", .key = fk, .ok_404 = true };
-	r = run_calls(s, &h, 1);
-	long st = h.req.status;
-	call_free(&h);
-	if (r < 0)
-		return r;
-	if (st == 404)
-		return -ENOENT;
-	struct call c = { .method = "DELETE", .key = fk, .ok_404 = true };
-	r = run_calls(s, &c, 1);
-	call_free(&c);
-	return r;
-}
-
-static int s3_remove_dir(struct store *base, const char *prefix)
-{
-	(void)base;
-	(void)prefix;
-	return 0; /* no directories in an object store */
-}
-
-static int s3_remove_temps(struct store *base, const char *key)
-{
-	/* No temporary objects: an upload is invisible until completed. Open
-	 * uploads are aborted by id from the journal (abort_upload), never by
-	 * listing the key, which could abort another node's upload of the
-	 * same key. */
-	(void)base;
-	(void)key;
-	return 0;
-}
-
-static int s3_abort_upload(struct store *base, const char *key, const char *upload_id)
-{
-	struct s3 *s = (struct s3 *)base;
-	char fk[1024];
-	store_clear_error();
-	int r = full_key(s, key, fk, sizeof(fk));
-	return r < 0 ? r : abort_upload(s, fk, upload_id);
-}
-
-static void s3_free(struct store *base)
-{
-	struct s3 *s = (struct s3 *)base;
-	http_free(s->http);
-	if (s->have_cp)
-		creds_fini(&s->cp);
-	free(s);
-}
-
-static const struct store_ops s3_ops = {
-	.put = s3_put,
-	.create = s3_create,
-	.get_range = s3_get_range,
-	.get_all = s3_get_all,
-	.list = s3_list,
-	.list_entries = s3_list_entries,
-	.remove = s3_remove,
-	.remove_dir = s3_remove_dir,
-	.remove_temps = s3_remove_temps,
-	.abort_upload = s3_abort_upload,
-	.free = s3_free,
+const struct objstore_multipart objstore_mpu_s3 = {
+	.begin = mpu_begin,
+	.part = mpu_part,
+	.complete = mpu_complete,
+	.abort = mpu_abort,
 };
 
-static int parse_uint(const char *v, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long x = strtoull(v, &end, 10);
-	if (errno || end == v || *end || v[0] == '-')
-		return -EINVAL;
-	*out = x;
-	return 0;
-}
 
-/* One option; err says what is wrong. */
-static int set_opt(struct s3 *s, const char *k, const char *v, char *ca, size_t calen, struct http_opts *ho,
-		   char *err, size_t errlen)
-{
-	uint64_t x = 0;
-	if (!strcmp(k, "endpoint")) {
-		const char *h = v;
-		if (!strncmp(v, "https://", 8)) {
-			strcpy(s->scheme, "https");
-			h = v + 8;
-		} else if (!strncmp(v, "http://", 7)) {
-			strcpy(s->scheme, "http");
-			h = v + 7;
-		} else {
-			snprintf(err, errlen, "endpoint must start with http:// or https://");
-			return -EINVAL;
-		}
-		size_t l = strcspn(h, "/");
-		if (l == 0 || l >= sizeof(s->host)) {
-			snprintf(err, errlen, "endpoint has no host");
-			return -EINVAL;
-		}
-		memcpy(s->host, h, l);
-		s->host[l] = 0;
-		return 0;
-	}
-	if (!strcmp(k, "region"))
-		return snprintf(s->region, sizeof(s->region), "%s", v) < (int)sizeof(s->region) ? 0 : -EINVAL;
-	if (!strcmp(k, "path_style")) {
-		s->path_style = !strcmp(v, "1") || !strcmp(v, "true");
-		return 0;
-	}
-	if (!strcmp(k, "ca_bundle"))
-		return snprintf(ca, calen, "%s", v) < (int)calen ? 0 : -EINVAL;
-	if (!strcmp(k, "payload")) {
-		if (strcmp(v, "unsigned") && strcmp(v, "sha256")) {
-			snprintf(err, errlen, "payload must be unsigned or sha256");
-			return -EINVAL;
-		}
-		s->sign_payload = !strcmp(v, "sha256");
-		return 0;
-	}
-	if (!strcmp(k, "part_size")) {
-		if (config_parse_size(v, &x) < 0 || x < MIN_PART || x > (5ull << 30)) {
-			snprintf(err, errlen, "part_size must be 5M..5G");
-			return -EINVAL;
-		}
-		s->part_size = x;
-		return 0;
-	}
-	if (parse_uint(v, &x) < 0) {
-		snprintf(err, errlen, "option %s: '%s' is not a number", k, v);
-		return -EINVAL;
-	}
-	if (!strcmp(k, "concurrency") && x >= 1 && x <= 256)
-		s->concurrency = (unsigned)x;
-	else if (!strcmp(k, "retry_max_attempts") && x >= 1 && x <= 100)
-		s->max_attempts = (unsigned)x;
-	else if (!strcmp(k, "retry_base_ms") && x <= 60000)
-		s->base_ms = (unsigned)x;
-	else if (!strcmp(k, "retry_cap_ms") && x <= 600000)
-		s->cap_ms = (unsigned)x;
-	else if (!strcmp(k, "connect_timeout_ms") && x >= 100 && x <= 600000)
-		ho->connect_timeout_ms = (unsigned)x;
-	else if (!strcmp(k, "low_speed_time_s") && x >= 1 && x <= 3600)
-		ho->low_speed_time_s = (unsigned)x;
-	else if (!strcmp(k, "list_page") && x >= 1 && x <= 1000)
-		snprintf(s->list_page, sizeof(s->list_page), "%u", (unsigned)x);
-	else {
-		snprintf(err, errlen, "unknown option or value out of range: %s=%s", k, v);
-		return -EINVAL;
-	}
-	return 0;
-}
-
-int store_s3_open(const char *url, struct store **out, char *err, size_t errlen)
-{
-	struct s3 *s = calloc(1, sizeof(*s));
-	if (s == NULL)
-		return -ENOMEM;
-	s->base.ops = &s3_ops;
-	s->gcs = !strncmp(url, "gs://", 5);
-	strcpy(s->scheme, "https");
-	const char *reg = getenv("AWS_REGION");
-	if (reg == NULL || !*reg)
-		reg = getenv("AWS_DEFAULT_REGION");
-	snprintf(s->region, sizeof(s->region), "%s", s->gcs ? "auto" : (reg && *reg ? reg : "us-east-1"));
-	s->part_size = 64ull << 20;
-	s->concurrency = 8;
-	s->max_attempts = 8;
-	s->base_ms = 100;
-	s->cap_ms = 20000;
-	struct http_opts ho = { .connect_timeout_ms = 10000, .low_speed_time_s = 30 };
-	char ca[1024] = "";
-	char *u = strdup(url + 5);
-	if (u == NULL) {
-		free(s);
-		return -ENOMEM;
-	}
-	int r = 0;
-	char *q = strchr(u, '?');
-	if (q)
-		*q++ = 0;
-	char *slash = strchr(u, '/');
-	if (slash)
-		*slash++ = 0;
-	size_t bl = strlen(u);
-	if (bl < 3 || bl >= sizeof(s->bucket) || strspn(u, "abcdefghijklmnopqrstuvwxyz0123456789-._") != bl) {
-		snprintf(err, errlen, "storage URL '%s': bad bucket name", url);
-		r = -EINVAL;
-		goto fail;
-	}
-	strcpy(s->bucket, u);
-	const char *pfx = slash ? slash : "";
-	while (*pfx == '/')
-		pfx++;
-	snprintf(s->prefix, sizeof(s->prefix), "%s", pfx);
-	for (size_t l = strlen(s->prefix); l && s->prefix[l - 1] == '/'; l--)
-		s->prefix[l - 1] = 0;
-	snprintf(s->host, sizeof(s->host), s->gcs ? "storage.googleapis.com" : "s3.%s.amazonaws.com", s->region);
-	bool host_set = false;
-	for (char *tok = q ? strtok(q, "&") : NULL; tok; tok = strtok(NULL, "&")) {
-		char *eq = strchr(tok, '=');
-		if (eq == NULL) {
-			snprintf(err, errlen, "storage URL option '%s' has no value", tok);
-			r = -EINVAL;
-			goto fail;
-		}
-		*eq = 0;
-		char e2[256] = "";
-		r = set_opt(s, tok, eq + 1, ca, sizeof(ca), &ho, e2, sizeof(e2));
-		if (r < 0) {
-			snprintf(err, errlen, "storage URL option %s: %s", tok, e2[0] ? e2 : "bad value");
-			goto fail;
-		}
-		host_set |= !strcmp(tok, "endpoint");
-		if (!strcmp(tok, "region") && !host_set && !s->gcs)
-			snprintf(s->host, sizeof(s->host), "s3.%s.amazonaws.com", s->region);
-	}
-	ho.max_conns = s->concurrency;
-	ho.ca_bundle = ca[0] ? ca : NULL;
-	r = http_init(&s->http, &ho, err, errlen);
-	if (r < 0)
-		goto fail;
-	r = creds_init(&s->cp, s->gcs, s->http, err, errlen);
-	if (r < 0)
-		goto fail;
-	s->have_cp = true;
-	snprintf(s->base.cred_source, sizeof(s->base.cred_source), "%s", s->cp.cur.source);
-	/* The URL shown in status and logs: no query, nothing secret. */
-	snprintf(s->base.url, sizeof(s->base.url), "%.2s://%s%s%s", url, s->bucket, s->prefix[0] ? "/" : "", s->prefix);
-	log_info("storage %s: endpoint %s://%s%s, region %s, part size %" PRIu64 " MiB, %u connections, "
-		 "credentials from %s", s->base.url, s->scheme, s->host, s->path_style ? " (path style)" : "",
-		 s->region, s->part_size >> 20, s->concurrency, s->cp.cur.source);
-	free(u);
-	*out = &s->base;
-	return 0;
-fail:
-	free(u);
-	http_free(s->http);
-	free(s);
-	return r;
-}
+const struct objstore_dialect store_s3_dialect = {
+	.name = "s3",
+	.host_template = "s3.{region}.amazonaws.com",
+	.region_env = { "AWS_REGION", "AWS_DEFAULT_REGION" },
+	.default_region = "us-east-1",
+	.creds_init = creds_init_aws,
+	.sign = objstore_sign_sigv4,
+	.crc_header = "x-amz-checksum-crc32c",
+	.crc_prefix = "",
+	.multipart = &objstore_mpu_s3,
+	.mpu_header = { "x-amz-checksum-algorithm", "CRC32C" },
+	.complete_part_crc = true,
+	.create_only = { "if-none-match", "*" },
+	.listing = &objstore_list_v2,
+};

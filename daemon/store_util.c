@@ -1,0 +1,75 @@
+/* What every backend shares: freeing stores and listings, and the error
+ * words of a backend's last failure (store.h). Apart from the scheme
+ * table (store.c), so that the backends call down into this file, not
+ * back up into the one that opens them. */
+#include "store.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void store_free(struct store *s)
+{
+	if (s)
+		s->ops->free(s);
+}
+
+void store_names_free(char **names, size_t n)
+{
+	if (names == NULL)
+		return;
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+}
+
+void store_entries_free(struct store_entry *v, size_t n)
+{
+	if (v == NULL)
+		return;
+	for (size_t i = 0; i < n; i++)
+		free(v[i].name);
+	free(v);
+}
+
+int store_entries_to_names(struct store_entry *v, size_t n, char ***names, size_t *count)
+{
+	char **nm = malloc((n ? n : 1) * sizeof(*nm));
+	if (nm == NULL) {
+		store_entries_free(v, n);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		nm[i] = v[i].name;
+	free(v);
+	*names = nm;
+	*count = n;
+	return 0;
+}
+
+static __thread char last_error[1024];
+
+const char *store_error(int r)
+{
+	return last_error[0] ? last_error : strerror(r < 0 ? -r : r);
+}
+
+void store_set_error(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	va_end(ap);
+}
+
+void store_clear_error(void)
+{
+	last_error[0] = 0;
+}
+
+bool store_has_error(void)
+{
+	return last_error[0] != 0;
+}

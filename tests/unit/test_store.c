@@ -1,0 +1,102 @@
+/* The scheme table (store.c): which backend serves a URL, its label, the
+ * errors that list the table, and the options check main.c asks for. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "objstore.h"
+#include "store.h"
+
+static void test_scheme_rows(void **state)
+{
+	(void)state;
+	const struct store_scheme *r = store_scheme_of("file:///tmp/x");
+	assert_non_null(r);
+	assert_string_equal(r->label, "file");
+	assert_null(r->dialect);
+	r = store_scheme_of("s3://bucket/p");
+	assert_non_null(r);
+	assert_string_equal(r->label, "s3");
+	assert_ptr_equal(r->dialect, &store_s3_dialect);
+	r = store_scheme_of("gs://bucket");
+	assert_non_null(r);
+	assert_string_equal(r->label, "gcs");
+	assert_ptr_equal(r->dialect, &store_gcs_dialect);
+	assert_null(store_scheme_of("s3:/bucket"));
+	assert_null(store_scheme_of("s3x://bucket"));
+	assert_null(store_scheme_of("gs"));
+	assert_null(store_scheme_of(""));
+}
+
+static void test_unknown_scheme_lists_the_table(void **state)
+{
+	(void)state;
+	struct store *s = NULL;
+	char err[512];
+	assert_int_equal(store_open("ftp://host/x", &s, err, sizeof(err)), -EPROTONOSUPPORT);
+	assert_null(s);
+	assert_string_equal(err, "storage URL 'ftp://host/x': unsupported scheme (supported: file:///abs/path, "
+				 "s3://bucket/prefix, gs://bucket/prefix)");
+}
+
+static void test_options_only_where_taken(void **state)
+{
+	(void)state;
+	char err[512] = "";
+	assert_int_equal(store_check_options("file:///tmp/x", "", err, sizeof(err)), 0);
+	assert_int_equal(store_check_options("s3://b/p?region=x", "region=x", err, sizeof(err)), 0);
+	assert_int_equal(store_check_options("gs://b/p?part_size=8M", "part_size=8M", err, sizeof(err)), 0);
+	assert_int_equal(store_check_options("file:///tmp/x?region=x", "region=x", err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "[storage] options (region=x) apply to s3:// and gs:// only");
+	assert_int_equal(store_check_options("ftp://h?a=b", "a=b", err, sizeof(err)), -EINVAL);
+}
+
+static void test_open_sets_backend_label(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/ckptd-test-store-XXXXXX", url[64], err[512];
+	assert_non_null(mkdtemp(dir));
+	snprintf(url, sizeof(url), "file://%s", dir);
+	struct store *s = NULL;
+	assert_int_equal(store_open(url, &s, err, sizeof(err)), 0);
+	assert_string_equal(s->backend, "file");
+	store_free(s);
+	rmdir(dir);
+}
+
+/* URL errors come before any credentials or connection. */
+static void test_object_store_url_errors(void **state)
+{
+	(void)state;
+	struct store *s = NULL;
+	char err[512];
+	assert_int_equal(store_open("gs://Bad_Bucket/p", &s, err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "storage URL 'gs://Bad_Bucket/p': bad bucket name");
+	assert_int_equal(store_open("s3://bucket/p?bogus=1", &s, err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "storage URL option bogus: unknown option or value out of range: bogus=1");
+	assert_int_equal(store_open("s3://bucket/p?part_size=1M", &s, err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "storage URL option part_size: part_size must be 5M..5G");
+	assert_int_equal(store_open("gs://bucket?endpoint=ftp://x", &s, err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "storage URL option endpoint: endpoint must start with http:// or https://");
+	assert_null(s);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_scheme_rows),
+		cmocka_unit_test(test_unknown_scheme_lists_the_table),
+		cmocka_unit_test(test_options_only_where_taken),
+		cmocka_unit_test(test_open_sets_backend_label),
+		cmocka_unit_test(test_object_store_url_errors),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
