@@ -1,5 +1,5 @@
 /* The object-store engine (objstore.h): what S3, GCS and any other object
- * store do alike. DESIGN §5. The dialects (store_s3.c, store_gcs.c) say
+ * store do alike. docs/architecture.md §5. The dialects (store_s3.c, store_gcs.c) say
  * how they differ.
  *
  * - Small objects go as one PUT; larger ones as a multipart upload whose

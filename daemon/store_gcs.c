@@ -1,5 +1,5 @@
 /* gs://bucket/prefix: Google Cloud Storage through its XML API, as a
- * dialect of the object-store engine (objstore.h). DESIGN §5.
+ * dialect of the object-store engine (objstore.h). docs/architecture.md §5.
  *
  * Endpoint storage.googleapis.com, region "auto" (what SigV4 with HMAC
  * keys signs), the GCS credentials chain (creds.h): an OAuth bearer token

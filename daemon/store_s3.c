@@ -1,7 +1,7 @@
 /* s3://bucket/prefix: S3 and S3-compatible endpoints (MinIO, Ceph,
  * moto), as a dialect of the object-store engine (objstore.h), and S3's
  * multipart and listing requests, which GCS's XML API speaks too
- * (store_gcs.c). DESIGN §5.
+ * (store_gcs.c). docs/architecture.md §5.
  *
  * Endpoint s3.<region>.amazonaws.com (virtual-hosted, or path_style=1),
  * region from $AWS_REGION or $AWS_DEFAULT_REGION else us-east-1, the AWS
