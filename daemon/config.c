@@ -466,8 +466,9 @@ static const char *const layout_names[] = {
  * (every row is in deploy/ckptd.conf.example and every key there is a row).
  * Adding a key: a row here, its field in struct config (config.h), and a
  * line in deploy/ckptd.conf.example (commented if it has no default); its
- * DEFAULT_ in config.h if other code needs the default. A key with .flag
- * also gets a line in usage() (main.c). A [job.NAME] key: a row in
+ * DEFAULT_ in config.h if other code needs the default. .flag makes it a
+ * command-line flag too (main.c builds those and --help from the rows).
+ * A [job.NAME] key: a row in
  * config_job_keys[], its enum job_key and field in struct job_config
  * (config.h), and what it overrides in config_job_policy(). */
 
@@ -478,9 +479,11 @@ static const char *const layout_names[] = {
 	  .size = sizeof(((struct config *)0)->fld), .flags = fl, __VA_ARGS__ }
 
 const struct config_key config_keys[] = {
-	KEY("server", "socket", cfg_str, socket_path, CFG_RESTART, .def_str = DEFAULT_SOCKET_PATH, .flag = "socket",
+	KEY("server", "socket", cfg_str, socket_path, CFG_RESTART, .def_str = DEFAULT_SOCKET_PATH,
+	    .flag = "socket", .flag_arg = "PATH",
 	    .help = "Unix socket to listen on"),
-	KEY("server", "state_dir", cfg_str, state_dir, CFG_RESTART, .def_str = DEFAULT_STATE_DIR, .flag = "state-dir",
+	KEY("server", "state_dir", cfg_str, state_dir, CFG_RESTART, .def_str = DEFAULT_STATE_DIR,
+	    .flag = "state-dir", .flag_arg = "DIR",
 	    .help = "daemon state: the journal"),
 	KEY("server", "allowed_uids", cfg_ids, allowed_uids, CFG_RESTART,
 	    SECOND(config, n_allowed_uids),
@@ -491,7 +494,7 @@ const struct config_key config_keys[] = {
 	KEY("server", "drain_timeout_ms", cfg_u32, drain_timeout_ms, 0, .def = DEFAULT_DRAIN_TIMEOUT_MS,
 	    .help = "how long a stop waits for saves to become durable"),
 
-	KEY("storage", "url", cfg_str, storage_url, CFG_RESTART, .flag = "storage",
+	KEY("storage", "url", cfg_str, storage_url, CFG_RESTART, .flag = "storage", .flag_arg = "URL",
 	    .help = "where checkpoints go: file:///abs/path, s3://bucket/prefix, gs://bucket/prefix"),
 	KEY("storage", "layout", cfg_enum, layout_spread, CFG_RESTART, NAMES(layout_names),
 	    .help = "step: shards beside their manifests; spread: under 256 key prefixes"),
@@ -499,9 +502,9 @@ const struct config_key config_keys[] = {
 	    .help = "any other key: an option of the s3:// or gs:// backend (endpoint, region, part_size ...)"),
 
 	KEY("pool", "staging_bytes", cfg_size, staging_bytes, CFG_RESTART, .def = DEFAULT_STAGING_BYTES,
-	    .flag = "staging-bytes", .help = "pinned staging pool"),
+	    .flag = "staging-bytes", .flag_arg = "SIZE", .help = "pinned staging pool"),
 	KEY("pool", "chunk_bytes", cfg_size, chunk_bytes, CFG_RESTART, .def = DEFAULT_CHUNK_BYTES,
-	    .flag = "chunk-bytes", .help = "pool chunk, checksum unit and upload part size"),
+	    .flag = "chunk-bytes", .flag_arg = "SIZE", .help = "pool chunk, checksum unit and upload part size"),
 	KEY("pool", "copy_threads", cfg_u32, copy_threads, CFG_RESTART, .def = DEFAULT_COPY_THREADS,
 	    .help = "threads copying into the pool"),
 	KEY("pool", "admit_timeout_ms", cfg_u32, admit_timeout_ms, 0, .def = DEFAULT_ADMIT_TIMEOUT_MS,
@@ -545,10 +548,12 @@ const struct config_key config_keys[] = {
 	KEY("limits", "manifest_cache_bytes", cfg_size, manifest_cache_bytes, CFG_RESTART,
 	    .def = DEFAULT_MANIFEST_CACHE_BYTES, .help = "decoded manifests of pinned steps kept in memory; 0: off"),
 
-	KEY("metrics", "listen", cfg_str, metrics_listen, CFG_RESTART, .flag = "metrics-listen",
+	KEY("metrics", "listen", cfg_str, metrics_listen, CFG_RESTART,
+	    .flag = "metrics-listen", .flag_arg = "HOST:PORT",
 	    .help = "serve Prometheus metrics on http://HOST:PORT/metrics; empty: off"),
 
-	KEY("log", "level", cfg_enum, log_level, 0, .def = LOG_LVL_INFO, NAMES(level_names), .flag = "log-level",
+	KEY("log", "level", cfg_enum, log_level, 0, .def = LOG_LVL_INFO, NAMES(level_names),
+	    .flag = "log-level", .flag_arg = "LEVEL",
 	    .help = "error | warn | info | debug"),
 
 	KEY("debug", "store_delay_ms", cfg_u32, debug_store_delay_ms, CFG_RESTART | CFG_DEBUG,

@@ -161,6 +161,7 @@ struct config_key {
 	const char *const *names; /* an enum's names, indexed by value (designated initialisers) */
 	size_t nnames;
 	const char *flag;     /* the command-line flag (--flag VALUE) that sets it, if any */
+	const char *flag_arg; /* its VALUE in --help */
 	const char *help;     /* one line */
 };
 

@@ -35,26 +35,58 @@ static void on_recovered(void *ctx, const char *what)
 		snprintf(d->stats.recovered[d->stats.nrecovered++], sizeof(d->stats.recovered[0]), "%s", what);
 }
 
+/* A key's default for --help: "1G", "info", "/var/lib/ckptd"; "" if none. */
+static const char *default_text(const struct config_key *k, char *buf, size_t len)
+{
+	static const char units[] = "KMGT";
+	uint64_t v = k->def;
+	int u = -1;
+	if (k->def_str)
+		return k->def_str;
+	if (k->names)
+		return k->def < k->nnames && k->names[k->def] ? k->names[k->def] : "";
+	if (v == 0)
+		return "";
+	while (u < 3 && v % 1024 == 0) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, len, "%" PRIu64 "%.*s", v, u >= 0, u >= 0 ? &units[u] : "");
+	return buf;
+}
+
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: ckptd [--socket PATH] [--storage URL] [--staging-bytes SIZE]\n"
-		"             [--state-dir DIR] [--config FILE] [--log-level LEVEL]\n"
-		"             [--chunk-bytes SIZE] [--metrics-listen HOST:PORT]\n"
-		"             [--set SECTION.KEY=VALUE]... [--check-config]\n"
-		"  --socket PATH         Unix socket to listen on (default %s)\n"
-		"  --storage URL         where checkpoints go: file:///abs/path\n"
-		"  --staging-bytes SIZE  pinned staging pool, e.g. 4G (default 1G)\n"
-		"  --chunk-bytes SIZE    pool chunk and upload part size (default 64M)\n"
-		"  --state-dir DIR       daemon state, the journal (default %s)\n"
-		"  --config FILE         ini file (default %s, if it exists)\n"
-		"  --log-level LEVEL     error|warn|info|debug\n"
-		"  --metrics-listen A    serve Prometheus metrics on http://A/metrics\n"
-		"  --set S.K=V           any config key, e.g. --set pool.policy=skip\n"
-		"  --check-config        validate, print the effective config, exit\n"
-		"Exit status: 0 after a clean stop (drained, or drain deadline passed with\n"
-		"the rest journaled), 1 on a runtime error, 2 on a usage or config error.\n",
-		DEFAULT_SOCKET_PATH, DEFAULT_STATE_DIR, DEFAULT_CONFIG_PATH);
+	fprintf(f, "usage: ckptd [--config FILE] [--set SECTION.KEY=VALUE]... [--check-config]");
+	int col = 80;
+	for (size_t i = 0; i < config_nkeys; i++) {
+		const struct config_key *k = &config_keys[i];
+		if (k->flag == NULL)
+			continue;
+		int n = (int)(strlen(k->flag) + strlen(k->flag_arg) + 6);
+		if (col + n > 78) {
+			fprintf(f, "\n            ");
+			col = 12;
+		}
+		fprintf(f, " [--%s %s]", k->flag, k->flag_arg);
+		col += n;
+	}
+	fprintf(f, "\n  --config FILE         ini file (default %s, if it exists)\n"
+		   "  --set S.K=V           any config key, e.g. --set pool.policy=skip\n"
+		   "  --check-config        validate, print the effective config, exit\n",
+		DEFAULT_CONFIG_PATH);
+	for (size_t i = 0; i < config_nkeys; i++) {
+		const struct config_key *k = &config_keys[i];
+		char opt[64], def[32];
+		if (k->flag == NULL)
+			continue;
+		snprintf(opt, sizeof(opt), "--%s %s", k->flag, k->flag_arg);
+		const char *dt = default_text(k, def, sizeof(def));
+		fprintf(f, "  %-21s%s%s (%s%s%s[%s] %s)\n", opt, strlen(opt) > 21 ? "\n                        " : " ",
+			k->help, dt[0] ? "default " : "", dt, dt[0] ? "; " : "", k->section, k->name);
+	}
+	fprintf(f, "Exit status: 0 after a clean stop (drained, or drain deadline passed with\n"
+		   "the rest journaled), 1 on a runtime error, 2 on a usage or config error.\n");
 }
 
 /* The flags of main.c, and then a config key's own flag (--socket,
