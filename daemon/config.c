@@ -1,42 +1,16 @@
 #include "config.h"
 
+#include "log.h"
+
+#include <assert.h>
 #include <errno.h>
 #include <ini.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-void config_defaults(struct config *c)
-{
-	memset(c, 0, sizeof(*c));
-	snprintf(c->socket_path, sizeof(c->socket_path), "%s", DEFAULT_SOCKET_PATH);
-	snprintf(c->state_dir, sizeof(c->state_dir), "%s", DEFAULT_STATE_DIR);
-	c->staging_bytes = DEFAULT_STAGING_BYTES;
-	c->chunk_bytes = DEFAULT_CHUNK_BYTES;
-	c->copy_threads = DEFAULT_COPY_THREADS;
-	c->admit_timeout_ms = DEFAULT_ADMIT_TIMEOUT_MS;
-	c->drain_timeout_ms = DEFAULT_DRAIN_TIMEOUT_MS;
-	c->allowed_uids[c->n_allowed_uids++] = getuid();
-	if (getuid() != 0)
-		c->allowed_uids[c->n_allowed_uids++] = 0;
-	c->max_frame_bytes = DEFAULT_MAX_FRAME_BYTES;
-	c->max_fds_per_frame = DEFAULT_MAX_FDS_PER_FRAME;
-	c->max_sessions = DEFAULT_MAX_SESSIONS;
-	c->max_buffers = DEFAULT_MAX_BUFFERS;
-	c->max_tensors = DEFAULT_MAX_TENSORS;
-	c->max_name_len = DEFAULT_MAX_NAME_LEN;
-	c->max_inflight_saves = DEFAULT_MAX_INFLIGHT_SAVES;
-	c->max_inflight_loads = DEFAULT_MAX_INFLIGHT_LOADS;
-	c->max_write_queue = DEFAULT_MAX_WRITE_QUEUE;
-	c->max_extra_state = DEFAULT_MAX_EXTRA_STATE;
-	c->manifest_cache_bytes = DEFAULT_MANIFEST_CACHE_BYTES;
-	c->log_level = 6;
-	c->policy = POLICY_BLOCK;
-	c->max_parallel_uploads = DEFAULT_MAX_PARALLEL_UPLOADS;
-	c->memory_tier = true;
-}
 
 int config_parse_duration(const char *s, uint64_t *out)
 {
@@ -69,36 +43,16 @@ bool retention_active(const struct retention *r)
 	return r->keep_last || r->keep_every || r->max_age_s || r->incomplete_grace_s;
 }
 
-static int parse_u32(const char *s, uint32_t *out);
-
-/* Retention keys, shared by [retention] and [job.NAME]; -ENOENT if name
- * is not one. bit says which field was set. */
-static int parse_retention(struct retention *rt, const char *name, const char *value, uint8_t *bit)
-{
-	if (strcmp(name, "keep_last") == 0) {
-		*bit = 1;
-		return parse_u32(value, &rt->keep_last);
-	}
-	if (strcmp(name, "keep_every") == 0) {
-		*bit = 2;
-		return parse_u32(value, &rt->keep_every);
-	}
-	if (strcmp(name, "max_age") == 0) {
-		*bit = 4;
-		return config_parse_duration(value, &rt->max_age_s);
-	}
-	if (strcmp(name, "incomplete_grace") == 0) {
-		*bit = 8;
-		return config_parse_duration(value, &rt->incomplete_grace_s);
-	}
-	return -ENOENT;
-}
+static const char *const policy_names[] = {
+	[POLICY_BLOCK] = "block",
+	[POLICY_SKIP] = "skip",
+	[POLICY_COALESCE] = "coalesce",
+};
 
 int config_parse_policy(const char *s, enum admit_policy *out)
 {
-	static const char *names[] = { "block", "skip", "coalesce" };
-	for (int i = 0; i < 3; i++)
-		if (strcmp(s, names[i]) == 0) {
+	for (size_t i = 0; i < sizeof(policy_names) / sizeof(policy_names[0]); i++)
+		if (strcmp(s, policy_names[i]) == 0) {
 			*out = (enum admit_policy)i;
 			return 0;
 		}
@@ -107,7 +61,7 @@ int config_parse_policy(const char *s, enum admit_policy *out)
 
 const char *config_policy_name(enum admit_policy p)
 {
-	return p == POLICY_SKIP ? "skip" : p == POLICY_COALESCE ? "coalesce" : "block";
+	return (size_t)p < sizeof(policy_names) / sizeof(policy_names[0]) ? policy_names[p] : "block";
 }
 
 /* "50%" or a size: exactly one of *pct, *bytes is set. */
@@ -147,7 +101,6 @@ static struct job_config *job_section(struct config *c, const char *name)
 	struct job_config *j = &c->jobs[c->njobs++];
 	memset(j, 0, sizeof(*j));
 	snprintf(j->name, sizeof(j->name), "%s", name);
-	j->policy = -1;
 	return j;
 }
 
@@ -163,22 +116,24 @@ void config_job_policy(const struct config *c, const char *job, uint64_t pool_by
 		const struct job_config *j = &c->jobs[i];
 		if (strcmp(j->name, job) != 0)
 			continue;
-		if (j->policy >= 0)
-			out->policy = (enum admit_policy)j->policy;
-		if (j->quota_bytes || j->quota_pct) {
+#define SET(k) (j->set & (1u << (k)))
+		if (SET(JOB_KEY_POLICY))
+			out->policy = j->policy;
+		if (SET(JOB_KEY_QUOTA)) {
 			qb = j->quota_bytes;
 			qp = j->quota_pct;
 		}
 		if (j->max_inflight_saves)
 			out->max_inflight_saves = j->max_inflight_saves;
-		if (j->retention_set & 1)
+		if (SET(JOB_KEY_KEEP_LAST))
 			out->retention.keep_last = j->retention.keep_last;
-		if (j->retention_set & 2)
+		if (SET(JOB_KEY_KEEP_EVERY))
 			out->retention.keep_every = j->retention.keep_every;
-		if (j->retention_set & 4)
+		if (SET(JOB_KEY_MAX_AGE))
 			out->retention.max_age_s = j->retention.max_age_s;
-		if (j->retention_set & 8)
+		if (SET(JOB_KEY_INCOMPLETE_GRACE))
 			out->retention.incomplete_grace_s = j->retention.incomplete_grace_s;
+#undef SET
 	}
 	if (qp)
 		qb = pool_bytes / 100 * qp + pool_bytes % 100 * qp / 100;
@@ -267,6 +222,406 @@ static int copy_str(char *dst, size_t cap, const char *v)
 	return 0;
 }
 
+/* ---- Value types: parse, print, compare ----
+ * base is the struct config (struct job_config in job rows); the value is
+ * at k->off in it (and k->off2 for a second field). */
+
+#define FLD(base, off) ((void *)((char *)(base) + (off)))
+#define CFLD(base, off) ((const void *)((const char *)(base) + (off)))
+
+static uint64_t get_uint(const void *p, size_t size)
+{
+	uint8_t u8;
+	uint32_t u32;
+	uint64_t u64;
+	switch (size) {
+	case 1: memcpy(&u8, p, 1); return u8;
+	case 4: memcpy(&u32, p, 4); return u32;
+	case 8: memcpy(&u64, p, 8); return u64;
+	}
+	assert(!"a number field of 1, 4 or 8 bytes");
+	return 0;
+}
+
+static void set_uint(void *p, size_t size, uint64_t v)
+{
+	uint8_t u8 = (uint8_t)v;
+	uint32_t u32 = (uint32_t)v;
+	switch (size) {
+	case 1: memcpy(p, &u8, 1); return;
+	case 4: memcpy(p, &u32, 4); return;
+	case 8: memcpy(p, &v, 8); return;
+	}
+	assert(!"a number field of 1, 4 or 8 bytes");
+}
+
+static uint64_t key_uint(const struct config_key *k, const void *base)
+{
+	return get_uint(CFLD(base, k->off), k->size);
+}
+
+static bool same_bytes(const struct config_key *k, const void *a, const void *b)
+{
+	return memcmp(CFLD(a, k->off), CFLD(b, k->off), k->size) == 0 &&
+	       (k->size2 == 0 || memcmp(CFLD(a, k->off2), CFLD(b, k->off2), k->size2) == 0);
+}
+
+static int parse_str(const struct config_key *k, void *base, const char *name, const char *v)
+{
+	(void)name;
+	return copy_str(FLD(base, k->off), k->size, v);
+}
+
+static void print_str(const struct config_key *k, const void *base, FILE *f)
+{
+	fprintf(f, "%s = %s\n", k->name, (const char *)CFLD(base, k->off));
+}
+
+static bool same_str(const struct config_key *k, const void *a, const void *b)
+{
+	return strcmp(CFLD(a, k->off), CFLD(b, k->off)) == 0;
+}
+
+/* A number up to 2^32-1, with the size suffixes of config_parse_size. */
+static int parse_num32(const struct config_key *k, void *base, const char *name, const char *v)
+{
+	(void)name;
+	uint32_t x;
+	int r = parse_u32(v, &x);
+	if (r == 0)
+		set_uint(FLD(base, k->off), k->size, x);
+	return r;
+}
+
+static int parse_size(const struct config_key *k, void *base, const char *name, const char *v)
+{
+	(void)name;
+	uint64_t x;
+	int r = config_parse_size(v, &x);
+	if (r == 0)
+		set_uint(FLD(base, k->off), k->size, x);
+	return r;
+}
+
+static void print_num(const struct config_key *k, const void *base, FILE *f)
+{
+	fprintf(f, "%s = %" PRIu64 "\n", k->name, key_uint(k, base));
+}
+
+/* "90", "30s", "15m", "2h", "7d": seconds; printed as "Ns". */
+static int parse_duration(const struct config_key *k, void *base, const char *name, const char *v)
+{
+	(void)name;
+	uint64_t x;
+	int r = config_parse_duration(v, &x);
+	if (r == 0)
+		set_uint(FLD(base, k->off), k->size, x);
+	return r;
+}
+
+static void print_duration(const struct config_key *k, const void *base, FILE *f)
+{
+	fprintf(f, "%s = %" PRIu64 "s\n", k->name, key_uint(k, base));
+}
+
+/* true | yes | 1, false | no | 0. */
+static int parse_bool(const struct config_key *k, void *base, const char *name, const char *v)
+{
+	(void)name;
+	bool on = strcmp(v, "true") == 0 || strcmp(v, "yes") == 0 || strcmp(v, "1") == 0;
+	if (!on && strcmp(v, "false") && strcmp(v, "no") && strcmp(v, "0"))
+		return -EINVAL;
+	set_uint(FLD(base, k->off), k->size, on);
+	return 0;
+}
+
+static void print_bool(const struct config_key *k, const void *base, FILE *f)
+{
+	fprintf(f, "%s = %s\n", k->name, key_uint(k, base) ? "true" : "false");
+}
+
+/* One of k->names; the value is its index. */
+static int parse_enum(const struct config_key *k, void *base, const char *name, const char *v)
+{
+	(void)name;
+	for (size_t i = 0; i < k->nnames; i++)
+		if (k->names[i] && strcmp(v, k->names[i]) == 0) {
+			set_uint(FLD(base, k->off), k->size, i);
+			return 0;
+		}
+	return -EINVAL;
+}
+
+/* A value between names prints as the next named one above it (log level
+ * 5 as info); past the last, as the last. */
+static void print_enum(const struct config_key *k, const void *base, FILE *f)
+{
+	uint64_t v = key_uint(k, base);
+	const char *n = k->names[k->nnames - 1];
+	for (size_t i = v < k->nnames ? v : k->nnames; i < k->nnames; i++)
+		if (k->names[i]) {
+			n = k->names[i];
+			break;
+		}
+	fprintf(f, "%s = %s\n", k->name, n);
+}
+
+/* "50%" or a size: off is the bytes (uint64_t), off2 the percentage
+ * (uint32_t); neither set is not printed. */
+static int parse_quota_key(const struct config_key *k, void *base, const char *name, const char *v)
+{
+	(void)name;
+	return parse_quota(v, FLD(base, k->off), FLD(base, k->off2));
+}
+
+static void print_quota(const struct config_key *k, const void *base, FILE *f)
+{
+	uint64_t bytes;
+	uint32_t pct;
+	memcpy(&bytes, CFLD(base, k->off), sizeof(bytes));
+	memcpy(&pct, CFLD(base, k->off2), sizeof(pct));
+	if (pct)
+		fprintf(f, "%s = %u%%\n", k->name, pct);
+	else if (bytes)
+		fprintf(f, "%s = %" PRIu64 "\n", k->name, bytes);
+}
+
+/* "1000, 0 42": off is the array (unsigned[CONFIG_MAX_IDS]), off2 the
+ * count (size_t). */
+static int parse_ids_key(const struct config_key *k, void *base, const char *name, const char *v)
+{
+	(void)name;
+	return parse_ids(v, FLD(base, k->off), FLD(base, k->off2));
+}
+
+static void print_ids(const struct config_key *k, const void *base, FILE *f)
+{
+	const unsigned *ids = CFLD(base, k->off);
+	size_t n;
+	memcpy(&n, CFLD(base, k->off2), sizeof(n));
+	fprintf(f, "%s =", k->name);
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "%s %u", i ? "," : "", ids[i]);
+	fprintf(f, "\n");
+}
+
+static bool same_ids(const struct config_key *k, const void *a, const void *b)
+{
+	size_t na, nb;
+	memcpy(&na, CFLD(a, k->off2), sizeof(na));
+	memcpy(&nb, CFLD(b, k->off2), sizeof(nb));
+	return na == nb && memcmp(CFLD(a, k->off), CFLD(b, k->off), na * sizeof(unsigned)) == 0;
+}
+
+/* The "*" row of [storage]: object-store options (endpoint, region,
+ * part_size ...) gathered as k=v&k=v, checked by the backend when it opens. */
+static int parse_opts(const struct config_key *k, void *base, const char *name, const char *v)
+{
+	char *opts = FLD(base, k->off);
+	size_t l = strlen(opts);
+	int n = snprintf(opts + l, k->size - l, "%s%s=%s", l ? "&" : "", name, v);
+	return (n < 0 || (size_t)n >= k->size - l || strpbrk(v, "&?")) ? -EINVAL : 0;
+}
+
+static void print_opts(const struct config_key *k, const void *base, FILE *f)
+{
+	char o[sizeof(((struct config *)0)->storage_opts)];
+	snprintf(o, sizeof(o), "%s", (const char *)CFLD(base, k->off));
+	for (char *t = strtok(o, "&"); t; t = strtok(NULL, "&")) {
+		char *eq = strchr(t, '=');
+		if (eq) {
+			*eq = 0;
+			fprintf(f, "%s = %s\n", t, eq + 1);
+		}
+	}
+}
+
+static const struct config_type cfg_str = { parse_str, print_str, same_str };
+static const struct config_type cfg_u32 = { parse_num32, print_num, same_bytes };
+static const struct config_type cfg_size = { parse_size, print_num, same_bytes };
+static const struct config_type cfg_duration = { parse_duration, print_duration, same_bytes };
+static const struct config_type cfg_bool = { parse_bool, print_bool, same_bytes };
+static const struct config_type cfg_enum = { parse_enum, print_enum, same_bytes };
+static const struct config_type cfg_quota = { parse_quota_key, print_quota, same_bytes };
+static const struct config_type cfg_ids = { parse_ids_key, print_ids, same_ids };
+static const struct config_type cfg_opts = { parse_opts, print_opts, same_str };
+
+static const char *const level_names[] = {
+	[LOG_LVL_ERR] = "error",
+	[LOG_LVL_WARN] = "warn",
+	[LOG_LVL_INFO] = "info",
+	[LOG_LVL_DEBUG] = "debug",
+};
+
+static const char *const layout_names[] = {
+	[false] = "step",
+	[true] = "spread",
+};
+
+/* ---- The keys ----
+ *
+ * One row per key drives parsing (the file and --set), the defaults,
+ * printing (--check-config, in this order), SIGHUP (CFG_RESTART: kept
+ * until restart, with a warning; else taken) and tests/unit/test_config.c
+ * (every row is in deploy/ckptd.conf.example and every key there is a row).
+ * Adding a key: a row here, its field in struct config (config.h), and a
+ * line in deploy/ckptd.conf.example (commented if it has no default); its
+ * DEFAULT_ in config.h if other code needs the default. .flag makes it a
+ * command-line flag too (main.c builds those and --help from the rows).
+ * A [job.NAME] key: a row in
+ * config_job_keys[], its enum job_key and field in struct job_config
+ * (config.h), and what it overrides in config_job_policy(). */
+
+#define SECOND(st, f) .off2 = offsetof(struct st, f), .size2 = sizeof(((struct st *)0)->f)
+#define NAMES(a) .names = (a), .nnames = sizeof(a) / sizeof((a)[0])
+#define KEY(sec, key, ty, fld, fl, ...) \
+	{ .section = sec, .name = key, .type = &ty, .off = offsetof(struct config, fld), \
+	  .size = sizeof(((struct config *)0)->fld), .flags = fl, __VA_ARGS__ }
+
+const struct config_key config_keys[] = {
+	KEY("server", "socket", cfg_str, socket_path, CFG_RESTART, .def_str = DEFAULT_SOCKET_PATH,
+	    .flag = "socket", .flag_arg = "PATH",
+	    .help = "Unix socket to listen on"),
+	KEY("server", "state_dir", cfg_str, state_dir, CFG_RESTART, .def_str = DEFAULT_STATE_DIR,
+	    .flag = "state-dir", .flag_arg = "DIR",
+	    .help = "daemon state: the journal"),
+	KEY("server", "allowed_uids", cfg_ids, allowed_uids, CFG_RESTART,
+	    SECOND(config, n_allowed_uids),
+	    .help = "uids that may connect (SO_PEERCRED); default: the daemon's own and root"),
+	KEY("server", "allowed_gids", cfg_ids, allowed_gids, CFG_RESTART,
+	    SECOND(config, n_allowed_gids),
+	    .help = "gids that may connect"),
+	KEY("server", "drain_timeout_ms", cfg_u32, drain_timeout_ms, 0, .def = DEFAULT_DRAIN_TIMEOUT_MS,
+	    .help = "how long a stop waits for saves to become durable"),
+
+	KEY("storage", "url", cfg_str, storage_url, CFG_RESTART, .flag = "storage", .flag_arg = "URL",
+	    .help = "where checkpoints go: file:///abs/path, s3://bucket/prefix, gs://bucket/prefix"),
+	KEY("storage", "layout", cfg_enum, layout_spread, CFG_RESTART, NAMES(layout_names),
+	    .help = "step: shards beside their manifests; spread: under 256 key prefixes"),
+	KEY("storage", "*", cfg_opts, storage_opts, CFG_RESTART,
+	    .help = "any other key: an option of the s3:// or gs:// backend (endpoint, region, part_size ...)"),
+
+	KEY("pool", "staging_bytes", cfg_size, staging_bytes, CFG_RESTART, .def = DEFAULT_STAGING_BYTES,
+	    .flag = "staging-bytes", .flag_arg = "SIZE", .help = "pinned staging pool"),
+	KEY("pool", "chunk_bytes", cfg_size, chunk_bytes, CFG_RESTART, .def = DEFAULT_CHUNK_BYTES,
+	    .flag = "chunk-bytes", .flag_arg = "SIZE", .help = "pool chunk, checksum unit and upload part size"),
+	KEY("pool", "copy_threads", cfg_u32, copy_threads, CFG_RESTART, .def = DEFAULT_COPY_THREADS,
+	    .help = "threads copying into the pool"),
+	KEY("pool", "admit_timeout_ms", cfg_u32, admit_timeout_ms, 0, .def = DEFAULT_ADMIT_TIMEOUT_MS,
+	    .help = "how long a save may wait for pool space (block policy)"),
+	KEY("pool", "policy", cfg_enum, policy, 0, .def = POLICY_BLOCK, NAMES(policy_names),
+	    .help = "a save when the pool is full of data not yet durable: block | skip | coalesce"),
+	KEY("pool", "quota", cfg_quota, quota_bytes, 0, SECOND(config, quota_pct),
+	    .help = "the most one job may hold not yet durable: bytes or a share (50%)"),
+	KEY("pool", "max_parallel_uploads", cfg_u32, max_parallel_uploads, 0, .def = DEFAULT_MAX_PARALLEL_UPLOADS,
+	    .help = "uploads at once"),
+	KEY("pool", "memory_tier", cfg_bool, memory_tier, 0, .def = true,
+	    .help = "keep each (job, rank)'s newest durable step in the pool for restores"),
+
+	KEY("retention", "keep_last", cfg_u32, retention.keep_last, 0, .help = "the newest N complete steps"),
+	KEY("retention", "keep_every", cfg_u32, retention.keep_every, 0, .help = "and every step divisible by K"),
+	KEY("retention", "max_age", cfg_duration, retention.max_age_s, 0,
+	    .help = "complete steps older than this go (s, m, h, d)"),
+	KEY("retention", "incomplete_grace", cfg_duration, retention.incomplete_grace_s, 0,
+	    .help = "incomplete steps older than this go"),
+
+	KEY("limits", "max_frame_bytes", cfg_u32, max_frame_bytes, CFG_RESTART, .def = DEFAULT_MAX_FRAME_BYTES,
+	    .help = "largest request frame"),
+	KEY("limits", "max_fds_per_frame", cfg_u32, max_fds_per_frame, CFG_RESTART, .def = DEFAULT_MAX_FDS_PER_FRAME,
+	    .help = "fds one frame may carry (1..253)"),
+	KEY("limits", "max_sessions", cfg_u32, max_sessions, CFG_RESTART, .def = DEFAULT_MAX_SESSIONS,
+	    .help = "client connections at once"),
+	KEY("limits", "max_buffers", cfg_u32, max_buffers, CFG_RESTART, .def = DEFAULT_MAX_BUFFERS,
+	    .help = "registered buffers per session"),
+	KEY("limits", "max_tensors", cfg_u32, max_tensors, CFG_RESTART, .def = DEFAULT_MAX_TENSORS,
+	    .help = "tensors in one save"),
+	KEY("limits", "max_name_len", cfg_u32, max_name_len, CFG_RESTART, .def = DEFAULT_MAX_NAME_LEN,
+	    .help = "longest tensor name"),
+	KEY("limits", "max_inflight_saves", cfg_u32, max_inflight_saves, 0, .def = DEFAULT_MAX_INFLIGHT_SAVES,
+	    .help = "saves of one rank of a job in flight at once"),
+	KEY("limits", "max_inflight_loads", cfg_u32, max_inflight_loads, 0, .def = DEFAULT_MAX_INFLIGHT_LOADS,
+	    .help = "loads and lists of one session in flight at once"),
+	KEY("limits", "max_write_queue", cfg_u32, max_write_queue, CFG_RESTART, .def = DEFAULT_MAX_WRITE_QUEUE,
+	    .help = "bytes of replies queued to one session"),
+	KEY("limits", "max_extra_state", cfg_u32, max_extra_state, CFG_RESTART, .def = DEFAULT_MAX_EXTRA_STATE,
+	    .help = "bytes of extra state in one save"),
+	KEY("limits", "manifest_cache_bytes", cfg_size, manifest_cache_bytes, CFG_RESTART,
+	    .def = DEFAULT_MANIFEST_CACHE_BYTES, .help = "decoded manifests of pinned steps kept in memory; 0: off"),
+
+	KEY("metrics", "listen", cfg_str, metrics_listen, CFG_RESTART,
+	    .flag = "metrics-listen", .flag_arg = "HOST:PORT",
+	    .help = "serve Prometheus metrics on http://HOST:PORT/metrics; empty: off"),
+
+	KEY("log", "level", cfg_enum, log_level, 0, .def = LOG_LVL_INFO, NAMES(level_names),
+	    .flag = "log-level", .flag_arg = "LEVEL",
+	    .help = "error | warn | info | debug"),
+
+	KEY("debug", "store_delay_ms", cfg_u32, debug_store_delay_ms, CFG_RESTART | CFG_DEBUG,
+	    .help = "tests only: pause in the middle of each shard write"),
+	KEY("debug", "manifest_delay_ms", cfg_u32, debug_manifest_delay_ms, CFG_RESTART | CFG_DEBUG,
+	    .help = "tests only: pause in each manifest fetch of the cache"),
+};
+const size_t config_nkeys = sizeof(config_keys) / sizeof(config_keys[0]);
+
+#define JOB_KEY(key, ty, fld, ...) \
+	{ .name = key, .type = &ty, .off = offsetof(struct job_config, fld), \
+	  .size = sizeof(((struct job_config *)0)->fld), __VA_ARGS__ }
+
+/* [job.NAME]: each key overrides its namesake of [pool], [limits] or
+ * [retention] for that job; config_job_policy() applies them. */
+const struct config_key config_job_keys[JOB_KEY_COUNT] = {
+	[JOB_KEY_POLICY] = JOB_KEY("policy", cfg_enum, policy, NAMES(policy_names), .help = "block | skip | coalesce"),
+	[JOB_KEY_QUOTA] = JOB_KEY("quota", cfg_quota, quota_bytes, SECOND(job_config, quota_pct),
+				  .help = "bytes or a share of the pool (50%)"),
+	[JOB_KEY_MAX_INFLIGHT_SAVES] = JOB_KEY("max_inflight_saves", cfg_u32, max_inflight_saves,
+					       .help = "saves of one rank in flight at once; 0: [limits]"),
+	[JOB_KEY_KEEP_LAST] = JOB_KEY("keep_last", cfg_u32, retention.keep_last, .help = "the newest N complete steps"),
+	[JOB_KEY_KEEP_EVERY] = JOB_KEY("keep_every", cfg_u32, retention.keep_every,
+				       .help = "and every step divisible by K"),
+	[JOB_KEY_MAX_AGE] = JOB_KEY("max_age", cfg_duration, retention.max_age_s,
+				    .help = "complete steps older than this go"),
+	[JOB_KEY_INCOMPLETE_GRACE] = JOB_KEY("incomplete_grace", cfg_duration, retention.incomplete_grace_s,
+					     .help = "incomplete steps older than this go"),
+};
+
+static const struct config_key *find_in(const struct config_key *t, size_t n, const char *section, const char *name)
+{
+	const struct config_key *any = NULL;
+	for (size_t i = 0; i < n; i++) {
+		if (section && strcmp(t[i].section, section) != 0)
+			continue;
+		if (strcmp(t[i].name, name) == 0)
+			return &t[i];
+		if (strcmp(t[i].name, "*") == 0)
+			any = &t[i];
+	}
+	return any;
+}
+
+const struct config_key *config_key_find(const char *section, const char *name)
+{
+	if (strncmp(section, "job.", 4) == 0)
+		return find_in(config_job_keys, JOB_KEY_COUNT, NULL, name);
+	return find_in(config_keys, config_nkeys, section, name);
+}
+
+void config_defaults(struct config *c)
+{
+	memset(c, 0, sizeof(*c));
+	for (size_t i = 0; i < config_nkeys; i++) {
+		const struct config_key *k = &config_keys[i];
+		if (k->def_str)
+			snprintf(FLD(c, k->off), k->size, "%s", k->def_str);
+		else if (k->def)
+			set_uint(FLD(c, k->off), k->size, k->def);
+	}
+	c->allowed_uids[c->n_allowed_uids++] = getuid();
+	if (getuid() != 0)
+		c->allowed_uids[c->n_allowed_uids++] = 0;
+}
+
+/* ---- Parsing, printing, reloading: loops over the rows ---- */
+
 struct ini_ctx {
 	struct config *c;
 	int err;
@@ -274,126 +629,27 @@ struct ini_ctx {
 	size_t msglen;
 };
 
-static int on_ini(void *user, const char *section, const char *name,
-		  const char *value)
+static int on_ini(void *user, const char *section, const char *name, const char *value)
 {
 	struct ini_ctx *x = user;
-	struct config *c = x->c;
-	int r = -ENOENT;
-
-#define KEY(s, k) (strcmp(section, s) == 0 && strcmp(name, k) == 0)
+	void *base = x->c;
+	int r = 0;
 	if (strncmp(section, "job.", 4) == 0) {
-		struct job_config *j = job_section(c, section + 4);
-		enum admit_policy pol;
-		if (j == NULL)
+		base = job_section(x->c, section + 4);
+		if (base == NULL)
 			r = -E2BIG;
-		else if (strcmp(name, "policy") == 0) {
-			r = config_parse_policy(value, &pol);
-			if (r == 0)
-				j->policy = (int)pol;
-		}
-		else if (strcmp(name, "quota") == 0)
-			r = parse_quota(value, &j->quota_bytes, &j->quota_pct);
-		else if (strcmp(name, "max_inflight_saves") == 0)
-			r = parse_u32(value, &j->max_inflight_saves);
-		else {
-			uint8_t bit = 0;
-			r = parse_retention(&j->retention, name, value, &bit);
-			if (r == 0)
-				j->retention_set |= bit;
-		}
-	} else if (strcmp(section, "retention") == 0) {
-		uint8_t bit;
-		r = parse_retention(&c->retention, name, value, &bit);
-	} else if (KEY("pool", "policy")) {
-		r = config_parse_policy(value, &c->policy);
-	} else if (KEY("pool", "quota")) {
-		r = parse_quota(value, &c->quota_bytes, &c->quota_pct);
-	} else if (KEY("pool", "max_parallel_uploads")) {
-		r = parse_u32(value, &c->max_parallel_uploads);
-	} else if (KEY("pool", "memory_tier")) {
-		r = strcmp(value, "true") == 0 || strcmp(value, "yes") == 0 || strcmp(value, "1") == 0 ? 0 :
-		    strcmp(value, "false") == 0 || strcmp(value, "no") == 0 || strcmp(value, "0") == 0 ? 1 : -EINVAL;
-		if (r >= 0) {
-			c->memory_tier = r == 0;
-			r = 0;
-		}
-	} else if (KEY("debug", "store_delay_ms")) {
-		r = parse_u32(value, &c->debug_store_delay_ms);
-	} else if (KEY("debug", "manifest_delay_ms")) {
-		r = parse_u32(value, &c->debug_manifest_delay_ms);
-	} else if (KEY("server", "socket"))
-		r = copy_str(c->socket_path, sizeof(c->socket_path), value);
-	else if (KEY("server", "state_dir"))
-		r = copy_str(c->state_dir, sizeof(c->state_dir), value);
-	else if (KEY("server", "allowed_uids"))
-		r = parse_ids(value, c->allowed_uids, &c->n_allowed_uids);
-	else if (KEY("server", "allowed_gids"))
-		r = parse_ids(value, c->allowed_gids, &c->n_allowed_gids);
-	else if (KEY("server", "drain_timeout_ms"))
-		r = parse_u32(value, &c->drain_timeout_ms);
-	else if (KEY("storage", "url"))
-		r = copy_str(c->storage_url, sizeof(c->storage_url), value);
-	else if (KEY("storage", "layout")) {
-		r = strcmp(value, "spread") == 0 || strcmp(value, "step") == 0 ? 0 : -EINVAL;
-		c->layout_spread = strcmp(value, "spread") == 0;
 	}
-	else if (strcmp(section, "storage") == 0) {
-		/* Object-store options (endpoint, region, part_size ...):
-		 * checked by the backend when it opens. */
-		size_t l = strlen(c->storage_opts);
-		int n = snprintf(c->storage_opts + l, sizeof(c->storage_opts) - l, "%s%s=%s", l ? "&" : "", name,
-				 value);
-		r = (n < 0 || (size_t)n >= sizeof(c->storage_opts) - l || strpbrk(value, "&?")) ? -EINVAL : 0;
-	}
-	else if (KEY("pool", "staging_bytes"))
-		r = config_parse_size(value, &c->staging_bytes);
-	else if (KEY("pool", "chunk_bytes"))
-		r = config_parse_size(value, &c->chunk_bytes);
-	else if (KEY("pool", "copy_threads"))
-		r = parse_u32(value, &c->copy_threads);
-	else if (KEY("pool", "admit_timeout_ms"))
-		r = parse_u32(value, &c->admit_timeout_ms);
-	else if (KEY("limits", "max_frame_bytes"))
-		r = parse_u32(value, &c->max_frame_bytes);
-	else if (KEY("limits", "max_fds_per_frame"))
-		r = parse_u32(value, &c->max_fds_per_frame);
-	else if (KEY("limits", "max_sessions"))
-		r = parse_u32(value, &c->max_sessions);
-	else if (KEY("limits", "max_buffers"))
-		r = parse_u32(value, &c->max_buffers);
-	else if (KEY("limits", "max_tensors"))
-		r = parse_u32(value, &c->max_tensors);
-	else if (KEY("limits", "max_name_len"))
-		r = parse_u32(value, &c->max_name_len);
-	else if (KEY("limits", "max_inflight_saves"))
-		r = parse_u32(value, &c->max_inflight_saves);
-	else if (KEY("limits", "max_inflight_loads"))
-		r = parse_u32(value, &c->max_inflight_loads);
-	else if (KEY("limits", "max_write_queue"))
-		r = parse_u32(value, &c->max_write_queue);
-	else if (KEY("limits", "max_extra_state"))
-		r = parse_u32(value, &c->max_extra_state);
-	else if (KEY("limits", "manifest_cache_bytes"))
-		r = config_parse_size(value, &c->manifest_cache_bytes);
-	else if (KEY("metrics", "listen"))
-		r = copy_str(c->metrics_listen, sizeof(c->metrics_listen), value);
-	else if (KEY("log", "level")) {
-		static const char *names[] = { "error", "warn", "info", "debug" };
-		static const int lv[] = { 3, 4, 6, 7 };
-		for (int i = 0; i < 4; i++)
-			if (strcmp(value, names[i]) == 0) {
-				c->log_level = lv[i];
-				r = 0;
-			}
-		if (r)
-			r = -EINVAL;
-	}
-#undef KEY
+	const struct config_key *k = r ? NULL : config_key_find(section, name);
+	if (r == 0 && k == NULL)
+		r = -ENOENT;
+	if (r == 0)
+		r = k->type->parse(k, base, name, value);
+	if (r == 0 && base != x->c)
+		((struct job_config *)base)->set |= 1u << (k - config_job_keys);
 	if (r < 0 && x->err == 0) {
 		x->err = r;
-		snprintf(x->msg, x->msglen, "[%s] %s = %s: %s", section, name,
-			 value, r == -ENOENT ? "unknown key" : strerror(-r));
+		snprintf(x->msg, x->msglen, "[%s] %s = %s: %s", section, name, value,
+			 r == -ENOENT ? "unknown key" : strerror(-r));
 	}
 	return r == 0;
 }
@@ -438,86 +694,68 @@ int config_set(struct config *c, const char *section_key, const char *value, cha
 	return 0;
 }
 
-static const char *level_name(int l)
+/* The rows with (flags & mask) == want, a "[section]" before each new one. */
+static void print_rows(const struct config *c, FILE *f, unsigned mask, unsigned want, bool *first)
 {
-	return l <= 3 ? "error" : l == 4 ? "warn" : l <= 6 ? "info" : "debug";
-}
-
-static void print_ids(FILE *f, const char *key, const unsigned *ids, size_t n)
-{
-	fprintf(f, "%s =", key);
-	for (size_t i = 0; i < n; i++)
-		fprintf(f, "%s %u", i ? "," : "", ids[i]);
-	fprintf(f, "\n");
-}
-
-static void print_retention(FILE *f, const struct retention *r, uint8_t set)
-{
-	if (set & 1)
-		fprintf(f, "keep_last = %u\n", r->keep_last);
-	if (set & 2)
-		fprintf(f, "keep_every = %u\n", r->keep_every);
-	if (set & 4)
-		fprintf(f, "max_age = %" PRIu64 "s\n", r->max_age_s);
-	if (set & 8)
-		fprintf(f, "incomplete_grace = %" PRIu64 "s\n", r->incomplete_grace_s);
+	const char *sec = NULL;
+	for (size_t i = 0; i < config_nkeys; i++) {
+		const struct config_key *k = &config_keys[i];
+		if ((k->flags & mask) != want)
+			continue;
+		if (sec == NULL || strcmp(sec, k->section) != 0) {
+			fprintf(f, "%s[%s]\n", *first ? "" : "\n", k->section);
+			*first = false;
+			sec = k->section;
+		}
+		k->type->print(k, c, f);
+	}
 }
 
 void config_print(const struct config *c, FILE *f)
 {
-	fprintf(f, "[server]\nsocket = %s\nstate_dir = %s\n", c->socket_path, c->state_dir);
-	print_ids(f, "allowed_uids", c->allowed_uids, c->n_allowed_uids);
-	print_ids(f, "allowed_gids", c->allowed_gids, c->n_allowed_gids);
-	fprintf(f, "drain_timeout_ms = %u\n\n", c->drain_timeout_ms);
-	fprintf(f, "[storage]\nurl = %s\nlayout = %s\n", c->storage_url, c->layout_spread ? "spread" : "step");
-	if (c->storage_opts[0]) {
-		char o[sizeof(c->storage_opts)];
-		snprintf(o, sizeof(o), "%s", c->storage_opts);
-		for (char *t = strtok(o, "&"); t; t = strtok(NULL, "&")) {
-			char *eq = strchr(t, '=');
-			if (eq) {
-				*eq = 0;
-				fprintf(f, "%s = %s\n", t, eq + 1);
-			}
-		}
-	}
-	fprintf(f, "\n");
-	fprintf(f, "[pool]\nstaging_bytes = %" PRIu64 "\nchunk_bytes = %" PRIu64 "\ncopy_threads = %u\n"
-		   "admit_timeout_ms = %u\npolicy = %s\n",
-		c->staging_bytes, c->chunk_bytes, c->copy_threads, c->admit_timeout_ms, config_policy_name(c->policy));
-	if (c->quota_pct)
-		fprintf(f, "quota = %u%%\n", c->quota_pct);
-	else if (c->quota_bytes)
-		fprintf(f, "quota = %" PRIu64 "\n", c->quota_bytes);
-	fprintf(f, "max_parallel_uploads = %u\nmemory_tier = %s\n\n", c->max_parallel_uploads,
-		c->memory_tier ? "true" : "false");
-	fprintf(f, "[retention]\n");
-	print_retention(f, &c->retention, 15);
-	fprintf(f, "\n[limits]\nmax_frame_bytes = %u\nmax_fds_per_frame = %u\nmax_sessions = %u\n"
-		   "max_buffers = %u\nmax_tensors = %u\nmax_name_len = %u\nmax_inflight_saves = %u\n"
-		   "max_inflight_loads = %u\nmax_write_queue = %u\nmax_extra_state = %u\n"
-		   "manifest_cache_bytes = %" PRIu64 "\n\n",
-		c->max_frame_bytes, c->max_fds_per_frame, c->max_sessions, c->max_buffers, c->max_tensors,
-		c->max_name_len, c->max_inflight_saves, c->max_inflight_loads, c->max_write_queue,
-		c->max_extra_state, c->manifest_cache_bytes);
-	fprintf(f, "[metrics]\nlisten = %s\n\n[log]\nlevel = %s\n", c->metrics_listen,
-		level_name(c->log_level));
+	bool first = true;
+	print_rows(c, f, CFG_DEBUG, 0, &first);
 	for (size_t i = 0; i < c->njobs; i++) {
 		const struct job_config *j = &c->jobs[i];
 		fprintf(f, "\n[job.%s]\n", j->name);
-		if (j->policy >= 0)
-			fprintf(f, "policy = %s\n", config_policy_name((enum admit_policy)j->policy));
-		if (j->quota_pct)
-			fprintf(f, "quota = %u%%\n", j->quota_pct);
-		else if (j->quota_bytes)
-			fprintf(f, "quota = %" PRIu64 "\n", j->quota_bytes);
-		if (j->max_inflight_saves)
-			fprintf(f, "max_inflight_saves = %u\n", j->max_inflight_saves);
-		print_retention(f, &j->retention, j->retention_set);
+		for (size_t k = 0; k < JOB_KEY_COUNT; k++)
+			if (j->set & (1u << k))
+				config_job_keys[k].type->print(&config_job_keys[k], j, f);
 	}
-	if (c->debug_store_delay_ms || c->debug_manifest_delay_ms)
-		fprintf(f, "\n[debug]\nstore_delay_ms = %u\nmanifest_delay_ms = %u\n", c->debug_store_delay_ms,
-			c->debug_manifest_delay_ms);
+	bool debug = false;
+	for (size_t i = 0; i < config_nkeys; i++)
+		if (config_keys[i].flags & CFG_DEBUG)
+			debug |= key_uint(&config_keys[i], c) != 0;
+	if (debug)
+		print_rows(c, f, CFG_DEBUG, CFG_DEBUG, &first);
+}
+
+int config_reload(struct config *cur, const struct config *next, char *kept, size_t keptlen)
+{
+	int nkept = 0;
+	size_t l = 0;
+	if (keptlen)
+		kept[0] = '\0';
+	for (size_t i = 0; i < config_nkeys; i++) {
+		const struct config_key *k = &config_keys[i];
+		if (k->type->same(k, cur, next))
+			continue;
+		if (k->flags & CFG_RESTART) {
+			int n = snprintf(kept + l, keptlen - l, "%s[%s] %s", nkept ? ", " : "", k->section,
+					 strcmp(k->name, "*") ? k->name : "options");
+			if (n > 0 && (size_t)n < keptlen - l)
+				l += (size_t)n;
+			nkept++;
+			continue;
+		}
+		memcpy(FLD(cur, k->off), CFLD(next, k->off), k->size);
+		if (k->size2)
+			memcpy(FLD(cur, k->off2), CFLD(next, k->off2), k->size2);
+	}
+	/* Every [job.NAME] key may change while running. */
+	memcpy(cur->jobs, next->jobs, sizeof(next->jobs));
+	cur->njobs = next->njobs;
+	return nkept;
 }
 
 int config_validate(const struct config *c, char *err, size_t errlen)

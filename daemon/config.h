@@ -1,5 +1,8 @@
 /* Daemon configuration: defaults, the ini file (libinih) and command line
- * overrides. Every cap of DESIGN §3 is here and can be set in [limits]. */
+ * overrides. Every cap of DESIGN §3 is here and can be set in [limits].
+ * Each key is one row of config_keys[] or config_job_keys[] (config.c):
+ * the rows drive parsing, --set and the key flags, the defaults,
+ * --check-config's printing and what SIGHUP takes. */
 #ifndef CKPTD_CONFIG_H
 #define CKPTD_CONFIG_H
 
@@ -50,13 +53,28 @@ struct retention {
 	uint64_t incomplete_grace_s; /* incomplete steps older than this go; 0: never */
 };
 
+/* The rows of config_job_keys[], in order: bit (1 << JOB_KEY_x) of
+ * job_config.set says the section sets that key. */
+enum job_key {
+	JOB_KEY_POLICY,
+	JOB_KEY_QUOTA,
+	JOB_KEY_MAX_INFLIGHT_SAVES,
+	JOB_KEY_KEEP_LAST,
+	JOB_KEY_KEEP_EVERY,
+	JOB_KEY_MAX_AGE,
+	JOB_KEY_INCOMPLETE_GRACE,
+	JOB_KEY_COUNT,
+};
+
+/* One [job.NAME] section: what it sets overrides [pool], [limits] and
+ * [retention] for that job. */
 struct job_config {
 	char name[129];
+	uint32_t set; /* bit per enum job_key */
 	struct retention retention;
-	uint8_t retention_set;       /* bit per field above */
-	int policy;                  /* -1: the default */
-	uint64_t quota_bytes;        /* 0: none set here */
-	uint32_t quota_pct;          /* 0: none set here */
+	enum admit_policy policy;
+	uint64_t quota_bytes;
+	uint32_t quota_pct;
 	uint32_t max_inflight_saves; /* 0: the default */
 };
 
@@ -112,6 +130,49 @@ struct config {
 	uint32_t debug_manifest_delay_ms;
 };
 
+/* One config key: a row of config_keys[] or config_job_keys[] (config.c),
+ * which drive parsing (file and --set), printing (--check-config), the
+ * defaults and SIGHUP. */
+struct config_key;
+
+/* How a type of value is read from ini text, written back ("name =
+ * value\n") and compared. base is the struct config (struct job_config in
+ * job rows) holding the key's field at k->off; parse returns 0 or -errno. */
+struct config_type {
+	int (*parse)(const struct config_key *k, void *base, const char *name, const char *value);
+	void (*print)(const struct config_key *k, const void *base, FILE *f);
+	bool (*same)(const struct config_key *k, const void *a, const void *b);
+};
+
+enum config_key_flags {
+	CFG_RESTART = 1 << 0, /* read at start only: SIGHUP warns if it changed and keeps the running value */
+	CFG_DEBUG = 1 << 1,   /* tests only: printed last, and only when one is set */
+};
+
+struct config_key {
+	const char *section; /* NULL in config_job_keys[]: any [job.NAME] */
+	const char *name;    /* "*": every other key of the section */
+	const struct config_type *type;
+	size_t off, size;     /* the field */
+	size_t off2, size2;   /* a second field: an id list's count, a quota's percentage; size2 0: none */
+	unsigned flags;       /* enum config_key_flags */
+	uint64_t def;         /* the default of a number, bool or enum */
+	const char *def_str;  /* the default of a string */
+	const char *const *names; /* an enum's names, indexed by value (designated initialisers) */
+	size_t nnames;
+	const char *flag;     /* the command-line flag (--flag VALUE) that sets it, if any */
+	const char *flag_arg; /* its VALUE in --help */
+	const char *help;     /* one line */
+};
+
+extern const struct config_key config_keys[];
+extern const size_t config_nkeys;
+extern const struct config_key config_job_keys[JOB_KEY_COUNT];
+
+/* The row for [section] name: job sections ("job.x") find job rows, a
+ * section with a "*" row finds that for other names. NULL if none. */
+const struct config_key *config_key_find(const char *section, const char *name);
+
 void config_defaults(struct config *c);
 /* Parse an ini file over the current values. 0, or -errno with a message
  * in err naming the file, line and key. */
@@ -133,6 +194,10 @@ void config_job_policy(const struct config *c, const char *job, uint64_t pool_by
 int config_set(struct config *c, const char *section_key, const char *value, char *err, size_t errlen);
 /* The effective configuration, as an ini file. */
 void config_print(const struct config *c, FILE *f);
+/* SIGHUP: take from next every value that may change while running. A
+ * restart-only value that changed keeps its running value and is named in
+ * kept ("[pool] staging_bytes, ..."). Returns how many were kept. */
+int config_reload(struct config *cur, const struct config *next, char *kept, size_t keptlen);
 /* Checks the combination of values; 0 or -EINVAL with a message. */
 int config_validate(const struct config *c, char *err, size_t errlen);
 

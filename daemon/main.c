@@ -14,6 +14,7 @@
 #include "store.h"
 #include "workq.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -35,42 +36,83 @@ static void on_recovered(void *ctx, const char *what)
 		snprintf(d->stats.recovered[d->stats.nrecovered++], sizeof(d->stats.recovered[0]), "%s", what);
 }
 
-static void usage(FILE *f)
+/* A key's default for --help: "1G", "info", "/var/lib/ckptd"; "" if none. */
+static const char *default_text(const struct config_key *k, char *buf, size_t len)
 {
-	fprintf(f,
-		"usage: ckptd [--socket PATH] [--storage URL] [--staging-bytes SIZE]\n"
-		"             [--state-dir DIR] [--config FILE] [--log-level LEVEL]\n"
-		"             [--chunk-bytes SIZE] [--metrics-listen HOST:PORT]\n"
-		"             [--set SECTION.KEY=VALUE]... [--check-config]\n"
-		"  --socket PATH         Unix socket to listen on (default %s)\n"
-		"  --storage URL         where checkpoints go: file:///abs/path\n"
-		"  --staging-bytes SIZE  pinned staging pool, e.g. 4G (default 1G)\n"
-		"  --chunk-bytes SIZE    pool chunk and upload part size (default 64M)\n"
-		"  --state-dir DIR       daemon state, the journal (default %s)\n"
-		"  --config FILE         ini file (default %s, if it exists)\n"
-		"  --log-level LEVEL     error|warn|info|debug\n"
-		"  --metrics-listen A    serve Prometheus metrics on http://A/metrics\n"
-		"  --set S.K=V           any config key, e.g. --set pool.policy=skip\n"
-		"  --check-config        validate, print the effective config, exit\n"
-		"Exit status: 0 after a clean stop (drained, or drain deadline passed with\n"
-		"the rest journaled), 1 on a runtime error, 2 on a usage or config error.\n",
-		DEFAULT_SOCKET_PATH, DEFAULT_STATE_DIR, DEFAULT_CONFIG_PATH);
+	static const char units[] = "KMGT";
+	uint64_t v = k->def;
+	int u = -1;
+	if (k->def_str)
+		return k->def_str;
+	if (k->names)
+		return k->def < k->nnames && k->names[k->def] ? k->names[k->def] : "";
+	if (v == 0)
+		return "";
+	while (u < 3 && v % 1024 == 0) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, len, "%" PRIu64 "%.*s", v, u >= 0, u >= 0 ? &units[u] : "");
+	return buf;
 }
 
-static const struct option opts[] = {
-	{ "socket", required_argument, NULL, 's' },
-	{ "storage", required_argument, NULL, 'u' },
-	{ "staging-bytes", required_argument, NULL, 'b' },
-	{ "chunk-bytes", required_argument, NULL, 'c' },
-	{ "state-dir", required_argument, NULL, 'd' },
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: ckptd [--config FILE] [--set SECTION.KEY=VALUE]... [--check-config]");
+	int col = 80;
+	for (size_t i = 0; i < config_nkeys; i++) {
+		const struct config_key *k = &config_keys[i];
+		if (k->flag == NULL)
+			continue;
+		int n = (int)(strlen(k->flag) + strlen(k->flag_arg) + 6);
+		if (col + n > 78) {
+			fprintf(f, "\n            ");
+			col = 12;
+		}
+		fprintf(f, " [--%s %s]", k->flag, k->flag_arg);
+		col += n;
+	}
+	fprintf(f, "\n  --config FILE         ini file (default %s, if it exists)\n"
+		   "  --set S.K=V           any config key, e.g. --set pool.policy=skip\n"
+		   "  --check-config        validate, print the effective config, exit\n",
+		DEFAULT_CONFIG_PATH);
+	for (size_t i = 0; i < config_nkeys; i++) {
+		const struct config_key *k = &config_keys[i];
+		char opt[64], def[32];
+		if (k->flag == NULL)
+			continue;
+		snprintf(opt, sizeof(opt), "--%s %s", k->flag, k->flag_arg);
+		const char *dt = default_text(k, def, sizeof(def));
+		fprintf(f, "  %-21s%s%s (%s%s%s[%s] %s)\n", opt, strlen(opt) > 21 ? "\n                        " : " ",
+			k->help, dt[0] ? "default " : "", dt, dt[0] ? "; " : "", k->section, k->name);
+	}
+	fprintf(f, "Exit status: 0 after a clean stop (drained, or drain deadline passed with\n"
+		   "the rest journaled), 1 on a runtime error, 2 on a usage or config error.\n");
+}
+
+/* The flags of main.c, and then a config key's own flag (--socket,
+ * --storage ...) from its row's .flag in config_keys[] (config.c): it sets
+ * the key as --set would. */
+enum { OPT_KEY = 0x100 }; /* + the row's index in config_keys[] */
+static const struct option base_opts[] = {
 	{ "config", required_argument, NULL, 'f' },
-	{ "log-level", required_argument, NULL, 'l' },
-	{ "metrics-listen", required_argument, NULL, 'm' },
 	{ "set", required_argument, NULL, 'S' },
 	{ "check-config", no_argument, NULL, 'C' },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
+static struct option opts[32 + sizeof(base_opts) / sizeof(base_opts[0])];
+
+static void build_opts(void)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < config_nkeys; i++)
+		if (config_keys[i].flag) {
+			assert(n < 32);
+			opts[n++] = (struct option){ config_keys[i].flag, required_argument, NULL, OPT_KEY + (int)i };
+		}
+	memcpy(&opts[n], base_opts, sizeof(base_opts));
+}
 
 static int saved_argc;
 static char **saved_argv;
@@ -100,15 +142,13 @@ static int parse_config(struct config *cfg, bool *check_only, char *err, size_t 
 	optind = 1;
 	opterr = 0;
 	while ((c = getopt_long(saved_argc, saved_argv, "", opts, NULL)) != -1) {
-		static const char *const key[] = { ['s'] = "server.socket",	   ['u'] = "storage.url",
-						   ['b'] = "pool.staging_bytes",   ['c'] = "pool.chunk_bytes",
-						   ['d'] = "server.state_dir",	   ['l'] = "log.level",
-						   ['m'] = "metrics.listen" };
 		int r = 0;
-		switch (c) {
-		case 's': case 'u': case 'b': case 'c': case 'd': case 'l': case 'm':
-			r = config_set(cfg, key[c], optarg, err, errlen);
-			break;
+		if (c >= OPT_KEY) {
+			const struct config_key *k = &config_keys[c - OPT_KEY];
+			char key[160];
+			snprintf(key, sizeof(key), "%s.%s", k->section, k->name);
+			r = config_set(cfg, key, optarg, err, errlen);
+		} else switch (c) {
 		case 'S': {
 			char kv[512];
 			snprintf(kv, sizeof(kv), "%s", optarg);
@@ -143,8 +183,9 @@ static int parse_config(struct config *cfg, bool *check_only, char *err, size_t 
 	return config_validate(cfg, err, errlen);
 }
 
-/* SIGHUP: re-read the config file and flags; apply what can change while
- * running (log level, policies, quotas, retention, timeouts). */
+/* SIGHUP: re-read the config file and flags into a new struct, validate
+ * it, and take what can change while running (config_reload: the keys
+ * without CFG_RESTART in config_keys[]). */
 static void on_sighup(uv_signal_t *h, int signum)
 {
 	struct daemon *d = h->data;
@@ -156,26 +197,10 @@ static void on_sighup(uv_signal_t *h, int signum)
 		log_err("SIGHUP: config not reloaded: %s", r > 0 ? "--help" : err);
 		return;
 	}
-	if (strcmp(nc.socket_path, d->cfg.socket_path) || strcmp(nc.storage_url, d->cfg.storage_url) ||
-	    nc.staging_bytes != d->cfg.staging_bytes || nc.chunk_bytes != d->cfg.chunk_bytes ||
-	    nc.copy_threads != d->cfg.copy_threads || strcmp(nc.state_dir, d->cfg.state_dir) ||
-	    strcmp(nc.metrics_listen, d->cfg.metrics_listen) || nc.manifest_cache_bytes != d->cfg.manifest_cache_bytes)
-		log_warn("SIGHUP: socket, storage, pool, copy threads, state dir, metrics_listen and "
-			 "manifest_cache_bytes change only on restart");
-	d->cfg.log_level = nc.log_level;
-	log_set_level((enum log_level)nc.log_level);
-	d->cfg.policy = nc.policy;
-	d->cfg.quota_bytes = nc.quota_bytes;
-	d->cfg.quota_pct = nc.quota_pct;
-	d->cfg.retention = nc.retention;
-	memcpy(d->cfg.jobs, nc.jobs, sizeof(nc.jobs));
-	d->cfg.njobs = nc.njobs;
-	d->cfg.admit_timeout_ms = nc.admit_timeout_ms;
-	d->cfg.drain_timeout_ms = nc.drain_timeout_ms;
-	d->cfg.max_parallel_uploads = nc.max_parallel_uploads;
-	d->cfg.memory_tier = nc.memory_tier;
-	d->cfg.max_inflight_saves = nc.max_inflight_saves;
-	d->cfg.max_inflight_loads = nc.max_inflight_loads;
+	char kept[512];
+	if (config_reload(&d->cfg, &nc, kept, sizeof(kept)) > 0)
+		log_warn("SIGHUP: %s change only on restart; kept the running values", kept);
+	log_set_level((enum log_level)d->cfg.log_level);
 	log_info("SIGHUP: configuration reloaded (log level %d, %zu job sections)", nc.log_level, nc.njobs);
 }
 
@@ -190,6 +215,7 @@ int main(int argc, char **argv)
 {
 	saved_argc = argc;
 	saved_argv = argv;
+	build_opts();
 	static struct daemon dd;
 	struct daemon *d = &dd;
 	d->listen_fd = -1;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <cmocka.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -305,6 +306,222 @@ static void test_validate(void **state)
 	assert_int_equal(config_validate(&c, err, sizeof(err)), -EINVAL);
 }
 
+/* A config file's keys, commented ("# keep_last = 3") or not, with their
+ * sections ("# [job.x]" counts): calls fn for each. Prose comments have no
+ * "word =" at their start. */
+struct ini_key {
+	char section[64], name[64];
+};
+
+static size_t scan_keys(const char *text, struct ini_key *out, size_t max)
+{
+	char section[64] = "";
+	size_t n = 0;
+	for (const char *l = text; *l;) {
+		const char *e = strchr(l, '\n');
+		size_t len = e ? (size_t)(e - l) : strlen(l);
+		char line[512];
+		snprintf(line, sizeof(line), "%.*s", (int)(len < sizeof(line) ? len : sizeof(line) - 1), l);
+		l += len + (e != NULL);
+		char *p = line;
+		while (*p == ' ' || *p == '\t' || *p == '#' || *p == ';')
+			p++;
+		if (*p == '[') {
+			char *close = strchr(p, ']');
+			if (close && (size_t)(close - p - 1) < sizeof(section))
+				snprintf(section, sizeof(section), "%.*s", (int)(close - p - 1), p + 1);
+			continue;
+		}
+		size_t k = strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_");
+		const char *q = p + k;
+		while (*q == ' ')
+			q++;
+		if (k == 0 || k >= sizeof(out[0].name) || *q != '=')
+			continue;
+		assert_true(n < max);
+		snprintf(out[n].section, sizeof(out[n].section), "%s", section);
+		snprintf(out[n].name, sizeof(out[n].name), "%.*s", (int)k, p);
+		n++;
+	}
+	return n;
+}
+
+static char *read_text(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (f == NULL)
+		fail_msg("%s: %s", path, strerror(errno));
+	static char buf[1 << 16];
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	return buf;
+}
+
+static bool has_key(const struct ini_key *keys, size_t n, const char *section, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(keys[i].name, name) == 0 &&
+		    (section ? strcmp(keys[i].section, section) == 0 : strncmp(keys[i].section, "job.", 4) == 0))
+			return true;
+	return false;
+}
+
+/* Every key of the shipped example (commented or not) is a row of
+ * config_keys[] or config_job_keys[], and every row is in the example: a
+ * key added to the table is documented there. */
+static void test_example_keys_match_table(void **state)
+{
+	(void)state;
+	char path[1024];
+	snprintf(path, sizeof(path), "%s/deploy/ckptd.conf.example", getenv("CKPT_SOURCE_ROOT"));
+	static struct ini_key keys[256];
+	size_t n = scan_keys(read_text(path), keys, 256);
+	assert_true(n > 30);
+	for (size_t i = 0; i < n; i++)
+		if (config_key_find(keys[i].section, keys[i].name) == NULL)
+			fail_msg("%s: [%s] %s is not in config_keys[] (daemon/config.c)", path, keys[i].section,
+				 keys[i].name);
+	for (size_t i = 0; i < config_nkeys; i++) {
+		const struct config_key *k = &config_keys[i];
+		assert_non_null(k->help);
+		if (strcmp(k->name, "*") != 0 && !has_key(keys, n, k->section, k->name))
+			fail_msg("[%s] %s is not in %s", k->section, k->name, path);
+	}
+	/* A [job.NAME] key is in the example's job section, or its namesake
+	 * that it overrides is ([retention] keep_every ...). */
+	for (size_t i = 0; i < JOB_KEY_COUNT; i++) {
+		const struct config_key *k = &config_job_keys[i];
+		assert_non_null(k->name);
+		assert_non_null(k->help);
+		if (!has_key(keys, n, NULL, k->name) && !has_key(keys, n, "pool", k->name) &&
+		    !has_key(keys, n, "limits", k->name) && !has_key(keys, n, "retention", k->name))
+			fail_msg("[job.NAME] %s is not in %s", k->name, path);
+	}
+}
+
+/* The ckptd.conf of the k8s ConfigMap: its keys are rows, and it loads. */
+static void test_configmap_keys_in_table(void **state)
+{
+	(void)state;
+	char path[1024];
+	snprintf(path, sizeof(path), "%s/deploy/k8s/configmap.yaml", getenv("CKPT_SOURCE_ROOT"));
+	const char *yaml = read_text(path);
+	const char *p = strstr(yaml, "ckptd.conf: |\n");
+	assert_non_null(p);
+	p = strchr(p, '\n') + 1;
+	size_t indent = strspn(p, " ");
+	assert_true(indent > 0);
+	static char conf[1 << 16];
+	size_t m = 0;
+	while (*p) {
+		const char *e = strchr(p, '\n');
+		size_t len = e ? (size_t)(e - p) + 1 : strlen(p);
+		size_t sp = strspn(p, " ");
+		if (sp < indent && p[sp] != '\n')
+			break; /* the block ends */
+		size_t skip = sp < indent ? sp : indent;
+		memcpy(conf + m, p + skip, len - skip);
+		m += len - skip;
+		p += len;
+	}
+	conf[m] = '\0';
+	static struct ini_key keys[256];
+	size_t n = scan_keys(conf, keys, 256);
+	assert_true(n > 5);
+	for (size_t i = 0; i < n; i++)
+		if (config_key_find(keys[i].section, keys[i].name) == NULL)
+			fail_msg("%s: [%s] %s is not in config_keys[]", path, keys[i].section, keys[i].name);
+	const char *tmp = write_ini(conf);
+	struct config c;
+	char err[512] = "";
+	config_defaults(&c);
+	int r = config_load(&c, tmp, err, sizeof(err));
+	unlink(tmp);
+	if (r != 0)
+		fail_msg("%s: %s", path, err);
+}
+
+/* config_print writes every row so that loading it gives the same values. */
+static void test_print_round_trip(void **state)
+{
+	(void)state;
+	struct config c, back;
+	char err[512] = "";
+	config_defaults(&c);
+	const char *path = write_ini("[server]\nallowed_gids = 7, 8\n[storage]\nurl = s3://b/p\nlayout = spread\n"
+				     "region = eu-west-1\npart_size = 8M\n[pool]\nquota = 3G\nmemory_tier = no\n"
+				     "policy = coalesce\n[retention]\nmax_age = 2h\nkeep_every = 10\n"
+				     "[job.a]\nquota = 10%\nkeep_last = 2\nincomplete_grace = 1d\n[job.b]\npolicy = skip\n"
+				     "[log]\nlevel = warn\n[debug]\nstore_delay_ms = 5\n");
+	assert_int_equal(config_load(&c, path, err, sizeof(err)), 0);
+	unlink(path);
+	char text[8192];
+	FILE *f = fmemopen(text, sizeof(text), "w");
+	assert_non_null(f);
+	config_print(&c, f);
+	fclose(f);
+	path = write_ini(text);
+	memset(&back, 0, sizeof(back));
+	config_defaults(&back);
+	back.n_allowed_uids = 0;
+	int r = config_load(&back, path, err, sizeof(err));
+	unlink(path);
+	if (r != 0)
+		fail_msg("%s\n%s", err, text);
+	char kept[512];
+	assert_int_equal(config_reload(&back, &c, kept, sizeof(kept)), 0);
+	assert_string_equal(back.storage_opts, "region=eu-west-1&part_size=8M");
+	assert_true(back.layout_spread);
+	assert_false(back.memory_tier);
+	assert_int_equal(back.quota_bytes, 3ull << 30);
+	assert_int_equal(back.log_level, 4);
+	assert_int_equal(back.debug_store_delay_ms, 5);
+	assert_int_equal(back.njobs, 2);
+	assert_int_equal(back.jobs[0].quota_pct, 10);
+	assert_int_equal(back.jobs[0].retention.incomplete_grace_s, 86400);
+	assert_int_equal(back.jobs[0].set, (1u << JOB_KEY_QUOTA) | (1u << JOB_KEY_KEEP_LAST) |
+						   (1u << JOB_KEY_INCOMPLETE_GRACE));
+	assert_int_equal(back.jobs[1].policy, POLICY_SKIP);
+	assert_non_null(strstr(text, "\n[job.b]\npolicy = skip\n"));
+	assert_null(strstr(text, "manifest_delay_ms = 5"));
+}
+
+/* SIGHUP: a restart-only key keeps its running value and is named; the
+ * others, and the job sections, take the new one. */
+static void test_reload(void **state)
+{
+	(void)state;
+	struct config cur, next;
+	char kept[512];
+	valid_config(&cur);
+	valid_config(&next);
+	assert_int_equal(config_reload(&cur, &next, kept, sizeof(kept)), 0);
+	assert_string_equal(kept, "");
+	next.staging_bytes = 2 * cur.staging_bytes;
+	snprintf(next.socket_path, sizeof(next.socket_path), "/tmp/other.sock");
+	snprintf(next.storage_opts, sizeof(next.storage_opts), "region=x");
+	next.policy = POLICY_SKIP;
+	next.log_level = 7;
+	next.retention.keep_last = 3;
+	next.max_inflight_loads = 9;
+	char err[256];
+	assert_int_equal(config_set(&next, "job.j.quota", "1G", err, sizeof(err)), 0);
+	assert_int_equal(config_reload(&cur, &next, kept, sizeof(kept)), 3);
+	assert_non_null(strstr(kept, "[server] socket"));
+	assert_non_null(strstr(kept, "[pool] staging_bytes"));
+	assert_non_null(strstr(kept, "[storage] options"));
+	assert_int_equal(cur.staging_bytes, DEFAULT_STAGING_BYTES);
+	assert_string_equal(cur.socket_path, DEFAULT_SOCKET_PATH);
+	assert_string_equal(cur.storage_opts, "");
+	assert_int_equal(cur.policy, POLICY_SKIP);
+	assert_int_equal(cur.log_level, 7);
+	assert_int_equal(cur.retention.keep_last, 3);
+	assert_int_equal(cur.max_inflight_loads, 9);
+	assert_int_equal(cur.njobs, 1);
+	assert_int_equal(cur.jobs[0].quota_bytes, 1ull << 30);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -316,6 +533,10 @@ int main(void)
 		cmocka_unit_test(test_validate),
 		cmocka_unit_test(test_example_file),
 		cmocka_unit_test(test_job_policy),
+		cmocka_unit_test(test_example_keys_match_table),
+		cmocka_unit_test(test_configmap_keys_in_table),
+		cmocka_unit_test(test_print_round_trip),
+		cmocka_unit_test(test_reload),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
