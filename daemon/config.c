@@ -1,4 +1,5 @@
 #include "config.h"
+#include "wire.h"
 
 #include "log.h"
 
@@ -783,7 +784,7 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 		snprintf(err, errlen, "a limit is too small");
 		return -EINVAL;
 	}
-	if (c->max_fds_per_frame > 253) {
+	if (c->max_fds_per_frame > WIRE_MAX_FDS) {
 		snprintf(err, errlen, "max_fds_per_frame must be 1..253 (the kernel's SCM_MAX_FD)");
 		return -EINVAL;
 	}

@@ -1,5 +1,5 @@
 /* Daemon configuration: defaults, the ini file (libinih) and command line
- * overrides. Every cap of DESIGN §3 is here and can be set in [limits].
+ * overrides. Every cap of the wire (docs/architecture.md §4) is here and can be set in [limits].
  * Each key is one row of config_keys[] or config_job_keys[] (config.c):
  * the rows drive parsing, --set and the key flags, the defaults,
  * --check-config's printing and what SIGHUP takes. */
