@@ -710,14 +710,7 @@ static void load_done(uv_work_t *w, int status)
 
 static void load_reject(struct session *s, uint64_t req_id, int status, const char *msg)
 {
-	Ckpt__LoadFailed bad = CKPT__LOAD_FAILED__INIT;
-	bad.status = status;
-	bad.message = (char *)msg;
-	Ckpt__Frame f = CKPT__FRAME__INIT;
-	f.body_case = CKPT__FRAME__BODY_LOAD_FAILED;
-	f.load_failed = &bad;
-	log_info("session %" PRIu64 ": load refused: %s", s->id, msg);
-	session_send(s, req_id, &f);
+	session_send_load_failed(s, req_id, status, msg);
 }
 
 static int plan(struct load *ld, struct session *s, const Ckpt__Load *m, char *err, size_t errlen)

@@ -116,14 +116,7 @@ static void refuse(struct session *s, const struct msg_row *m, uint64_t req_id, 
 		session_reply(s, req_id, status, "%s", why);
 		return;
 	}
-	Ckpt__LoadFailed bad = CKPT__LOAD_FAILED__INIT;
-	bad.status = status;
-	bad.message = (char *)why;
-	Ckpt__Frame f = CKPT__FRAME__INIT;
-	f.body_case = CKPT__FRAME__BODY_LOAD_FAILED;
-	f.load_failed = &bad;
-	log_info("session %" PRIu64 ": %s refused: %s", s->id, m->name, why);
-	session_send(s, req_id, &f);
+	session_send_load_failed(s, req_id, status, why);
 }
 
 void msg_dispatch(struct session *s, const Ckpt__Frame *f)

@@ -573,3 +573,15 @@ int session_start(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid)
 	session_set_events(s, UV_READABLE);
 	return 0;
 }
+
+void session_send_load_failed(struct session *s, uint64_t req_id, int status, const char *msg)
+{
+	Ckpt__LoadFailed bad = CKPT__LOAD_FAILED__INIT;
+	bad.status = status;
+	bad.message = (char *)msg;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_LOAD_FAILED;
+	f.load_failed = &bad;
+	log_info("session %" PRIu64 ": load refused: %s", s->id, msg);
+	session_send(s, req_id, &f);
+}

@@ -80,4 +80,8 @@ void session_ref(struct session *s);
 /* Returns false if the session has closed meanwhile (and drops it). */
 bool session_unref_alive(struct session *s);
 
+/* A load refused before it started: LoadFailed, not a Reply, as the
+ * client waits for one of the load's own events. */
+void session_send_load_failed(struct session *s, uint64_t req_id, int status, const char *msg);
+
 #endif
