@@ -40,6 +40,8 @@ struct stats {
 	char recovered[RECOVERED_LIST][1024]; /* what, for ckptctl status */
 };
 
+struct requester_ops;
+
 struct daemon {
 	uv_loop_t *loop;
 	struct config cfg;
@@ -92,6 +94,7 @@ struct daemon {
 	 * completions flow up without calls into them. */
 	void (*on_work_ended)(struct daemon *d);                 /* daemon.c, while draining */
 	void (*on_durable)(struct daemon *d, const char *job);    /* retention (catalog_req.c) */
+	const struct requester_ops *req_ops;                      /* the wire layer's (session.c) */
 };
 
 /* Work that a drain waits for (a save, a load, a catalogue request) ended.

@@ -1,5 +1,4 @@
 #include "load.h"
-#include "bgreq.h"
 #include "catalog.h"
 #include "crc32c.h"
 #include "daemon.h"
@@ -7,7 +6,7 @@
 #include "log.h"
 #include "manifest.h"
 #include "save.h"
-#include "session.h"
+#include "requester.h"
 #include "tensor.h"
 
 #include <errno.h>
@@ -640,7 +639,7 @@ static void send_loaded(struct load *ld)
 	if (lt == NULL || ltp == NULL) {
 		free(lt);
 		free(ltp);
-		session_close(ld->session, ENOMEM, "out of memory");
+		ld->d->req_ops->close(ld->session, ENOMEM, "out of memory");
 		return;
 	}
 	for (size_t i = 0; i < ld->nreqs; i++) {
@@ -664,7 +663,7 @@ static void send_loaded(struct load *ld)
 	f.loaded = &ok;
 	log_info("load: %s step %" PRIu64 " rank %u: %" PRIu64 " bytes from %s", ld->job, ld->loaded_step,
 		 ld->rank, ld->bytes, ok.source);
-	session_send(ld->session, ld->req_id, &f);
+	ld->d->req_ops->send(ld->session, ld->req_id, &f);
 	free(lt);
 	free(ltp);
 }
@@ -690,7 +689,7 @@ static void load_done(uv_work_t *w, int status)
 		else
 			d->stats.restores_from_storage++;
 	}
-	if (session_unref_alive(ld->session)) {
+	if (d->req_ops->release(ld->session)) {
 		if (ld->status == 0) {
 			send_loaded(ld);
 		} else {
@@ -701,21 +700,17 @@ static void load_done(uv_work_t *w, int status)
 			f.body_case = CKPT__FRAME__BODY_LOAD_FAILED;
 			f.load_failed = &bad;
 			log_warn("load: %s rank %u failed: %s", ld->job, ld->rank, ld->msg);
-			session_send(ld->session, ld->req_id, &f);
+			d->req_ops->send(ld->session, ld->req_id, &f);
 		}
 	}
 	load_free(ld);
 	daemon_work_ended(d);
 }
 
-static void load_reject(struct session *s, uint64_t req_id, int status, const char *msg)
-{
-	session_send_load_failed(s, req_id, status, msg);
-}
 
 static int plan(struct load *ld, struct session *s, const Ckpt__Load *m, char *err, size_t errlen)
 {
-	const struct config *c = &s->d->cfg;
+	const struct config *c = &ld->d->cfg;
 	if (m->n_tensors > c->max_tensors) {
 		snprintf(err, errlen, "%zu tensors, at most %u per load", m->n_tensors, c->max_tensors);
 		return -E2BIG;
@@ -728,7 +723,7 @@ static int plan(struct load *ld, struct session *s, const Ckpt__Load *m, char *e
 		const Ckpt__TensorRef *tr = m->tensors[i];
 		struct load_req *q = &ld->reqs[i];
 		struct hostbuf *b = NULL;
-		int r = session_check_tensor(s, tr, i, &q->box, &b, err, errlen);
+		int r = ld->d->req_ops->tensor(s, tr, i, &q->box, &b, err, errlen);
 		if (r < 0)
 			return r;
 		if ((q->name = strdup(tr->name)) == NULL)
@@ -744,55 +739,53 @@ static int plan(struct load *ld, struct session *s, const Ckpt__Load *m, char *e
 	return 0;
 }
 
-void load_start(struct session *s, uint64_t req_id, const Ckpt__Load *m)
+void load_start(struct daemon *d, const struct requester *rq, const Ckpt__Load *m)
 {
-	const char *why;
-	int busy = bgreq_admit(s, &why);
-	if (busy) {
-		load_reject(s, req_id, busy, why);
-		return;
-	}
-	if (s->job[0] == '\0') {
-		load_reject(s, req_id, EPERM, "this session said no job in Hello (a control session); it cannot load");
+	const struct requester_ops *ops = d->req_ops;
+	/* Draining and the session's cap were checked by its message row
+	 * (msgtab.c). */
+	if (rq->job[0] == '\0') {
+		ops->load_refused(rq->s, rq->req_id, EPERM,
+				  "this session said no job in Hello (a control session); it cannot load");
 		return;
 	}
 	struct load *ld = calloc(1, sizeof(*ld));
 	if (ld == NULL) {
-		load_reject(s, req_id, ENOMEM, "out of memory");
+		ops->load_refused(rq->s, rq->req_id, ENOMEM, "out of memory");
 		return;
 	}
-	ld->d = s->d;
-	ld->req_id = req_id;
-	snprintf(ld->job, sizeof(ld->job), "%s", s->job);
-	ld->rank = s->rank;
-	ld->world_size = s->world_size;
+	ld->d = d;
+	ld->req_id = rq->req_id;
+	snprintf(ld->job, sizeof(ld->job), "%s", rq->job);
+	ld->rank = rq->rank;
+	ld->world_size = rq->world_size;
 	ld->latest = m->latest;
 	ld->step = m->step;
 	char err[512];
-	int r = plan(ld, s, m, err, sizeof(err));
+	int r = plan(ld, rq->s, m, err, sizeof(err));
 	if (r < 0) {
-		load_reject(s, req_id, -r, r == -ENOMEM ? "out of memory" : err);
+		ops->load_refused(rq->s, rq->req_id, -r, r == -ENOMEM ? "out of memory" : err);
 		load_free(ld);
 		return;
 	}
-	ld->session = s;
-	session_ref(s);
+	ld->session = rq->s;
+	ops->hold(rq->s);
 	ld->work.data = ld;
-	s->d->nloads++;
+	d->nloads++;
 	if (!m->storage_only)
-		ld->npinned = memtier_pin(s->d, ld->job, &ld->pinned);
-	r = uv_queue_work(s->d->loop, &ld->work, load_run, load_done);
+		ld->npinned = memtier_pin(d, ld->job, &ld->pinned);
+	r = uv_queue_work(d->loop, &ld->work, load_run, load_done);
 	if (r == 0)
-		TAILQ_INSERT_TAIL(&s->d->loads, ld, link);
+		TAILQ_INSERT_TAIL(&d->loads, ld, link);
 	if (r < 0) {
-		s->d->nloads--;
+		d->nloads--;
 		memtier_unpin(ld->pinned, ld->npinned);
 		if (ld->npinned)
-			save_admit_waiting(s->d);
+			save_admit_waiting(d);
 		ld->pinned = NULL;
 		ld->npinned = 0;
-		session_unref_alive(s);
-		load_reject(s, req_id, EIO, "cannot queue the load");
+		ops->release(rq->s);
+		ops->load_refused(rq->s, rq->req_id, EIO, "cannot queue the load");
 		load_free(ld);
 	}
 }

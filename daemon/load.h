@@ -9,11 +9,10 @@
 
 #include "ckpt.pb-c.h"
 
-struct session;
-
 struct daemon;
+struct requester;
 
-void load_start(struct session *s, uint64_t req_id, const Ckpt__Load *m);
+void load_start(struct daemon *d, const struct requester *rq, const Ckpt__Load *m);
 /* The jobs of loads in flight (at most max): retention and rm leave their
  * steps alone. */
 size_t load_busy_jobs(struct daemon *d, char (*out)[129], size_t max);

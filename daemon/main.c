@@ -314,6 +314,7 @@ int main(int argc, char **argv)
 	d->loop = uv_default_loop();
 	d->start_ns = clock_now_ns();
 	d->on_durable = catalog_gc_after_durable; /* retention, after each durable save */
+	d->req_ops = session_requester_ops_get(); /* replies and events of saves and loads */
 	TAILQ_INIT(&d->sessions);
 	TAILQ_INIT(&d->saves);
 	TAILQ_INIT(&d->waitq);

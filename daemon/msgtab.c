@@ -17,8 +17,17 @@
 static void m_hello(struct session *s, const Ckpt__Frame *f) { session_hello(s, f->req_id, f->hello); }
 static void m_register(struct session *s, const Ckpt__Frame *f) { session_register(s, f->req_id, f->register_buffer); }
 static void m_unregister(struct session *s, const Ckpt__Frame *f) { session_unregister(s, f->req_id, f->unregister); }
-static void m_save(struct session *s, const Ckpt__Frame *f) { save_start(s, f->req_id, f->save); }
-static void m_load(struct session *s, const Ckpt__Frame *f) { load_start(s, f->req_id, f->load); }
+static void m_save(struct session *s, const Ckpt__Frame *f)
+{
+	struct requester rq = session_requester(s, f->req_id);
+	save_start(s->d, &rq, f->save);
+}
+
+static void m_load(struct session *s, const Ckpt__Frame *f)
+{
+	struct requester rq = session_requester(s, f->req_id);
+	load_start(s->d, &rq, f->load);
+}
 static void m_list(struct session *s, const Ckpt__Frame *f) { list_start(s, f->req_id, f->list); }
 static void m_show(struct session *s, const Ckpt__Frame *f) { show_start(s, f->req_id, f->show); }
 static void m_verify(struct session *s, const Ckpt__Frame *f) { verify_start(s, f->req_id, f->verify); }

@@ -7,7 +7,7 @@
 #include "hostbuf.h"
 #include "log.h"
 #include "manifest.h"
-#include "session.h"
+#include "requester.h"
 #include "steplock.h"
 #include "tensor.h"
 
@@ -49,8 +49,7 @@ static void save_fail(struct save *sv, int status, const char *fmt, ...)
 void save_detach_session(struct save *sv)
 {
 	if (sv->session) {
-		TAILQ_REMOVE(&sv->session->saves, sv, slink);
-		sv->session->inflight_saves--;
+		sv->d->req_ops->save_detach(sv->session, sv);
 		sv->session = NULL;
 		if (sv->state == SAVE_ADMITTING && sv->nevents > 0) {
 			/* Its copies have not been queued: the trainer's event
@@ -67,7 +66,7 @@ void save_detach_session(struct save *sv)
 static void send_event(struct save *sv, Ckpt__Frame *f)
 {
 	if (sv->session)
-		session_send(sv->session, sv->req_id, f);
+		sv->d->req_ops->send(sv->session, sv->req_id, f);
 }
 
 /* ---- staging ---- */
@@ -808,7 +807,7 @@ static int layout(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen
 		const Ckpt__TensorRef *tr = m->tensors[i];
 		struct save_tensor *t = &sv->tensors[i];
 		struct hostbuf *b = NULL;
-		int r = session_check_tensor(s, tr, i, &t->box, &b, err, errlen);
+		int r = sv->d->req_ops->tensor(s, tr, i, &t->box, &b, err, errlen);
 		if (r < 0)
 			return r;
 		if ((t->name = strdup(tr->name)) == NULL)
@@ -891,30 +890,28 @@ static int layout(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen
 	return 0;
 }
 
-void save_start(struct session *s, uint64_t req_id, const Ckpt__Save *m)
+void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *m)
 {
-	struct daemon *d = s->d;
 	struct save *sv = calloc(1, sizeof(*sv));
 	if (sv == NULL) {
-		session_reply(s, req_id, ENOMEM, "out of memory");
+		d->req_ops->reply(rq->s, rq->req_id, ENOMEM, "out of memory");
 		return;
 	}
 	sv->d = d;
-	sv->req_id = req_id;
+	sv->req_id = rq->req_id;
 	sv->id = ++d->next_save_id;
 	sv->t_start = clock_now_ns();
 	sv->state = SAVE_NEW;
-	sv->session = s;
-	TAILQ_INSERT_TAIL(&s->saves, sv, slink);
-	s->inflight_saves++;
-	snprintf(sv->job, sizeof(sv->job), "%s", s->job);
-	snprintf(sv->attempt, sizeof(sv->attempt), "%s", s->attempt);
-	sv->rank = s->rank;
-	sv->world_size = s->world_size;
+	sv->session = rq->s;
+	d->req_ops->save_attach(rq->s, sv);
+	snprintf(sv->job, sizeof(sv->job), "%s", rq->job);
+	snprintf(sv->attempt, sizeof(sv->attempt), "%s", rq->attempt);
+	sv->rank = rq->rank;
+	sv->world_size = rq->world_size;
 	sv->step = m->step;
 	d->stats.saves_total++;
 
-	if (s->job[0] == '\0') {
+	if (rq->job[0] == '\0') {
 		save_fail(sv, EPERM, "this session said no job in Hello (a control session); it cannot save");
 		return;
 	}
@@ -924,7 +921,7 @@ void save_start(struct session *s, uint64_t req_id, const Ckpt__Save *m)
 	}
 	struct job_policy jp;
 	config_job_policy(&d->cfg, sv->job, d->pool.bytes, &jp);
-	sv->policy = s->policy >= 0 ? (enum admit_policy)s->policy : jp.policy;
+	sv->policy = rq->policy >= 0 ? (enum admit_policy)rq->policy : jp.policy;
 	sv->quota_bytes = jp.quota_bytes;
 	sv->spread = d->cfg.layout_spread;
 	/* Per rank: a node holds as many ranks of a job as it has GPUs (or

@@ -104,7 +104,8 @@ struct save {
 	char msg[512];
 };
 
-void save_start(struct session *s, uint64_t req_id, const Ckpt__Save *m);
+struct requester;
+void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *m);
 /* The session is going away; the save goes on without it. */
 void save_detach_session(struct save *sv);
 /* Chunks were released: admit waiting saves that now fit. */

@@ -1,4 +1,5 @@
 #include "session.h"
+#include "requester.h"
 #include "wire.h"
 #include "msgtab.h"
 #include "log.h"
@@ -584,4 +585,51 @@ void session_send_load_failed(struct session *s, uint64_t req_id, int status, co
 	f.load_failed = &bad;
 	log_info("session %" PRIu64 ": load refused: %s", s->id, msg);
 	session_send(s, req_id, &f);
+}
+
+/* ---- what the engine (save.c, load.c) asks of a session: requester.h ---- */
+
+static void rq_reply(struct session *s, uint64_t req_id, int status, const char *msg)
+{
+	session_reply(s, req_id, status, "%s", msg);
+}
+
+static void rq_close(struct session *s, int status, const char *msg)
+{
+	session_close(s, status, "%s", msg);
+}
+
+static void rq_save_attach(struct session *s, struct save *sv)
+{
+	TAILQ_INSERT_TAIL(&s->saves, sv, slink);
+	s->inflight_saves++;
+}
+
+static void rq_save_detach(struct session *s, struct save *sv)
+{
+	TAILQ_REMOVE(&s->saves, sv, slink);
+	s->inflight_saves--;
+}
+
+static const struct requester_ops session_requester_ops = {
+	.send = session_send,
+	.reply = rq_reply,
+	.load_refused = session_send_load_failed,
+	.close = rq_close,
+	.hold = session_ref,
+	.release = session_unref_alive,
+	.tensor = session_check_tensor,
+	.save_attach = rq_save_attach,
+	.save_detach = rq_save_detach,
+};
+
+const struct requester_ops *session_requester_ops_get(void)
+{
+	return &session_requester_ops;
+}
+
+struct requester session_requester(struct session *s, uint64_t req_id)
+{
+	return (struct requester){ .s = s, .req_id = req_id, .job = s->job, .attempt = s->attempt, .rank = s->rank,
+				   .world_size = s->world_size, .policy = s->policy };
 }

@@ -11,6 +11,7 @@
 #include <uv.h>
 
 #include "ckpt.pb-c.h"
+#include "requester.h"
 #include "daemon.h"
 #include "hostbuf.h"
 
@@ -83,5 +84,10 @@ bool session_unref_alive(struct session *s);
 /* A load refused before it started: LoadFailed, not a Reply, as the
  * client waits for one of the load's own events. */
 void session_send_load_failed(struct session *s, uint64_t req_id, int status, const char *msg);
+
+/* The engine's view of this session (requester.h): main.c sets
+ * d->req_ops to these at start; a save or load gets session_requester. */
+const struct requester_ops *session_requester_ops_get(void);
+struct requester session_requester(struct session *s, uint64_t req_id);
 
 #endif
