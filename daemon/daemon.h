@@ -92,22 +92,18 @@ struct daemon {
 	uint64_t watchdog_usec;
 	/* Hooks set at start by the modules above the engine, so that
 	 * completions flow up without calls into them. */
-	void (*on_work_ended)(struct daemon *d);                 /* daemon.c, while draining */
+	void (*on_work_ended)(struct daemon *d);                 /* lifecycle.c, while draining */
 	void (*on_durable)(struct daemon *d, const char *job);    /* retention (catalog_req.c) */
 	const struct requester_ops *req_ops;                      /* the wire layer's (session.c) */
 };
 
 /* Work that a drain waits for (a save, a load, a catalogue request) ended.
- * Modules below daemon.c call this, not daemon.c: the hook is set when a
+ * Modules below lifecycle.c call this, not lifecycle.c: the hook is set when a
  * drain starts, and completes it when nothing is left. */
 static inline void daemon_work_ended(struct daemon *d)
 {
 	if (d->on_work_ended)
 		d->on_work_ended(d);
 }
-/* SIGTERM/SIGINT: start draining; a second signal exits at once. */
-void daemon_on_signal(uv_signal_t *h, int signum);
-/* sd_notify READY=1 and STATUS=, and start the STATUS/WATCHDOG timer. */
-void daemon_notify_start(struct daemon *d);
 
 #endif

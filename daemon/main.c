@@ -3,6 +3,7 @@
 #include "catalog_req.h"
 #include "cudadev.h"
 #include "daemon.h"
+#include "lifecycle.h"
 #include "hostbuf.h"
 #include "journal.h"
 #include "log.h"

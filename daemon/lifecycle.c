@@ -1,5 +1,6 @@
 /* Daemon-wide lifecycle: the drain on SIGTERM/SIGINT (stop
  * admitting, let every staged save become durable, then close). */
+#include "lifecycle.h"
 #include "daemon.h"
 #include "journal.h"
 #include "log.h"
