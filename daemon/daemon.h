@@ -9,7 +9,7 @@
 
 #include "clock.h"
 #include "config.h"
-#include "metrics.h"
+#include "hist.h"
 #include "pool.h"
 #include "store.h"
 #include "workq.h"
@@ -35,6 +35,7 @@ struct stats {
 	uint64_t store_retries, store_failures;
 	struct histogram stall_hist, durable_hist;
 	uint64_t requests[STATS_MSG_SLOTS]; /* received, by Frame body case (msgtab.c) */
+	const char *request_name[STATS_MSG_SLOTS]; /* of the request messages; set by msgtab_init */
 	uint32_t recovered_files;             /* removed at start after a crash */
 	uint32_t nrecovered;
 	char recovered[RECOVERED_LIST][1024]; /* what, for ckptctl status */

@@ -3,6 +3,8 @@
 #include "catalog_req.h"
 #include "cudadev.h"
 #include "daemon.h"
+#include "metrics.h"
+#include "msgtab.h"
 #include "lifecycle.h"
 #include "hostbuf.h"
 #include "journal.h"
@@ -316,6 +318,8 @@ int main(int argc, char **argv)
 	d->start_ns = clock_now_ns();
 	d->on_durable = catalog_gc_after_durable; /* retention, after each durable save */
 	d->req_ops = session_requester_ops_get(); /* replies and events of saves and loads */
+	session_set_dispatch(msg_dispatch);       /* each decoded frame to its row */
+	msgtab_init(d);
 	TAILQ_INIT(&d->sessions);
 	TAILQ_INIT(&d->saves);
 	TAILQ_INIT(&d->waitq);

@@ -1,7 +1,6 @@
 #include "metrics.h"
 #include "daemon.h"
 #include "log.h"
-#include "msgtab.h"
 #include "status.h"
 
 #include <errno.h>
@@ -10,19 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-const double metrics_bounds[HIST_BUCKETS] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-					      0.25, 0.5, 1, 2.5, 5, 10, 30 };
-
-void hist_observe(struct histogram *h, double s)
-{
-	size_t i = 0;
-	while (i < HIST_BUCKETS && s > metrics_bounds[i])
-		i++;
-	h->counts[i]++;
-	h->count++;
-	h->sum += s;
-}
 
 struct buf {
 	char *p;
@@ -98,9 +84,8 @@ static void column(struct buf *b, const struct status *st, size_t i, const char 
 	*family = c->metric;
 	if (c->per_message) {
 		for (int m = 0; m < STATS_MSG_SLOTS; m++) {
-			const struct msg_row *row = msg_row(m);
-			if (row != NULL && !(row->flags & MSG_NOT_REQUEST))
-				put(b, "%s{msg=\"%s\"} %" PRIu64 "\n", c->metric, row->name, st->requests[m]);
+			if (st->request_name[m] != NULL)
+				put(b, "%s{msg=\"%s\"} %" PRIu64 "\n", c->metric, st->request_name[m], st->requests[m]);
 		}
 		return;
 	}

@@ -6,21 +6,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hist.h"
+
 struct daemon;
 struct status;
 
-#define HIST_BUCKETS 14
-
-struct histogram {
-	uint64_t counts[HIST_BUCKETS + 1]; /* last: +Inf */
-	uint64_t count;
-	double sum;
-};
-
-/* Bucket bounds in seconds, shared by every latency histogram. */
-extern const double metrics_bounds[HIST_BUCKETS];
-
-void hist_observe(struct histogram *h, double seconds);
 /* The whole exposition of a status snapshot, one series per SV_METRIC
  * column (status.h), malloc'd. 0 or -ENOMEM. */
 int metrics_format(const struct status *st, char **out, size_t *len);

@@ -153,3 +153,10 @@ void msg_dispatch(struct session *s, const Ckpt__Frame *f)
 	}
 	m->handler(s, f);
 }
+
+void msgtab_init(struct daemon *d)
+{
+	for (size_t m = 0; m < sizeof(rows) / sizeof(rows[0]); m++)
+		if (rows[m].name != NULL && !(rows[m].flags & MSG_NOT_REQUEST))
+			d->stats.request_name[m] = rows[m].name;
+}

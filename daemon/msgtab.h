@@ -9,6 +9,7 @@
 
 #include "ckpt.pb-c.h"
 
+struct daemon;
 struct session;
 
 enum msg_flag {
@@ -33,5 +34,8 @@ const struct msg_row *msg_row(int body_case);
 /* Look up the row, apply its flags, count the request, call the handler.
  * An unknown body, or a reply or event, is answered EBADMSG. */
 void msg_dispatch(struct session *s, const Ckpt__Frame *f);
+
+/* Name the request messages in d's stats (ckptd_requests_total{msg}). */
+void msgtab_init(struct daemon *d);
 
 #endif

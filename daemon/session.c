@@ -1,7 +1,6 @@
 #include "session.h"
 #include "requester.h"
 #include "wire.h"
-#include "msgtab.h"
 #include "log.h"
 #include "manifest.h"
 #include "save.h"
@@ -17,6 +16,15 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+/* What a decoded frame goes to: msgtab.c's msg_dispatch, set by main.c
+ * (the table sits above the session: its handlers call into it). */
+static session_dispatch_fn dispatch;
+
+void session_set_dispatch(session_dispatch_fn fn)
+{
+	dispatch = fn;
+}
 
 #define RBUF_INITIAL (64u << 10)
 #define READS_PER_WAKEUP 16
@@ -438,7 +446,7 @@ static void handle_frame(struct session *s, const uint8_t *p, size_t len)
 			      WIRE_PROTOCOL_VERSION);
 		return;
 	}
-	msg_dispatch(s, f);
+	dispatch(s, f);
 	ckpt__frame__free_unpacked(f, NULL);
 }
 

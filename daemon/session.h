@@ -90,4 +90,8 @@ void session_send_load_failed(struct session *s, uint64_t req_id, int status, co
 const struct requester_ops *session_requester_ops_get(void);
 struct requester session_requester(struct session *s, uint64_t req_id);
 
+typedef void (*session_dispatch_fn)(struct session *s, const Ckpt__Frame *f);
+/* Where every decoded frame goes (main.c: msg_dispatch). */
+void session_set_dispatch(session_dispatch_fn fn);
+
 #endif

@@ -148,6 +148,7 @@ int status_snapshot(const struct daemon *d, struct status *st)
 	}
 	v[ST_HELD_COPIES] = d->nheld;
 	memcpy(st->requests, s->requests, sizeof(st->requests));
+	memcpy(st->request_name, s->request_name, sizeof(st->request_name));
 
 	st->backend = d->store_backend;
 	snprintf(st->storage, sizeof(st->storage), "%s%s%s%s", d->store->url,

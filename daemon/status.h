@@ -92,6 +92,7 @@ struct status {
 	uint64_t v[ST_NCOLS];
 	struct histogram save_stall, save_durable;
 	uint64_t requests[STATS_MSG_SLOTS]; /* ST_REQUESTS, by Frame body case */
+	const char *request_name[STATS_MSG_SLOTS]; /* NULL: not a request */
 	const char *backend;                /* "file", ... (borrowed) */
 	char storage[1400];
 	char cuda[512];

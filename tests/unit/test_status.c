@@ -32,8 +32,11 @@ static void fake_snapshot(struct status *st)
 	st->v[ST_WAITING_SAVES] = 3;
 	st->v[ST_RECOVERED_FILES] = 2;
 	st->v[ST_HELD_COPIES] = 4;
-	for (int m = 0; m < STATS_MSG_SLOTS; m++)
+	for (int m = 0; m < STATS_MSG_SLOTS; m++) {
 		st->requests[m] = 100 + (uint64_t)m;
+		const struct msg_row *row = msg_row(m); /* as msgtab_init names them */
+		st->request_name[m] = row && !(row->flags & MSG_NOT_REQUEST) ? row->name : NULL;
+	}
 	hist_observe(&st->save_stall, 0.003);
 	hist_observe(&st->save_durable, 2.0);
 	hist_observe(&st->save_durable, 20.0);
