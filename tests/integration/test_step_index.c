@@ -316,10 +316,18 @@ static void test_show_from_index(void **state)
 	free(show_all(&B, want));
 	assert_counts(&B, &cb, fd, 0, 1, 0, "show on 8 ranks of B after a restart");
 
-	/* A damaged index: the same answer, from the manifests; not written
-	 * again (it exists). */
+	/* Keep the index, to make one of another attempt below. */
 	char p[700];
 	step_path(p, sizeof(p), "index");
+	FILE *fp = fopen(p, "rb");
+	assert_non_null(fp);
+	static uint8_t good[1 << 16];
+	size_t good_len = fread(good, 1, sizeof(good), fp);
+	fclose(fp);
+	assert_true(good_len > 0 && good_len < sizeof(good));
+
+	/* A damaged index: the same answer, from the manifests; not written
+	 * again (it exists). */
 	int ifd = open(p, O_WRONLY | O_TRUNC);
 	if (ifd < 0) { /* created read-only */
 		assert_int_equal(chmod(p, 0644), 0);
@@ -341,6 +349,30 @@ static void test_show_from_index(void **state)
 	fd = watch_step();
 	free(show_all(&B, want));
 	assert_counts(&B, &cb, fd, 0, 0, 0, "again: manifests from B's cache, the damaged index not read again");
+
+	/* A well-formed index of another attempt (every manifest says so
+	 * too) than the commit pins: ignored, the same answer from the
+	 * manifests (B's cache holds them now). */
+	Ckpt__StepIndex *ix = ckpt__step_index__unpack(NULL, good_len, good);
+	assert_non_null(ix);
+	assert_string_equal(ix->attempt_id, "a");
+	assert_int_equal(ix->n_manifests, SAVED);
+	ix->attempt_id[0] = 'b';
+	for (size_t i = 0; i < ix->n_manifests; i++)
+		ix->manifests[i]->attempt_id[0] = 'b';
+	size_t blen = ckpt__step_index__get_packed_size(ix);
+	uint8_t *bbuf = malloc(blen);
+	assert_non_null(bbuf);
+	ckpt__step_index__pack(ix, bbuf);
+	ckpt__step_index__free_unpacked(ix, NULL);
+	ifd = open(p, O_WRONLY | O_TRUNC);
+	assert_true(ifd >= 0);
+	assert_int_equal(write(ifd, bbuf, blen), (ssize_t)blen);
+	close(ifd);
+	free(bbuf);
+	fd = watch_step();
+	free(show_all(&B, want));
+	assert_counts(&B, &cb, fd, 0, 1, 0, "show on 8 ranks of B, index of another attempt");
 
 	/* rm removes the index with the step. */
 	assert_int_equal(ckpt_connect(A.sock, &h0, &ctl), 0);
