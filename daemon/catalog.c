@@ -3,17 +3,28 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-static atomic_uint_fast64_t manifest_gets;
+static atomic_uint_fast64_t manifest_gets, index_gets, index_puts;
 
 uint64_t catalog_manifest_gets(void)
 {
 	return atomic_load(&manifest_gets);
+}
+
+uint64_t catalog_index_gets(void)
+{
+	return atomic_load(&index_gets);
+}
+
+uint64_t catalog_index_puts(void)
+{
+	return atomic_load(&index_puts);
 }
 
 void catalog_step_free(struct catalog_step *cs)
@@ -21,6 +32,8 @@ void catalog_step_free(struct catalog_step *cs)
 	for (size_t g = 0; g < cs->ngroups; g++) {
 		struct catalog_group *grp = &cs->groups[g];
 		for (uint32_t r = 0; grp->by_rank && r < grp->world_size; r++) {
+			if (grp->from_index)
+				break; /* the index's: released below */
 			if (grp->cached && grp->cached[r])
 				mancache_release(cs->cache, grp->cached[r]);
 			else if (grp->by_rank[r])
@@ -31,6 +44,9 @@ void catalog_step_free(struct catalog_step *cs)
 		free(grp->listed);
 		free(grp->present);
 	}
+	if (cs->index_ref)
+		mancache_release(cs->cache, cs->index_ref);
+	cs->index_ref = NULL;
 	cs->ngroups = 0;
 	cs->best = -1;
 }
@@ -205,6 +221,9 @@ int catalog_list_step(struct store *s, const char *job, uint64_t step, struct ca
 		manifest_parse_object(v[i].name, &sn);
 		if (sn.kind == OBJ_COMMIT) {
 			out->has_commit = true;
+		} else if (sn.kind == OBJ_INDEX) {
+			out->has_index = true;
+			out->index_listed = (struct catalog_listed){ v[i].mtime_ns, v[i].size };
 		} else if (sn.kind == OBJ_MANIFEST && sn.attempt[0] == '\0') {
 			r = add_legacy(s, job, step, dir, &sn, v[i].name, out);
 		} else if (sn.kind == OBJ_MANIFEST) {
@@ -456,6 +475,235 @@ int catalog_read_all(struct store *s, const char *job, struct catalog_step *cs)
 	return first;
 }
 
+/* ---- the step index ---- */
+
+struct index_fetch {
+	struct store *s;
+	const char *key, *job, *attempt;
+	uint64_t step;
+	uint32_t ws;
+};
+
+/* GET and check a whole index: every manifest passes manifest_check, is
+ * of this step and attempt, and ranks 0..ws-1 are there once each. */
+static int fetch_index(void *ctx, Ckpt__StepIndex **out, char *err, size_t errlen)
+{
+	struct index_fetch *f = ctx;
+	void *buf = NULL;
+	size_t len = 0;
+	atomic_fetch_add(&index_gets, 1);
+	int r = f->s->ops->get_all(f->s, f->key, STEP_INDEX_MAX_BYTES, &buf, &len);
+	if (r == -EFBIG) {
+		snprintf(err, errlen, "%s: larger than %u bytes", f->key, STEP_INDEX_MAX_BYTES);
+		return -EBADMSG;
+	}
+	if (r < 0) {
+		snprintf(err, errlen, "reading %s: %s", f->key, store_error(r));
+		return r;
+	}
+	Ckpt__StepIndex *ix = ckpt__step_index__unpack(NULL, len, buf);
+	free(buf);
+	if (ix == NULL) {
+		snprintf(err, errlen, "%s: does not parse", f->key);
+		return -EBADMSG;
+	}
+	bool *seen = NULL;
+	if (ix->format_version != STEP_INDEX_FORMAT_VERSION || strcmp(ix->job, f->job) != 0 || ix->step != f->step ||
+	    strcmp(ix->attempt_id, f->attempt) != 0 || ix->world_size != f->ws || ix->n_manifests != f->ws) {
+		snprintf(err, errlen, "%s: format %u, job '%s' step %" PRIu64 " attempt '%s' with %zu of %u ranks; "
+			 "not this step's pinned attempt '%s' of %u ranks", f->key, ix->format_version, ix->job,
+			 ix->step, ix->attempt_id, ix->n_manifests, ix->world_size, f->attempt, f->ws);
+		goto bad;
+	}
+	seen = calloc(f->ws, sizeof(*seen));
+	if (seen == NULL) {
+		ckpt__step_index__free_unpacked(ix, NULL);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < ix->n_manifests; i++) {
+		const Ckpt__Manifest *m = ix->manifests[i];
+		char why[256];
+		if (manifest_check(m, why, sizeof(why)) < 0) {
+			snprintf(err, errlen, "%s: manifest %zu: %s", f->key, i, why);
+			goto bad;
+		}
+		if (strcmp(m->job, f->job) != 0 || m->step != f->step || m->world_size != f->ws ||
+		    strcmp(m->attempt_id, f->attempt) != 0 || m->rank >= f->ws || seen[m->rank]) {
+			snprintf(err, errlen, "%s: manifest %zu (job '%s' step %" PRIu64 " rank %u of %u attempt '%s') "
+				 "is not one more rank of this step", f->key, i, m->job, m->step, m->rank,
+				 m->world_size, m->attempt_id);
+			goto bad;
+		}
+		seen[m->rank] = true;
+	}
+	free(seen);
+	*out = ix;
+	return 0;
+bad:
+	free(seen);
+	ckpt__step_index__free_unpacked(ix, NULL);
+	return -EBADMSG;
+}
+
+/* Damaged indexes (by name, listed time and size) this process found:
+ * warned about once, and not read again, not on every show that falls
+ * back past them. */
+static pthread_mutex_t bad_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct { char key[768]; struct catalog_listed l; } bad_index[16];
+static unsigned bad_next;
+
+static bool index_known_bad(const char *key, const struct catalog_listed *l)
+{
+	bool bad = false;
+	pthread_mutex_lock(&bad_mu);
+	for (unsigned i = 0; i < 16 && !bad; i++)
+		bad = strcmp(bad_index[i].key, key) == 0 && bad_index[i].l.mtime_ns == l->mtime_ns &&
+		      bad_index[i].l.size == l->size;
+	pthread_mutex_unlock(&bad_mu);
+	return bad;
+}
+
+static void mark_bad_index(const char *key, const struct catalog_listed *l, const char *err)
+{
+	if (index_known_bad(key, l))
+		return;
+	pthread_mutex_lock(&bad_mu);
+	unsigned i = bad_next++ % 16;
+	snprintf(bad_index[i].key, sizeof(bad_index[i].key), "%s", key);
+	bad_index[i].l = *l;
+	pthread_mutex_unlock(&bad_mu);
+	log_warn("catalog: %s; ignored, the manifests are read instead", err);
+}
+
+/* by_rank of the best group from the index: 0, or why not (then nothing
+ * changed but cs->index_ref, released). */
+static int use_index(struct store *s, const char *job, struct catalog_step *cs, const char *key)
+{
+	struct catalog_group *g = &cs->groups[cs->best];
+	char err[512];
+	if (index_known_bad(key, &cs->index_listed))
+		return -EBADMSG;
+	if (cs->index_listed.size > STEP_INDEX_MAX_BYTES) {
+		snprintf(err, sizeof(err), "%s: larger than %u bytes", key, STEP_INDEX_MAX_BYTES);
+		mark_bad_index(key, &cs->index_listed, err);
+		return -EBADMSG;
+	}
+	struct index_fetch f = { s, key, job, g->attempt, cs->step, g->world_size };
+	const Ckpt__StepIndex *ix;
+	int r = mancache_get_index(cs->cache, key, cs->index_listed.mtime_ns, cs->index_listed.size, fetch_index, &f,
+				   &ix, &cs->index_ref, err, sizeof(err));
+	if (r == -EBADMSG)
+		mark_bad_index(key, &cs->index_listed, err);
+	else if (r < 0 && r != -ENOENT)
+		log_warn("catalog: %s; the manifests are read instead", err);
+	if (r < 0) {
+		cs->index_ref = NULL;
+		return r;
+	}
+	/* Kept entries were checked by fetch_index against the same names. */
+	if (ix->world_size != g->world_size || ix->n_manifests != g->world_size ||
+	    strcmp(ix->attempt_id, g->attempt) != 0) {
+		mancache_release(cs->cache, cs->index_ref);
+		cs->index_ref = NULL;
+		return -EBADMSG;
+	}
+	for (size_t i = 0; i < ix->n_manifests; i++)
+		g->by_rank[ix->manifests[i]->rank] = ix->manifests[i]; /* read only: catalog.h */
+	g->from_index = true;
+	return 0;
+}
+
+/* Whether this process already created (or tried to) the index of this
+ * step as listed: the ranks of a node that show a step at once all find
+ * it without an index, and one PUT between them is enough. A step saved
+ * again lists another manifest time. */
+static bool index_tried(const char *key, const struct catalog_group *g)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	static struct { char key[768]; char attempt[ATTEMPT_MAX_LEN + 1]; int64_t mtime_ns; } recent[16];
+	static unsigned next;
+	bool seen = false;
+	pthread_mutex_lock(&mu);
+	for (unsigned i = 0; i < 16 && !seen; i++)
+		seen = strcmp(recent[i].key, key) == 0 && strcmp(recent[i].attempt, g->attempt) == 0 &&
+		       recent[i].mtime_ns == g->listed[0].mtime_ns;
+	if (!seen) {
+		unsigned i = next++ % 16;
+		snprintf(recent[i].key, sizeof(recent[i].key), "%s", key);
+		snprintf(recent[i].attempt, sizeof(recent[i].attempt), "%s", g->attempt);
+		recent[i].mtime_ns = g->listed[0].mtime_ns;
+	}
+	pthread_mutex_unlock(&mu);
+	return seen;
+}
+
+/* Create the index of a step whose manifests are all in by_rank. Another
+ * node's index (EEXIST) and read-only credentials are fine: it is a
+ * cache. */
+static void write_index(struct store *s, const char *job, const struct catalog_step *cs, const char *key)
+{
+	const struct catalog_group *g = &cs->groups[cs->best];
+	Ckpt__Manifest **ms = calloc(g->world_size, sizeof(*ms));
+	Ckpt__Manifest *copy = calloc(g->world_size, sizeof(*copy)); /* by_rank may be the cache's: read only */
+	uint8_t *buf = NULL;
+	if (ms == NULL || copy == NULL)
+		goto out;
+	for (uint32_t r = 0; r < g->world_size; r++) {
+		if (g->by_rank[r] == NULL)
+			goto out;
+		copy[r] = *g->by_rank[r];
+		copy[r].extra_state.len = 0; /* show never returns it */
+		copy[r].extra_state.data = NULL;
+		ms[r] = &copy[r];
+	}
+	Ckpt__StepIndex ix = CKPT__STEP_INDEX__INIT;
+	ix.format_version = STEP_INDEX_FORMAT_VERSION;
+	ix.job = (char *)job;
+	ix.step = cs->step;
+	ix.attempt_id = (char *)g->attempt;
+	ix.world_size = g->world_size;
+	ix.n_manifests = g->world_size;
+	ix.manifests = ms;
+	size_t len = ckpt__step_index__get_packed_size(&ix);
+	if (len > STEP_INDEX_MAX_BYTES) {
+		log_info("catalog: %s step %" PRIu64 ": its index would be %zu bytes, over %u: not written", job,
+			 cs->step, len, STEP_INDEX_MAX_BYTES);
+		goto out;
+	}
+	if ((buf = malloc(len ? len : 1)) == NULL)
+		goto out;
+	ckpt__step_index__pack(&ix, buf);
+	struct iovec iov = { buf, len };
+	atomic_fetch_add(&index_puts, 1);
+	int r = s->ops->create(s, key, &iov, 1, NULL);
+	if (r == 0)
+		log_info("catalog: %s step %" PRIu64 ": index written (%u manifests, %zu bytes)", job, cs->step,
+			 g->world_size, len);
+	else if (r != -EEXIST && r != -EACCES && r != -EPERM && r != -EROFS)
+		log_warn("catalog: writing %s: %s", key, store_error(r));
+out:
+	free(buf);
+	free(copy);
+	free(ms);
+}
+
+int catalog_read_all_indexed(struct store *s, const char *job, struct catalog_step *cs)
+{
+	if (cs->best < 0 || cs->cache == NULL || !cs->pinned || !catalog_step_complete(cs) ||
+	    cs->groups[cs->best].legacy)
+		return catalog_read_all(s, job, cs);
+	char key[768];
+	if (manifest_index_key(key, sizeof(key), job, cs->step) < 0)
+		return catalog_read_all(s, job, cs);
+	if (cs->has_index && use_index(s, job, cs, key) == 0)
+		return 0;
+	int r = catalog_read_all(s, job, cs);
+	if (r == 0 && !cs->has_index && cs->unreadable == 0 && !index_tried(key, &cs->groups[cs->best]))
+		write_index(s, job, cs, key);
+	return r;
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -616,12 +864,13 @@ int catalog_delete_step(struct store *s, struct mancache *cache, const char *job
 	if (r < 0)
 		return r;
 	int err = 0;
-	/* Manifests, then the commit object, then shards and the rest. */
-	for (int pass = 0; pass < 3; pass++) {
+	/* Manifests, then the commit object, the index, then shards and the
+	 * rest. */
+	for (int pass = 0; pass < 4; pass++) {
 		for (size_t i = 0; i < n; i++) {
 			struct step_name sn;
 			manifest_parse_object(names[i], &sn);
-			int want = sn.kind == OBJ_MANIFEST ? 0 : sn.kind == OBJ_COMMIT ? 1 : 2;
+			int want = sn.kind == OBJ_MANIFEST ? 0 : sn.kind == OBJ_COMMIT ? 1 : sn.kind == OBJ_INDEX ? 2 : 3;
 			if (want != pass)
 				continue;
 			snprintf(key, sizeof(key), "%s/%s", dir, names[i]);

@@ -34,6 +34,7 @@ struct catalog_group {
 	struct catalog_listed { int64_t mtime_ns; uint64_t size; } *listed; /* world_size: each manifest as listed */
 	Ckpt__Manifest **by_rank; /* world_size entries, filled by catalog_read_all (and for format 1) */
 	struct mancache_entry **cached; /* NULL, or world_size: by_rank[r] is the cache's, shared: read only */
+	bool from_index; /* by_rank points into the step's index (catalog_step.index_ref): read only */
 };
 
 struct catalog_step {
@@ -45,6 +46,9 @@ struct catalog_step {
 	bool pinned;        /* best is what the commit object names */
 	bool stale_commit;  /* the commit names an attempt that is not complete: not complete */
 	uint32_t unreadable; /* format 1 manifests that could not be read or were invalid */
+	bool has_index;     /* the index object is there (listed) */
+	struct catalog_listed index_listed;
+	struct mancache_entry *index_ref; /* the cache's decoded index, while by_rank points into it */
 	/* Set by the caller: manifests of a pinned step are read through this
 	 * daemon's cache (mancache.h), once per node. NULL: from storage. */
 	struct mancache *cache;
@@ -76,6 +80,14 @@ int catalog_read_manifest(struct store *s, const char *job, struct catalog_step 
 /* Every manifest of the best group (show, verify). Counts what fails in
  * cs->unreadable; returns the first storage error, if any. */
 int catalog_read_all(struct store *s, const char *job, struct catalog_step *cs);
+/* catalog_read_all for show of a whole pinned step, through cs->cache:
+ * from the step's index object when it is there and valid (one GET per
+ * daemon), else from the manifests, and then the index is written
+ * create-only for the readers that come later. Any step that is not
+ * pinned, complete and format 2, or without a cache: catalog_read_all. An
+ * index that is damaged, too large or not the commit's attempt is
+ * ignored (a warning once); a failure to write it never fails the show. */
+int catalog_read_all_indexed(struct store *s, const char *job, struct catalog_step *cs);
 /* The commit object of job/step: 0 and attempt and ws filled, -ENOENT, -EBADMSG. */
 int catalog_read_commit(struct store *s, const char *job, uint64_t step, char *attempt, size_t cap, uint32_t *ws);
 /* Steps of job, ascending, malloc'd. */
@@ -89,12 +101,15 @@ int catalog_latest(struct store *s, const char *job, struct catalog_step *out);
  * or its step removed. Either way no older step was taken. */
 const char *catalog_no_fallback_hint(int r);
 /* Remove every object of job/step: manifests first, so the step stops
- * being complete before any shard goes, then the commit object, the rest
- * and the directory; and drop the step from cache (may be NULL). 0, or
+ * being complete before any shard goes, then the commit object, the
+ * index, the rest and the directory; and drop the step from cache (may be NULL). 0, or
  * the first error. */
 int catalog_delete_step(struct store *s, struct mancache *cache, const char *job, uint64_t step);
 /* Manifests read from storage by this process, any path: for metrics. */
 uint64_t catalog_manifest_gets(void);
+/* Step indexes: read from storage (GETs), and written (created). */
+uint64_t catalog_index_gets(void);
+uint64_t catalog_index_puts(void);
 /* Jobs under the root, malloc'd. */
 int catalog_jobs(struct store *s, char ***jobs, size_t *n);
 

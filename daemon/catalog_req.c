@@ -252,8 +252,10 @@ static int scan_rank(struct step_req *q)
 
 /* Every manifest of the step. show (ckpt.dcp's read_metadata on every
  * rank) takes them through the daemon's cache once the step is pinned
- * (a GET of the commit confirms it), so the ranks of a node read each
- * manifest once between them; it never pins a step itself. verify reads
+ * (a GET of the commit confirms it): from the step's index object, one
+ * GET per node, or, before anyone wrote it, from the manifests, which
+ * the ranks of a node read once between them, and then it writes the
+ * index; it never pins a step itself. verify reads
  * them from storage: it checks what storage holds, not a copy in memory,
  * and its shard reads dwarf W manifest GETs anyway. */
 static int scan_one(struct step_req *q, bool cached)
@@ -277,7 +279,7 @@ static int scan_one(struct step_req *q, bool cached)
 		}
 		q->cs.cache = q->base.d->mancache;
 	}
-	r = catalog_read_all(st, q->job, &q->cs);
+	r = cached ? catalog_read_all_indexed(st, q->job, &q->cs) : catalog_read_all(st, q->job, &q->cs);
 	if (r < 0) {
 		bgreq_fail(&q->base, -r, "step %" PRIu64 " of job '%s': %s", q->step, q->job, store_error(r));
 		return r;

@@ -16,7 +16,7 @@ struct mancache_entry {
 	uint64_t hash;
 	int64_t mtime_ns;                 /* the object as listed */
 	uint64_t size;
-	Ckpt__Manifest *m;                /* NULL while loading, or after a failure */
+	ProtobufCMessage *msg;            /* a Manifest or a StepIndex; NULL while loading, or after a failure */
 	uint64_t bytes;                   /* estimated, counted in c->bytes while in_lru */
 	unsigned refs;                    /* holders and waiters */
 	bool loading, linked, in_lru;
@@ -58,6 +58,19 @@ static uint64_t decoded_bytes(const Ckpt__Manifest *m)
 	return b;
 }
 
+static uint64_t decoded_msg_bytes(const ProtobufCMessage *msg)
+{
+	if (msg->descriptor == &ckpt__step_index__descriptor) {
+		const Ckpt__StepIndex *ix = (const Ckpt__StepIndex *)msg;
+		uint64_t b = sizeof(*ix) + OVERHEAD + str_bytes(ix->job) + str_bytes(ix->attempt_id) +
+			     ix->n_manifests * sizeof(void *) + OVERHEAD;
+		for (size_t i = 0; i < ix->n_manifests; i++)
+			b += decoded_bytes(ix->manifests[i]);
+		return b;
+	}
+	return decoded_bytes((const Ckpt__Manifest *)msg);
+}
+
 static uint64_t hash_key(const char *s)
 {
 	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
@@ -86,8 +99,8 @@ struct mancache *mancache_new(uint64_t max_bytes)
 
 static void entry_free(struct mancache_entry *e)
 {
-	if (e->m)
-		ckpt__manifest__free_unpacked(e->m, NULL);
+	if (e->msg)
+		protobuf_c_message_free_unpacked(e->msg, NULL);
 	free(e->key);
 	free(e->err);
 	free(e);
@@ -157,7 +170,7 @@ static struct mancache_entry *find(struct mancache *c, const char *key, uint64_t
 }
 
 /* mu held: e's fetch finished with r (and m on success). */
-static void finish(struct mancache *c, struct mancache_entry *e, int r, Ckpt__Manifest *m, const char *err)
+static void finish(struct mancache *c, struct mancache_entry *e, int r, ProtobufCMessage *m, const char *err)
 {
 	e->loading = false;
 	if (r < 0) {
@@ -165,8 +178,8 @@ static void finish(struct mancache *c, struct mancache_entry *e, int r, Ckpt__Ma
 		e->err = strdup(err);
 		unlink_entry(c, e); /* never kept; its waiters still hold it */
 	} else {
-		e->m = m;
-		e->bytes = decoded_bytes(m) + sizeof(*e) + str_bytes(e->key);
+		e->msg = m;
+		e->bytes = decoded_msg_bytes(m) + sizeof(*e) + str_bytes(e->key);
 		if (e->linked && e->bytes > c->max_bytes) {
 			unlink_entry(c, e); /* larger than the whole cache: shared in flight only */
 		} else if (e->linked) {
@@ -180,8 +193,29 @@ static void finish(struct mancache *c, struct mancache_entry *e, int r, Ckpt__Ma
 	pthread_cond_broadcast(&c->done);
 }
 
-int mancache_get(struct mancache *c, const char *key, int64_t mtime_ns, uint64_t size, mancache_fetch_fn fetch,
-		 void *ctx, const Ckpt__Manifest **out, struct mancache_entry **ref, char *err, size_t errlen)
+/* A fetch of either kind of message. */
+struct any_fetch {
+	mancache_fetch_fn manifest;
+	mancache_fetch_index_fn index;
+	void *ctx;
+};
+
+static int fetch_any(const struct any_fetch *f, ProtobufCMessage **out, char *err, size_t errlen)
+{
+	if (f->manifest) {
+		Ckpt__Manifest *m = NULL;
+		int r = f->manifest(f->ctx, &m, err, errlen);
+		*out = (ProtobufCMessage *)m;
+		return r;
+	}
+	Ckpt__StepIndex *ix = NULL;
+	int r = f->index(f->ctx, &ix, err, errlen);
+	*out = (ProtobufCMessage *)ix;
+	return r;
+}
+
+static int get_msg(struct mancache *c, const char *key, int64_t mtime_ns, uint64_t size, const struct any_fetch *fetch,
+		   const ProtobufCMessage **out, struct mancache_entry **ref, char *err, size_t errlen)
 {
 	uint64_t h = hash_key(key);
 	pthread_mutex_lock(&c->mu);
@@ -191,11 +225,11 @@ int mancache_get(struct mancache *c, const char *key, int64_t mtime_ns, uint64_t
 		e = NULL;
 	}
 	if (e) {
-		c->hits++;
+		c->hits += fetch->manifest != NULL;
 		e->refs++;
 		while (e->loading)
 			pthread_cond_wait(&c->done, &c->mu);
-		if (e->m == NULL) {
+		if (e->msg == NULL) {
 			int r = e->status;
 			snprintf(err, errlen, "%s", e->err ? e->err : "out of memory");
 			if (--e->refs == 0 && !e->linked)
@@ -208,7 +242,7 @@ int mancache_get(struct mancache *c, const char *key, int64_t mtime_ns, uint64_t
 			TAILQ_INSERT_TAIL(&c->lru, e, lru);
 		}
 		pthread_mutex_unlock(&c->mu);
-		*out = e->m;
+		*out = e->msg;
 		*ref = e;
 		return 0;
 	}
@@ -228,7 +262,7 @@ int mancache_get(struct mancache *c, const char *key, int64_t mtime_ns, uint64_t
 	e->next = c->buckets[h & (c->nbuckets - 1)];
 	c->buckets[h & (c->nbuckets - 1)] = e;
 	c->n++;
-	c->misses++;
+	c->misses += fetch->manifest != NULL;
 	unsigned delay = c->delay_ms;
 	pthread_mutex_unlock(&c->mu);
 
@@ -236,8 +270,8 @@ int mancache_get(struct mancache *c, const char *key, int64_t mtime_ns, uint64_t
 		struct timespec ts = { delay / 1000, (long)(delay % 1000) * 1000000 };
 		nanosleep(&ts, NULL);
 	}
-	Ckpt__Manifest *m = NULL;
-	int r = fetch(ctx, &m, err, errlen);
+	ProtobufCMessage *m = NULL;
+	int r = fetch_any(fetch, &m, err, errlen);
 
 	pthread_mutex_lock(&c->mu);
 	finish(c, e, r, m, err);
@@ -251,6 +285,29 @@ int mancache_get(struct mancache *c, const char *key, int64_t mtime_ns, uint64_t
 	*out = m;
 	*ref = e;
 	return 0;
+}
+
+int mancache_get(struct mancache *c, const char *key, int64_t mtime_ns, uint64_t size, mancache_fetch_fn fetch,
+		 void *ctx, const Ckpt__Manifest **out, struct mancache_entry **ref, char *err, size_t errlen)
+{
+	struct any_fetch f = { .manifest = fetch, .ctx = ctx };
+	const ProtobufCMessage *m;
+	int r = get_msg(c, key, mtime_ns, size, &f, &m, ref, err, errlen);
+	if (r == 0)
+		*out = (const Ckpt__Manifest *)m;
+	return r;
+}
+
+int mancache_get_index(struct mancache *c, const char *key, int64_t mtime_ns, uint64_t size,
+		       mancache_fetch_index_fn fetch, void *ctx, const Ckpt__StepIndex **out,
+		       struct mancache_entry **ref, char *err, size_t errlen)
+{
+	struct any_fetch f = { .index = fetch, .ctx = ctx };
+	const ProtobufCMessage *m;
+	int r = get_msg(c, key, mtime_ns, size, &f, &m, ref, err, errlen);
+	if (r == 0)
+		*out = (const Ckpt__StepIndex *)m;
+	return r;
 }
 
 void mancache_release(struct mancache *c, struct mancache_entry *e)

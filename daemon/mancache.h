@@ -16,7 +16,11 @@
  * A failure is never kept: the next caller fetches again. Bounded: ready
  * entries over max_bytes (an estimate of their decoded size) go, least
  * recently used first; an entry still held by a load is freed when it is
- * released. Thread-safe; one mutex, never held across a fetch. */
+ * released. Thread-safe; one mutex, never held across a fetch.
+ *
+ * A step's index (StepIndex, also create-only) is kept the same way,
+ * under its own key: the ranks of a node GET it once between them. It
+ * counts in bytes and entries, not in hits and misses (manifests only). */
 #ifndef CKPTD_MANCACHE_H
 #define CKPTD_MANCACHE_H
 
@@ -31,6 +35,8 @@ struct mancache_entry;
 /* Read and decode the manifest: 0 and *out (the cache owns it then), or
  * -errno with err set. Runs on the caller's thread, no lock held. */
 typedef int (*mancache_fetch_fn)(void *ctx, Ckpt__Manifest **out, char *err, size_t errlen);
+
+typedef int (*mancache_fetch_index_fn)(void *ctx, Ckpt__StepIndex **out, char *err, size_t errlen);
 
 struct mancache_stats {
 	uint64_t hits;    /* served with no fetch of their own (kept, or shared in flight) */
@@ -48,6 +54,10 @@ void mancache_free(struct mancache *c);
  * must not be changed), or the fetch's error with err set. */
 int mancache_get(struct mancache *c, const char *key, int64_t mtime_ns, uint64_t size, mancache_fetch_fn fetch,
 		 void *ctx, const Ckpt__Manifest **out, struct mancache_entry **ref, char *err, size_t errlen);
+/* mancache_get for a step index (catalog.c checks it in its fetch). */
+int mancache_get_index(struct mancache *c, const char *key, int64_t mtime_ns, uint64_t size,
+		       mancache_fetch_index_fn fetch, void *ctx, const Ckpt__StepIndex **out,
+		       struct mancache_entry **ref, char *err, size_t errlen);
 void mancache_release(struct mancache *c, struct mancache_entry *e);
 /* Forget every key that starts with prefix ("job/step-000000000042/"),
  * fetches in flight included: they are handed to their waiters, not kept. */

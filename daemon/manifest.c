@@ -55,6 +55,12 @@ int manifest_commit_key(char *out, size_t cap, const char *job, uint64_t step)
 	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
 }
 
+int manifest_index_key(char *out, size_t cap, const char *job, uint64_t step)
+{
+	int n = snprintf(out, cap, "%s/step-%012" PRIu64 "/" INDEX_NAME, job, step);
+	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
+}
+
 static int parse_digits(const char *s, size_t n, uint64_t *out)
 {
 	uint64_t v = 0;
@@ -99,6 +105,10 @@ void manifest_parse_object(const char *name, struct step_name *out)
 	size_t len = strlen(name);
 	if (strcmp(name, COMMIT_NAME) == 0) {
 		out->kind = OBJ_COMMIT;
+		return;
+	}
+	if (strcmp(name, INDEX_NAME) == 0) {
+		out->kind = OBJ_INDEX;
 		return;
 	}
 	/* rank-RRRRR-of-WWWWW then '.' */

@@ -18,11 +18,18 @@
  *   rank-<5>-of-<5>.<attempt>.manifest        created create-only, last
  *   rank-<5>-of-<5>.<attempt>.<16 hex>.shard  a fresh name per save
  *   commit                                    the step's pin (StepCommit)
+ *   index                                     every manifest of the pinned
+ *                                             attempt (StepIndex), optional
  * so that one LIST of the directory says which attempt holds which ranks,
  * with no manifest read. Format 1 steps (before attempts were in names)
  * hold rank-<5>-of-<5>.manifest and .shard, and stay readable. */
 #define MANIFEST_NONCE_HEX 16
 #define COMMIT_NAME "commit"
+#define INDEX_NAME "index"
+/* The step index is never written larger, nor read past this: a step
+ * whose manifests together exceed it is shown from its manifests. */
+#define STEP_INDEX_MAX_BYTES (64u << 20)
+#define STEP_INDEX_FORMAT_VERSION 1
 
 /* Format 1 names: "<job>/step-<12>/rank-<5>-of-<5>.<ext>", ext "shard" or
  * "manifest". 0 or -ENAMETOOLONG. */
@@ -45,11 +52,13 @@ int manifest_shard_key(char *out, size_t cap, const char *job, uint64_t step, ui
 		       uint32_t world_size, const char *attempt, uint64_t nonce, bool spread);
 /* "<job>/step-<12>/commit" */
 int manifest_commit_key(char *out, size_t cap, const char *job, uint64_t step);
+/* "<job>/step-<12>/index" */
+int manifest_index_key(char *out, size_t cap, const char *job, uint64_t step);
 int manifest_step_dir(char *out, size_t cap, const char *job, uint64_t step);
 /* Parses "step-000000000123"; 0 or -EINVAL. */
 int manifest_parse_step_dir(const char *name, uint64_t *step);
 
-enum step_obj { OBJ_OTHER, OBJ_MANIFEST, OBJ_SHARD, OBJ_COMMIT };
+enum step_obj { OBJ_OTHER, OBJ_MANIFEST, OBJ_SHARD, OBJ_COMMIT, OBJ_INDEX };
 struct step_name {
 	enum step_obj kind;
 	uint32_t rank, world_size;

@@ -72,6 +72,10 @@ const struct status_col status_cols[ST_NCOLS] = {
 				METRIC, "ckptd_store_failures_total", .backend = true },
 	[ST_MANIFEST_READS] = { "manifest_reads", "Manifests read from storage (GETs), by any path.", ST_COUNTER,
 				ST_UNIT_COUNT, METRIC, "ckptd_manifest_reads_total", .backend = true },
+	[ST_STEP_INDEX_READS] = { "step_index_reads", "Step indexes read from storage (GETs), for show of a whole step.",
+				  ST_COUNTER, ST_UNIT_COUNT, METRIC, "ckptd_step_index_reads_total", .backend = true },
+	[ST_STEP_INDEX_WRITES] = { "step_index_writes", "Step indexes this daemon tried to create (PUTs).", ST_COUNTER,
+				   ST_UNIT_COUNT, METRIC, "ckptd_step_index_writes_total", .backend = true },
 	[ST_MANIFEST_CACHE_HITS] = { "manifest_cache_hits",
 				     "Manifest reads of pinned steps served by the cache (kept, or shared with a read in flight).",
 				     ST_COUNTER, ST_UNIT_COUNT, METRIC, "ckptd_manifest_cache_hits_total" },
@@ -128,6 +132,8 @@ int status_snapshot(const struct daemon *d, struct status *st)
 	v[ST_STORE_RETRIES] = s->store_retries + (uint64_t)d->store->retries;
 	v[ST_STORE_FAILURES] = s->store_failures;
 	v[ST_MANIFEST_READS] = catalog_manifest_gets();
+	v[ST_STEP_INDEX_READS] = catalog_index_gets();
+	v[ST_STEP_INDEX_WRITES] = catalog_index_puts();
 	struct mancache_stats mc = { 0 };
 	if (d->mancache)
 		mancache_stats(d->mancache, &mc);

@@ -36,6 +36,12 @@ def _worker(rank, world, port, sock, phase, out):
             up = resp.upload_completion if hasattr(resp, "upload_completion") else resp
             up.result()
             dcp.save(sd, storage_writer=cd.Writer("dcp", step=11, socket=sock))
+        elif phase == "meta":
+            md = cd.Reader("dcp", step=11, socket=sock).read_metadata()
+            want = set(m.state_dict()) | {"extra"}
+            got = {k.split(".", 1)[1] if k.startswith("model.") else k.split(".", 1)[0]
+                   for k in md.state_dict_metadata}
+            torch.save({"ok": got == want, "keys": sorted(md.state_dict_metadata)}, f"{out}.{rank}")
         else:
             m2, _ = _state(1)
             sd = {"model": m2.state_dict(), "extra": {"epoch": 0, "tag": ""}}
@@ -97,7 +103,28 @@ def test_dcp_read_metadata_reads_each_manifest_once_per_node(daemon_factory, tmp
         assert res["ok"] and res["extra"] == {"epoch": 5, "tag": "x"}, r
     assert _metric(port, "ckptd_manifest_reads_total") == 2
     assert _metric(port, "ckptd_manifest_cache_misses_total") == 2
-    assert _metric(port, "ckptd_manifest_cache_hits_total") >= 4 * 2  # 4 read_metadata alone
+    assert _metric(port, "ckptd_manifest_cache_hits_total") >= 4  # the loads' plans
+    # Rank 0's read_metadata showed the step first and wrote its index
+    # (README "At scale"); ranks 1-3 read that, once.
+    assert _metric(port, "ckptd_step_index_writes_total") == 1
+    assert _metric(port, "ckptd_step_index_reads_total") == 1
+    # After a restart, read_metadata on every rank is one GET of the index,
+    # no manifest; at most N (2) even were the index not there.
+    assert os.path.exists(os.path.join(d.store, "dcp", "step-000000000011", "index"))
+    d.stop()
+    d.start()
+    out = tmp_path / "m4"
+    mp.spawn(_worker, args=(4, _free_port(), d.sock, "meta", str(out)), nprocs=4)
+    for r in range(4):
+        res = torch.load(f"{out}.{r}")
+        assert res["ok"], (r, res["keys"])
+    assert _metric(port, "ckptd_manifest_reads_total") == 0
+    assert _metric(port, "ckptd_step_index_reads_total") == 1
+    assert _metric(port, "ckptd_step_index_writes_total") == 0
+    # ckpt.format reads a step with an index (it lists the directory).
+    from ckpt import format as fmt
+    assert (11, True) in [(s, c) for s, c in fmt.list_steps(d.url, "dcp")]
+    assert fmt.load_step(d.url, "dcp", 11)
 
 
 def _async_staging_roundtrip(d, legacy, monkeypatch):

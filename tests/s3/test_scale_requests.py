@@ -36,6 +36,18 @@ def test_requests_per_rank_are_flat(moto, proxy, tmp_path):
     assert big["resolve"]["total"] == small["resolve"]["total"] == 3, (small["resolve"], big["resolve"])
     assert big["ls"]["total"] == small["ls"]["total"] == 3, (small["ls"], big["ls"])
     assert big["restart"]["total"] == small["restart"]["total"] == 0
+    # ckpt.dcp's read_metadata (every rank shows every manifest): once the
+    # step has its index, a node GETs it once and no manifest, so per rank
+    # it stays flat (W/8 manifests per rank without it: 3 more at W=32).
+    # GETs: the commit per show, an index per node; the first time, rank
+    # 0's node also GETs the W manifests and PUTs the index once.
+    for r, w in ((small, 8), (big, 32)):
+        assert r["meta2"]["GET"] == w + w // 8 and r["meta2"]["PUT"] == 1, (w, r["meta2"])
+        assert r["meta"]["GET"] == 2 * w + w // 8 and r["meta"]["PUT"] == 2, (w, r["meta"])
+    # Per rank it does not grow (the first time, rank 0's W manifests are
+    # 1 per rank at any W, and its few other requests weigh less at 32).
+    for phase in ("meta", "meta2"):
+        assert big[phase]["per_rank"] - small[phase]["per_rank"] <= 0.25, (phase, small[phase], big[phase])
 
 
 @pytest.mark.skipif(not os.environ.get("CKPT_LIB"),

@@ -150,8 +150,12 @@ static void test_parse_object(void **state)
 	assert_string_equal(key, "j/step-000000000003/commit");
 	manifest_parse_object("commit", &sn);
 	assert_int_equal(sn.kind, OBJ_COMMIT);
+	assert_int_equal(manifest_index_key(key, sizeof(key), "j", 3), 0);
+	assert_string_equal(key, "j/step-000000000003/index");
+	manifest_parse_object("index", &sn);
+	assert_int_equal(sn.kind, OBJ_INDEX);
 	static const char *other[] = {
-		"", "commit.tmp.h.1.2", "rank-00003-of-00008..manifest", "rank-00003-of-00008.a b.manifest",
+		"", "commit.tmp.h.1.2", "index.tmp.h.1.2", "indexx", "rank-00003-of-00008..manifest", "rank-00003-of-00008.a b.manifest",
 		"rank-00003-of-00008..a.manifest", "rank-00008-of-00008.a.manifest",
 		"rank-00003-of-00008.a.manifest.tmp.host.1.2", "rank-00003-of-00008.a.shard",
 		"rank-00003-of-00008.a.000000000000001F.shard", "rank-00003-of-00008.000000000000001f.shard",

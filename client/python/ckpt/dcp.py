@@ -301,8 +301,15 @@ class Reader(StorageReader):
         # A named step is resolved too: pinned before any rank shows it, so
         # the daemon reads each manifest once for all of its ranks (its
         # cache holds pinned steps only); the load would pin it anyway.
-        self._resolved = cp._resolve_step(self.step if self.step is not None else LATEST, pin=True)
-        _, tensors = cp.client.show(self.job, self._resolved)
+        # Rank 0 also shows the step before the broadcast: the first show
+        # of a step writes its index (README "At scale"), so every other
+        # rank, on every node, reads that one object, not every manifest.
+        shown = {}
+
+        def first(n):
+            shown[n] = cp.client.show(self.job, n)
+        self._resolved = cp._resolve_step(self.step if self.step is not None else LATEST, pin=True, first=first)
+        _, tensors = shown.get(self._resolved) or cp.client.show(self.job, self._resolved)
         me = _identity(self.rank, self.world_size)[0]
         # This rank's own entries win (its pickled values may differ in size).
         tensors.sort(key=lambda t: (t["rank"] == me, t["rank"] == 0))

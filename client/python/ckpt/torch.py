@@ -240,14 +240,15 @@ class Checkpointer:
 
     # ---- load ----
 
-    def _resolve_step(self, step, pin=False):
+    def _resolve_step(self, step, pin=False, first=None):
         """The one step every rank loads. "latest" is resolved once, by the
         daemon (pinned: catalog.h), and, when torch.distributed is
         initialized, on rank 0 alone and broadcast, so that no two ranks
         can restore different steps; a failure there raises on every
         rank. A named step is taken as it is, or with pin=True resolved
         the same way (checked complete and pinned before any rank reads
-        it)."""
+        it). first(step), if given, runs on rank 0 before the broadcast
+        (its errors are left to the other ranks' own calls)."""
         latest = step in ("latest", LATEST)
         if not latest and not pin:
             return int(step)
@@ -261,6 +262,11 @@ class Checkpointer:
                 box[0] = ("ok", self.client.resolve(want))
             except Exception as e:  # every rank must hear of it
                 box[0] = ("err", getattr(e, "errno", None) or 5, str(e))
+            if first is not None and box[0][0] == "ok":
+                try:
+                    first(box[0][1])
+                except Exception:
+                    pass
         dist.broadcast_object_list(box, src=0)
         if box[0][0] == "err":
             from .client import CkptError
