@@ -348,6 +348,69 @@ static void test_sixty_four_ranks_one_node(void **state)
 	h_cleanup(&wide);
 }
 
+/* Before a step is complete (so not pinned), a rank's manifest is still
+ * never replaced: the same rank of the same attempt saving the step again,
+ * on another node, fails with EEXIST and the first save's bytes stay. */
+static void test_own_manifest_not_replaced(void **state)
+{
+	(void)state;
+	struct rank r;
+	rank_open(&r, 0, JOB, 1, WORLD, "a");
+	save_start(&r, 7, 'a');
+	assert_int_equal(save_wait(&r), 0);
+	rank_close(&r);
+	rank_open(&r, 1, JOB, 1, WORLD, "a");
+	save_start(&r, 7, 'z');
+	assert_int_equal(save_wait(&r), -EEXIST);
+	rank_close(&r);
+	ckpt_step_info si;
+	step_info(2, 7, &si);
+	assert_false(si.complete);
+	assert_int_equal(si.ranks_present, 1);
+	/* The rest of the ranks complete it: rank 1 holds the first bytes. */
+	for (uint32_t i = 0; i < WORLD; i++) {
+		if (i == 1)
+			continue;
+		rank_open(&r, (int)(i % NODES), JOB, i, WORLD, "a");
+		save_start(&r, 7, 'a');
+		assert_int_equal(save_wait(&r), 0);
+		rank_close(&r);
+	}
+	rank_open(&r, 2, JOB, 1, WORLD, "a");
+	load_check(&r, 7, 7, 'a', CKPT_LOAD_STORAGE_ONLY);
+	rank_close(&r);
+}
+
+/* max_inflight_saves counts per rank: with 1, a rank whose save is still
+ * uploading is refused a second one (EBUSY, naming the cap), while another
+ * rank of the same job on the same node saves at once. */
+static void test_inflight_cap_per_rank(void **state)
+{
+	(void)state;
+	static struct dctx slow;
+	h_init(&slow);
+	h_start(&slow, "[limits]\nmax_inflight_saves = 1\n[debug]\nstore_delay_ms = 1500\n");
+	struct rank a, b;
+	rank_open_at(&a, slow.sock, "cap", 0, 2, "a", 100);
+	rank_open_at(&b, slow.sock, "cap", 1, 2, "a", 100);
+	save_start(&a, 1, 'a');
+	assert_int_equal(ckpt_future_wait(a.f, CKPT_STAGED, 60000), 0);
+	ckpt_future *f2 = NULL;
+	rank_fill(&a, 2, 'a');
+	assert_int_equal(ckpt_save(a.c, 2, a.t, 2, NULL, 0, &f2), 0);
+	int e = ckpt_future_wait(f2, CKPT_DURABLE, 60000);
+	assert_int_equal(e, -EBUSY);
+	assert_non_null(strstr(ckpt_future_message(f2), "max_inflight_saves"));
+	ckpt_future_free(f2);
+	save_start(&b, 1, 'a'); /* rank 1: its own cap */
+	assert_int_equal(save_wait(&b), 0);
+	assert_int_equal(save_wait(&a), 0);
+	rank_close(&a);
+	rank_close(&b);
+	h_stop(&slow);
+	h_cleanup(&slow);
+}
+
 /* Layout spread on two nodes: shards under job/shards/<rank % 256>/,
  * manifests and the commit in the step's directory. Complete from the
  * listing (with bytes unlisted), shown with bytes from the manifests,
@@ -468,6 +531,8 @@ int main(void)
 		cmocka_unit_test(test_restore_across_nodes),
 		cmocka_unit_test(test_no_overwrite_across_nodes),
 		cmocka_unit_test(test_concurrent_attempts_race),
+		cmocka_unit_test(test_own_manifest_not_replaced),
+		cmocka_unit_test(test_inflight_cap_per_rank),
 		cmocka_unit_test(test_sixty_four_ranks_one_node),
 		cmocka_unit_test(test_spread_layout),
 	};
