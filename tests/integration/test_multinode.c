@@ -383,7 +383,8 @@ static void test_own_manifest_not_replaced(void **state)
 
 /* max_inflight_saves counts per rank: with 1, a rank whose save is still
  * uploading is refused a second one (EBUSY, naming the cap), while another
- * rank of the same job on the same node saves at once. */
+ * rank of the same job on the same node saves at once. And a step being
+ * written cannot be removed. */
 static void test_inflight_cap_per_rank(void **state)
 {
 	(void)state;
@@ -395,6 +396,12 @@ static void test_inflight_cap_per_rank(void **state)
 	rank_open_at(&b, slow.sock, "cap", 1, 2, "a", 100);
 	save_start(&a, 1, 'a');
 	assert_int_equal(ckpt_future_wait(a.f, CKPT_STAGED, 60000), 0);
+	/* A step being written cannot be removed meanwhile (steplock). */
+	ckpt_client *ctl = NULL;
+	ckpt_hello h0 = { 0 };
+	assert_int_equal(ckpt_connect(slow.sock, &h0, &ctl), 0);
+	assert_int_equal(ckpt_delete(ctl, "cap", 1), -EBUSY);
+	ckpt_close(ctl);
 	ckpt_future *f2 = NULL;
 	rank_fill(&a, 2, 'a');
 	assert_int_equal(ckpt_save(a.c, 2, a.t, 2, NULL, 0, &f2), 0);

@@ -261,6 +261,14 @@ static void b_box(struct tm_manifest *x) { x->off0[0] = 3; }
 static void b_box_count(struct tm_manifest *x) { x->t[0].n_box_lengths = 1; }
 static void b_dup_name(struct tm_manifest *x) { x->t[1].name = x->t[0].name; }
 static void b_overlap(struct tm_manifest *x) { x->t[1].shard_offset = x->t[0].shard_offset + 1; }
+static void b_shard_other_rank(struct tm_manifest *x)
+{
+	snprintf(x->shard, sizeof(x->shard), "rank-00001-of-00002.a.0000000000000001.shard");
+}
+static void b_shard_other_attempt(struct tm_manifest *x)
+{
+	snprintf(x->shard, sizeof(x->shard), "rank-00000-of-00002.b.0000000000000001.shard");
+}
 static void b_spread_format1(struct tm_manifest *x) { x->m.shard_dir = "shards/00/step-000000000005"; }
 static void b_spread_up(struct tm_manifest *x)
 {
@@ -303,6 +311,8 @@ static void test_check_rejects(void **state)
 		{ "box count mismatch", b_box_count },
 		{ "tensor name twice", b_dup_name },
 		{ "tensors overlap in the shard", b_overlap },
+		{ "shard of another rank", b_shard_other_rank },
+		{ "shard of another attempt", b_shard_other_attempt },
 		{ "spread shard with a format 1 name", b_spread_format1 },
 		{ "spread directory outside the job's shards", b_spread_up },
 		{ "spread directory of another rank", b_spread_rank },

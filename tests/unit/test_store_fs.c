@@ -15,10 +15,12 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "catalog.h"
+#include "journal.h"
 #include "manifest.h"
 #include "manifest_util.h"
 #include "store.h"
@@ -885,6 +887,52 @@ static void test_put_direct_io(void **state)
 	free(whole);
 }
 
+static void count_report(void *ctx, const char *what)
+{
+	(void)what;
+	(*(int *)ctx)++;
+}
+
+/* Recovery after a crash between the manifest and the journal's end: the
+ * shard its manifest names stays; a shard of an earlier try, which the
+ * manifest does not name, goes. */
+static void test_journal_recovery_keeps_named_shard(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = f->s;
+	char dir[128], err[256], man[256], used[256], stale[256];
+	snprintf(dir, sizeof(dir), "%s/state", f->dir);
+	assert_int_equal(mkdir(dir, 0755), 0);
+	struct journal *j = NULL;
+	assert_int_equal(journal_open(dir, &j, err, sizeof(err)), 0);
+	assert_int_equal(manifest_key_attempt(man, sizeof(man), "jr", 3, 0, 2, "a"), 0);
+	assert_int_equal(manifest_shard_key(used, sizeof(used), "jr", 3, 0, 2, "a", 0x11, false), 0);
+	assert_int_equal(manifest_shard_key(stale, sizeof(stale), "jr", 3, 0, 2, "a", 0x22, false), 0);
+	char bytes[64] = "shard";
+	struct iovec iov = { bytes, sizeof(bytes) };
+	assert_int_equal(s->ops->put(s, used, &iov, 1, NULL), 0);
+	assert_int_equal(s->ops->put(s, stale, &iov, 1, NULL), 0);
+	struct tm_manifest x;
+	tm_init(&x, "jr", 3, 0, 2, "a");
+	snprintf(x.shard, sizeof(x.shard), "%s", strrchr(used, '/') + 1);
+	size_t len;
+	uint8_t *buf = tm_pack(&x.m, &len);
+	struct iovec mi = { buf, len };
+	assert_int_equal(s->ops->put(s, man, &mi, 1, NULL), 0);
+	free(buf);
+	assert_int_equal(journal_begin(j, 1, stale, man, "a"), 0);
+	assert_int_equal(journal_begin(j, 2, used, man, "a"), 0);
+	int reported = 0;
+	assert_int_equal(journal_recover(j, s, count_report, &reported), 1);
+	assert_int_equal(reported, 1);
+	void *got = NULL;
+	size_t n = 0;
+	assert_int_equal(s->ops->get_all(s, used, 1024, &got, &n), 0);
+	free(got);
+	assert_int_equal(s->ops->get_all(s, stale, 1024, &got, &n), -ENOENT);
+	journal_close(j);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -905,6 +953,7 @@ int main(void)
 		T(test_catalog_v2_pin),
 		T(test_catalog_latest_list_error),
 		T(test_catalog_no_complete_step),
+		T(test_journal_recovery_keeps_named_shard),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
