@@ -132,10 +132,10 @@ int pool_reserve(struct pool *p, uint32_t whole, uint32_t tail_slots, struct poo
 	assert(tail_slots < p->slots || (tail_slots == 0 && p->slots == 1));
 	if ((uint64_t)whole + (tail_slots > 0) > p->nchunks)
 		return -E2BIG;
-	if (!pool_fits(p, whole, tail_slots))
-		return -ENOSPC;
 	uint32_t tc = 0, ts = 0;
 	bool in_part = tail_slots > 0 && find_tail(p, tail_slots, &tc, &ts) == 0;
+	if ((uint64_t)whole + (tail_slots > 0 && !in_part) > p->nfree)
+		return -ENOSPC;
 	for (uint32_t i = 0; i < whole; i++)
 		take(p, p->free_stack[--p->nfree], 0, p->slots, &out[i]);
 	if (tail_slots > 0) {

@@ -369,3 +369,28 @@ void h_rank_object(const char *dir, uint32_t rank, uint32_t ws, const char *ext,
 	if (found != 1)
 		fail_msg("%d objects %s*%s in %s, expected one", found, prefix, suffix, dir);
 }
+
+/* One series of the daemon's metrics (the last with that name, any
+ * labels); fails the test when there is none. */
+uint64_t h_metric(struct dctx *d, const char *name)
+{
+	ckpt_hello h = { 0 };
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(d->sock, &h, &c), 0);
+	char *text = NULL;
+	assert_int_equal(ckpt_metrics(c, &text), 0);
+	ckpt_close(c);
+	uint64_t v = 0;
+	bool found = false;
+	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+		size_t n = strlen(name);
+		if (strncmp(line, name, n) == 0 && (line[n] == ' ' || line[n] == '{')) {
+			v = strtoull(strrchr(line, ' ') + 1, NULL, 10);
+			found = true;
+		}
+	}
+	free(text);
+	if (!found)
+		fail_msg("no metric %s", name);
+	return v;
+}

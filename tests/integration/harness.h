@@ -63,6 +63,9 @@ int make_memfd(size_t n, int v);
  * with "rank-RRRRR-of-WWWWW." and ends with "."+ext ("manifest", "shard"),
  * whatever attempt and nonce it carries; fails the test unless exactly
  * one matches. */
+/* One series of the daemon's metrics; fails the test when missing. */
+uint64_t h_metric(struct dctx *d, const char *name);
+
 void h_rank_object(const char *dir, uint32_t rank, uint32_t ws, const char *ext, char *out, size_t cap);
 
 #endif

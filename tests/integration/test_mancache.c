@@ -130,30 +130,6 @@ static void restore_all(struct dctx *d, char v)
 	restore_all_ex(d, v, CKPT_LOAD_STORAGE_ONLY);
 }
 
-/* One counter of the daemon's metrics. */
-static uint64_t metric(struct dctx *d, const char *name)
-{
-	ckpt_hello h = { 0 };
-	ckpt_client *c = NULL;
-	assert_int_equal(ckpt_connect(d->sock, &h, &c), 0);
-	char *text = NULL;
-	assert_int_equal(ckpt_metrics(c, &text), 0);
-	ckpt_close(c);
-	uint64_t v = 0;
-	bool found = false;
-	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-		size_t n = strlen(name);
-		if (strncmp(line, name, n) == 0 && (line[n] == ' ' || line[n] == '{')) {
-			v = strtoull(strrchr(line, ' ') + 1, NULL, 10);
-			found = true;
-		}
-	}
-	free(text);
-	if (!found)
-		fail_msg("no metric %s", name);
-	return v;
-}
-
 /* inotify on step 1's directory: the manifests any process opens. */
 static int watch_step(void)
 {
@@ -196,7 +172,7 @@ static void assert_reads(int fd, unsigned want, uint64_t *reads, const char *whe
 	for (uint32_t i = 0; i < SAVED; i++)
 		if (opens[i] != want)
 			fail_msg("%s: rank %u's manifest was opened %u times, want %u", when, i, opens[i], want);
-	uint64_t now = metric(&A, "ckptd_manifest_reads_total");
+	uint64_t now = h_metric(&A, "ckptd_manifest_reads_total");
 	if (now - *reads != want * SAVED)
 		fail_msg("%s: %" PRIu64 " manifest GETs, want %u", when, now - *reads, want * SAVED);
 	*reads = now;
@@ -237,8 +213,8 @@ static void test_reshard_after_restart(void **state)
 	int fd = watch_step();
 	restore_all(&A, 'a');
 	assert_reads(fd, 1, &reads, "8 ranks resharding 4 -> 8 after a restart");
-	uint64_t hits = metric(&A, "ckptd_manifest_cache_hits_total");
-	uint64_t misses = metric(&A, "ckptd_manifest_cache_misses_total");
+	uint64_t hits = h_metric(&A, "ckptd_manifest_cache_hits_total");
+	uint64_t misses = h_metric(&A, "ckptd_manifest_cache_misses_total");
 	assert_int_equal(misses, SAVED);
 	/* Without the cache every lookup is a GET. A rank looks up the
 	 * manifest at its place in the order (rank x 4/8), which holds its
@@ -252,8 +228,8 @@ static void test_reshard_after_restart(void **state)
 	fd = watch_step();
 	restore_all(&A, 'a');
 	assert_reads(fd, 0, &reads, "a repeat restore");
-	assert_int_equal(metric(&A, "ckptd_manifest_cache_misses_total"), SAVED);
-	assert_true(metric(&A, "ckptd_manifest_cache_hits_total") > hits);
+	assert_int_equal(h_metric(&A, "ckptd_manifest_cache_misses_total"), SAVED);
+	assert_true(h_metric(&A, "ckptd_manifest_cache_hits_total") > hits);
 
 	/* ckpt.dcp's read_metadata: every rank shows every manifest. */
 	fd = watch_step();
@@ -270,10 +246,10 @@ static void test_reshard_after_restart(void **state)
 	assert_reads(fd, 0, &reads, "show on 8 ranks of a restored step");
 	/* The first show wrote the step's index, the next ones read it (once)
 	 * and keep it beside the manifests (test_step_index.c). */
-	assert_int_equal(metric(&A, "ckptd_step_index_writes_total"), 1);
-	assert_int_equal(metric(&A, "ckptd_step_index_reads_total"), 1);
-	assert_int_equal(metric(&A, "ckptd_manifest_cache_entries"), SAVED + 1);
-	assert_true(metric(&A, "ckptd_manifest_cache_bytes") > 0);
+	assert_int_equal(h_metric(&A, "ckptd_step_index_writes_total"), 1);
+	assert_int_equal(h_metric(&A, "ckptd_step_index_reads_total"), 1);
+	assert_int_equal(h_metric(&A, "ckptd_manifest_cache_entries"), SAVED + 1);
+	assert_true(h_metric(&A, "ckptd_manifest_cache_bytes") > 0);
 
 	/* verify reads storage, not the cache. */
 	ckpt_hello h0 = { 0 };
@@ -289,13 +265,13 @@ static void test_reshard_after_restart(void **state)
 	/* rm drops the step from the cache; saved again under the same names
 	 * (same attempt and world size), its new manifests are read. */
 	assert_int_equal(ckpt_delete(ctl, JOB, 1), 0);
-	assert_int_equal(metric(&A, "ckptd_manifest_cache_entries"), 0);
-	assert_int_equal(metric(&A, "ckptd_manifest_cache_bytes"), 0);
+	assert_int_equal(h_metric(&A, "ckptd_manifest_cache_entries"), 0);
+	assert_int_equal(h_metric(&A, "ckptd_manifest_cache_bytes"), 0);
 	save_step(&A, 'b');
 	fd = watch_step();
 	restore_all(&A, 'b');
 	assert_reads(fd, 1, &reads, "after rm and a new save");
-	assert_int_equal(metric(&A, "ckptd_manifest_cache_misses_total"), 2 * SAVED);
+	assert_int_equal(h_metric(&A, "ckptd_manifest_cache_misses_total"), 2 * SAVED);
 
 	/* Removed and saved again on another node: A's entries of the old
 	 * manifests are not used (the listing shows other objects). */
@@ -309,8 +285,8 @@ static void test_reshard_after_restart(void **state)
 	 * ranks, attempt and sizes: they name other shards, so are not used. */
 	restore_all_ex(&A, 'c', 0);
 	assert_reads(fd, 1, &reads, "after rm and a new save on another node");
-	assert_int_equal(metric(&A, "ckptd_manifest_cache_misses_total"), 3 * SAVED);
-	assert_int_equal(metric(&A, "ckptd_manifest_cache_entries"), SAVED);
+	assert_int_equal(h_metric(&A, "ckptd_manifest_cache_misses_total"), 3 * SAVED);
+	assert_int_equal(h_metric(&A, "ckptd_manifest_cache_entries"), SAVED);
 	ckpt_close(ctl);
 }
 

@@ -73,30 +73,6 @@ static void save_step(struct dctx *d)
 	}
 }
 
-/* One counter of the daemon's metrics. */
-static uint64_t metric(struct dctx *d, const char *name)
-{
-	ckpt_hello h = { 0 };
-	ckpt_client *c = NULL;
-	assert_int_equal(ckpt_connect(d->sock, &h, &c), 0);
-	char *text = NULL;
-	assert_int_equal(ckpt_metrics(c, &text), 0);
-	ckpt_close(c);
-	uint64_t v = 0;
-	bool found = false;
-	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-		size_t n = strlen(name);
-		if (strncmp(line, name, n) == 0 && (line[n] == ' ' || line[n] == '{')) {
-			v = strtoull(strrchr(line, ' ') + 1, NULL, 10);
-			found = true;
-		}
-	}
-	free(text);
-	if (!found)
-		fail_msg("no metric %s", name);
-	return v;
-}
-
 static void step_path(char *out, size_t cap, const char *name)
 {
 	snprintf(out, cap, "%s/" JOB "/step-000000000001%s%s", A.store, name ? "/" : "", name ? name : "");
@@ -214,8 +190,8 @@ struct counts {
 
 static struct counts counts(struct dctx *d)
 {
-	return (struct counts){ metric(d, "ckptd_manifest_reads_total"), metric(d, "ckptd_step_index_reads_total"),
-				metric(d, "ckptd_step_index_writes_total") };
+	return (struct counts){ h_metric(d, "ckptd_manifest_reads_total"), h_metric(d, "ckptd_step_index_reads_total"),
+				h_metric(d, "ckptd_step_index_writes_total") };
 }
 
 /* Since *c: manifest GETs, index GETs, index PUTs of d; manifests opened
