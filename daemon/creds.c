@@ -1,4 +1,5 @@
 #include "creds.h"
+#include "store.h"
 #include "http.h"
 #include "log.h"
 #include "xmlmini.h"
@@ -91,10 +92,7 @@ static int fetch(struct creds_provider *p, const char *method, const char *url, 
 
 static time_t parse_iso8601(const char *s)
 {
-	struct tm tm = { 0 };
-	if (s == NULL || strptime(s, "%Y-%m-%dT%H:%M:%S", &tm) == NULL)
-		return 0;
-	return timegm(&tm);
+	return (time_t)(store_parse_time(s) / 1000000000);
 }
 
 static int json_str(json_object *o, const char *k, char *dst, size_t len)

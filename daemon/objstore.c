@@ -713,22 +713,6 @@ static int push_entry(struct store_entry **v, size_t *n, size_t *cap, const char
 	return 0;
 }
 
-/* "2009-10-12T17:50:30.000Z" -> ns since the epoch; 0 if it does not parse. */
-static int64_t parse_time(const char *t)
-{
-	struct tm tm = { 0 };
-	const char *end = strptime(t, "%Y-%m-%dT%H:%M:%S", &tm);
-	if (end == NULL)
-		return 0;
-	int64_t ns = (int64_t)timegm(&tm) * 1000000000;
-	if (*end == '.') {
-		int64_t scale = 100000000;
-		for (end++; *end >= '0' && *end <= '9'; end++, scale /= 10)
-			ns += (*end - '0') * scale;
-	}
-	return ns;
-}
-
 static int cmp_entry(const void *a, const void *b)
 {
 	return strcmp(((const struct store_entry *)a)->name, ((const struct store_entry *)b)->name);
@@ -795,9 +779,15 @@ static int obj_list_entries(struct store *base, const char *prefix, struct store
 				if (r == 0 && key)
 					cur = &v[*n - 1];
 			} else if (cur && !strcmp(p, ls->size)) {
-				cur->size = strtoull(t, NULL, 10);
+				char *end = NULL;
+				errno = 0;
+				cur->size = strtoull(t, &end, 10);
+				if (end == t || *end || errno || t[0] == '-') {
+					store_set_error("%s: %s has the size '%.40s'", label, cur->name, t);
+					r = -EPROTO;
+				}
 			} else if (cur && !strcmp(p, ls->mtime)) {
-				cur->mtime_ns = ls->parse_time ? ls->parse_time(t) : parse_time(t);
+				cur->mtime_ns = ls->parse_time ? ls->parse_time(t) : store_parse_time(t);
 			} else if (ls->truncated && !strcmp(p, ls->truncated)) {
 				truncated = !strcmp(t, "true");
 			} else if (!strcmp(p, ls->next_token)) {
@@ -816,6 +806,14 @@ static int obj_list_entries(struct store *base, const char *prefix, struct store
 		free(v);
 		return -ENOENT;
 	}
+	/* Times decide retention and which attempt completed first: an object
+	 * listed without one is an error, never the epoch. */
+	for (size_t i = 0; i < *n; i++)
+		if (!v[i].dir && v[i].mtime_ns <= 0) {
+			store_set_error("%s: %s is listed without a time that parses", label, v[i].name);
+			r = -EPROTO;
+			goto fail;
+		}
 	qsort(v, *n, sizeof(*v), cmp_entry);
 	size_t w = 0;
 	for (size_t i = 0; i < *n; i++) {

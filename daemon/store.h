@@ -87,6 +87,9 @@ int store_open(const char *url, struct store **out, char *err, size_t errlen);
  * else -EINVAL with err naming the schemes that do. */
 int store_check_options(const char *url, const char *opts, char *err, size_t errlen);
 /* The rest: store_util.c, which every backend may call. */
+/* "2009-10-12T17:50:30.000Z" (ISO 8601, UTC) -> ns since the epoch; 0 if it
+ * does not parse. */
+int64_t store_parse_time(const char *t);
 void store_free(struct store *s);
 void store_names_free(char **names, size_t n);
 void store_entries_free(struct store_entry *v, size_t n);

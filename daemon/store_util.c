@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void store_free(struct store *s)
 {
@@ -72,4 +73,19 @@ void store_clear_error(void)
 bool store_has_error(void)
 {
 	return last_error[0] != 0;
+}
+
+int64_t store_parse_time(const char *t)
+{
+	struct tm tm = { 0 };
+	const char *end = t ? strptime(t, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+	if (end == NULL)
+		return 0;
+	int64_t ns = (int64_t)timegm(&tm) * 1000000000;
+	if (*end == '.') {
+		int64_t scale = 100000000;
+		for (end++; *end >= '0' && *end <= '9'; end++, scale /= 10)
+			ns += (*end - '0') * scale;
+	}
+	return ns > 0 ? ns : 0;
 }
