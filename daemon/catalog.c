@@ -32,10 +32,10 @@ void catalog_step_free(struct catalog_step *cs)
 	for (size_t g = 0; g < cs->ngroups; g++) {
 		struct catalog_group *grp = &cs->groups[g];
 		for (uint32_t r = 0; grp->by_rank && r < grp->world_size; r++) {
-			if (grp->from_index)
-				break; /* the index's: released below */
 			if (grp->cached && grp->cached[r])
 				mancache_release(cs->cache, grp->cached[r]);
+			else if (grp->from_index)
+				continue; /* the index's: released below */
 			else if (grp->by_rank[r])
 				ckpt__manifest__free_unpacked(grp->by_rank[r], NULL);
 		}
@@ -61,17 +61,21 @@ bool catalog_step_complete(const struct catalog_step *cs)
 	return cs->best >= 0 && !cs->stale_commit && group_complete(&cs->groups[cs->best]);
 }
 
-static struct catalog_group *find_group(struct catalog_step *cs, const char *attempt, uint32_t ws)
+/* A group is an attempt and world size in one naming format: format 1
+ * and format 2 manifests of one attempt (saved across an upgrade) are
+ * keyed and read differently, so they are two groups. */
+static struct catalog_group *find_group(struct catalog_step *cs, const char *attempt, uint32_t ws, bool legacy)
 {
 	for (size_t g = 0; g < cs->ngroups; g++)
-		if (cs->groups[g].world_size == ws && strcmp(cs->groups[g].attempt, attempt) == 0)
+		if (cs->groups[g].world_size == ws && cs->groups[g].legacy == legacy &&
+		    strcmp(cs->groups[g].attempt, attempt) == 0)
 			return &cs->groups[g];
 	return NULL;
 }
 
 static struct catalog_group *group_for(struct catalog_step *cs, const char *attempt, uint32_t ws, bool legacy)
 {
-	struct catalog_group *grp = find_group(cs, attempt, ws);
+	struct catalog_group *grp = find_group(cs, attempt, ws, legacy);
 	if (grp)
 		return grp;
 	if (cs->ngroups == CATALOG_MAX_GROUPS)
@@ -246,7 +250,7 @@ int catalog_list_step(struct store *s, const char *job, uint64_t step, struct ca
 		manifest_parse_object(v[i].name, &sn);
 		if (sn.kind != OBJ_SHARD || sn.attempt[0] == '\0')
 			continue;
-		struct catalog_group *grp = find_group(out, sn.attempt, sn.world_size);
+		struct catalog_group *grp = find_group(out, sn.attempt, sn.world_size, false);
 		if (grp && !grp->legacy && grp->present[sn.rank]) {
 			grp->bytes += v[i].size;
 			grp->shards_listed++;
@@ -313,7 +317,9 @@ static int use_commit(struct store *s, const char *job, struct catalog_step *cs)
 	}
 	if (r < 0)
 		return r;
-	struct catalog_group *g = find_group(cs, attempt, ws);
+	struct catalog_group *g = find_group(cs, attempt, ws, false);
+	if (g == NULL)
+		g = find_group(cs, attempt, ws, true);
 	if (g == NULL || !group_complete(g)) {
 		log_warn("catalog: %s step %" PRIu64 ": its commit names attempt '%s' of %u ranks, which is not "
 			 "complete; the step is taken as incomplete", job, cs->step, attempt, ws);
@@ -608,6 +614,17 @@ static int use_index(struct store *s, const char *job, struct catalog_step *cs, 
 		cs->index_ref = NULL;
 		return -EBADMSG;
 	}
+	/* Manifests this group read before take their leave: the index's
+	 * stand in for them all. */
+	for (uint32_t r = 0; r < g->world_size; r++) {
+		if (g->cached && g->cached[r]) {
+			mancache_release(cs->cache, g->cached[r]);
+			g->cached[r] = NULL;
+		} else if (g->by_rank[r]) {
+			ckpt__manifest__free_unpacked(g->by_rank[r], NULL);
+		}
+		g->by_rank[r] = NULL;
+	}
 	for (size_t i = 0; i < ix->n_manifests; i++)
 		g->by_rank[ix->manifests[i]->rank] = ix->manifests[i]; /* read only: catalog.h */
 	g->from_index = true;
@@ -794,29 +811,48 @@ int catalog_jobs(struct store *s, char ***jobs, size_t *n)
 	return 0;
 }
 
+static int cmp_str_ptr(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 /* Layout spread: a rank with a manifest in the step's listing but no
- * shard there keeps its shards in its spread directory. One LIST per such
+ * shard of its attempt there keeps its shards in its spread directory. One LIST per such
  * directory (at most SPREAD_FANOUT, W / 256 names each), then a DELETE per
  * shard: no manifest is read. Shards whose manifests were removed by an
  * earlier, interrupted delete are not found again here. */
 static int delete_spread_shards(struct store *s, const char *job, uint64_t step, char **names, size_t n)
 {
 	bool want[SPREAD_FANOUT] = { false };
-	uint8_t *has_shard = calloc(100000, 1); /* by rank: 5 digits in names */
-	if (has_shard == NULL)
+	/* "rank-R-of-W.<attempt>" of every shard beside the manifests, sorted:
+	 * a manifest whose own (rank, world size, attempt) has none there
+	 * keeps its shard in the spread directory. */
+	char **local = calloc(n ? n : 1, sizeof(*local));
+	size_t nlocal = 0;
+	if (local == NULL)
 		return -ENOMEM;
 	struct step_name sn;
+	char id[256];
 	for (size_t i = 0; i < n; i++) {
 		manifest_parse_object(names[i], &sn);
-		if (sn.kind == OBJ_SHARD)
-			has_shard[sn.rank] = 1;
+		if (sn.kind != OBJ_SHARD || sn.attempt[0] == '\0')
+			continue;
+		snprintf(id, sizeof(id), "rank-%05u-of-%05u.%s", sn.rank, sn.world_size, sn.attempt);
+		if ((local[nlocal] = strdup(id)) == NULL)
+			break;
+		nlocal++;
 	}
+	qsort(local, nlocal, sizeof(*local), cmp_str_ptr);
 	for (size_t i = 0; i < n; i++) {
 		manifest_parse_object(names[i], &sn);
-		if (sn.kind == OBJ_MANIFEST && sn.attempt[0] && !has_shard[sn.rank])
+		if (sn.kind != OBJ_MANIFEST || sn.attempt[0] == '\0')
+			continue;
+		snprintf(id, sizeof(id), "rank-%05u-of-%05u.%s", sn.rank, sn.world_size, sn.attempt);
+		const char *key = id;
+		if (bsearch(&key, local, nlocal, sizeof(*local), cmp_str_ptr) == NULL)
 			want[sn.rank % SPREAD_FANOUT] = true;
 	}
-	free(has_shard);
+	store_names_free(local, nlocal);
 	int err = 0;
 	for (uint32_t h = 0; h < SPREAD_FANOUT; h++) {
 		if (!want[h])
