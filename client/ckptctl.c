@@ -1,5 +1,6 @@
 /* ckptctl: the operator's command line for ckptd. Uses only the public
  * libckpt API (and json-c for --json). */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -347,8 +348,10 @@ static void dims(char *buf, size_t len, const uint64_t *v, uint32_t n)
 static uint64_t parse_step(const char *s)
 {
 	char *end = NULL;
+	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);
-	if (!*s || *end || s[0] == '-') {
+	/* Steps fit an int64_t (the API's CKPT_LATEST is -1). */
+	if (!*s || *end || s[0] == '-' || errno || v > INT64_MAX) {
 		fprintf(stderr, "ckptctl: '%s' is not a step number\n", s);
 		exit(2);
 	}

@@ -6,19 +6,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-int bgreq_admit(struct session *s, const char **why)
-{
-	if (s->d->draining) {
-		*why = "ckptd is shutting down";
-		return ESHUTDOWN;
-	}
-	if (s->refs >= s->d->cfg.max_inflight_loads) {
-		*why = "too many loads and catalogue requests in flight on this session (max_inflight_loads)";
-		return EBUSY;
-	}
-	return 0;
-}
-
 void bgreq_fail(struct bgreq *r, int status, const char *fmt, ...)
 {
 	if (r->status)
@@ -55,13 +42,8 @@ static void on_done(uv_work_t *w, int status)
 
 void bgreq_start(struct session *s, uint64_t req_id, struct bgreq *r)
 {
-	const char *why;
-	int busy = bgreq_admit(s, &why);
-	if (busy) {
-		session_reply(s, req_id, busy, "%s", why);
-		r->destroy(r);
-		return;
-	}
+	/* Draining and the session's cap were checked by its message row
+	 * (msgtab.c). */
 	r->d = s->d;
 	r->session = s;
 	r->req_id = req_id;

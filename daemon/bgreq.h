@@ -1,6 +1,7 @@
 /* A request answered from the libuv threadpool (list, show, verify, gc):
  * the session is held while the work runs, and the reply goes out only if
- * it is still there. Loads use the same admission. */
+ * it is still there. Admission (draining, the session's cap) is the
+ * message row's (msgtab.c), for loads too. */
 #ifndef CKPTD_BGREQ_H
 #define CKPTD_BGREQ_H
 
@@ -22,9 +23,6 @@ struct bgreq {
 	void (*destroy)(struct bgreq *r); /* loop, always last */
 };
 
-/* Loads and background requests are bounded per session and refused while
- * draining: 0, or an errno with *why set. */
-int bgreq_admit(struct session *s, const char **why);
 /* Queue r (run, reply, destroy set). On failure the error has been
  * answered and r destroyed. */
 void bgreq_start(struct session *s, uint64_t req_id, struct bgreq *r);

@@ -200,8 +200,19 @@ static void on_sighup(uv_signal_t *h, int signum)
 		log_err("SIGHUP: config not reloaded: %s", r > 0 ? "--help" : err);
 		return;
 	}
+	/* What would run: the running restart-only values and the new rest,
+	 * validated as a whole before it is taken. */
+	static struct config merged;
+	merged = d->cfg;
 	char kept[512];
-	if (config_reload(&d->cfg, &nc, kept, sizeof(kept)) > 0)
+	int nkept = config_reload(&merged, &nc, kept, sizeof(kept));
+	if (config_validate(&merged, err, sizeof(err)) != 0) {
+		log_err("SIGHUP: config not reloaded: with the running values of the keys that change only on "
+			"restart: %s", err);
+		return;
+	}
+	d->cfg = merged;
+	if (nkept > 0)
 		log_warn("SIGHUP: %s change only on restart; kept the running values", kept);
 	log_set_level((enum log_level)d->cfg.log_level);
 	log_info("SIGHUP: configuration reloaded (log level %d, %zu job sections)", nc.log_level, nc.njobs);

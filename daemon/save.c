@@ -450,10 +450,12 @@ static int try_admit(struct save *sv)
 	struct daemon *d = sv->d;
 	if (sv->quota_bytes < d->pool.bytes && job_inflight_bytes(d, sv->job) + sv->pool_bytes > sv->quota_bytes)
 		return -EDQUOT;
-	/* Drop memory-tier copies only if that can make room. */
-	if (!pool_fits(&d->pool, sv->whole, sv->tail_slots))
-		memtier_reclaim(d, sv->whole, sv->tail_slots);
 	int r = pool_reserve(&d->pool, sv->whole, sv->tail_slots, sv->chunks);
+	if (r == -ENOSPC) {
+		/* Drop memory-tier copies (only if that can make room), then again. */
+		memtier_reclaim(d, sv->whole, sv->tail_slots);
+		r = pool_reserve(&d->pool, sv->whole, sv->tail_slots, sv->chunks);
+	}
 	if (r < 0)
 		return -ENOSPC;
 	sv->have_chunks = true;
