@@ -222,19 +222,21 @@ def _store(url):
 
 _V2 = re.compile(r"^rank-(\d{5})-of-(\d{5})\.([A-Za-z0-9_-][A-Za-z0-9._-]*)\.manifest$")
 _V1 = re.compile(r"^rank-(\d{5})-of-(\d{5})\.manifest$")
+_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
 
 
-def _commit(st, d):
-    """(attempt, world_size) of a step's commit object."""
-    att, ws = None, 0
+def _commit(st, job, step, d):
+    """(attempt, world_size) of a step's commit object, checked as the
+    daemon checks it (catalog_read_commit): version 1, this job and step."""
+    f = {1: 0, 2: "", 3: -1, 4: "", 5: 0}
     for num, wt, v in _fields(st.read(f"{d}/commit")):
-        if num == 4 and wt == 2:
-            att = v.decode()
-        elif num == 5 and wt == 0:
-            ws = v
-    if not att or not ws:
-        raise ValueError(f"{d}/commit: not a valid commit object")
-    return att, ws
+        if num in (2, 4) and wt == 2:
+            f[num] = v.decode()
+        elif num in (1, 3, 5) and wt == 0:
+            f[num] = v
+    if f[1] != 1 or f[2] != job or f[3] != step or not _NAME.match(f[4]) or not f[5]:
+        raise ValueError(f"{d}/commit: not a valid commit object for this step")
+    return f[4], f[5]
 
 
 def _groups(st, job, step):
@@ -263,7 +265,7 @@ def _groups(st, job, step):
         newest[key] = max(newest.get(key, 0), t)
     complete = [k for k, g in groups.items() if len(g) == k[1]]
     if "commit" in names:
-        pin = _commit(st, d)
+        pin = _commit(st, job, step, d)
         return d, groups, (pin if pin in complete else None)
     complete.sort(key=lambda k: (newest[k], k[0]))
     return d, groups, (complete[0] if complete else None)
@@ -301,6 +303,12 @@ def load_step(url, job, step="latest", verify=True):
         raise FileNotFoundError(f"step {step} of job '{job}' is not complete")
     group = [m if isinstance(m, dict) else read_manifest(st.read(m))
              for m in (groups[best][r] for r in range(best[1]))]
+    for r, m in enumerate(group):
+        # The manifest must be the one its name says (catalog.c checks the same).
+        if (m["job"], m["step"], m["rank"], m["world_size"], m["attempt_id"]) != (job, int(step), r, best[1], best[0]):
+            raise ValueError(f"step {step} of job '{job}': the manifest listed for rank {r} of attempt '{best[0]}' "
+                             f"describes rank {m['rank']} of {m['world_size']}, step {m['step']} of "
+                             f"'{m['job']}', attempt '{m['attempt_id']}'")
     full = {}
     for m in group:
         shard = st.read(shard_key(job, m))
