@@ -4,6 +4,7 @@
 #include "daemon.h"
 #include "journal.h"
 #include "log.h"
+#include "metrics.h"
 #include "save.h"
 #include "server.h"
 #include "session.h"

@@ -14,6 +14,7 @@
 #include "save.h"
 #include "server.h"
 #include "session.h"
+#include "backends.h"
 #include "store.h"
 #include "workq.h"
 

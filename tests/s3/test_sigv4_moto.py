@@ -1,5 +1,5 @@
 """ckptd's SigV4 signer against a real verifier: requests signed by
-daemon/sigv4.c (through the sigv4_cli helper) and sent to moto in IAM mode,
+daemon/store/sigv4.c (through the sigv4_cli helper) and sent to moto in IAM mode,
 which recomputes each signature with botocore and checks the IAM policy.
 Objects are read back with boto3 and compared byte for byte."""
 import datetime

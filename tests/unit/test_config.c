@@ -380,7 +380,7 @@ static void test_example_keys_match_table(void **state)
 	assert_true(n > 30);
 	for (size_t i = 0; i < n; i++)
 		if (config_key_find(keys[i].section, keys[i].name) == NULL)
-			fail_msg("%s: [%s] %s is not in config_keys[] (daemon/config.c)", path, keys[i].section,
+			fail_msg("%s: [%s] %s is not in config_keys[] (daemon/base/config.c)", path, keys[i].section,
 				 keys[i].name);
 	for (size_t i = 0; i < config_nkeys; i++) {
 		const struct config_key *k = &config_keys[i];

@@ -1,4 +1,4 @@
-/* The message table (daemon/msgtab.c) against the wire contract: every
+/* The message table (daemon/wire/msgtab.c) against the wire contract: every
  * message of the Frame oneof has a row, named like its field, and is either
  * a request with a handler or marked as one only ckptd sends. */
 #include <setjmp.h>
@@ -25,7 +25,7 @@ static void test_every_body_has_a_row(void **state)
 		nbody++;
 		const struct msg_row *m = msg_row((int)f->id);
 		if (m == NULL)
-			fail_msg("Frame.%s (body case %u) has no row in daemon/msgtab.c", f->name, f->id);
+			fail_msg("Frame.%s (body case %u) has no row in daemon/wire/msgtab.c", f->name, f->id);
 		/* The row's name is the field's (delete_ in C, delete on the wire). */
 		assert_string_equal(m->name, f->name);
 		bool request = m->handler != NULL;

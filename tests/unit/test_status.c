@@ -1,4 +1,4 @@
-/* The status snapshot's columns (daemon/status.c) in each of their views:
+/* The status snapshot's columns (daemon/ops/status.c) in each of their views:
  * the StatusReply of ckptctl status, the Prometheus text and the sd_notify
  * STATUS= line. Every column gets a distinct value; each view must show it
  * where the column says it appears, and nowhere is a view left without its

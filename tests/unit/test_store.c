@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "objstore.h"
+#include "backends.h"
 #include "store.h"
 
 static void test_scheme_rows(void **state)

@@ -23,6 +23,7 @@
 #include "journal.h"
 #include "manifest.h"
 #include "manifest_util.h"
+#include "backends.h"
 #include "store.h"
 #include "testutil.h"
 

@@ -9,7 +9,7 @@
  * judgement of each HTTP answer. A dialect holds the differences as data
  * and hooks: endpoint, region, credentials chain, signing, checksum and
  * precondition headers, and the listing's format. A new object store is a
- * new dialect file and one row of the scheme table in store.c. */
+ * new dialect file and one row of the scheme table in backends.c. */
 #ifndef CKPTD_OBJSTORE_H
 #define CKPTD_OBJSTORE_H
 
@@ -176,7 +176,7 @@ struct objstore_dialect {
 extern const struct objstore_dialect store_s3_dialect;
 extern const struct objstore_dialect store_gcs_dialect;
 
-/* scheme://bucket/prefix?opts with row->dialect (store.c's table).
+/* scheme://bucket/prefix?opts with row->dialect (backends.c's table).
  * Options, in the URL query (the config's [storage] keys are appended):
  * endpoint, region, path_style, part_size, concurrency, ca_bundle,
  * payload (unsigned|sha256), retry_max_attempts, retry_base_ms,

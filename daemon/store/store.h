@@ -66,7 +66,7 @@ struct store {
 	_Atomic unsigned long long direct_bytes; /* written with O_DIRECT (file://) */
 };
 
-/* One row of the scheme table in store.c: a URL scheme and the backend
+/* One row of the scheme table (backends.c): a URL scheme and the backend
  * that serves it. A new backend is a new row (and its open function, or a
  * new objstore dialect). */
 struct store_scheme {
@@ -78,14 +78,6 @@ struct store_scheme {
 	const void *dialect;  /* the open function's own data (objstore.h), or NULL */
 };
 
-/* The row of url's scheme, or NULL. */
-const struct store_scheme *store_scheme_of(const char *url);
-/* Opens the backend named by url's scheme; an unknown scheme's error
- * lists the table. */
-int store_open(const char *url, struct store **out, char *err, size_t errlen);
-/* 0 if url's backend takes [storage] options opts (or opts is empty);
- * else -EINVAL with err naming the schemes that do. */
-int store_check_options(const char *url, const char *opts, char *err, size_t errlen);
 /* The rest: store_util.c, which every backend may call. */
 /* "2009-10-12T17:50:30.000Z" (ISO 8601, UTC) -> ns since the epoch; 0 if it
  * does not parse. */

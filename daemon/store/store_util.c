@@ -1,6 +1,6 @@
 /* What every backend shares: freeing stores and listings, and the error
  * words of a backend's last failure (store.h). Apart from the scheme
- * table (store.c), so that the backends call down into this file, not
+ * table (backends.c), so that the backends call down into this file, not
  * back up into the one that opens them. */
 #include "store.h"
 

@@ -1,4 +1,4 @@
-#include "store.h"
+#include "backends.h"
 #include "objstore.h"
 
 #include <errno.h>
@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Every backend, by URL scheme (fio's ioengine_ops, curl's scheme and
- * handler): the only place that knows the schemes. */
 static const struct store_scheme schemes[] = {
 	{ "file", "file", "/abs/path", false, store_fs_open, NULL },
 	{ "s3", "s3", "bucket/prefix", true, objstore_open, &store_s3_dialect },

@@ -14,7 +14,6 @@
 
 #include "ckpt.pb-c.h"
 #include "daemon.h"
-#include "metrics.h"
 
 enum status_col_id {
 	ST_BYTES_STAGED,
