@@ -1,5 +1,5 @@
 /* CUDA device buffers and the trainer's events (README "CUDA"), the client's
- * twin of daemon/cuda.c. The driver table is loaded once per process. */
+ * twin of daemon/mem/cuda.c. The driver table is loaded once per process. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>

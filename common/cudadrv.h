@@ -1,7 +1,7 @@
 /* The CUDA driver API as one table of function pointers, loaded with
  * dlopen so that neither ckptd nor libckpt has libcuda as a link-time
  * dependency: the same binaries run on CPU-only nodes. Shared by the
- * daemon (daemon/cuda.c) and the client (client/cuda.c). Symbols are
+ * daemon (daemon/mem/cuda.c) and the client (client/cuda.c). Symbols are
  * resolved by their versioned names (cuMemcpyDtoHAsync_v2 ...), the ones
  * cuda.h's macros select. The library comes from $CKPT_CUDA_LIBRARY (the
  * tests' fake driver) or libcuda.so.1. */

@@ -25,7 +25,7 @@
 /* At most this many fds in one frame (the kernel's SCM_MAX_FD). */
 #define WIRE_MAX_FDS 253
 /* The largest frame libckpt sends or accepts. ckptd's own cap on what it
- * accepts is [limits] max_frame_bytes (daemon/config.h). */
+ * accepts is [limits] max_frame_bytes (daemon/base/config.h). */
 #define WIRE_CLIENT_MAX_FRAME_BYTES (64u * 1024 * 1024)
 
 /* The body length a header announces. */
