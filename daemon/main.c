@@ -226,31 +226,12 @@ static void on_upload(void *ctx, const char *key, const char *upload_id, int ope
 		log_warn("journal: recording multipart upload %s of %s: %s", upload_id, key, strerror(-r));
 }
 
-int main(int argc, char **argv)
+/* Start-up, in the order main() runs it. Each step logs its own failure
+ * and returns 0 or -1 (exit 1). */
+
+/* The process: logging, limits, signals that must not kill it, state dir. */
+static int start_process(struct daemon *d)
 {
-	saved_argc = argc;
-	saved_argv = argv;
-	build_opts();
-	static struct daemon dd;
-	struct daemon *d = &dd;
-	d->listen_fd = -1;
-	char err[1024];
-	bool check_only = false;
-	int r = parse_config(&d->cfg, &check_only, err, sizeof(err));
-	if (r == 1) {
-		usage(stdout);
-		return 0;
-	}
-	if (r < 0) {
-		fprintf(stderr, "ckptd: %s\n", err);
-		if (r == -EINVAL && strstr(err, "option"))
-			usage(stderr);
-		return 2;
-	}
-	if (check_only) {
-		config_print(&d->cfg, stdout);
-		return fflush(stdout) == 0 ? 0 : 1;
-	}
 	log_init();
 	log_set_level((enum log_level)d->cfg.log_level);
 	/* One fd per registered buffer: lift the soft limit to the hard one. */
@@ -262,25 +243,29 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (hostbuf_init() < 0) {
 		log_err("installing the SIGBUS guard: %s", strerror(errno));
-		return 1;
+		return -1;
 	}
 	/* A file size limit must fail the write (EFBIG), not kill the daemon. */
 	signal(SIGXFSZ, SIG_IGN);
 	if (mkdir(d->cfg.state_dir, 0700) != 0 && errno != EEXIST) {
 		log_err("state dir %s: %s", d->cfg.state_dir, strerror(errno));
-		return 1;
+		return -1;
 	}
+	return 0;
+}
+
+/* Storage: the backend, the manifest cache, the journal and what a crashed
+ * run left half-written. */
+static int start_storage(struct daemon *d)
+{
+	char err[1024];
 	char url[2100];
 	snprintf(url, sizeof(url), "%s%s%s", d->cfg.storage_url,
 		 d->cfg.storage_opts[0] ? (strchr(d->cfg.storage_url, '?') ? "&" : "?") : "", d->cfg.storage_opts);
-	if (store_check_options(url, d->cfg.storage_opts, err, sizeof(err)) < 0) {
+	if (store_check_options(url, d->cfg.storage_opts, err, sizeof(err)) < 0 ||
+	    store_open(url, &d->store, err, sizeof(err)) < 0) {
 		log_err("%s", err);
-		return 1;
-	}
-	r = store_open(url, &d->store, err, sizeof(err));
-	if (r < 0) {
-		log_err("%s", err);
-		return 1;
+		return -1;
 	}
 	d->store_backend = d->store->backend;
 	d->store->debug_delay_ms = d->cfg.debug_store_delay_ms;
@@ -288,44 +273,56 @@ int main(int argc, char **argv)
 		d->mancache = mancache_new(d->cfg.manifest_cache_bytes);
 		if (d->mancache == NULL) {
 			log_err("manifest cache: out of memory");
-			return 1;
+			return -1;
 		}
 		mancache_set_fetch_delay_ms(d->mancache, d->cfg.debug_manifest_delay_ms);
 	}
-	r = journal_open(d->cfg.state_dir, &d->journal, err, sizeof(err));
-	if (r < 0) {
+	if (journal_open(d->cfg.state_dir, &d->journal, err, sizeof(err)) < 0) {
 		log_err("%s", err);
-		return 1;
+		return -1;
 	}
 	d->store->on_upload = on_upload;
 	d->store->on_upload_ctx = d->journal;
-	r = journal_recover(d->journal, d->store, on_recovered, d);
+	int r = journal_recover(d->journal, d->store, on_recovered, d);
 	if (r < 0) {
 		log_err("journal recovery in %s: %s", d->cfg.state_dir, strerror(-r));
-		return 1;
+		return -1;
 	}
 	if (r > 0)
 		log_warn("recovery: removed %d file(s) a crashed run left half-written", r);
 	d->stats.recovered_files = (uint32_t)r;
+	return 0;
+}
+
+/* Memory: the pre-faulted pool, and CUDA if there is a driver. */
+static int start_memory(struct daemon *d)
+{
+	char err[1024];
 	uint64_t t0 = clock_now_ns();
-	r = pool_init(&d->pool, d->cfg.staging_bytes, d->cfg.chunk_bytes);
+	int r = pool_init(&d->pool, d->cfg.staging_bytes, d->cfg.chunk_bytes);
 	if (r < 0) {
 		log_err("staging pool of %" PRIu64 " bytes: %s", d->cfg.staging_bytes, strerror(-r));
-		return 1;
+		return -1;
 	}
 	log_info("pool: %u chunks of %" PRIu64 " MiB pre-faulted in %.0f ms%s", d->pool.nchunks,
-		 d->pool.chunk_bytes >> 20, (double)(clock_now_ns() - t0) / 1e6,
-		 d->pool.locked ? ", locked" : "");
+		 d->pool.chunk_bytes >> 20, (double)(clock_now_ns() - t0) / 1e6, d->pool.locked ? ", locked" : "");
 	d->cuda = cuda_open(d->cfg.copy_threads, d->cuda_why, sizeof(d->cuda_why));
 	if (d->cuda == NULL) {
 		log_info("CUDA off: %s; host buffers only", d->cuda_why);
-	} else {
-		if (cuda_register_pool(d->cuda, d->pool.base, d->pool.bytes, err, sizeof(err)) < 0)
-			log_warn("CUDA: %s; staging copies from GPUs will be slower", err);
-		cuda_describe(d->cuda, d->cuda_why, sizeof(d->cuda_why));
-		log_info("CUDA %s", d->cuda_why);
+		return 0;
 	}
+	if (cuda_register_pool(d->cuda, d->pool.base, d->pool.bytes, err, sizeof(err)) < 0)
+		log_warn("CUDA: %s; staging copies from GPUs will be slower", err);
+	cuda_describe(d->cuda, d->cuda_why, sizeof(d->cuda_why));
+	log_info("CUDA %s", d->cuda_why);
+	return 0;
+}
 
+/* The loop: the hooks that carry completions up, the lists and timers,
+ * signals, the copy threads, the metrics listener and the socket. */
+static int start_loop(struct daemon *d)
+{
+	char err[1024];
 	d->loop = uv_default_loop();
 	d->start_ns = clock_now_ns();
 	d->on_durable = catalog_gc_after_durable; /* retention, after each durable save */
@@ -351,25 +348,51 @@ int main(int argc, char **argv)
 	uv_signal_start(&d->sigterm, daemon_on_signal, SIGTERM);
 	uv_signal_start(&d->sigint, daemon_on_signal, SIGINT);
 	uv_signal_start(&d->sighup, on_sighup, SIGHUP);
-	r = workq_init(&d->copyq, d->loop, d->cfg.copy_threads);
+	int r = workq_init(&d->copyq, d->loop, d->cfg.copy_threads);
 	if (r < 0) {
 		log_err("copy threads: %s", strerror(-r));
-		return 1;
+		return -1;
 	}
-	if (d->cfg.metrics_listen[0]) {
-		r = metrics_listen(d, d->cfg.metrics_listen, err, sizeof(err));
-		if (r < 0) {
-			log_err("%s", err);
-			return 1;
-		}
-	}
-	r = server_start(d, err, sizeof(err));
-	if (r < 0) {
+	if (d->cfg.metrics_listen[0] && metrics_listen(d, d->cfg.metrics_listen, err, sizeof(err)) < 0) {
 		log_err("%s", err);
-		return 1;
+		return -1;
+	}
+	if (server_start(d, err, sizeof(err)) < 0) {
+		log_err("%s", err);
+		return -1;
 	}
 	log_info("ckptd listening on %s, storage %s, pool %" PRIu64 " MiB, %u copy threads", d->cfg.socket_path,
 		 d->store->url, d->pool.bytes >> 20, d->cfg.copy_threads);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	saved_argc = argc;
+	saved_argv = argv;
+	build_opts();
+	static struct daemon dd;
+	struct daemon *d = &dd;
+	d->listen_fd = -1;
+	char err[1024];
+	bool check_only = false;
+	int r = parse_config(&d->cfg, &check_only, err, sizeof(err));
+	if (r == 1) {
+		usage(stdout);
+		return 0;
+	}
+	if (r < 0) {
+		fprintf(stderr, "ckptd: %s\n", err);
+		if (r == -EINVAL && strstr(err, "option"))
+			usage(stderr);
+		return 2;
+	}
+	if (check_only) {
+		config_print(&d->cfg, stdout);
+		return fflush(stdout) == 0 ? 0 : 1;
+	}
+	if (start_process(d) < 0 || start_storage(d) < 0 || start_memory(d) < 0 || start_loop(d) < 0)
+		return 1;
 	/* READY only now: the socket listens and the pool is faulted in. */
 	daemon_notify_start(d);
 	uv_run(d->loop, UV_RUN_DEFAULT);

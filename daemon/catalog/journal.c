@@ -98,35 +98,78 @@ struct upload {
 	bool ended;
 };
 
-/* The multipart uploads of text still open (U without X). */
-static size_t open_uploads(char *text, struct upload **out)
+/* An upload's shard and manifest (B, closed by E). */
+struct entry {
+	uint64_t id;
+	char attempt[129], shard[768], man[768];
+	bool ended;
+};
+
+/* The journal's records, as one parse of its text reads them. */
+struct records {
+	struct entry *v;
+	size_t n, cap;
+	struct upload *up;
+	size_t nup, upcap;
+};
+
+static void records_free(struct records *r)
 {
-	struct upload *up = NULL;
-	size_t n = 0, cap = 0;
+	free(r->v);
+	free(r->up);
+}
+
+static bool grow(void **v, size_t n, size_t *cap, size_t first, size_t size)
+{
+	if (n < *cap)
+		return true;
+	size_t nc = *cap ? 2 * *cap : first;
+	void *nv = realloc(*v, nc * size);
+	if (nv == NULL)
+		return false;
+	*v = nv;
+	*cap = nc;
+	return true;
+}
+
+/* The one reader of the journal's lines (B, E, U, X, N: journal.h): B/E
+ * pairs into r->v, U/X pairs into r->up, each N line to report (if any).
+ * Anything else is a torn last line from the crash, and is ignored. */
+static void parse(char *text, struct records *r, journal_recover_fn report, void *ctx)
+{
 	for (char *save = NULL, *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-		if (line[0] == 'U') {
+		if (line[0] == 'B') {
+			struct entry e = { 0 };
+			if (sscanf(line, "B %" SCNu64 " %128s %767s %767s", &e.id, e.attempt, e.shard, e.man) != 4)
+				continue;
+			if (!grow((void **)&r->v, r->n, &r->cap, 16, sizeof(*r->v)))
+				break;
+			r->v[r->n++] = e;
+		} else if (line[0] == 'E') {
+			uint64_t id;
+			if (sscanf(line, "E %" SCNu64, &id) == 1)
+				for (size_t i = 0; i < r->n; i++)
+					if (r->v[i].id == id)
+						r->v[i].ended = true;
+		} else if (line[0] == 'U') {
 			struct upload u = { 0 };
 			if (sscanf(line, "U %1023s %767s", u.id, u.key) != 2)
 				continue;
-			if (n == cap) {
-				size_t nc = cap ? 2 * cap : 8;
-				struct upload *nu = realloc(up, nc * sizeof(*nu));
-				if (nu == NULL)
-					break;
-				up = nu;
-				cap = nc;
-			}
-			up[n++] = u;
+			if (!grow((void **)&r->up, r->nup, &r->upcap, 8, sizeof(*r->up)))
+				break;
+			r->up[r->nup++] = u;
 		} else if (line[0] == 'X') {
 			char id[1024];
 			if (sscanf(line, "X %1023s", id) == 1)
-				for (size_t i = 0; i < n; i++)
-					if (strcmp(up[i].id, id) == 0)
-						up[i].ended = true;
+				for (size_t i = 0; i < r->nup; i++)
+					if (strcmp(r->up[i].id, id) == 0)
+						r->up[i].ended = true;
+		} else if (line[0] == 'N' && line[1] == ' ' && report) {
+			char what[1100];
+			snprintf(what, sizeof(what), "note from the last run: %s", line + 2);
+			report(ctx, what);
 		}
 	}
-	*out = up;
-	return n;
 }
 
 /* Empty the journal but for the uploads still open (their aborts failed):
@@ -146,28 +189,43 @@ static void truncate_keeping(struct journal *j, const struct upload *up, size_t 
 	(void)fdatasync(j->fd);
 }
 
-static char *read_all(struct journal *j)
+/* The whole journal, NUL-terminated, in *out (malloc'd): 0 or -errno. One
+ * over JOURNAL_MAX_BYTES is read as empty, with a warning. */
+static int read_all(struct journal *j, char **out)
 {
+	*out = NULL;
 	off_t size = lseek(j->fd, 0, SEEK_END);
-	if (size < 0 || size > JOURNAL_MAX_BYTES)
-		return NULL;
+	if (size < 0)
+		return -errno;
+	if (size > JOURNAL_MAX_BYTES) {
+		log_warn("journal %s is %lld bytes; ignoring it", j->path, (long long)size);
+		size = 0;
+	}
 	char *text = malloc((size_t)size + 1);
 	if (text == NULL)
-		return NULL;
+		return -ENOMEM;
 	ssize_t got = pread(j->fd, text, (size_t)size, 0);
-	text[got > 0 ? got : 0] = '\0';
-	return text;
+	if (got < 0) {
+		int e = errno;
+		free(text);
+		return -e;
+	}
+	text[got] = '\0';
+	*out = text;
+	return 0;
 }
 
 void journal_compact(struct journal *j)
 {
 	pthread_mutex_lock(&j->mu);
-	char *text = read_all(j);
-	struct upload *up = NULL;
-	size_t n = text ? open_uploads(text, &up) : 0;
-	truncate_keeping(j, up, n);
-	free(up);
-	free(text);
+	char *text;
+	if (read_all(j, &text) == 0) {
+		struct records r = { 0 };
+		parse(text, &r, NULL, NULL);
+		truncate_keeping(j, r.up, r.nup);
+		records_free(&r);
+		free(text);
+	}
 	pthread_mutex_unlock(&j->mu);
 }
 
@@ -180,12 +238,6 @@ int journal_note(struct journal *j, const char *what)
 			*c = ' ';
 	return append(j, line);
 }
-
-struct entry {
-	uint64_t id;
-	char attempt[129], shard[768], man[768];
-	bool ended;
-};
 
 /* Is this shard nobody's? Its manifest's name carries the attempt, and
  * shard names are fresh per save (format 2), so the shard is in use only
@@ -218,88 +270,35 @@ static bool shard_orphaned(struct store *s, const struct entry *e)
 	return orphan;
 }
 
-int journal_recover(struct journal *j, struct store *s, journal_recover_fn report, void *ctx)
+/* Abort the multipart uploads a crash left open; 0 or the count. */
+static int abort_open_uploads(struct store *s, struct records *r, journal_recover_fn report, void *ctx)
 {
-	off_t size = lseek(j->fd, 0, SEEK_END);
-	if (size < 0)
-		return -errno;
-	if (size > JOURNAL_MAX_BYTES) {
-		log_warn("journal %s is %lld bytes; ignoring it", j->path, (long long)size);
-		size = 0;
-	}
-	char *text = malloc((size_t)size + 1);
-	if (text == NULL)
-		return -ENOMEM;
-	ssize_t got = pread(j->fd, text, (size_t)size, 0);
-	if (got < 0) {
-		free(text);
-		return -errno;
-	}
-	text[got] = '\0';
-	struct entry *v = NULL;
-	size_t n = 0, cap = 0;
-	struct upload *up = NULL;
-	size_t nup = 0, upcap = 0;
 	int removed = 0;
-	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-		struct entry e = { 0 };
-		if (line[0] == 'B' && sscanf(line, "B %" SCNu64 " %128s %767s %767s", &e.id, e.attempt, e.shard,
-					     e.man) == 4) {
-			if (n == cap) {
-				size_t nc = cap ? 2 * cap : 16;
-				struct entry *nv = realloc(v, nc * sizeof(*nv));
-				if (nv == NULL)
-					break;
-				v = nv;
-				cap = nc;
-			}
-			v[n++] = e;
-		} else if (line[0] == 'E' && sscanf(line, "E %" SCNu64, &e.id) == 1) {
-			for (size_t i = 0; i < n; i++)
-				if (v[i].id == e.id)
-					v[i].ended = true;
-		} else if (line[0] == 'U') {
-			struct upload u = { 0 };
-			if (sscanf(line, "U %1023s %767s", u.id, u.key) != 2)
-				continue;
-			if (nup == upcap) {
-				size_t nc = upcap ? 2 * upcap : 8;
-				struct upload *nu = realloc(up, nc * sizeof(*nu));
-				if (nu == NULL)
-					break;
-				up = nu;
-				upcap = nc;
-			}
-			up[nup++] = u;
-		} else if (line[0] == 'X') {
-			char id[1024];
-			if (sscanf(line, "X %1023s", id) == 1)
-				for (size_t i = 0; i < nup; i++)
-					if (strcmp(up[i].id, id) == 0)
-						up[i].ended = true;
-		} else if (line[0] == 'N' && line[1] == ' ') {
-			char what[1100];
-			snprintf(what, sizeof(what), "note from the last run: %s", line + 2);
-			report(ctx, what);
-		}
-		/* Anything else is a torn last line from the crash: ignored. */
-	}
-	for (size_t i = 0; i < nup; i++) {
-		if (up[i].ended || s->ops->abort_upload == NULL)
+	for (size_t i = 0; i < r->nup; i++) {
+		struct upload *u = &r->up[i];
+		if (u->ended || s->ops->abort_upload == NULL)
 			continue;
-		int r = s->ops->abort_upload(s, up[i].key, up[i].id);
-		char what[2048];
-		if (r == 0) {
-			up[i].ended = true;
-			removed++;
-			snprintf(what, sizeof(what), "multipart upload %s of %s (aborted)", up[i].id, up[i].key);
-			report(ctx, what);
-		} else {
-			log_warn("recovery: aborting multipart upload %s of %s: %s", up[i].id, up[i].key, store_error(r));
+		int e = s->ops->abort_upload(s, u->key, u->id);
+		if (e != 0) {
+			log_warn("recovery: aborting multipart upload %s of %s: %s", u->id, u->key, store_error(e));
+			continue;
 		}
+		u->ended = true;
+		removed++;
+		char what[2048];
+		snprintf(what, sizeof(what), "multipart upload %s of %s (aborted)", u->id, u->key);
+		report(ctx, what);
 	}
-	for (size_t i = 0; i < n; i++) {
-		const struct entry *e = &v[i];
+	return removed;
+}
+
+/* Remove the temporary files, and the shards without a manifest, of the
+ * uploads that never ended; the count. */
+static int remove_unfinished(struct store *s, const struct records *r, journal_recover_fn report, void *ctx)
+{
+	int removed = 0;
+	for (size_t i = 0; i < r->n; i++) {
+		const struct entry *e = &r->v[i];
 		if (e->ended)
 			continue;
 		char what[1024];
@@ -318,13 +317,25 @@ int journal_recover(struct journal *j, struct store *s, journal_recover_fn repor
 			report(ctx, what);
 		}
 	}
-	free(v);
+	return removed;
+}
+
+int journal_recover(struct journal *j, struct store *s, journal_recover_fn report, void *ctx)
+{
+	char *text;
+	int e = read_all(j, &text);
+	if (e < 0)
+		return e;
+	struct records r = { 0 };
+	parse(text, &r, report, ctx);
 	free(text);
+	int removed = abort_open_uploads(s, &r, report, ctx);
+	removed += remove_unfinished(s, &r, report, ctx);
 	/* Uploads whose abort failed (storage unreachable) stay for the next
 	 * start; the rest of the journal is done with. */
 	pthread_mutex_lock(&j->mu);
-	truncate_keeping(j, up, s->ops->abort_upload ? nup : 0);
+	truncate_keeping(j, r.up, s->ops->abort_upload ? r.nup : 0);
 	pthread_mutex_unlock(&j->mu);
-	free(up);
+	records_free(&r);
 	return removed;
 }

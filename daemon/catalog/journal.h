@@ -1,6 +1,12 @@
 /* A small journal of uploads in flight, in the state directory, so that a
  * restart after a crash can remove what the crashed run left half-written:
- * its temporary files and shards whose manifest never followed. */
+ * its temporary files and shards whose manifest never followed. One line a
+ * record (journal.c writes them and parses them in one place):
+ *   B <id> <attempt> <shard key> <manifest key>   an upload began
+ *   E <id>                                        it ended
+ *   U <upload id> <key>, X <upload id>            a multipart upload opened, ended
+ *   N <text>                                      a note for the next start
+ */
 #ifndef CKPTD_JOURNAL_H
 #define CKPTD_JOURNAL_H
 

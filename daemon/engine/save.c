@@ -585,14 +585,12 @@ static void send_failed(struct save *sv)
 	send_event(sv, &f);
 }
 
-static void save_set_state(struct save *sv, enum save_state st)
+/* The on-enter step of each state (systemd's unit vtables, by state):
+ * what entering it does. save_set_state leaves the old state's queue,
+ * logs the move, then runs the row. */
+static void leave_state(struct save *sv, enum save_state old)
 {
 	struct daemon *d = sv->d;
-	enum save_state old = sv->state;
-	struct log_ctx lctx = { .job = sv->job, .rank = sv->rank, .step = (int64_t)sv->step, .save_id = sv->id };
-	log_ctx_msg(LOG_LVL_DEBUG, &lctx, "save %" PRIu64 " (%s step %" PRIu64 " rank %u): %s -> %s", sv->id, sv->job, sv->step,
-		  sv->rank, state_name[old], state_name[st]);
-	/* on-leave */
 	if (old == SAVE_ADMITTING) {
 		TAILQ_REMOVE(&d->waitq, sv, wlink);
 		d->nwaiting--;
@@ -603,136 +601,187 @@ static void save_set_state(struct save *sv, enum save_state st)
 		if (--d->nuploading == 0)
 			journal_compact(d->journal);
 	}
-	sv->state = st;
-	switch (st) {
-	case SAVE_NEW:
-		break;
-	case SAVE_ADMITTING:
-		sv->deadline_ns = clock_now_ns() + (uint64_t)d->cfg.admit_timeout_ms * 1000000ull;
-		TAILQ_INSERT_TAIL(&d->waitq, sv, wlink);
-		d->nwaiting++;
-		arm_admit_timer(d);
-		break;
-	case SAVE_STAGING: {
-		sv->jobs_left = sv->nchunks;
-		if (sv->nchunks == 0) {
-			save_set_state(sv, SAVE_HASHING);
-			break;
-		}
-		uint32_t pi = 0;
-		uint64_t cb = d->pool.chunk_bytes;
-		for (uint32_t c = 0; c < sv->nchunks; c++) {
-			struct copy_job *j = &sv->jobs[c];
-			j->sv = sv;
-			j->chunk = c;
-			j->first_piece = pi;
-			j->item.run = copy_run;
-			j->item.done = copy_done;
-			j->hash = false;
-			uint64_t end = (uint64_t)(c + 1) * cb;
-			while (pi < sv->npieces) {
-				struct save_piece *p = &sv->pieces[pi];
-				if (sv->tensors[p->tensor].shard_off + p->tensor_off >= end)
-					break;
-				pi++;
-			}
-			j->npieces = pi - j->first_piece;
-		}
-		for (uint32_t c = 0; c < sv->nchunks; c++)
-			workq_submit(d->copyq, &sv->jobs[c].item);
-		break;
+}
+
+static void enter_admitting(struct save *sv, enum save_state old)
+{
+	struct daemon *d = sv->d;
+	(void)old;
+	sv->deadline_ns = clock_now_ns() + (uint64_t)d->cfg.admit_timeout_ms * 1000000ull;
+	TAILQ_INSERT_TAIL(&d->waitq, sv, wlink);
+	d->nwaiting++;
+	arm_admit_timer(d);
+}
+
+/* One copy job per chunk, each with the pieces that start in it. */
+static void enter_staging(struct save *sv, enum save_state old)
+{
+	struct daemon *d = sv->d;
+	(void)old;
+	sv->jobs_left = sv->nchunks;
+	if (sv->nchunks == 0) {
+		save_set_state(sv, SAVE_HASHING);
+		return;
 	}
-	case SAVE_HASHING:
-		d->stats.bytes_staged += sv->shard_bytes;
-		hist_observe(&d->stats.stall_hist, (double)(clock_now_ns() - sv->t_start) / 1e9);
-		/* The trainer may touch its buffers again: drop them. */
-		save_drop_events(sv);
-		for (size_t i = 0; i < sv->ntensors; i++) {
-			hostbuf_unref(sv->tensors[i].buf);
-			sv->tensors[i].buf = NULL;
+	uint32_t pi = 0;
+	uint64_t cb = d->pool.chunk_bytes;
+	for (uint32_t c = 0; c < sv->nchunks; c++) {
+		struct copy_job *j = &sv->jobs[c];
+		j->sv = sv;
+		j->chunk = c;
+		j->first_piece = pi;
+		j->item.run = copy_run;
+		j->item.done = copy_done;
+		j->hash = false;
+		uint64_t end = (uint64_t)(c + 1) * cb;
+		while (pi < sv->npieces) {
+			struct save_piece *p = &sv->pieces[pi];
+			if (sv->tensors[p->tensor].shard_off + p->tensor_off >= end)
+				break;
+			pi++;
 		}
-		send_staged(sv);
-		if (sv->nchunks == 0) {
-			save_set_state(sv, SAVE_QUEUED);
-			break;
-		}
-		sv->jobs_left = sv->nchunks;
-		for (uint32_t c = 0; c < sv->nchunks; c++) {
-			sv->jobs[c].hash = true;
-			workq_submit_background(d->copyq, &sv->jobs[c].item);
-		}
-		break;
-	case SAVE_QUEUED:
-		TAILQ_INSERT_TAIL(&d->uploadq, sv, wlink);
-		pump_uploads(d);
-		break;
-	case SAVE_UPLOADING: {
-		d->nuploading++;
-		sv->work.data = sv;
-		int r = uv_queue_work(d->loop, &sv->work, upload_run, upload_done);
-		if (r < 0)
-			save_fail(sv, EIO, "cannot queue the upload: %s", uv_strerror(r));
-		break;
+		j->npieces = pi - j->first_piece;
 	}
-	case SAVE_HELD:
-	case SAVE_DONE: {
-		char sv_job[129];
-		snprintf(sv_job, sizeof(sv_job), "%s", sv->job); /* sv may be freed below */
-		bool gc_here = sv->rank == 0;
-		d->stats.bytes_durable += sv->shard_bytes;
-		hist_observe(&d->stats.durable_hist, (double)(clock_now_ns() - sv->t_start) / 1e9);
-		log_ctx_msg(LOG_LVL_INFO, &lctx, "save %" PRIu64 ": %s step %" PRIu64 " rank %u/%u durable, %" PRIu64 " bytes in %.1f ms",
-			 sv->id, sv->job, sv->step, sv->rank, sv->world_size, sv->shard_bytes,
-			 (double)(clock_now_ns() - sv->t_start) / 1e6);
-		send_durable(sv);
-		if (sv->steplocked) {
-			steplock_save_end(sv->job, sv->step);
-			sv->steplocked = false;
-		}
-		save_detach_session(sv);
+	for (uint32_t c = 0; c < sv->nchunks; c++)
+		workq_submit(d->copyq, &sv->jobs[c].item);
+}
+
+/* Staged: the trainer goes on; the checksums run in the background. */
+static void enter_hashing(struct save *sv, enum save_state old)
+{
+	struct daemon *d = sv->d;
+	(void)old;
+	d->stats.bytes_staged += sv->shard_bytes;
+	hist_observe(&d->stats.stall_hist, (double)(clock_now_ns() - sv->t_start) / 1e9);
+	/* The trainer may touch its buffers again: drop them. */
+	save_drop_events(sv);
+	for (size_t i = 0; i < sv->ntensors; i++) {
+		hostbuf_unref(sv->tensors[i].buf);
+		sv->tensors[i].buf = NULL;
+	}
+	send_staged(sv);
+	if (sv->nchunks == 0) {
+		save_set_state(sv, SAVE_QUEUED);
+		return;
+	}
+	sv->jobs_left = sv->nchunks;
+	for (uint32_t c = 0; c < sv->nchunks; c++) {
+		sv->jobs[c].hash = true;
+		workq_submit_background(d->copyq, &sv->jobs[c].item);
+	}
+}
+
+static void enter_queued(struct save *sv, enum save_state old)
+{
+	(void)old;
+	TAILQ_INSERT_TAIL(&sv->d->uploadq, sv, wlink);
+	pump_uploads(sv->d);
+}
+
+static void enter_uploading(struct save *sv, enum save_state old)
+{
+	struct daemon *d = sv->d;
+	(void)old;
+	d->nuploading++;
+	sv->work.data = sv;
+	int r = uv_queue_work(d->loop, &sv->work, upload_run, upload_done);
+	if (r < 0)
+		save_fail(sv, EIO, "cannot queue the upload: %s", uv_strerror(r));
+}
+
+/* A save leaves the daemon's lists (held or done, or failed): its step
+ * lock and session go, and what waited on it may go on. */
+static void save_finish(struct save *sv)
+{
+	if (sv->steplocked) {
+		steplock_save_end(sv->job, sv->step);
+		sv->steplocked = false;
+	}
+	save_detach_session(sv);
+}
+
+/* Durable (SAVE_HELD or SAVE_DONE): kept by the memory tier or released. */
+static void enter_durable(struct save *sv, enum save_state old)
+{
+	struct daemon *d = sv->d;
+	(void)old;
+	struct log_ctx lctx = { .job = sv->job, .rank = sv->rank, .step = (int64_t)sv->step, .save_id = sv->id };
+	char sv_job[129];
+	snprintf(sv_job, sizeof(sv_job), "%s", sv->job); /* sv may be freed below */
+	bool gc_here = sv->rank == 0;
+	d->stats.bytes_durable += sv->shard_bytes;
+	hist_observe(&d->stats.durable_hist, (double)(clock_now_ns() - sv->t_start) / 1e9);
+	log_ctx_msg(LOG_LVL_INFO, &lctx,
+		    "save %" PRIu64 ": %s step %" PRIu64 " rank %u/%u durable, %" PRIu64 " bytes in %.1f ms", sv->id,
+		    sv->job, sv->step, sv->rank, sv->world_size, sv->shard_bytes,
+		    (double)(clock_now_ns() - sv->t_start) / 1e6);
+	send_durable(sv);
+	save_finish(sv);
+	TAILQ_REMOVE(&d->saves, sv, link);
+	sv->listed = false;
+	d->nsaves--;
+	if (sv->state == SAVE_HELD && d->cfg.memory_tier) {
+		sv->held_since_ns = clock_now_ns();
+		memtier_hold(d, sv);
+	} else {
+		sv->state = SAVE_DONE;
+		save_release(sv);
+	}
+	/* Retention runs on one node per job, the one holding rank 0:
+	 * every daemon of a 512-node job listing and deleting the same
+	 * steps would multiply the requests by the node count. */
+	if (gc_here && d->on_durable)
+		d->on_durable(d, sv_job);
+	pump_uploads(d);
+	save_admit_waiting(d);
+	daemon_work_ended(d);
+}
+
+static void enter_failed(struct save *sv, enum save_state old)
+{
+	struct daemon *d = sv->d;
+	struct log_ctx lctx = { .job = sv->job, .rank = sv->rank, .step = (int64_t)sv->step, .save_id = sv->id };
+	d->stats.saves_failed++;
+	log_ctx_msg(LOG_LVL_WARN, &lctx, "save %" PRIu64 ": %s step %" PRIu64 " rank %u failed (was %s): %s", sv->id,
+		    sv->job, sv->step, sv->rank, state_name[old], sv->msg);
+	send_failed(sv);
+	save_finish(sv);
+	bool listed = sv->listed;
+	if (listed) {
 		TAILQ_REMOVE(&d->saves, sv, link);
-		sv->listed = false;
 		d->nsaves--;
-		if (st == SAVE_HELD && d->cfg.memory_tier) {
-			sv->held_since_ns = clock_now_ns();
-			memtier_hold(d, sv);
-		} else {
-			sv->state = SAVE_DONE;
-			save_release(sv);
-		}
-		/* Retention runs on one node per job, the one holding rank 0:
-		 * every daemon of a 512-node job listing and deleting the same
-		 * steps would multiply the requests by the node count. */
-		if (gc_here && d->on_durable)
-			d->on_durable(d, sv_job);
+	}
+	save_release(sv);
+	if (listed) {
 		pump_uploads(d);
 		save_admit_waiting(d);
-		daemon_work_ended(d);
-		break;
 	}
-	case SAVE_FAILED:
-		d->stats.saves_failed++;
-		log_ctx_msg(LOG_LVL_WARN, &lctx, "save %" PRIu64 ": %s step %" PRIu64 " rank %u failed (was %s): %s", sv->id, sv->job,
-			 sv->step, sv->rank, state_name[old], sv->msg);
-		send_failed(sv);
-		if (sv->steplocked) {
-			steplock_save_end(sv->job, sv->step);
-			sv->steplocked = false;
-		}
-		save_detach_session(sv);
-		bool listed = sv->listed;
-		if (listed) {
-			TAILQ_REMOVE(&d->saves, sv, link);
-			d->nsaves--;
-		}
-		save_release(sv);
-		if (listed) {
-			pump_uploads(d);
-			save_admit_waiting(d);
-		}
-		daemon_work_ended(d);
-		break;
-	}
+	daemon_work_ended(d);
+}
+
+static void (*const on_enter[])(struct save *sv, enum save_state old) = {
+	[SAVE_NEW] = NULL,
+	[SAVE_ADMITTING] = enter_admitting,
+	[SAVE_STAGING] = enter_staging,
+	[SAVE_HASHING] = enter_hashing,
+	[SAVE_QUEUED] = enter_queued,
+	[SAVE_UPLOADING] = enter_uploading,
+	[SAVE_HELD] = enter_durable,
+	[SAVE_DONE] = enter_durable,
+	[SAVE_FAILED] = enter_failed,
+};
+_Static_assert(sizeof(on_enter) / sizeof(on_enter[0]) == SAVE_FAILED + 1, "a save state without a row");
+
+static void save_set_state(struct save *sv, enum save_state st)
+{
+	enum save_state old = sv->state;
+	struct log_ctx lctx = { .job = sv->job, .rank = sv->rank, .step = (int64_t)sv->step, .save_id = sv->id };
+	log_ctx_msg(LOG_LVL_DEBUG, &lctx, "save %" PRIu64 " (%s step %" PRIu64 " rank %u): %s -> %s", sv->id, sv->job,
+		    sv->step, sv->rank, state_name[old], state_name[st]);
+	leave_state(sv, old);
+	sv->state = st;
+	if (on_enter[st])
+		on_enter[st](sv, old);
 }
 
 /* ---- request validation and layout ---- */
