@@ -117,8 +117,6 @@ struct ckpt_future {
 void client_set_errmsg(const char *msg);
 void client_set_errmsgf(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2)));
-/* Positive or negative errno on the wire to -errno (0 stays 0). */
-int client_wire_status(int32_t wire);
 
 /* conn.c */
 void client_ref(ckpt_client *c);

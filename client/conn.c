@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "client_internal.h"
+#include "wire.h"
 
 /* ---- refcount and teardown ---------------------------------------------- */
 
@@ -349,7 +350,7 @@ static void handle_frame(ckpt_client *c, Ckpt__Frame *fr)
 		/* A session-level error: everything outstanding fails. */
 		if (fr->body_case == CKPT__FRAME__BODY_REPLY &&
 		    fr->reply->status != 0) {
-			int st = client_wire_status(fr->reply->status);
+			int st = wire_errno(fr->reply->status);
 
 			pthread_mutex_lock(&c->mu);
 			mark_dead_locked(c, st, fr->reply->message);
@@ -373,7 +374,7 @@ static void handle_frame(ckpt_client *c, Ckpt__Frame *fr)
 		table_remove(p);
 		if (fr->body_case == CKPT__FRAME__BODY_REPLY &&
 		    fr->reply->status != 0) {
-			p->status = client_wire_status(fr->reply->status);
+			p->status = wire_errno(fr->reply->status);
 			p->message = strdup(fr->reply->message ?
 					    fr->reply->message : "");
 		}

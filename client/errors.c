@@ -26,13 +26,6 @@ void client_set_errmsgf(const char *fmt, ...)
 	va_end(ap);
 }
 
-int client_wire_status(int32_t wire)
-{
-	if (wire == INT32_MIN)
-		return -EPROTO;
-	return wire > 0 ? -wire : wire;
-}
-
 const char *ckpt_errmsg(void)
 {
 	return tls_errmsg;

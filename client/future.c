@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "client_internal.h"
+#include "wire.h"
 
 #define FAIL_BIT 1u
 
@@ -113,7 +114,7 @@ bool future_apply(ckpt_future *f, const Ckpt__Frame *fr)
 	case CKPT__FRAME__BODY_SAVE_FAILED:
 		if (f->kind != PENDING_SAVE)
 			break;
-		fail_locked(f, client_wire_status(fr->save_failed->status),
+		fail_locked(f, wire_errno(fr->save_failed->status),
 			    fr->save_failed->message);
 		break;
 	case CKPT__FRAME__BODY_LOADED: {
@@ -154,13 +155,13 @@ bool future_apply(ckpt_future *f, const Ckpt__Frame *fr)
 	case CKPT__FRAME__BODY_LOAD_FAILED:
 		if (f->kind != PENDING_LOAD)
 			break;
-		fail_locked(f, client_wire_status(fr->load_failed->status),
+		fail_locked(f, wire_errno(fr->load_failed->status),
 			    fr->load_failed->message);
 		break;
 	case CKPT__FRAME__BODY_REPLY:
 		/* A plain reply with status 0 carries nothing for a future. */
 		if (fr->reply->status != 0)
-			fail_locked(f, client_wire_status(fr->reply->status),
+			fail_locked(f, wire_errno(fr->reply->status),
 				    fr->reply->message);
 		break;
 	default:

@@ -24,7 +24,7 @@ static void close_all(struct daemon *d)
 	memtier_clear(d);
 	struct session *s;
 	while ((s = TAILQ_FIRST(&d->sessions)) != NULL)
-		session_close(s, ESHUTDOWN, "ckptd is shutting down");
+		session_close(s, -ESHUTDOWN, "ckptd is shutting down");
 	uv_close((uv_handle_t *)&d->sigterm, NULL);
 	uv_close((uv_handle_t *)&d->sigint, NULL);
 	uv_close((uv_handle_t *)&d->sighup, NULL);
@@ -114,7 +114,7 @@ void daemon_on_signal(uv_signal_t *h, int signum)
 	d->draining = true;
 	d->on_work_ended = maybe_finish_drain;
 	server_stop(d);
-	save_cancel_waiting(d, ESHUTDOWN, "ckptd is shutting down; this save was not admitted");
+	save_cancel_waiting(d, -ESHUTDOWN, "ckptd is shutting down; this save was not admitted");
 	uv_timer_start(&d->drain_timer, on_drain_timeout, d->cfg.drain_timeout_ms, 0);
 	maybe_finish_drain(d);
 }

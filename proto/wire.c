@@ -1,5 +1,6 @@
 #include "wire.h"
 
+#include <assert.h>
 #include <errno.h>
 
 uint32_t frame_len(const uint8_t hdr[FRAME_HDR])
@@ -60,4 +61,17 @@ int frame_decode(const uint8_t *body, size_t len, Ckpt__Frame **out)
 	}
 	*out = f;
 	return 0;
+}
+
+int32_t wire_status(int err)
+{
+	assert(err <= 0 && err > -4096);
+	return (int32_t)-err;
+}
+
+int wire_errno(int32_t status)
+{
+	if (status == INT32_MIN)
+		return -EPROTO;
+	return status > 0 ? -status : status;
 }

@@ -28,6 +28,14 @@
  * accepts is [limits] max_frame_bytes (daemon/base/config.h). */
 #define WIRE_CLIENT_MAX_FRAME_BYTES (64u * 1024 * 1024)
 
+/* Errors, the one conversion between the two conventions: inside ckptd and
+ * libckpt a function returns 0 or -errno; a message's status field carries
+ * 0 or the errno, positive (Reply, SaveFailed, LoadFailed). wire_status
+ * takes 0 or -errno (asserted) to the field; wire_errno takes a field back
+ * to 0 or -errno, and reads anything out of range as -EPROTO. */
+int32_t wire_status(int err);
+int wire_errno(int32_t status);
+
 /* The body length a header announces. */
 uint32_t frame_len(const uint8_t hdr[FRAME_HDR]);
 /* Bytes frame_write() needs for f: the header and the packed body. */

@@ -8,6 +8,7 @@
 #include "save.h"
 #include "requester.h"
 #include "tensor.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -51,7 +52,7 @@ struct load {
 	size_t npinned;
 	uv_work_t work;
 	/* results */
-	int status;
+	int status; /* 0 or -errno */
 	char msg[512];
 	uint64_t loaded_step, bytes, bytes_memory;
 	uint8_t *extra;
@@ -79,7 +80,7 @@ static int fail(struct load *ld, int status, const char *fmt, ...)
 	vsnprintf(ld->msg, sizeof(ld->msg), fmt, ap);
 	va_end(ap);
 	ld->status = status;
-	return -status;
+	return status;
 }
 
 static int cmp_req(const void *a, const void *b)
@@ -202,7 +203,7 @@ static void apply_task(struct exec *ex, const struct ltask *tk, const uint8_t *s
 		struct scatter sc = { .src = src, .req = p->hits[i] };
 		int r = box_copy_runs(&part, &slab, &p->hits[i]->box, p->es, scatter_run, &sc);
 		if (r < 0) {
-			exec_fail(ex, -r, "writing tensor '%s' into buffer %" PRIu64 ": %s", t->name,
+			exec_fail(ex, r, "writing tensor '%s' into buffer %" PRIu64 ": %s", t->name,
 				  p->hits[i]->buf->id,
 				  r == -EFAULT ? "the client truncated its buffer file" : strerror(-r));
 			return;
@@ -226,7 +227,7 @@ static void run_read(struct exec *ex, const struct lread *rd, uint8_t *tmp)
 		char more[64] = "";
 		if (rd->n > 1)
 			snprintf(more, sizeof(more), " (one read with %zu more)", rd->n - 1);
-		exec_fail(ex, -r, "reading tensor '%s' from %s%s: %s", p->t->name, p->key, more,
+		exec_fail(ex, r, "reading tensor '%s' from %s%s: %s", p->t->name, p->key, more,
 			  r == -ENODATA ? "the shard is shorter than its manifest says" : store_error(r));
 		return;
 	}
@@ -241,7 +242,7 @@ static void *exec_worker(void *arg)
 	struct exec *ex = arg;
 	uint8_t *tmp = malloc(ex->max_read ? (size_t)ex->max_read : 1);
 	if (tmp == NULL) {
-		exec_fail(ex, ENOMEM, "out of memory for a read buffer of %" PRIu64 " bytes", ex->max_read);
+		exec_fail(ex, -ENOMEM, "out of memory for a read buffer of %" PRIu64 " bytes", ex->max_read);
 		return NULL;
 	}
 	for (;;) {
@@ -292,7 +293,7 @@ static int plan_tensor(struct exec *ex, const char *key, const struct save *held
 		size_t nc = ex->cap ? 2 * ex->cap : 64;
 		struct tplan *np = realloc(ex->plans, nc * sizeof(*np));
 		if (np == NULL)
-			return fail(ld, ENOMEM, "out of memory");
+			return fail(ld, -ENOMEM, "out of memory");
 		ex->plans = np;
 		ex->cap = nc;
 	}
@@ -308,7 +309,7 @@ static int plan_tensor(struct exec *ex, const char *key, const struct save *held
 	p->rows_per = p->row_bytes == 0 || p->row_bytes >= READ_BLOCK ? 1 : READ_BLOCK / p->row_bytes;
 	p->nslabs = p->nrows == 0 ? 0 : (p->nrows + p->rows_per - 1) / p->rows_per;
 	if (p->rows_per * p->row_bytes > SIZE_MAX / 2)
-		return fail(ld, ENOMEM, "tensor '%s': one row of %" PRIu64 " bytes is too large", t->name,
+		return fail(ld, -ENOMEM, "tensor '%s': one row of %" PRIu64 " bytes is too large", t->name,
 			    p->row_bytes);
 	p->hits = malloc(nh * sizeof(*p->hits));
 	p->cuts = malloc(nh * sizeof(*p->cuts));
@@ -317,7 +318,7 @@ static int plan_tensor(struct exec *ex, const char *key, const struct save *held
 		free(p->hits);
 		free(p->cuts);
 		free(p->slab_crc);
-		return fail(ld, ENOMEM, "out of memory");
+		return fail(ld, -ENOMEM, "out of memory");
 	}
 	memcpy(p->hits, hits, nh * sizeof(*hits));
 	memcpy(p->cuts, cuts, nh * sizeof(*cuts));
@@ -329,7 +330,7 @@ static int plan_tensor(struct exec *ex, const char *key, const struct save *held
 		struct load_req *q = hits[i];
 		struct box *na = realloc(q->applied, (q->napplied + 1) * sizeof(*na));
 		if (na == NULL)
-			return fail(ld, ENOMEM, "out of memory");
+			return fail(ld, -ENOMEM, "out of memory");
 		q->applied = na;
 		q->applied[q->napplied++] = cuts[i];
 		q->covered += box_volume(&cuts[i]);
@@ -349,7 +350,7 @@ static int plan_manifest(struct exec *ex, const Ckpt__Manifest *m, const char *k
 	struct box *cuts = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*cuts));
 	int r = 0;
 	if (hits == NULL || cuts == NULL) {
-		r = fail(ld, ENOMEM, "out of memory");
+		r = fail(ld, -ENOMEM, "out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < m->n_tensors && r == 0; i++) {
@@ -366,7 +367,7 @@ static int plan_manifest(struct exec *ex, const Ckpt__Manifest *m, const char *k
 				char want[96], have[96];
 				box_shape_str(&q->box, want, sizeof(want));
 				box_shape_str(&saved, have, sizeof(have));
-				r = fail(ld, EINVAL, "rank %u: tensor '%s': requested dtype %s shape %s, but it was "
+				r = fail(ld, -EINVAL, "rank %u: tensor '%s': requested dtype %s shape %s, but it was "
 					 "saved as dtype %s shape %s", ld->rank, t->name, tensor_dtype_name(q->dtype),
 					 want, tensor_dtype_name((int)t->dtype), have);
 				break;
@@ -377,7 +378,7 @@ static int plan_manifest(struct exec *ex, const Ckpt__Manifest *m, const char *k
 			 * gave (the first one read) is not read again. */
 			int seen = cut_seen(q, &cuts[nh]);
 			if (seen < 0) {
-				r = fail(ld, EINVAL, "rank %u: tensor '%s': saved boxes of different ranks overlap in "
+				r = fail(ld, -EINVAL, "rank %u: tensor '%s': saved boxes of different ranks overlap in "
 					 "part; cannot tell which copy to load", ld->rank, t->name);
 				break;
 			}
@@ -445,7 +446,7 @@ static void execute(struct exec *ex, unsigned nthreads)
 		n += ex->plans[i].nslabs;
 	ex->tasks = calloc(n ? n : 1, sizeof(*ex->tasks));
 	if (ex->tasks == NULL) {
-		exec_fail(ex, ENOMEM, "out of memory");
+		exec_fail(ex, -ENOMEM, "out of memory");
 		return;
 	}
 	for (size_t i = 0; i < ex->nplans; i++) {
@@ -459,7 +460,7 @@ static void execute(struct exec *ex, unsigned nthreads)
 		}
 	}
 	if (group_reads(ex) < 0) {
-		exec_fail(ex, ENOMEM, "out of memory");
+		exec_fail(ex, -ENOMEM, "out of memory");
 		return;
 	}
 	if (nthreads > ex->nreads)
@@ -486,7 +487,7 @@ static void execute(struct exec *ex, unsigned nthreads)
 			crc = sl == 0 ? p->slab_crc[0] : crc32c_combine(crc, p->slab_crc[sl], k * p->row_bytes);
 		}
 		if (crc != p->t->crc32c) {
-			exec_fail(ex, EIO, "checksum mismatch in tensor '%s' of %s: manifest says crc32c %08x, "
+			exec_fail(ex, -EIO, "checksum mismatch in tensor '%s' of %s: manifest says crc32c %08x, "
 				  "data has %08x", p->t->name, p->key, p->t->crc32c, crc);
 			return;
 		}
@@ -522,10 +523,10 @@ static int plan_rank(struct exec *ex, struct catalog_step *cs, uint32_t rank, ch
 	char err[512];
 	int r = catalog_read_manifest(ld->d->store, ld->job, cs, rank, &m, err, sizeof(err));
 	if (r < 0)
-		return fail(ld, r == -EBADMSG ? EBADMSG : -r, "step %" PRIu64 " of job '%s': %s", cs->step, ld->job,
+		return fail(ld, r, "step %" PRIu64 " of job '%s': %s", cs->step, ld->job,
 			    r == -EBADMSG ? err : store_error(r));
 	if (manifest_shard_of(m, *key, sizeof(*key)) < 0)
-		return fail(ld, EBADMSG, "rank %u's manifest names no shard of its own", rank);
+		return fail(ld, -EBADMSG, "rank %u's manifest names no shard of its own", rank);
 	return plan_manifest(ex, m, *key);
 }
 
@@ -548,24 +549,24 @@ static void load_run(uv_work_t *w)
 	if (ld->latest) {
 		r = catalog_latest(st, ld->job, &cs);
 		if (r == -ENOENT) {
-			fail(ld, ENOENT, "job '%s' has no complete step in %s", ld->job, st->url);
+			fail(ld, -ENOENT, "job '%s' has no complete step in %s", ld->job, st->url);
 			return;
 		}
 		if (r < 0) {
-			fail(ld, -r, "deciding the latest step of job '%s' in %s: %s (%s)", ld->job, st->url,
+			fail(ld, r, "deciding the latest step of job '%s' in %s: %s (%s)", ld->job, st->url,
 			     store_error(r), catalog_no_fallback_hint(r));
 			return;
 		}
 	} else {
 		r = catalog_resolve_step(st, ld->job, ld->step, &cs);
 		if (r < 0) {
-			fail(ld, -r, "step %" PRIu64 " of job '%s': %s", ld->step, ld->job,
+			fail(ld, r, "step %" PRIu64 " of job '%s': %s", ld->step, ld->job,
 			     r == -ENOENT ? "not found" : store_error(r));
 			return;
 		}
 		if (!catalog_step_complete(&cs)) {
 			struct catalog_group *g = &cs.groups[cs.best];
-			fail(ld, ENOENT, "step %" PRIu64 " of job '%s' is not complete: %u of %u ranks (attempt '%s')",
+			fail(ld, -ENOENT, "step %" PRIu64 " of job '%s' is not complete: %u of %u ranks (attempt '%s')",
 			     ld->step, ld->job, g->count, g->world_size, g->attempt);
 			catalog_step_free(&cs);
 			return;
@@ -580,7 +581,7 @@ static void load_run(uv_work_t *w)
 	struct exec ex = { .ld = ld };
 	pthread_mutex_init(&ex.mu, NULL);
 	if (keys == NULL)
-		fail(ld, ENOMEM, "out of memory");
+		fail(ld, -ENOMEM, "out of memory");
 	/* The manifest likeliest to hold what this rank asks for first, and
 	 * replicated tensors then need one read only: at the same world size
 	 * its own; resharding N -> M, the saved rank at the same place in the
@@ -599,7 +600,7 @@ static void load_run(uv_work_t *w)
 	for (size_t i = 0; i < ld->nreqs && ld->status == 0; i++) {
 		struct load_req *q = &ld->reqs[i];
 		if (q->covered != box_volume(&q->box))
-			fail(ld, ENOENT, "rank %u: tensor '%s': step %" PRIu64 " %s", ld->rank, q->name, cs.step,
+			fail(ld, -ENOENT, "rank %u: tensor '%s': step %" PRIu64 " %s", ld->rank, q->name, cs.step,
 			     q->covered ? "covers only part of the requested box" : "has no such tensor");
 	}
 	if (ld->status == 0)
@@ -612,12 +613,12 @@ static void load_run(uv_work_t *w)
 	char err[512];
 	r = ld->status == 0 ? catalog_read_manifest(st, ld->job, &cs, own, &m, err, sizeof(err)) : 0;
 	if (r < 0)
-		fail(ld, r == -EBADMSG ? EBADMSG : -r, "step %" PRIu64 " of job '%s': %s", cs.step, ld->job,
+		fail(ld, r, "step %" PRIu64 " of job '%s': %s", cs.step, ld->job,
 		     r == -EBADMSG ? err : store_error(r));
 	else if (ld->status == 0 && m->extra_state.len) {
 		ld->extra = malloc(m->extra_state.len);
 		if (ld->extra == NULL) {
-			fail(ld, ENOMEM, "out of memory");
+			fail(ld, -ENOMEM, "out of memory");
 		} else {
 			memcpy(ld->extra, m->extra_state.data, m->extra_state.len);
 			ld->extra_len = m->extra_state.len;
@@ -639,7 +640,7 @@ static void send_loaded(struct load *ld)
 	if (lt == NULL || ltp == NULL) {
 		free(lt);
 		free(ltp);
-		ld->d->req_ops->close(ld->session, ENOMEM, "out of memory");
+		ld->d->req_ops->close(ld->session, -ENOMEM, "out of memory");
 		return;
 	}
 	for (size_t i = 0; i < ld->nreqs; i++) {
@@ -680,7 +681,7 @@ static void load_done(uv_work_t *w, int status)
 	ld->pinned = NULL;
 	ld->npinned = 0;
 	if (status < 0 && ld->status == 0)
-		fail(ld, ECANCELED, "load cancelled");
+		fail(ld, -ECANCELED, "load cancelled");
 	if (ld->status == 0) {
 		d->stats.bytes_restored += ld->bytes;
 		d->stats.bytes_restored_memory += ld->bytes_memory;
@@ -694,7 +695,7 @@ static void load_done(uv_work_t *w, int status)
 			send_loaded(ld);
 		} else {
 			Ckpt__LoadFailed bad = CKPT__LOAD_FAILED__INIT;
-			bad.status = ld->status;
+			bad.status = wire_status(ld->status);
 			bad.message = ld->msg;
 			Ckpt__Frame f = CKPT__FRAME__INIT;
 			f.body_case = CKPT__FRAME__BODY_LOAD_FAILED;
@@ -745,13 +746,13 @@ void load_start(struct daemon *d, const struct requester *rq, const Ckpt__Load *
 	/* Draining and the session's cap were checked by its message row
 	 * (msgtab.c). */
 	if (rq->job[0] == '\0') {
-		ops->load_refused(rq->s, rq->req_id, EPERM,
+		ops->load_refused(rq->s, rq->req_id, -EPERM,
 				  "this session said no job in Hello (a control session); it cannot load");
 		return;
 	}
 	struct load *ld = calloc(1, sizeof(*ld));
 	if (ld == NULL) {
-		ops->load_refused(rq->s, rq->req_id, ENOMEM, "out of memory");
+		ops->load_refused(rq->s, rq->req_id, -ENOMEM, "out of memory");
 		return;
 	}
 	ld->d = d;
@@ -764,7 +765,7 @@ void load_start(struct daemon *d, const struct requester *rq, const Ckpt__Load *
 	char err[512];
 	int r = plan(ld, rq->s, m, err, sizeof(err));
 	if (r < 0) {
-		ops->load_refused(rq->s, rq->req_id, -r, r == -ENOMEM ? "out of memory" : err);
+		ops->load_refused(rq->s, rq->req_id, r, r == -ENOMEM ? "out of memory" : err);
 		load_free(ld);
 		return;
 	}
@@ -785,7 +786,7 @@ void load_start(struct daemon *d, const struct requester *rq, const Ckpt__Load *
 		ld->pinned = NULL;
 		ld->npinned = 0;
 		ops->release(rq->s);
-		ops->load_refused(rq->s, rq->req_id, EIO, "cannot queue the load");
+		ops->load_refused(rq->s, rq->req_id, -EIO, "cannot queue the load");
 		load_free(ld);
 	}
 }

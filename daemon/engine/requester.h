@@ -25,6 +25,7 @@ struct requester {
 	int policy; /* enum admit_policy from Hello, or -1 */
 };
 
+/* Every status here is 0 or -errno (proto/wire.h converts it for the wire). */
 struct requester_ops {
 	void (*send)(struct session *s, uint64_t req_id, Ckpt__Frame *f);
 	void (*reply)(struct session *s, uint64_t req_id, int status, const char *msg);

@@ -10,6 +10,7 @@
 #include "requester.h"
 #include "steplock.h"
 #include "tensor.h"
+#include "wire.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -54,7 +55,7 @@ void save_detach_session(struct save *sv)
 		if (sv->state == SAVE_ADMITTING && sv->nevents > 0) {
 			/* Its copies have not been queued: the trainer's event
 			 * and (legacy IPC) its memory die with it. */
-			save_fail(sv, ECONNRESET, "the trainer went away before its CUDA tensors were staged");
+			save_fail(sv, -ECONNRESET, "the trainer went away before its CUDA tensors were staged");
 			return;
 		}
 		if (sv->state < SAVE_UPLOADING)
@@ -173,10 +174,7 @@ static void copy_done(struct work_item *it)
 	struct save *sv = job->sv;
 	if (job->err && sv->status == 0) {
 		struct save_tensor *t = &sv->tensors[sv->pieces[job->first_piece].tensor];
-		if (job->err == -EFAULT)
-			sv->status = EFAULT;
-		else
-			sv->status = -job->err;
+		sv->status = job->err;
 		snprintf(sv->msg, sizeof(sv->msg),
 			 "staging tensor '%s' from buffer %" PRIu64 " failed: %s", t->name, t->buf->id,
 			 job->why[0] ? job->why
@@ -297,11 +295,11 @@ static int check_not_pinned(struct save *sv)
 	if (r == -ENOENT)
 		return 0;
 	if (r == 0) {
-		upload_fail(sv, EEXIST, "step %" PRIu64 " of job '%s' is already complete (attempt '%s', %u ranks); "
+		upload_fail(sv, -EEXIST, "step %" PRIu64 " of job '%s' is already complete (attempt '%s', %u ranks); "
 			    "checkpoints are never overwritten", sv->step, sv->job, attempt, ws);
 		return -EEXIST;
 	}
-	upload_fail(sv, -r, "reading the commit of step %" PRIu64 " of job '%s': %s", sv->step, sv->job,
+	upload_fail(sv, r, "reading the commit of step %" PRIu64 " of job '%s': %s", sv->step, sv->job,
 		    store_error(r));
 	return r;
 }
@@ -326,7 +324,7 @@ static void upload_run(uv_work_t *w)
 			       shard_nonce(), sv->spread) < 0 ||
 	    manifest_key_attempt(man_key, sizeof(man_key), sv->job, sv->step, sv->rank, sv->world_size,
 				 sv->attempt) < 0) {
-		upload_fail(sv, ENAMETOOLONG, "job and attempt names make too long a key");
+		upload_fail(sv, -ENAMETOOLONG, "job and attempt names make too long a key");
 		return;
 	}
 	if (check_not_pinned(sv) < 0)
@@ -334,12 +332,12 @@ static void upload_run(uv_work_t *w)
 	/* After a crash the journal says which shard may be half there. */
 	int r = journal_begin(sv->d->journal, sv->id, shard_key, man_key, sv->attempt);
 	if (r < 0) {
-		upload_fail(sv, -r, "writing the journal in %s: %s", sv->d->cfg.state_dir, strerror(-r));
+		upload_fail(sv, r, "writing the journal in %s: %s", sv->d->cfg.state_dir, strerror(-r));
 		return;
 	}
 	struct iovec *iov = calloc(sv->nchunks ? sv->nchunks : 1, sizeof(*iov));
 	if (iov == NULL) {
-		upload_fail(sv, ENOMEM, "out of memory");
+		upload_fail(sv, -ENOMEM, "out of memory");
 		goto out;
 	}
 	uint64_t cb = sv->d->pool.chunk_bytes;
@@ -352,7 +350,7 @@ static void upload_run(uv_work_t *w)
 	r = st->ops->put(st, shard_key, iov, sv->nchunks, sv->chunk_crc);
 	free(iov);
 	if (r < 0) {
-		upload_fail(sv, -r, "writing %s to %s: %s", shard_key, st->url, store_error(r));
+		upload_fail(sv, r, "writing %s to %s: %s", shard_key, st->url, store_error(r));
 		goto out;
 	}
 	uint8_t *mbuf = NULL;
@@ -367,11 +365,11 @@ static void upload_run(uv_work_t *w)
 		free(mbuf);
 	}
 	if (r == -EEXIST) {
-		upload_fail(sv, EEXIST, "step %" PRIu64 " of job '%s' is already saved by rank %u in attempt '%s'; "
+		upload_fail(sv, -EEXIST, "step %" PRIu64 " of job '%s' is already saved by rank %u in attempt '%s'; "
 			    "checkpoints are never overwritten", sv->step, sv->job, sv->rank, sv->attempt);
 		(void)st->ops->remove(st, shard_key); /* ours alone: its name is new */
 	} else if (r < 0) {
-		upload_fail(sv, -r, "writing %s to %s: %s", man_key, st->url, store_error(r));
+		upload_fail(sv, r, "writing %s to %s: %s", man_key, st->url, store_error(r));
 		/* Unless the manifest made it after all (an answer lost on
 		 * the way), the shard is only clutter. */
 		void *mb = NULL;
@@ -388,10 +386,10 @@ static void upload_done(uv_work_t *w, int status)
 {
 	struct save *sv = w->data;
 	if (status < 0 && sv->status == 0) {
-		sv->status = -status;
+		sv->status = status;
 		snprintf(sv->msg, sizeof(sv->msg), "upload cancelled");
 	}
-	if (sv->status && sv->status != EEXIST)
+	if (sv->status && sv->status != -EEXIST)
 		sv->d->stats.store_failures++;
 	save_set_state(sv, sv->status ? SAVE_FAILED : SAVE_HELD);
 }
@@ -482,7 +480,7 @@ void save_on_admit_timer(uv_timer_t *t)
 			continue;
 		bool quota = sv->quota_bytes < d->pool.bytes &&
 			     job_inflight_bytes(d, sv->job) + sv->pool_bytes > sv->quota_bytes;
-		save_fail(sv, ETIMEDOUT,
+		save_fail(sv, -ETIMEDOUT,
 			  "no staging space for %" PRIu64 " bytes within %u ms: %s holds %" PRIu64
 			  " MiB not yet durable; raise staging_bytes or the quota, or save less often",
 			  sv->shard_bytes, d->cfg.admit_timeout_ms, quota ? "the job's quota" : "the pool",
@@ -540,7 +538,7 @@ static unsigned supersede_older(struct save *sv)
 		if (o->state != SAVE_ADMITTING && o->state != SAVE_QUEUED)
 			continue;
 		d->stats.saves_superseded++;
-		save_fail(o, ECANCELED, "superseded by step %" PRIu64 " (policy coalesce); step %" PRIu64
+		save_fail(o, -ECANCELED, "superseded by step %" PRIu64 " (policy coalesce); step %" PRIu64
 			  " was not written", sv->step, o->step);
 		n++;
 		next = TAILQ_FIRST(&d->saves);
@@ -577,7 +575,7 @@ static void send_durable(struct save *sv)
 static void send_failed(struct save *sv)
 {
 	Ckpt__SaveFailed fail = CKPT__SAVE_FAILED__INIT;
-	fail.status = sv->status ? sv->status : EIO;
+	fail.status = wire_status(sv->status ? sv->status : -EIO);
 	fail.message = sv->msg;
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_SAVE_FAILED;
@@ -686,7 +684,7 @@ static void enter_uploading(struct save *sv, enum save_state old)
 	sv->work.data = sv;
 	int r = uv_queue_work(d->loop, &sv->work, upload_run, upload_done);
 	if (r < 0)
-		save_fail(sv, EIO, "cannot queue the upload: %s", uv_strerror(r));
+		save_fail(sv, -EIO, "cannot queue the upload: %s", uv_strerror(r));
 }
 
 /* A save leaves the daemon's lists (held or done, or failed): its step
@@ -945,7 +943,7 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 {
 	struct save *sv = calloc(1, sizeof(*sv));
 	if (sv == NULL) {
-		d->req_ops->reply(rq->s, rq->req_id, ENOMEM, "out of memory");
+		d->req_ops->reply(rq->s, rq->req_id, -ENOMEM, "out of memory");
 		return;
 	}
 	sv->d = d;
@@ -963,11 +961,11 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 	d->stats.saves_total++;
 
 	if (rq->job[0] == '\0') {
-		save_fail(sv, EPERM, "this session said no job in Hello (a control session); it cannot save");
+		save_fail(sv, -EPERM, "this session said no job in Hello (a control session); it cannot save");
 		return;
 	}
 	if (d->draining) {
-		save_fail(sv, ESHUTDOWN, "ckptd is shutting down and admits no new saves");
+		save_fail(sv, -ESHUTDOWN, "ckptd is shutting down and admits no new saves");
 		return;
 	}
 	struct job_policy jp;
@@ -978,14 +976,14 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 	/* Per rank: a node holds as many ranks of a job as it has GPUs (or
 	 * more), each with a save uploading and the next one staged. */
 	if (rank_inflight_saves(d, sv->job, sv->rank) >= jp.max_inflight_saves) {
-		save_fail(sv, EBUSY, "%u saves of job '%s' rank %u are in flight (max_inflight_saves, per rank)",
+		save_fail(sv, -EBUSY, "%u saves of job '%s' rank %u are in flight (max_inflight_saves, per rank)",
 			  jp.max_inflight_saves, sv->job, sv->rank);
 		return;
 	}
 	struct save *o;
 	TAILQ_FOREACH(o, &d->saves, link) {
 		if (o->step == sv->step && o->rank == sv->rank && strcmp(o->job, sv->job) == 0) {
-			save_fail(sv, EBUSY, "step %" PRIu64 " of job '%s' rank %u is already being saved",
+			save_fail(sv, -EBUSY, "step %" PRIu64 " of job '%s' rank %u is already being saved",
 				  sv->step, sv->job, sv->rank);
 			return;
 		}
@@ -993,18 +991,18 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 	char err[512];
 	int r = layout(sv, m, err, sizeof(err));
 	if (r < 0) {
-		save_fail(sv, -r, "%s", r == -ENOMEM ? "out of memory" : err);
+		save_fail(sv, r, "%s", r == -ENOMEM ? "out of memory" : err);
 		return;
 	}
 	r = steplock_save_begin(sv->job, sv->step);
 	if (r < 0) {
-		save_fail(sv, -r, "step %" PRIu64 " of job '%s' is being deleted (ckptctl rm or retention)", sv->step,
+		save_fail(sv, r, "step %" PRIu64 " of job '%s' is being deleted (ckptctl rm or retention)", sv->step,
 			  sv->job);
 		return;
 	}
 	sv->steplocked = true;
 	if (sv->shard_bytes > sv->quota_bytes) {
-		save_fail(sv, E2BIG, "save of %" PRIu64 " bytes exceeds the quota of job '%s' (%" PRIu64
+		save_fail(sv, -E2BIG, "save of %" PRIu64 " bytes exceeds the quota of job '%s' (%" PRIu64
 			  " bytes); raise its quota", sv->shard_bytes, sv->job, sv->quota_bytes);
 		return;
 	}
@@ -1020,7 +1018,7 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 	switch (sv->policy) {
 	case POLICY_SKIP:
 		d->stats.saves_skipped++;
-		save_fail(sv, EBUSY, "no room for %" PRIu64 " bytes: %s holds %" PRIu64 " MiB not yet durable; "
+		save_fail(sv, -EBUSY, "no room for %" PRIu64 " bytes: %s holds %" PRIu64 " MiB not yet durable; "
 			  "skipped (policy skip)", sv->shard_bytes, r == -EDQUOT ? "the job's quota" : "the pool",
 			  (r == -EDQUOT ? job_inflight_bytes(d, sv->job) : pool_used_bytes(&d->pool)) >> 20);
 		return;

@@ -100,7 +100,7 @@ struct save {
 	uv_work_t work;
 	unsigned readers;  /* loads reading the held copy on the threadpool */
 	bool drop_pending; /* release once readers reach 0 */
-	int status;
+	int status; /* 0 or -errno; SaveFailed carries it as wire_status() */
 	char msg[512];
 };
 
@@ -110,7 +110,7 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 void save_detach_session(struct save *sv);
 /* Chunks were released: admit waiting saves that now fit. */
 void save_admit_waiting(struct daemon *d);
-/* Fail saves still waiting for admission (shutdown). */
+/* Fail saves still waiting for admission (shutdown) with status, -errno. */
 void save_cancel_waiting(struct daemon *d, int status, const char *why);
 void save_on_admit_timer(uv_timer_t *t);
 /* Bytes [off, off+len) of a held save's shard: a pointer into the pool when

@@ -29,7 +29,7 @@ static void on_done(uv_work_t *w, int status)
 	struct daemon *d = r->d;
 	d->nloads--;
 	if (status < 0 && r->status == 0)
-		bgreq_fail(r, ECANCELED, "cancelled");
+		bgreq_fail(r, -ECANCELED, "cancelled");
 	if (session_unref_alive(r->session)) {
 		if (r->status)
 			session_reply(r->session, r->req_id, r->status, "%s", r->msg);
@@ -54,7 +54,7 @@ void bgreq_start(struct session *s, uint64_t req_id, struct bgreq *r)
 	if (e < 0) {
 		s->d->nloads--;
 		session_unref_alive(s);
-		session_reply(s, req_id, EIO, "cannot queue the request: %s", uv_strerror(e));
+		session_reply(s, req_id, -EIO, "cannot queue the request: %s", uv_strerror(e));
 		r->destroy(r);
 	}
 }

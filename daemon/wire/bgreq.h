@@ -16,7 +16,7 @@ struct bgreq {
 	struct session *session;
 	uint64_t req_id;
 	uv_work_t work;
-	int status;
+	int status; /* 0 or -errno */
 	char msg[512];
 	void (*run)(struct bgreq *r);     /* threadpool */
 	void (*reply)(struct bgreq *r);   /* loop, if the session lives and status == 0 */
@@ -26,7 +26,7 @@ struct bgreq {
 /* Queue r (run, reply, destroy set). On failure the error has been
  * answered and r destroyed. */
 void bgreq_start(struct session *s, uint64_t req_id, struct bgreq *r);
-/* From run(): record a failure, answered as a Reply. */
+/* From run(): record a failure (status -errno), answered as a Reply. */
 void bgreq_fail(struct bgreq *r, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -154,7 +154,7 @@ static void list_run(struct bgreq *b)
 		store_names_free(jobs, n);
 	}
 	if (r < 0)
-		bgreq_fail(b, -r, "listing %s: %s", st->url, store_error(r));
+		bgreq_fail(b, r, "listing %s: %s", st->url, store_error(r));
 }
 
 static void list_reply(struct bgreq *b)
@@ -162,7 +162,7 @@ static void list_reply(struct bgreq *b)
 	struct list_req *l = (struct list_req *)b;
 	Ckpt__StepInfo **ptrs = infos_ptrs(&l->out);
 	if (ptrs == NULL) {
-		session_reply(b->session, b->req_id, ENOMEM, "out of memory");
+		session_reply(b->session, b->req_id, -ENOMEM, "out of memory");
 		return;
 	}
 	Ckpt__ListReply rep = CKPT__LIST_REPLY__INIT;
@@ -185,7 +185,7 @@ static void list_destroy(struct bgreq *b)
 static bool job_arg_ok(struct session *s, uint64_t req_id, const char *job, bool required)
 {
 	if ((required || job[0]) && !manifest_name_valid(job, JOB_MAX_LEN)) {
-		session_reply(s, req_id, EINVAL, "invalid job name '%.64s'", job);
+		session_reply(s, req_id, -EINVAL, "invalid job name '%.64s'", job);
 		return false;
 	}
 	return true;
@@ -197,7 +197,7 @@ void list_start(struct session *s, uint64_t req_id, const Ckpt__ListRequest *m)
 		return;
 	struct list_req *l = calloc(1, sizeof(*l));
 	if (l == NULL) {
-		session_reply(s, req_id, ENOMEM, "out of memory");
+		session_reply(s, req_id, -ENOMEM, "out of memory");
 		return;
 	}
 	snprintf(l->job, sizeof(l->job), "%s", m->job);
@@ -231,7 +231,7 @@ static int scan_rank(struct step_req *q)
 	struct store *st = q->base.d->store;
 	int r = catalog_resolve_step(st, q->job, q->step, &q->cs);
 	if (r < 0) {
-		bgreq_fail(&q->base, -r, "step %" PRIu64 " of job '%s': %s", q->step, q->job,
+		bgreq_fail(&q->base, r, "step %" PRIu64 " of job '%s': %s", q->step, q->job,
 			   r == -ENOENT ? "not found" : store_error(r));
 		return r;
 	}
@@ -243,7 +243,7 @@ static int scan_rank(struct step_req *q)
 	char err[512];
 	r = catalog_read_manifest(st, q->job, &q->cs, rank, &m, err, sizeof(err));
 	if (r < 0) {
-		bgreq_fail(&q->base, r == -EBADMSG ? EBADMSG : -r, "step %" PRIu64 " of job '%s': %s", q->step, q->job,
+		bgreq_fail(&q->base, r, "step %" PRIu64 " of job '%s': %s", q->step, q->job,
 			   r == -EBADMSG || r == -ENOENT ? err : store_error(r));
 		return r;
 	}
@@ -265,7 +265,7 @@ static int scan_one(struct step_req *q, bool cached)
 	struct store *st = q->base.d->store;
 	int r = catalog_list_step(st, q->job, q->step, &q->cs);
 	if (r < 0) {
-		bgreq_fail(&q->base, -r, "step %" PRIu64 " of job '%s': %s", q->step, q->job,
+		bgreq_fail(&q->base, r, "step %" PRIu64 " of job '%s': %s", q->step, q->job,
 			   r == -ENOENT ? "not found" : store_error(r));
 		return r;
 	}
@@ -273,7 +273,7 @@ static int scan_one(struct step_req *q, bool cached)
 	if (cached && q->base.d->mancache) {
 		r = catalog_confirm_pin(st, q->job, &q->cs);
 		if (r < 0) {
-			bgreq_fail(&q->base, -r, "step %" PRIu64 " of job '%s': reading its commit: %s", q->step,
+			bgreq_fail(&q->base, r, "step %" PRIu64 " of job '%s': reading its commit: %s", q->step,
 				   q->job, store_error(r));
 			return r;
 		}
@@ -281,7 +281,7 @@ static int scan_one(struct step_req *q, bool cached)
 	}
 	r = cached ? catalog_read_all_indexed(st, q->job, &q->cs) : catalog_read_all(st, q->job, &q->cs);
 	if (r < 0) {
-		bgreq_fail(&q->base, -r, "step %" PRIu64 " of job '%s': %s", q->step, q->job, store_error(r));
+		bgreq_fail(&q->base, r, "step %" PRIu64 " of job '%s': %s", q->step, q->job, store_error(r));
 		return r;
 	}
 	return 0;
@@ -405,7 +405,7 @@ static void verify_run(struct bgreq *b)
 		problem(q, "%u manifest(s) could not be read or are invalid (see ckptd's log)", q->cs.unreadable);
 	uint8_t *buf = malloc(VERIFY_BLOCK);
 	if (buf == NULL) {
-		bgreq_fail(b, ENOMEM, "out of memory");
+		bgreq_fail(b, -ENOMEM, "out of memory");
 		return;
 	}
 	for (uint32_t r = 0; r < g->world_size; r++)
@@ -419,7 +419,7 @@ static void verify_reply(struct bgreq *b)
 	struct step_req *q = (struct step_req *)b;
 	Ckpt__StepInfo si;
 	if (step_info(&si, q->job, &q->cs) < 0) {
-		session_reply(b->session, b->req_id, ENOMEM, "out of memory");
+		session_reply(b->session, b->req_id, -ENOMEM, "out of memory");
 		return;
 	}
 	Ckpt__VerifyReply rep = CKPT__VERIFY_REPLY__INIT;
@@ -452,7 +452,7 @@ static void show_reply(struct bgreq *b)
 	if (ms == NULL || copy == NULL || step_info(&si, q->job, &q->cs) < 0) {
 		free(ms);
 		free(copy);
-		session_reply(b->session, b->req_id, ENOMEM, "out of memory");
+		session_reply(b->session, b->req_id, -ENOMEM, "out of memory");
 		return;
 	}
 	size_t n = 0;
@@ -498,7 +498,7 @@ static void step_start(struct session *s, uint64_t req_id, const char *job, uint
 		return;
 	struct step_req *q = calloc(1, sizeof(*q));
 	if (q == NULL) {
-		session_reply(s, req_id, ENOMEM, "out of memory");
+		session_reply(s, req_id, -ENOMEM, "out of memory");
 		return;
 	}
 	snprintf(q->job, sizeof(q->job), "%s", job);
@@ -540,20 +540,20 @@ static void resolve_run(struct bgreq *b)
 	int r = q->latest ? catalog_latest(st, q->job, &q->cs) : catalog_resolve_step(st, q->job, q->step, &q->cs);
 	if (r == -ENOENT) {
 		if (q->latest)
-			bgreq_fail(b, ENOENT, "job '%s' has no complete step in %s", q->job, st->url);
+			bgreq_fail(b, -ENOENT, "job '%s' has no complete step in %s", q->job, st->url);
 		else
-			bgreq_fail(b, ENOENT, "step %" PRIu64 " of job '%s': not found", q->step, q->job);
+			bgreq_fail(b, -ENOENT, "step %" PRIu64 " of job '%s': not found", q->step, q->job);
 		return;
 	}
 	if (r < 0) {
-		bgreq_fail(b, -r, "deciding %s of job '%s' in %s: %s (%s)", q->latest ? "the latest step" : "the step",
+		bgreq_fail(b, r, "deciding %s of job '%s' in %s: %s (%s)", q->latest ? "the latest step" : "the step",
 			   q->job, st->url, store_error(r), catalog_no_fallback_hint(r));
 		return;
 	}
 	q->have_cs = true;
 	if (!catalog_step_complete(&q->cs)) {
 		const struct catalog_group *g = &q->cs.groups[q->cs.best];
-		bgreq_fail(b, ENOENT, "step %" PRIu64 " of job '%s' is not complete: %u of %u ranks (attempt '%s')",
+		bgreq_fail(b, -ENOENT, "step %" PRIu64 " of job '%s' is not complete: %u of %u ranks (attempt '%s')",
 			   q->step, q->job, g->count, g->world_size, g->attempt);
 	}
 }
@@ -563,7 +563,7 @@ static void resolve_reply(struct bgreq *b)
 	struct resolve_req *q = (struct resolve_req *)b;
 	Ckpt__StepInfo si;
 	if (step_info(&si, q->job, &q->cs) < 0) {
-		session_reply(b->session, b->req_id, ENOMEM, "out of memory");
+		session_reply(b->session, b->req_id, -ENOMEM, "out of memory");
 		return;
 	}
 	Ckpt__ResolveReply rep = CKPT__RESOLVE_REPLY__INIT;
@@ -587,14 +587,14 @@ void resolve_start(struct session *s, uint64_t req_id, const Ckpt__ResolveReques
 {
 	const char *job = m->job[0] ? m->job : s->job;
 	if (job[0] == '\0') {
-		session_reply(s, req_id, EINVAL, "resolve needs a job (this session said none in Hello)");
+		session_reply(s, req_id, -EINVAL, "resolve needs a job (this session said none in Hello)");
 		return;
 	}
 	if (!job_arg_ok(s, req_id, job, true))
 		return;
 	struct resolve_req *q = calloc(1, sizeof(*q));
 	if (q == NULL) {
-		session_reply(s, req_id, ENOMEM, "out of memory");
+		session_reply(s, req_id, -ENOMEM, "out of memory");
 		return;
 	}
 	snprintf(q->job, sizeof(q->job), "%s", job);
@@ -670,19 +670,19 @@ static void del_run(struct bgreq *b)
 	else if (r == 0)
 		catalog_step_free(&cs);
 	if (r < 0) {
-		bgreq_fail(b, -r, "step %" PRIu64 " of job '%s': %s", q->step, q->job,
+		bgreq_fail(b, r, "step %" PRIu64 " of job '%s': %s", q->step, q->job,
 			   r == -ENOENT ? "not found" : store_error(r));
 		return;
 	}
 	r = steplock_delete_begin(q->job, q->step);
 	if (r < 0) {
-		bgreq_fail(b, -r, "step %" PRIu64 " of job '%s' is being written", q->step, q->job);
+		bgreq_fail(b, r, "step %" PRIu64 " of job '%s' is being written", q->step, q->job);
 		return;
 	}
 	r = catalog_delete_step(st, b->d->mancache, q->job, q->step);
 	steplock_delete_end(q->job, q->step);
 	if (r < 0)
-		bgreq_fail(b, -r, "removing step %" PRIu64 " of job '%s': %s", q->step, q->job, store_error(r));
+		bgreq_fail(b, r, "removing step %" PRIu64 " of job '%s': %s", q->step, q->job, store_error(r));
 	else
 		log_info("rm: %s step %" PRIu64 " removed", q->job, q->step);
 }
@@ -703,19 +703,19 @@ void delete_start(struct session *s, uint64_t req_id, const Ckpt__DeleteRequest 
 		return;
 	struct busy b;
 	if (busy_snapshot(s->d, &b) < 0) {
-		session_reply(s, req_id, ENOMEM, "out of memory");
+		session_reply(s, req_id, -ENOMEM, "out of memory");
 		return;
 	}
 	bool busy = is_busy(&b, m->job, m->step);
 	busy_free(&b);
 	if (busy) {
-		session_reply(s, req_id, EBUSY, "step %" PRIu64 " of job '%s' is being written or read", m->step,
+		session_reply(s, req_id, -EBUSY, "step %" PRIu64 " of job '%s' is being written or read", m->step,
 			      m->job);
 		return;
 	}
 	struct del_req *q = calloc(1, sizeof(*q));
 	if (q == NULL) {
-		session_reply(s, req_id, ENOMEM, "out of memory");
+		session_reply(s, req_id, -ENOMEM, "out of memory");
 		return;
 	}
 	snprintf(q->job, sizeof(q->job), "%s", m->job);
@@ -852,13 +852,13 @@ static void gc_req_run(struct bgreq *b)
 		size_t n = 0;
 		int r = catalog_jobs(g->d->store, &names, &n);
 		if (r < 0 && r != -ENOENT) {
-			bgreq_fail(b, -r, "listing jobs in %s: %s", g->d->store->url, store_error(r));
+			bgreq_fail(b, r, "listing jobs in %s: %s", g->d->store->url, store_error(r));
 			return;
 		}
 		struct gc_job *jobs = calloc(n ? n : 1, sizeof(*jobs));
 		if (jobs == NULL) {
 			store_names_free(names, n);
-			bgreq_fail(b, ENOMEM, "out of memory");
+			bgreq_fail(b, -ENOMEM, "out of memory");
 			return;
 		}
 		for (size_t i = 0; i < n; i++) {
@@ -883,7 +883,7 @@ static void gc_req_reply(struct bgreq *b)
 	if (ptrs == NULL || reasons == NULL) {
 		free(ptrs);
 		free(reasons);
-		session_reply(b->session, b->req_id, ENOMEM, "out of memory");
+		session_reply(b->session, b->req_id, -ENOMEM, "out of memory");
 		return;
 	}
 	for (size_t i = 0; i < g->removed.n; i++)
@@ -913,7 +913,7 @@ void gc_start(struct session *s, uint64_t req_id, const Ckpt__GcRequest *m)
 	const char *one = m->job;
 	struct gc_work *g = gc_prepare(s->d, m->job[0] ? &one : NULL, m->job[0] ? 1 : 0);
 	if (g == NULL) {
-		session_reply(s, req_id, ENOMEM, "out of memory");
+		session_reply(s, req_id, -ENOMEM, "out of memory");
 		return;
 	}
 	g->dry_run = m->dry_run;

@@ -41,7 +41,7 @@ static void m_status(struct session *s, const Ckpt__Frame *f)
 	Ckpt__StatusReply rep = CKPT__STATUS_REPLY__INIT;
 	if (status_snapshot(s->d, &st) < 0 || status_reply_fill(&st, &rep) < 0) {
 		status_release(&st);
-		session_reply(s, f->req_id, ENOMEM, "out of memory");
+		session_reply(s, f->req_id, -ENOMEM, "out of memory");
 		return;
 	}
 	Ckpt__Frame out = CKPT__FRAME__INIT;
@@ -57,7 +57,7 @@ static void m_metrics(struct session *s, const Ckpt__Frame *f)
 	char *text = NULL;
 	size_t len = 0;
 	if (metrics_render(s->d, &text, &len) < 0) {
-		session_reply(s, f->req_id, ENOMEM, "out of memory");
+		session_reply(s, f->req_id, -ENOMEM, "out of memory");
 		return;
 	}
 	Ckpt__MetricsReply rep = CKPT__METRICS_REPLY__INIT;
@@ -134,20 +134,20 @@ void msg_dispatch(struct session *s, const Ckpt__Frame *f)
 	if (m != NULL && m->handler == NULL)
 		m = NULL;
 	if (!s->hello_done && (m == NULL || (m->flags & MSG_NEEDS_HELLO))) {
-		session_close(s, EPROTO, "the first frame must be Hello");
+		session_close(s, -EPROTO, "the first frame must be Hello");
 		return;
 	}
 	if (m == NULL) {
-		session_reply(s, f->req_id, EBADMSG, "unknown or unexpected message type %d", (int)f->body_case);
+		session_reply(s, f->req_id, -EBADMSG, "unknown or unexpected message type %d", (int)f->body_case);
 		return;
 	}
 	s->d->stats.requests[f->body_case]++;
 	if ((m->flags & MSG_REFUSE_DRAINING) && s->d->draining) {
-		refuse(s, m, f->req_id, ESHUTDOWN, "ckptd is shutting down");
+		refuse(s, m, f->req_id, -ESHUTDOWN, "ckptd is shutting down");
 		return;
 	}
 	if ((m->flags & MSG_CAPPED) && s->refs >= s->d->cfg.max_inflight_loads) {
-		refuse(s, m, f->req_id, EBUSY,
+		refuse(s, m, f->req_id, -EBUSY,
 		       "too many loads and catalogue requests in flight on this session (max_inflight_loads)");
 		return;
 	}

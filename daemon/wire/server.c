@@ -29,7 +29,7 @@ static bool cred_allowed(const struct config *c, uid_t uid, gid_t gid)
 static void refuse(int fd, int status, const char *msg)
 {
 	Ckpt__Reply rep = CKPT__REPLY__INIT;
-	rep.status = status;
+	rep.status = wire_status(status);
 	rep.message = (char *)msg;
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_REPLY;
@@ -72,17 +72,17 @@ static void on_accept(uv_poll_t *h, int status, int events)
 			snprintf(msg, sizeof(msg), "uid %u gid %u is not allowed to use ckptd (allowed_uids/allowed_gids)",
 				 (unsigned)cr.uid, (unsigned)cr.gid);
 			log_warn("server: refused pid %d: %s", (int)cr.pid, msg);
-			refuse(fd, EACCES, msg);
+			refuse(fd, -EACCES, msg);
 			continue;
 		}
 		if (d->draining) {
-			refuse(fd, ESHUTDOWN, "ckptd is shutting down");
+			refuse(fd, -ESHUTDOWN, "ckptd is shutting down");
 			continue;
 		}
 		if (d->nsessions >= d->cfg.max_sessions) {
 			snprintf(msg, sizeof(msg), "ckptd already serves %u sessions (max_sessions)", d->nsessions);
 			log_warn("server: refused pid %d: %s", (int)cr.pid, msg);
-			refuse(fd, EMFILE, msg);
+			refuse(fd, -EMFILE, msg);
 			continue;
 		}
 		int r = session_start(d, fd, cr.pid, cr.uid, cr.gid);

@@ -121,7 +121,7 @@ void session_close(struct session *s, int status, const char *fmt, ...)
 		log_warn("session %" PRIu64 " (pid %d uid %u): closing: %s", s->id, (int)s->pid,
 			 (unsigned)s->uid, msg);
 		Ckpt__Reply rep = CKPT__REPLY__INIT;
-		rep.status = status;
+		rep.status = wire_status(status);
 		rep.message = msg;
 		Ckpt__Frame f = CKPT__FRAME__INIT;
 		f.body_case = CKPT__FRAME__BODY_REPLY;
@@ -188,9 +188,9 @@ void session_reply(struct session *s, uint64_t req_id, int status, const char *f
 		va_end(ap);
 	}
 	if (status != 0)
-		log_info("session %" PRIu64 " req %" PRIu64 ": %s (%s)", s->id, req_id, msg, strerror(status));
+		log_info("session %" PRIu64 " req %" PRIu64 ": %s (%s)", s->id, req_id, msg, strerror(-status));
 	Ckpt__Reply rep = CKPT__REPLY__INIT;
-	rep.status = status;
+	rep.status = wire_status(status);
 	rep.message = msg;
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_REPLY;
@@ -241,35 +241,35 @@ static int take_fd(struct session *s)
 void session_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 {
 	if (s->hello_done) {
-		session_reply(s, req_id, EPROTO, "Hello was already received");
+		session_reply(s, req_id, -EPROTO, "Hello was already received");
 		return;
 	}
 	if (h->protocol_version != WIRE_PROTOCOL_VERSION) {
-		session_close(s, EPROTONOSUPPORT, "protocol version %u, this ckptd speaks %d",
+		session_close(s, -EPROTONOSUPPORT, "protocol version %u, this ckptd speaks %d",
 			      h->protocol_version, WIRE_PROTOCOL_VERSION);
 		return;
 	}
 	if (h->job[0] != '\0') {
 		if (!manifest_name_valid(h->job, JOB_MAX_LEN)) {
-			session_close(s, EINVAL, "job name must be 1-%d characters of [A-Za-z0-9._-], not starting with '.'",
+			session_close(s, -EINVAL, "job name must be 1-%d characters of [A-Za-z0-9._-], not starting with '.'",
 				      JOB_MAX_LEN);
 			return;
 		}
 		if (h->world_size == 0 || h->world_size > 99999 || h->rank >= h->world_size) {
-			session_close(s, EINVAL, "rank %u of world size %u is out of range (1..99999)",
+			session_close(s, -EINVAL, "rank %u of world size %u is out of range (1..99999)",
 				      h->rank, h->world_size);
 			return;
 		}
 		const char *att = h->attempt_id[0] ? h->attempt_id : "default";
 		if (!manifest_name_valid(att, ATTEMPT_MAX_LEN)) {
-			session_close(s, EINVAL, "attempt id must be 1-%d characters of [A-Za-z0-9._-]",
+			session_close(s, -EINVAL, "attempt id must be 1-%d characters of [A-Za-z0-9._-]",
 				      ATTEMPT_MAX_LEN);
 			return;
 		}
 		if (h->policy[0]) {
 			enum admit_policy pol;
 			if (config_parse_policy(h->policy, &pol) < 0) {
-				session_close(s, EINVAL, "policy '%s': want block, skip or coalesce", h->policy);
+				session_close(s, -EINVAL, "policy '%s': want block, skip or coalesce", h->policy);
 				return;
 			}
 			s->policy = (int)pol;
@@ -372,21 +372,21 @@ void session_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBu
 	if (m->kind != CKPT__BUFFER_KIND__HOST_FD && m->kind != CKPT__BUFFER_KIND__CUDA_IPC &&
 	    m->kind != CKPT__BUFFER_KIND__CUDA_VMM) {
 		close_fds(fds, nfds);
-		session_reply(s, req_id, EINVAL, "buffer kind %d is not supported here", m->kind);
+		session_reply(s, req_id, -EINVAL, "buffer kind %d is not supported here", m->kind);
 		return;
 	}
 	if (m->kind == CKPT__BUFFER_KIND__HOST_FD && nfds == 0) {
-		session_reply(s, req_id, EBADF, "RegisterBuffer %" PRIu64 " carried no file descriptor", m->buffer_id);
+		session_reply(s, req_id, -EBADF, "RegisterBuffer %" PRIu64 " carried no file descriptor", m->buffer_id);
 		return;
 	}
 	if (session_find_buffer(s, m->buffer_id)) {
 		close_fds(fds, nfds);
-		session_reply(s, req_id, EEXIST, "buffer id %" PRIu64 " is already registered", m->buffer_id);
+		session_reply(s, req_id, -EEXIST, "buffer id %" PRIu64 " is already registered", m->buffer_id);
 		return;
 	}
 	if (s->nbufs >= s->d->cfg.max_buffers) {
 		close_fds(fds, nfds);
-		session_reply(s, req_id, ENOBUFS, "at most %u buffers per session", s->d->cfg.max_buffers);
+		session_reply(s, req_id, -ENOBUFS, "at most %u buffers per session", s->d->cfg.max_buffers);
 		return;
 	}
 	struct hostbuf *b = NULL;
@@ -398,13 +398,13 @@ void session_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBu
 		if (r == -ENOMEM)
 			snprintf(err, sizeof(err), "out of memory");
 		log_warn("session %" PRIu64 ": buffer %" PRIu64 " refused: %s", s->id, m->buffer_id, err);
-		session_reply(s, req_id, -r, "buffer %" PRIu64 ": %s", m->buffer_id, err);
+		session_reply(s, req_id, r, "buffer %" PRIu64 ": %s", m->buffer_id, err);
 		return;
 	}
 	struct hostbuf **nb = realloc(s->bufs, (s->nbufs + 1) * sizeof(*nb));
 	if (nb == NULL) {
 		hostbuf_unref(b);
-		session_reply(s, req_id, ENOMEM, "out of memory");
+		session_reply(s, req_id, -ENOMEM, "out of memory");
 		return;
 	}
 	s->bufs = nb;
@@ -427,7 +427,7 @@ void session_unregister(struct session *s, uint64_t req_id, const Ckpt__Unregist
 		session_reply(s, req_id, 0, NULL);
 		return;
 	}
-	session_reply(s, req_id, ENOENT, "buffer id %" PRIu64 " is not registered", m->buffer_id);
+	session_reply(s, req_id, -ENOENT, "buffer id %" PRIu64 " is not registered", m->buffer_id);
 }
 
 /* Validation order (docs/architecture.md §4): size cap (in receive) -> unpack ->
@@ -438,11 +438,11 @@ static void handle_frame(struct session *s, const uint8_t *p, size_t len)
 	Ckpt__Frame *f = NULL;
 	int r = frame_decode(p, len, &f);
 	if (r == -EBADMSG) {
-		session_close(s, EBADMSG, "malformed frame (%zu bytes do not parse as a Frame)", len);
+		session_close(s, -EBADMSG, "malformed frame (%zu bytes do not parse as a Frame)", len);
 		return;
 	}
 	if (r < 0) {
-		session_close(s, EPROTONOSUPPORT, "unsupported frame version; this ckptd speaks %d",
+		session_close(s, -EPROTONOSUPPORT, "unsupported frame version; this ckptd speaks %d",
 			      WIRE_PROTOCOL_VERSION);
 		return;
 	}
@@ -460,7 +460,7 @@ static bool receive(struct session *s)
 			ncap = (size_t)c->max_frame_bytes + 4;
 		uint8_t *nb = realloc(s->rbuf, ncap);
 		if (nb == NULL) {
-			session_close(s, ENOMEM, "out of memory");
+			session_close(s, -ENOMEM, "out of memory");
 			return false;
 		}
 		s->rbuf = nb;
@@ -498,7 +498,7 @@ static bool receive(struct session *s)
 		}
 	}
 	if (too_many) {
-		session_close(s, EMFILE, "too many file descriptors in one frame (at most %u)",
+		session_close(s, -EMFILE, "too many file descriptors in one frame (at most %u)",
 			      c->max_fds_per_frame);
 		return false;
 	}
@@ -511,7 +511,7 @@ static bool receive(struct session *s)
 		uint32_t flen;
 		int r = frame_next(s->rbuf, s->rlen, c->max_frame_bytes, &flen);
 		if (r == -EMSGSIZE) {
-			session_close(s, EMSGSIZE, "frame exceeds the cap of %u bytes", c->max_frame_bytes);
+			session_close(s, -EMSGSIZE, "frame exceeds the cap of %u bytes", c->max_frame_bytes);
 			return false;
 		}
 		if (r == 0)
@@ -586,7 +586,7 @@ int session_start(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid)
 void session_send_load_failed(struct session *s, uint64_t req_id, int status, const char *msg)
 {
 	Ckpt__LoadFailed bad = CKPT__LOAD_FAILED__INIT;
-	bad.status = status;
+	bad.status = wire_status(status);
 	bad.message = (char *)msg;
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_LOAD_FAILED;

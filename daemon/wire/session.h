@@ -61,9 +61,11 @@ struct session {
 int session_start(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid);
 /* Queue a frame; sets version. Failures close the session. */
 void session_send(struct session *s, uint64_t req_id, Ckpt__Frame *f);
+/* A Reply: status is 0 or -errno, as everywhere in ckptd; wire_status
+ * (proto/wire.h) turns it into the message's positive errno. */
 void session_reply(struct session *s, uint64_t req_id, int status, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
-/* Send an error (req_id 0) if status != 0, then close. */
+/* Send an error (req_id 0) if status (-errno) != 0, then close. */
 void session_close(struct session *s, int status, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 struct hostbuf *session_find_buffer(struct session *s, uint64_t id);
