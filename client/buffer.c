@@ -105,8 +105,7 @@ int ckpt_buffer_alloc(ckpt_client *c, size_t nbytes, ckpt_buffer **out)
 		goto fail_errno;
 	/* Populate now: first-touch faults are slow, and paying for them at
 	 * allocation keeps them off the training loop. */
-	b->map = mmap(NULL, nbytes, PROT_READ | PROT_WRITE,
-		      MAP_SHARED | MAP_POPULATE, b->fd, 0);
+	b->map = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, b->fd, 0);
 	if (b->map == MAP_FAILED) {
 		b->map = NULL;
 		goto fail_errno;
@@ -120,8 +119,7 @@ fail_errno:
 	return r;
 }
 
-int ckpt_buffer_register_fd(ckpt_client *c, int fd, size_t nbytes,
-			    ckpt_buffer **out)
+int ckpt_buffer_register_fd(ckpt_client *c, int fd, size_t nbytes, ckpt_buffer **out)
 {
 	ckpt_buffer *b;
 	struct stat st;
@@ -129,8 +127,7 @@ int ckpt_buffer_register_fd(ckpt_client *c, int fd, size_t nbytes,
 
 	if (out)
 		*out = NULL;
-	if (!c || !out || fd < 0 || nbytes == 0 ||
-	    nbytes > (size_t)INT64_MAX) {
+	if (!c || !out || fd < 0 || nbytes == 0 || nbytes > (size_t)INT64_MAX) {
 		client_set_errmsg("");
 		return -EINVAL;
 	}

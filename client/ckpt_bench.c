@@ -112,7 +112,9 @@ static double memcpy_time(uint8_t *dst, const uint8_t *src, size_t n, unsigned t
 
 static void rank_agent(const struct opts *o, struct shared *sh, unsigned r)
 {
-	enum { CAP = 1 << 16 };
+	enum {
+		CAP = 1 << 16
+	};
 	static uint64_t sizes[CAP], shapes[CAP];
 	static char names[CAP][32];
 	static ckpt_tensor t[CAP];
@@ -140,8 +142,13 @@ static void rank_agent(const struct opts *o, struct shared *sh, unsigned r)
 		data[i] = (uint8_t)(i >> 12 ^ r);
 	uint64_t off = 0;
 	for (size_t i = 0; i < k; i++) {
-		t[i] = (ckpt_tensor){ .name = names[i], .dtype = CKPT_F32, .ndim = 1, .global_shape = &shapes[i],
-				      .buffer = b, .offset = off, .nbytes = shapes[i] * 4 };
+		t[i] = (ckpt_tensor){ .name = names[i],
+				      .dtype = CKPT_F32,
+				      .ndim = 1,
+				      .global_shape = &shapes[i],
+				      .buffer = b,
+				      .offset = off,
+				      .nbytes = shapes[i] * 4 };
 		off += shapes[i] * 4;
 	}
 	sh->bytes[r] = total;
@@ -178,7 +185,8 @@ static void rank_agent(const struct opts *o, struct shared *sh, unsigned r)
 				e = ckpt_future_wait(f, CKPT_LOADED, -1);
 			(storage ? sh->loadsto : sh->loadmem)[r][l] = now_s() - t0;
 			if (e < 0)
-				fail(sh, "rank %u: load: %s (%s)", r, ckpt_strerror(e), f ? ckpt_future_message(f) : "");
+				fail(sh, "rank %u: load: %s (%s)", r, ckpt_strerror(e),
+				     f ? ckpt_future_message(f) : "");
 			if (!storage && strcmp(ckpt_future_source(f), "memory") != 0)
 				fail(sh, "rank %u: load came from %s, not memory", r, ckpt_future_source(f));
 			ckpt_future_free(f);
@@ -236,7 +244,8 @@ static void rank_direct(const struct opts *o, struct shared *sh, unsigned r)
 				if (fd < 0)
 					fail(sh, "rank %u: %s: %s", r, path, strerror(errno));
 				for (uint64_t done = 0; done < total;) {
-					ssize_t g = pread(fd, data + done, total - done > (1u << 30) ? (1u << 30) : total - done,
+					ssize_t g = pread(fd, data + done,
+							  total - done > (1u << 30) ? (1u << 30) : total - done,
 							  (off_t)done);
 					if (g <= 0)
 						fail(sh, "rank %u: read %s: %s", r, path, strerror(errno));
@@ -317,16 +326,21 @@ static json_object *stat_obj(double med, double p90)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: ckpt-bench [--socket PATH] [--job NAME] [--size-mb M | --layers L] [--ranks R]\n"
-		"                  [--saves S] [--loads N] [--optimizer none|sgd|adam] [--threads T]\n"
-		"                  [--mode agent|direct] [--storage file:///path] [--json FILE]\n");
+	fprintf(f, "usage: ckpt-bench [--socket PATH] [--job NAME] [--size-mb M | --layers L] [--ranks R]\n"
+		   "                  [--saves S] [--loads N] [--optimizer none|sgd|adam] [--threads T]\n"
+		   "                  [--mode agent|direct] [--storage file:///path] [--json FILE]\n");
 }
 
 int main(int argc, char **argv)
 {
-	struct opts o = { .job = "bench", .mode = "agent", .optimizer = "none", .size_mb = 256, .ranks = 1,
-			  .saves = 3, .loads = 2, .threads = 2 };
+	struct opts o = { .job = "bench",
+			  .mode = "agent",
+			  .optimizer = "none",
+			  .size_mb = 256,
+			  .ranks = 1,
+			  .saves = 3,
+			  .loads = 2,
+			  .threads = 2 };
 	o.socket = getenv("CKPTD_SOCKET");
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -339,18 +353,30 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		i++;
-		if (!strcmp(a, "--socket")) o.socket = v;
-		else if (!strcmp(a, "--job")) o.job = v;
-		else if (!strcmp(a, "--size-mb")) o.size_mb = strtoull(v, NULL, 10);
-		else if (!strcmp(a, "--layers")) o.layers = strtoull(v, NULL, 10);
-		else if (!strcmp(a, "--ranks")) o.ranks = (unsigned)strtoul(v, NULL, 10);
-		else if (!strcmp(a, "--saves")) o.saves = (unsigned)strtoul(v, NULL, 10);
-		else if (!strcmp(a, "--loads")) o.loads = (unsigned)strtoul(v, NULL, 10);
-		else if (!strcmp(a, "--threads")) o.threads = (unsigned)strtoul(v, NULL, 10);
-		else if (!strcmp(a, "--optimizer")) o.optimizer = v;
-		else if (!strcmp(a, "--mode")) o.mode = v;
-		else if (!strcmp(a, "--storage")) o.storage = v;
-		else if (!strcmp(a, "--json")) o.json = v;
+		if (!strcmp(a, "--socket"))
+			o.socket = v;
+		else if (!strcmp(a, "--job"))
+			o.job = v;
+		else if (!strcmp(a, "--size-mb"))
+			o.size_mb = strtoull(v, NULL, 10);
+		else if (!strcmp(a, "--layers"))
+			o.layers = strtoull(v, NULL, 10);
+		else if (!strcmp(a, "--ranks"))
+			o.ranks = (unsigned)strtoul(v, NULL, 10);
+		else if (!strcmp(a, "--saves"))
+			o.saves = (unsigned)strtoul(v, NULL, 10);
+		else if (!strcmp(a, "--loads"))
+			o.loads = (unsigned)strtoul(v, NULL, 10);
+		else if (!strcmp(a, "--threads"))
+			o.threads = (unsigned)strtoul(v, NULL, 10);
+		else if (!strcmp(a, "--optimizer"))
+			o.optimizer = v;
+		else if (!strcmp(a, "--mode"))
+			o.mode = v;
+		else if (!strcmp(a, "--storage"))
+			o.storage = v;
+		else if (!strcmp(a, "--json"))
+			o.json = v;
 		else {
 			usage(stderr);
 			return 2;
@@ -429,11 +455,12 @@ int main(int argc, char **argv)
 
 	char lm[32];
 	snprintf(lm, sizeof(lm), agent ? "%.3f s" : "-", lmm);
-	printf("| mode | state | ranks | stall (med/p90) | durable (med/p90) | load memory | load storage | MB/s durable |\n");
+	printf("| mode | state | ranks | stall (med/p90) | durable (med/p90) | load memory | load storage | MB/s "
+	       "durable |\n");
 	printf("|---|---|---|---|---|---|---|---|\n");
 	printf("| %s | %.0f MiB%s | %u | %.3f / %.3f s | %.3f / %.3f s | %s | %.3f s | %.0f |\n", o.mode, mb,
-	       strcmp(o.optimizer, "none") ? (strcmp(o.optimizer, "adam") ? " (sgd)" : " (adam)") : "", o.ranks, sm,
-	       sp, dm, dp, lm, lsm, dm > 0 ? mb / dm : 0);
+	       strcmp(o.optimizer, "none") ? (strcmp(o.optimizer, "adam") ? " (sgd)" : " (adam)") : "", o.ranks, sm, sp,
+	       dm, dp, lm, lsm, dm > 0 ? mb / dm : 0);
 	if (agent)
 		printf("staging %.0f%% and load from memory %.0f%% of memcpy (%u threads, %.3f s per rank); "
 		       "daemon cpu %.2f s, peak rss %.0f MiB\n",

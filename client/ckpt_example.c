@@ -42,8 +42,8 @@ struct opts {
 };
 
 struct layout {
-	uint64_t rows, lo, hi;          /* global rows, this rank's [lo, hi) */
-	uint64_t tensor_bytes;          /* local bytes per tensor */
+	uint64_t rows, lo, hi; /* global rows, this rank's [lo, hi) */
+	uint64_t tensor_bytes; /* local bytes per tensor */
 	uint64_t total_bytes;
 	uint64_t jobh;
 	char (*names)[48];
@@ -64,8 +64,7 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static void fatal(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2), noreturn));
+static void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void fatal(const char *fmt, ...)
 {
 	va_list ap;
@@ -105,8 +104,7 @@ static uint64_t hash_str(const char *s)
  * elem_value(base, i). */
 static uint64_t tensor_base(uint64_t jobh, uint64_t step, uint64_t k)
 {
-	return mix64(jobh ^ mix64(step * 0x9e3779b97f4a7c15ull ^
-				  mix64(k + 0x632be59bd9b4e019ull)));
+	return mix64(jobh ^ mix64(step * 0x9e3779b97f4a7c15ull ^ mix64(k + 0x632be59bd9b4e019ull)));
 }
 
 static inline float elem_value(uint64_t base, uint64_t gidx)
@@ -114,8 +112,7 @@ static inline float elem_value(uint64_t base, uint64_t gidx)
 	return (float)(mix64(base + gidx * 0x9e3779b97f4a7c15ull) & 0xffffff);
 }
 
-static void fill(const struct layout *L, float *data, uint64_t step,
-		 uint64_t ntensors)
+static void fill(const struct layout *L, float *data, uint64_t step, uint64_t ntensors)
 {
 	for (uint64_t k = 0; k < ntensors; k++) {
 		uint64_t base = tensor_base(L->jobh, step, k);
@@ -128,8 +125,7 @@ static void fill(const struct layout *L, float *data, uint64_t step,
 }
 
 /* 0 when every element matches step; else reports the first mismatch. */
-static int verify(const struct layout *L, const float *data, uint64_t step,
-		  uint64_t ntensors)
+static int verify(const struct layout *L, const float *data, uint64_t step, uint64_t ntensors)
 {
 	for (uint64_t k = 0; k < ntensors; k++) {
 		uint64_t base = tensor_base(L->jobh, step, k);
@@ -141,12 +137,9 @@ static int verify(const struct layout *L, const float *data, uint64_t step,
 
 				if (memcmp(p, &want, sizeof(want)) != 0) {
 					fprintf(stderr,
-						"ckpt-example: step %" PRIu64
-						" tensor %" PRIu64 " element [%"
-						PRIu64 ", %" PRIu64
-						"]: got %.1f, want %.1f\n",
-						step, k, r, c, (double)*p,
-						(double)want);
+						"ckpt-example: step %" PRIu64 " tensor %" PRIu64 " element [%" PRIu64
+						", %" PRIu64 "]: got %.1f, want %.1f\n",
+						step, k, r, c, (double)*p, (double)want);
 					return -1;
 				}
 			}
@@ -181,16 +174,15 @@ static uint64_t parse_u64(const char *opt, const char *s, uint64_t max)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: ckpt-example --socket PATH --job NAME [--rank R] "
-		"[--world-size W]\n"
-		"                    [--steps N] [--size-mb M] [--tensors K] "
-		"[--restore-only]\n"
-		"                    [--step S] [--attempt ID] [--shm]\n"
-		"--step loads step S instead of the latest.\n"
-		"--shm registers a /dev/shm file (staged with pread) instead of a sealed memfd.\n"
-		"Rank and world size default to $RANK and $WORLD_SIZE, else "
-		"0 and 1.\n");
+	fprintf(f, "usage: ckpt-example --socket PATH --job NAME [--rank R] "
+		   "[--world-size W]\n"
+		   "                    [--steps N] [--size-mb M] [--tensors K] "
+		   "[--restore-only]\n"
+		   "                    [--step S] [--attempt ID] [--shm]\n"
+		   "--step loads step S instead of the latest.\n"
+		   "--shm registers a /dev/shm file (staged with pread) instead of a sealed memfd.\n"
+		   "Rank and world size default to $RANK and $WORLD_SIZE, else "
+		   "0 and 1.\n");
 }
 
 static void parse_args(int argc, char **argv, struct opts *o)
@@ -209,8 +201,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		o->world = (uint32_t)parse_u64("$WORLD_SIZE", e, UINT32_MAX);
 	o->local_rank = UINT32_MAX;
 	if ((e = getenv("LOCAL_RANK")) && *e)
-		o->local_rank = (uint32_t)parse_u64("$LOCAL_RANK", e,
-						    UINT32_MAX - 1);
+		o->local_rank = (uint32_t)parse_u64("$LOCAL_RANK", e, UINT32_MAX - 1);
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -250,8 +241,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			o->load_step = parse_u64(a, v, INT64_MAX);
 			if (o->load_step == 0)
 				fatal("--step must be at least 1");
-		}
-		else {
+		} else {
 			usage(stderr);
 			fatal("unknown option %s", a);
 		}
@@ -263,8 +253,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 	if (!o->socket || !*o->socket)
 		o->socket = CKPT_DEFAULT_SOCKET;
 	if (o->world == 0 || o->rank >= o->world)
-		fatal("rank %" PRIu32 " is not below world size %" PRIu32,
-		      o->rank, o->world);
+		fatal("rank %" PRIu32 " is not below world size %" PRIu32, o->rank, o->world);
 	if (o->ntensors == 0)
 		fatal("--tensors must be at least 1");
 
@@ -274,8 +263,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		o->local_rank = o->rank;
 }
 
-static void make_layout(const struct opts *o, struct layout *L,
-			ckpt_buffer *buf)
+static void make_layout(const struct opts *o, struct layout *L, ckpt_buffer *buf)
 {
 	L->t = calloc(o->ntensors, sizeof(*L->t));
 	L->names = calloc(o->ntensors, sizeof(*L->names));
@@ -288,8 +276,7 @@ static void make_layout(const struct opts *o, struct layout *L,
 	L->blen[0] = L->hi - L->lo;
 	L->blen[1] = COLS;
 	for (uint64_t k = 0; k < o->ntensors; k++) {
-		snprintf(L->names[k], sizeof(L->names[k]),
-			 "layer%" PRIu64 ".weight", k);
+		snprintf(L->names[k], sizeof(L->names[k]), "layer%" PRIu64 ".weight", k);
 		L->t[k] = (ckpt_tensor){
 			.name = L->names[k],
 			.dtype = CKPT_F32,
@@ -327,17 +314,14 @@ static void wait_complete(ckpt_client *c, const char *job, uint64_t step)
 	}
 }
 
-static void print_row(uint64_t step, double mib, double stall_ms,
-		      double durable_ms)
+static void print_row(uint64_t step, double mib, double stall_ms, double durable_ms)
 {
-	printf("%8" PRIu64 " %10.1f %10.2f %12.2f\n", step, mib, stall_ms,
-	       durable_ms);
+	printf("%8" PRIu64 " %10.1f %10.2f %12.2f\n", step, mib, stall_ms, durable_ms);
 	fflush(stdout);
 }
 
 /* Wait for the durable of f and print its row. Returns durable_ms. */
-static double finish_save(ckpt_future *f, struct timing *tm, int64_t t0,
-			  uint64_t step, double mib, double stall_ms)
+static double finish_save(ckpt_future *f, struct timing *tm, int64_t t0, uint64_t step, double mib, double stall_ms)
 {
 	int64_t td;
 	double ms;
@@ -345,8 +329,7 @@ static double finish_save(ckpt_future *f, struct timing *tm, int64_t t0,
 	char what[64];
 
 	if (r < 0) {
-		snprintf(what, sizeof(what), "save step %" PRIu64 " durable",
-			 step);
+		snprintf(what, sizeof(what), "save step %" PRIu64 " durable", step);
 		fatal_ckpt(what, r, ckpt_future_message(f));
 	}
 	td = atomic_load(&tm->durable_ns);
@@ -357,8 +340,7 @@ static double finish_save(ckpt_future *f, struct timing *tm, int64_t t0,
 	return ms;
 }
 
-static void run_saves(const struct opts *o, ckpt_client *c,
-		      const struct layout *L, float *data)
+static void run_saves(const struct opts *o, ckpt_client *c, const struct layout *L, float *data)
 {
 	ckpt_future *prev = NULL;
 	struct timing tm[2];
@@ -368,8 +350,7 @@ static void run_saves(const struct opts *o, ckpt_client *c,
 	int64_t t_begin = now_ns();
 	char what[64];
 
-	printf("%8s %10s %10s %12s\n", "step", "MiB", "stall_ms",
-	       "durable_ms");
+	printf("%8s %10s %10s %12s\n", "step", "MiB", "stall_ms", "durable_ms");
 	for (uint64_t s = 1; s <= o->steps; s++) {
 		struct timing *t = &tm[s % 2];
 		char extra[64];
@@ -382,9 +363,7 @@ static void run_saves(const struct opts *o, ckpt_client *c,
 		 * overwrite while it uploads. */
 		fill(L, data, s, o->ntensors);
 		if (prev) {
-			sum_durable += finish_save(prev, &tm[(s - 1) % 2],
-						   prev_t0, s - 1, mib,
-						   prev_stall);
+			sum_durable += finish_save(prev, &tm[(s - 1) % 2], prev_t0, s - 1, mib, prev_stall);
 			ckpt_future_free(prev);
 			prev = NULL;
 		}
@@ -392,8 +371,7 @@ static void run_saves(const struct opts *o, ckpt_client *c,
 		atomic_store(&t->durable_ns, 0);
 		snprintf(extra, sizeof(extra), "step=%" PRIu64, s);
 		t0 = now_ns();
-		r = ckpt_save(c, s, L->t, o->ntensors, extra, strlen(extra),
-			      &f);
+		r = ckpt_save(c, s, L->t, o->ntensors, extra, strlen(extra), &f);
 		if (r < 0) {
 			snprintf(what, sizeof(what), "save step %" PRIu64, s);
 			fatal_ckpt(what, r, ckpt_errmsg());
@@ -403,8 +381,7 @@ static void run_saves(const struct opts *o, ckpt_client *c,
 			fatal_ckpt("set callback", r, NULL);
 		r = ckpt_future_wait(f, CKPT_STAGED, -1);
 		if (r < 0) {
-			snprintf(what, sizeof(what), "save step %" PRIu64
-				 " staged", s);
+			snprintf(what, sizeof(what), "save step %" PRIu64 " staged", s);
 			fatal_ckpt(what, r, ckpt_future_message(f));
 		}
 		stall = (double)(now_ns() - t0) / 1e6;
@@ -415,21 +392,17 @@ static void run_saves(const struct opts *o, ckpt_client *c,
 		prev_t0 = t0;
 		prev_stall = stall;
 	}
-	sum_durable += finish_save(prev, &tm[o->steps % 2], prev_t0, o->steps,
-				   mib, prev_stall);
+	sum_durable += finish_save(prev, &tm[o->steps % 2], prev_t0, o->steps, mib, prev_stall);
 	ckpt_future_free(prev);
 	printf("rank %" PRIu32 "/%" PRIu32 ": saved %" PRIu64
 	       " steps of %.1f MiB in %.2f s: stall mean %.2f ms max %.2f ms, "
 	       "durable mean %.2f ms\n",
-	       o->rank, o->world, o->steps, mib,
-	       (double)(now_ns() - t_begin) / 1e9,
-	       sum_stall / (double)o->steps, max_stall,
-	       sum_durable / (double)o->steps);
+	       o->rank, o->world, o->steps, mib, (double)(now_ns() - t_begin) / 1e9, sum_stall / (double)o->steps,
+	       max_stall, sum_durable / (double)o->steps);
 	fflush(stdout);
 }
 
-static void run_restore(const struct opts *o, ckpt_client *c,
-			const struct layout *L, float *data)
+static void run_restore(const struct opts *o, ckpt_client *c, const struct layout *L, float *data)
 {
 	ckpt_future *f;
 	const char *extra;
@@ -446,16 +419,14 @@ static void run_restore(const struct opts *o, ckpt_client *c,
 		snprintf(want, sizeof(want), "load latest");
 	memset(data, 0, L->total_bytes);
 	t0 = now_ns();
-	r = ckpt_load(c, o->load_step ? (int64_t)o->load_step : CKPT_LATEST,
-		      L->t, o->ntensors, &f);
+	r = ckpt_load(c, o->load_step ? (int64_t)o->load_step : CKPT_LATEST, L->t, o->ntensors, &f);
 	if (r < 0)
 		fatal_ckpt(want, r, ckpt_errmsg());
 	r = ckpt_future_wait(f, CKPT_LOADED, -1);
 	if (r < 0)
 		fatal_ckpt(want, r, ckpt_future_message(f));
 	if (o->load_step && ckpt_future_step(f) != o->load_step)
-		fatal("asked for step %" PRIu64 ", ckptd loaded step %" PRIu64,
-		      o->load_step, ckpt_future_step(f));
+		fatal("asked for step %" PRIu64 ", ckptd loaded step %" PRIu64, o->load_step, ckpt_future_step(f));
 	ms = (double)(now_ns() - t0) / 1e6;
 	step = ckpt_future_step(f);
 	bytes = ckpt_future_bytes(f);
@@ -465,18 +436,16 @@ static void run_restore(const struct opts *o, ckpt_client *c,
 	snprintf(want, sizeof(want), "step=%" PRIu64, step);
 	if (elen != strlen(want) || memcmp(extra, want, elen) != 0)
 		fatal("restored step %" PRIu64 ": extra state is \"%.*s\", "
-		      "want \"%s\"", step, (int)(elen > 200 ? 200 : elen),
-		      extra ? extra : "", want);
+		      "want \"%s\"",
+		      step, (int)(elen > 200 ? 200 : elen), extra ? extra : "", want);
 	if (verify(L, data, step, o->ntensors) < 0)
 		fatal("restored step %" PRIu64 ": data does not verify", step);
 	if (!o->restore_only && step != o->steps)
-		printf("note: latest complete step is %" PRIu64
-		       ", not %" PRIu64 " (older steps of this job exist)\n",
+		printf("note: latest complete step is %" PRIu64 ", not %" PRIu64 " (older steps of this job exist)\n",
 		       step, o->steps);
 	printf("restored step %" PRIu64 ": %.1f MiB in %.2f ms (%.2f GB/s), verified OK\n"
 	       "source: %s\n",
-	       step, (double)bytes / MIB, ms, (double)bytes / (ms * 1e6),
-	       ckpt_future_source(f));
+	       step, (double)bytes / MIB, ms, (double)bytes / (ms * 1e6), ckpt_future_source(f));
 	fflush(stdout);
 	ckpt_future_free(f);
 }
@@ -526,8 +495,7 @@ int main(int argc, char **argv)
 		shm_unlink(name);
 		if (ftruncate(fd, (off_t)L.total_bytes) != 0)
 			fatal("ftruncate: %s", strerror(errno));
-		data = mmap(NULL, L.total_bytes, PROT_READ | PROT_WRITE,
-			    MAP_SHARED | MAP_POPULATE, fd, 0);
+		data = mmap(NULL, L.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
 		if (data == MAP_FAILED)
 			fatal("mmap: %s", strerror(errno));
 		r = ckpt_buffer_register_fd(c, fd, L.total_bytes, &buf);

@@ -33,8 +33,7 @@ static void die(const char *what, int err)
 	const char *m = ckpt_errmsg();
 
 	if (m && *m)
-		fprintf(stderr, "ckptctl: %s: %s (%s)\n", what,
-			ckpt_strerror(err), m);
+		fprintf(stderr, "ckptctl: %s: %s (%s)\n", what, ckpt_strerror(err), m);
 	else
 		fprintf(stderr, "ckptctl: %s: %s\n", what, ckpt_strerror(err));
 	exit(1);
@@ -49,8 +48,7 @@ static void die_oom(void)
 /* "1.5 GiB" and friends. */
 static const char *human_bytes(uint64_t n, char *buf, size_t len)
 {
-	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB",
-					    "PiB", "EiB" };
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
 	double v = (double)n;
 	size_t u = 0;
 
@@ -70,11 +68,9 @@ static const char *human_duration(uint64_t ns, char *buf, size_t len)
 	uint64_t s = ns / 1000000000u;
 
 	if (s >= 86400)
-		snprintf(buf, len, "%" PRIu64 "d%02" PRIu64 "h%02" PRIu64 "m",
-			 s / 86400, s / 3600 % 24, s / 60 % 60);
+		snprintf(buf, len, "%" PRIu64 "d%02" PRIu64 "h%02" PRIu64 "m", s / 86400, s / 3600 % 24, s / 60 % 60);
 	else if (s >= 3600)
-		snprintf(buf, len, "%" PRIu64 "h%02" PRIu64 "m%02" PRIu64 "s",
-			 s / 3600, s / 60 % 60, s % 60);
+		snprintf(buf, len, "%" PRIu64 "h%02" PRIu64 "m%02" PRIu64 "s", s / 3600, s / 60 % 60, s % 60);
 	else if (s >= 60)
 		snprintf(buf, len, "%" PRIu64 "m%02" PRIu64 "s", s / 60, s % 60);
 	else
@@ -90,8 +86,7 @@ static void json_put(json_object *o, const char *key, json_object *v)
 
 static void json_print(json_object *o)
 {
-	const char *s = json_object_to_json_string_ext(o,
-		JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
+	const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
 
 	if (!s)
 		die_oom();
@@ -114,38 +109,22 @@ static int cmd_status(ckpt_client *c, int json)
 			die_oom();
 		json_put(o, "sessions", json_object_new_uint64(st.sessions));
 		json_put(o, "pool_bytes", json_object_new_uint64(st.pool_bytes));
-		json_put(o, "pool_used_bytes",
-			 json_object_new_uint64(st.pool_used_bytes));
-		json_put(o, "chunk_bytes",
-			 json_object_new_uint64(st.chunk_bytes));
-		json_put(o, "inflight_saves",
-			 json_object_new_uint64(st.inflight_saves));
-		json_put(o, "waiting_saves",
-			 json_object_new_uint64(st.waiting_saves));
-		json_put(o, "saves_total",
-			 json_object_new_uint64(st.saves_total));
-		json_put(o, "saves_failed",
-			 json_object_new_uint64(st.saves_failed));
-		json_put(o, "bytes_staged",
-			 json_object_new_uint64(st.bytes_staged));
-		json_put(o, "bytes_durable",
-			 json_object_new_uint64(st.bytes_durable));
-		json_put(o, "bytes_restored",
-			 json_object_new_uint64(st.bytes_restored));
-		json_put(o, "pool_held_bytes",
-			 json_object_new_uint64(st.pool_held_bytes));
-		json_put(o, "saves_superseded",
-			 json_object_new_uint64(st.saves_superseded));
-		json_put(o, "saves_skipped",
-			 json_object_new_uint64(st.saves_skipped));
-		json_put(o, "bytes_restored_memory",
-			 json_object_new_uint64(st.bytes_restored_memory));
-		json_put(o, "restores_from_memory",
-			 json_object_new_uint64(st.restores_from_memory));
-		json_put(o, "restores_from_storage",
-			 json_object_new_uint64(st.restores_from_storage));
-		json_put(o, "reclaimed_bytes",
-			 json_object_new_uint64(st.reclaimed_bytes));
+		json_put(o, "pool_used_bytes", json_object_new_uint64(st.pool_used_bytes));
+		json_put(o, "chunk_bytes", json_object_new_uint64(st.chunk_bytes));
+		json_put(o, "inflight_saves", json_object_new_uint64(st.inflight_saves));
+		json_put(o, "waiting_saves", json_object_new_uint64(st.waiting_saves));
+		json_put(o, "saves_total", json_object_new_uint64(st.saves_total));
+		json_put(o, "saves_failed", json_object_new_uint64(st.saves_failed));
+		json_put(o, "bytes_staged", json_object_new_uint64(st.bytes_staged));
+		json_put(o, "bytes_durable", json_object_new_uint64(st.bytes_durable));
+		json_put(o, "bytes_restored", json_object_new_uint64(st.bytes_restored));
+		json_put(o, "pool_held_bytes", json_object_new_uint64(st.pool_held_bytes));
+		json_put(o, "saves_superseded", json_object_new_uint64(st.saves_superseded));
+		json_put(o, "saves_skipped", json_object_new_uint64(st.saves_skipped));
+		json_put(o, "bytes_restored_memory", json_object_new_uint64(st.bytes_restored_memory));
+		json_put(o, "restores_from_memory", json_object_new_uint64(st.restores_from_memory));
+		json_put(o, "restores_from_storage", json_object_new_uint64(st.restores_from_storage));
+		json_put(o, "reclaimed_bytes", json_object_new_uint64(st.reclaimed_bytes));
 		json_put(o, "uptime_ns", json_object_new_uint64(st.uptime_ns));
 		json_put(o, "cpu_ns", json_object_new_uint64(st.cpu_ns));
 		json_put(o, "peak_rss_bytes", json_object_new_uint64(st.peak_rss_bytes));
@@ -184,45 +163,34 @@ static int cmd_status(ckpt_client *c, int json)
 		return 0;
 	}
 	printf("%-16s %" PRIu32 "\n", "sessions", st.sessions);
-	printf("%-16s %s used of %s", "pool",
-	       human_bytes(st.pool_used_bytes, a, sizeof(a)),
+	printf("%-16s %s used of %s", "pool", human_bytes(st.pool_used_bytes, a, sizeof(a)),
 	       human_bytes(st.pool_bytes, b, sizeof(b)));
 	if (st.pool_bytes)
-		printf(" (%.0f%%)",
-		       100.0 * (double)st.pool_used_bytes /
-			       (double)st.pool_bytes);
+		printf(" (%.0f%%)", 100.0 * (double)st.pool_used_bytes / (double)st.pool_bytes);
 	printf(", chunks of %s\n", human_bytes(st.chunk_bytes, d, sizeof(d)));
-	printf("%-16s %" PRIu32 " in flight, %" PRIu32 " waiting for pool\n",
-	       "saves now", st.inflight_saves, st.waiting_saves);
-	printf("%-16s %" PRIu64 " total, %" PRIu64 " failed\n", "saves",
-	       st.saves_total, st.saves_failed);
-	printf("%-16s %s staged, %s durable, %s restored\n", "bytes",
-	       human_bytes(st.bytes_staged, a, sizeof(a)),
-	       human_bytes(st.bytes_durable, b, sizeof(b)),
-	       human_bytes(st.bytes_restored, d, sizeof(d)));
-	printf("%-16s %" PRIu64 " superseded, %" PRIu64 " skipped\n", "",
-	       st.saves_superseded, st.saves_skipped);
-	printf("%-16s %" PRIu64 " from memory (%s), %" PRIu64 " from storage\n",
-	       "restores", st.restores_from_memory,
-	       human_bytes(st.bytes_restored_memory, a, sizeof(a)),
-	       st.restores_from_storage);
-	printf("%-16s %s held, %s reclaimed\n", "memory tier",
-	       human_bytes(st.pool_held_bytes, a, sizeof(a)),
+	printf("%-16s %" PRIu32 " in flight, %" PRIu32 " waiting for pool\n", "saves now", st.inflight_saves,
+	       st.waiting_saves);
+	printf("%-16s %" PRIu64 " total, %" PRIu64 " failed\n", "saves", st.saves_total, st.saves_failed);
+	printf("%-16s %s staged, %s durable, %s restored\n", "bytes", human_bytes(st.bytes_staged, a, sizeof(a)),
+	       human_bytes(st.bytes_durable, b, sizeof(b)), human_bytes(st.bytes_restored, d, sizeof(d)));
+	printf("%-16s %" PRIu64 " superseded, %" PRIu64 " skipped\n", "", st.saves_superseded, st.saves_skipped);
+	printf("%-16s %" PRIu64 " from memory (%s), %" PRIu64 " from storage\n", "restores", st.restores_from_memory,
+	       human_bytes(st.bytes_restored_memory, a, sizeof(a)), st.restores_from_storage);
+	printf("%-16s %s held, %s reclaimed\n", "memory tier", human_bytes(st.pool_held_bytes, a, sizeof(a)),
 	       human_bytes(st.reclaimed_bytes, b, sizeof(b)));
 	for (uint32_t i = 0; i < st.nheld && i < CKPT_STATUS_MAX_HELD; i++)
-		printf("%-16s %s rank %" PRIu32 "/%" PRIu32 " step %" PRIu64 " (%s)\n", "",
-		       st.held[i].job, st.held[i].rank, st.held[i].world_size,
-		       st.held[i].step, human_bytes(st.held[i].bytes, a, sizeof(a)));
+		printf("%-16s %s rank %" PRIu32 "/%" PRIu32 " step %" PRIu64 " (%s)\n", "", st.held[i].job,
+		       st.held[i].rank, st.held[i].world_size, st.held[i].step,
+		       human_bytes(st.held[i].bytes, a, sizeof(a)));
 	if (st.recovered_files) {
-		printf("%-16s %" PRIu32 " file(s) left by a crashed run removed at start\n",
-		       "recovered", st.recovered_files);
+		printf("%-16s %" PRIu32 " file(s) left by a crashed run removed at start\n", "recovered",
+		       st.recovered_files);
 		for (uint32_t i = 0; i < st.nrecovered; i++)
 			printf("%-16s %s\n", "", st.recovered[i]);
 	}
 	printf("%-16s %s\n", "storage", st.storage[0] ? st.storage : "-");
 	printf("%-16s %s\n", "cuda", st.cuda[0] ? st.cuda : "-");
-	printf("%-16s %s\n", "uptime",
-	       human_duration(st.uptime_ns, a, sizeof(a)));
+	printf("%-16s %s\n", "uptime", human_duration(st.uptime_ns, a, sizeof(a)));
 	return 0;
 }
 
@@ -245,8 +213,7 @@ static int cmd_ls(ckpt_client *c, const char *job, int json)
 
 	r = ckpt_list(c, job, &v, &n);
 	if (r < 0) {
-		snprintf(what, sizeof(what), "ls%s%s", job ? " " : "",
-			 job ? job : "");
+		snprintf(what, sizeof(what), "ls%s%s", job ? " " : "", job ? job : "");
 		die(what, r);
 	}
 	if (n > 1)
@@ -263,20 +230,16 @@ static int cmd_ls(ckpt_client *c, const char *job, int json)
 				die_oom();
 			json_put(o, "job", json_object_new_string(v[i].job));
 			json_put(o, "step", json_object_new_uint64(v[i].step));
-			json_put(o, "complete",
-				 json_object_new_boolean(v[i].complete));
+			json_put(o, "complete", json_object_new_boolean(v[i].complete));
 			if (v[i].bytes_unlisted) { /* layout spread: null; show has them */
 				if (json_object_object_add(o, "bytes", NULL) != 0)
 					die_oom();
 			} else {
 				json_put(o, "bytes", json_object_new_uint64(v[i].bytes));
 			}
-			json_put(o, "ranks_present",
-				 json_object_new_uint64(v[i].ranks_present));
-			json_put(o, "world_size",
-				 json_object_new_uint64(v[i].world_size));
-			json_put(o, "attempt_id",
-				 json_object_new_string(v[i].attempt_id));
+			json_put(o, "ranks_present", json_object_new_uint64(v[i].ranks_present));
+			json_put(o, "world_size", json_object_new_uint64(v[i].world_size));
+			json_put(o, "attempt_id", json_object_new_string(v[i].attempt_id));
 			if (json_object_array_add(a, o) != 0)
 				die_oom();
 		}
@@ -288,15 +251,12 @@ static int cmd_ls(ckpt_client *c, const char *job, int json)
 	for (size_t i = 0; i < n; i++)
 		if (strlen(v[i].job) > jw)
 			jw = strlen(v[i].job);
-	printf("%-*s %12s %-8s %7s %10s  %s\n", (int)jw, "JOB", "STEP",
-	       "COMPLETE", "RANKS", "SIZE", "ATTEMPT");
+	printf("%-*s %12s %-8s %7s %10s  %s\n", (int)jw, "JOB", "STEP", "COMPLETE", "RANKS", "SIZE", "ATTEMPT");
 	for (size_t i = 0; i < n; i++) {
-		snprintf(ranks, sizeof(ranks), "%" PRIu32 "/%" PRIu32,
-			 v[i].ranks_present, v[i].world_size);
-		printf("%-*s %12" PRIu64 " %-8s %7s %10s  %s\n", (int)jw,
-		       v[i].job, v[i].step, v[i].complete ? "yes" : "no",
-		       ranks, v[i].bytes_unlisted ? "-" : human_bytes(v[i].bytes, sz, sizeof(sz)),
-		       v[i].attempt_id);
+		snprintf(ranks, sizeof(ranks), "%" PRIu32 "/%" PRIu32, v[i].ranks_present, v[i].world_size);
+		printf("%-*s %12" PRIu64 " %-8s %7s %10s  %s\n", (int)jw, v[i].job, v[i].step,
+		       v[i].complete ? "yes" : "no", ranks,
+		       v[i].bytes_unlisted ? "-" : human_bytes(v[i].bytes, sz, sizeof(sz)), v[i].attempt_id);
 	}
 	free(v);
 	return 0;
@@ -304,8 +264,8 @@ static int cmd_ls(ckpt_client *c, const char *job, int json)
 
 static const char *dtype_name(int d)
 {
-	static const char *const n[] = { "?", "f32", "f16", "bf16", "f64", "i8", "u8", "i16",
-					 "i32", "i64", "bool", "f8e4m3", "f8e5m2" };
+	static const char *const n[] = { "?",   "f32", "f16", "bf16", "f64",    "i8",    "u8",
+					 "i16", "i32", "i64", "bool", "f8e4m3", "f8e5m2" };
 	return d >= 0 && d < (int)(sizeof(n) / sizeof(n[0])) ? n[d] : "?";
 }
 

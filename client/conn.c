@@ -139,8 +139,7 @@ static int frame_pack(const Ckpt__Frame *fr, uint8_t **out, size_t *outlen)
 /* Write all of buf; with fd >= 0, attach it to the first byte. Returns 0 or
  * -errno; *sent says how much went out (a partial frame breaks the
  * stream). c->wmu held. */
-static int write_all(int sock, const uint8_t *buf, size_t len, const int *fds,
-		     size_t nfds, size_t *sent)
+static int write_all(int sock, const uint8_t *buf, size_t len, const int *fds, size_t nfds, size_t *sent)
 {
 	size_t off = 0;
 	ssize_t n;
@@ -155,7 +154,8 @@ static int write_all(int sock, const uint8_t *buf, size_t len, const int *fds,
 		} ctl;
 		struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
 		struct msghdr mh = {
-			.msg_iov = &iov, .msg_iovlen = 1,
+			.msg_iov = &iov,
+			.msg_iovlen = 1,
 			.msg_control = ctl.buf,
 			.msg_controllen = CMSG_SPACE(sizeof(int) * nfds),
 		};
@@ -190,8 +190,7 @@ static int write_all(int sock, const uint8_t *buf, size_t len, const int *fds,
 	return 0;
 }
 
-static int send_frame(ckpt_client *c, const Ckpt__Frame *fr, const int *fds,
-		      size_t nfds)
+static int send_frame(ckpt_client *c, const Ckpt__Frame *fr, const int *fds, size_t nfds)
 {
 	uint8_t *buf;
 	size_t len, sent;
@@ -242,8 +241,7 @@ int client_call(ckpt_client *c, Ckpt__Frame *req, int fd, Ckpt__Frame **reply)
 	return client_call_fds(c, req, &fd, fd >= 0 ? 1 : 0, reply);
 }
 
-int client_call_fds(ckpt_client *c, Ckpt__Frame *req, const int *fds,
-		    size_t nfds, Ckpt__Frame **reply)
+int client_call_fds(ckpt_client *c, Ckpt__Frame *req, const int *fds, size_t nfds, Ckpt__Frame **reply)
 {
 	struct pending p = { .kind = PENDING_SYNC };
 	int r;
@@ -348,8 +346,7 @@ static void handle_frame(ckpt_client *c, Ckpt__Frame *fr)
 
 	if (fr->req_id == 0) {
 		/* A session-level error: everything outstanding fails. */
-		if (fr->body_case == CKPT__FRAME__BODY_REPLY &&
-		    fr->reply->status != 0) {
+		if (fr->body_case == CKPT__FRAME__BODY_REPLY && fr->reply->status != 0) {
 			int st = wire_errno(fr->reply->status);
 
 			pthread_mutex_lock(&c->mu);
@@ -372,11 +369,9 @@ static void handle_frame(ckpt_client *c, Ckpt__Frame *fr)
 	}
 	if (p->kind == PENDING_SYNC) {
 		table_remove(p);
-		if (fr->body_case == CKPT__FRAME__BODY_REPLY &&
-		    fr->reply->status != 0) {
+		if (fr->body_case == CKPT__FRAME__BODY_REPLY && fr->reply->status != 0) {
 			p->status = wire_errno(fr->reply->status);
-			p->message = strdup(fr->reply->message ?
-					    fr->reply->message : "");
+			p->message = strdup(fr->reply->message ? fr->reply->message : "");
 		}
 		p->reply = fr; /* the caller frees it */
 		p->done = true;
@@ -423,16 +418,14 @@ static void *reader_main(void *arg)
 		len = frame_len(hdr);
 		if (len > WIRE_CLIENT_MAX_FRAME_BYTES) {
 			status = -EPROTO;
-			snprintf(msg, sizeof(msg),
-				 "ckptd sent a frame of %u bytes (limit %u)",
-				 len, WIRE_CLIENT_MAX_FRAME_BYTES);
+			snprintf(msg, sizeof(msg), "ckptd sent a frame of %u bytes (limit %u)", len,
+				 WIRE_CLIENT_MAX_FRAME_BYTES);
 			break;
 		}
 		buf = malloc(len ? len : 1);
 		if (!buf) {
 			status = -ENOMEM;
-			snprintf(msg, sizeof(msg),
-				 "out of memory for a %u-byte frame", len);
+			snprintf(msg, sizeof(msg), "out of memory for a %u-byte frame", len);
 			break;
 		}
 		r = read_full(c->fd, buf, len);
@@ -444,8 +437,7 @@ static void *reader_main(void *arg)
 		free(buf);
 		if (!fr) {
 			status = -EPROTO;
-			snprintf(msg, sizeof(msg),
-				 "ckptd sent a malformed frame");
+			snprintf(msg, sizeof(msg), "ckptd sent a malformed frame");
 			break;
 		}
 		handle_frame(c, fr);
@@ -486,8 +478,7 @@ static int fail_connect(ckpt_client *c, int r)
 	return r;
 }
 
-int ckpt_connect(const char *socket_path, const ckpt_hello *hello,
-		 ckpt_client **out)
+int ckpt_connect(const char *socket_path, const ckpt_hello *hello, ckpt_client **out)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
@@ -510,8 +501,7 @@ int ckpt_connect(const char *socket_path, const ckpt_hello *hello,
 		return -ENAMETOOLONG;
 	}
 	memcpy(sa.sun_path, socket_path, strlen(socket_path) + 1);
-	if (hello && hello->job && *hello->job &&
-	    (hello->world_size == 0 || hello->rank >= hello->world_size)) {
+	if (hello && hello->job && *hello->job && (hello->world_size == 0 || hello->rank >= hello->world_size)) {
 		client_set_errmsg("rank must be below world_size");
 		return -EINVAL;
 	}
@@ -565,8 +555,7 @@ int ckpt_connect(const char *socket_path, const ckpt_hello *hello,
 	}
 	c->reader_started = true;
 
-	attempt = hello && hello->attempt_id ? strdup(hello->attempt_id)
-					     : default_attempt_id();
+	attempt = hello && hello->attempt_id ? strdup(hello->attempt_id) : default_attempt_id();
 	if (!attempt) {
 		client_set_errmsg("");
 		return fail_connect(c, -ENOMEM);
@@ -589,10 +578,8 @@ int ckpt_connect(const char *socket_path, const ckpt_hello *hello,
 		client_set_errmsg("ckptd answered hello with something else");
 		return fail_connect(c, -EPROTO);
 	}
-	if (rep->hello_reply->protocol_version &&
-	    rep->hello_reply->protocol_version != WIRE_PROTOCOL_VERSION) {
-		client_set_errmsgf("ckptd speaks protocol version %u, we %u",
-				   rep->hello_reply->protocol_version,
+	if (rep->hello_reply->protocol_version && rep->hello_reply->protocol_version != WIRE_PROTOCOL_VERSION) {
+		client_set_errmsgf("ckptd speaks protocol version %u, we %u", rep->hello_reply->protocol_version,
 				   WIRE_PROTOCOL_VERSION);
 		ckpt__frame__free_unpacked(rep, NULL);
 		return fail_connect(c, -EPROTONOSUPPORT);
@@ -614,8 +601,7 @@ void ckpt_close(ckpt_client *c)
 	pthread_mutex_unlock(&c->mu);
 	if (c->fd >= 0)
 		shutdown(c->fd, SHUT_RDWR);
-	if (c->reader_started &&
-	    pthread_equal(pthread_self(), c->reader)) {
+	if (c->reader_started && pthread_equal(pthread_self(), c->reader)) {
 		/* Closed from a completion callback: the reader sees EOF
 		 * when it returns, fails the rest, drops its reference and
 		 * the last reference closes the fd. */

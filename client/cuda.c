@@ -81,8 +81,8 @@ static void close_fds(int *fds, size_t n)
 
 /* The mapped VMM allocations [devptr, devptr+nbytes) spans: an fd and a
  * size each. */
-static int vmm_export(CUdeviceptr start, CUdeviceptr devptr, size_t nbytes,
-		      int *fds, uint64_t *sizes, size_t cap, size_t *n)
+static int vmm_export(CUdeviceptr start, CUdeviceptr devptr, size_t nbytes, int *fds, uint64_t *sizes, size_t cap,
+		      size_t *n)
 {
 	CUdeviceptr at = start, end = devptr + nbytes;
 	*n = 0;
@@ -100,7 +100,8 @@ static int vmm_export(CUdeviceptr start, CUdeviceptr devptr, size_t nbytes,
 		}
 		if (*n == cap) {
 			client_set_errmsgf("the range spans more than %zu VMM allocations; ckptd takes at most "
-					   "%zu per buffer (max_fds_per_frame): register smaller ranges", cap, cap);
+					   "%zu per buffer (max_fds_per_frame): register smaller ranges",
+					   cap, cap);
 			close_fds(fds, *n);
 			return -E2BIG;
 		}
@@ -114,7 +115,8 @@ static int vmm_export(CUdeviceptr start, CUdeviceptr devptr, size_t nbytes,
 		drv.cuMemRelease(h);
 		if (r != CUDA_SUCCESS) {
 			client_set_errmsgf("cuMemExportToShareableHandle(POSIX_FILE_DESCRIPTOR) failed: %s "
-					   "(allocate with requestedHandleTypes = POSIX_FILE_DESCRIPTOR)", ename(r));
+					   "(allocate with requestedHandleTypes = POSIX_FILE_DESCRIPTOR)",
+					   ename(r));
 			goto fail;
 		}
 		fds[*n] = fd;

@@ -51,22 +51,17 @@ size_t ckpt_dtype_size(int dtype)
 {
 	switch (dtype) {
 	case CKPT_F64:
-	case CKPT_I64:
-		return 8;
+	case CKPT_I64: return 8;
 	case CKPT_F32:
-	case CKPT_I32:
-		return 4;
+	case CKPT_I32: return 4;
 	case CKPT_F16:
 	case CKPT_BF16:
-	case CKPT_I16:
-		return 2;
+	case CKPT_I16: return 2;
 	case CKPT_I8:
 	case CKPT_U8:
 	case CKPT_BOOL:
 	case CKPT_F8E4M3:
-	case CKPT_F8E5M2:
-		return 1;
-	default:
-		return 0;
+	case CKPT_F8E5M2: return 1;
+	default: return 0;
 	}
 }

@@ -114,8 +114,7 @@ bool future_apply(ckpt_future *f, const Ckpt__Frame *fr)
 	case CKPT__FRAME__BODY_SAVE_FAILED:
 		if (f->kind != PENDING_SAVE)
 			break;
-		fail_locked(f, wire_errno(fr->save_failed->status),
-			    fr->save_failed->message);
+		fail_locked(f, wire_errno(fr->save_failed->status), fr->save_failed->message);
 		break;
 	case CKPT__FRAME__BODY_LOADED: {
 		const Ckpt__Loaded *l = fr->loaded;
@@ -125,12 +124,10 @@ bool future_apply(ckpt_future *f, const Ckpt__Frame *fr)
 		if (l->extra_state.len) {
 			f->extra = malloc(l->extra_state.len);
 			if (!f->extra) {
-				fail_locked(f, -ENOMEM,
-					    "out of memory for extra state");
+				fail_locked(f, -ENOMEM, "out of memory for extra state");
 				break;
 			}
-			memcpy(f->extra, l->extra_state.data,
-			       l->extra_state.len);
+			memcpy(f->extra, l->extra_state.data, l->extra_state.len);
 			f->extra_len = l->extra_state.len;
 		}
 		if (l->n_tensors) {
@@ -155,14 +152,12 @@ bool future_apply(ckpt_future *f, const Ckpt__Frame *fr)
 	case CKPT__FRAME__BODY_LOAD_FAILED:
 		if (f->kind != PENDING_LOAD)
 			break;
-		fail_locked(f, wire_errno(fr->load_failed->status),
-			    fr->load_failed->message);
+		fail_locked(f, wire_errno(fr->load_failed->status), fr->load_failed->message);
 		break;
 	case CKPT__FRAME__BODY_REPLY:
 		/* A plain reply with status 0 carries nothing for a future. */
 		if (fr->reply->status != 0)
-			fail_locked(f, wire_errno(fr->reply->status),
-				    fr->reply->message);
+			fail_locked(f, wire_errno(fr->reply->status), fr->reply->message);
 		break;
 	default:
 		/* Not addressed to a future: ignore rather than guess. */
@@ -175,16 +170,13 @@ bool future_apply(ckpt_future *f, const Ckpt__Frame *fr)
 }
 
 /* The next callback owed, or 0. Marks it delivered. */
-static unsigned next_event_locked(ckpt_future *f, ckpt_phase *phase,
-				  int *status)
+static unsigned next_event_locked(ckpt_future *f, ckpt_phase *phase, int *status)
 {
-	static const ckpt_phase order[] = { CKPT_STAGED, CKPT_DURABLE,
-					    CKPT_LOADED };
+	static const ckpt_phase order[] = { CKPT_STAGED, CKPT_DURABLE, CKPT_LOADED };
 
 	for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
 		ckpt_phase p = order[i];
-		bool reached = (p == CKPT_STAGED && f->staged) ||
-			       (p == CKPT_DURABLE && f->durable) ||
+		bool reached = (p == CKPT_STAGED && f->staged) || (p == CKPT_DURABLE && f->durable) ||
 			       (p == CKPT_LOADED && f->loaded);
 
 		if (reached && !(f->delivered & (1u << p))) {
@@ -241,14 +233,10 @@ static int phase_valid(const ckpt_future *f, int phase)
 static bool reached_locked(const ckpt_future *f, int phase)
 {
 	switch (phase) {
-	case CKPT_STAGED:
-		return f->staged;
-	case CKPT_DURABLE:
-		return f->durable;
-	case CKPT_LOADED:
-		return f->loaded;
-	default:
-		return false;
+	case CKPT_STAGED: return f->staged;
+	case CKPT_DURABLE: return f->durable;
+	case CKPT_LOADED: return f->loaded;
+	default: return false;
 	}
 }
 
@@ -285,8 +273,7 @@ int ckpt_future_wait(ckpt_future *f, ckpt_phase phase, int timeout_ms)
 		}
 		if (timeout_ms < 0) {
 			pthread_cond_wait(&f->cv, &f->mu);
-		} else if (pthread_cond_timedwait(&f->cv, &f->mu,
-						  &deadline) == ETIMEDOUT) {
+		} else if (pthread_cond_timedwait(&f->cv, &f->mu, &deadline) == ETIMEDOUT) {
 			/* one last look before giving up */
 			timeout_ms = 0;
 		}

@@ -25,8 +25,7 @@ static void tensors_free(struct tensor_set *ts)
 
 /* Cheap local checks, so that obvious mistakes fail here with a precise
  * message; the daemon checks everything again. */
-static int tensor_check(ckpt_client *c, size_t i, const ckpt_tensor *t,
-			uint64_t *gs, uint64_t *bo, uint64_t *bl)
+static int tensor_check(ckpt_client *c, size_t i, const ckpt_tensor *t, uint64_t *gs, uint64_t *bo, uint64_t *bl)
 {
 	const char *name = t->name ? t->name : "";
 	size_t esize = ckpt_dtype_size(t->dtype);
@@ -37,13 +36,11 @@ static int tensor_check(ckpt_client *c, size_t i, const ckpt_tensor *t,
 		return -EINVAL;
 	}
 	if (!esize) {
-		client_set_errmsgf("tensor %zu (%s): unknown dtype %d", i, name,
-				   t->dtype);
+		client_set_errmsgf("tensor %zu (%s): unknown dtype %d", i, name, t->dtype);
 		return -EINVAL;
 	}
 	if (t->ndim > CKPT_MAX_DIMS) {
-		client_set_errmsgf("tensor %zu (%s): %u dims, at most %d", i,
-				   name, t->ndim, CKPT_MAX_DIMS);
+		client_set_errmsgf("tensor %zu (%s): %u dims, at most %d", i, name, t->ndim, CKPT_MAX_DIMS);
 		return -EINVAL;
 	}
 	if (t->ndim && !t->global_shape) {
@@ -56,42 +53,38 @@ static int tensor_check(ckpt_client *c, size_t i, const ckpt_tensor *t,
 		bl[d] = t->box_lengths ? t->box_lengths[d] : gs[d];
 		if (bo[d] > gs[d] || bl[d] > gs[d] - bo[d]) {
 			client_set_errmsgf("tensor %zu (%s): box exceeds the "
-					   "global shape in dim %u", i, name, d);
+					   "global shape in dim %u",
+					   i, name, d);
 			return -EINVAL;
 		}
 		if (__builtin_mul_overflow(elems, bl[d], &elems)) {
-			client_set_errmsgf("tensor %zu (%s): too many elements",
-					   i, name);
+			client_set_errmsgf("tensor %zu (%s): too many elements", i, name);
 			return -EINVAL;
 		}
 	}
-	if (__builtin_mul_overflow(elems, (uint64_t)esize, &bytes) ||
-	    bytes != t->nbytes) {
+	if (__builtin_mul_overflow(elems, (uint64_t)esize, &bytes) || bytes != t->nbytes) {
 		client_set_errmsgf("tensor %zu (%s): nbytes %llu does not match "
-				   "the box (%llu elements of %zu bytes)", i,
-				   name, (unsigned long long)t->nbytes,
-				   (unsigned long long)elems, esize);
+				   "the box (%llu elements of %zu bytes)",
+				   i, name, (unsigned long long)t->nbytes, (unsigned long long)elems, esize);
 		return -EINVAL;
 	}
 	if (!t->buffer || t->buffer->client != c) {
 		client_set_errmsgf("tensor %zu (%s): buffer not registered "
-				   "with this client", i, name);
+				   "with this client",
+				   i, name);
 		return -EINVAL;
 	}
-	if (__builtin_add_overflow(t->offset, t->nbytes, &end) ||
-	    end > t->buffer->size) {
+	if (__builtin_add_overflow(t->offset, t->nbytes, &end) || end > t->buffer->size) {
 		client_set_errmsgf("tensor %zu (%s): offset %llu + %llu bytes "
-				   "exceeds the buffer (%zu bytes)", i, name,
-				   (unsigned long long)t->offset,
-				   (unsigned long long)t->nbytes,
+				   "exceeds the buffer (%zu bytes)",
+				   i, name, (unsigned long long)t->offset, (unsigned long long)t->nbytes,
 				   t->buffer->size);
 		return -EINVAL;
 	}
 	return 0;
 }
 
-static int tensors_build(ckpt_client *c, const ckpt_tensor *t, size_t n,
-			 struct tensor_set *ts)
+static int tensors_build(ckpt_client *c, const ckpt_tensor *t, size_t n, struct tensor_set *ts)
 {
 	int r;
 
@@ -138,16 +131,14 @@ static int tensors_build(ckpt_client *c, const ckpt_tensor *t, size_t n,
 	return 0;
 }
 
-int ckpt_save(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors,
-	      size_t ntensors, const void *extra, size_t extra_len,
-	      ckpt_future **out)
+int ckpt_save(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors, size_t ntensors, const void *extra,
+	      size_t extra_len, ckpt_future **out)
 {
 	return ckpt_save_ex(c, step, tensors, ntensors, extra, extra_len, NULL, out);
 }
 
-int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors,
-		 size_t ntensors, const void *extra, size_t extra_len,
-		 const ckpt_save_opts *opts, ckpt_future **out)
+int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors, size_t ntensors, const void *extra,
+		 size_t extra_len, const ckpt_save_opts *opts, ckpt_future **out)
 {
 	Ckpt__Frame req = CKPT__FRAME__INIT;
 	void *evstore = NULL;
@@ -200,14 +191,13 @@ int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors,
 	return 0;
 }
 
-int ckpt_load(ckpt_client *c, int64_t step, const ckpt_tensor *tensors,
-	      size_t ntensors, ckpt_future **out)
+int ckpt_load(ckpt_client *c, int64_t step, const ckpt_tensor *tensors, size_t ntensors, ckpt_future **out)
 {
 	return ckpt_load_ex(c, step, tensors, ntensors, 0, out);
 }
 
-int ckpt_load_ex(ckpt_client *c, int64_t step, const ckpt_tensor *tensors,
-		 size_t ntensors, unsigned flags, ckpt_future **out)
+int ckpt_load_ex(ckpt_client *c, int64_t step, const ckpt_tensor *tensors, size_t ntensors, unsigned flags,
+		 ckpt_future **out)
 {
 	Ckpt__Frame req = CKPT__FRAME__INIT;
 	Ckpt__Load l = CKPT__LOAD__INIT;
@@ -315,15 +305,13 @@ int ckpt_status(ckpt_client *c, ckpt_status_info *out)
 	for (size_t i = 0; i < s->n_recovered && i < CKPT_STATUS_MAX_RECOVERED; i++)
 		snprintf(out->recovered[out->nrecovered++], sizeof(out->recovered[0]), "%s",
 			 s->recovered[i] ? s->recovered[i] : "");
-	snprintf(out->storage, sizeof(out->storage), "%s",
-		 s->storage ? s->storage : "");
+	snprintf(out->storage, sizeof(out->storage), "%s", s->storage ? s->storage : "");
 	snprintf(out->cuda, sizeof(out->cuda), "%s", s->cuda ? s->cuda : "");
 	ckpt__frame__free_unpacked(rep, NULL);
 	return 0;
 }
 
-int ckpt_list(ckpt_client *c, const char *job, ckpt_step_info **out,
-	      size_t *count)
+int ckpt_list(ckpt_client *c, const char *job, ckpt_step_info **out, size_t *count)
 {
 	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
 	Ckpt__ListRequest lr = CKPT__LIST_REQUEST__INIT;

@@ -24,12 +24,12 @@ int cudadrv_open(struct cudadrv *t, char *why, size_t whylen)
 		snprintf(why, whylen, "no CUDA driver library: %s", e ? e : path);
 		return -ENOENT;
 	}
-#define CUDADRV_LOAD(name, sym, args)                                                     \
-	*(void **)&t->name = dlsym(t->dl, sym);                                           \
-	if (t->name == NULL) {                                                            \
-		snprintf(why, whylen, "insufficient driver: %s lacks %s", path, sym);          \
-		cudadrv_close(t);                                                         \
-		return -ENOSYS;                                                           \
+#define CUDADRV_LOAD(name, sym, args) \
+	*(void **)&t->name = dlsym(t->dl, sym); \
+	if (t->name == NULL) { \
+		snprintf(why, whylen, "insufficient driver: %s lacks %s", path, sym); \
+		cudadrv_close(t); \
+		return -ENOSYS; \
 	}
 	CUDADRV_FUNCS(CUDADRV_LOAD)
 #undef CUDADRV_LOAD
@@ -38,7 +38,8 @@ int cudadrv_open(struct cudadrv *t, char *why, size_t whylen)
 		char nb[64];
 		int err = -ENODEV;
 		if (r == CUDA_ERROR_STUB_LIBRARY)
-			snprintf(why, whylen, "%s is a stub library (CUDA_ERROR_STUB_LIBRARY): no driver installed", path);
+			snprintf(why, whylen, "%s is a stub library (CUDA_ERROR_STUB_LIBRARY): no driver installed",
+				 path);
 		else if (r == CUDA_ERROR_NO_DEVICE)
 			snprintf(why, whylen, "no CUDA device (CUDA_ERROR_NO_DEVICE)");
 		else if (r == CUDA_ERROR_SYSTEM_DRIVER_MISMATCH || r == CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER)

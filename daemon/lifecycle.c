@@ -53,7 +53,7 @@ static void on_drain_timeout(uv_timer_t *t)
 	log_err("drain deadline of %u ms passed with %u saves not durable; exiting", d->cfg.drain_timeout_ms,
 		d->nsaves);
 	struct save *sv;
-	TAILQ_FOREACH(sv, &d->saves, link) {
+	TAILQ_FOREACH (sv, &d->saves, link) {
 		char what[512];
 		snprintf(what, sizeof(what), "%s step %" PRIu64 " rank %u was not durable at shutdown (%s)", sv->job,
 			 sv->step, sv->rank, sv->state == SAVE_UPLOADING ? "uploading" : "staged");
@@ -118,4 +118,3 @@ void daemon_on_signal(uv_signal_t *h, int signum)
 	uv_timer_start(&d->drain_timer, on_drain_timeout, d->cfg.drain_timeout_ms, 0);
 	maybe_finish_drain(d);
 }
-

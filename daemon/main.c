@@ -76,9 +76,10 @@ static void usage(FILE *f)
 		fprintf(f, " [--%s %s]", k->flag, k->flag_arg);
 		col += n;
 	}
-	fprintf(f, "\n  --config FILE         ini file (default %s, if it exists)\n"
-		   "  --set S.K=V           any config key, e.g. --set pool.policy=skip\n"
-		   "  --check-config        validate, print the effective config, exit\n",
+	fprintf(f,
+		"\n  --config FILE         ini file (default %s, if it exists)\n"
+		"  --set S.K=V           any config key, e.g. --set pool.policy=skip\n"
+		"  --check-config        validate, print the effective config, exit\n",
 		DEFAULT_CONFIG_PATH);
 	for (size_t i = 0; i < config_nkeys; i++) {
 		const struct config_key *k = &config_keys[i];
@@ -97,7 +98,9 @@ static void usage(FILE *f)
 /* The flags of main.c, and then a config key's own flag (--socket,
  * --storage ...) from its row's .flag in config_keys[] (config.c): it sets
  * the key as --set would. */
-enum { OPT_KEY = 0x100 }; /* + the row's index in config_keys[] */
+enum {
+	OPT_KEY = 0x100
+}; /* + the row's index in config_keys[] */
 static const struct option base_opts[] = {
 	{ "config", required_argument, NULL, 'f' },
 	{ "set", required_argument, NULL, 'S' },
@@ -152,31 +155,28 @@ static int parse_config(struct config *cfg, bool *check_only, char *err, size_t 
 			char key[160];
 			snprintf(key, sizeof(key), "%s.%s", k->section, k->name);
 			r = config_set(cfg, key, optarg, err, errlen);
-		} else switch (c) {
-		case 'S': {
-			char kv[512];
-			snprintf(kv, sizeof(kv), "%s", optarg);
-			char *eq = strchr(kv, '=');
-			if (eq == NULL) {
-				snprintf(err, errlen, "--set %s: want SECTION.KEY=VALUE", optarg);
-				return -EINVAL;
+		} else
+			switch (c) {
+			case 'S': {
+				char kv[512];
+				snprintf(kv, sizeof(kv), "%s", optarg);
+				char *eq = strchr(kv, '=');
+				if (eq == NULL) {
+					snprintf(err, errlen, "--set %s: want SECTION.KEY=VALUE", optarg);
+					return -EINVAL;
+				}
+				*eq = '\0';
+				r = config_set(cfg, kv, eq + 1, err, errlen);
+				break;
 			}
-			*eq = '\0';
-			r = config_set(cfg, kv, eq + 1, err, errlen);
-			break;
-		}
-		case 'C':
-			if (check_only)
-				*check_only = true;
-			break;
-		case 'f':
-			break;
-		case 'h':
-			return 1;
-		default:
-			snprintf(err, errlen, "unknown option '%s'", saved_argv[optind - 1]);
-			return -EINVAL;
-		}
+			case 'C':
+				if (check_only)
+					*check_only = true;
+				break;
+			case 'f': break;
+			case 'h': return 1;
+			default: snprintf(err, errlen, "unknown option '%s'", saved_argv[optind - 1]); return -EINVAL;
+			}
 		if (r < 0)
 			return r;
 	}
@@ -209,7 +209,8 @@ static void on_sighup(uv_signal_t *h, int signum)
 	int nkept = config_reload(&merged, &nc, kept, sizeof(kept));
 	if (config_validate(&merged, err, sizeof(err)) != 0) {
 		log_err("SIGHUP: config not reloaded: with the running values of the keys that change only on "
-			"restart: %s", err);
+			"restart: %s",
+			err);
 		return;
 	}
 	d->cfg = merged;

@@ -25,10 +25,22 @@ int config_parse_duration(const char *s, uint64_t *out)
 	uint64_t mul = 1;
 	switch (*end) {
 	case '\0': break;
-	case 's': mul = 1; end++; break;
-	case 'm': mul = 60; end++; break;
-	case 'h': mul = 3600; end++; break;
-	case 'd': mul = 86400; end++; break;
+	case 's':
+		mul = 1;
+		end++;
+		break;
+	case 'm':
+		mul = 60;
+		end++;
+		break;
+	case 'h':
+		mul = 3600;
+		end++;
+		break;
+	case 'd':
+		mul = 86400;
+		end++;
+		break;
 	default: return -EINVAL;
 	}
 	if (*end != '\0')
@@ -105,8 +117,7 @@ static struct job_config *job_section(struct config *c, const char *name)
 	return j;
 }
 
-void config_job_policy(const struct config *c, const char *job, uint64_t pool_bytes,
-		       struct job_policy *out)
+void config_job_policy(const struct config *c, const char *job, uint64_t pool_bytes, struct job_policy *out)
 {
 	out->policy = c->policy;
 	uint64_t qb = c->quota_bytes;
@@ -157,10 +168,26 @@ int config_parse_size(const char *s, uint64_t *out)
 	unsigned shift = 0;
 	switch (*end) {
 	case '\0': break;
-	case 'k': case 'K': shift = 10; end++; break;
-	case 'm': case 'M': shift = 20; end++; break;
-	case 'g': case 'G': shift = 30; end++; break;
-	case 't': case 'T': shift = 40; end++; break;
+	case 'k':
+	case 'K':
+		shift = 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		shift = 20;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		shift = 30;
+		end++;
+		break;
+	case 't':
+	case 'T':
+		shift = 40;
+		end++;
+		break;
 	default: return -EINVAL;
 	}
 	if (*end == 'i' || *end == 'I')
@@ -476,21 +503,19 @@ static const char *const layout_names[] = {
 #define SECOND(st, f) .off2 = offsetof(struct st, f), .size2 = sizeof(((struct st *)0)->f)
 #define NAMES(a) .names = (a), .nnames = sizeof(a) / sizeof((a)[0])
 #define KEY(sec, key, ty, fld, fl, ...) \
-	{ .section = sec, .name = key, .type = &ty, .off = offsetof(struct config, fld), \
-	  .size = sizeof(((struct config *)0)->fld), .flags = fl, __VA_ARGS__ }
+	{ \
+		.section = sec, .name = key, .type = &ty, .off = offsetof(struct config, fld), \
+		.size = sizeof(((struct config *)0)->fld), .flags = fl, __VA_ARGS__ \
+	}
 
 const struct config_key config_keys[] = {
-	KEY("server", "socket", cfg_str, socket_path, CFG_RESTART, .def_str = DEFAULT_SOCKET_PATH,
-	    .flag = "socket", .flag_arg = "PATH",
-	    .help = "Unix socket to listen on"),
-	KEY("server", "state_dir", cfg_str, state_dir, CFG_RESTART, .def_str = DEFAULT_STATE_DIR,
-	    .flag = "state-dir", .flag_arg = "DIR",
-	    .help = "daemon state: the journal"),
-	KEY("server", "allowed_uids", cfg_ids, allowed_uids, CFG_RESTART,
-	    SECOND(config, n_allowed_uids),
+	KEY("server", "socket", cfg_str, socket_path, CFG_RESTART, .def_str = DEFAULT_SOCKET_PATH, .flag = "socket",
+	    .flag_arg = "PATH", .help = "Unix socket to listen on"),
+	KEY("server", "state_dir", cfg_str, state_dir, CFG_RESTART, .def_str = DEFAULT_STATE_DIR, .flag = "state-dir",
+	    .flag_arg = "DIR", .help = "daemon state: the journal"),
+	KEY("server", "allowed_uids", cfg_ids, allowed_uids, CFG_RESTART, SECOND(config, n_allowed_uids),
 	    .help = "uids that may connect (SO_PEERCRED); default: the daemon's own and root"),
-	KEY("server", "allowed_gids", cfg_ids, allowed_gids, CFG_RESTART,
-	    SECOND(config, n_allowed_gids),
+	KEY("server", "allowed_gids", cfg_ids, allowed_gids, CFG_RESTART, SECOND(config, n_allowed_gids),
 	    .help = "gids that may connect"),
 	KEY("server", "drain_timeout_ms", cfg_u32, drain_timeout_ms, 0, .def = DEFAULT_DRAIN_TIMEOUT_MS,
 	    .help = "how long a stop waits for saves to become durable"),
@@ -549,13 +574,11 @@ const struct config_key config_keys[] = {
 	KEY("limits", "manifest_cache_bytes", cfg_size, manifest_cache_bytes, CFG_RESTART,
 	    .def = DEFAULT_MANIFEST_CACHE_BYTES, .help = "decoded manifests of pinned steps kept in memory; 0: off"),
 
-	KEY("metrics", "listen", cfg_str, metrics_listen, CFG_RESTART,
-	    .flag = "metrics-listen", .flag_arg = "HOST:PORT",
-	    .help = "serve Prometheus metrics on http://HOST:PORT/metrics; empty: off"),
+	KEY("metrics", "listen", cfg_str, metrics_listen, CFG_RESTART, .flag = "metrics-listen",
+	    .flag_arg = "HOST:PORT", .help = "serve Prometheus metrics on http://HOST:PORT/metrics; empty: off"),
 
-	KEY("log", "level", cfg_enum, log_level, 0, .def = LOG_LVL_INFO, NAMES(level_names),
-	    .flag = "log-level", .flag_arg = "LEVEL",
-	    .help = "error | warn | info | debug"),
+	KEY("log", "level", cfg_enum, log_level, 0, .def = LOG_LVL_INFO, NAMES(level_names), .flag = "log-level",
+	    .flag_arg = "LEVEL", .help = "error | warn | info | debug"),
 
 	KEY("debug", "store_delay_ms", cfg_u32, debug_store_delay_ms, CFG_RESTART | CFG_DEBUG,
 	    .help = "tests only: pause in the middle of each shard write"),
@@ -565,8 +588,10 @@ const struct config_key config_keys[] = {
 const size_t config_nkeys = sizeof(config_keys) / sizeof(config_keys[0]);
 
 #define JOB_KEY(key, ty, fld, ...) \
-	{ .name = key, .type = &ty, .off = offsetof(struct job_config, fld), \
-	  .size = sizeof(((struct job_config *)0)->fld), __VA_ARGS__ }
+	{ \
+		.name = key, .type = &ty, .off = offsetof(struct job_config, fld), \
+		.size = sizeof(((struct job_config *)0)->fld), __VA_ARGS__ \
+	}
 
 /* [job.NAME]: each key overrides its namesake of [pool], [limits] or
  * [retention] for that job; config_job_policy() applies them. */
@@ -668,8 +693,7 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
 	int line = ini_parse_file(f, on_ini, &x);
 	fclose(f);
 	if (line != 0 || x.err) {
-		snprintf(err, errlen, "%s:%d: %s", path, line > 0 ? line : 0,
-			 msg[0] ? msg : "syntax error");
+		snprintf(err, errlen, "%s:%d: %s", path, line > 0 ? line : 0, msg[0] ? msg : "syntax error");
 		return x.err ? x.err : -EINVAL;
 	}
 	return 0;
@@ -778,9 +802,8 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 		snprintf(err, errlen, "max_parallel_uploads must be 1..64");
 		return -EINVAL;
 	}
-	if (c->max_frame_bytes < 1024 || c->max_fds_per_frame < 1 ||
-	    c->max_sessions < 1 || c->max_buffers < 1 || c->max_tensors < 1 ||
-	    c->max_name_len < 1 || c->max_inflight_saves < 1 || c->max_inflight_loads < 1) {
+	if (c->max_frame_bytes < 1024 || c->max_fds_per_frame < 1 || c->max_sessions < 1 || c->max_buffers < 1 ||
+	    c->max_tensors < 1 || c->max_name_len < 1 || c->max_inflight_saves < 1 || c->max_inflight_loads < 1) {
 		snprintf(err, errlen, "a limit is too small");
 		return -EINVAL;
 	}

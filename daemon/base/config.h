@@ -153,11 +153,11 @@ struct config_key {
 	const char *section; /* NULL in config_job_keys[]: any [job.NAME] */
 	const char *name;    /* "*": every other key of the section */
 	const struct config_type *type;
-	size_t off, size;     /* the field */
-	size_t off2, size2;   /* a second field: an id list's count, a quota's percentage; size2 0: none */
-	unsigned flags;       /* enum config_key_flags */
-	uint64_t def;         /* the default of a number, bool or enum */
-	const char *def_str;  /* the default of a string */
+	size_t off, size;         /* the field */
+	size_t off2, size2;       /* a second field: an id list's count, a quota's percentage; size2 0: none */
+	unsigned flags;           /* enum config_key_flags */
+	uint64_t def;             /* the default of a number, bool or enum */
+	const char *def_str;      /* the default of a string */
 	const char *const *names; /* an enum's names, indexed by value (designated initialisers) */
 	size_t nnames;
 	const char *flag;     /* the command-line flag (--flag VALUE) that sets it, if any */
@@ -187,8 +187,7 @@ bool retention_active(const struct retention *r);
 int config_parse_policy(const char *s, enum admit_policy *out);
 const char *config_policy_name(enum admit_policy p);
 /* Settings for job (per-job section over the defaults). */
-void config_job_policy(const struct config *c, const char *job, uint64_t pool_bytes,
-		       struct job_policy *out);
+void config_job_policy(const struct config *c, const char *job, uint64_t pool_bytes, struct job_policy *out);
 /* Set one key as the ini file would ("section.key", value): the --set
  * flag. 0 or -errno with a message. */
 int config_set(struct config *c, const char *section_key, const char *value, char *err, size_t errlen);

@@ -2,8 +2,9 @@
 
 #include <stddef.h>
 
-const double metrics_bounds[HIST_BUCKETS] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-					      0.25, 0.5, 1, 2.5, 5, 10, 30 };
+const double metrics_bounds[HIST_BUCKETS] = {
+	0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30
+};
 
 void hist_observe(struct histogram *h, double s)
 {

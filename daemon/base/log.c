@@ -30,9 +30,14 @@ void log_set_output(FILE *f)
 
 int log_parse_level(const char *name, enum log_level *out)
 {
-	static const struct { const char *n; enum log_level l; } t[] = {
-		{ "error", LOG_LVL_ERR }, { "warn", LOG_LVL_WARN },
-		{ "info", LOG_LVL_INFO }, { "debug", LOG_LVL_DEBUG },
+	static const struct {
+		const char *n;
+		enum log_level l;
+	} t[] = {
+		{ "error", LOG_LVL_ERR },
+		{ "warn", LOG_LVL_WARN },
+		{ "info", LOG_LVL_INFO },
+		{ "debug", LOG_LVL_DEBUG },
 	};
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
 		if (strcmp(name, t[i].n) == 0) {
@@ -61,8 +66,7 @@ void log_init(void)
 	to_journal = out_file == NULL && log_journal_stream_matches(getenv("JOURNAL_STREAM"), STDERR_FILENO);
 }
 
-int log_journal_fields(enum log_level lvl, const struct log_ctx *ctx, const char *msg, char out[][1100],
-		       int max)
+int log_journal_fields(enum log_level lvl, const struct log_ctx *ctx, const char *msg, char out[][1100], int max)
 {
 	int n = 0;
 	if (n < max)

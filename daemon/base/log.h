@@ -10,7 +10,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
-enum log_level { LOG_LVL_ERR = 3, LOG_LVL_WARN = 4, LOG_LVL_INFO = 6, LOG_LVL_DEBUG = 7 };
+enum log_level {
+	LOG_LVL_ERR = 3,
+	LOG_LVL_WARN = 4,
+	LOG_LVL_INFO = 6,
+	LOG_LVL_DEBUG = 7
+};
 
 /* Structured context for a message; zero fields are left out. */
 struct log_ctx {
@@ -20,7 +25,7 @@ struct log_ctx {
 	uint64_t save_id; /* 0: none */
 };
 
-#define LOG_RATE_BURST 20       /* messages per call site ... */
+#define LOG_RATE_BURST 20        /* messages per call site ... */
 #define LOG_RATE_WINDOW_MS 10000 /* ... per window */
 
 /* Decide between stderr and the journal; call once at start. */
@@ -34,8 +39,7 @@ int log_parse_level(const char *name, enum log_level *out);
 bool log_journal_stream_matches(const char *env, int fd);
 /* The journal fields of a message, "KEY=value" each, into out[] (at most
  * max); returns how many. Buffers come from scratch. */
-int log_journal_fields(enum log_level lvl, const struct log_ctx *ctx, const char *msg, char out[][1100],
-		       int max);
+int log_journal_fields(enum log_level lvl, const struct log_ctx *ctx, const char *msg, char out[][1100], int max);
 
 void log_ctx_msg(enum log_level lvl, const struct log_ctx *ctx, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

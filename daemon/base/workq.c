@@ -8,9 +8,9 @@
 struct workq {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	struct work_item *head, *tail;     /* waiting to run */
-	struct work_item *bhead, *btail;   /* waiting, background: after head's */
-	struct work_item *done_head;       /* finished, for the loop */
+	struct work_item *head, *tail;   /* waiting to run */
+	struct work_item *bhead, *btail; /* waiting, background: after head's */
+	struct work_item *done_head;     /* finished, for the loop */
 	bool stop;
 	unsigned nthreads;
 	pthread_t *threads;

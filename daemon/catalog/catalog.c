@@ -98,16 +98,16 @@ static struct catalog_group *group_for(struct catalog_step *cs, const char *atte
 	return grp;
 }
 
-static int manifest_key_of(const char *job, uint64_t step, const struct catalog_group *g, uint32_t rank,
-			   char *key, size_t cap)
+static int manifest_key_of(const char *job, uint64_t step, const struct catalog_group *g, uint32_t rank, char *key,
+			   size_t cap)
 {
 	return g->legacy ? manifest_key(key, cap, job, step, rank, g->world_size, "manifest")
 			 : manifest_key_attempt(key, cap, job, step, rank, g->world_size, g->attempt);
 }
 
 /* GET and check one manifest: its contents must match its name. */
-static int read_manifest(struct store *s, const char *key, const char *job, uint64_t step, uint32_t rank,
-			 uint32_t ws, const char *attempt, Ckpt__Manifest **out, char *err, size_t errlen)
+static int read_manifest(struct store *s, const char *key, const char *job, uint64_t step, uint32_t rank, uint32_t ws,
+			 const char *attempt, Ckpt__Manifest **out, char *err, size_t errlen)
 {
 	void *buf = NULL;
 	size_t len = 0;
@@ -127,8 +127,10 @@ static int read_manifest(struct store *s, const char *key, const char *job, uint
 	}
 	if (strcmp(m->job, job) != 0 || m->step != step || m->rank != rank || m->world_size != ws ||
 	    (attempt && strcmp(m->attempt_id, attempt) != 0)) {
-		snprintf(err, errlen, "%s: its contents (job '%s' step %" PRIu64 " rank %u of %u attempt '%s') do not "
-			 "match its name", key, m->job, m->step, m->rank, m->world_size, m->attempt_id);
+		snprintf(err, errlen,
+			 "%s: its contents (job '%s' step %" PRIu64 " rank %u of %u attempt '%s') do not "
+			 "match its name",
+			 key, m->job, m->step, m->rank, m->world_size, m->attempt_id);
 		ckpt__manifest__free_unpacked(m, NULL);
 		return -EBADMSG;
 	}
@@ -322,7 +324,8 @@ static int use_commit(struct store *s, const char *job, struct catalog_step *cs)
 		g = find_group(cs, attempt, ws, true);
 	if (g == NULL || !group_complete(g)) {
 		log_warn("catalog: %s step %" PRIu64 ": its commit names attempt '%s' of %u ranks, which is not "
-			 "complete; the step is taken as incomplete", job, cs->step, attempt, ws);
+			 "complete; the step is taken as incomplete",
+			 job, cs->step, attempt, ws);
 		cs->stale_commit = true; /* no other attempt completes a pinned step */
 		if (g)
 			cs->best = (int)(g - cs->groups);
@@ -448,8 +451,8 @@ int catalog_read_manifest(struct store *s, const char *job, struct catalog_step 
 		if (r == 0 && cs->cache && cs->pinned && !g->legacy)
 			r = read_cached(s, job, cs, g, rank, key, err, errlen);
 		else if (r == 0)
-			r = read_manifest(s, key, job, cs->step, rank, g->world_size, g->attempt, &g->by_rank[rank], err,
-					  errlen);
+			r = read_manifest(s, key, job, cs->step, rank, g->world_size, g->attempt, &g->by_rank[rank],
+					  err, errlen);
 		if (r < 0)
 			return r;
 	}
@@ -516,9 +519,11 @@ static int fetch_index(void *ctx, Ckpt__StepIndex **out, char *err, size_t errle
 	bool *seen = NULL;
 	if (ix->format_version != STEP_INDEX_FORMAT_VERSION || strcmp(ix->job, f->job) != 0 || ix->step != f->step ||
 	    strcmp(ix->attempt_id, f->attempt) != 0 || ix->world_size != f->ws || ix->n_manifests != f->ws) {
-		snprintf(err, errlen, "%s: format %u, job '%s' step %" PRIu64 " attempt '%s' with %zu of %u ranks; "
-			 "not this step's pinned attempt '%s' of %u ranks", f->key, ix->format_version, ix->job,
-			 ix->step, ix->attempt_id, ix->n_manifests, ix->world_size, f->attempt, f->ws);
+		snprintf(err, errlen,
+			 "%s: format %u, job '%s' step %" PRIu64 " attempt '%s' with %zu of %u ranks; "
+			 "not this step's pinned attempt '%s' of %u ranks",
+			 f->key, ix->format_version, ix->job, ix->step, ix->attempt_id, ix->n_manifests, ix->world_size,
+			 f->attempt, f->ws);
 		goto bad;
 	}
 	seen = calloc(f->ws, sizeof(*seen));
@@ -536,9 +541,10 @@ static int fetch_index(void *ctx, Ckpt__StepIndex **out, char *err, size_t errle
 		}
 		if (strcmp(m->job, f->job) != 0 || m->step != f->step || m->world_size != f->ws ||
 		    strcmp(m->attempt_id, f->attempt) != 0 || m->rank >= f->ws || seen[m->rank]) {
-			snprintf(err, errlen, "%s: manifest %zu (job '%s' step %" PRIu64 " rank %u of %u attempt '%s') "
-				 "is not one more rank of this step", f->key, i, m->job, m->step, m->rank,
-				 m->world_size, m->attempt_id);
+			snprintf(err, errlen,
+				 "%s: manifest %zu (job '%s' step %" PRIu64 " rank %u of %u attempt '%s') "
+				 "is not one more rank of this step",
+				 f->key, i, m->job, m->step, m->rank, m->world_size, m->attempt_id);
 			goto bad;
 		}
 		seen[m->rank] = true;
@@ -556,7 +562,10 @@ bad:
  * warned about once, and not read again, not on every show that falls
  * back past them. */
 static pthread_mutex_t bad_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct { char key[768]; struct catalog_listed l; } bad_index[16];
+static struct {
+	char key[768];
+	struct catalog_listed l;
+} bad_index[16];
 static unsigned bad_next;
 
 static bool index_known_bad(const char *key, const struct catalog_listed *l)
@@ -638,7 +647,11 @@ static int use_index(struct store *s, const char *job, struct catalog_step *cs, 
 static bool index_tried(const char *key, const struct catalog_group *g)
 {
 	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-	static struct { char key[768]; char attempt[ATTEMPT_MAX_LEN + 1]; int64_t mtime_ns; } recent[16];
+	static struct {
+		char key[768];
+		char attempt[ATTEMPT_MAX_LEN + 1];
+		int64_t mtime_ns;
+	} recent[16];
 	static unsigned next;
 	bool seen = false;
 	pthread_mutex_lock(&mu);
@@ -769,8 +782,10 @@ int catalog_latest(struct store *s, const char *job, struct catalog_step *out)
 		if (out->unreadable) {
 			/* A manifest that exists and cannot be read might make
 			 * this step complete: never guess past it. */
-			store_set_error("step %" PRIu64 " of job '%s' has %u unreadable manifest(s); not deciding which "
-					"step is latest past it", steps[i], job, out->unreadable);
+			store_set_error("step %" PRIu64
+					" of job '%s' has %u unreadable manifest(s); not deciding which "
+					"step is latest past it",
+					steps[i], job, out->unreadable);
 			catalog_step_free(out);
 			r = -EBADMSG;
 			break;
@@ -906,7 +921,10 @@ int catalog_delete_step(struct store *s, struct mancache *cache, const char *job
 		for (size_t i = 0; i < n; i++) {
 			struct step_name sn;
 			manifest_parse_object(names[i], &sn);
-			int want = sn.kind == OBJ_MANIFEST ? 0 : sn.kind == OBJ_COMMIT ? 1 : sn.kind == OBJ_INDEX ? 2 : 3;
+			int want = sn.kind == OBJ_MANIFEST ? 0
+				   : sn.kind == OBJ_COMMIT ? 1
+				   : sn.kind == OBJ_INDEX  ? 2
+							   : 3;
 			if (want != pass)
 				continue;
 			snprintf(key, sizeof(key), "%s/%s", dir, names[i]);

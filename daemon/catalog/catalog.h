@@ -25,28 +25,31 @@
 struct catalog_group {
 	char attempt[ATTEMPT_MAX_LEN + 1];
 	uint32_t world_size;
-	uint32_t count;    /* ranks with a manifest */
-	uint64_t bytes;    /* of its shards, as listed */
+	uint32_t count;         /* ranks with a manifest */
+	uint64_t bytes;         /* of its shards, as listed */
 	uint32_t shards_listed; /* 0 with manifests: the shards are elsewhere (layout spread) */
-	int64_t newest_ns; /* its newest manifest's time, as listed */
-	bool legacy;       /* format 1 names: the attempt came from reading the manifests */
-	bool *present;     /* world_size entries */
-	struct catalog_listed { int64_t mtime_ns; uint64_t size; } *listed; /* world_size: each manifest as listed */
-	Ckpt__Manifest **by_rank; /* world_size entries, filled by catalog_read_all (and for format 1) */
+	int64_t newest_ns;      /* its newest manifest's time, as listed */
+	bool legacy;            /* format 1 names: the attempt came from reading the manifests */
+	bool *present;          /* world_size entries */
+	struct catalog_listed {
+		int64_t mtime_ns;
+		uint64_t size;
+	} * listed;                     /* world_size: each manifest as listed */
+	Ckpt__Manifest **by_rank;       /* world_size entries, filled by catalog_read_all (and for format 1) */
 	struct mancache_entry **cached; /* NULL, or world_size: by_rank[r] is the cache's, shared: read only */
-	bool from_index; /* by_rank points into the step's index (catalog_step.index_ref): read only */
+	bool from_index;                /* by_rank points into the step's index (catalog_step.index_ref): read only */
 };
 
 struct catalog_step {
 	uint64_t step;
 	size_t ngroups;
 	struct catalog_group groups[CATALOG_MAX_GROUPS];
-	int best;           /* the complete group (the pinned one), else the newest; -1 if none */
-	bool has_commit;    /* the commit object is there */
-	bool pinned;        /* best is what the commit object names */
-	bool stale_commit;  /* the commit names an attempt that is not complete: not complete */
+	int best;            /* the complete group (the pinned one), else the newest; -1 if none */
+	bool has_commit;     /* the commit object is there */
+	bool pinned;         /* best is what the commit object names */
+	bool stale_commit;   /* the commit names an attempt that is not complete: not complete */
 	uint32_t unreadable; /* format 1 manifests that could not be read or were invalid */
-	bool has_index;     /* the index object is there (listed) */
+	bool has_index;      /* the index object is there (listed) */
 	struct catalog_listed index_listed;
 	struct mancache_entry *index_ref; /* the cache's decoded index, while by_rank points into it */
 	/* Set by the caller: manifests of a pinned step are read through this

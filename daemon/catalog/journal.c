@@ -61,8 +61,7 @@ static int append(struct journal *j, const char *line)
 	return r;
 }
 
-int journal_begin(struct journal *j, uint64_t id, const char *shard_key, const char *man_key,
-		  const char *attempt)
+int journal_begin(struct journal *j, uint64_t id, const char *shard_key, const char *man_key, const char *attempt)
 {
 	char line[2048];
 	snprintf(line, sizeof(line), "B %" PRIu64 " %s %s %s\n", id, attempt, shard_key, man_key);

@@ -21,8 +21,7 @@ struct store;
 int journal_open(const char *state_dir, struct journal **out, char *err, size_t errlen);
 void journal_close(struct journal *j);
 /* Thread-safe; each record is fsync'd before the write it announces. */
-int journal_begin(struct journal *j, uint64_t id, const char *shard_key, const char *man_key,
-		  const char *attempt);
+int journal_begin(struct journal *j, uint64_t id, const char *shard_key, const char *man_key, const char *attempt);
 int journal_end(struct journal *j, uint64_t id);
 /* A multipart upload of key opened (open) or ended; recovery aborts the
  * ones still open. Thread-safe, fsync'd. */

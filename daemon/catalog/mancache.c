@@ -10,17 +10,17 @@
 #include <time.h>
 
 struct mancache_entry {
-	struct mancache_entry *next;      /* hash chain, while linked */
-	TAILQ_ENTRY(mancache_entry) lru;  /* while in_lru: linked, ready and kept */
+	struct mancache_entry *next;     /* hash chain, while linked */
+	TAILQ_ENTRY(mancache_entry) lru; /* while in_lru: linked, ready and kept */
 	char *key;
 	uint64_t hash;
-	int64_t mtime_ns;                 /* the object as listed */
+	int64_t mtime_ns; /* the object as listed */
 	uint64_t size;
-	ProtobufCMessage *msg;            /* a Manifest or a StepIndex; NULL while loading, or after a failure */
-	uint64_t bytes;                   /* estimated, counted in c->bytes while in_lru */
-	unsigned refs;                    /* holders and waiters */
+	ProtobufCMessage *msg; /* a Manifest or a StepIndex; NULL while loading, or after a failure */
+	uint64_t bytes;        /* estimated, counted in c->bytes while in_lru */
+	unsigned refs;         /* holders and waiters */
 	bool loading, linked, in_lru;
-	int status;                       /* a failed fetch, for its waiters */
+	int status; /* a failed fetch, for its waiters */
 	char *err;
 };
 
@@ -28,10 +28,10 @@ TAILQ_HEAD(mc_lru, mancache_entry);
 
 struct mancache {
 	pthread_mutex_t mu;
-	pthread_cond_t done;              /* some fetch finished */
+	pthread_cond_t done; /* some fetch finished */
 	struct mancache_entry **buckets;
-	size_t nbuckets, n;               /* n: linked entries */
-	struct mc_lru lru;                /* ready entries, least recently used first */
+	size_t nbuckets, n; /* n: linked entries */
+	struct mc_lru lru;  /* ready entries, least recently used first */
 	uint64_t max_bytes, bytes;
 	uint64_t hits, misses;
 	unsigned delay_ms;

@@ -39,9 +39,9 @@ typedef int (*mancache_fetch_fn)(void *ctx, Ckpt__Manifest **out, char *err, siz
 typedef int (*mancache_fetch_index_fn)(void *ctx, Ckpt__StepIndex **out, char *err, size_t errlen);
 
 struct mancache_stats {
-	uint64_t hits;    /* served with no fetch of their own (kept, or shared in flight) */
-	uint64_t misses;  /* fetched */
-	uint64_t bytes;   /* of the entries kept */
+	uint64_t hits;   /* served with no fetch of their own (kept, or shared in flight) */
+	uint64_t misses; /* fetched */
+	uint64_t bytes;  /* of the entries kept */
 	uint64_t entries;
 };
 

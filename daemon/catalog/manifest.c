@@ -14,19 +14,19 @@ int manifest_step_dir(char *out, size_t cap, const char *job, uint64_t step)
 	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
 }
 
-int manifest_key(char *out, size_t cap, const char *job, uint64_t step,
-		 uint32_t rank, uint32_t world_size, const char *ext)
+int manifest_key(char *out, size_t cap, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
+		 const char *ext)
 {
-	int n = snprintf(out, cap, "%s/step-%012" PRIu64 "/rank-%05" PRIu32 "-of-%05" PRIu32 ".%s",
-			 job, step, rank, world_size, ext);
+	int n = snprintf(out, cap, "%s/step-%012" PRIu64 "/rank-%05" PRIu32 "-of-%05" PRIu32 ".%s", job, step, rank,
+			 world_size, ext);
 	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
 }
 
-int manifest_key_attempt(char *out, size_t cap, const char *job, uint64_t step, uint32_t rank,
-			 uint32_t world_size, const char *attempt)
+int manifest_key_attempt(char *out, size_t cap, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
+			 const char *attempt)
 {
-	int n = snprintf(out, cap, "%s/step-%012" PRIu64 "/rank-%05" PRIu32 "-of-%05" PRIu32 ".%s.manifest", job,
-			 step, rank, world_size, attempt);
+	int n = snprintf(out, cap, "%s/step-%012" PRIu64 "/rank-%05" PRIu32 "-of-%05" PRIu32 ".%s.manifest", job, step,
+			 rank, world_size, attempt);
 	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
 }
 
@@ -36,8 +36,8 @@ int manifest_spread_dir(char *out, size_t cap, uint32_t rank, uint64_t step)
 	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
 }
 
-int manifest_shard_key(char *out, size_t cap, const char *job, uint64_t step, uint32_t rank,
-		       uint32_t world_size, const char *attempt, uint64_t nonce, bool spread)
+int manifest_shard_key(char *out, size_t cap, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
+		       const char *attempt, uint64_t nonce, bool spread)
 {
 	char dir[64];
 	int n = spread ? manifest_spread_dir(dir, sizeof(dir), rank, step)
@@ -179,8 +179,8 @@ int manifest_name_valid(const char *s, size_t max)
 		return 0;
 	for (size_t i = 0; i < n; i++) {
 		char c = s[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		      (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+		      c == '_' || c == '-'))
 			return 0;
 	}
 	return 1;
@@ -246,12 +246,11 @@ static int check_unique_names(const Ckpt__Manifest *m, char *err, size_t errlen)
 int manifest_check(const Ckpt__Manifest *m, char *err, size_t errlen)
 {
 	if (m->format_version != MANIFEST_FORMAT_VERSION) {
-		snprintf(err, errlen, "manifest format version %u, this ckptd reads %d",
-			 m->format_version, MANIFEST_FORMAT_VERSION);
+		snprintf(err, errlen, "manifest format version %u, this ckptd reads %d", m->format_version,
+			 MANIFEST_FORMAT_VERSION);
 		return -EBADMSG;
 	}
-	if (!manifest_name_valid(m->job, JOB_MAX_LEN) ||
-	    !manifest_name_valid(m->attempt_id, ATTEMPT_MAX_LEN)) {
+	if (!manifest_name_valid(m->job, JOB_MAX_LEN) || !manifest_name_valid(m->attempt_id, ATTEMPT_MAX_LEN)) {
 		snprintf(err, errlen, "manifest has an invalid job or attempt id");
 		return -EBADMSG;
 	}
@@ -265,8 +264,8 @@ int manifest_check(const Ckpt__Manifest *m, char *err, size_t errlen)
 	}
 	uint64_t nchunks = m->shard_bytes / m->chunk_bytes + (m->shard_bytes % m->chunk_bytes != 0);
 	if (m->n_chunk_crc32c != nchunks) {
-		snprintf(err, errlen, "manifest lists %zu chunk checksums for %" PRIu64 " chunks",
-			 m->n_chunk_crc32c, nchunks);
+		snprintf(err, errlen, "manifest lists %zu chunk checksums for %" PRIu64 " chunks", m->n_chunk_crc32c,
+			 nchunks);
 		return -EBADMSG;
 	}
 	for (size_t i = 0; i < m->n_tensors; i++) {
@@ -279,14 +278,13 @@ int manifest_check(const Ckpt__Manifest *m, char *err, size_t errlen)
 			snprintf(err, errlen, "manifest tensor %zu has no name or an unknown dtype", i);
 			return -EBADMSG;
 		}
-		if (box_from_fields(&b, t->n_global_shape, t->global_shape, t->n_box_offsets,
-				    t->box_offsets, t->n_box_lengths, t->box_lengths,
-				    &nelem, why, sizeof(why)) < 0) {
+		if (box_from_fields(&b, t->n_global_shape, t->global_shape, t->n_box_offsets, t->box_offsets,
+				    t->n_box_lengths, t->box_lengths, &nelem, why, sizeof(why)) < 0) {
 			snprintf(err, errlen, "manifest tensor '%s': %s", t->name, why);
 			return -EBADMSG;
 		}
-		if (nelem > UINT64_MAX / es || nelem * es != t->nbytes ||
-		    t->shard_offset > m->shard_bytes || t->nbytes > m->shard_bytes - t->shard_offset) {
+		if (nelem > UINT64_MAX / es || nelem * es != t->nbytes || t->shard_offset > m->shard_bytes ||
+		    t->nbytes > m->shard_bytes - t->shard_offset) {
 			snprintf(err, errlen, "manifest tensor '%s': byte range does not fit its box or the shard",
 				 t->name);
 			return -EBADMSG;
@@ -302,8 +300,7 @@ int manifest_check(const Ckpt__Manifest *m, char *err, size_t errlen)
 	return r < 0 ? r : check_disjoint(m, err, errlen);
 }
 
-int manifest_decode(const void *buf, size_t len, Ckpt__Manifest **out,
-		    char *err, size_t errlen)
+int manifest_decode(const void *buf, size_t len, Ckpt__Manifest **out, char *err, size_t errlen)
 {
 	Ckpt__Manifest *m = ckpt__manifest__unpack(NULL, len, buf);
 	if (m == NULL) {

@@ -33,11 +33,11 @@
 
 /* Format 1 names: "<job>/step-<12>/rank-<5>-of-<5>.<ext>", ext "shard" or
  * "manifest". 0 or -ENAMETOOLONG. */
-int manifest_key(char *out, size_t cap, const char *job, uint64_t step,
-		 uint32_t rank, uint32_t world_size, const char *ext);
+int manifest_key(char *out, size_t cap, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
+		 const char *ext);
 /* "<job>/step-<12>/rank-<5>-of-<5>.<attempt>.manifest" */
-int manifest_key_attempt(char *out, size_t cap, const char *job, uint64_t step, uint32_t rank,
-			 uint32_t world_size, const char *attempt);
+int manifest_key_attempt(char *out, size_t cap, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
+			 const char *attempt);
 /* Layout spread (config [storage] layout): a step's shards go to
  * "<job>/shards/<2 hex of rank % 256>/step-<12>/", 256 key prefixes that
  * stay the same from step to step, so an object store that partitions its
@@ -48,8 +48,8 @@ int manifest_key_attempt(char *out, size_t cap, const char *job, uint64_t step, 
 int manifest_spread_dir(char *out, size_t cap, uint32_t rank, uint64_t step);
 /* "<job>/step-<12>/rank-<5>-of-<5>.<attempt>.<nonce as 16 hex>.shard", or
  * with spread "<job>/shards/<hh>/step-<12>/..." */
-int manifest_shard_key(char *out, size_t cap, const char *job, uint64_t step, uint32_t rank,
-		       uint32_t world_size, const char *attempt, uint64_t nonce, bool spread);
+int manifest_shard_key(char *out, size_t cap, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
+		       const char *attempt, uint64_t nonce, bool spread);
 /* "<job>/step-<12>/commit" */
 int manifest_commit_key(char *out, size_t cap, const char *job, uint64_t step);
 /* "<job>/step-<12>/index" */
@@ -58,7 +58,13 @@ int manifest_step_dir(char *out, size_t cap, const char *job, uint64_t step);
 /* Parses "step-000000000123"; 0 or -EINVAL. */
 int manifest_parse_step_dir(const char *name, uint64_t *step);
 
-enum step_obj { OBJ_OTHER, OBJ_MANIFEST, OBJ_SHARD, OBJ_COMMIT, OBJ_INDEX };
+enum step_obj {
+	OBJ_OTHER,
+	OBJ_MANIFEST,
+	OBJ_SHARD,
+	OBJ_COMMIT,
+	OBJ_INDEX
+};
 struct step_name {
 	enum step_obj kind;
 	uint32_t rank, world_size;
@@ -72,8 +78,7 @@ int manifest_name_valid(const char *s, size_t max);
 
 /* Unpack and check every field against itself; on failure -EBADMSG with
  * the reason in err. The caller frees with ckpt__manifest__free_unpacked. */
-int manifest_decode(const void *buf, size_t len, Ckpt__Manifest **out,
-		    char *err, size_t errlen);
+int manifest_decode(const void *buf, size_t len, Ckpt__Manifest **out, char *err, size_t errlen);
 int manifest_check(const Ckpt__Manifest *m, char *err, size_t errlen);
 /* The key of m's shard: its step directory (or shard_dir, which must be
  * the spread directory of m's rank and step) and shard_name, which must

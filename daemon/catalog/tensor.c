@@ -11,11 +11,11 @@ static const struct {
 	const char *name;
 	size_t size;
 } dtypes[] = {
-	[CKPT__DTYPE__F32] = { "f32", 4 },	   [CKPT__DTYPE__F16] = { "f16", 2 },
-	[CKPT__DTYPE__BF16] = { "bf16", 2 },	   [CKPT__DTYPE__F64] = { "f64", 8 },
-	[CKPT__DTYPE__I8] = { "i8", 1 },	   [CKPT__DTYPE__U8] = { "u8", 1 },
-	[CKPT__DTYPE__I16] = { "i16", 2 },	   [CKPT__DTYPE__I32] = { "i32", 4 },
-	[CKPT__DTYPE__I64] = { "i64", 8 },	   [CKPT__DTYPE__BOOL] = { "bool", 1 },
+	[CKPT__DTYPE__F32] = { "f32", 4 },       [CKPT__DTYPE__F16] = { "f16", 2 },
+	[CKPT__DTYPE__BF16] = { "bf16", 2 },     [CKPT__DTYPE__F64] = { "f64", 8 },
+	[CKPT__DTYPE__I8] = { "i8", 1 },         [CKPT__DTYPE__U8] = { "u8", 1 },
+	[CKPT__DTYPE__I16] = { "i16", 2 },       [CKPT__DTYPE__I32] = { "i32", 4 },
+	[CKPT__DTYPE__I64] = { "i64", 8 },       [CKPT__DTYPE__BOOL] = { "bool", 1 },
 	[CKPT__DTYPE__F8E4M3] = { "f8e4m3", 1 }, [CKPT__DTYPE__F8E5M2] = { "f8e5m2", 1 },
 };
 
@@ -42,8 +42,7 @@ void box_shape_str(const struct box *b, char *out, size_t len)
 		snprintf(out + off, len - off, "]");
 }
 
-int box_from_fields(struct box *b, size_t nshape, const uint64_t *shape,
-		    size_t noff, const uint64_t *off, size_t nlen,
+int box_from_fields(struct box *b, size_t nshape, const uint64_t *shape, size_t noff, const uint64_t *off, size_t nlen,
 		    const uint64_t *len, uint64_t *nelem, char *err, size_t errlen)
 {
 	memset(b, 0, sizeof(*b));
@@ -52,8 +51,7 @@ int box_from_fields(struct box *b, size_t nshape, const uint64_t *shape,
 		return -EINVAL;
 	}
 	if (!((noff == 0 && nlen == 0) || (noff == nshape && nlen == nshape))) {
-		snprintf(err, errlen, "box has %zu offsets and %zu lengths for %zu dims",
-			 noff, nlen, nshape);
+		snprintf(err, errlen, "box has %zu offsets and %zu lengths for %zu dims", noff, nlen, nshape);
 		return -EINVAL;
 	}
 	b->ndim = (uint32_t)nshape;
@@ -64,8 +62,8 @@ int box_from_fields(struct box *b, size_t nshape, const uint64_t *shape,
 		b->len[i] = nlen ? len[i] : shape[i];
 		if (b->off[i] > b->shape[i] || b->len[i] > b->shape[i] - b->off[i]) {
 			snprintf(err, errlen, "box [%llu +%llu) leaves dim %zu of size %llu",
-				 (unsigned long long)b->off[i], (unsigned long long)b->len[i],
-				 i, (unsigned long long)b->shape[i]);
+				 (unsigned long long)b->off[i], (unsigned long long)b->len[i], i,
+				 (unsigned long long)b->shape[i]);
 			return -ERANGE;
 		}
 		if (b->len[i] != 0 && n > UINT64_MAX / b->len[i]) {
@@ -103,8 +101,7 @@ bool box_contains(const struct box *outer, const struct box *inner)
 	if (!box_same_shape(outer, inner))
 		return false;
 	for (uint32_t i = 0; i < outer->ndim; i++)
-		if (inner->off[i] < outer->off[i] ||
-		    inner->off[i] + inner->len[i] > outer->off[i] + outer->len[i])
+		if (inner->off[i] < outer->off[i] || inner->off[i] + inner->len[i] > outer->off[i] + outer->len[i])
 			return false;
 	return true;
 }
@@ -143,8 +140,8 @@ static uint64_t linear(const struct box *b, const uint64_t *c)
 	return idx;
 }
 
-int box_copy_runs(const struct box *region, const struct box *src,
-		  const struct box *dst, size_t elem, box_run_fn emit, void *ctx)
+int box_copy_runs(const struct box *region, const struct box *src, const struct box *dst, size_t elem, box_run_fn emit,
+		  void *ctx)
 {
 	uint32_t nd = region->ndim;
 	if (nd == 0)
@@ -192,9 +189,9 @@ int tensor_validate_name(const char *name, uint32_t max, char *err, size_t errle
 	return 0;
 }
 
-int tensor_check(const char *name, int dtype, size_t nshape, const uint64_t *shape, size_t noff,
-		 const uint64_t *off, size_t nlen, const uint64_t *len, uint64_t nbytes, size_t index,
-		 uint32_t max_name_len, struct box *box, char *err, size_t errlen)
+int tensor_check(const char *name, int dtype, size_t nshape, const uint64_t *shape, size_t noff, const uint64_t *off,
+		 size_t nlen, const uint64_t *len, uint64_t nbytes, size_t index, uint32_t max_name_len,
+		 struct box *box, char *err, size_t errlen)
 {
 	char why[256];
 	int r = tensor_validate_name(name, max_name_len, why, sizeof(why));
@@ -214,8 +211,9 @@ int tensor_check(const char *name, int dtype, size_t nshape, const uint64_t *sha
 		return r;
 	}
 	if (nelem > UINT64_MAX / es || nelem * es != nbytes) {
-		snprintf(err, errlen, "tensor '%s': nbytes %" PRIu64 " does not match its box (%" PRIu64
-			 " elements of %zu bytes)", name, nbytes, nelem, es);
+		snprintf(err, errlen,
+			 "tensor '%s': nbytes %" PRIu64 " does not match its box (%" PRIu64 " elements of %zu bytes)",
+			 name, nbytes, nelem, es);
 		return -EINVAL;
 	}
 	return 0;

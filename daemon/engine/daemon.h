@@ -34,9 +34,9 @@ struct stats {
 	uint64_t reclaimed_bytes;
 	uint64_t store_retries, store_failures;
 	struct histogram stall_hist, durable_hist;
-	uint64_t requests[STATS_MSG_SLOTS]; /* received, by Frame body case (msgtab.c) */
+	uint64_t requests[STATS_MSG_SLOTS];        /* received, by Frame body case (msgtab.c) */
 	const char *request_name[STATS_MSG_SLOTS]; /* of the request messages; set by msgtab_init */
-	uint32_t recovered_files;             /* removed at start after a crash */
+	uint32_t recovered_files;                  /* removed at start after a crash */
 	uint32_t nrecovered;
 	char recovered[RECOVERED_LIST][1024]; /* what, for ckptctl status */
 };
@@ -48,54 +48,54 @@ struct daemon {
 	struct config cfg;
 	struct pool pool;
 	struct store *store;
-	struct mancache *mancache;  /* NULL: off; shared by the threadpool (thread-safe) */
+	struct mancache *mancache; /* NULL: off; shared by the threadpool (thread-safe) */
 	struct workq *copyq;
 	struct stats stats;
-	struct cuda *cuda;          /* NULL: CUDA is off, cuda_why says why */
+	struct cuda *cuda; /* NULL: CUDA is off, cuda_why says why */
 	char cuda_why[256];
 
 	int listen_fd;
 	uv_poll_t listen_poll;
 	bool listening;
-	bool socket_owned;          /* we bound it, so we unlink it */
+	bool socket_owned; /* we bound it, so we unlink it */
 	struct session_list sessions;
 	uint32_t nsessions;
 	uint64_t next_session_id;
 
-	struct save_list saves;     /* every save not yet finished */
+	struct save_list saves; /* every save not yet finished */
 	uint32_t nsaves;
-	struct save_list waitq;     /* admitting, FIFO per job */
+	struct save_list waitq; /* admitting, FIFO per job */
 	uint32_t nwaiting;
-	struct save_list uploadq;   /* staged, waiting for an upload slot */
+	struct save_list uploadq; /* staged, waiting for an upload slot */
 	uint32_t nuploading;
-	struct save_list held;      /* the memory tier, oldest first */
+	struct save_list held; /* the memory tier, oldest first */
 	uint32_t nheld;
 	struct journal *journal;
 	uv_timer_t admit_timer;
 	uint64_t next_save_id;
 
-	uint32_t nloads;            /* loads and catalogue requests on the threadpool */
+	uint32_t nloads; /* loads and catalogue requests on the threadpool */
 	struct load_list loads;
 	bool gc_running;
-	char gc_pending[16][129];   /* jobs whose retention should run next */
+	char gc_pending[16][129]; /* jobs whose retention should run next */
 	uint32_t ngc_pending;
 	uv_signal_t sigterm, sigint, sighup;
 	int exit_code;
 	uv_timer_t drain_timer;
 	bool draining;
 	uint64_t start_ns;
-	const char *store_backend;  /* "file", ... for metric labels */
+	const char *store_backend; /* "file", ... for metric labels */
 	uv_tcp_t metrics_tcp;
 	bool metrics_on;
 	int metrics_port;
 	uint32_t metrics_conns;
-	uv_timer_t status_timer;    /* sd_notify STATUS= and WATCHDOG=1 */
+	uv_timer_t status_timer; /* sd_notify STATUS= and WATCHDOG=1 */
 	uint64_t watchdog_usec;
 	/* Hooks set at start by the modules above the engine, so that
 	 * completions flow up without calls into them. */
-	void (*on_work_ended)(struct daemon *d);                 /* lifecycle.c, while draining */
-	void (*on_durable)(struct daemon *d, const char *job);    /* retention (catalog_req.c) */
-	const struct requester_ops *req_ops;                      /* the wire layer's (session.c) */
+	void (*on_work_ended)(struct daemon *d);               /* lifecycle.c, while draining */
+	void (*on_durable)(struct daemon *d, const char *job); /* retention (catalog_req.c) */
+	const struct requester_ops *req_ops;                   /* the wire layer's (session.c) */
 };
 
 /* Work that a drain waits for (a save, a load, a catalogue request) ended.

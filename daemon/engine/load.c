@@ -27,10 +27,10 @@ struct load_req {
 	struct box box;
 	struct hostbuf *buf;
 	uint64_t buf_off, nbytes;
-	uint64_t covered; /* elements written */
+	uint64_t covered;    /* elements written */
 	struct box *applied; /* cuts already written, disjoint */
 	size_t napplied;
-	unsigned sources;    /* SRC_MEMORY | SRC_STORAGE */
+	unsigned sources; /* SRC_MEMORY | SRC_STORAGE */
 };
 
 #define SRC_MEMORY 1u
@@ -361,15 +361,18 @@ static int plan_manifest(struct exec *ex, const Ckpt__Manifest *m, const char *k
 		box_from_fields(&saved, t->n_global_shape, t->global_shape, t->n_box_offsets, t->box_offsets,
 				t->n_box_lengths, t->box_lengths, &nelem, why, sizeof(why));
 		size_t nh = 0;
-		for (size_t k = find_first(ld, t->name); k < ld->nreqs && strcmp(ld->by_name[k]->name, t->name) == 0; k++) {
+		for (size_t k = find_first(ld, t->name); k < ld->nreqs && strcmp(ld->by_name[k]->name, t->name) == 0;
+		     k++) {
 			struct load_req *q = ld->by_name[k];
 			if (q->dtype != (int)t->dtype || !box_same_shape(&q->box, &saved)) {
 				char want[96], have[96];
 				box_shape_str(&q->box, want, sizeof(want));
 				box_shape_str(&saved, have, sizeof(have));
-				r = fail(ld, -EINVAL, "rank %u: tensor '%s': requested dtype %s shape %s, but it was "
-					 "saved as dtype %s shape %s", ld->rank, t->name, tensor_dtype_name(q->dtype),
-					 want, tensor_dtype_name((int)t->dtype), have);
+				r = fail(ld, -EINVAL,
+					 "rank %u: tensor '%s': requested dtype %s shape %s, but it was "
+					 "saved as dtype %s shape %s",
+					 ld->rank, t->name, tensor_dtype_name(q->dtype), want,
+					 tensor_dtype_name((int)t->dtype), have);
 				break;
 			}
 			if (!box_intersect(&saved, &q->box, &cuts[nh]))
@@ -378,8 +381,10 @@ static int plan_manifest(struct exec *ex, const Ckpt__Manifest *m, const char *k
 			 * gave (the first one read) is not read again. */
 			int seen = cut_seen(q, &cuts[nh]);
 			if (seen < 0) {
-				r = fail(ld, -EINVAL, "rank %u: tensor '%s': saved boxes of different ranks overlap in "
-					 "part; cannot tell which copy to load", ld->rank, t->name);
+				r = fail(ld, -EINVAL,
+					 "rank %u: tensor '%s': saved boxes of different ranks overlap in "
+					 "part; cannot tell which copy to load",
+					 ld->rank, t->name);
 				break;
 			}
 			if (seen == 0)
@@ -454,7 +459,8 @@ static void execute(struct exec *ex, unsigned nthreads)
 		for (uint64_t sl = 0; sl < p->nslabs; sl++) {
 			uint64_t r0 = sl * p->rows_per;
 			uint64_t k = p->nrows - r0 < p->rows_per ? p->nrows - r0 : p->rows_per;
-			ex->tasks[ex->ntasks++] = (struct ltask){ .plan = i, .slab = sl,
+			ex->tasks[ex->ntasks++] = (struct ltask){ .plan = i,
+								  .slab = sl,
 								  .off = p->t->shard_offset + r0 * p->row_bytes,
 								  .len = k * p->row_bytes };
 		}
@@ -487,8 +493,10 @@ static void execute(struct exec *ex, unsigned nthreads)
 			crc = sl == 0 ? p->slab_crc[0] : crc32c_combine(crc, p->slab_crc[sl], k * p->row_bytes);
 		}
 		if (crc != p->t->crc32c) {
-			exec_fail(ex, -EIO, "checksum mismatch in tensor '%s' of %s: manifest says crc32c %08x, "
-				  "data has %08x", p->t->name, p->key, p->t->crc32c, crc);
+			exec_fail(ex, -EIO,
+				  "checksum mismatch in tensor '%s' of %s: manifest says crc32c %08x, "
+				  "data has %08x",
+				  p->t->name, p->key, p->t->crc32c, crc);
 			return;
 		}
 	}
@@ -577,7 +585,7 @@ static void load_run(uv_work_t *w)
 	cs.cache = ld->d->mancache;
 	struct catalog_group *g = &cs.groups[cs.best];
 	ld->loaded_step = cs.step;
-	char (*keys)[768] = calloc(g->world_size, sizeof(*keys));
+	char(*keys)[768] = calloc(g->world_size, sizeof(*keys));
 	struct exec ex = { .ld = ld };
 	pthread_mutex_init(&ex.mu, NULL);
 	if (keys == NULL)
@@ -613,8 +621,7 @@ static void load_run(uv_work_t *w)
 	char err[512];
 	r = ld->status == 0 ? catalog_read_manifest(st, ld->job, &cs, own, &m, err, sizeof(err)) : 0;
 	if (r < 0)
-		fail(ld, r, "step %" PRIu64 " of job '%s': %s", cs.step, ld->job,
-		     r == -EBADMSG ? err : store_error(r));
+		fail(ld, r, "step %" PRIu64 " of job '%s': %s", cs.step, ld->job, r == -EBADMSG ? err : store_error(r));
 	else if (ld->status == 0 && m->extra_state.len) {
 		ld->extra = malloc(m->extra_state.len);
 		if (ld->extra == NULL) {
@@ -662,8 +669,8 @@ static void send_loaded(struct load *ld)
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_LOADED;
 	f.loaded = &ok;
-	log_info("load: %s step %" PRIu64 " rank %u: %" PRIu64 " bytes from %s", ld->job, ld->loaded_step,
-		 ld->rank, ld->bytes, ok.source);
+	log_info("load: %s step %" PRIu64 " rank %u: %" PRIu64 " bytes from %s", ld->job, ld->loaded_step, ld->rank,
+		 ld->bytes, ok.source);
 	ld->d->req_ops->send(ld->session, ld->req_id, &f);
 	free(lt);
 	free(ltp);
@@ -707,7 +714,6 @@ static void load_done(uv_work_t *w, int status)
 	load_free(ld);
 	daemon_work_ended(d);
 }
-
 
 static int plan(struct load *ld, struct session *s, const Ckpt__Load *m, char *err, size_t errlen)
 {
@@ -795,7 +801,7 @@ size_t load_busy_jobs(struct daemon *d, char (*out)[129], size_t max)
 {
 	size_t n = 0;
 	struct load *ld;
-	TAILQ_FOREACH(ld, &d->loads, link)
+	TAILQ_FOREACH (ld, &d->loads, link)
 		if (n < max)
 			snprintf(out[n++], sizeof(out[0]), "%s", ld->job);
 	return n;

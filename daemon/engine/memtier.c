@@ -15,8 +15,8 @@ static void drop(struct daemon *d, struct save *sv, const char *why)
 {
 	TAILQ_REMOVE(&d->held, sv, link);
 	d->nheld--;
-	log_debug("memtier: dropping %s step %" PRIu64 " rank %u (%" PRIu64 " bytes): %s", sv->job, sv->step,
-		  sv->rank, sv->shard_bytes, why);
+	log_debug("memtier: dropping %s step %" PRIu64 " rank %u (%" PRIu64 " bytes): %s", sv->job, sv->step, sv->rank,
+		  sv->shard_bytes, why);
 	if (sv->readers > 0) {
 		/* A load still reads it; free when that load ends. */
 		sv->drop_pending = true;
@@ -28,7 +28,7 @@ static void drop(struct daemon *d, struct save *sv, const char *why)
 void memtier_hold(struct daemon *d, struct save *sv)
 {
 	struct save *o, *next;
-	TAILQ_FOREACH(o, &d->held, link) {
+	TAILQ_FOREACH (o, &d->held, link) {
 		if (o->rank == sv->rank && strcmp(o->job, sv->job) == 0 && o->step > sv->step) {
 			/* Out of order: a newer step is held already. */
 			save_release(sv);
@@ -49,7 +49,7 @@ void memtier_reclaim(struct daemon *d, uint32_t whole, uint32_t tail_slots)
 	/* Drop nothing unless dropping every unpinned copy could make room. */
 	uint64_t could = pool_free_slots(&d->pool);
 	struct save *sv, *next;
-	TAILQ_FOREACH(sv, &d->held, link)
+	TAILQ_FOREACH (sv, &d->held, link)
 		if (sv->readers == 0)
 			could += sv->pool_bytes / d->pool.slot_bytes;
 	if (could * d->pool.slot_bytes < pool_shape_bytes(&d->pool, whole, tail_slots))
@@ -69,7 +69,7 @@ size_t memtier_pin(struct daemon *d, const char *job, struct save ***out)
 {
 	size_t n = 0;
 	struct save *sv;
-	TAILQ_FOREACH(sv, &d->held, link)
+	TAILQ_FOREACH (sv, &d->held, link)
 		if (strcmp(sv->job, job) == 0)
 			n++;
 	*out = NULL;
@@ -79,7 +79,7 @@ size_t memtier_pin(struct daemon *d, const char *job, struct save ***out)
 	if (v == NULL)
 		return 0; /* the load then reads storage only */
 	size_t k = 0;
-	TAILQ_FOREACH(sv, &d->held, link)
+	TAILQ_FOREACH (sv, &d->held, link)
 		if (strcmp(sv->job, job) == 0) {
 			sv->readers++;
 			v[k++] = sv;

@@ -38,8 +38,8 @@ struct requester_ops {
 	bool (*release)(struct session *s);
 	/* One tensor of the request, against the caps and the session's
 	 * buffers: 0 with *box and *buf, or -errno with err. */
-	int (*tensor)(struct session *s, const Ckpt__TensorRef *tr, size_t index, struct box *box,
-		      struct hostbuf **buf, char *err, size_t errlen);
+	int (*tensor)(struct session *s, const Ckpt__TensorRef *tr, size_t index, struct box *box, struct hostbuf **buf,
+		      char *err, size_t errlen);
 	/* A save of the session began, or ended (or goes on without it). */
 	void (*save_attach)(struct session *s, struct save *sv);
 	void (*save_detach)(struct session *s, struct save *sv);

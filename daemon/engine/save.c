@@ -26,16 +26,15 @@
 #define COPY_BLOCK (256u << 10) /* one guarded copy (hostbuf_copy_out) */
 
 static const char *const state_name[] = {
-	[SAVE_NEW] = "new",		[SAVE_ADMITTING] = "admitting", [SAVE_STAGING] = "staging",
-	[SAVE_HASHING] = "hashing",	[SAVE_QUEUED] = "queued",	[SAVE_UPLOADING] = "uploading",
-	[SAVE_HELD] = "held",		[SAVE_DONE] = "done",		[SAVE_FAILED] = "failed",
+	[SAVE_NEW] = "new",         [SAVE_ADMITTING] = "admitting", [SAVE_STAGING] = "staging",
+	[SAVE_HASHING] = "hashing", [SAVE_QUEUED] = "queued",       [SAVE_UPLOADING] = "uploading",
+	[SAVE_HELD] = "held",       [SAVE_DONE] = "done",           [SAVE_FAILED] = "failed",
 };
 _Static_assert(sizeof(state_name) / sizeof(state_name[0]) == SAVE_FAILED + 1, "a save state without a name");
 
 static void save_set_state(struct save *sv, enum save_state st);
 
-static void save_fail(struct save *sv, int status, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+static void save_fail(struct save *sv, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 static void save_fail(struct save *sv, int status, const char *fmt, ...)
 {
@@ -59,7 +58,8 @@ void save_detach_session(struct save *sv)
 			return;
 		}
 		if (sv->state < SAVE_UPLOADING)
-			log_info("save %" PRIu64 " (%s step %" PRIu64 " rank %u): trainer went away; finishing it anyway",
+			log_info("save %" PRIu64 " (%s step %" PRIu64
+				 " rank %u): trainer went away; finishing it anyway",
 				 sv->id, sv->job, sv->step, sv->rank);
 	}
 }
@@ -175,10 +175,11 @@ static void copy_done(struct work_item *it)
 	if (job->err && sv->status == 0) {
 		struct save_tensor *t = &sv->tensors[sv->pieces[job->first_piece].tensor];
 		sv->status = job->err;
-		snprintf(sv->msg, sizeof(sv->msg),
-			 "staging tensor '%s' from buffer %" PRIu64 " failed: %s", t->name, t->buf->id,
-			 job->why[0] ? job->why
-			 : job->err == -EFAULT ? "the client truncated its buffer file" : strerror(-job->err));
+		snprintf(sv->msg, sizeof(sv->msg), "staging tensor '%s' from buffer %" PRIu64 " failed: %s", t->name,
+			 t->buf->id,
+			 job->why[0]           ? job->why
+			 : job->err == -EFAULT ? "the client truncated its buffer file"
+					       : strerror(-job->err));
 	}
 	if (--sv->jobs_left > 0)
 		return;
@@ -295,12 +296,13 @@ static int check_not_pinned(struct save *sv)
 	if (r == -ENOENT)
 		return 0;
 	if (r == 0) {
-		upload_fail(sv, -EEXIST, "step %" PRIu64 " of job '%s' is already complete (attempt '%s', %u ranks); "
-			    "checkpoints are never overwritten", sv->step, sv->job, attempt, ws);
+		upload_fail(sv, -EEXIST,
+			    "step %" PRIu64 " of job '%s' is already complete (attempt '%s', %u ranks); "
+			    "checkpoints are never overwritten",
+			    sv->step, sv->job, attempt, ws);
 		return -EEXIST;
 	}
-	upload_fail(sv, r, "reading the commit of step %" PRIu64 " of job '%s': %s", sv->step, sv->job,
-		    store_error(r));
+	upload_fail(sv, r, "reading the commit of step %" PRIu64 " of job '%s': %s", sv->step, sv->job, store_error(r));
 	return r;
 }
 
@@ -322,8 +324,8 @@ static void upload_run(uv_work_t *w)
 	char shard_key[768], man_key[768];
 	if (manifest_shard_key(shard_key, sizeof(shard_key), sv->job, sv->step, sv->rank, sv->world_size, sv->attempt,
 			       shard_nonce(), sv->spread) < 0 ||
-	    manifest_key_attempt(man_key, sizeof(man_key), sv->job, sv->step, sv->rank, sv->world_size,
-				 sv->attempt) < 0) {
+	    manifest_key_attempt(man_key, sizeof(man_key), sv->job, sv->step, sv->rank, sv->world_size, sv->attempt) <
+		    0) {
 		upload_fail(sv, -ENAMETOOLONG, "job and attempt names make too long a key");
 		return;
 	}
@@ -365,8 +367,10 @@ static void upload_run(uv_work_t *w)
 		free(mbuf);
 	}
 	if (r == -EEXIST) {
-		upload_fail(sv, -EEXIST, "step %" PRIu64 " of job '%s' is already saved by rank %u in attempt '%s'; "
-			    "checkpoints are never overwritten", sv->step, sv->job, sv->rank, sv->attempt);
+		upload_fail(sv, -EEXIST,
+			    "step %" PRIu64 " of job '%s' is already saved by rank %u in attempt '%s'; "
+			    "checkpoints are never overwritten",
+			    sv->step, sv->job, sv->rank, sv->attempt);
 		(void)st->ops->remove(st, shard_key); /* ours alone: its name is new */
 	} else if (r < 0) {
 		upload_fail(sv, r, "writing %s to %s: %s", man_key, st->url, store_error(r));
@@ -412,7 +416,7 @@ static void arm_admit_timer(struct daemon *d)
 	}
 	uint64_t earliest = head->deadline_ns;
 	struct save *sv;
-	TAILQ_FOREACH(sv, &d->waitq, wlink)
+	TAILQ_FOREACH (sv, &d->waitq, wlink)
 		if (sv->deadline_ns < earliest)
 			earliest = sv->deadline_ns;
 	uint64_t now = clock_now_ns();
@@ -424,7 +428,7 @@ static uint64_t job_inflight_bytes(struct daemon *d, const char *job)
 {
 	uint64_t n = 0;
 	struct save *sv;
-	TAILQ_FOREACH(sv, &d->saves, link)
+	TAILQ_FOREACH (sv, &d->saves, link)
 		if (sv->have_chunks && strcmp(sv->job, job) == 0)
 			n += sv->pool_bytes;
 	return n;
@@ -435,7 +439,7 @@ static uint32_t rank_inflight_saves(struct daemon *d, const char *job, uint32_t 
 {
 	uint32_t n = 0;
 	struct save *sv;
-	TAILQ_FOREACH(sv, &d->saves, link)
+	TAILQ_FOREACH (sv, &d->saves, link)
 		if (sv->rank == rank && strcmp(sv->job, job) == 0)
 			n++;
 	return n;
@@ -463,7 +467,7 @@ static int try_admit(struct save *sv)
 static bool job_waiting(struct daemon *d, const char *job)
 {
 	struct save *sv;
-	TAILQ_FOREACH(sv, &d->waitq, wlink)
+	TAILQ_FOREACH (sv, &d->waitq, wlink)
 		if (strcmp(sv->job, job) == 0)
 			return true;
 	return false;
@@ -538,8 +542,9 @@ static unsigned supersede_older(struct save *sv)
 		if (o->state != SAVE_ADMITTING && o->state != SAVE_QUEUED)
 			continue;
 		d->stats.saves_superseded++;
-		save_fail(o, -ECANCELED, "superseded by step %" PRIu64 " (policy coalesce); step %" PRIu64
-			  " was not written", sv->step, o->step);
+		save_fail(o, -ECANCELED,
+			  "superseded by step %" PRIu64 " (policy coalesce); step %" PRIu64 " was not written",
+			  sv->step, o->step);
 		n++;
 		next = TAILQ_FIRST(&d->saves);
 	}
@@ -824,8 +829,8 @@ static int open_events(struct save *sv, const Ckpt__Save *m, char *err, size_t e
 		if (b->cuda == NULL)
 			continue;
 		size_t k = 0;
-		while (k < sv->nevents && memcmp(cuda_event_uuid(sv->events[k]), cudabuf_uuid(b->cuda),
-						 CUDA_UUID_BYTES) != 0)
+		while (k < sv->nevents &&
+		       memcmp(cuda_event_uuid(sv->events[k]), cudabuf_uuid(b->cuda), CUDA_UUID_BYTES) != 0)
 			k++;
 		if (k == sv->nevents) {
 			snprintf(err, errlen, "tensor '%s' is on a CUDA device the save has no event for",
@@ -870,8 +875,10 @@ static int layout(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen
 		t->shard_off = off;
 		/* off stays below the pool size, so neither line can wrap. */
 		if (off > sv->d->pool.bytes || t->nbytes > sv->d->pool.bytes - off) {
-			snprintf(err, errlen, "save of more than %" PRIu64 " bytes can never fit the staging pool; "
-				 "raise staging_bytes", sv->d->pool.bytes);
+			snprintf(err, errlen,
+				 "save of more than %" PRIu64 " bytes can never fit the staging pool; "
+				 "raise staging_bytes",
+				 sv->d->pool.bytes);
 			return -E2BIG;
 		}
 		off += t->nbytes;
@@ -898,8 +905,10 @@ static int layout(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen
 	sv->shard_bytes = off;
 	uint64_t nchunks = off / cb + (off % cb != 0);
 	if (nchunks > sv->d->pool.nchunks) {
-		snprintf(err, errlen, "save of %" PRIu64 " bytes can never fit the staging pool of %" PRIu64
-			 " bytes; raise staging_bytes", off, sv->d->pool.bytes);
+		snprintf(err, errlen,
+			 "save of %" PRIu64 " bytes can never fit the staging pool of %" PRIu64
+			 " bytes; raise staging_bytes",
+			 off, sv->d->pool.bytes);
 		return -E2BIG;
 	}
 	sv->nchunks = (uint32_t)nchunks;
@@ -925,7 +934,8 @@ static int layout(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen
 			uint64_t at = t->shard_off + done;
 			uint64_t room = cb - at % cb;
 			uint64_t n = t->nbytes - done < room ? t->nbytes - done : room;
-			sv->pieces[sv->npieces++] = (struct save_piece){ .tensor = (uint32_t)i, .tensor_off = done, .len = n };
+			sv->pieces[sv->npieces++] =
+				(struct save_piece){ .tensor = (uint32_t)i, .tensor_off = done, .len = n };
 			done += n;
 		}
 	}
@@ -981,10 +991,10 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 		return;
 	}
 	struct save *o;
-	TAILQ_FOREACH(o, &d->saves, link) {
+	TAILQ_FOREACH (o, &d->saves, link) {
 		if (o->step == sv->step && o->rank == sv->rank && strcmp(o->job, sv->job) == 0) {
-			save_fail(sv, -EBUSY, "step %" PRIu64 " of job '%s' rank %u is already being saved",
-				  sv->step, sv->job, sv->rank);
+			save_fail(sv, -EBUSY, "step %" PRIu64 " of job '%s' rank %u is already being saved", sv->step,
+				  sv->job, sv->rank);
 			return;
 		}
 	}
@@ -1002,8 +1012,10 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 	}
 	sv->steplocked = true;
 	if (sv->shard_bytes > sv->quota_bytes) {
-		save_fail(sv, -E2BIG, "save of %" PRIu64 " bytes exceeds the quota of job '%s' (%" PRIu64
-			  " bytes); raise its quota", sv->shard_bytes, sv->job, sv->quota_bytes);
+		save_fail(sv, -E2BIG,
+			  "save of %" PRIu64 " bytes exceeds the quota of job '%s' (%" PRIu64
+			  " bytes); raise its quota",
+			  sv->shard_bytes, sv->job, sv->quota_bytes);
 		return;
 	}
 	TAILQ_INSERT_TAIL(&d->saves, sv, link);
@@ -1018,8 +1030,10 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 	switch (sv->policy) {
 	case POLICY_SKIP:
 		d->stats.saves_skipped++;
-		save_fail(sv, -EBUSY, "no room for %" PRIu64 " bytes: %s holds %" PRIu64 " MiB not yet durable; "
-			  "skipped (policy skip)", sv->shard_bytes, r == -EDQUOT ? "the job's quota" : "the pool",
+		save_fail(sv, -EBUSY,
+			  "no room for %" PRIu64 " bytes: %s holds %" PRIu64 " MiB not yet durable; "
+			  "skipped (policy skip)",
+			  sv->shard_bytes, r == -EDQUOT ? "the job's quota" : "the pool",
 			  (r == -EDQUOT ? job_inflight_bytes(d, sv->job) : pool_used_bytes(&d->pool)) >> 20);
 		return;
 	case POLICY_COALESCE:
@@ -1029,8 +1043,6 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 		}
 		save_set_state(sv, SAVE_ADMITTING);
 		return;
-	case POLICY_BLOCK:
-		save_set_state(sv, SAVE_ADMITTING);
-		return;
+	case POLICY_BLOCK: save_set_state(sv, SAVE_ADMITTING); return;
 	}
 }

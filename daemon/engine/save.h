@@ -68,14 +68,14 @@ struct save {
 	struct session *session;
 	uint64_t req_id, id;
 	enum save_state state;
-	bool listed; /* in daemon.saves */
+	bool listed;     /* in daemon.saves */
 	bool steplocked; /* holds steplock_save_begin */
 	char job[129], attempt[129];
 	uint32_t rank, world_size;
 	uint64_t step;
 	enum admit_policy policy;
 	uint64_t quota_bytes;
-	bool spread; /* the shard goes to the spread directory ([storage] layout) */
+	bool spread;          /* the shard goes to the spread directory ([storage] layout) */
 	char shard_name[200]; /* as uploaded (a fresh name per save); a held copy serves only its manifest */
 
 	struct save_tensor *tensors;
@@ -83,7 +83,7 @@ struct save {
 	struct save_piece *pieces;
 	size_t npieces;
 	uint64_t shard_bytes;
-	uint32_t nchunks; /* spans of chunks[]: chunk c holds shard bytes [c, c + 1) * chunk_bytes */
+	uint32_t nchunks;           /* spans of chunks[]: chunk c holds shard bytes [c, c + 1) * chunk_bytes */
 	uint32_t whole, tail_slots; /* their shape (pool_shape) */
 	uint64_t pool_bytes;        /* what they hold of the pool */
 	struct pool_span *chunks;
@@ -100,7 +100,7 @@ struct save {
 	uv_work_t work;
 	unsigned readers;  /* loads reading the held copy on the threadpool */
 	bool drop_pending; /* release once readers reach 0 */
-	int status; /* 0 or -errno; SaveFailed carries it as wire_status() */
+	int status;        /* 0 or -errno; SaveFailed carries it as wire_status() */
 	char msg[512];
 };
 

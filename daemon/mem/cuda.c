@@ -19,11 +19,11 @@
 struct cudadev {
 	CUdevice dev;
 	uint8_t uuid[CUDA_UUID_BYTES];
-	bool ready;                 /* context and streams made (loop thread) */
-	_Atomic int broken;         /* a sticky error (CUresult) broke the context */
+	bool ready;         /* context and streams made (loop thread) */
+	_Atomic int broken; /* a sticky error (CUresult) broke the context */
 	CUcontext ctx;
-	CUstream *streams;          /* nstreams, for staging */
-	CUstream xfer;              /* restore copies, under xfer_mu */
+	CUstream *streams; /* nstreams, for staging */
+	CUstream xfer;     /* restore copies, under xfer_mu */
 	pthread_mutex_t xfer_mu;
 };
 
@@ -36,7 +36,7 @@ struct ipcmap {
 	int dev;
 	uint8_t handle[CUDA_IPC_BYTES];
 	CUdeviceptr base;
-	size_t size;               /* of the allocation: registrations stay inside */
+	size_t size; /* of the allocation: registrations stay inside */
 };
 
 struct cudaev {
@@ -66,10 +66,10 @@ static int pin_pool(struct cuda *cu, char *err, size_t errlen);
 struct cudabuf {
 	struct cuda *cu;
 	int dev;
-	CUdeviceptr ptr;   /* the buffer's first byte */
+	CUdeviceptr ptr; /* the buffer's first byte */
 	uint64_t nbytes;
 	struct ipcmap *ipc;
-	CUdeviceptr va;    /* VMM reservation */
+	CUdeviceptr va; /* VMM reservation */
 	size_t va_size;
 };
 
@@ -80,8 +80,8 @@ static const char *ename(const struct cuda *cu, CUresult r, char *buf, size_t le
 
 static void uuid_str(const uint8_t *u, char *buf, size_t len)
 {
-	snprintf(buf, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
-		 u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+	snprintf(buf, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
+		 u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
 }
 
 static int find_dev(const struct cuda *cu, const uint8_t *uuid)
@@ -153,10 +153,8 @@ static bool sticky(CUresult r)
 	case CUDA_ERROR_MISALIGNED_ADDRESS:
 	case CUDA_ERROR_INVALID_ADDRESS_SPACE:
 	case CUDA_ERROR_INVALID_PC:
-	case CUDA_ERROR_ECC_UNCORRECTABLE:
-		return true;
-	default:
-		return false;
+	case CUDA_ERROR_ECC_UNCORRECTABLE: return true;
+	default: return false;
 	}
 }
 
@@ -295,8 +293,9 @@ void cuda_describe(const struct cuda *cu, char *buf, size_t len)
 		ready += cu->devs[i].ready;
 	size_t o = (size_t)snprintf(buf, len, "on: %d device(s), %d in use, driver %d.%d, %s%s", cu->ndev, ready,
 				    v / 1000, (v % 1000) / 10,
-				    cu->pool_pinned ? "pool pinned"
-				    : cu->pool_err[0] ? "pool NOT pinned: " : "pool pinned at first use",
+				    cu->pool_pinned   ? "pool pinned"
+				    : cu->pool_err[0] ? "pool NOT pinned: "
+						      : "pool pinned at first use",
 				    cu->pool_pinned ? "" : cu->pool_err);
 	for (int i = 0; i < cu->ndev && o < len; i++) {
 		int b = atomic_load(&cu->devs[i].broken);
@@ -319,8 +318,8 @@ static struct cudabuf *buf_new(struct cuda *cu, int dev, uint64_t nbytes)
 	return b;
 }
 
-int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, uint64_t offset,
-		    uint64_t nbytes, struct cudabuf **out, char *err, size_t errlen)
+int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, uint64_t offset, uint64_t nbytes,
+		    struct cudabuf **out, char *err, size_t errlen)
 {
 	int dev = use_dev(cu, uuid, err, errlen);
 	if (dev < 0)
@@ -340,8 +339,10 @@ int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle,
 		if (r != CUDA_SUCCESS) {
 			char eb[64];
 			free(m);
-			snprintf(err, errlen, "cuIpcOpenMemHandle failed: %s (legacy IPC needs the trainer's "
-				 "PID namespace: hostPID in containers)", ename(cu, r, eb, sizeof(eb)));
+			snprintf(err, errlen,
+				 "cuIpcOpenMemHandle failed: %s (legacy IPC needs the trainer's "
+				 "PID namespace: hostPID in containers)",
+				 ename(cu, r, eb, sizeof(eb)));
 			return -EIO;
 		}
 		CUdeviceptr pb = 0;
@@ -362,8 +363,8 @@ int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle,
 	/* The client's word is not enough: the range must lie in the
 	 * allocation, or a copy would read whatever else is mapped here. */
 	if (offset > m->size || nbytes > m->size - offset) {
-		snprintf(err, errlen, "[%" PRIu64 ", +%" PRIu64 ") lies outside the %zu-byte allocation", offset, nbytes,
-			 m->size);
+		snprintf(err, errlen, "[%" PRIu64 ", +%" PRIu64 ") lies outside the %zu-byte allocation", offset,
+			 nbytes, m->size);
 		if (m->refs == 0) {
 			cu->ipcmaps = m->next;
 			cu->drv.cuIpcCloseMemHandle(m->base);
@@ -387,8 +388,8 @@ int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle,
 	return 0;
 }
 
-int cuda_import_vmm(struct cuda *cu, const uint8_t *uuid, int *fds, const uint64_t *sizes, size_t n,
-		    uint64_t offset, uint64_t nbytes, struct cudabuf **out, char *err, size_t errlen)
+int cuda_import_vmm(struct cuda *cu, const uint8_t *uuid, int *fds, const uint64_t *sizes, size_t n, uint64_t offset,
+		    uint64_t nbytes, struct cudabuf **out, char *err, size_t errlen)
 {
 	int ret = 0;
 	struct cudabuf *b = NULL;
@@ -501,8 +502,8 @@ const uint8_t *cudabuf_uuid(const struct cudabuf *b)
 	return b->cu->devs[b->dev].uuid;
 }
 
-int cuda_event_get(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, struct cudaev **out,
-		   char *err, size_t errlen)
+int cuda_event_get(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, struct cudaev **out, char *err,
+		   size_t errlen)
 {
 	int dev = use_dev(cu, uuid, err, errlen);
 	if (dev < 0)
@@ -576,8 +577,8 @@ static int batch_fail(struct cuda_batch *bt, int dev, const char *what, CUresult
 	return bt->err;
 }
 
-int cuda_batch_d2h(struct cuda_batch *bt, const struct cudabuf *b, struct cudaev *const *wait,
-		   size_t nwait, uint64_t off, void *dst, size_t len)
+int cuda_batch_d2h(struct cuda_batch *bt, const struct cudabuf *b, struct cudaev *const *wait, size_t nwait,
+		   uint64_t off, void *dst, size_t len)
 {
 	struct cuda *cu = bt->cu;
 	struct cudadev *dv = &cu->devs[b->dev];
@@ -586,8 +587,9 @@ int cuda_batch_d2h(struct cuda_batch *bt, const struct cudabuf *b, struct cudaev
 	if (off > b->nbytes || len > b->nbytes - off) {
 		if (bt->err == 0) {
 			bt->err = -ERANGE;
-			snprintf(bt->msg, sizeof(bt->msg), "copy of [%" PRIu64 ", +%zu) outside the %" PRIu64 "-byte buffer",
-				 off, len, b->nbytes);
+			snprintf(bt->msg, sizeof(bt->msg),
+				 "copy of [%" PRIu64 ", +%zu) outside the %" PRIu64 "-byte buffer", off, len,
+				 b->nbytes);
 		}
 		return bt->err;
 	}
@@ -597,7 +599,8 @@ int cuda_batch_d2h(struct cuda_batch *bt, const struct cudabuf *b, struct cudaev
 			return batch_fail(bt, b->dev, "cuCtxSetCurrent", r);
 		/* Wait for the trainer's last write to this device. */
 		for (size_t i = 0; i < nwait; i++)
-			if (wait[i]->dev == b->dev && (r = cu->drv.cuStreamWaitEvent(s, wait[i]->ev, 0)) != CUDA_SUCCESS)
+			if (wait[i]->dev == b->dev &&
+			    (r = cu->drv.cuStreamWaitEvent(s, wait[i]->ev, 0)) != CUDA_SUCCESS)
 				return batch_fail(bt, b->dev, "cuStreamWaitEvent", r);
 	} else if ((r = cu->drv.cuCtxSetCurrent(dv->ctx)) != CUDA_SUCCESS) {
 		return batch_fail(bt, b->dev, "cuCtxSetCurrent", r);
@@ -667,56 +670,116 @@ struct cuda *cuda_open(unsigned nstreams, char *why, size_t whylen)
 	snprintf(why, whylen, "ckptd was built without CUDA headers");
 	return NULL;
 }
-void cuda_close(struct cuda *cu) { (void)cu; }
+void cuda_close(struct cuda *cu)
+{
+	(void)cu;
+}
 int cuda_register_pool(struct cuda *cu, void *base, size_t bytes, char *err, size_t errlen)
 {
-	(void)cu; (void)base; (void)bytes; (void)err; (void)errlen;
-	return -ENOTSUP;
-}
-void cuda_describe(const struct cuda *cu, char *buf, size_t len) { (void)cu; snprintf(buf, len, "off"); }
-int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, uint64_t offset,
-		    uint64_t nbytes, struct cudabuf **out, char *err, size_t errlen)
-{
-	(void)cu; (void)uuid; (void)handle; (void)offset; (void)nbytes; (void)out; (void)err; (void)errlen;
-	return -ENOTSUP;
-}
-int cuda_import_vmm(struct cuda *cu, const uint8_t *uuid, int *fds, const uint64_t *sizes, size_t n,
-		    uint64_t offset, uint64_t nbytes, struct cudabuf **out, char *err, size_t errlen)
-{
-	(void)cu; (void)uuid; (void)fds; (void)sizes; (void)n; (void)offset; (void)nbytes; (void)out; (void)err;
+	(void)cu;
+	(void)base;
+	(void)bytes;
+	(void)err;
 	(void)errlen;
 	return -ENOTSUP;
 }
-void cudabuf_free(struct cudabuf *b) { (void)b; }
-const uint8_t *cudabuf_uuid(const struct cudabuf *b) { (void)b; return NULL; }
-int cuda_event_get(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, struct cudaev **out,
-		   char *err, size_t errlen)
+void cuda_describe(const struct cuda *cu, char *buf, size_t len)
 {
-	(void)cu; (void)uuid; (void)handle; (void)out; (void)err; (void)errlen;
+	(void)cu;
+	snprintf(buf, len, "off");
+}
+int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, uint64_t offset, uint64_t nbytes,
+		    struct cudabuf **out, char *err, size_t errlen)
+{
+	(void)cu;
+	(void)uuid;
+	(void)handle;
+	(void)offset;
+	(void)nbytes;
+	(void)out;
+	(void)err;
+	(void)errlen;
 	return -ENOTSUP;
 }
-void cuda_event_put(struct cudaev *e) { (void)e; }
-const uint8_t *cuda_event_uuid(const struct cudaev *e) { (void)e; return NULL; }
+int cuda_import_vmm(struct cuda *cu, const uint8_t *uuid, int *fds, const uint64_t *sizes, size_t n, uint64_t offset,
+		    uint64_t nbytes, struct cudabuf **out, char *err, size_t errlen)
+{
+	(void)cu;
+	(void)uuid;
+	(void)fds;
+	(void)sizes;
+	(void)n;
+	(void)offset;
+	(void)nbytes;
+	(void)out;
+	(void)err;
+	(void)errlen;
+	return -ENOTSUP;
+}
+void cudabuf_free(struct cudabuf *b)
+{
+	(void)b;
+}
+const uint8_t *cudabuf_uuid(const struct cudabuf *b)
+{
+	(void)b;
+	return NULL;
+}
+int cuda_event_get(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, struct cudaev **out, char *err,
+		   size_t errlen)
+{
+	(void)cu;
+	(void)uuid;
+	(void)handle;
+	(void)out;
+	(void)err;
+	(void)errlen;
+	return -ENOTSUP;
+}
+void cuda_event_put(struct cudaev *e)
+{
+	(void)e;
+}
+const uint8_t *cuda_event_uuid(const struct cudaev *e)
+{
+	(void)e;
+	return NULL;
+}
 void cuda_batch_begin(struct cuda_batch *bt, struct cuda *cu, unsigned worker)
 {
-	(void)cu; (void)worker;
+	(void)cu;
+	(void)worker;
 	bt->err = -ENOTSUP;
 }
-int cuda_batch_d2h(struct cuda_batch *bt, const struct cudabuf *b, struct cudaev *const *wait,
-		   size_t nwait, uint64_t off, void *dst, size_t len)
+int cuda_batch_d2h(struct cuda_batch *bt, const struct cudabuf *b, struct cudaev *const *wait, size_t nwait,
+		   uint64_t off, void *dst, size_t len)
 {
-	(void)b; (void)wait; (void)nwait; (void)off; (void)dst; (void)len;
+	(void)b;
+	(void)wait;
+	(void)nwait;
+	(void)off;
+	(void)dst;
+	(void)len;
 	return bt->err;
 }
-int cuda_batch_finish(struct cuda_batch *bt) { return bt->err; }
+int cuda_batch_finish(struct cuda_batch *bt)
+{
+	return bt->err;
+}
 int cuda_write(const struct cudabuf *b, uint64_t off, const void *src, size_t len)
 {
-	(void)b; (void)off; (void)src; (void)len;
+	(void)b;
+	(void)off;
+	(void)src;
+	(void)len;
 	return -ENOTSUP;
 }
 int cuda_read(const struct cudabuf *b, uint64_t off, void *dst, size_t len)
 {
-	(void)b; (void)off; (void)dst; (void)len;
+	(void)b;
+	(void)off;
+	(void)dst;
+	(void)len;
 	return -ENOTSUP;
 }
 #endif /* CKPT_HAVE_CUDA */

@@ -32,18 +32,18 @@ void cuda_describe(const struct cuda *cu, char *buf, size_t len);
 
 /* Import a trainer buffer. 0, or -errno with err saying what failed:
  * -ENODEV for a UUID no device here has, -EIO when the driver refuses. */
-int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, uint64_t offset,
-		    uint64_t nbytes, struct cudabuf **out, char *err, size_t errlen);
+int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, uint64_t offset, uint64_t nbytes,
+		    struct cudabuf **out, char *err, size_t errlen);
 /* Takes ownership of fds (closed in every case). */
-int cuda_import_vmm(struct cuda *cu, const uint8_t *uuid, int *fds, const uint64_t *sizes, size_t n,
-		    uint64_t offset, uint64_t nbytes, struct cudabuf **out, char *err, size_t errlen);
+int cuda_import_vmm(struct cuda *cu, const uint8_t *uuid, int *fds, const uint64_t *sizes, size_t n, uint64_t offset,
+		    uint64_t nbytes, struct cudabuf **out, char *err, size_t errlen);
 void cudabuf_free(struct cudabuf *b);
 const uint8_t *cudabuf_uuid(const struct cudabuf *b);
 
 /* An interprocess event from a Save, opened once per (UUID, handle) and
  * shared by refcount. */
-int cuda_event_get(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, struct cudaev **out,
-		   char *err, size_t errlen);
+int cuda_event_get(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, struct cudaev **out, char *err,
+		   size_t errlen);
 void cuda_event_put(struct cudaev *e);
 const uint8_t *cuda_event_uuid(const struct cudaev *e);
 
@@ -60,8 +60,8 @@ struct cuda_batch {
 void cuda_batch_begin(struct cuda_batch *bt, struct cuda *cu, unsigned worker);
 /* Queue [off, off+len) of b into dst; wait: the save's events (any
  * order), of which the one for b's device is waited on. */
-int cuda_batch_d2h(struct cuda_batch *bt, const struct cudabuf *b, struct cudaev *const *wait,
-		   size_t nwait, uint64_t off, void *dst, size_t len);
+int cuda_batch_d2h(struct cuda_batch *bt, const struct cudabuf *b, struct cudaev *const *wait, size_t nwait,
+		   uint64_t off, void *dst, size_t len);
 /* Wait for every queued copy. 0, or the first error (bt->msg says it). */
 int cuda_batch_finish(struct cuda_batch *bt);
 

@@ -15,8 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int hostbuf_open(int fd, uint64_t id, uint64_t nbytes, struct hostbuf **out,
-		 char *err, size_t errlen)
+int hostbuf_open(int fd, uint64_t id, uint64_t nbytes, struct hostbuf **out, char *err, size_t errlen)
 {
 	/* F_GET_SEALS answers from the kernel and only for shmem (memfd,
 	 * /dev/shm) and hugetlbfs files: anything else (a FUSE or NFS file

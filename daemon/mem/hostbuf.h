@@ -12,20 +12,19 @@
 #include <stdint.h>
 
 struct hostbuf {
-	unsigned refs;       /* loop thread only */
+	unsigned refs; /* loop thread only */
 	uint64_t id;
 	int fd;
 	uint64_t nbytes;
 	bool sealed;
-	uint8_t *map;        /* shared, read-write; NULL: use pread/pwrite */
+	uint8_t *map;         /* shared, read-write; NULL: use pread/pwrite */
 	struct cudabuf *cuda; /* a device buffer: fd -1, map NULL */
 };
 
 struct cudabuf;
 
 /* Takes ownership of fd (closed on failure too). */
-int hostbuf_open(int fd, uint64_t id, uint64_t nbytes, struct hostbuf **out,
-		 char *err, size_t errlen);
+int hostbuf_open(int fd, uint64_t id, uint64_t nbytes, struct hostbuf **out, char *err, size_t errlen);
 /* Wrap an imported device buffer; takes ownership of cb. */
 int hostbuf_from_cuda(struct cudabuf *cb, uint64_t id, uint64_t nbytes, struct hostbuf **out);
 struct hostbuf *hostbuf_ref(struct hostbuf *b);

@@ -32,8 +32,7 @@ int pool_init(struct pool *p, uint64_t bytes, uint64_t chunk_bytes)
 		pool_fini(p);
 		return -ENOMEM;
 	}
-	void *m = mmap(NULL, p->bytes, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *m = mmap(NULL, p->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (m == MAP_FAILED) {
 		int e = errno;
 		pool_fini(p);

@@ -28,7 +28,7 @@ struct pool {
 	uint64_t slot_bytes; /* chunk_bytes / slots */
 	uint32_t slots;      /* per chunk: POOL_SLOTS, or 1 when a slot would not be page-aligned */
 	uint32_t nchunks;
-	uint32_t nfree;      /* chunks with no slot in use */
+	uint32_t nfree;       /* chunks with no slot in use */
 	uint32_t *free_stack; /* indices of free chunks */
 	uint64_t *used;       /* per chunk: a bit per slot in use */
 	uint64_t used_slots;

@@ -175,7 +175,11 @@ static void respond(struct http_conn *c, int code, const char *ctype, const char
 	char head[256];
 	int hl = snprintf(head, sizeof(head),
 			  "HTTP/1.0 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-			  code, code == 200 ? "OK" : code == 404 ? "Not Found" : "Bad Request", ctype, blen);
+			  code,
+			  code == 200   ? "OK"
+			  : code == 404 ? "Not Found"
+					: "Bad Request",
+			  ctype, blen);
 	c->resp = malloc((size_t)hl + blen);
 	if (c->resp == NULL) {
 		conn_close(c);

@@ -29,23 +29,22 @@ const struct status_col status_cols[ST_NCOLS] = {
 				       "source=\"memory\"" },
 	[ST_BYTES_RESTORED_STORAGE] = { "bytes_restored_storage", "Bytes restored from storage.", ST_COUNTER,
 					ST_UNIT_BYTES, METRIC, "ckptd_bytes_restored_total", "source=\"storage\"" },
-	[ST_BYTES_RESTORED] = { "bytes_restored", "Bytes restored, from memory and storage.", ST_COUNTER,
-				ST_UNIT_BYTES, REPLY | METRIC, "ckptd_bytes_restored_total", .sum = true },
+	[ST_BYTES_RESTORED] = { "bytes_restored", "Bytes restored, from memory and storage.", ST_COUNTER, ST_UNIT_BYTES,
+				REPLY | METRIC, "ckptd_bytes_restored_total", .sum = true },
 	[ST_RESTORES_FROM_MEMORY] = { "restores_from_memory", "Loads served, by where all their bytes came from.",
 				      ST_COUNTER, ST_UNIT_COUNT, REPLY | METRIC, "ckptd_restores_total",
 				      "source=\"memory\"" },
 	[ST_RESTORES_FROM_STORAGE] = { "restores_from_storage", "Loads not served wholly from memory.", ST_COUNTER,
 				       ST_UNIT_COUNT, REPLY | METRIC, "ckptd_restores_total", "source=\"storage\"" },
-	[ST_SAVE_STALL] = { "save_stall", "Time from a save request to staged (the trainer's stall).",
-			    ST_HISTOGRAM, ST_UNIT_SECONDS, METRIC, "ckptd_save_stall_seconds",
+	[ST_SAVE_STALL] = { "save_stall", "Time from a save request to staged (the trainer's stall).", ST_HISTOGRAM,
+			    ST_UNIT_SECONDS, METRIC, "ckptd_save_stall_seconds",
 			    .hist = offsetof(struct status, save_stall) },
-	[ST_SAVE_DURABLE] = { "save_durable", "Time from a save request to durable.", ST_HISTOGRAM,
-			      ST_UNIT_SECONDS, METRIC, "ckptd_save_durable_seconds",
-			      .hist = offsetof(struct status, save_durable) },
-	[ST_POOL_BYTES] = { "pool_bytes", "Size of the staging pool.", ST_GAUGE, ST_UNIT_BYTES,
-			    REPLY | METRIC | LINE, "ckptd_pool_bytes" },
-	[ST_POOL_USED_BYTES] = { "pool_used_bytes", "Pool bytes in use, memory tier included.", ST_GAUGE,
-				 ST_UNIT_BYTES, REPLY | METRIC | LINE, "ckptd_pool_used_bytes" },
+	[ST_SAVE_DURABLE] = { "save_durable", "Time from a save request to durable.", ST_HISTOGRAM, ST_UNIT_SECONDS,
+			      METRIC, "ckptd_save_durable_seconds", .hist = offsetof(struct status, save_durable) },
+	[ST_POOL_BYTES] = { "pool_bytes", "Size of the staging pool.", ST_GAUGE, ST_UNIT_BYTES, REPLY | METRIC | LINE,
+			    "ckptd_pool_bytes" },
+	[ST_POOL_USED_BYTES] = { "pool_used_bytes", "Pool bytes in use, memory tier included.", ST_GAUGE, ST_UNIT_BYTES,
+				 REPLY | METRIC | LINE, "ckptd_pool_used_bytes" },
 	[ST_POOL_HELD_BYTES] = { "pool_held_bytes", "Pool bytes held as the memory tier.", ST_GAUGE, ST_UNIT_BYTES,
 				 REPLY | METRIC, "ckptd_pool_held_bytes" },
 	[ST_INFLIGHT_SAVES] = { "inflight_saves", "Saves admitted and not yet durable or failed.", ST_GAUGE,
@@ -68,16 +67,18 @@ const struct status_col status_cols[ST_NCOLS] = {
 				    .backend = true },
 	[ST_STORE_RETRIES] = { "store_retries", "Storage requests retried.", ST_COUNTER, ST_UNIT_COUNT, METRIC,
 			       "ckptd_store_retries_total", .backend = true },
-	[ST_STORE_FAILURES] = { "store_failures", "Uploads that failed in storage.", ST_COUNTER, ST_UNIT_COUNT,
-				METRIC, "ckptd_store_failures_total", .backend = true },
+	[ST_STORE_FAILURES] = { "store_failures", "Uploads that failed in storage.", ST_COUNTER, ST_UNIT_COUNT, METRIC,
+				"ckptd_store_failures_total", .backend = true },
 	[ST_MANIFEST_READS] = { "manifest_reads", "Manifests read from storage (GETs), by any path.", ST_COUNTER,
 				ST_UNIT_COUNT, METRIC, "ckptd_manifest_reads_total", .backend = true },
-	[ST_STEP_INDEX_READS] = { "step_index_reads", "Step indexes read from storage (GETs), for show of a whole step.",
-				  ST_COUNTER, ST_UNIT_COUNT, METRIC, "ckptd_step_index_reads_total", .backend = true },
+	[ST_STEP_INDEX_READS] = { "step_index_reads",
+				  "Step indexes read from storage (GETs), for show of a whole step.", ST_COUNTER,
+				  ST_UNIT_COUNT, METRIC, "ckptd_step_index_reads_total", .backend = true },
 	[ST_STEP_INDEX_WRITES] = { "step_index_writes", "Step indexes this daemon tried to create (PUTs).", ST_COUNTER,
 				   ST_UNIT_COUNT, METRIC, "ckptd_step_index_writes_total", .backend = true },
 	[ST_MANIFEST_CACHE_HITS] = { "manifest_cache_hits",
-				     "Manifest reads of pinned steps served by the cache (kept, or shared with a read in flight).",
+				     "Manifest reads of pinned steps served by the cache (kept, or shared with a read "
+				     "in flight).",
 				     ST_COUNTER, ST_UNIT_COUNT, METRIC, "ckptd_manifest_cache_hits_total" },
 	[ST_MANIFEST_CACHE_MISSES] = { "manifest_cache_misses", "Manifest reads of pinned steps the cache fetched.",
 				       ST_COUNTER, ST_UNIT_COUNT, METRIC, "ckptd_manifest_cache_misses_total" },
@@ -91,8 +92,8 @@ const struct status_col status_cols[ST_NCOLS] = {
 				 ST_UNIT_COUNT, REPLY | METRIC, "ckptd_recovered_files" },
 	[ST_UPTIME_NS] = { "uptime_ns", "Seconds since start.", ST_GAUGE, ST_UNIT_NS, REPLY | METRIC,
 			   "ckptd_uptime_seconds" },
-	[ST_CHUNK_BYTES] = { "chunk_bytes", "Size of one staging pool chunk.", ST_GAUGE, ST_UNIT_BYTES,
-			     REPLY | METRIC, "ckptd_chunk_bytes" },
+	[ST_CHUNK_BYTES] = { "chunk_bytes", "Size of one staging pool chunk.", ST_GAUGE, ST_UNIT_BYTES, REPLY | METRIC,
+			     "ckptd_chunk_bytes" },
 	[ST_RECLAIMED_BYTES] = { "reclaimed_bytes", "Memory-tier bytes dropped to make room for saves.", ST_COUNTER,
 				 ST_UNIT_BYTES, REPLY | METRIC, "ckptd_reclaimed_bytes_total" },
 	[ST_CPU_NS] = { "cpu_ns", "User and system CPU time of ckptd.", ST_COUNTER, ST_UNIT_NS, REPLY | METRIC,
@@ -170,13 +171,16 @@ int status_snapshot(const struct daemon *d, struct status *st)
 	/* Every number is filled even when the list cannot be. */
 	st->held = calloc(d->nheld ? d->nheld : 1, sizeof(*st->held));
 	const struct save *sv;
-	TAILQ_FOREACH(sv, &d->held, link) {
+	TAILQ_FOREACH (sv, &d->held, link) {
 		v[ST_POOL_HELD_BYTES] += sv->pool_bytes;
 		if (st->held == NULL || st->nheld == d->nheld)
 			continue;
-		st->held[st->nheld++] = (struct status_held){ .job = sv->job, .attempt = sv->attempt,
-							      .rank = sv->rank, .world_size = sv->world_size,
-							      .step = sv->step, .bytes = sv->shard_bytes };
+		st->held[st->nheld++] = (struct status_held){ .job = sv->job,
+							      .attempt = sv->attempt,
+							      .rank = sv->rank,
+							      .world_size = sv->world_size,
+							      .step = sv->step,
+							      .bytes = sv->shard_bytes };
 	}
 	return st->held ? 0 : -ENOMEM;
 }
@@ -194,8 +198,8 @@ int status_reply_fill(const struct status *st, Ckpt__StatusReply *rep)
 		const struct status_col *c = &status_cols[i];
 		if (!(c->views & SV_REPLY))
 			continue;
-		const ProtobufCFieldDescriptor *fd =
-			protobuf_c_message_descriptor_get_field_by_name(&ckpt__status_reply__descriptor, c->name);
+		const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field_by_name(
+			&ckpt__status_reply__descriptor, c->name);
 		assert(fd != NULL && fd->label != PROTOBUF_C_LABEL_REPEATED);
 		void *p = (char *)rep + fd->offset;
 		if (fd->type == PROTOBUF_C_TYPE_UINT32)
@@ -242,8 +246,9 @@ void status_reply_free(Ckpt__StatusReply *rep)
 void status_line_render(const struct status *st, char *buf, size_t len)
 {
 	const uint64_t *v = st->v;
-	snprintf(buf, len, "STATUS=%" PRIu64 " sessions, pool %" PRIu64 "/%" PRIu64 " MiB used (%" PRIu64
-		 " held), %" PRIu64 " saves in flight, %" PRIu64 " waiting",
+	snprintf(buf, len,
+		 "STATUS=%" PRIu64 " sessions, pool %" PRIu64 "/%" PRIu64 " MiB used (%" PRIu64 " held), %" PRIu64
+		 " saves in flight, %" PRIu64 " waiting",
 		 v[ST_SESSIONS], v[ST_POOL_USED_BYTES] >> 20, v[ST_POOL_BYTES] >> 20, v[ST_HELD_COPIES],
 		 v[ST_INFLIGHT_SAVES], v[ST_WAITING_SAVES]);
 }

@@ -57,8 +57,17 @@ enum status_col_id {
 	ST_NCOLS
 };
 
-enum status_kind { ST_COUNTER, ST_GAUGE, ST_HISTOGRAM };
-enum status_unit { ST_UNIT_COUNT, ST_UNIT_BYTES, ST_UNIT_NS, ST_UNIT_SECONDS };
+enum status_kind {
+	ST_COUNTER,
+	ST_GAUGE,
+	ST_HISTOGRAM
+};
+enum status_unit {
+	ST_UNIT_COUNT,
+	ST_UNIT_BYTES,
+	ST_UNIT_NS,
+	ST_UNIT_SECONDS
+};
 
 /* The views a column appears in. */
 enum status_view {
@@ -68,8 +77,8 @@ enum status_view {
 };
 
 struct status_col {
-	const char *name;   /* snake_case; the StatusReply field when SV_REPLY */
-	const char *help;   /* the first column of a family gives the family's HELP */
+	const char *name; /* snake_case; the StatusReply field when SV_REPLY */
+	const char *help; /* the first column of a family gives the family's HELP */
 	enum status_kind kind;
 	enum status_unit unit; /* ST_UNIT_NS: Prometheus shows seconds */
 	unsigned views;
@@ -92,15 +101,15 @@ struct status_held {
 struct status {
 	uint64_t v[ST_NCOLS];
 	struct histogram save_stall, save_durable;
-	uint64_t requests[STATS_MSG_SLOTS]; /* ST_REQUESTS, by Frame body case */
+	uint64_t requests[STATS_MSG_SLOTS];        /* ST_REQUESTS, by Frame body case */
 	const char *request_name[STATS_MSG_SLOTS]; /* NULL: not a request */
-	const char *backend;                /* "file", ... (borrowed) */
+	const char *backend;                       /* "file", ... (borrowed) */
 	char storage[1400];
 	char cuda[512];
 	uint32_t nrecovered;
-	char *recovered[RECOVERED_LIST];    /* borrowed from the daemon's stats */
+	char *recovered[RECOVERED_LIST]; /* borrowed from the daemon's stats */
 	uint32_t nheld;
-	struct status_held *held;           /* malloc'd */
+	struct status_held *held; /* malloc'd */
 };
 
 /* Fill st from the daemon, each value computed once. Strings are borrowed:

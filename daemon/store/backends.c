@@ -54,7 +54,10 @@ int store_check_options(const char *url, const char *opts, char *err, size_t err
 	for (size_t i = 0; i < NSCHEMES && l < sizeof(list); i++) {
 		if (!schemes[i].options)
 			continue;
-		l += (size_t)snprintf(list + l, sizeof(list) - l, "%s%s://", k == 0 ? "" : k + 1 < n ? ", " : " and ",
+		l += (size_t)snprintf(list + l, sizeof(list) - l, "%s%s://",
+				      k == 0      ? ""
+				      : k + 1 < n ? ", "
+						  : " and ",
 				      schemes[i].scheme);
 		k++;
 	}

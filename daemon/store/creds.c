@@ -19,7 +19,15 @@
 #define REFRESH_MARGIN_S 300
 #define CRED_RESP_MAX (64u << 10)
 
-enum kind { K_ENV = 1, K_FILE, K_WEBID, K_IMDS, K_GCE, K_SA, K_HMAC };
+enum kind {
+	K_ENV = 1,
+	K_FILE,
+	K_WEBID,
+	K_IMDS,
+	K_GCE,
+	K_SA,
+	K_HMAC
+};
 
 static int copy(char *dst, size_t len, const char *src)
 {
@@ -69,8 +77,13 @@ static int fetch(struct creds_provider *p, const char *method, const char *url, 
 {
 	struct iovec iov = { (void *)body, body ? strlen(body) : 0 };
 	/* Short: a metadata server that is not there must not hold up start. */
-	struct http_req r = { .method = method, .url = url, .headers = headers, .body = body ? &iov : NULL,
-			      .nbody = body ? 1 : 0, .resp_max = CRED_RESP_MAX, .timeout_ms = 5000 };
+	struct http_req r = { .method = method,
+			      .url = url,
+			      .headers = headers,
+			      .body = body ? &iov : NULL,
+			      .nbody = body ? 1 : 0,
+			      .resp_max = CRED_RESP_MAX,
+			      .timeout_ms = 5000 };
 	struct http_req *rp = &r;
 	*resp = NULL;
 	int rc = http_run(p->http, &rp, 1);
@@ -179,8 +192,10 @@ static int web_identity(struct creds_provider *p, struct creds *c, char *err, si
 	int r = -ENOMEM;
 	if (body && et && (r = urlenc(trim(tok), et, 3 * 16384 + 1)) == 0 && (r = urlenc(role, er, sizeof(er))) == 0 &&
 	    (r = urlenc(sess, es, sizeof(es))) == 0)
-		snprintf(body, cap, "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=%s&RoleSessionName=%s"
-			 "&WebIdentityToken=%s", er, es, et);
+		snprintf(body, cap,
+			 "Action=AssumeRoleWithWebIdentity&Version=2011-06-15&RoleArn=%s&RoleSessionName=%s"
+			 "&WebIdentityToken=%s",
+			 er, es, et);
 	OPENSSL_cleanse(tok, strlen(tok));
 	free(tok);
 	free(et);
@@ -213,9 +228,9 @@ static int web_identity(struct creds_provider *p, struct creds *c, char *err, si
 	const char *ak = xml_first(&d, "Credentials/AccessKeyId"), *sk = xml_first(&d, "Credentials/SecretAccessKey");
 	const char *st2 = xml_first(&d, "Credentials/SessionToken"), *ex = xml_first(&d, "Credentials/Expiration");
 	r = ak && sk ? 0 : -EPROTO;
-	if (r == 0 && (copy(c->access_key, sizeof(c->access_key), ak) < 0 ||
-		       copy(c->secret_key, sizeof(c->secret_key), sk) < 0 ||
-		       copy(c->token, sizeof(c->token), st2 ? st2 : "") < 0))
+	if (r == 0 &&
+	    (copy(c->access_key, sizeof(c->access_key), ak) < 0 || copy(c->secret_key, sizeof(c->secret_key), sk) < 0 ||
+	     copy(c->token, sizeof(c->token), st2 ? st2 : "") < 0))
 		r = -EPROTO;
 	c->expires = parse_iso8601(ex);
 	xml_free(&d);
@@ -260,8 +275,9 @@ static int imds(struct creds_provider *p, struct creds *c, char *err, size_t err
 		OPENSSL_cleanse(js, strlen(js));
 	free(js);
 	int r = o && json_str(o, "AccessKeyId", c->access_key, sizeof(c->access_key)) == 0 &&
-			json_str(o, "SecretAccessKey", c->secret_key, sizeof(c->secret_key)) == 0
-		? 0 : -EPROTO;
+				json_str(o, "SecretAccessKey", c->secret_key, sizeof(c->secret_key)) == 0
+			? 0
+			: -EPROTO;
 	if (r == 0) {
 		json_str(o, "Token", c->token, sizeof(c->token));
 		char ex[64] = "";
@@ -337,8 +353,9 @@ static int load_service_account(struct creds_provider *p, const char *path, char
 	free(js);
 	char key[8192];
 	int r = o && json_str(o, "client_email", p->sa_email, sizeof(p->sa_email)) == 0 &&
-			json_str(o, "private_key", key, sizeof(key)) == 0
-		? 0 : -EINVAL;
+				json_str(o, "private_key", key, sizeof(key)) == 0
+			? 0
+			: -EINVAL;
 	if (r == 0 && json_str(o, "token_uri", p->token_uri, sizeof(p->token_uri)) < 0)
 		snprintf(p->token_uri, sizeof(p->token_uri), "https://oauth2.googleapis.com/token");
 	json_object_put(o);
@@ -408,16 +425,11 @@ static int fetch_kind(struct creds_provider *p, struct creds *c, char *err, size
 {
 	memset(c, 0, sizeof(*c));
 	switch (p->kind) {
-	case K_WEBID:
-		return web_identity(p, c, err, errlen);
-	case K_IMDS:
-		return imds(p, c, err, errlen);
-	case K_GCE:
-		return gce_metadata(p, c, err, errlen);
-	case K_SA:
-		return service_account(p, c, err, errlen);
-	default:
-		return -EINVAL;
+	case K_WEBID: return web_identity(p, c, err, errlen);
+	case K_IMDS: return imds(p, c, err, errlen);
+	case K_GCE: return gce_metadata(p, c, err, errlen);
+	case K_SA: return service_account(p, c, err, errlen);
+	default: return -EINVAL;
 	}
 }
 
@@ -486,8 +498,10 @@ static int chain_aws(struct creds_provider *p, char *err, size_t errlen)
 	r = fetch_kind(p, c, e2, sizeof(e2));
 	if (r == 0)
 		return 0;
-	snprintf(err, errlen, "no AWS credentials: not in the environment (AWS_ACCESS_KEY_ID), %s, no web "
-		 "identity (AWS_WEB_IDENTITY_TOKEN_FILE), %s", e1, e2);
+	snprintf(err, errlen,
+		 "no AWS credentials: not in the environment (AWS_ACCESS_KEY_ID), %s, no web "
+		 "identity (AWS_WEB_IDENTITY_TOKEN_FILE), %s",
+		 e1, e2);
 	return -ENOENT;
 }
 
@@ -511,13 +525,15 @@ static int chain_gcs(struct creds_provider *p, char *err, size_t errlen)
 		p->kind = K_SA;
 		return fetch_kind(p, c, err, errlen);
 	}
-	if ((r = static_aws(c, "GCS_HMAC_ACCESS_KEY_ID", "GCS_HMAC_SECRET", NULL, "HMAC key (GCS_HMAC_ACCESS_KEY_ID)")) !=
-	    -ENOENT) {
+	if ((r = static_aws(c, "GCS_HMAC_ACCESS_KEY_ID", "GCS_HMAC_SECRET", NULL,
+			    "HMAC key (GCS_HMAC_ACCESS_KEY_ID)")) != -ENOENT) {
 		p->kind = K_HMAC;
 		return too_long(r, err, errlen);
 	}
-	snprintf(err, errlen, "no GCS credentials: %s, no service-account key (GOOGLE_APPLICATION_CREDENTIALS), "
-		 "no HMAC key (GCS_HMAC_ACCESS_KEY_ID)", e1);
+	snprintf(err, errlen,
+		 "no GCS credentials: %s, no service-account key (GOOGLE_APPLICATION_CREDENTIALS), "
+		 "no HMAC key (GCS_HMAC_ACCESS_KEY_ID)",
+		 e1);
 	return -ENOENT;
 }
 

@@ -28,23 +28,23 @@
 struct http;
 
 struct creds {
-	bool bearer;          /* OAuth access token in token; else SigV4 keys */
+	bool bearer; /* OAuth access token in token; else SigV4 keys */
 	char access_key[256];
 	char secret_key[256];
-	char token[4096];     /* session token (SigV4) or access token (bearer) */
-	char source[256];     /* "environment", "IMDSv2 role r" ... */
-	time_t expires;       /* 0: never */
+	char token[4096]; /* session token (SigV4) or access token (bearer) */
+	char source[256]; /* "environment", "IMDSv2 role r" ... */
+	time_t expires;   /* 0: never */
 };
 
 struct creds_provider {
 	pthread_mutex_t mu;
 	struct http *http;
-	int kind;             /* which source of the chain answered */
+	int kind; /* which source of the chain answered */
 	struct creds cur;
-	unsigned fetches;     /* tokens fetched (tests, status) */
-	time_t failed_at;     /* last failed refresh: not retried for 30 s */
+	unsigned fetches; /* tokens fetched (tests, status) */
+	time_t failed_at; /* last failed refresh: not retried for 30 s */
 	char sa_email[256], token_uri[512];
-	char *sa_key_pem;     /* service-account private key */
+	char *sa_key_pem; /* service-account private key */
 	char imds[256], sts[256];
 };
 

@@ -20,7 +20,7 @@ struct http {
 	CURLM *multi;
 	pthread_t thread;
 	bool started;
-	pthread_mutex_t mu;  /* guards queue and stop */
+	pthread_mutex_t mu; /* guards queue and stop */
 	struct xfer *queue;
 	bool stop;
 	struct http_opts o;
@@ -40,7 +40,7 @@ struct xfer {
 	struct batch *b;
 	CURL *easy;
 	struct curl_slist *hdrs;
-	size_t bi, boff;     /* read position in r->body */
+	size_t bi, boff; /* read position in r->body */
 	size_t resp_cap;
 	char errbuf[CURL_ERROR_SIZE];
 };
@@ -71,10 +71,8 @@ bool http_curl_retryable(int c)
 	case CURLE_SSL_CONNECT_ERROR:
 	case CURLE_HTTP2:
 	case CURLE_HTTP2_STREAM:
-	case CURLE_COULDNT_RESOLVE_HOST:
-		return true;
-	default:
-		return false;
+	case CURLE_COULDNT_RESOLVE_HOST: return true;
+	default: return false;
 	}
 }
 
@@ -330,7 +328,7 @@ static int setup(struct xfer *x)
 	CURLcode c = CURLE_OK;
 #define SET(opt, val) \
 	if (c == CURLE_OK) \
-		c = curl_easy_setopt(e, opt, val)
+	c = curl_easy_setopt(e, opt, val)
 	SET(CURLOPT_URL, r->url);
 	SET(CURLOPT_PRIVATE, (char *)x);
 	SET(CURLOPT_ERRORBUFFER, x->errbuf);

@@ -17,34 +17,34 @@
 struct http;
 
 struct http_opts {
-	unsigned max_conns;         /* per host, in parallel */
+	unsigned max_conns; /* per host, in parallel */
 	unsigned connect_timeout_ms;
-	unsigned low_speed_time_s;  /* abort a transfer slower than 1 KiB/s this long */
-	const char *ca_bundle;      /* NULL: the system's */
-	bool insecure;              /* tests only: no TLS verification */
+	unsigned low_speed_time_s; /* abort a transfer slower than 1 KiB/s this long */
+	const char *ca_bundle;     /* NULL: the system's */
+	bool insecure;             /* tests only: no TLS verification */
 };
 
 struct http_req {
 	/* In. */
-	const char *method;         /* GET, PUT, POST, DELETE, HEAD */
+	const char *method; /* GET, PUT, POST, DELETE, HEAD */
 	const char *url;
 	const char *const *headers; /* "Name: value", NULL-terminated */
 	const struct iovec *body;   /* PUT/POST body in slices; may be NULL */
 	size_t nbody;
-	void *dst;                  /* GET into this buffer (exactly dst_len bytes) */
+	void *dst; /* GET into this buffer (exactly dst_len bytes) */
 	size_t dst_len;
-	size_t resp_max;            /* else GET into resp, at most this many bytes */
-	unsigned timeout_ms;        /* whole request; 0: none (the low-speed limit applies) */
+	size_t resp_max;     /* else GET into resp, at most this many bytes */
+	unsigned timeout_ms; /* whole request; 0: none (the low-speed limit applies) */
 	/* Out. */
-	long status;                /* HTTP status, 0 if none */
-	int curl_code;              /* CURLcode, 0 on a completed exchange */
+	long status;   /* HTTP status, 0 if none */
+	int curl_code; /* CURLcode, 0 on a completed exchange */
 	char curl_err[256];
-	char *resp;                 /* malloc'd body (error bodies too, capped) */
+	char *resp; /* malloc'd body (error bodies too, capped) */
 	size_t resp_len;
-	size_t got;                 /* bytes written into dst */
-	bool overflow;              /* the body was larger than dst_len/resp_max */
+	size_t got;    /* bytes written into dst */
+	bool overflow; /* the body was larger than dst_len/resp_max */
 	char etag[160];
-	int64_t content_length;     /* from the answer's header, -1 if none */
+	int64_t content_length; /* from the answer's header, -1 if none */
 	/* Engine-private. */
 	void *priv;
 };

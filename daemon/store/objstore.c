@@ -52,16 +52,16 @@ struct objstore {
 	const struct objstore_dialect *d;
 	struct http *http;
 	char bucket[256];
-	char prefix[512];     /* no leading or trailing '/'; may be "" */
-	char scheme[8];       /* "https" or "http" */
-	char host[512];       /* endpoint host[:port] */
+	char prefix[512]; /* no leading or trailing '/'; may be "" */
+	char scheme[8];   /* "https" or "http" */
+	char host[512];   /* endpoint host[:port] */
 	char region[64];
 	bool path_style;
 	uint64_t part_size;
 	unsigned concurrency;
 	bool sign_payload;
 	unsigned max_attempts, base_ms, cap_ms;
-	char list_page[16];   /* names per listing page; "" for the server's 1000 */
+	char list_page[16]; /* names per listing page; "" for the server's 1000 */
 	struct creds_provider cp;
 	bool have_cp;
 };
@@ -169,9 +169,16 @@ int objstore_sign_sigv4(const struct objstore_sign *q)
 		sh[nsh++] = (struct sigv4_header){ "x-amz-security-token", cr->token };
 	for (size_t i = 0; i < q->nextra; i++)
 		sh[nsh++] = q->extra[i];
-	struct sigv4_request sr = { .method = q->method, .path = q->path, .query = q->query, .nquery = q->nquery,
-				    .headers = sh, .nheaders = nsh, .payload_sha256 = ph, .amz_date = date,
-				    .region = q->region, .service = "s3" };
+	struct sigv4_request sr = { .method = q->method,
+				    .path = q->path,
+				    .query = q->query,
+				    .nquery = q->nquery,
+				    .headers = sh,
+				    .nheaders = nsh,
+				    .payload_sha256 = ph,
+				    .amz_date = date,
+				    .region = q->region,
+				    .service = "s3" };
 	char auth[1024];
 	if ((r = sigv4_authorization(&sr, cr->access_key, cr->secret_key, auth, sizeof(auth))) < 0)
 		return r;
@@ -212,9 +219,18 @@ static int sign_call(struct objstore *s, const struct creds *cr, struct objstore
 	}
 	if (ul >= sizeof(c->url))
 		return -ENAMETOOLONG;
-	struct objstore_sign sg = { .cr = cr, .method = c->method, .host = host, .path = path, .query = c->query,
-				    .nquery = c->nquery, .extra = c->extra, .nextra = c->nextra, .body = c->body,
-				    .nbody = c->nbody, .region = s->region, .sign_payload = s->sign_payload,
+	struct objstore_sign sg = { .cr = cr,
+				    .method = c->method,
+				    .host = host,
+				    .path = path,
+				    .query = c->query,
+				    .nquery = c->nquery,
+				    .extra = c->extra,
+				    .nextra = c->nextra,
+				    .body = c->body,
+				    .nbody = c->nbody,
+				    .region = s->region,
+				    .sign_payload = s->sign_payload,
 				    .out = &c->h };
 	if ((r = s->d->sign(&sg)) < 0)
 		return r;
@@ -288,26 +304,19 @@ static int judge(struct objstore *s, struct objstore_call *c)
 			xml_free(&d);
 		}
 	}
-	store_set_error("%s: HTTP %ld%s%s%s%s", what, q->status, code[0] ? " " : "", code,
-			msg[0] ? ": " : "", msg);
+	store_set_error("%s: HTTP %ld%s%s%s%s", what, q->status, code[0] ? " " : "", code, msg[0] ? ": " : "", msg);
 	/* Also: a request signed long before it was sent, or credentials that
 	 * expired on the way; the next attempt is signed anew. */
 	if (retryable_status(q->status) || q->status == 401 || !strcmp(code, "SlowDown") ||
 	    !strcmp(code, "RequestTimeout") || !strcmp(code, "RequestTimeTooSkewed") || !strcmp(code, "ExpiredToken"))
 		return 1;
 	switch (q->status) {
-	case 403:
-		return -EACCES;
-	case 404:
-		return -ENOENT;
-	case 412:
-		return -EEXIST; /* a create-only PUT met an existing object */
-	case 416:
-		return -ENODATA;
-	case 400:
-		return -EINVAL;
-	default:
-		return -EIO;
+	case 403: return -EACCES;
+	case 404: return -ENOENT;
+	case 412: return -EEXIST; /* a create-only PUT met an existing object */
+	case 416: return -ENODATA;
+	case 400: return -EINVAL;
+	default: return -EIO;
 	}
 }
 
@@ -428,7 +437,7 @@ static int make_parts(const struct objstore *s, const struct iovec *iov, size_t 
 	uint64_t voff = 0;
 	for (size_t k = 0; k < np; k++) {
 		uint64_t want = total - (uint64_t)k * s->part_size < s->part_size ? total - (uint64_t)k * s->part_size
-										   : s->part_size;
+										  : s->part_size;
 		/* Slices: at most the pieces it spans. */
 		size_t cap = 1;
 		for (uint64_t acc = iov[vi].iov_len - voff; acc < want && vi + cap < n; cap++)
@@ -443,8 +452,9 @@ static int make_parts(const struct objstore *s, const struct iovec *iov, size_t 
 				take = want - p[k].len;
 			const uint8_t *base = (const uint8_t *)iov[vi].iov_base + voff;
 			p[k].iov[p[k].niov++] = (struct iovec){ (void *)base, (size_t)take };
-			uint32_t c = (crcs && voff == 0 && take == iov[vi].iov_len) ? crcs[vi]
-											: crc32c_update(0, base, (size_t)take);
+			uint32_t c = (crcs && voff == 0 && take == iov[vi].iov_len)
+					     ? crcs[vi]
+					     : crc32c_update(0, base, (size_t)take);
 			crc = p[k].len ? crc32c_combine(crc, c, take) : c;
 			p[k].len += take;
 			voff += take;
@@ -510,7 +520,8 @@ static bool completed_anyway(struct objstore *s, const char *key, uint64_t total
 	objstore_call_free(&h);
 	if (there)
 		log_warn("%s: CompleteMultipartUpload of %s answered NoSuchUpload, but the object is there with all "
-			 "%" PRIu64 " bytes: an earlier attempt completed it", s->base.url, key, total);
+			 "%" PRIu64 " bytes: an earlier attempt completed it",
+			 s->base.url, key, total);
 	return there;
 }
 
@@ -621,7 +632,7 @@ static int put_single(struct objstore *s, const char *fk, const struct iovec *io
 }
 
 static int obj_write(struct store *base, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs,
-		    bool excl)
+		     bool excl)
 {
 	store_clear_error();
 	struct objstore *s = (struct objstore *)base;
@@ -717,7 +728,6 @@ static int cmp_entry(const void *a, const void *b)
 {
 	return strcmp(((const struct store_entry *)a)->name, ((const struct store_entry *)b)->name);
 }
-
 
 /* The dialect's listing (ListObjectsV2) with delimiter '/', every page:
  * one request per 1000 names (list_page for tests). A key and a common
@@ -1094,8 +1104,9 @@ int objstore_open(const struct store_scheme *row, const char *url, struct store 
 	snprintf(s->base.url, sizeof(s->base.url), "%s://%s%s%s", row->scheme, s->bucket, s->prefix[0] ? "/" : "",
 		 s->prefix);
 	log_info("storage %s: endpoint %s://%s%s, region %s, part size %" PRIu64 " MiB, %u connections, "
-		 "credentials from %s", s->base.url, s->scheme, s->host, s->path_style ? " (path style)" : "",
-		 s->region, s->part_size >> 20, s->concurrency, s->cp.cur.source);
+		 "credentials from %s",
+		 s->base.url, s->scheme, s->host, s->path_style ? " (path style)" : "", s->region, s->part_size >> 20,
+		 s->concurrency, s->cp.cur.source);
 	free(u);
 	*out = &s->base;
 	return 0;

@@ -38,7 +38,7 @@ struct objstore_hdrs {
 /* One logical request; the engine signs it anew for every attempt. */
 struct objstore_call {
 	const char *method;
-	const char *key;          /* object key under the bucket; NULL: the bucket */
+	const char *key; /* object key under the bucket; NULL: the bucket */
 	struct sigv4_header query[6];
 	size_t nquery;
 	struct sigv4_header extra[3]; /* signed headers besides the standard ones */
@@ -48,14 +48,14 @@ struct objstore_call {
 	void *dst;
 	size_t dst_len;
 	size_t resp_max;
-	bool ok_404;              /* 404 is an answer (HEAD, DELETE), not a failure */
-	bool error_in_200;        /* CompleteMultipartUpload: a 200 may carry an <Error> */
-	const char *label;        /* names it in errors instead of "METHOD key" (a listing has no key) */
+	bool ok_404;       /* 404 is an answer (HEAD, DELETE), not a failure */
+	bool error_in_200; /* CompleteMultipartUpload: a 200 may carry an <Error> */
+	const char *label; /* names it in errors instead of "METHOD key" (a listing has no key) */
 	/* Per attempt: the engine's. req holds the answer once run. */
 	struct http_req req;
 	char url[4096];
 	struct objstore_hdrs h;
-	int result;               /* 0, -errno, or 1: retry */
+	int result; /* 0, -errno, or 1: retry */
 };
 
 /* Run calls in parallel, each until it succeeded, failed for good, or ran
@@ -83,7 +83,7 @@ struct objstore_sign {
 	const struct iovec *body;
 	size_t nbody;
 	const char *region;
-	bool sign_payload;                /* payload=sha256: hash the body */
+	bool sign_payload; /* payload=sha256: hash the body */
 	struct objstore_hdrs *out;
 };
 
@@ -98,8 +98,8 @@ int objstore_sign_bearer(const struct objstore_sign *q);
 /* A paginated listing with a delimiter: the query of one page and where
  * the answer's XML keeps what the engine reads. */
 struct objstore_listing {
-	const char *label;             /* names it in errors: "ListObjectsV2" */
-	struct sigv4_header fixed[2];  /* sent on every page: list-type=2; {NULL}: none */
+	const char *label;            /* names it in errors: "ListObjectsV2" */
+	struct sigv4_header fixed[2]; /* sent on every page: list-type=2; {NULL}: none */
 	const char *prefix_param, *delimiter_param, *token_param, *page_param;
 	/* XML paths. truncated NULL: there is another page iff next_token. */
 	const char *key, *size, *mtime, *common_prefix, *truncated, *next_token;
@@ -116,9 +116,9 @@ struct objstore_part {
 	struct iovec *iov;
 	size_t niov;
 	uint64_t len;
-	uint32_t crc;       /* CRC32C of the part */
+	uint32_t crc; /* CRC32C of the part */
 	char crchdr[48];
-	char num[16];       /* 1-based number, as text */
+	char num[16]; /* 1-based number, as text */
 };
 
 /* The requests of a multipart upload. The engine cuts the parts, sends
@@ -145,7 +145,7 @@ struct objstore_multipart {
 extern const struct objstore_multipart objstore_mpu_s3;
 
 struct objstore_dialect {
-	const char *name;               /* "s3", "gcs" */
+	const char *name; /* "s3", "gcs" */
 	/* The endpoint host when the URL names none; "{region}" is replaced
 	 * by the region, also when a region option comes later. */
 	const char *host_template;
@@ -153,7 +153,7 @@ struct objstore_dialect {
 	 * else default_region. */
 	const char *region_env[2];
 	const char *default_region;
-	bool path_style;                /* bucket in the path by default (path_style option) */
+	bool path_style; /* bucket in the path by default (path_style option) */
 	/* The credentials chain (creds.h): walks it once, names the source. */
 	int (*creds_init)(struct creds_provider *p, struct http *http, char *err, size_t errlen);
 	/* Sign one attempt; called again for every retry. 0 or -errno. */

@@ -250,11 +250,10 @@ static void hmac(const void *key, size_t klen, const char *msg, unsigned char ou
 	HMAC(EVP_sha256(), key, (int)klen, (const unsigned char *)msg, strlen(msg), out, &len);
 }
 
-int sigv4_authorization(const struct sigv4_request *rq, const char *access_key, const char *secret_key,
-			char *out, size_t outlen)
+int sigv4_authorization(const struct sigv4_request *rq, const char *access_key, const char *secret_key, char *out,
+			size_t outlen)
 {
-	if (!rq->amz_date || strlen(rq->amz_date) != 16 || !rq->region || !rq->service || !access_key ||
-	    !secret_key)
+	if (!rq->amz_date || strlen(rq->amz_date) != 16 || !rq->region || !rq->service || !access_key || !secret_key)
 		return -EINVAL;
 	struct str cr = { 0 }, sh = { 0 };
 	int r = build_canonical(rq, &cr, &sh);

@@ -12,8 +12,8 @@ struct sigv4_header {
 };
 
 struct sigv4_request {
-	const char *method;         /* "PUT" */
-	const char *path;           /* unencoded, "/bucket/key with space" */
+	const char *method;               /* "PUT" */
+	const char *path;                 /* unencoded, "/bucket/key with space" */
 	const struct sigv4_header *query; /* unencoded name/value pairs in any order;
 					   * value NULL for a bare key ("?uploads") */
 	size_t nquery;
@@ -28,8 +28,8 @@ struct sigv4_request {
 
 /* The Authorization header value for req signed with the given keys.
  * 0, -ENAMETOOLONG if out is too small, -EINVAL on a malformed request. */
-int sigv4_authorization(const struct sigv4_request *req, const char *access_key, const char *secret_key,
-			char *out, size_t outlen);
+int sigv4_authorization(const struct sigv4_request *req, const char *access_key, const char *secret_key, char *out,
+			size_t outlen);
 /* The canonical request (for tests and debugging), malloc'd. */
 int sigv4_canonical_request(const struct sigv4_request *req, char **out);
 /* URI-encode per SigV4: unreserved characters stay, everything else %XX;

@@ -14,9 +14,9 @@ struct store;
 /* One name under a listed prefix. */
 struct store_entry {
 	char *name;
-	uint64_t size;     /* bytes; 0 for a "directory" */
-	int64_t mtime_ns;  /* last modified (S3/GCS: LastModified); 0 if unknown */
-	bool dir;          /* a common prefix (object stores) or a directory */
+	uint64_t size;    /* bytes; 0 for a "directory" */
+	int64_t mtime_ns; /* last modified (S3/GCS: LastModified); 0 if unknown */
+	bool dir;         /* a common prefix (object stores) or a directory */
 };
 
 struct store_ops {
@@ -53,7 +53,7 @@ struct store_ops {
 
 struct store {
 	const struct store_ops *ops;
-	const char *backend;     /* the scheme row's label: "file", "s3", "gcs" */
+	const char *backend; /* the scheme row's label: "file", "s3", "gcs" */
 	char url[1024];
 	unsigned debug_delay_ms; /* tests only: pause in the middle of a put */
 	char cred_source[160];   /* where credentials came from, for status; "" */
@@ -62,7 +62,7 @@ struct store {
 	 * Called on the uploading thread; may be NULL. */
 	void (*on_upload)(void *ctx, const char *key, const char *upload_id, int open);
 	void *on_upload_ctx;
-	_Atomic unsigned long retries; /* requests retried (object stores) */
+	_Atomic unsigned long retries;           /* requests retried (object stores) */
 	_Atomic unsigned long long direct_bytes; /* written with O_DIRECT (file://) */
 };
 
@@ -70,12 +70,12 @@ struct store {
  * that serves it. A new backend is a new row (and its open function, or a
  * new objstore dialect). */
 struct store_scheme {
-	const char *scheme;   /* before "://" */
-	const char *label;    /* for metrics and status: "file", "s3", "gcs" */
-	const char *example;  /* after "://", for the unknown-scheme error */
-	bool options;         /* takes the config's [storage] options */
+	const char *scheme;  /* before "://" */
+	const char *label;   /* for metrics and status: "file", "s3", "gcs" */
+	const char *example; /* after "://", for the unknown-scheme error */
+	bool options;        /* takes the config's [storage] options */
 	int (*open)(const struct store_scheme *row, const char *url, struct store **out, char *err, size_t errlen);
-	const void *dialect;  /* the open function's own data (objstore.h), or NULL */
+	const void *dialect; /* the open function's own data (objstore.h), or NULL */
 };
 
 /* The rest: store_util.c, which every backend may call. */

@@ -358,8 +358,7 @@ static int fs_get_all(struct store *base, const char *key, size_t max, void **ou
 static int read_dir(struct store_fs *s, const char *prefix, bool want_stat, struct store_entry **out, size_t *count)
 {
 	char path[PATH_MAX];
-	int r = prefix[0] ? fs_path(s, prefix, path, sizeof(path))
-			  : (snprintf(path, sizeof(path), "%s", s->root), 0);
+	int r = prefix[0] ? fs_path(s, prefix, path, sizeof(path)) : (snprintf(path, sizeof(path), "%s", s->root), 0);
 	if (r < 0)
 		return r;
 	DIR *d = opendir(path);

@@ -89,14 +89,16 @@ static int mpu_complete(struct objstore *s, const char *key, const char *id, con
 			store_set_error("PUT %s part %zu: no usable ETag in the answer", key, k + 1);
 			return -EPROTO;
 		}
-		len += (size_t)snprintf(xml + len, cap - len, "<Part><PartNumber>%zu</PartNumber><ETag>%s</ETag>%s%s%s</Part>",
-					k + 1, sent[k].req.etag, crcs_in ? "<ChecksumCRC32C>" : "", crcs_in ? b64 : "",
+		len += (size_t)snprintf(xml + len, cap - len,
+					"<Part><PartNumber>%zu</PartNumber><ETag>%s</ETag>%s%s%s</Part>", k + 1,
+					sent[k].req.etag, crcs_in ? "<ChecksumCRC32C>" : "", crcs_in ? b64 : "",
 					crcs_in ? "</ChecksumCRC32C>" : "");
 	}
 	len += (size_t)snprintf(xml + len, cap - len, "</CompleteMultipartUpload>");
 	struct iovec body = { xml, len };
-	struct objstore_call cc = { .method = "POST", .key = key, .body = &body, .nbody = 1, .resp_max = 64u << 10,
-				    .error_in_200 = true };
+	struct objstore_call cc = {
+		.method = "POST", .key = key, .body = &body, .nbody = 1, .resp_max = 64u << 10, .error_in_200 = true
+	};
 	cc.query[cc.nquery++] = (struct sigv4_header){ "uploadId", id };
 	/* Not curl's default form type: servers would parse the XML as a form. */
 	cc.extra[cc.nextra++] = (struct sigv4_header){ "content-type", "application/xml" };
@@ -121,7 +123,6 @@ const struct objstore_multipart objstore_mpu_s3 = {
 	.complete = mpu_complete,
 	.abort = mpu_abort,
 };
-
 
 const struct objstore_dialect store_s3_dialect = {
 	.name = "s3",

@@ -20,7 +20,7 @@ struct pstate {
 	int depth;
 	char *text;
 	size_t tlen;
-	size_t total;   /* bytes of every item so far */
+	size_t total; /* bytes of every item so far */
 	int err;
 };
 
@@ -103,8 +103,7 @@ static void on_text(void *ud, const XML_Char *t, int len)
 	s->tlen += (size_t)len;
 }
 
-static void on_doctype(void *ud, const XML_Char *name, const XML_Char *sysid, const XML_Char *pubid,
-		       int has_internal)
+static void on_doctype(void *ud, const XML_Char *name, const XML_Char *sysid, const XML_Char *pubid, int has_internal)
 {
 	(void)name;
 	(void)sysid;

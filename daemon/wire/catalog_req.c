@@ -273,8 +273,8 @@ static int scan_one(struct step_req *q, bool cached)
 	if (cached && q->base.d->mancache) {
 		r = catalog_confirm_pin(st, q->job, &q->cs);
 		if (r < 0) {
-			bgreq_fail(&q->base, r, "step %" PRIu64 " of job '%s': reading its commit: %s", q->step,
-				   q->job, store_error(r));
+			bgreq_fail(&q->base, r, "step %" PRIu64 " of job '%s': reading its commit: %s", q->step, q->job,
+				   store_error(r));
 			return r;
 		}
 		q->cs.cache = q->base.d->mancache;
@@ -336,9 +336,9 @@ static void verify_shard(struct step_req *q, const Ckpt__Manifest *m, uint8_t *b
 				ts[i]->crc32c);
 	}
 	uint64_t cb = m->chunk_bytes;
-	size_t ti = 0;        /* next tensor not yet finished */
-	uint32_t tcrc = 0;    /* running crc of ts[ti] */
-	uint32_t ccrc = 0;    /* running crc of the current chunk */
+	size_t ti = 0;     /* next tensor not yet finished */
+	uint32_t tcrc = 0; /* running crc of ts[ti] */
+	uint32_t ccrc = 0; /* running crc of the current chunk */
 	while (ti < m->n_tensors && ts[ti]->nbytes == 0)
 		ti++;
 	for (uint64_t pos = 0; pos < m->shard_bytes;) {
@@ -382,7 +382,8 @@ static void verify_shard(struct step_req *q, const Ckpt__Manifest *m, uint8_t *b
 			if (nb % cb == 0 || nb == m->shard_bytes) {
 				uint64_t c = (nb - 1) / cb;
 				if (c < m->n_chunk_crc32c && ccrc != m->chunk_crc32c[c])
-					problem(q, "rank %u: chunk %" PRIu64 " crc32c mismatch: manifest %08x, data %08x",
+					problem(q,
+						"rank %u: chunk %" PRIu64 " crc32c mismatch: manifest %08x, data %08x",
 						m->rank, c, m->chunk_crc32c[c], ccrc);
 				ccrc = 0;
 			}
@@ -491,8 +492,8 @@ static void step_destroy(struct bgreq *b)
 	free(q);
 }
 
-static void step_start(struct session *s, uint64_t req_id, const char *job, uint64_t step, bool verify,
-		       bool one_rank, uint32_t rank)
+static void step_start(struct session *s, uint64_t req_id, const char *job, uint64_t step, bool verify, bool one_rank,
+		       uint32_t rank)
 {
 	if (!job_arg_ok(s, req_id, job, true))
 		return;
@@ -609,7 +610,10 @@ void resolve_start(struct session *s, uint64_t req_id, const Ckpt__ResolveReques
 /* ---- busy steps: never deleted ---- */
 
 struct busy {
-	struct { char job[129]; uint64_t step; } *steps;
+	struct {
+		char job[129];
+		uint64_t step;
+	} * steps;
 	size_t nsteps;
 	char (*jobs)[129]; /* jobs with loads in flight: all their steps */
 	size_t njobs;
@@ -626,7 +630,7 @@ static int busy_snapshot(struct daemon *d, struct busy *b)
 		return -ENOMEM;
 	}
 	struct save *sv;
-	TAILQ_FOREACH(sv, &d->saves, link) {
+	TAILQ_FOREACH (sv, &d->saves, link) {
 		snprintf(b->steps[b->nsteps].job, sizeof(b->steps[0].job), "%s", sv->job);
 		b->steps[b->nsteps++].step = sv->step;
 	}
@@ -734,12 +738,12 @@ struct gc_job {
 };
 
 struct gc_work {
-	struct bgreq base;      /* base.session is NULL for an automatic run */
-	struct config cfg;      /* taken on the loop: SIGHUP may change d->cfg */
+	struct bgreq base; /* base.session is NULL for an automatic run */
+	struct config cfg; /* taken on the loop: SIGHUP may change d->cfg */
 	uv_work_t auto_work;
 	struct daemon *d;
 	bool dry_run;
-	struct gc_job *jobs;    /* NULL: every job in storage, with its policy */
+	struct gc_job *jobs; /* NULL: every job in storage, with its policy */
 	size_t njobs;
 	struct busy busy;
 	struct infos removed;
@@ -766,7 +770,8 @@ static void gc_job_run(struct gc_work *g, const char *job, const struct retentio
 		struct catalog_group *grp = &cs[k].groups[cs[k].best];
 		/* A manifest that could not be read may make a complete step
 		 * look incomplete: keep such a step. */
-		v[k] = (struct step_view){ .step = steps[i], .complete = catalog_step_complete(&cs[k]),
+		v[k] = (struct step_view){ .step = steps[i],
+					   .complete = catalog_step_complete(&cs[k]),
 					   .newest_ns = (uint64_t)grp->newest_ns,
 					   .busy = is_busy(&g->busy, job, steps[i]) || cs[k].unreadable > 0 };
 		k++;

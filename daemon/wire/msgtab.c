@@ -14,9 +14,18 @@
 #include <stdlib.h>
 
 /* The handlers take the whole frame; these pass on its body. */
-static void m_hello(struct session *s, const Ckpt__Frame *f) { session_hello(s, f->req_id, f->hello); }
-static void m_register(struct session *s, const Ckpt__Frame *f) { session_register(s, f->req_id, f->register_buffer); }
-static void m_unregister(struct session *s, const Ckpt__Frame *f) { session_unregister(s, f->req_id, f->unregister); }
+static void m_hello(struct session *s, const Ckpt__Frame *f)
+{
+	session_hello(s, f->req_id, f->hello);
+}
+static void m_register(struct session *s, const Ckpt__Frame *f)
+{
+	session_register(s, f->req_id, f->register_buffer);
+}
+static void m_unregister(struct session *s, const Ckpt__Frame *f)
+{
+	session_unregister(s, f->req_id, f->unregister);
+}
 static void m_save(struct session *s, const Ckpt__Frame *f)
 {
 	struct requester rq = session_requester(s, f->req_id);
@@ -28,12 +37,30 @@ static void m_load(struct session *s, const Ckpt__Frame *f)
 	struct requester rq = session_requester(s, f->req_id);
 	load_start(s->d, &rq, f->load);
 }
-static void m_list(struct session *s, const Ckpt__Frame *f) { list_start(s, f->req_id, f->list); }
-static void m_show(struct session *s, const Ckpt__Frame *f) { show_start(s, f->req_id, f->show); }
-static void m_verify(struct session *s, const Ckpt__Frame *f) { verify_start(s, f->req_id, f->verify); }
-static void m_delete(struct session *s, const Ckpt__Frame *f) { delete_start(s, f->req_id, f->delete_); }
-static void m_gc(struct session *s, const Ckpt__Frame *f) { gc_start(s, f->req_id, f->gc); }
-static void m_resolve(struct session *s, const Ckpt__Frame *f) { resolve_start(s, f->req_id, f->resolve); }
+static void m_list(struct session *s, const Ckpt__Frame *f)
+{
+	list_start(s, f->req_id, f->list);
+}
+static void m_show(struct session *s, const Ckpt__Frame *f)
+{
+	show_start(s, f->req_id, f->show);
+}
+static void m_verify(struct session *s, const Ckpt__Frame *f)
+{
+	verify_start(s, f->req_id, f->verify);
+}
+static void m_delete(struct session *s, const Ckpt__Frame *f)
+{
+	delete_start(s, f->req_id, f->delete_);
+}
+static void m_gc(struct session *s, const Ckpt__Frame *f)
+{
+	gc_start(s, f->req_id, f->gc);
+}
+static void m_resolve(struct session *s, const Ckpt__Frame *f)
+{
+	resolve_start(s, f->req_id, f->resolve);
+}
 
 static void m_status(struct session *s, const Ckpt__Frame *f)
 {
@@ -73,15 +100,21 @@ static void m_metrics(struct session *s, const Ckpt__Frame *f)
  * session, refused while draining. A Save's refusal while draining is a
  * failed save (save_start: SaveFailed, counted in saves_failed). */
 #define BG (MSG_NEEDS_HELLO | MSG_REFUSE_DRAINING | MSG_BACKGROUND | MSG_CAPPED)
-#define NOT_REQUEST(n) { .name = n, .flags = MSG_NOT_REQUEST }
+#define NOT_REQUEST(n) \
+	{ \
+		.name = n, .flags = MSG_NOT_REQUEST \
+	}
 
 static const struct msg_row rows[] = {
 	[CKPT__FRAME__BODY_HELLO] = { .name = "hello", .handler = m_hello },
-	[CKPT__FRAME__BODY_REGISTER_BUFFER] = { .name = "register_buffer", .handler = m_register,
-						 .flags = MSG_NEEDS_HELLO },
+	[CKPT__FRAME__BODY_REGISTER_BUFFER] = { .name = "register_buffer",
+						.handler = m_register,
+						.flags = MSG_NEEDS_HELLO },
 	[CKPT__FRAME__BODY_UNREGISTER] = { .name = "unregister", .handler = m_unregister, .flags = MSG_NEEDS_HELLO },
 	[CKPT__FRAME__BODY_SAVE] = { .name = "save", .handler = m_save, .flags = MSG_NEEDS_HELLO },
-	[CKPT__FRAME__BODY_LOAD] = { .name = "load", .handler = m_load, .flags = BG,
+	[CKPT__FRAME__BODY_LOAD] = { .name = "load",
+				     .handler = m_load,
+				     .flags = BG,
 				     .refuse_as = CKPT__FRAME__BODY_LOAD_FAILED },
 	[CKPT__FRAME__BODY_STATUS] = { .name = "status", .handler = m_status, .flags = MSG_NEEDS_HELLO },
 	[CKPT__FRAME__BODY_LIST] = { .name = "list", .handler = m_list, .flags = BG },

@@ -69,7 +69,8 @@ static void on_accept(uv_poll_t *h, int status, int events)
 		}
 		char msg[256];
 		if (!cred_allowed(&d->cfg, cr.uid, cr.gid)) {
-			snprintf(msg, sizeof(msg), "uid %u gid %u is not allowed to use ckptd (allowed_uids/allowed_gids)",
+			snprintf(msg, sizeof(msg),
+				 "uid %u gid %u is not allowed to use ckptd (allowed_uids/allowed_gids)",
 				 (unsigned)cr.uid, (unsigned)cr.gid);
 			log_warn("server: refused pid %d: %s", (int)cr.pid, msg);
 			refuse(fd, -EACCES, msg);

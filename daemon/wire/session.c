@@ -118,8 +118,7 @@ void session_close(struct session *s, int status, const char *fmt, ...)
 		va_start(ap, fmt);
 		vsnprintf(msg, sizeof(msg), fmt, ap);
 		va_end(ap);
-		log_warn("session %" PRIu64 " (pid %d uid %u): closing: %s", s->id, (int)s->pid,
-			 (unsigned)s->uid, msg);
+		log_warn("session %" PRIu64 " (pid %d uid %u): closing: %s", s->id, (int)s->pid, (unsigned)s->uid, msg);
 		Ckpt__Reply rep = CKPT__REPLY__INIT;
 		rep.status = wire_status(status);
 		rep.message = msg;
@@ -165,8 +164,8 @@ void session_send(struct session *s, uint64_t req_id, Ckpt__Frame *f)
 		return;
 	int r = queue_frame(s, req_id, f, false);
 	if (r < 0) {
-		log_warn("session %" PRIu64 ": cannot queue a reply (%s): the client does not read; closing",
-			 s->id, strerror(-r));
+		log_warn("session %" PRIu64 ": cannot queue a reply (%s): the client does not read; closing", s->id,
+			 strerror(-r));
 		session_close(s, 0, NULL);
 		return;
 	}
@@ -220,8 +219,10 @@ int session_check_tensor(struct session *s, const Ckpt__TensorRef *tr, size_t in
 		return -ENOENT;
 	}
 	if (tr->offset > b->nbytes || tr->nbytes > b->nbytes - tr->offset) {
-		snprintf(err, errlen, "tensor '%s': bytes [%" PRIu64 ", +%" PRIu64 ") lie outside buffer %" PRIu64
-			 " of %" PRIu64 " bytes", tr->name, tr->offset, tr->nbytes, tr->buffer_id, b->nbytes);
+		snprintf(err, errlen,
+			 "tensor '%s': bytes [%" PRIu64 ", +%" PRIu64 ") lie outside buffer %" PRIu64 " of %" PRIu64
+			 " bytes",
+			 tr->name, tr->offset, tr->nbytes, tr->buffer_id, b->nbytes);
 		return -ERANGE;
 	}
 	*buf = b;
@@ -245,19 +246,20 @@ void session_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 		return;
 	}
 	if (h->protocol_version != WIRE_PROTOCOL_VERSION) {
-		session_close(s, -EPROTONOSUPPORT, "protocol version %u, this ckptd speaks %d",
-			      h->protocol_version, WIRE_PROTOCOL_VERSION);
+		session_close(s, -EPROTONOSUPPORT, "protocol version %u, this ckptd speaks %d", h->protocol_version,
+			      WIRE_PROTOCOL_VERSION);
 		return;
 	}
 	if (h->job[0] != '\0') {
 		if (!manifest_name_valid(h->job, JOB_MAX_LEN)) {
-			session_close(s, -EINVAL, "job name must be 1-%d characters of [A-Za-z0-9._-], not starting with '.'",
+			session_close(s, -EINVAL,
+				      "job name must be 1-%d characters of [A-Za-z0-9._-], not starting with '.'",
 				      JOB_MAX_LEN);
 			return;
 		}
 		if (h->world_size == 0 || h->world_size > 99999 || h->rank >= h->world_size) {
-			session_close(s, -EINVAL, "rank %u of world size %u is out of range (1..99999)",
-				      h->rank, h->world_size);
+			session_close(s, -EINVAL, "rank %u of world size %u is out of range (1..99999)", h->rank,
+				      h->world_size);
 			return;
 		}
 		const char *att = h->attempt_id[0] ? h->attempt_id : "default";
@@ -281,8 +283,8 @@ void session_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 		s->local_rank = h->local_rank;
 	}
 	s->hello_done = true;
-	log_info("session %" PRIu64 ": pid %d uid %u job '%s' rank %u/%u attempt '%s'", s->id,
-		 (int)s->pid, (unsigned)s->uid, s->job, s->rank, s->world_size, s->attempt);
+	log_info("session %" PRIu64 ": pid %d uid %u job '%s' rank %u/%u attempt '%s'", s->id, (int)s->pid,
+		 (unsigned)s->uid, s->job, s->rank, s->world_size, s->attempt);
 	const struct config *c = &s->d->cfg;
 	Ckpt__Limits lim = CKPT__LIMITS__INIT;
 	lim.max_frame_bytes = c->max_frame_bytes;
@@ -311,8 +313,8 @@ static void close_fds(int *fds, size_t n)
 }
 
 /* A device buffer: checks, then the import (README "CUDA"). The fds are ours. */
-static int register_cuda(struct session *s, const Ckpt__RegisterBuffer *m, int *fds, size_t nfds,
-			 struct hostbuf **out, char *err, size_t errlen)
+static int register_cuda(struct session *s, const Ckpt__RegisterBuffer *m, int *fds, size_t nfds, struct hostbuf **out,
+			 char *err, size_t errlen)
 {
 	struct daemon *d = s->d;
 	struct cudabuf *cb = NULL;
@@ -337,16 +339,16 @@ static int register_cuda(struct session *s, const Ckpt__RegisterBuffer *m, int *
 			snprintf(err, errlen, "offset + nbytes overflows");
 			return -ERANGE;
 		}
-		r = cuda_import_ipc(d->cuda, m->device_uuid.data, m->ipc_handle.data, m->offset, m->nbytes, &cb,
-				    err, errlen);
+		r = cuda_import_ipc(d->cuda, m->device_uuid.data, m->ipc_handle.data, m->offset, m->nbytes, &cb, err,
+				    errlen);
 	} else {
 		if (m->n_vmm_sizes == 0 || m->n_vmm_sizes != nfds) {
 			close_fds(fds, nfds);
 			snprintf(err, errlen, "%zu VMM chunk sizes but %zu file descriptors", m->n_vmm_sizes, nfds);
 			return -EBADF;
 		}
-		r = cuda_import_vmm(d->cuda, m->device_uuid.data, fds, m->vmm_sizes, nfds, m->offset, m->nbytes,
-				    &cb, err, errlen);
+		r = cuda_import_vmm(d->cuda, m->device_uuid.data, fds, m->vmm_sizes, nfds, m->offset, m->nbytes, &cb,
+				    err, errlen);
 	}
 	if (r < 0)
 		return r;
@@ -357,8 +359,9 @@ void session_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBu
 {
 	/* The fds this frame carried: one for a host buffer, one per chunk
 	 * for VMM, none for a legacy IPC handle. */
-	size_t want = m->kind == CKPT__BUFFER_KIND__HOST_FD ? 1
-		      : m->kind == CKPT__BUFFER_KIND__CUDA_VMM ? m->n_vmm_sizes : 0;
+	size_t want = m->kind == CKPT__BUFFER_KIND__HOST_FD    ? 1
+		      : m->kind == CKPT__BUFFER_KIND__CUDA_VMM ? m->n_vmm_sizes
+							       : 0;
 	if (want > s->d->cfg.max_fds_per_frame)
 		want = s->d->cfg.max_fds_per_frame;
 	int fds[256];
@@ -409,10 +412,12 @@ void session_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBu
 	}
 	s->bufs = nb;
 	s->bufs[s->nbufs++] = b;
-	log_debug("session %" PRIu64 ": buffer %" PRIu64 " registered, %" PRIu64 " bytes, %s", s->id,
-		  m->buffer_id, m->nbytes,
-		  b->cuda ? (m->kind == CKPT__BUFFER_KIND__CUDA_IPC ? "CUDA IPC" : "CUDA VMM")
-		  : !b->map ? "pread" : b->sealed ? "sealed" : "unsealed, guarded");
+	log_debug("session %" PRIu64 ": buffer %" PRIu64 " registered, %" PRIu64 " bytes, %s", s->id, m->buffer_id,
+		  m->nbytes,
+		  b->cuda     ? (m->kind == CKPT__BUFFER_KIND__CUDA_IPC ? "CUDA IPC" : "CUDA VMM")
+		  : !b->map   ? "pread"
+		  : b->sealed ? "sealed"
+			      : "unsealed, guarded");
 	session_reply(s, req_id, 0, NULL);
 }
 
@@ -471,8 +476,7 @@ static bool receive(struct session *s)
 	char cbuf[CMSG_SPACE(sizeof(int) * (WIRE_MAX_FDS + 1))];
 	size_t cspace = CMSG_SPACE(sizeof(int) * (cmsg_fds > WIRE_MAX_FDS + 1 ? WIRE_MAX_FDS + 1 : cmsg_fds));
 	struct iovec iov = { .iov_base = s->rbuf + s->rlen, .iov_len = s->rcap - s->rlen };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-			     .msg_controllen = cspace };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = cspace };
 	ssize_t n = recvmsg(s->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
 	if (n < 0) {
 		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
@@ -498,8 +502,7 @@ static bool receive(struct session *s)
 		}
 	}
 	if (too_many) {
-		session_close(s, -EMFILE, "too many file descriptors in one frame (at most %u)",
-			      c->max_fds_per_frame);
+		session_close(s, -EMFILE, "too many file descriptors in one frame (at most %u)", c->max_fds_per_frame);
 		return false;
 	}
 	if (n == 0) {
@@ -638,6 +641,11 @@ const struct requester_ops *session_requester_ops_get(void)
 
 struct requester session_requester(struct session *s, uint64_t req_id)
 {
-	return (struct requester){ .s = s, .req_id = req_id, .job = s->job, .attempt = s->attempt, .rank = s->rank,
-				   .world_size = s->world_size, .policy = s->policy };
+	return (struct requester){ .s = s,
+				   .req_id = req_id,
+				   .job = s->job,
+				   .attempt = s->attempt,
+				   .rank = s->rank,
+				   .world_size = s->world_size,
+				   .policy = s->policy };
 }

@@ -43,7 +43,7 @@ struct session {
 
 	uint8_t *rbuf;
 	size_t rlen, rcap;
-	int *fdq;             /* received fds not yet claimed by a frame */
+	int *fdq; /* received fds not yet claimed by a frame */
 	uint32_t nfdq;
 
 	struct hostbuf **bufs;
@@ -54,7 +54,7 @@ struct session {
 
 	struct save_list saves; /* linked through save.slink */
 	uint32_t inflight_saves;
-	uint32_t refs;          /* loads/lists on the threadpool hold one */
+	uint32_t refs; /* loads/lists on the threadpool hold one */
 };
 
 /* Takes ownership of fd (a connected, non-blocking socket). */
@@ -66,8 +66,7 @@ void session_send(struct session *s, uint64_t req_id, Ckpt__Frame *f);
 void session_reply(struct session *s, uint64_t req_id, int status, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 /* Send an error (req_id 0) if status (-errno) != 0, then close. */
-void session_close(struct session *s, int status, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+void session_close(struct session *s, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 struct hostbuf *session_find_buffer(struct session *s, uint64_t id);
 struct box;
 /* Check one tensor of a Save or Load against the caps and this session's

@@ -29,7 +29,7 @@ extern "C" {
 #define CKPT_LATEST (-1)
 #define CKPT_MAX_DIMS 8
 /* HelloReply capability bits. */
-#define CKPT_CAP_CUDA 1u  /* the daemon imports CUDA buffers */
+#define CKPT_CAP_CUDA 1u /* the daemon imports CUDA buffers */
 
 typedef struct ckpt_client ckpt_client;
 typedef struct ckpt_buffer ckpt_buffer;
@@ -55,7 +55,7 @@ typedef enum {
 size_t ckpt_dtype_size(int dtype);
 
 typedef struct {
-	const char *job;        /* NULL or "": a control session (no save/load) */
+	const char *job; /* NULL or "": a control session (no save/load) */
 	uint32_t rank;
 	uint32_t world_size;
 	uint32_t local_rank;
@@ -80,25 +80,24 @@ typedef struct {
  * ndim entries; box_lengths NULL means the box is the whole global shape. */
 typedef struct {
 	const char *name;
-	int dtype;                       /* ckpt_dtype */
+	int dtype; /* ckpt_dtype */
 	uint32_t ndim;
 	const uint64_t *global_shape;
-	const uint64_t *box_offsets;     /* NULL: all zero */
-	const uint64_t *box_lengths;     /* NULL: global_shape */
+	const uint64_t *box_offsets; /* NULL: all zero */
+	const uint64_t *box_lengths; /* NULL: global_shape */
 	ckpt_buffer *buffer;
 	uint64_t offset;
 	uint64_t nbytes;
 } ckpt_tensor;
 
 typedef enum {
-	CKPT_STAGED = 1,   /* the daemon holds a copy; buffers may change again */
-	CKPT_DURABLE = 2,  /* the manifest is safely in storage */
-	CKPT_LOADED = 3,   /* a load has written every requested tensor */
+	CKPT_STAGED = 1,  /* the daemon holds a copy; buffers may change again */
+	CKPT_DURABLE = 2, /* the manifest is safely in storage */
+	CKPT_LOADED = 3,  /* a load has written every requested tensor */
 } ckpt_phase;
 
 /* Connect and say hello. hello may be NULL for a control session. */
-int ckpt_connect(const char *socket_path, const ckpt_hello *hello,
-		 ckpt_client **out);
+int ckpt_connect(const char *socket_path, const ckpt_hello *hello, ckpt_client **out);
 /* Closes the connection. Outstanding futures fail with -ECONNRESET but stay
  * valid until freed; saves already staged still become durable in the
  * daemon. Accepts NULL. */
@@ -109,8 +108,7 @@ void ckpt_close(ckpt_client *c);
 int ckpt_buffer_alloc(ckpt_client *c, size_t nbytes, ckpt_buffer **out);
 /* Register an fd the caller already has (memfd or /dev/shm file, opened
  * read-write). The library keeps its own dup; the caller keeps fd. */
-int ckpt_buffer_register_fd(ckpt_client *c, int fd, size_t nbytes,
-			    ckpt_buffer **out);
+int ckpt_buffer_register_fd(ckpt_client *c, int fd, size_t nbytes, ckpt_buffer **out);
 /* The caller's mapping for buffers from ckpt_buffer_alloc, else NULL. */
 void *ckpt_buffer_data(ckpt_buffer *b);
 size_t ckpt_buffer_size(ckpt_buffer *b);
@@ -132,8 +130,7 @@ int ckpt_cuda_available(char *why, size_t whylen);
  * in the daemon, -E2BIG when the range spans more VMM allocations than
  * the daemon's max_fds_per_frame. Restore writes into the memory with
  * H2D copies. */
-int ckpt_register_cuda(ckpt_client *c, uint64_t devptr, size_t nbytes,
-		       ckpt_buffer **out);
+int ckpt_register_cuda(ckpt_client *c, uint64_t devptr, size_t nbytes, ckpt_buffer **out);
 
 typedef struct {
 	/* The CUstream whose work must finish before the daemon copies the
@@ -144,23 +141,20 @@ typedef struct {
 
 /* Start saving step. Returns at once; the future reaches CKPT_STAGED and then
  * CKPT_DURABLE, or fails. extra is opaque state stored in the manifest. */
-int ckpt_save(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors,
-	      size_t ntensors, const void *extra, size_t extra_len,
-	      ckpt_future **out);
+int ckpt_save(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors, size_t ntensors, const void *extra,
+	      size_t extra_len, ckpt_future **out);
 /* ckpt_save with options; opts may be NULL. */
-int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors,
-		 size_t ntensors, const void *extra, size_t extra_len,
-		 const ckpt_save_opts *opts, ckpt_future **out);
+int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors, size_t ntensors, const void *extra,
+		 size_t extra_len, const ckpt_save_opts *opts, ckpt_future **out);
 /* Start loading step (or CKPT_LATEST) into the given tensors' buffers. The
  * future reaches CKPT_LOADED or fails. */
-int ckpt_load(ckpt_client *c, int64_t step, const ckpt_tensor *tensors,
-	      size_t ntensors, ckpt_future **out);
+int ckpt_load(ckpt_client *c, int64_t step, const ckpt_tensor *tensors, size_t ntensors, ckpt_future **out);
 
 /* ckpt_load with flags: CKPT_LOAD_STORAGE_ONLY reads storage even when
  * the daemon's memory tier holds the step. */
 #define CKPT_LOAD_STORAGE_ONLY 1u
-int ckpt_load_ex(ckpt_client *c, int64_t step, const ckpt_tensor *tensors,
-		 size_t ntensors, unsigned flags, ckpt_future **out);
+int ckpt_load_ex(ckpt_client *c, int64_t step, const ckpt_tensor *tensors, size_t ntensors, unsigned flags,
+		 ckpt_future **out);
 
 /* Wait until the future has reached phase (or failed). timeout_ms < 0 waits
  * forever. Returns 0, -ETIMEDOUT, or the failure (-errno) with its message in
@@ -181,8 +175,7 @@ const char *ckpt_future_source(ckpt_future *f);
 /* Per requested tensor, in request order: its name and source; NULL when
  * i is out of range or the load has not completed. */
 const char *ckpt_future_tensor_source(ckpt_future *f, size_t i, const char **name);
-typedef void (*ckpt_future_cb)(ckpt_future *f, ckpt_phase phase, int status,
-			       void *user);
+typedef void (*ckpt_future_cb)(ckpt_future *f, ckpt_phase phase, int status, void *user);
 /* Called on the reader thread for every phase reached (and once on
  * failure), including right away for phases already reached. */
 int ckpt_future_set_callback(ckpt_future *f, ckpt_future_cb cb, void *user);
@@ -210,7 +203,7 @@ typedef struct {
 	uint64_t uptime_ns;
 	uint64_t cpu_ns, peak_rss_bytes; /* the daemon's own */
 	char storage[512];
-	char cuda[256];    /* "on: ..." or "off: why" */
+	char cuda[256]; /* "on: ..." or "off: why" */
 	/* the memory tier: the first CKPT_STATUS_MAX_HELD of nheld */
 	uint32_t nheld;
 	ckpt_held_info held[CKPT_STATUS_MAX_HELD];
@@ -242,8 +235,7 @@ typedef struct {
 int ckpt_resolve(ckpt_client *c, const char *job, int64_t step, ckpt_step_info *out);
 
 /* List steps of job (NULL: all jobs). *out is malloc'd; free with free(). */
-int ckpt_list(ckpt_client *c, const char *job, ckpt_step_info **out,
-	      size_t *count);
+int ckpt_list(ckpt_client *c, const char *job, ckpt_step_info **out, size_t *count);
 
 /* One tensor of one rank's manifest (ckpt_show). */
 typedef struct {
@@ -274,10 +266,10 @@ void ckpt_step_detail_free(ckpt_step_detail *d);
 
 typedef struct {
 	ckpt_step_info info;
-	int ok;                 /* every crc32c matched and the step is complete */
+	int ok; /* every crc32c matched and the step is complete */
 	uint64_t bytes_checked;
 	size_t nproblems;
-	char **problems;        /* one line each, naming rank and tensor */
+	char **problems; /* one line each, naming rank and tensor */
 } ckpt_verify_result;
 
 /* Re-read every shard of job/step and check every chunk and tensor
