@@ -1,5 +1,6 @@
 #include "workq.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -140,11 +141,13 @@ static void enqueue(struct workq *q, struct work_item **head, struct work_item *
 
 void workq_submit(struct workq *q, struct work_item *it)
 {
+	assert(q && it && it->run && it->done);
 	enqueue(q, &q->head, &q->tail, it);
 }
 
 void workq_submit_background(struct workq *q, struct work_item *it)
 {
+	assert(q && it && it->run && it->done);
 	enqueue(q, &q->bhead, &q->btail, it);
 }
 

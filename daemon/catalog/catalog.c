@@ -1,6 +1,7 @@
 #include "catalog.h"
 #include "log.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -435,6 +436,7 @@ static int read_cached(struct store *s, const char *job, struct catalog_step *cs
 int catalog_read_manifest(struct store *s, const char *job, struct catalog_step *cs, uint32_t rank,
 			  const Ckpt__Manifest **out, char *err, size_t errlen)
 {
+	assert(s && job && cs && out);
 	if (cs->best < 0) {
 		snprintf(err, errlen, "step %" PRIu64 " of job '%s' has no manifest", cs->step, job);
 		return -ENOENT;

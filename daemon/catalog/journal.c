@@ -3,6 +3,7 @@
 #include "manifest.h"
 #include "store.h"
 
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -63,6 +64,7 @@ static int append(struct journal *j, const char *line)
 
 int journal_begin(struct journal *j, uint64_t id, const char *shard_key, const char *man_key, const char *attempt)
 {
+	assert(j && shard_key && man_key && attempt);
 	char line[2048];
 	snprintf(line, sizeof(line), "B %" PRIu64 " %s %s %s\n", id, attempt, shard_key, man_key);
 	return append(j, line);

@@ -1,5 +1,6 @@
 #include "steplock.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -49,6 +50,7 @@ static void tidy(struct entry *e)
 
 int steplock_save_begin(const char *job, uint64_t step)
 {
+	assert(job);
 	pthread_mutex_lock(&mu);
 	struct entry *e = find(job, step, true);
 	int r = e == NULL ? -ENOMEM : e->deleting ? -EBUSY : 0;

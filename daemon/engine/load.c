@@ -10,6 +10,7 @@
 #include "tensor.h"
 #include "wire.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -748,6 +749,7 @@ static int plan(struct load *ld, struct session *s, const Ckpt__Load *m, char *e
 
 void load_start(struct daemon *d, const struct requester *rq, const Ckpt__Load *m)
 {
+	assert(d && d->req_ops && rq && rq->s && m);
 	const struct requester_ops *ops = d->req_ops;
 	/* Draining and the session's cap were checked by its message row
 	 * (msgtab.c). */

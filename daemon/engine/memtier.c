@@ -7,6 +7,7 @@
 #include "log.h"
 #include "save.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@ static void drop(struct daemon *d, struct save *sv, const char *why)
 
 void memtier_hold(struct daemon *d, struct save *sv)
 {
+	assert(sv->state == SAVE_HELD && !sv->listed);
 	struct save *o, *next;
 	TAILQ_FOREACH (o, &d->held, link) {
 		if (o->rank == sv->rank && strcmp(o->job, sv->job) == 0 && o->step > sv->step) {

@@ -2,6 +2,7 @@
 #include "daemon.h"
 #include "session.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -42,6 +43,7 @@ static void on_done(uv_work_t *w, int status)
 
 void bgreq_start(struct session *s, uint64_t req_id, struct bgreq *r)
 {
+	assert(s && r && r->run && r->reply && r->destroy);
 	/* Draining and the session's cap were checked by its message row
 	 * (msgtab.c). */
 	r->d = s->d;

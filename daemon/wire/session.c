@@ -8,6 +8,7 @@
 #include "config.h"
 #include "cudadev.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -160,6 +161,7 @@ static int queue_frame(struct session *s, uint64_t req_id, Ckpt__Frame *f, bool 
 
 void session_send(struct session *s, uint64_t req_id, Ckpt__Frame *f)
 {
+	assert(s && f);
 	if (s->closing)
 		return;
 	int r = queue_frame(s, req_id, f, false);
