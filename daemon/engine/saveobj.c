@@ -5,7 +5,7 @@
 #include "cudadev.h"
 #include "daemon.h"
 #include "hostbuf.h"
-#include "save.h"
+#include "saveobj.h"
 
 #include <stdlib.h>
 #include <string.h>

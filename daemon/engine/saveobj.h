@@ -1,0 +1,118 @@
+/* The save object: what one save holds (its tensors, pieces, pool spans,
+ * checksums, the trainer's events) and the state it is in, below both the
+ * state machine (save.c) and the pieces that work on one save (upload.c,
+ * memtier.c, load.c's reads of held copies). Loop thread only, except
+ * where a field says otherwise. */
+#ifndef CKPTD_SAVEOBJ_H
+#define CKPTD_SAVEOBJ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <uv.h>
+
+#include "config.h"
+#include "tensor.h"
+#include "workq.h"
+
+struct session;
+struct daemon;
+struct hostbuf;
+struct cudaev;
+
+enum save_state {
+	SAVE_NEW,
+	SAVE_ADMITTING, /* waiting for pool chunks */
+	SAVE_STAGING,   /* copies running */
+	SAVE_HASHING,   /* staged (the trainer goes on); CRC32C of pieces and chunks */
+	SAVE_QUEUED,    /* staged; waiting for an upload slot */
+	SAVE_UPLOADING, /* shard and manifest being written */
+	SAVE_HELD,      /* durable; kept in the pool as the memory tier */
+	SAVE_DONE,      /* durable and released */
+	SAVE_FAILED,
+};
+
+struct save_tensor {
+	char *name;
+	int dtype;
+	struct box box;
+	uint64_t shard_off, nbytes;
+	struct hostbuf *buf;
+	uint64_t buf_off;
+	uint32_t crc;
+};
+
+/* The part of one tensor that lies in one chunk. */
+struct save_piece {
+	uint32_t tensor;
+	uint64_t tensor_off, len;
+	uint32_t crc; /* from the pool, after staged */
+};
+
+struct copy_job {
+	struct work_item item;
+	struct save *sv;
+	uint32_t chunk; /* index into sv->chunks */
+	uint32_t first_piece, npieces;
+	int err;
+	bool hash;     /* the second pass: checksums of the staged chunk */
+	char why[200]; /* a CUDA failure, in words */
+};
+
+struct save {
+	TAILQ_ENTRY(save) link;  /* daemon.saves while in flight, daemon.held when held */
+	TAILQ_ENTRY(save) wlink; /* daemon.waitq or daemon.uploadq */
+	TAILQ_ENTRY(save) slink; /* session.saves */
+	struct daemon *d;
+	struct session *session;
+	uint64_t req_id, id;
+	enum save_state state;
+	bool listed;     /* in daemon.saves */
+	bool steplocked; /* holds steplock_save_begin */
+	char job[129], attempt[129];
+	uint32_t rank, world_size;
+	uint64_t step;
+	enum admit_policy policy;
+	uint64_t quota_bytes;
+	bool spread;          /* the shard goes to the spread directory ([storage] layout) */
+	char shard_name[200]; /* as uploaded (a fresh name per save); a held copy serves only its manifest */
+
+	struct save_tensor *tensors;
+	size_t ntensors;
+	struct save_piece *pieces;
+	size_t npieces;
+	uint64_t shard_bytes;
+	uint32_t nchunks;           /* spans of chunks[]: chunk c holds shard bytes [c, c + 1) * chunk_bytes */
+	uint32_t whole, tail_slots; /* their shape (pool_shape) */
+	uint64_t pool_bytes;        /* what they hold of the pool */
+	struct pool_span *chunks;
+	uint32_t *chunk_crc;
+	bool have_chunks;
+	struct copy_job *jobs;
+	uint32_t jobs_left;
+	uint8_t *extra;
+	size_t extra_len;
+	struct cudaev **events; /* the trainer's, one per device; while staging */
+	size_t nevents;
+
+	uint64_t t_start, deadline_ns, held_since_ns;
+	uv_work_t work;
+	unsigned readers;  /* loads reading the held copy on the threadpool */
+	bool drop_pending; /* release once readers reach 0 */
+	int status;        /* 0 or -errno; SaveFailed carries it as wire_status() */
+	char msg[512];
+};
+
+/* Release one save's chunks and free it (no events). */
+void save_release(struct save *sv);
+/* Free it, its pool spans not included. */
+void save_free(struct save *sv);
+/* Give back the trainer's CUDA events. */
+void save_drop_events(struct save *sv);
+
+/* Bytes [off, off+len) of a held save's shard: a pointer into the pool when
+ * they lie in one chunk, else copied into tmp. Thread-safe while pinned. */
+const uint8_t *save_shard_bytes(const struct save *sv, uint64_t off, uint64_t len, uint8_t *tmp);
+
+#endif

@@ -1,0 +1,206 @@
+/* What a save writes to storage, on the libuv threadpool: the shard under
+ * a fresh name, then its manifest, create-only, with the journal around
+ * both (upload.h). */
+#include "upload.h"
+#include "catalog.h"
+#include "daemon.h"
+#include "journal.h"
+#include "manifest.h"
+#include "saveobj.h"
+#include "store.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+static int build_manifest(struct save *sv, uint8_t **out, size_t *outlen, const char *shard_name)
+{
+	Ckpt__Manifest m = CKPT__MANIFEST__INIT;
+	m.format_version = MANIFEST_FORMAT_VERSION;
+	m.job = sv->job;
+	m.step = sv->step;
+	m.rank = sv->rank;
+	m.world_size = sv->world_size;
+	m.attempt_id = sv->attempt;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	m.created_unix_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	m.shard_name = (char *)shard_name;
+	char dir[64];
+	if (sv->spread && manifest_spread_dir(dir, sizeof(dir), sv->rank, sv->step) == 0)
+		m.shard_dir = dir;
+	m.shard_bytes = sv->shard_bytes;
+	m.chunk_bytes = sv->d->pool.chunk_bytes;
+	m.n_chunk_crc32c = sv->nchunks;
+	m.chunk_crc32c = sv->chunk_crc;
+	m.extra_state.data = sv->extra;
+	m.extra_state.len = sv->extra_len;
+	Ckpt__ManifestTensor *mt = calloc(sv->ntensors ? sv->ntensors : 1, sizeof(*mt));
+	Ckpt__ManifestTensor **mtp = calloc(sv->ntensors ? sv->ntensors : 1, sizeof(*mtp));
+	if (mt == NULL || mtp == NULL) {
+		free(mt);
+		free(mtp);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < sv->ntensors; i++) {
+		struct save_tensor *t = &sv->tensors[i];
+		ckpt__manifest_tensor__init(&mt[i]);
+		mt[i].name = t->name;
+		mt[i].dtype = t->dtype;
+		mt[i].n_global_shape = t->box.ndim;
+		mt[i].global_shape = t->box.shape;
+		mt[i].n_box_offsets = t->box.ndim;
+		mt[i].box_offsets = t->box.off;
+		mt[i].n_box_lengths = t->box.ndim;
+		mt[i].box_lengths = t->box.len;
+		mt[i].shard_offset = t->shard_off;
+		mt[i].nbytes = t->nbytes;
+		mt[i].crc32c = t->crc;
+		mtp[i] = &mt[i];
+	}
+	m.n_tensors = sv->ntensors;
+	m.tensors = mtp;
+	size_t len = ckpt__manifest__get_packed_size(&m);
+	uint8_t *buf = malloc(len ? len : 1);
+	if (buf)
+		ckpt__manifest__pack(&m, buf);
+	free(mt);
+	free(mtp);
+	if (buf == NULL)
+		return -ENOMEM;
+	*out = buf;
+	*outlen = len;
+	return 0;
+}
+
+static void upload_fail(struct save *sv, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void upload_fail(struct save *sv, int err, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(sv->msg, sizeof(sv->msg), fmt, ap);
+	va_end(ap);
+	sv->status = err;
+}
+
+/* Writers never overwrite a complete step, nor their own manifest, on any
+ * node, and without reading other ranks' manifests:
+ * - a step whose commit object exists (some reader found it complete and
+ *   pinned it) is refused here: one GET;
+ * - the shard goes under a name no other save uses (a random nonce), so
+ *   it can replace nothing;
+ * - the manifest is created create-only (link / If-None-Match: * /
+ *   x-goog-if-generation-match: 0): a second save of this rank in this
+ *   attempt gets EEXIST, whichever node it runs on, and its shard is
+ *   removed again.
+ * So a save costs 2 requests besides the shard's own: flat in the world
+ * size. A complete step that no reader has pinned yet can still gain a
+ * second complete attempt; readers then take the one that completed
+ * first and pin it (catalog.h), so what a reader once loaded never
+ * changes. */
+static int check_not_pinned(struct save *sv)
+{
+	char attempt[ATTEMPT_MAX_LEN + 1];
+	uint32_t ws;
+	store_clear_error();
+	int r = catalog_read_commit(sv->d->store, sv->job, sv->step, attempt, sizeof(attempt), &ws);
+	if (r == -ENOENT)
+		return 0;
+	if (r == 0) {
+		upload_fail(sv, -EEXIST,
+			    "step %" PRIu64 " of job '%s' is already complete (attempt '%s', %u ranks); "
+			    "checkpoints are never overwritten",
+			    sv->step, sv->job, attempt, ws);
+		return -EEXIST;
+	}
+	upload_fail(sv, r, "reading the commit of step %" PRIu64 " of job '%s': %s", sv->step, sv->job, store_error(r));
+	return r;
+}
+
+static uint64_t shard_nonce(void)
+{
+	uint64_t x = 0;
+	if (getrandom(&x, sizeof(x), 0) != sizeof(x)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		x = ((uint64_t)ts.tv_sec << 30) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 48);
+	}
+	return x;
+}
+
+void save_upload(struct save *sv)
+{
+	assert(sv->state == SAVE_UPLOADING && sv->status == 0);
+	struct store *st = sv->d->store;
+	char shard_key[768], man_key[768];
+	if (manifest_shard_key(shard_key, sizeof(shard_key), sv->job, sv->step, sv->rank, sv->world_size, sv->attempt,
+			       shard_nonce(), sv->spread) < 0 ||
+	    manifest_key_attempt(man_key, sizeof(man_key), sv->job, sv->step, sv->rank, sv->world_size, sv->attempt) <
+		    0) {
+		upload_fail(sv, -ENAMETOOLONG, "job and attempt names make too long a key");
+		return;
+	}
+	if (check_not_pinned(sv) < 0)
+		return;
+	/* After a crash the journal says which shard may be half there. */
+	int r = journal_begin(sv->d->journal, sv->id, shard_key, man_key, sv->attempt);
+	if (r < 0) {
+		upload_fail(sv, r, "writing the journal in %s: %s", sv->d->cfg.state_dir, strerror(-r));
+		return;
+	}
+	struct iovec *iov = calloc(sv->nchunks ? sv->nchunks : 1, sizeof(*iov));
+	if (iov == NULL) {
+		upload_fail(sv, -ENOMEM, "out of memory");
+		goto out;
+	}
+	uint64_t cb = sv->d->pool.chunk_bytes;
+	for (uint32_t i = 0; i < sv->nchunks; i++) {
+		iov[i].iov_base = pool_span_ptr(&sv->d->pool, sv->chunks[i]);
+		uint64_t left = sv->shard_bytes - (uint64_t)i * cb;
+		iov[i].iov_len = left < cb ? left : cb;
+	}
+	store_clear_error();
+	r = st->ops->put(st, shard_key, iov, sv->nchunks, sv->chunk_crc);
+	free(iov);
+	if (r < 0) {
+		upload_fail(sv, r, "writing %s to %s: %s", shard_key, st->url, store_error(r));
+		goto out;
+	}
+	uint8_t *mbuf = NULL;
+	size_t mlen = 0;
+	const char *shard_name = strrchr(shard_key, '/') + 1;
+	snprintf(sv->shard_name, sizeof(sv->shard_name), "%s", shard_name);
+	r = build_manifest(sv, &mbuf, &mlen, shard_name);
+	if (r == 0) {
+		struct iovec one = { .iov_base = mbuf, .iov_len = mlen };
+		store_clear_error();
+		r = st->ops->create(st, man_key, &one, 1, NULL);
+		free(mbuf);
+	}
+	if (r == -EEXIST) {
+		upload_fail(sv, -EEXIST,
+			    "step %" PRIu64 " of job '%s' is already saved by rank %u in attempt '%s'; "
+			    "checkpoints are never overwritten",
+			    sv->step, sv->job, sv->rank, sv->attempt);
+		(void)st->ops->remove(st, shard_key); /* ours alone: its name is new */
+	} else if (r < 0) {
+		upload_fail(sv, r, "writing %s to %s: %s", man_key, st->url, store_error(r));
+		/* Unless the manifest made it after all (an answer lost on
+		 * the way), the shard is only clutter. */
+		void *mb = NULL;
+		size_t ml = 0;
+		if (st->ops->get_all(st, man_key, MANIFEST_MAX_BYTES, &mb, &ml) == -ENOENT)
+			(void)st->ops->remove(st, shard_key);
+		free(mb);
+	}
+out:
+	(void)journal_end(sv->d->journal, sv->id);
+}
