@@ -4,6 +4,7 @@
 #include "log.h"
 
 #include <assert.h>
+#include <ctype.h>
 #include <errno.h>
 #include <ini.h>
 #include <inttypes.h>
@@ -655,12 +656,34 @@ struct ini_ctx {
 	size_t msglen;
 };
 
+/* value without an inline comment: a '#' or ';' at its start or after
+ * white space, and the white space before it (as the example file writes
+ * "keep_last = 3   # the newest N"). Other '#' and ';' stay ("a#b", URLs). */
+static const char *strip_comment(const char *value, char *buf, size_t len)
+{
+	size_t n = 0;
+	for (const char *p = value; *p && n + 1 < len; p++) {
+		if ((*p == '#' || *p == ';') && (p == value || isspace((unsigned char)p[-1])))
+			break;
+		buf[n++] = *p;
+	}
+	while (n > 0 && isspace((unsigned char)buf[n - 1]))
+		n--;
+	buf[n] = '\0';
+	return buf;
+}
+
 static int on_ini(void *user, const char *section, const char *name, const char *value)
 {
 	struct ini_ctx *x = user;
 	void *base = x->c;
 	int r = 0;
-	if (strncmp(section, "job.", 4) == 0) {
+	char clean[4096];
+	if (strlen(value) >= sizeof(clean))
+		r = -ENAMETOOLONG;
+	else
+		value = strip_comment(value, clean, sizeof(clean));
+	if (r == 0 && strncmp(section, "job.", 4) == 0) {
 		base = job_section(x->c, section + 4);
 		if (base == NULL)
 			r = -E2BIG;

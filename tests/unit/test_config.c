@@ -15,7 +15,10 @@
 static void test_parse_size_good(void **state)
 {
 	(void)state;
-	static const struct { const char *s; uint64_t v; } ok[] = {
+	static const struct {
+		const char *s;
+		uint64_t v;
+	} ok[] = {
 		{ "0", 0 },
 		{ "4096", 4096 },
 		{ "64M", 64ull << 20 },
@@ -39,8 +42,8 @@ static void test_parse_size_good(void **state)
 static void test_parse_size_errors(void **state)
 {
 	(void)state;
-	static const char *bad[] = { "", "-1", " -1", " 5", "+5", "-0", "12X", "1M5", "M",
-				     "G1", "1GG", "0x10", "1 G", "1.5G" };
+	static const char *bad[] = { "",    "-1", " -1", " 5",  "+5",   "-0",  "12X",
+				     "1M5", "M",  "G1",  "1GG", "0x10", "1 G", "1.5G" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		uint64_t v = 777;
 		int r = config_parse_size(bad[i], &v);
@@ -77,19 +80,18 @@ static void test_load_good(void **state)
 	struct config c;
 	char err[512] = "";
 	config_defaults(&c);
-	const char *path = write_ini(
-		"; comment\n"
-		"[server]\n"
-		"socket = /tmp/ckptd-test.sock\n"
-		"allowed_uids = 4242, 17\n"
-		"[pool]\n"
-		"staging_bytes = 2G\n"
-		"[limits]\n"
-		"max_frame_bytes = 65536\n"
-		"[storage]\n"
-		"url = file:///tmp/ckptd-store\n"
-		"[log]\n"
-		"level = debug\n");
+	const char *path = write_ini("; comment\n"
+				     "[server]\n"
+				     "socket = /tmp/ckptd-test.sock\n"
+				     "allowed_uids = 4242, 17\n"
+				     "[pool]\n"
+				     "staging_bytes = 2G\n"
+				     "[limits]\n"
+				     "max_frame_bytes = 65536\n"
+				     "[storage]\n"
+				     "url = file:///tmp/ckptd-store\n"
+				     "[log]\n"
+				     "level = debug\n");
 	int r = config_load(&c, path, err, sizeof(err));
 	unlink(path);
 	assert_int_equal(r, 0);
@@ -442,6 +444,80 @@ static void test_configmap_keys_in_table(void **state)
 		fail_msg("%s: %s", path, err);
 }
 
+/* Inline comments as the example file writes them: '#' or ';' at the
+ * start of a value or after white space ends it; elsewhere they are data. */
+static void test_inline_comments(void **state)
+{
+	(void)state;
+	struct config c;
+	char err[512] = "";
+	config_defaults(&c);
+	const char *path = write_ini("[retention]\n"
+				     "keep_last = 3          # the newest N complete steps\n"
+				     "keep_every = 1000\t; and every step divisible by K\n"
+				     "[server]\n"
+				     "socket = /tmp/a#b;c.sock # a '#' inside a value stays\n"
+				     "[log]\n"
+				     "level = debug#\n");
+	int r = config_load(&c, path, err, sizeof(err));
+	unlink(path);
+	/* "debug#" is not a level: the '#' touches the value, so it is data. */
+	assert_int_equal(r, -EINVAL);
+	assert_non_null(strstr(err, "debug#"));
+	config_defaults(&c);
+	path = write_ini("[retention]\n"
+			 "keep_last = 3          # the newest N complete steps\n"
+			 "keep_every = 1000\t; and every step divisible by K\n"
+			 "[server]\n"
+			 "socket = /tmp/a#b;c.sock # a '#' inside a value stays\n");
+	r = config_load(&c, path, err, sizeof(err));
+	unlink(path);
+	if (r != 0)
+		fail_msg("%s", err);
+	assert_int_equal(c.retention.keep_last, 3);
+	assert_int_equal(c.retention.keep_every, 1000);
+	assert_string_equal(c.socket_path, "/tmp/a#b;c.sock");
+}
+
+/* Every commented-out "# key = value   # what it does" line (and "# [section]"
+ * header) of the example file, uncommented, loads: the example's own inline
+ * comments parse. */
+static void test_example_uncommented_loads(void **state)
+{
+	(void)state;
+	char path[1024];
+	snprintf(path, sizeof(path), "%s/deploy/ckptd.conf.example", getenv("CKPT_SOURCE_ROOT"));
+	const char *text = read_text(path);
+	static char conf[1 << 16];
+	size_t m = 0, uncommented = 0;
+	for (const char *p = text; *p;) {
+		const char *e = strchr(p, '\n');
+		size_t len = e ? (size_t)(e - p) + 1 : strlen(p);
+		const char *q = p + 2;
+		size_t id = strspn(q, "abcdefghijklmnopqrstuvwxyz_0123456789");
+		bool section = strncmp(p, "# [", 3) == 0 && len > 4 && p[len - (e ? 2 : 1)] == ']';
+		if ((strncmp(p, "# ", 2) == 0 && id > 0 && strncmp(q + id, " = ", 3) == 0) || section) {
+			memcpy(conf + m, q, len - 2);
+			m += len - 2;
+			uncommented++;
+		} else {
+			memcpy(conf + m, p, len);
+			m += len;
+		}
+		p += len;
+	}
+	conf[m] = '\0';
+	assert_true(uncommented > 10);
+	const char *tmp = write_ini(conf);
+	struct config c;
+	char err[512] = "";
+	config_defaults(&c);
+	int r = config_load(&c, tmp, err, sizeof(err));
+	unlink(tmp);
+	if (r != 0)
+		fail_msg("%s uncommented: %s", path, err);
+}
+
 /* config_print writes every row so that loading it gives the same values. */
 static void test_print_round_trip(void **state)
 {
@@ -449,11 +525,12 @@ static void test_print_round_trip(void **state)
 	struct config c, back;
 	char err[512] = "";
 	config_defaults(&c);
-	const char *path = write_ini("[server]\nallowed_gids = 7, 8\n[storage]\nurl = s3://b/p\nlayout = spread\n"
-				     "region = eu-west-1\npart_size = 8M\n[pool]\nquota = 3G\nmemory_tier = no\n"
-				     "policy = coalesce\n[retention]\nmax_age = 2h\nkeep_every = 10\n"
-				     "[job.a]\nquota = 10%\nkeep_last = 2\nincomplete_grace = 1d\n[job.b]\npolicy = skip\n"
-				     "[log]\nlevel = warn\n[debug]\nstore_delay_ms = 5\n");
+	const char *path = write_ini(
+		"[server]\nallowed_gids = 7, 8\n[storage]\nurl = s3://b/p\nlayout = spread\n"
+		"region = eu-west-1\npart_size = 8M\n[pool]\nquota = 3G\nmemory_tier = no\n"
+		"policy = coalesce\n[retention]\nmax_age = 2h\nkeep_every = 10\n"
+		"[job.a]\nquota = 10%\nkeep_last = 2\nincomplete_grace = 1d\n[job.b]\npolicy = skip\n"
+		"[log]\nlevel = warn\n[debug]\nstore_delay_ms = 5\n");
 	assert_int_equal(config_load(&c, path, err, sizeof(err)), 0);
 	unlink(path);
 	char text[8192];
@@ -480,8 +557,8 @@ static void test_print_round_trip(void **state)
 	assert_int_equal(back.njobs, 2);
 	assert_int_equal(back.jobs[0].quota_pct, 10);
 	assert_int_equal(back.jobs[0].retention.incomplete_grace_s, 86400);
-	assert_int_equal(back.jobs[0].set, (1u << JOB_KEY_QUOTA) | (1u << JOB_KEY_KEEP_LAST) |
-						   (1u << JOB_KEY_INCOMPLETE_GRACE));
+	assert_int_equal(back.jobs[0].set,
+			 (1u << JOB_KEY_QUOTA) | (1u << JOB_KEY_KEEP_LAST) | (1u << JOB_KEY_INCOMPLETE_GRACE));
 	assert_int_equal(back.jobs[1].policy, POLICY_SKIP);
 	assert_non_null(strstr(text, "\n[job.b]\npolicy = skip\n"));
 	assert_null(strstr(text, "manifest_delay_ms = 5"));
@@ -535,6 +612,8 @@ int main(void)
 		cmocka_unit_test(test_job_policy),
 		cmocka_unit_test(test_example_keys_match_table),
 		cmocka_unit_test(test_configmap_keys_in_table),
+		cmocka_unit_test(test_inline_comments),
+		cmocka_unit_test(test_example_uncommented_loads),
 		cmocka_unit_test(test_print_round_trip),
 		cmocka_unit_test(test_reload),
 	};
