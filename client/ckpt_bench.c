@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt_version.h"
 
 #define MAX_RANKS 64
 #define MAX_ROUNDS 64
@@ -326,7 +327,7 @@ static json_object *stat_obj(double med, double p90)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: ckpt-bench [--socket PATH] [--job NAME] [--size-mb M | --layers L] [--ranks R]\n"
+	fprintf(f, "usage: ckpt-bench [--version] [--socket PATH] [--job NAME] [--size-mb M | --layers L] [--ranks R]\n"
 		   "                  [--saves S] [--loads N] [--optimizer none|sgd|adam] [--threads T]\n"
 		   "                  [--mode agent|direct] [--storage file:///path] [--json FILE]\n");
 }
@@ -344,6 +345,10 @@ int main(int argc, char **argv)
 	o.socket = getenv("CKPTD_SOCKET");
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--version")) {
+			printf("ckpt-bench %s (commit %s)\n", CKPT_VERSION, CKPT_COMMIT);
+			return 0;
+		}
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			usage(stdout);
 			return 0;

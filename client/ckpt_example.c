@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt_version.h"
 
 #define COLS 1024u
 #define MIB (1024.0 * 1024.0)
@@ -174,7 +175,7 @@ static uint64_t parse_u64(const char *opt, const char *s, uint64_t max)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: ckpt-example --socket PATH --job NAME [--rank R] "
+	fprintf(f, "usage: ckpt-example [--version] --socket PATH --job NAME [--rank R] "
 		   "[--world-size W]\n"
 		   "                    [--steps N] [--size-mb M] [--tensors K] "
 		   "[--restore-only]\n"
@@ -206,6 +207,10 @@ static void parse_args(int argc, char **argv, struct opts *o)
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 
+		if (!strcmp(a, "--version")) {
+			printf("ckpt-example %s (commit %s)\n", CKPT_VERSION, CKPT_COMMIT);
+			exit(0);
+		}
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			usage(stdout);
 			exit(0);

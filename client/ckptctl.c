@@ -9,11 +9,12 @@
 #include <json-c/json.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt_version.h"
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: ckptctl [--socket PATH] [--json] COMMAND\n"
+		"usage: ckptctl [--version] [--socket PATH] [--json] COMMAND\n"
 		"  status              sessions, pool, memory tier, in-flight saves, totals\n"
 		"  ls [JOB]            checkpoint steps, of JOB or of every job\n"
 		"  show JOB STEP       tensors, dtypes, shapes, boxes, ranks, bytes\n"
@@ -505,6 +506,10 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 
+		if (!strcmp(a, "--version")) {
+			printf("ckptctl %s (commit %s)\n", CKPT_VERSION, CKPT_COMMIT);
+			return 0;
+		}
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			usage(stdout);
 			return 0;

@@ -1,5 +1,6 @@
 /* ckptd: the node-local checkpoint agent. */
 #include "config.h"
+#include "ckpt_version.h"
 #include "catalog_req.h"
 #include "cudadev.h"
 #include "daemon.h"
@@ -60,9 +61,15 @@ static const char *default_text(const struct config_key *k, char *buf, size_t le
 	return buf;
 }
 
+#ifdef CKPT_HAVE_CUDA
+#define CUDA_COMPILED_IN 1
+#else
+#define CUDA_COMPILED_IN 0
+#endif
+
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: ckptd [--config FILE] [--set SECTION.KEY=VALUE]... [--check-config]");
+	fprintf(f, "usage: ckptd [--version] [--config FILE] [--set SECTION.KEY=VALUE]... [--check-config]");
 	int col = 80;
 	for (size_t i = 0; i < config_nkeys; i++) {
 		const struct config_key *k = &config_keys[i];
@@ -102,11 +109,9 @@ enum {
 	OPT_KEY = 0x100
 }; /* + the row's index in config_keys[] */
 static const struct option base_opts[] = {
-	{ "config", required_argument, NULL, 'f' },
-	{ "set", required_argument, NULL, 'S' },
-	{ "check-config", no_argument, NULL, 'C' },
-	{ "help", no_argument, NULL, 'h' },
-	{ NULL, 0, NULL, 0 },
+	{ "config", required_argument, NULL, 'f' }, { "set", required_argument, NULL, 'S' },
+	{ "check-config", no_argument, NULL, 'C' }, { "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'v' },      { NULL, 0, NULL, 0 },
 };
 static struct option opts[32 + sizeof(base_opts) / sizeof(base_opts[0])];
 
@@ -174,6 +179,7 @@ static int parse_config(struct config *cfg, bool *check_only, char *err, size_t 
 					*check_only = true;
 				break;
 			case 'f': break;
+			case 'v': break; /* main() answered it */
 			case 'h': return 1;
 			default: snprintf(err, errlen, "unknown option '%s'", saved_argv[optind - 1]); return -EINVAL;
 			}
@@ -371,6 +377,12 @@ int main(int argc, char **argv)
 {
 	saved_argc = argc;
 	saved_argv = argv;
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "--version") == 0) {
+			printf("ckptd %s (commit %s, CUDA driver API %s)\n", CKPT_VERSION, CKPT_COMMIT,
+			       CUDA_COMPILED_IN ? "compiled in, loaded at run time" : "not compiled in");
+			return 0;
+		}
 	build_opts();
 	static struct daemon dd;
 	struct daemon *d = &dd;

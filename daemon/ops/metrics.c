@@ -1,4 +1,5 @@
 #include "metrics.h"
+#include "ckpt_version.h"
 #include "daemon.h"
 #include "log.h"
 #include "status.h"
@@ -15,6 +16,12 @@ struct buf {
 	size_t len, cap;
 	int err;
 };
+
+#ifdef CKPT_HAVE_CUDA
+#define CUDA_COMPILED_IN 1
+#else
+#define CUDA_COMPILED_IN 0
+#endif
 
 static void put(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void put(struct buf *b, const char *fmt, ...)
@@ -109,6 +116,13 @@ int metrics_format(const struct status *st, char **out, size_t *len)
 	const char *family = NULL;
 	for (size_t i = 0; i < ST_NCOLS; i++)
 		column(&b, st, i, &family);
+	/* What is running, as Prometheus exporters say it: a constant 1 whose
+	 * labels carry the version, the commit and whether the CUDA driver
+	 * API is compiled in (the image check wants it so). */
+	metric(&b, "ckptd_build_info", "gauge",
+	       "ckptd's version and commit, and whether CUDA is compiled in; always 1.");
+	put(&b, "ckptd_build_info{version=\"%s\",commit=\"%s\",cuda=\"%s\"} 1\n", CKPT_VERSION, CKPT_COMMIT,
+	    CUDA_COMPILED_IN ? "yes" : "no");
 	if (b.err) {
 		free(b.p);
 		return b.err;

@@ -2,6 +2,12 @@
  * STOPPING) on a NOTIFY_SOCKET the test owns, socket activation through
  * LISTEN_FDS, metrics over HTTP and ckptctl, SIGTERM drain, the drain
  * deadline, and SIGHUP reload. */
+#include "ckpt_version.h"
+#ifdef CKPT_HAVE_CUDA
+#define CUDA_EXPECTED "\",cuda=\"yes\""
+#else
+#define CUDA_EXPECTED "\",cuda=\"no\""
+#endif
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -276,6 +282,12 @@ static void test_metrics(void **state)
 	assert_true(sample(body, "ckptd_requests_total{msg=\"resolve\"}") == 0);
 	assert_true(sample(body, "ckptd_save_durable_seconds_bucket{le=\"+Inf\"}") == 1);
 	assert_true(sample(body, "ckptd_pool_held_bytes") == (double)(1 << 20));
+	/* What runs: version, commit, and CUDA compiled in as the build says. */
+	char info[256];
+	snprintf(info, sizeof(info), "ckptd_build_info{version=\"%s\",commit=\"", CKPT_VERSION);
+	const char *bi = strstr(body, info);
+	assert_non_null(bi);
+	assert_non_null(strstr(bi, CUDA_EXPECTED "} 1\n"));
 	/* Histogram buckets never decrease. */
 	double prev = -1;
 	for (const char *p = body; (p = strstr(p, "ckptd_save_stall_seconds_bucket{")) != NULL; p++) {
