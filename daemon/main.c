@@ -263,12 +263,17 @@ static int start_process(struct daemon *d)
 
 /* Storage: the backend, the manifest cache, the journal and what a crashed
  * run left half-written. */
+static void storage_url(const struct config *cfg, char *url, size_t len)
+{
+	snprintf(url, len, "%s%s%s", cfg->storage_url,
+		 cfg->storage_opts[0] ? (strchr(cfg->storage_url, '?') ? "&" : "?") : "", cfg->storage_opts);
+}
+
 static int start_storage(struct daemon *d)
 {
 	char err[1024];
 	char url[2100];
-	snprintf(url, sizeof(url), "%s%s%s", d->cfg.storage_url,
-		 d->cfg.storage_opts[0] ? (strchr(d->cfg.storage_url, '?') ? "&" : "?") : "", d->cfg.storage_opts);
+	storage_url(&d->cfg, url, sizeof(url));
 	if (store_check_options(url, d->cfg.storage_opts, err, sizeof(err)) < 0 ||
 	    store_open(url, &d->store, err, sizeof(err)) < 0) {
 		log_err("%s", err);
@@ -401,6 +406,13 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (check_only) {
+		/* What a start would refuse of the storage URL, without I/O. */
+		char url[2100];
+		storage_url(&d->cfg, url, sizeof(url));
+		if (store_check(url, d->cfg.storage_opts, err, sizeof(err)) < 0) {
+			fprintf(stderr, "ckptd: %s\n", err);
+			return 2;
+		}
 		config_print(&d->cfg, stdout);
 		return fflush(stdout) == 0 ? 0 : 1;
 	}

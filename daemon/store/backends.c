@@ -7,9 +7,9 @@
 #include <string.h>
 
 static const struct store_scheme schemes[] = {
-	{ "file", "file", "/abs/path", false, store_fs_open, NULL },
-	{ "s3", "s3", "bucket/prefix", true, objstore_open, &store_s3_dialect },
-	{ "gs", "gcs", "bucket/prefix", true, objstore_open, &store_gcs_dialect },
+	{ "file", "file", "/abs/path", false, store_fs_open, NULL, store_fs_check },
+	{ "s3", "s3", "bucket/prefix", true, objstore_open, &store_s3_dialect, objstore_check },
+	{ "gs", "gcs", "bucket/prefix", true, objstore_open, &store_gcs_dialect, objstore_check },
 };
 #define NSCHEMES (sizeof(schemes) / sizeof(schemes[0]))
 
@@ -23,15 +23,8 @@ const struct store_scheme *store_scheme_of(const char *url)
 	return NULL;
 }
 
-int store_open(const char *url, struct store **out, char *err, size_t errlen)
+static int unknown_scheme(const char *url, char *err, size_t errlen)
 {
-	const struct store_scheme *row = store_scheme_of(url);
-	if (row) {
-		int r = row->open(row, url, out, err, errlen);
-		if (r == 0)
-			(*out)->backend = row->label;
-		return r;
-	}
 	char list[512] = "";
 	size_t l = 0;
 	for (size_t i = 0; i < NSCHEMES && l < sizeof(list); i++)
@@ -39,6 +32,26 @@ int store_open(const char *url, struct store **out, char *err, size_t errlen)
 				      schemes[i].example);
 	snprintf(err, errlen, "storage URL '%s': unsupported scheme (supported: %s)", url, list);
 	return -EPROTONOSUPPORT;
+}
+
+int store_open(const char *url, struct store **out, char *err, size_t errlen)
+{
+	const struct store_scheme *row = store_scheme_of(url);
+	if (row == NULL)
+		return unknown_scheme(url, err, errlen);
+	int r = row->open(row, url, out, err, errlen);
+	if (r == 0)
+		(*out)->backend = row->label;
+	return r;
+}
+
+int store_check(const char *url, const char *opts, char *err, size_t errlen)
+{
+	const struct store_scheme *row = store_scheme_of(url);
+	if (row == NULL)
+		return unknown_scheme(url, err, errlen);
+	int r = store_check_options(url, opts, err, errlen);
+	return r < 0 ? r : row->check(row, url, err, errlen);
 }
 
 int store_check_options(const char *url, const char *opts, char *err, size_t errlen)

@@ -944,6 +944,22 @@ static int set_opt(struct objstore *s, const char *k, const char *v, char *ca, s
 		   char *err, size_t errlen)
 {
 	uint64_t x = 0;
+	static const char *const known[] = {
+		"endpoint",           "region",           "path_style",         "ca_bundle",     "payload",
+		"part_size",          "concurrency",      "retry_max_attempts", "retry_base_ms", "retry_cap_ms",
+		"connect_timeout_ms", "low_speed_time_s", "list_page"
+	};
+	size_t ki = 0;
+	while (ki < sizeof(known) / sizeof(known[0]) && strcmp(k, known[ki]) != 0)
+		ki++;
+	if (ki == sizeof(known) / sizeof(known[0])) {
+		size_t l = (size_t)snprintf(err, errlen, "unknown option (known:");
+		for (size_t i = 0; i < sizeof(known) / sizeof(known[0]) && l < errlen; i++)
+			l += (size_t)snprintf(err + l, errlen - l, " %s", known[i]);
+		if (l < errlen)
+			snprintf(err + l, errlen - l, ")");
+		return -EINVAL;
+	}
 	if (!strcmp(k, "endpoint")) {
 		const char *h = v;
 		if (!strncmp(v, "https://", 8)) {
@@ -1008,7 +1024,7 @@ static int set_opt(struct objstore *s, const char *k, const char *v, char *ca, s
 	else if (!strcmp(k, "list_page") && x >= 1 && x <= 1000)
 		snprintf(s->list_page, sizeof(s->list_page), "%u", (unsigned)x);
 	else {
-		snprintf(err, errlen, "unknown option or value out of range: %s=%s", k, v);
+		snprintf(err, errlen, "value out of range: %s=%s", k, v);
 		return -EINVAL;
 	}
 	return 0;
@@ -1024,11 +1040,25 @@ static void default_host(struct objstore *s)
 		snprintf(s->host, sizeof(s->host), "%s", t);
 }
 
-int objstore_open(const struct store_scheme *row, const char *url, struct store **out, char *err, size_t errlen)
+/* S3's and GCS's common rules for a bucket name: 3 to 63 characters of
+ * lower-case letters, digits, '-' and '.', starting and ending with a
+ * letter or digit, no "..". (GCS allows up to 222 with dots: so do we.) */
+static bool bucket_ok(const char *b, size_t cap)
 {
-	struct objstore *s = calloc(1, sizeof(*s));
-	if (s == NULL)
-		return -ENOMEM;
+	size_t n = strlen(b);
+	size_t max = strchr(b, '.') ? 222 : 63;
+	if (n < 3 || n > max || n >= cap || strspn(b, "abcdefghijklmnopqrstuvwxyz0123456789-.") != n)
+		return false;
+	if (!isalnum((unsigned char)b[0]) || !isalnum((unsigned char)b[n - 1]) || strstr(b, ".."))
+		return false;
+	return true;
+}
+
+/* Defaults, then the bucket, prefix and options of url into s (and ho, ca):
+ * the part of opening that needs no I/O. */
+static int parse_url(struct objstore *s, const struct store_scheme *row, const char *url, struct http_opts *ho,
+		     char *ca, size_t calen, char *err, size_t errlen)
+{
 	s->base.ops = &obj_ops;
 	s->d = row->dialect;
 	s->path_style = s->d->path_style;
@@ -1042,14 +1072,11 @@ int objstore_open(const struct store_scheme *row, const char *url, struct store 
 	s->max_attempts = 8;
 	s->base_ms = 100;
 	s->cap_ms = 20000;
-	struct http_opts ho = { .connect_timeout_ms = 10000, .low_speed_time_s = 30 };
-	char ca[1024] = "";
+	*ho = (struct http_opts){ .connect_timeout_ms = 10000, .low_speed_time_s = 30 };
 	size_t sl = strlen(row->scheme);
 	char *u = strdup(url + sl + 3);
-	if (u == NULL) {
-		free(s);
+	if (u == NULL)
 		return -ENOMEM;
-	}
 	int r = 0;
 	char *q = strchr(u, '?');
 	if (q)
@@ -1057,11 +1084,13 @@ int objstore_open(const struct store_scheme *row, const char *url, struct store 
 	char *slash = strchr(u, '/');
 	if (slash)
 		*slash++ = 0;
-	size_t bl = strlen(u);
-	if (bl < 3 || bl >= sizeof(s->bucket) || strspn(u, "abcdefghijklmnopqrstuvwxyz0123456789-._") != bl) {
-		snprintf(err, errlen, "storage URL '%s': bad bucket name", url);
+	if (!bucket_ok(u, sizeof(s->bucket))) {
+		snprintf(err, errlen,
+			 "storage URL '%s': bad bucket name '%s' (3 to 63 characters of a-z, 0-9, '-' and '.', "
+			 "starting and ending with a letter or digit)",
+			 url, u);
 		r = -EINVAL;
-		goto fail;
+		goto out;
 	}
 	strcpy(s->bucket, u);
 	const char *pfx = slash ? slash : "";
@@ -1072,25 +1101,53 @@ int objstore_open(const struct store_scheme *row, const char *url, struct store 
 		s->prefix[l - 1] = 0;
 	default_host(s);
 	bool host_set = false;
-	for (char *tok = q ? strtok(q, "&") : NULL; tok; tok = strtok(NULL, "&")) {
+	char *save = NULL;
+	for (char *tok = q ? strtok_r(q, "&", &save) : NULL; tok; tok = strtok_r(NULL, "&", &save)) {
 		char *eq = strchr(tok, '=');
 		if (eq == NULL) {
 			snprintf(err, errlen, "storage URL option '%s' has no value", tok);
 			r = -EINVAL;
-			goto fail;
+			goto out;
 		}
 		*eq = 0;
 		char e2[256] = "";
-		r = set_opt(s, tok, eq + 1, ca, sizeof(ca), &ho, e2, sizeof(e2));
+		r = set_opt(s, tok, eq + 1, ca, calen, ho, e2, sizeof(e2));
 		if (r < 0) {
 			snprintf(err, errlen, "storage URL option %s: %s", tok, e2[0] ? e2 : "bad value");
-			goto fail;
+			goto out;
 		}
 		host_set |= !strcmp(tok, "endpoint");
 		if (!strcmp(tok, "region") && !host_set)
 			default_host(s);
 	}
-	ho.max_conns = s->concurrency;
+	ho->max_conns = s->concurrency;
+out:
+	free(u);
+	return r;
+}
+
+int objstore_check(const struct store_scheme *row, const char *url, char *err, size_t errlen)
+{
+	struct objstore *s = calloc(1, sizeof(*s));
+	if (s == NULL)
+		return -ENOMEM;
+	struct http_opts ho;
+	char ca[1024] = "";
+	int r = parse_url(s, row, url, &ho, ca, sizeof(ca), err, errlen);
+	free(s);
+	return r;
+}
+
+int objstore_open(const struct store_scheme *row, const char *url, struct store **out, char *err, size_t errlen)
+{
+	struct objstore *s = calloc(1, sizeof(*s));
+	if (s == NULL)
+		return -ENOMEM;
+	struct http_opts ho;
+	char ca[1024] = "";
+	int r = parse_url(s, row, url, &ho, ca, sizeof(ca), err, errlen);
+	if (r < 0)
+		goto fail;
 	ho.ca_bundle = ca[0] ? ca : NULL;
 	r = http_init(&s->http, &ho, err, errlen);
 	if (r < 0)
@@ -1107,11 +1164,9 @@ int objstore_open(const struct store_scheme *row, const char *url, struct store 
 		 "credentials from %s",
 		 s->base.url, s->scheme, s->host, s->path_style ? " (path style)" : "", s->region, s->part_size >> 20,
 		 s->concurrency, s->cp.cur.source);
-	free(u);
 	*out = &s->base;
 	return 0;
 fail:
-	free(u);
 	http_free(s->http);
 	free(s);
 	return r;

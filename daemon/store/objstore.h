@@ -183,5 +183,8 @@ extern const struct objstore_dialect store_gcs_dialect;
  * retry_cap_ms, connect_timeout_ms, low_speed_time_s, list_page (keys
  * per listing page; tests use it to exercise pagination). */
 int objstore_open(const struct store_scheme *row, const char *url, struct store **out, char *err, size_t errlen);
+/* The bucket, prefix and options of url as objstore_open parses them, with
+ * no connection and no credentials. */
+int objstore_check(const struct store_scheme *row, const char *url, char *err, size_t errlen);
 
 #endif

@@ -76,6 +76,9 @@ struct store_scheme {
 	bool options;        /* takes the config's [storage] options */
 	int (*open)(const struct store_scheme *row, const char *url, struct store **out, char *err, size_t errlen);
 	const void *dialect; /* the open function's own data (objstore.h), or NULL */
+	/* What open would refuse in url (path, bucket, every option), with no
+	 * I/O: for --check-config. 0, or -errno with err naming the part. */
+	int (*check)(const struct store_scheme *row, const char *url, char *err, size_t errlen);
 };
 
 /* The rest: store_util.c, which every backend may call. */
@@ -90,6 +93,7 @@ int store_entries_to_names(struct store_entry *v, size_t n, char ***names, size_
 
 /* file:///abs/path (store_fs.c). */
 int store_fs_open(const struct store_scheme *row, const char *url, struct store **out, char *err, size_t errlen);
+int store_fs_check(const struct store_scheme *row, const char *url, char *err, size_t errlen);
 
 /* A backend's words for its last failure on this thread (the server's
  * error code and message), else strerror(-r). */

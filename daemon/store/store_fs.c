@@ -484,7 +484,7 @@ static const struct store_ops fs_ops = {
 	.free = fs_free,
 };
 
-int store_fs_open(const struct store_scheme *row, const char *url, struct store **out, char *err, size_t errlen)
+int store_fs_check(const struct store_scheme *row, const char *url, char *err, size_t errlen)
 {
 	(void)row;
 	const char *p = url + strlen("file://");
@@ -492,6 +492,22 @@ int store_fs_open(const struct store_scheme *row, const char *url, struct store 
 		snprintf(err, errlen, "storage URL '%s': want file:///absolute/path", url);
 		return -EINVAL;
 	}
+	size_t len = strlen(p);
+	while (len > 1 && p[len - 1] == '/')
+		len--;
+	if (len >= sizeof(((struct store_fs *)0)->root)) {
+		snprintf(err, errlen, "storage URL '%s': the path is too long", url);
+		return -ENAMETOOLONG;
+	}
+	return 0;
+}
+
+int store_fs_open(const struct store_scheme *row, const char *url, struct store **out, char *err, size_t errlen)
+{
+	int bad = store_fs_check(row, url, err, errlen);
+	if (bad < 0)
+		return bad;
+	const char *p = url + strlen("file://");
 	struct store_fs *s = calloc(1, sizeof(*s));
 	if (s == NULL)
 		return -ENOMEM;
@@ -500,10 +516,6 @@ int store_fs_open(const struct store_scheme *row, const char *url, struct store 
 	size_t len = strlen(p);
 	while (len > 1 && p[len - 1] == '/')
 		len--;
-	if (len >= sizeof(s->root)) {
-		free(s);
-		return -ENAMETOOLONG;
-	}
 	memcpy(s->root, p, len);
 	s->root[len] = '\0';
 	if (gethostname(s->host, sizeof(s->host) - 1) != 0 || s->host[0] == '\0')

@@ -79,6 +79,36 @@ static void test_check_config(void **state)
 		 getenv("CKPTD_BIN"));
 	assert_int_equal(run_cmd(cmd, out, sizeof(out)), 2);
 	assert_non_null(strstr(out, "copy_threads"));
+	/* The storage URL as a start would take it: scheme, bucket, every
+	 * option of the URL and of [storage], without a connection. */
+	static const struct {
+		const char *storage, *says;
+	} bad[] = {
+		{ "ftp://x", "unsupported scheme" },
+		{ "s3://Bad_Bucket/p", "bad bucket name" },
+		{ "s3://bucket/p?endpiont=http://127.0.0.1:1", "endpiont: unknown option" },
+		{ "gs://bucket/p?part_size=1k", "part_size must be 5M..5G" },
+		{ "file://relative", "want file:///absolute/path" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(cmd, sizeof(cmd), "'%s' --check-config --config /dev/null --storage '%s' 2>&1",
+			 getenv("CKPTD_BIN"), bad[i].storage);
+		assert_int_equal(run_cmd(cmd, out, sizeof(out)), 2);
+		if (strstr(out, bad[i].says) == NULL)
+			fail_msg("--storage %s: %s", bad[i].storage, out);
+	}
+	f = fopen(conf, "w");
+	fprintf(f, "[storage]\nurl = s3://bucket/p\nendpiont = http://127.0.0.1:1\n");
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "'%s' --check-config --config '%s' 2>&1", getenv("CKPTD_BIN"), conf);
+	assert_int_equal(run_cmd(cmd, out, sizeof(out)), 2);
+	assert_non_null(strstr(out, "endpiont"));
+	/* A good object-store URL passes without reaching any endpoint. */
+	snprintf(cmd, sizeof(cmd),
+		 "'%s' --check-config --config /dev/null --storage "
+		 "'s3://bucket/p?endpoint=http://127.0.0.1:1&region=us-east-1' 2>&1",
+		 getenv("CKPTD_BIN"));
+	assert_int_equal(run_cmd(cmd, out, sizeof(out)), 0);
 	h_cleanup(&d);
 }
 
