@@ -2,6 +2,8 @@
 #include "ckpt_version.h"
 #include "daemon.h"
 #include "log.h"
+#include "clock.h"
+#include "store.h"
 #include "status.h"
 
 #include <errno.h>
@@ -169,10 +171,13 @@ static void conn_freed(uv_handle_t *h)
 	}
 }
 
+static void probe_forget(struct http_conn *c);
+
 static void conn_close(struct http_conn *c)
 {
 	if (c->closing)
 		return;
+	probe_forget(c);
 	c->closing = 2;
 	uv_close((uv_handle_t *)&c->timer, conn_freed);
 	uv_close((uv_handle_t *)&c->tcp, conn_freed);
@@ -192,6 +197,7 @@ static void respond(struct http_conn *c, int code, const char *ctype, const char
 			  code,
 			  code == 200   ? "OK"
 			  : code == 404 ? "Not Found"
+			  : code == 503 ? "Service Unavailable"
 					: "Bad Request",
 			  ctype, blen);
 	c->resp = malloc((size_t)hl + blen);
@@ -206,6 +212,111 @@ static void respond(struct http_conn *c, int code, const char *ctype, const char
 	uv_read_stop((uv_stream_t *)&c->tcp);
 	if (uv_write(&c->wr, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0)
 		conn_close(c);
+}
+
+/* ---- /healthz and /readyz ----
+ * /healthz: the loop answers (alive). /readyz: the pool is mapped, ckptd
+ * is not draining, and the last storage probe succeeded. The probe is one
+ * GET of a key that never exists, on the threadpool: a reachable store
+ * that takes our credentials answers 404 (-ENOENT), so it costs one
+ * request per probe and at most one probe per READY_FRESH_MS, however many
+ * probes kubelet sends. Requests that find the result older wait for the
+ * running probe and are answered when it ends (or by their own timeout).
+ * One daemon per process: the probe's state is this module's. */
+#define READY_FRESH_MS 2000
+#define READY_PROBE_KEY ".ckptd-readyz-probe"
+
+static struct {
+	uv_work_t work;
+	struct daemon *d;
+	bool running;
+	int result; /* of the last probe: 0 or -errno */
+	char msg[256];
+	uint64_t done_ns; /* 0: never */
+	struct http_conn *waiting[HTTP_MAX_CONNS + 1];
+	size_t nwaiting;
+} probe;
+
+static void probe_forget(struct http_conn *c)
+{
+	for (size_t i = 0; i < probe.nwaiting; i++)
+		if (probe.waiting[i] == c) {
+			probe.waiting[i] = probe.waiting[--probe.nwaiting];
+			return;
+		}
+}
+
+static void ready_answer(struct http_conn *c)
+{
+	struct daemon *d = c->d;
+	char body[400];
+	int code = 503;
+	if (d->pool.base == NULL)
+		snprintf(body, sizeof(body), "not ready: the staging pool is not mapped\n");
+	else if (d->draining)
+		snprintf(body, sizeof(body), "not ready: draining\n");
+	else if (probe.result < 0)
+		snprintf(body, sizeof(body), "not ready: storage %s: %s\n", d->store->url, probe.msg);
+	else {
+		code = 200;
+		snprintf(body, sizeof(body), "ready\n");
+	}
+	respond(c, code, "text/plain", body, strlen(body));
+}
+
+static void probe_run(uv_work_t *w)
+{
+	struct store *st = probe.d->store;
+	void *buf = NULL;
+	size_t len = 0;
+	store_clear_error();
+	int r = st->ops->get_all(st, READY_PROBE_KEY, 1, &buf, &len);
+	free(buf);
+	(void)w;
+	if (r == -ENOENT || r == -EFBIG)
+		r = 0; /* answered: reachable, and our credentials are taken */
+	probe.result = r;
+	snprintf(probe.msg, sizeof(probe.msg), "%s", r < 0 ? store_error(r) : "");
+}
+
+static void probe_done(uv_work_t *w, int status)
+{
+	(void)w;
+	if (status < 0) {
+		probe.result = status;
+		snprintf(probe.msg, sizeof(probe.msg), "probe cancelled");
+	}
+	probe.running = false;
+	probe.done_ns = clock_now_ns();
+	while (probe.nwaiting > 0)
+		ready_answer(probe.waiting[--probe.nwaiting]); /* respond stops reading; close comes later */
+}
+
+static void readyz(struct http_conn *c)
+{
+	struct daemon *d = c->d;
+	if (probe.done_ns && clock_now_ns() - probe.done_ns < (uint64_t)READY_FRESH_MS * 1000000ull) {
+		ready_answer(c);
+		return;
+	}
+	probe.waiting[probe.nwaiting++] = c;
+	if (probe.running)
+		return;
+	probe.d = d;
+	probe.running = true;
+	if (uv_queue_work(d->loop, &probe.work, probe_run, probe_done) < 0) {
+		probe.running = false;
+		probe.result = -EIO;
+		snprintf(probe.msg, sizeof(probe.msg), "cannot queue the probe");
+		probe_done(&probe.work, 0);
+	}
+}
+
+static bool is_get(const char *req, const char *path)
+{
+	size_t l = strlen(path);
+	return strncmp(req, "GET ", 4) == 0 && strncmp(req + 4, path, l) == 0 &&
+	       (req[4 + l] == ' ' || req[4 + l] == '\r' || req[4 + l] == '\n' || req[4 + l] == '?');
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -230,8 +341,18 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 			respond(c, 400, "text/plain", "request too large\n", 18);
 		return;
 	}
-	if (strncmp(c->req, "GET /metrics ", 13) != 0 && strncmp(c->req, "GET /metrics\r", 13) != 0) {
-		respond(c, 404, "text/plain", "try /metrics\n", 13);
+	if (is_get(c->req, "/healthz")) {
+		respond(c, 200, "text/plain", "ok\n", 3);
+		return;
+	}
+	if (is_get(c->req, "/readyz")) {
+		uv_read_stop((uv_stream_t *)&c->tcp);
+		readyz(c);
+		return;
+	}
+	if (!is_get(c->req, "/metrics")) {
+		static const char try[] = "try /metrics, /healthz or /readyz\n";
+		respond(c, 404, "text/plain", try, sizeof(try) - 1);
 		return;
 	}
 	char *text = NULL;

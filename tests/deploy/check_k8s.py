@@ -54,9 +54,14 @@ check("NVIDIA driver mounted as GKE installs it",
       vols[mounts["/usr/local/nvidia"]]["hostPath"]["path"] == "/home/kubernetes/bin/nvidia")
 sa = find("ServiceAccount", pod["serviceAccountName"])
 check("Workload Identity service account", sa and "iam.gke.io/gcp-service-account" in sa["metadata"].get("annotations", {}))
-for probe in ("readinessProbe", "livenessProbe"):
-    cmd = ctr.get(probe, {}).get("exec", {}).get("command", [])
-    check(f"{probe} runs ckptctl status", cmd[:1] == ["ckptctl"] and "status" in cmd)
+port_names = {p.get("name"): p.get("containerPort") for p in ctr.get("ports", [])}
+for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+    get = ctr.get(probe, {}).get("httpGet", {})
+    check(f"{probe} asks {path} on the metrics port",
+          get.get("path") == path and get.get("port") in ("metrics", port_names.get("metrics")))
+listen = find("ConfigMap")["data"]["ckptd.conf"]
+check("the config serves metrics (and the probes) on the metrics port",
+      f":{port_names.get('metrics')}" in listen and "[metrics]" in listen)
 ann = ds["spec"]["template"]["metadata"].get("annotations", {})
 check("Prometheus scrape annotations", ann.get("prometheus.io/scrape") == "true" and ann.get("prometheus.io/port"))
 check("metrics port matches the annotation",

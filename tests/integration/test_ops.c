@@ -325,9 +325,36 @@ static void test_metrics(void **state)
 		assert_true(v >= prev);
 		prev = v;
 	}
-	/* Anything but /metrics is a 404. */
+	/* Anything but /metrics, /healthz and /readyz is a 404. */
 	http_get(port, "/", out, sizeof(out));
 	assert_non_null(strstr(out, "404"));
+	/* Alive, and ready: the pool is mapped and storage answers. */
+	http_get(port, "/healthz", out, sizeof(out));
+	assert_non_null(strstr(out, "HTTP/1.0 200 OK"));
+	assert_non_null(strstr(out, "\r\n\r\nok\n"));
+	http_get(port, "/readyz", out, sizeof(out));
+	assert_non_null(strstr(out, "HTTP/1.0 200 OK"));
+	assert_non_null(strstr(out, "\r\n\r\nready\n"));
+	/* Storage that cannot answer (its root is now a file): not ready, with
+	 * the reason, once the last probe's result is older than 2 s; alive
+	 * still. Ready again when storage is back. */
+	char moved[400];
+	snprintf(moved, sizeof(moved), "%s.moved", d.store);
+	assert_int_equal(rename(d.store, moved), 0);
+	FILE *blocker = fopen(d.store, "w");
+	assert_non_null(blocker);
+	fclose(blocker);
+	usleep(2100 * 1000);
+	http_get(port, "/readyz", out, sizeof(out));
+	assert_non_null(strstr(out, "HTTP/1.0 503 Service Unavailable"));
+	assert_non_null(strstr(out, "not ready: storage"));
+	http_get(port, "/healthz", out, sizeof(out));
+	assert_non_null(strstr(out, "HTTP/1.0 200 OK"));
+	assert_int_equal(unlink(d.store), 0);
+	assert_int_equal(rename(moved, d.store), 0);
+	usleep(2100 * 1000);
+	http_get(port, "/readyz", out, sizeof(out));
+	assert_non_null(strstr(out, "HTTP/1.0 200 OK"));
 	/* ckptctl metrics prints the same exposition. */
 	char text[1 << 14];
 	char *m = NULL;
