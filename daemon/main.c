@@ -223,6 +223,7 @@ static void on_sighup(uv_signal_t *h, int signum)
 	if (nkept > 0)
 		log_warn("SIGHUP: %s change only on restart; kept the running values", kept);
 	log_set_level((enum log_level)d->cfg.log_level);
+	log_set_format((enum log_format)d->cfg.log_format);
 	log_info("SIGHUP: configuration reloaded (log level %d, %zu job sections)", nc.log_level, nc.njobs);
 }
 
@@ -241,6 +242,7 @@ static int start_process(struct daemon *d)
 {
 	log_init();
 	log_set_level((enum log_level)d->cfg.log_level);
+	log_set_format((enum log_format)d->cfg.log_format);
 	/* One fd per registered buffer: lift the soft limit to the hard one. */
 	struct rlimit nofile;
 	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {

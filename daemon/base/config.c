@@ -482,6 +482,11 @@ static const char *const level_names[] = {
 	[LOG_LVL_DEBUG] = "debug",
 };
 
+static const char *const log_format_names[] = {
+	[LOG_FORMAT_TEXT] = "text",
+	[LOG_FORMAT_JSON] = "json",
+};
+
 static const char *const layout_names[] = {
 	[false] = "step",
 	[true] = "spread",
@@ -580,6 +585,9 @@ const struct config_key config_keys[] = {
 
 	KEY("log", "level", cfg_enum, log_level, 0, .def = LOG_LVL_INFO, NAMES(level_names), .flag = "log-level",
 	    .flag_arg = "LEVEL", .help = "error | warn | info | debug"),
+	KEY("log", "format", cfg_enum, log_format, 0, .def = LOG_FORMAT_TEXT, NAMES(log_format_names),
+	    .flag = "log-format", .flag_arg = "FORMAT",
+	    .help = "text (<N> priority prefixes) | json (one object per line); the journal when stderr is one"),
 
 	KEY("debug", "store_delay_ms", cfg_u32, debug_store_delay_ms, CFG_RESTART | CFG_DEBUG,
 	    .help = "tests only: pause in the middle of each shard write"),

@@ -114,6 +114,7 @@ struct config {
 	uint32_t max_extra_state;
 	uint64_t manifest_cache_bytes; /* decoded manifests of pinned steps kept (mancache.h); 0: off */
 	int log_level;
+	int log_format; /* enum log_format */
 	/* policies */
 	enum admit_policy policy;
 	uint64_t quota_bytes;

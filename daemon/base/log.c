@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 static enum log_level cur_level = LOG_LVL_INFO;
+static enum log_format cur_format = LOG_FORMAT_TEXT;
 static bool to_journal;
 static FILE *out_file;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -20,6 +21,64 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 void log_set_level(enum log_level lvl)
 {
 	cur_level = lvl;
+}
+
+void log_set_format(enum log_format f)
+{
+	cur_format = f;
+}
+
+/* s as a JSON string's contents: '"', '\\' and control characters escaped;
+ * stops short of a partial escape at the end of out. */
+static size_t json_str(char *out, size_t len, size_t at, const char *s)
+{
+	for (; *s && at + 7 < len; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\') {
+			out[at++] = '\\';
+			out[at++] = (char)c;
+		} else if (c == '\n') {
+			out[at++] = '\\';
+			out[at++] = 'n';
+		} else if (c < 0x20) {
+			at += (size_t)snprintf(out + at, len - at, "\\u%04x", c);
+		} else {
+			out[at++] = (char)c;
+		}
+	}
+	return at;
+}
+
+size_t log_json_line(enum log_level lvl, const struct log_ctx *ctx, const char *msg, const struct timespec *now,
+		     char *out, size_t len)
+{
+	static const char *const names[] = {
+		[LOG_LVL_ERR] = "error", [LOG_LVL_WARN] = "warn", [LOG_LVL_INFO] = "info", [LOG_LVL_DEBUG] = "debug"
+	};
+	struct tm tm;
+	gmtime_r(&now->tv_sec, &tm);
+	/* Room kept for the context and the closing brace. */
+	size_t tail = 200, at = 0;
+	if (len < tail + 64)
+		return 0;
+	at += strftime(out, len, "{\"time\":\"%Y-%m-%dT%H:%M:%S", &tm);
+	at += (size_t)snprintf(out + at, len - at, ".%03ldZ\",\"level\":\"%s\",\"msg\":\"", now->tv_nsec / 1000000,
+			       (unsigned)lvl < sizeof(names) / sizeof(names[0]) && names[lvl] ? names[lvl] : "info");
+	at = json_str(out, len - tail, at, msg);
+	at += (size_t)snprintf(out + at, len - at, "\"");
+	if (ctx && ctx->job && ctx->job[0]) {
+		at += (size_t)snprintf(out + at, len - at, ",\"job\":\"");
+		at = json_str(out, len - 40, at, ctx->job);
+		at += (size_t)snprintf(out + at, len - at, "\"");
+	}
+	if (ctx && ctx->rank >= 0)
+		at += (size_t)snprintf(out + at, len - at, ",\"rank\":%" PRId64, ctx->rank);
+	if (ctx && ctx->step >= 0)
+		at += (size_t)snprintf(out + at, len - at, ",\"step\":%" PRId64, ctx->step);
+	if (ctx && ctx->save_id)
+		at += (size_t)snprintf(out + at, len - at, ",\"save_id\":%" PRIu64, ctx->save_id);
+	at += (size_t)snprintf(out + at, len - at, "}\n");
+	return at < len ? at : len - 1;
 }
 
 void log_set_output(FILE *f)
@@ -137,7 +196,15 @@ static void emit(enum log_level lvl, const struct log_ctx *ctx, const char *msg)
 	}
 	FILE *o = out_file ? out_file : stderr;
 	/* One write per line so lines from threads never interleave. */
-	fprintf(o, "<%d>%s\n", (int)lvl, msg);
+	if (cur_format == LOG_FORMAT_JSON) {
+		char line[4096];
+		struct timespec now;
+		clock_gettime(CLOCK_REALTIME, &now);
+		size_t n = log_json_line(lvl, ctx, msg, &now, line, sizeof(line));
+		fwrite(line, 1, n, o);
+	} else {
+		fprintf(o, "<%d>%s\n", (int)lvl, msg);
+	}
 	fflush(o);
 }
 

@@ -60,6 +60,7 @@ for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")
     check(f"{probe} asks {path} on the metrics port",
           get.get("path") == path and get.get("port") in ("metrics", port_names.get("metrics")))
 listen = find("ConfigMap")["data"]["ckptd.conf"]
+check("logs as JSON lines for the cluster's log pipeline", "format = json" in listen)
 check("the config serves metrics (and the probes) on the metrics port",
       f":{port_names.get('metrics')}" in listen and "[metrics]" in listen)
 ann = ds["spec"]["template"]["metadata"].get("annotations", {})

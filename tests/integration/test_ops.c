@@ -31,6 +31,8 @@
 #include "ckpt/ckpt.h"
 #include "harness.h"
 
+#include <json-c/json.h>
+
 static int run_cmd(const char *cmd, char *out, size_t outlen)
 {
 	FILE *p = popen(cmd, "r");
@@ -473,6 +475,58 @@ static void test_drain_deadline(void **state)
 	h_cleanup(&d);
 }
 
+/* [log] format = json: every line ckptd writes is one JSON object with
+ * time, level and msg; a save's lines carry its job, rank and step. */
+static void test_json_logs(void **state)
+{
+	(void)state;
+	struct dctx d;
+	h_init(&d);
+	d.no_log_flag = true;
+	h_start(&d, "[log]\nformat = json\nlevel = debug\n");
+	ckpt_hello h = { .job = "jsonlog", .rank = 0, .world_size = 1 };
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(d.sock, &h, &c), 0);
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, 1 << 20, &b), 0);
+	uint64_t shape[1] = { 1 << 20 };
+	ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b,
+			  .nbytes = 1 << 20 };
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_save(c, 5, &t, 1, NULL, 0, &f), 0);
+	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 30000), 0);
+	ckpt_future_free(f);
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+	assert_int_equal(h_stop(&d), 0);
+	char logp[400];
+	snprintf(logp, sizeof(logp), "%s/ckptd.log", d.dir);
+	FILE *lf = fopen(logp, "r");
+	assert_non_null(lf);
+	static char line[8192];
+	int lines = 0, with_step = 0;
+	while (fgets(line, sizeof(line), lf)) {
+		struct json_object *o = json_tokener_parse(line);
+		if (o == NULL)
+			fail_msg("not a JSON line: %s", line);
+		struct json_object *v;
+		assert_true(json_object_object_get_ex(o, "time", &v));
+		assert_true(json_object_object_get_ex(o, "level", &v));
+		assert_true(json_object_object_get_ex(o, "msg", &v));
+		if (json_object_object_get_ex(o, "step", &v) && json_object_get_int64(v) == 5) {
+			assert_true(json_object_object_get_ex(o, "job", &v));
+			assert_string_equal(json_object_get_string(v), "jsonlog");
+			with_step++;
+		}
+		json_object_put(o);
+		lines++;
+	}
+	fclose(lf);
+	assert_true(lines > 3);
+	assert_true(with_step > 0);
+	h_cleanup(&d);
+}
+
 static void test_sighup_reload(void **state)
 {
 	(void)state;
@@ -563,6 +617,7 @@ int main(void)
 		cmocka_unit_test(test_sigterm_drains),
 		cmocka_unit_test(test_drain_deadline),
 		cmocka_unit_test(test_sighup_reload),
+		cmocka_unit_test(test_json_logs),
 	};
 	return cmocka_run_group_tests_name("ops", tests, NULL, NULL);
 }

@@ -11,6 +11,8 @@
 
 #include "log.h"
 
+#include <json-c/json.h>
+
 static int count_lines(FILE *f, const char *needle)
 {
 	fflush(f);
@@ -96,6 +98,62 @@ static void test_journal_fields(void **state)
 	assert_int_equal(log_journal_fields(LOG_LVL_INFO, NULL, "x", out, 8), 3);
 }
 
+/* [log] format = json: one object per line that a JSON parser reads back,
+ * with the message escaped, the level named and the context's fields. */
+static void test_json_lines(void **state)
+{
+	(void)state;
+	char line[4096];
+	struct timespec t = { .tv_sec = 1795000000, .tv_nsec = 123456789 };
+	struct log_ctx ctx = { .job = "llama \"70b\"", .rank = 3, .step = 1200, .save_id = 9 };
+	size_t n = log_json_line(LOG_LVL_WARN, &ctx, "a \"quoted\" \\ path\nand\ta tab\x01", &t, line, sizeof(line));
+	assert_true(n > 0 && line[n - 1] == '\n');
+	assert_null(memchr(line, '\n', n - 1)); /* one line */
+	struct json_object *o = json_tokener_parse(line);
+	assert_non_null(o);
+	struct json_object *v;
+	assert_true(json_object_object_get_ex(o, "msg", &v));
+	assert_string_equal(json_object_get_string(v), "a \"quoted\" \\ path\nand\ta tab\x01");
+	assert_true(json_object_object_get_ex(o, "level", &v));
+	assert_string_equal(json_object_get_string(v), "warn");
+	assert_true(json_object_object_get_ex(o, "time", &v));
+	assert_string_equal(json_object_get_string(v), "2026-11-18T11:06:40.123Z");
+	assert_true(json_object_object_get_ex(o, "job", &v));
+	assert_string_equal(json_object_get_string(v), "llama \"70b\"");
+	assert_true(json_object_object_get_ex(o, "rank", &v));
+	assert_int_equal(json_object_get_int64(v), 3);
+	assert_true(json_object_object_get_ex(o, "step", &v));
+	assert_int_equal(json_object_get_int64(v), 1200);
+	assert_true(json_object_object_get_ex(o, "save_id", &v));
+	assert_int_equal(json_object_get_int64(v), 9);
+	json_object_put(o);
+	/* No context: only time, level and msg. A long message is cut, and the
+	 * line is still JSON. */
+	static char big[8000];
+	memset(big, '"', sizeof(big) - 1);
+	n = log_json_line(LOG_LVL_INFO, NULL, big, &t, line, sizeof(line));
+	o = json_tokener_parse(line);
+	assert_non_null(o);
+	assert_int_equal(json_object_object_length(o), 3);
+	json_object_put(o);
+	/* Through the logger, as the daemon writes it. */
+	FILE *f = tmpfile();
+	assert_non_null(f);
+	log_set_output(f);
+	log_set_format(LOG_FORMAT_JSON);
+	log_info("saved %d bytes", 42);
+	log_set_format(LOG_FORMAT_TEXT);
+	log_set_output(NULL);
+	rewind(f);
+	assert_non_null(fgets(line, sizeof(line), f));
+	fclose(f);
+	o = json_tokener_parse(line);
+	assert_non_null(o);
+	assert_true(json_object_object_get_ex(o, "msg", &v));
+	assert_string_equal(json_object_get_string(v), "saved 42 bytes");
+	json_object_put(o);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -103,6 +161,7 @@ int main(void)
 		cmocka_unit_test(test_repeated_errors_rate_limited),
 		cmocka_unit_test(test_journal_stream_match),
 		cmocka_unit_test(test_journal_fields),
+		cmocka_unit_test(test_json_lines),
 	};
 	return cmocka_run_group_tests_name("log", tests, NULL, NULL);
 }
