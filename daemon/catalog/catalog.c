@@ -493,7 +493,10 @@ struct index_fetch {
 	const char *key, *job, *attempt;
 	uint64_t step;
 	uint32_t ws;
+	const struct catalog_listed *listed; /* the index as listed */
 };
+
+static void mark_bad_index(const char *key, const struct catalog_listed *l, const char *err);
 
 /* GET and check a whole index: every manifest passes manifest_check, is
  * of this step and attempt, and ranks 0..ws-1 are there once each. */
@@ -506,6 +509,7 @@ static int fetch_index(void *ctx, Ckpt__StepIndex **out, char *err, size_t errle
 	int r = f->s->ops->get_all(f->s, f->key, STEP_INDEX_MAX_BYTES, &buf, &len);
 	if (r == -EFBIG) {
 		snprintf(err, errlen, "%s: larger than %u bytes", f->key, STEP_INDEX_MAX_BYTES);
+		mark_bad_index(f->key, f->listed, err);
 		return -EBADMSG;
 	}
 	if (r < 0) {
@@ -516,6 +520,7 @@ static int fetch_index(void *ctx, Ckpt__StepIndex **out, char *err, size_t errle
 	free(buf);
 	if (ix == NULL) {
 		snprintf(err, errlen, "%s: does not parse", f->key);
+		mark_bad_index(f->key, f->listed, err);
 		return -EBADMSG;
 	}
 	bool *seen = NULL;
@@ -557,6 +562,9 @@ static int fetch_index(void *ctx, Ckpt__StepIndex **out, char *err, size_t errle
 bad:
 	free(seen);
 	ckpt__step_index__free_unpacked(ix, NULL);
+	/* Known bad before the fetch ends: a rank that comes after this one
+	 * (no longer sharing its GET) does not GET it again. */
+	mark_bad_index(f->key, f->listed, err);
 	return -EBADMSG;
 }
 
@@ -606,13 +614,11 @@ static int use_index(struct store *s, const char *job, struct catalog_step *cs, 
 		mark_bad_index(key, &cs->index_listed, err);
 		return -EBADMSG;
 	}
-	struct index_fetch f = { s, key, job, g->attempt, cs->step, g->world_size };
+	struct index_fetch f = { s, key, job, g->attempt, cs->step, g->world_size, &cs->index_listed };
 	const Ckpt__StepIndex *ix;
 	int r = mancache_get_index(cs->cache, key, cs->index_listed.mtime_ns, cs->index_listed.size, fetch_index, &f,
 				   &ix, &cs->index_ref, err, sizeof(err));
-	if (r == -EBADMSG)
-		mark_bad_index(key, &cs->index_listed, err);
-	else if (r < 0 && r != -ENOENT)
+	if (r < 0 && r != -ENOENT && r != -EBADMSG) /* a bad one was marked by fetch_index */
 		log_warn("catalog: %s; the manifests are read instead", err);
 	if (r < 0) {
 		cs->index_ref = NULL;
