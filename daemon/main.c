@@ -86,7 +86,10 @@ static void usage(FILE *f)
 	fprintf(f,
 		"\n  --config FILE         ini file (default %s, if it exists)\n"
 		"  --set S.K=V           any config key, e.g. --set pool.policy=skip\n"
-		"  --check-config        validate, print the effective config, exit\n",
+		"  --check-config        validate (the storage URL too, without connecting), print the effective\n"
+		"                        config, exit\n"
+		"  --version             print the version, the commit and whether CUDA is compiled in, exit\n"
+		"  --help                this text\n",
 		DEFAULT_CONFIG_PATH);
 	for (size_t i = 0; i < config_nkeys; i++) {
 		const struct config_key *k = &config_keys[i];
