@@ -77,7 +77,19 @@ check("grace period longer than the drain timeout",
 trainer = find("Pod", "trainer-example")
 check("trainer pod mounts the socket directory",
       any(v.get("hostPath", {}).get("path") == "/run/ckptd" for v in trainer["spec"]["volumes"]))
-check("trainer pod shares the host PID namespace", trainer["spec"].get("hostPID") is True)
+tspec = trainer["spec"]
+tctr = tspec["containers"][0]
+tenv = {e["name"]: e.get("value") for e in tctr.get("env", [])}
+check("trainer pod on the VMM path: expandable segments, no hostPID",
+      "expandable_segments:True" in (tenv.get("PYTORCH_CUDA_ALLOC_CONF") or "") and not tspec.get("hostPID"))
+shm = [v for v in tspec["volumes"] if v.get("emptyDir", {}).get("medium") == "Memory"]
+check("trainer pod mounts a memory emptyDir at /dev/shm",
+      shm and any(m["mountPath"] == "/dev/shm" and m["name"] == shm[0]["name"] for m in tctr["volumeMounts"]))
+check("trainer pod requests cpu and memory", all(k in tctr.get("resources", {}).get("requests", {})
+                                                  for k in ("cpu", "memory")))
+ns = find("Namespace", "ckptd-system")
+check("the agent's namespace admits its privileged pods (Pod Security)",
+      ns and ns["metadata"].get("labels", {}).get("pod-security.kubernetes.io/enforce") == "privileged")
 kust = find("Kustomization")
 check("kustomization resources exist", kust and all(os.path.exists(os.path.join(k8s, r)) for r in kust["resources"]))
 check("Dockerfile is multi-stage on Debian 12",
