@@ -19,6 +19,7 @@ void client_copy_step(ckpt_step_info *o, const Ckpt__StepInfo *s)
 	o->world_size = s->world_size;
 	snprintf(o->attempt_id, sizeof(o->attempt_id), "%s", s->attempt_id ? s->attempt_id : "");
 	o->bytes_unlisted = s->bytes_unlisted ? 1 : 0;
+	o->saved_unix_ns = s->saved_unix_ns;
 }
 
 /* Call and check the reply's body type. */
@@ -118,6 +119,8 @@ void ckpt_step_detail_free(ckpt_step_detail *d)
 	free(d);
 }
 
+static int verify(ckpt_client *c, Ckpt__VerifyRequest *m, ckpt_verify_result **out);
+
 int ckpt_verify(ckpt_client *c, const char *job, uint64_t step, ckpt_verify_result **out)
 {
 	if (!c || !job || !out)
@@ -126,9 +129,30 @@ int ckpt_verify(ckpt_client *c, const char *job, uint64_t step, ckpt_verify_resu
 	Ckpt__VerifyRequest m = CKPT__VERIFY_REQUEST__INIT;
 	m.job = (char *)job;
 	m.step = step;
+	return verify(c, &m, out);
+}
+
+int ckpt_verify_rank(ckpt_client *c, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
+		     const char *attempt_id, ckpt_verify_result **out)
+{
+	if (!c || !job || !attempt_id || !out || rank >= world_size)
+		return bad_args();
+	*out = NULL;
+	Ckpt__VerifyRequest m = CKPT__VERIFY_REQUEST__INIT;
+	m.job = (char *)job;
+	m.step = step;
+	m.one_rank = true;
+	m.rank = rank;
+	m.world_size = world_size;
+	m.attempt_id = (char *)attempt_id;
+	return verify(c, &m, out);
+}
+
+static int verify(ckpt_client *c, Ckpt__VerifyRequest *m, ckpt_verify_result **out)
+{
 	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
 	req.body_case = CKPT__FRAME__BODY_VERIFY;
-	req.verify = &m;
+	req.verify = m;
 	int r = call(c, &req, CKPT__FRAME__BODY_VERIFY_REPLY, &rep);
 	if (r < 0)
 		return r;

@@ -1,31 +1,51 @@
 /* ckptctl: the operator's command line for ckptd. Uses only the public
  * libckpt API (and json-c for --json). */
 #include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <json-c/json.h>
 
 #include "ckpt/ckpt.h"
 #include "ckpt_version.h"
 
+/* One row per command: its arguments, what it does, and its handler. */
+struct opts {
+	int json, dry_run, jobs;
+	const char *sock;
+};
+struct command {
+	const char *name, *args, *help;
+	int min, max; /* positional arguments */
+	int (*run)(ckpt_client *c, char **args, int nargs, const struct opts *o);
+};
+static const struct command commands[];
+static const size_t ncommands;
+
 static void usage(FILE *f)
 {
+	fprintf(f, "usage: ckptctl [OPTIONS] COMMAND [ARGS]\n\nCommands:\n");
+	for (size_t i = 0; i < ncommands; i++) {
+		char head[64];
+		snprintf(head, sizeof(head), "%s%s%s", commands[i].name, commands[i].args[0] ? " " : "",
+			 commands[i].args);
+		fprintf(f, "  %-24s %s\n", head, commands[i].help);
+	}
 	fprintf(f,
-		"usage: ckptctl [--version] [--socket PATH] [--json] COMMAND\n"
-		"  status              sessions, pool, memory tier, in-flight saves, totals\n"
-		"  ls [JOB]            checkpoint steps, of JOB or of every job\n"
-		"  show JOB STEP       tensors, dtypes, shapes, boxes, ranks, bytes\n"
-		"  verify JOB STEP     re-read the step and check every crc32c\n"
-		"  rm JOB STEP         remove the step from storage\n"
-		"  resolve JOB [STEP]  the step a restore loads (default: latest), pinned;\n"
-		"                      hand it to every rank (ckpt-example --step)\n"
-		"  gc [--dry-run] [JOB]  apply the retention policy now\n"
-		"  metrics             Prometheus text exposition\n"
-		"\n"
-		"The socket defaults to $CKPTD_SOCKET, else %s.\n",
+		"\nOptions:\n"
+		"  -s, --socket PATH        the daemon's socket (default $CKPTD_SOCKET, else %s)\n"
+		"      --json               JSON output, for scripts\n"
+		"      --dry-run            gc: say what would be removed, remove nothing\n"
+		"  -j, --jobs N             verify: ranks checked at once (default 4)\n"
+		"  -V, --version            print the version and the commit, exit\n"
+		"  -h, --help               this text\n",
 		CKPT_DEFAULT_SOCKET);
 }
 
@@ -205,60 +225,112 @@ static int step_cmp(const void *pa, const void *pb)
 	return a->step < b->step ? -1 : a->step > b->step;
 }
 
+static json_object *json_step(const ckpt_step_info *v);
+
+static int64_t now_unix_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* "2026-11-24 10:00:00" (UTC), or "-" when unknown. */
+static const char *saved_time(int64_t ns, char *buf, size_t len)
+{
+	if (ns <= 0) {
+		snprintf(buf, len, "-");
+		return buf;
+	}
+	time_t t = (time_t)(ns / 1000000000);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
+	return buf;
+}
+
+/* Steps sorted by job then step; latest[i]: v[i] is its job's highest
+ * complete step, the one a restore of "latest" takes. */
+static void mark_latest(const ckpt_step_info *v, size_t n, bool *latest)
+{
+	for (size_t i = 0; i < n; i++) {
+		latest[i] = false;
+		if (!v[i].complete)
+			continue;
+		bool later = false;
+		for (size_t j = i + 1; j < n && strcmp(v[j].job, v[i].job) == 0 && !later; j++)
+			later = v[j].complete;
+		latest[i] = !later;
+	}
+}
+
 static int cmd_ls(ckpt_client *c, const char *job, int json)
 {
 	ckpt_step_info *v = NULL;
 	size_t n = 0, jw = 3;
-	char what[300], sz[32], ranks[32];
-	int r;
-
-	r = ckpt_list(c, job, &v, &n);
+	char what[300], sz[32], ranks[32], when[32], age[32];
+	int r = ckpt_list(c, job, &v, &n);
 	if (r < 0) {
 		snprintf(what, sizeof(what), "ls%s%s", job ? " " : "", job ? job : "");
 		die(what, r);
 	}
 	if (n > 1)
 		qsort(v, n, sizeof(*v), step_cmp);
+	bool *latest = calloc(n ? n : 1, sizeof(*latest));
+	if (latest == NULL)
+		die_oom();
+	mark_latest(v, n, latest);
+	int64_t now = now_unix_ns();
 	if (json) {
 		json_object *a = json_object_new_array();
-
 		if (!a)
 			die_oom();
 		for (size_t i = 0; i < n; i++) {
-			json_object *o = json_object_new_object();
-
-			if (!o)
-				die_oom();
-			json_put(o, "job", json_object_new_string(v[i].job));
-			json_put(o, "step", json_object_new_uint64(v[i].step));
-			json_put(o, "complete", json_object_new_boolean(v[i].complete));
+			json_object *o = json_step(&v[i]);
 			if (v[i].bytes_unlisted) { /* layout spread: null; show has them */
+				json_object_object_del(o, "bytes");
 				if (json_object_object_add(o, "bytes", NULL) != 0)
 					die_oom();
-			} else {
-				json_put(o, "bytes", json_object_new_uint64(v[i].bytes));
 			}
-			json_put(o, "ranks_present", json_object_new_uint64(v[i].ranks_present));
-			json_put(o, "world_size", json_object_new_uint64(v[i].world_size));
-			json_put(o, "attempt_id", json_object_new_string(v[i].attempt_id));
+			json_put(o, "latest", json_object_new_boolean(latest[i]));
+			if (v[i].saved_unix_ns > 0) {
+				json_put(o, "saved",
+					 json_object_new_string(saved_time(v[i].saved_unix_ns, when, sizeof(when))));
+				json_put(o, "age_s",
+					 json_object_new_int64(now > v[i].saved_unix_ns
+								       ? (now - v[i].saved_unix_ns) / 1000000000
+								       : 0));
+			}
 			if (json_object_array_add(a, o) != 0)
 				die_oom();
 		}
 		json_print(a);
 		json_object_put(a);
+		free(latest);
 		free(v);
 		return 0;
 	}
 	for (size_t i = 0; i < n; i++)
 		if (strlen(v[i].job) > jw)
 			jw = strlen(v[i].job);
-	printf("%-*s %12s %-8s %7s %10s  %s\n", (int)jw, "JOB", "STEP", "COMPLETE", "RANKS", "SIZE", "ATTEMPT");
+	printf("%-*s %13s %-8s %7s %10s  %-19s %9s  %s\n", (int)jw, "JOB", "STEP", "COMPLETE", "RANKS", "SIZE",
+	       "SAVED (UTC)", "AGE", "ATTEMPT");
 	for (size_t i = 0; i < n; i++) {
+		char step[32];
+		snprintf(step, sizeof(step), "%" PRIu64 "%s", v[i].step, latest[i] ? "*" : " ");
 		snprintf(ranks, sizeof(ranks), "%" PRIu32 "/%" PRIu32, v[i].ranks_present, v[i].world_size);
-		printf("%-*s %12" PRIu64 " %-8s %7s %10s  %s\n", (int)jw, v[i].job, v[i].step,
+		if (v[i].saved_unix_ns > 0)
+			human_duration(now > v[i].saved_unix_ns ? (uint64_t)(now - v[i].saved_unix_ns) : 0, age,
+				       sizeof(age));
+		else
+			snprintf(age, sizeof(age), "-");
+		printf("%-*s %13s %-8s %7s %10s  %-19s %9s  %s\n", (int)jw, v[i].job, step,
 		       v[i].complete ? "yes" : "no", ranks,
-		       v[i].bytes_unlisted ? "-" : human_bytes(v[i].bytes, sz, sizeof(sz)), v[i].attempt_id);
+		       v[i].bytes_unlisted ? "-" : human_bytes(v[i].bytes, sz, sizeof(sz)),
+		       saved_time(v[i].saved_unix_ns, when, sizeof(when)), age, v[i].attempt_id);
 	}
+	if (n > 0)
+		printf("* latest complete step of its job (what a restore of \"latest\" loads)\n");
+	free(latest);
 	free(v);
 	return 0;
 }
@@ -282,6 +354,8 @@ static json_object *json_step(const ckpt_step_info *v)
 	json_put(o, "ranks_present", json_object_new_uint64(v->ranks_present));
 	json_put(o, "world_size", json_object_new_uint64(v->world_size));
 	json_put(o, "attempt_id", json_object_new_string(v->attempt_id));
+	if (v->saved_unix_ns > 0)
+		json_put(o, "saved_unix_ns", json_object_new_int64(v->saved_unix_ns));
 	return o;
 }
 
@@ -372,36 +446,204 @@ static int cmd_show(ckpt_client *c, const char *job, uint64_t step, int json)
 	return 0;
 }
 
-static int cmd_verify(ckpt_client *c, const char *job, uint64_t step, int json)
+/* ---- verify: every rank's shard, several ranks at once ----
+ * show names the step's attempt, world size and ranks (through the
+ * daemon's manifest cache); then o->jobs threads, each with its own
+ * session, verify one rank at a time (ckpt_verify_rank: the manifest by
+ * name and the shard, read from storage), while this thread draws a
+ * progress bar on a terminal. */
+struct verify_run {
+	pthread_mutex_t mu;
+	const char *sock, *job, *attempt;
+	uint64_t step;
+	uint32_t world_size;
+	uint32_t *ranks, nranks, next, done;
+	uint64_t bytes_checked, bytes_total;
+	bool ok;
+	int err; /* the first request that failed (not a failed check) */
+	char errmsg[512];
+	char **problems;
+	size_t nproblems;
+};
+
+static void add_problem(struct verify_run *v, const char *line)
 {
-	ckpt_verify_result *v = NULL;
-	char what[400], sz[32];
-	int r = ckpt_verify(c, job, step, &v);
+	if (v->nproblems < 1000) {
+		char *p = strdup(line);
+		if (p)
+			v->problems[v->nproblems++] = p;
+	}
+}
+
+static void *verify_worker(void *arg)
+{
+	struct verify_run *v = arg;
+	ckpt_client *c = NULL;
+	int r = ckpt_connect(v->sock, NULL, &c);
+	for (;;) {
+		pthread_mutex_lock(&v->mu);
+		if (v->next == v->nranks || v->err) {
+			if (r < 0 && !v->err) {
+				v->err = r;
+				snprintf(v->errmsg, sizeof(v->errmsg), "connect %s: %s", v->sock, ckpt_errmsg());
+			}
+			pthread_mutex_unlock(&v->mu);
+			break;
+		}
+		if (r < 0) {
+			v->err = r;
+			snprintf(v->errmsg, sizeof(v->errmsg), "connect %s: %s", v->sock, ckpt_errmsg());
+			pthread_mutex_unlock(&v->mu);
+			break;
+		}
+		uint32_t rank = v->ranks[v->next++];
+		pthread_mutex_unlock(&v->mu);
+		ckpt_verify_result *res = NULL;
+		int e = ckpt_verify_rank(c, v->job, v->step, rank, v->world_size, v->attempt, &res);
+		pthread_mutex_lock(&v->mu);
+		if (e < 0 && !v->err) {
+			v->err = e;
+			snprintf(v->errmsg, sizeof(v->errmsg), "verify rank %u: %s", rank, ckpt_errmsg());
+		} else if (e == 0) {
+			v->done++;
+			v->bytes_checked += res->bytes_checked;
+			v->ok &= res->ok != 0;
+			for (size_t i = 0; i < res->nproblems; i++)
+				add_problem(v, res->problems[i]);
+		}
+		pthread_mutex_unlock(&v->mu);
+		ckpt_verify_result_free(res);
+	}
+	if (c)
+		ckpt_close(c);
+	return NULL;
+}
+
+static double mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void draw_progress(struct verify_run *v, double t0)
+{
+	char a[32], b[32], rate[32];
+	pthread_mutex_lock(&v->mu);
+	uint32_t done = v->done, n = v->nranks;
+	uint64_t bytes = v->bytes_checked, total = v->bytes_total;
+	pthread_mutex_unlock(&v->mu);
+	double dt = mono_s() - t0;
+	int width = 30, fill = n ? (int)((uint64_t)done * (uint64_t)width / n) : width;
+	char bar[64];
+	for (int i = 0; i < width; i++)
+		bar[i] = i < fill ? '#' : '.';
+	bar[width] = 0;
+	human_bytes(dt > 0 ? (uint64_t)((double)bytes / dt) : 0, rate, sizeof(rate));
+	fprintf(stderr, "\r[%s] %u/%u ranks  %s of %s  %s/s ", bar, done, n, human_bytes(bytes, a, sizeof(a)),
+		human_bytes(total, b, sizeof(b)), rate);
+	fflush(stderr);
+}
+
+static int cmd_verify(ckpt_client *c, const char *job, uint64_t step, const struct opts *o)
+{
+	ckpt_step_detail *d = NULL;
+	char what[400], sz[32], rate[32];
+	int r = ckpt_show(c, job, step, &d);
 	if (r < 0) {
 		snprintf(what, sizeof(what), "verify %s %" PRIu64, job, step);
 		die(what, r);
 	}
-	int ok = v->ok;
-	if (json) {
-		json_object *o = json_step(&v->info), *a = json_object_new_array();
+	struct verify_run v = { .mu = PTHREAD_MUTEX_INITIALIZER,
+				.sock = o->sock,
+				.job = job,
+				.step = step,
+				.attempt = d->info.attempt_id,
+				.world_size = d->info.world_size,
+				.ok = true };
+	bool *has = calloc(v.world_size ? v.world_size : 1, sizeof(*has));
+	v.ranks = calloc(v.world_size ? v.world_size : 1, sizeof(*v.ranks));
+	v.problems = calloc(1000, sizeof(*v.problems));
+	if (!has || !v.ranks || !v.problems)
+		die_oom();
+	for (size_t i = 0; i < d->ntensors; i++) {
+		if (d->tensors[i].rank < v.world_size)
+			has[d->tensors[i].rank] = true;
+		v.bytes_total += d->tensors[i].nbytes;
+	}
+	/* A complete step: every rank (one may hold no tensors); else the ranks
+	 * that are there, and the step's incompleteness is a problem. */
+	for (uint32_t rk = 0; rk < v.world_size; rk++)
+		if (d->info.complete || has[rk])
+			v.ranks[v.nranks++] = rk;
+	if (!d->info.complete) {
+		char line[256];
+		snprintf(line, sizeof(line), "step is not complete: %u of %u ranks (attempt '%s')",
+			 d->info.ranks_present, d->info.world_size, d->info.attempt_id);
+		add_problem(&v, line);
+		v.ok = false;
+	}
+	int nthreads = o->jobs < (int)v.nranks ? o->jobs : (int)v.nranks;
+	pthread_t th[256];
+	double t0 = mono_s();
+	int started = 0;
+	for (int i = 0; i < nthreads; i++)
+		if (pthread_create(&th[i], NULL, verify_worker, &v) == 0)
+			started++;
+	if (started == 0 && v.nranks > 0)
+		verify_worker(&v);
+	bool bar = isatty(STDERR_FILENO) && !o->json;
+	for (;;) {
+		pthread_mutex_lock(&v.mu);
+		bool finished = v.done == v.nranks || (v.err && v.next == v.nranks) || v.err;
+		pthread_mutex_unlock(&v.mu);
+		if (bar)
+			draw_progress(&v, t0);
+		if (finished)
+			break;
+		struct timespec pause = { 0, 50 * 1000000 };
+		nanosleep(&pause, NULL);
+	}
+	for (int i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	if (bar) {
+		draw_progress(&v, t0);
+		fputc('\n', stderr);
+	}
+	double dt = mono_s() - t0;
+	if (v.err) {
+		fprintf(stderr, "ckptctl: verify %s %" PRIu64 ": %s (%s)\n", job, step, ckpt_strerror(v.err), v.errmsg);
+		exit(1);
+	}
+	human_bytes(dt > 0 ? (uint64_t)((double)v.bytes_checked / dt) : 0, rate, sizeof(rate));
+	if (o->json) {
+		json_object *j = json_step(&d->info), *a = json_object_new_array();
 		if (!a)
 			die_oom();
-		json_put(o, "ok", json_object_new_boolean(v->ok));
-		json_put(o, "bytes_checked", json_object_new_uint64(v->bytes_checked));
-		for (size_t i = 0; i < v->nproblems; i++)
-			if (json_object_array_add(a, json_object_new_string(v->problems[i])) != 0)
+		json_put(j, "ok", json_object_new_boolean(v.ok));
+		json_put(j, "bytes_checked", json_object_new_uint64(v.bytes_checked));
+		json_put(j, "ranks_checked", json_object_new_uint64(v.done));
+		json_put(j, "seconds", json_object_new_double(dt));
+		for (size_t i = 0; i < v.nproblems; i++)
+			if (json_object_array_add(a, json_object_new_string(v.problems[i])) != 0)
 				die_oom();
-		json_put(o, "problems", a);
-		json_print(o);
-		json_object_put(o);
+		json_put(j, "problems", a);
+		json_print(j);
+		json_object_put(j);
 	} else {
-		for (size_t i = 0; i < v->nproblems; i++)
-			printf("%s\n", v->problems[i]);
-		printf("%s step %" PRIu64 ": %s (%s checked)\n", job, step, ok ? "OK" : "FAILED",
-		       human_bytes(v->bytes_checked, sz, sizeof(sz)));
+		for (size_t i = 0; i < v.nproblems; i++)
+			printf("%s\n", v.problems[i]);
+		printf("%s step %" PRIu64 ": %s (%s checked, %u of %u ranks, %.1f s, %s/s, %d at once)\n", job, step,
+		       v.ok ? "OK" : "FAILED", human_bytes(v.bytes_checked, sz, sizeof(sz)), v.done, v.world_size, dt,
+		       rate, started ? started : 1);
 	}
-	ckpt_verify_result_free(v);
-	return ok ? 0 : 1;
+	for (size_t i = 0; i < v.nproblems; i++)
+		free(v.problems[i]);
+	free(v.problems);
+	free(v.ranks);
+	free(has);
+	ckpt_step_detail_free(d);
+	return v.ok ? 0 : 1;
 }
 
 static int cmd_rm(ckpt_client *c, const char *job, uint64_t step, int json)
@@ -492,98 +734,122 @@ static int cmd_metrics(ckpt_client *c)
 	return 0;
 }
 
+static int run_status(ckpt_client *c, char **a, int n, const struct opts *o)
+{
+	(void)a, (void)n;
+	return cmd_status(c, o->json);
+}
+static int run_ls(ckpt_client *c, char **a, int n, const struct opts *o)
+{
+	return cmd_ls(c, n ? a[0] : NULL, o->json);
+}
+static int run_show(ckpt_client *c, char **a, int n, const struct opts *o)
+{
+	(void)n;
+	return cmd_show(c, a[0], parse_step(a[1]), o->json);
+}
+static int run_verify(ckpt_client *c, char **a, int n, const struct opts *o)
+{
+	(void)n;
+	return cmd_verify(c, a[0], parse_step(a[1]), o);
+}
+static int run_rm(ckpt_client *c, char **a, int n, const struct opts *o)
+{
+	(void)n;
+	return cmd_rm(c, a[0], parse_step(a[1]), o->json);
+}
+static int run_resolve(ckpt_client *c, char **a, int n, const struct opts *o)
+{
+	return cmd_resolve(c, a[0], n > 1 ? a[1] : NULL, o->json);
+}
+static int run_gc(ckpt_client *c, char **a, int n, const struct opts *o)
+{
+	return cmd_gc(c, n ? a[0] : NULL, o->dry_run, o->json);
+}
+static int run_metrics(ckpt_client *c, char **a, int n, const struct opts *o)
+{
+	(void)a, (void)n, (void)o;
+	return cmd_metrics(c);
+}
+
+static const struct command commands[] = {
+	{ "status", "", "sessions, pool, memory tier, in-flight saves, totals", 0, 0, run_status },
+	{ "ls", "[JOB]", "steps of JOB (or every job): size, time saved, age; * marks the latest", 0, 1, run_ls },
+	{ "show", "JOB STEP", "tensors, dtypes, shapes, boxes, ranks, bytes", 2, 2, run_show },
+	{ "verify", "JOB STEP", "re-read every rank's shard from storage and check every crc32c", 2, 2, run_verify },
+	{ "rm", "JOB STEP", "remove the step from storage", 2, 2, run_rm },
+	{ "resolve", "JOB [STEP]", "the step a restore loads (default: latest), pinned; hand it to every rank", 1, 2,
+	  run_resolve },
+	{ "gc", "[JOB]", "apply the retention policy now (--dry-run: only say what would go)", 0, 1, run_gc },
+	{ "metrics", "", "the Prometheus text exposition", 0, 0, run_metrics },
+};
+static const size_t ncommands = sizeof(commands) / sizeof(commands[0]);
+
 int main(int argc, char **argv)
 {
+	static const struct option longopts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "json", no_argument, NULL, 'J' },
+		{ "dry-run", no_argument, NULL, 'n' },
+		{ "jobs", required_argument, NULL, 'j' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
 	const char *sock = getenv("CKPTD_SOCKET");
-	const char *cmd = NULL, *args[2] = { NULL, NULL };
-	int nargs = 0, dry_run = 0;
-	char what[4200];
-	ckpt_client *c = NULL;
-	int json = 0, r;
-
+	struct opts o = { .jobs = 4 };
 	if (!sock || !*sock)
 		sock = CKPT_DEFAULT_SOCKET;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-
-		if (!strcmp(a, "--version")) {
-			printf("ckptctl %s (commit %s)\n", CKPT_VERSION, CKPT_COMMIT);
-			return 0;
-		}
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			usage(stdout);
-			return 0;
-		} else if (!strcmp(a, "--socket") || !strcmp(a, "-s")) {
-			if (++i >= argc) {
-				fprintf(stderr, "ckptctl: %s needs a path\n", a);
+	/* Options may come before or after the command (GNU getopt permutes). */
+	int ch;
+	while ((ch = getopt_long(argc, argv, "s:j:Vh", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 's': sock = optarg; break;
+		case 'J': o.json = 1; break;
+		case 'n': o.dry_run = 1; break;
+		case 'j': {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+			if (*end || v < 1 || v > 256) {
+				fprintf(stderr, "ckptctl: --jobs wants 1 to 256, not '%s'\n", optarg);
 				return 2;
 			}
-			sock = argv[i];
-		} else if (!strncmp(a, "--socket=", 9)) {
-			sock = a + 9;
-		} else if (!strcmp(a, "--json")) {
-			json = 1;
-		} else if (!strcmp(a, "--dry-run")) {
-			dry_run = 1;
-		} else if (a[0] == '-' && a[1]) {
-			fprintf(stderr, "ckptctl: unknown option %s\n", a);
-			usage(stderr);
-			return 2;
-		} else if (!cmd) {
-			cmd = a;
-		} else if (nargs < 2) {
-			args[nargs++] = a;
-		} else {
-			fprintf(stderr, "ckptctl: unexpected argument %s\n", a);
-			usage(stderr);
-			return 2;
+			o.jobs = (int)v;
+			break;
+		}
+		case 'V': printf("ckptctl %s (commit %s)\n", CKPT_VERSION, CKPT_COMMIT); return 0;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
 		}
 	}
+	if (optind >= argc) {
+		usage(stderr);
+		return 2;
+	}
+	const char *name = argv[optind];
+	const struct command *cmd = NULL;
+	for (size_t i = 0; i < ncommands && !cmd; i++)
+		if (!strcmp(commands[i].name, name))
+			cmd = &commands[i];
 	if (!cmd) {
+		fprintf(stderr, "ckptctl: unknown command %s\n", name);
 		usage(stderr);
 		return 2;
 	}
-	int want_min, want_max;
-	if (!strcmp(cmd, "status") || !strcmp(cmd, "metrics"))
-		want_min = 0, want_max = 0;
-	else if (!strcmp(cmd, "ls") || !strcmp(cmd, "gc"))
-		want_min = 0, want_max = 1;
-	else if (!strcmp(cmd, "show") || !strcmp(cmd, "verify") || !strcmp(cmd, "rm"))
-		want_min = 2, want_max = 2;
-	else if (!strcmp(cmd, "resolve"))
-		want_min = 1, want_max = 2;
-	else {
-		fprintf(stderr, "ckptctl: unknown command %s\n", cmd);
-		usage(stderr);
+	int nargs = argc - optind - 1;
+	if (nargs < cmd->min || nargs > cmd->max || (o.dry_run && cmd->run != run_gc)) {
+		fprintf(stderr, "ckptctl: usage: ckptctl %s %s\n", cmd->name, cmd->args);
 		return 2;
 	}
-	if (nargs < want_min || nargs > want_max || (dry_run && strcmp(cmd, "gc"))) {
-		fprintf(stderr, "ckptctl: wrong arguments for %s\n", cmd);
-		usage(stderr);
-		return 2;
-	}
-
-	r = ckpt_connect(sock, NULL, &c);
+	o.sock = sock;
+	ckpt_client *c = NULL;
+	int r = ckpt_connect(sock, NULL, &c);
 	if (r < 0) {
+		char what[4200];
 		snprintf(what, sizeof(what), "connect %s", sock);
 		die(what, r);
 	}
-	if (!strcmp(cmd, "status"))
-		r = cmd_status(c, json);
-	else if (!strcmp(cmd, "ls"))
-		r = cmd_ls(c, nargs ? args[0] : NULL, json);
-	else if (!strcmp(cmd, "gc"))
-		r = cmd_gc(c, nargs ? args[0] : NULL, dry_run, json);
-	else if (!strcmp(cmd, "metrics"))
-		r = cmd_metrics(c);
-	else if (!strcmp(cmd, "show"))
-		r = cmd_show(c, args[0], parse_step(args[1]), json);
-	else if (!strcmp(cmd, "verify"))
-		r = cmd_verify(c, args[0], parse_step(args[1]), json);
-	else if (!strcmp(cmd, "resolve"))
-		r = cmd_resolve(c, args[0], nargs > 1 ? args[1] : NULL, json);
-	else
-		r = cmd_rm(c, args[0], parse_step(args[1]), json);
+	r = cmd->run(c, argv + optind + 1, nargs, &o);
 	ckpt_close(c);
 	if (fflush(stdout) != 0) {
 		perror("ckptctl: stdout");

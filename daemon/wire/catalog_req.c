@@ -45,6 +45,7 @@ static int step_info(Ckpt__StepInfo *si, const char *job, const struct catalog_s
 	si->bytes_unlisted = !g->legacy && g->count > 0 && g->shards_listed == 0;
 	si->ranks_present = g->count;
 	si->world_size = g->world_size;
+	si->saved_unix_ns = g->newest_ns;
 	return 0;
 }
 
@@ -215,8 +216,10 @@ struct step_req {
 	uint64_t step;
 	struct catalog_step cs;
 	bool have_cs;
-	bool one_rank; /* show: this rank's manifest only */
+	bool one_rank; /* show, verify: this rank's manifest only */
 	uint32_t rank;
+	char attempt[ATTEMPT_MAX_LEN + 1]; /* verify of one rank: its manifest's name */
+	uint32_t world_size;
 	/* verify */
 	bool ok;
 	uint64_t bytes_checked;
@@ -393,9 +396,58 @@ static void verify_shard(struct step_req *q, const Ckpt__Manifest *m, uint8_t *b
 	free(ts);
 }
 
+/* One rank of a step whose attempt and world size the caller knows (from
+ * show): its manifest by name, with no listing (1 GET), then its shard. */
+static void verify_rank(struct step_req *q, uint8_t *buf)
+{
+	struct store *st = q->base.d->store;
+	char key[768], why[256];
+	if (manifest_key_attempt(key, sizeof(key), q->job, q->step, q->rank, q->world_size, q->attempt) < 0) {
+		bgreq_fail(&q->base, -ENAMETOOLONG, "job and attempt names make too long a key");
+		return;
+	}
+	void *mb = NULL;
+	size_t ml = 0;
+	store_clear_error();
+	int r = st->ops->get_all(st, key, MANIFEST_MAX_BYTES, &mb, &ml);
+	if (r == -ENOENT) {
+		problem(q, "rank %u: manifest %s is missing", q->rank, key);
+		return;
+	}
+	if (r < 0) {
+		bgreq_fail(&q->base, r, "reading %s: %s", key, store_error(r));
+		return;
+	}
+	Ckpt__Manifest *m = ckpt__manifest__unpack(NULL, ml, mb);
+	free(mb);
+	if (m == NULL) {
+		problem(q, "rank %u: manifest %s does not parse", q->rank, key);
+		return;
+	}
+	if (manifest_check(m, why, sizeof(why)) < 0)
+		problem(q, "rank %u: manifest %s: %s", q->rank, key, why);
+	else if (strcmp(m->job, q->job) != 0 || m->step != q->step || m->rank != q->rank ||
+		 m->world_size != q->world_size || strcmp(m->attempt_id, q->attempt) != 0)
+		problem(q, "rank %u: manifest %s is not the one its name says", q->rank, key);
+	else
+		verify_shard(q, m, buf);
+	ckpt__manifest__free_unpacked(m, NULL);
+}
+
 static void verify_run(struct bgreq *b)
 {
 	struct step_req *q = (struct step_req *)b;
+	if (q->one_rank) {
+		uint8_t *buf = malloc(VERIFY_BLOCK);
+		if (buf == NULL) {
+			bgreq_fail(b, -ENOMEM, "out of memory");
+			return;
+		}
+		q->ok = true;
+		verify_rank(q, buf);
+		free(buf);
+		return;
+	}
 	if (scan_one(q, false) < 0)
 		return;
 	q->ok = true;
@@ -419,7 +471,20 @@ static void verify_reply(struct bgreq *b)
 {
 	struct step_req *q = (struct step_req *)b;
 	Ckpt__StepInfo si;
-	if (step_info(&si, q->job, &q->cs) < 0) {
+	if (q->one_rank) { /* no listing: what the request named */
+		ckpt__step_info__init(&si);
+		si.job = strdup(q->job);
+		si.attempt_id = strdup(q->attempt);
+		si.step = q->step;
+		si.world_size = q->world_size;
+		si.ranks_present = q->ok ? 1 : 0;
+		si.bytes = q->bytes_checked;
+		if (si.job == NULL || si.attempt_id == NULL) {
+			step_info_clear(&si);
+			session_reply(b->session, b->req_id, -ENOMEM, "out of memory");
+			return;
+		}
+	} else if (step_info(&si, q->job, &q->cs) < 0) {
 		session_reply(b->session, b->req_id, -ENOMEM, "out of memory");
 		return;
 	}
@@ -519,7 +584,32 @@ void show_start(struct session *s, uint64_t req_id, const Ckpt__ShowRequest *m)
 
 void verify_start(struct session *s, uint64_t req_id, const Ckpt__VerifyRequest *m)
 {
-	step_start(s, req_id, m->job, m->step, true, false, 0);
+	if (!m->one_rank) {
+		step_start(s, req_id, m->job, m->step, true, false, 0);
+		return;
+	}
+	if (!job_arg_ok(s, req_id, m->job, true))
+		return;
+	if (!manifest_name_valid(m->attempt_id, ATTEMPT_MAX_LEN) || m->world_size == 0 || m->world_size > 99999 ||
+	    m->rank >= m->world_size) {
+		session_reply(s, req_id, -EINVAL, "verify of one rank: want a valid attempt id and rank < world size");
+		return;
+	}
+	struct step_req *q = calloc(1, sizeof(*q));
+	if (q == NULL) {
+		session_reply(s, req_id, -ENOMEM, "out of memory");
+		return;
+	}
+	snprintf(q->job, sizeof(q->job), "%s", m->job);
+	snprintf(q->attempt, sizeof(q->attempt), "%s", m->attempt_id);
+	q->step = m->step;
+	q->one_rank = true;
+	q->rank = m->rank;
+	q->world_size = m->world_size;
+	q->base.run = verify_run;
+	q->base.reply = verify_reply;
+	q->base.destroy = step_destroy;
+	bgreq_start(s, req_id, &q->base);
 }
 
 /* ---- resolve: the one step every rank loads ---- */

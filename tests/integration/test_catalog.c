@@ -8,11 +8,13 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <inttypes.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
@@ -333,6 +335,40 @@ static int ctl_run(const char *args, char *out, size_t outlen)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+static void save_steps(const char *job, uint64_t from, uint64_t to)
+{
+	ckpt_hello h = { .job = job, .rank = 0, .world_size = 1, .attempt_id = "g" };
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(D.sock, &h, &c), 0);
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, 4096, &b), 0);
+	uint64_t shape[1] = { 4096 };
+	ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b,
+			  .nbytes = 4096 };
+	for (uint64_t s = from; s <= to; s++) {
+		ckpt_future *f = NULL;
+		assert_int_equal(ckpt_save(c, s, &t, 1, NULL, 0, &f), 0);
+		assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), 0);
+		ckpt_future_free(f);
+	}
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+}
+
+static void steps_of(const char *job, uint64_t *out, size_t *n)
+{
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(D.sock, NULL, &c), 0);
+	ckpt_step_info *v = NULL;
+	size_t k = 0;
+	assert_int_equal(ckpt_list(c, job, &v, &k), 0);
+	for (size_t i = 0; i < k; i++)
+		out[i] = v[i].step;
+	*n = k;
+	free(v);
+	ckpt_close(c);
+}
+
 static void test_show_and_verify(void **state)
 {
 	(void)state;
@@ -389,38 +425,86 @@ static void test_show_and_verify(void **state)
 	assert_int_equal(ctl_run("show nosuchjob 1 2>/dev/null", out, sizeof(out)), 1);
 }
 
-static void save_steps(const char *job, uint64_t from, uint64_t to)
+
+/* ckptctl ls marks each job's latest complete step (not a higher incomplete
+ * one) and gives the time saved and the age; verify checks every rank, one
+ * or several at once, with the same result; options go before or after
+ * the command, and bad ones exit 2. */
+static void test_ctl_ls_and_parallel_verify(void **state)
 {
-	ckpt_hello h = { .job = job, .rank = 0, .world_size = 1, .attempt_id = "g" };
+	(void)state;
+	static char out[1 << 16];
+	save_steps("lsj", 1, 3);
+	/* Step 4: rank 0 of 2 only, so incomplete. */
+	ckpt_hello h = { .job = "lsj", .rank = 0, .world_size = 2, .attempt_id = "g" };
 	ckpt_client *c = NULL;
 	assert_int_equal(ckpt_connect(D.sock, &h, &c), 0);
 	ckpt_buffer *b = NULL;
 	assert_int_equal(ckpt_buffer_alloc(c, 4096, &b), 0);
-	uint64_t shape[1] = { 4096 };
-	ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b,
-			  .nbytes = 4096 };
-	for (uint64_t s = from; s <= to; s++) {
-		ckpt_future *f = NULL;
-		assert_int_equal(ckpt_save(c, s, &t, 1, NULL, 0, &f), 0);
-		assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), 0);
-		ckpt_future_free(f);
-	}
+	uint64_t shape[1] = { 8192 }, off[1] = { 0 }, len[1] = { 4096 };
+	ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .box_offsets = off,
+			  .box_lengths = len, .buffer = b, .nbytes = 4096 };
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_save(c, 4, &t, 1, NULL, 0, &f), 0);
+	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), 0);
+	ckpt_future_free(f);
 	ckpt_buffer_free(b);
 	ckpt_close(c);
-}
 
-static void steps_of(const char *job, uint64_t *out, size_t *n)
-{
-	ckpt_client *c = NULL;
-	assert_int_equal(ckpt_connect(D.sock, NULL, &c), 0);
-	ckpt_step_info *v = NULL;
-	size_t k = 0;
-	assert_int_equal(ckpt_list(c, job, &v, &k), 0);
-	for (size_t i = 0; i < k; i++)
-		out[i] = v[i].step;
-	*n = k;
-	free(v);
-	ckpt_close(c);
+	assert_int_equal(ctl_run("ls lsj --json", out, sizeof(out)), 0); /* an option after the command */
+	json_object *a = json_tokener_parse(out);
+	assert_non_null(a);
+	assert_int_equal(json_object_array_length(a), 4);
+	time_t now = time(NULL);
+	for (size_t i = 0; i < 4; i++) {
+		json_object *e = json_object_array_get_idx(a, i), *v;
+		assert_true(json_object_object_get_ex(e, "step", &v));
+		uint64_t step = (uint64_t)json_object_get_int64(v);
+		assert_true(json_object_object_get_ex(e, "latest", &v));
+		if (json_object_get_boolean(v) != (step == 3))
+			fail_msg("step %" PRIu64 ": latest is %d", step, json_object_get_boolean(v));
+		assert_true(json_object_object_get_ex(e, "saved_unix_ns", &v));
+		int64_t saved = json_object_get_int64(v) / 1000000000;
+		assert_true(saved > now - 600 && saved <= now + 5);
+		assert_true(json_object_object_get_ex(e, "age_s", &v));
+		assert_true(json_object_get_int64(v) >= 0 && json_object_get_int64(v) < 600);
+		assert_true(json_object_object_get_ex(e, "saved", &v));
+		assert_int_equal(strlen(json_object_get_string(v)), 19);
+	}
+	json_object_put(a);
+	assert_int_equal(ctl_run("ls lsj", out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "SAVED (UTC)"));
+	assert_non_null(strstr(out, " 3* "));
+	assert_null(strstr(out, " 4* "));
+	assert_null(strstr(out, " 2* "));
+
+	/* rs step 1 has 4 ranks: one at a time and four at once agree. */
+	uint64_t bytes[2];
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(ctl_run(k ? "--jobs 4 verify --json rs 1" : "-j 1 verify --json rs 1", out, sizeof(out)),
+				 0);
+		json_object *o = json_tokener_parse(out), *v;
+		assert_non_null(o);
+		assert_true(json_object_object_get_ex(o, "ok", &v) && json_object_get_boolean(v));
+		assert_true(json_object_object_get_ex(o, "ranks_checked", &v));
+		assert_int_equal(json_object_get_int64(v), 4);
+		assert_true(json_object_object_get_ex(o, "bytes_checked", &v));
+		bytes[k] = (uint64_t)json_object_get_int64(v);
+		json_object_put(o);
+	}
+	assert_true(bytes[0] > 0 && bytes[0] == bytes[1]);
+	/* The incomplete step: rank 0 checked, and its incompleteness named. */
+	assert_int_equal(ctl_run("verify lsj 4", out, sizeof(out)), 1);
+	assert_non_null(strstr(out, "step is not complete: 1 of 2 ranks"));
+	assert_non_null(strstr(out, "1 of 2 ranks"));
+	/* Bad options and arguments: exit 2. */
+	assert_int_equal(ctl_run("--bogus ls 2>/dev/null", out, sizeof(out)), 2);
+	assert_int_equal(ctl_run("-j 0 verify rs 1 2>/dev/null", out, sizeof(out)), 2);
+	assert_int_equal(ctl_run("verify rs 2>/dev/null", out, sizeof(out)), 2);
+	assert_int_equal(ctl_run("--dry-run ls 2>/dev/null", out, sizeof(out)), 2);
+	assert_int_equal(ctl_run("frobnicate 2>/dev/null", out, sizeof(out)), 2);
+	assert_int_equal(ctl_run("--version", out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "ckptctl "));
 }
 
 static void test_retention_after_durable(void **state)
@@ -547,6 +631,7 @@ int main(void)
 		cmocka_unit_test(test_reshard_from_memory_and_storage),
 		cmocka_unit_test(test_planner_errors),
 		cmocka_unit_test(test_show_and_verify),
+		cmocka_unit_test(test_ctl_ls_and_parallel_verify),
 		cmocka_unit_test(test_retention_after_durable),
 		cmocka_unit_test(test_gc_dry_run_and_rm),
 		cmocka_unit_test(test_example_restores_at_other_world_size),

@@ -222,7 +222,8 @@ typedef struct {
 	uint32_t ranks_present;
 	uint32_t world_size;
 	char attempt_id[128];
-	int bytes_unlisted; /* layout spread: the listing has no shard sizes (bytes is 0); show has them */
+	int bytes_unlisted;    /* layout spread: the listing has no shard sizes (bytes is 0); show has them */
+	int64_t saved_unix_ns; /* the newest manifest's time as listed, ns since the epoch; 0: unknown */
 } ckpt_step_info;
 
 /* Decide once which step a restore loads: step CKPT_LATEST (the highest
@@ -276,6 +277,12 @@ typedef struct {
  * crc32c. Returns 0 when the check ran (see ->ok); free the result with
  * ckpt_verify_result_free. */
 int ckpt_verify(ckpt_client *c, const char *job, uint64_t step, ckpt_verify_result **out);
+/* The same for one rank of the attempt and world size that ckpt_show
+ * gave: its manifest is read by name, without listing the step, then its
+ * shard. Several at once (one client each) verify a step in parallel;
+ * ->info.ranks_present is 1 when this rank's manifest was found. */
+int ckpt_verify_rank(ckpt_client *c, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
+		     const char *attempt_id, ckpt_verify_result **out);
 void ckpt_verify_result_free(ckpt_verify_result *v);
 
 /* Remove job/step from storage (-EBUSY while it is written or read). */

@@ -52,6 +52,7 @@ class _StepInfo(ctypes.Structure):
         ("world_size", ctypes.c_uint32),
         ("attempt_id", ctypes.c_char * 128),
         ("bytes_unlisted", ctypes.c_int),
+        ("saved_unix_ns", ctypes.c_int64),
     ]
 
 

@@ -295,7 +295,8 @@ class Client:
         res = [{"job": out[i].job.decode(), "step": out[i].step, "complete": bool(out[i].complete),
                 "bytes": None if out[i].bytes_unlisted else out[i].bytes,
                 "ranks_present": out[i].ranks_present,
-                "world_size": out[i].world_size, "attempt_id": out[i].attempt_id.decode()}
+                "world_size": out[i].world_size, "attempt_id": out[i].attempt_id.decode(),
+                "saved_unix_ns": out[i].saved_unix_ns}
                for i in range(n.value)]
         if out:
             libc.free(ctypes.cast(out, ctypes.c_void_p))
