@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -175,15 +176,24 @@ static uint64_t parse_u64(const char *opt, const char *s, uint64_t max)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: ckpt-example [--version] --socket PATH --job NAME [--rank R] "
-		   "[--world-size W]\n"
-		   "                    [--steps N] [--size-mb M] [--tensors K] "
-		   "[--restore-only]\n"
-		   "                    [--step S] [--attempt ID] [--shm]\n"
-		   "--step loads step S instead of the latest.\n"
-		   "--shm registers a /dev/shm file (staged with pread) instead of a sealed memfd.\n"
-		   "Rank and world size default to $RANK and $WORLD_SIZE, else "
-		   "0 and 1.\n");
+	fprintf(f,
+		"usage: ckpt-example --job NAME [OPTIONS]\n"
+		"A trainer rank through libckpt: saves N steps of deterministic data and restores\n"
+		"the latest (or --step S), checking every element.\n\n"
+		"  -s, --socket PATH     ckptd's socket (default $CKPTD_SOCKET, else %s)\n"
+		"      --job NAME        the job (required)\n"
+		"      --rank R          this rank (default $RANK, else 0)\n"
+		"      --world-size W    ranks in the job (default $WORLD_SIZE, else 1)\n"
+		"      --attempt ID      the attempt id sent in Hello (default: the daemon's \"default\")\n"
+		"      --steps N         steps to save (default 3)\n"
+		"      --size-mb M       MiB of state of the whole job (default 64)\n"
+		"      --tensors K       tensors it is split into (default 4)\n"
+		"      --restore-only    save nothing; restore and check\n"
+		"      --step S          restore step S instead of the latest\n"
+		"      --shm             register a /dev/shm file (staged with pread), not a sealed memfd\n"
+		"  -V, --version         print the version and the commit, exit\n"
+		"  -h, --help            this text\n",
+		CKPT_DEFAULT_SOCKET);
 }
 
 static void parse_args(int argc, char **argv, struct opts *o)
@@ -204,52 +214,48 @@ static void parse_args(int argc, char **argv, struct opts *o)
 	if ((e = getenv("LOCAL_RANK")) && *e)
 		o->local_rank = (uint32_t)parse_u64("$LOCAL_RANK", e, UINT32_MAX - 1);
 
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (!strcmp(a, "--version")) {
-			printf("ckpt-example %s (commit %s)\n", CKPT_VERSION, CKPT_COMMIT);
-			exit(0);
-		}
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			usage(stdout);
-			exit(0);
-		} else if (!strcmp(a, "--restore-only")) {
-			o->restore_only = 1;
-			continue;
-		} else if (!strcmp(a, "--shm")) {
-			o->shm = 1;
-			continue;
-		}
-		if (!v) {
-			usage(stderr);
-			fatal("%s needs a value", a);
-		}
-		i++;
-		if (!strcmp(a, "--socket"))
-			o->socket = v;
-		else if (!strcmp(a, "--job"))
-			o->job = v;
-		else if (!strcmp(a, "--attempt"))
-			o->attempt = v;
-		else if (!strcmp(a, "--rank"))
-			o->rank = (uint32_t)parse_u64(a, v, UINT32_MAX);
-		else if (!strcmp(a, "--world-size"))
-			o->world = (uint32_t)parse_u64(a, v, UINT32_MAX);
-		else if (!strcmp(a, "--steps"))
-			o->steps = parse_u64(a, v, 1000000);
-		else if (!strcmp(a, "--size-mb"))
-			o->size_mb = parse_u64(a, v, 1u << 20);
-		else if (!strcmp(a, "--tensors"))
-			o->ntensors = parse_u64(a, v, 100000);
-		else if (!strcmp(a, "--step")) {
-			o->load_step = parse_u64(a, v, INT64_MAX);
+	static const struct option longopts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "job", required_argument, NULL, 'J' },
+		{ "attempt", required_argument, NULL, 'a' },
+		{ "rank", required_argument, NULL, 'r' },
+		{ "world-size", required_argument, NULL, 'w' },
+		{ "steps", required_argument, NULL, 'n' },
+		{ "size-mb", required_argument, NULL, 'm' },
+		{ "tensors", required_argument, NULL, 'k' },
+		{ "step", required_argument, NULL, 'S' },
+		{ "restore-only", no_argument, NULL, 'R' },
+		{ "shm", no_argument, NULL, 'H' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int ch;
+	while ((ch = getopt_long(argc, argv, "s:Vh", longopts, NULL)) != -1) {
+		switch (ch) {
+		case 's': o->socket = optarg; break;
+		case 'J': o->job = optarg; break;
+		case 'a': o->attempt = optarg; break;
+		case 'r': o->rank = (uint32_t)parse_u64("--rank", optarg, UINT32_MAX); break;
+		case 'w': o->world = (uint32_t)parse_u64("--world-size", optarg, UINT32_MAX); break;
+		case 'n': o->steps = parse_u64("--steps", optarg, 1000000); break;
+		case 'm': o->size_mb = parse_u64("--size-mb", optarg, 1u << 20); break;
+		case 'k': o->ntensors = parse_u64("--tensors", optarg, 100000); break;
+		case 'S':
+			o->load_step = parse_u64("--step", optarg, INT64_MAX);
 			if (o->load_step == 0)
 				fatal("--step must be at least 1");
-		} else {
-			usage(stderr);
-			fatal("unknown option %s", a);
+			break;
+		case 'R': o->restore_only = 1; break;
+		case 'H': o->shm = 1; break;
+		case 'V': printf("ckpt-example %s (commit %s)\n", CKPT_VERSION, CKPT_COMMIT); exit(0);
+		case 'h': usage(stdout); exit(0);
+		default: usage(stderr); exit(2);
 		}
+	}
+	if (optind < argc) {
+		usage(stderr);
+		fatal("unexpected argument %s", argv[optind]);
 	}
 	if (!o->job || !*o->job) {
 		usage(stderr);
