@@ -3,6 +3,7 @@
 
 #include "log.h"
 
+#include <arpa/inet.h>
 #include <assert.h>
 #include <ctype.h>
 #include <errno.h>
@@ -814,6 +815,34 @@ int config_reload(struct config *cur, const struct config *next, char *kept, siz
 	return nkept;
 }
 
+/* "HOST:PORT" as metrics_listen takes it: a numeric IPv4 address or an
+ * [IPv6] one, and a port 0..65535. 0 or -EINVAL. */
+static int metrics_addr_check(const char *a)
+{
+	const char *colon = strrchr(a, ':');
+	if (colon == NULL || colon == a || colon[1] == '\0')
+		return -EINVAL;
+	char *end;
+	errno = 0;
+	long port = strtol(colon + 1, &end, 10);
+	if (*end || errno || port < 0 || port > 65535)
+		return -EINVAL;
+	char host[64];
+	size_t hl = (size_t)(colon - a);
+	if (hl >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, a, hl);
+	host[hl] = '\0';
+	unsigned char buf[16];
+	if (host[0] == '[') {
+		if (hl < 3 || host[hl - 1] != ']')
+			return -EINVAL;
+		host[hl - 1] = '\0';
+		return inet_pton(AF_INET6, host + 1, buf) == 1 ? 0 : -EINVAL;
+	}
+	return inet_pton(AF_INET, host, buf) == 1 ? 0 : -EINVAL;
+}
+
 int config_validate(const struct config *c, char *err, size_t errlen)
 {
 	if (c->chunk_bytes < 4096 || (c->chunk_bytes & 4095)) {
@@ -844,6 +873,17 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 	}
 	if (c->storage_url[0] == '\0') {
 		snprintf(err, errlen, "no storage URL (--storage or [storage] url)");
+		return -EINVAL;
+	}
+	if (c->socket_path[0] != '/' || c->state_dir[0] != '/') {
+		snprintf(err, errlen, "%s '%s' must be an absolute path",
+			 c->socket_path[0] != '/' ? "socket" : "state_dir",
+			 c->socket_path[0] != '/' ? c->socket_path : c->state_dir);
+		return -EINVAL;
+	}
+	if (c->metrics_listen[0] && metrics_addr_check(c->metrics_listen) < 0) {
+		snprintf(err, errlen, "[metrics] listen '%s': want HOST:PORT (an IPv4 address or [IPv6], port 0-65535)",
+			 c->metrics_listen);
 		return -EINVAL;
 	}
 	return 0;

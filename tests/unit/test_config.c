@@ -306,6 +306,31 @@ static void test_validate(void **state)
 	valid_config(&c);
 	c.max_frame_bytes = 100;
 	assert_int_equal(config_validate(&c, err, sizeof(err)), -EINVAL);
+
+	/* Paths are absolute; the metrics address parses as a start takes it. */
+	valid_config(&c);
+	snprintf(c.socket_path, sizeof(c.socket_path), "run/ckptd.sock");
+	assert_int_equal(config_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "socket 'run/ckptd.sock' must be an absolute path"));
+	valid_config(&c);
+	snprintf(c.state_dir, sizeof(c.state_dir), "state");
+	assert_int_equal(config_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "state_dir 'state'"));
+	static const char *const bad_listen[] = { "9464", ":9464", "0.0.0.0:", "0.0.0.0:65536", "localhost:9464",
+						  "[::1:9464", "1.2.3:80", "0.0.0.0:94x" };
+	for (size_t i = 0; i < sizeof(bad_listen) / sizeof(bad_listen[0]); i++) {
+		valid_config(&c);
+		snprintf(c.metrics_listen, sizeof(c.metrics_listen), "%s", bad_listen[i]);
+		if (config_validate(&c, err, sizeof(err)) != -EINVAL || strstr(err, "want HOST:PORT") == NULL)
+			fail_msg("[metrics] listen = %s passed: %s", bad_listen[i], err);
+	}
+	static const char *const good_listen[] = { "0.0.0.0:9464", "127.0.0.1:0", "[::]:9464", "[::1]:1" };
+	for (size_t i = 0; i < sizeof(good_listen) / sizeof(good_listen[0]); i++) {
+		valid_config(&c);
+		snprintf(c.metrics_listen, sizeof(c.metrics_listen), "%s", good_listen[i]);
+		if (config_validate(&c, err, sizeof(err)) != 0)
+			fail_msg("[metrics] listen = %s refused: %s", good_listen[i], err);
+	}
 }
 
 /* A config file's keys, commented ("# keep_last = 3") or not, with their
