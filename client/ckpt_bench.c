@@ -364,7 +364,8 @@ static uint64_t number(const char *opt, const char *v, uint64_t lo, uint64_t hi)
 	return x;
 }
 
-int main(int argc, char **argv)
+/* The options into *out: -1 to go on, else the exit status. */
+static int parse_opts(int argc, char **argv, struct opts *out)
 {
 	struct opts o = { .job = "bench",
 			  .mode = "agent",
@@ -424,6 +425,17 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	*out = o;
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o;
+	int rc = parse_opts(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+	bool agent = !strcmp(o.mode, "agent");
 	if (!o.socket)
 		o.socket = CKPT_DEFAULT_SOCKET;
 	struct shared *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
