@@ -527,6 +527,64 @@ static void test_json_logs(void **state)
 	h_cleanup(&d);
 }
 
+/* README "Exit status": a socket another ckptd listens on is a runtime
+ * error, exit 1, naming the socket; the first daemon goes on serving. */
+static void test_socket_in_use_exits_1(void **state)
+{
+	(void)state;
+	struct dctx d;
+	h_init(&d);
+	h_start(&d, NULL);
+	char cmd[2048], out[4096];
+	snprintf(cmd, sizeof(cmd),
+		 "'%s' --config /dev/null --socket '%s' --storage 'file://%s' --state-dir '%s/state2' "
+		 "--staging-bytes 16M --chunk-bytes 4M 2>&1",
+		 getenv("CKPTD_BIN"), d.sock, d.store, d.dir);
+	assert_int_equal(run_cmd(cmd, out, sizeof(out)), 1);
+	if (strstr(out, d.sock) == NULL || strstr(out, "another ckptd is listening on") == NULL)
+		fail_msg("second ckptd on %s said: %s", d.sock, out);
+	h_assert_serves(&d);
+	h_cleanup(&d);
+}
+
+/* [limits] max_inflight_loads: a session's load beyond it is refused with
+ * EBUSY (LoadFailed, naming the key) while the first is still in flight
+ * (its manifest fetch takes 1.5 s), and the first completes. */
+static void test_inflight_loads_cap(void **state)
+{
+	(void)state;
+	struct dctx d;
+	h_init(&d);
+	h_start(&d, "[limits]\nmax_inflight_loads = 1\n[debug]\nmanifest_delay_ms = 1500\n");
+	ckpt_hello h = { .job = "lcap", .rank = 0, .world_size = 1 };
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(d.sock, &h, &c), 0);
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, 1 << 20, &b), 0);
+	uint64_t shape[1] = { 1 << 20 };
+	ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b,
+			  .nbytes = 1 << 20 };
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_save(c, 1, &t, 1, NULL, 0, &f), 0);
+	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 30000), 0);
+	ckpt_future_free(f);
+	ckpt_future *f1 = NULL, *f2 = NULL;
+	assert_int_equal(ckpt_load(c, 1, &t, 1, &f1), 0);
+	assert_int_equal(ckpt_load(c, 1, &t, 1, &f2), 0);
+	assert_int_equal(ckpt_future_wait(f2, CKPT_LOADED, 30000), -EBUSY);
+	assert_non_null(strstr(ckpt_future_message(f2), "max_inflight_loads"));
+	assert_int_equal(ckpt_future_wait(f1, CKPT_LOADED, 30000), 0);
+	ckpt_future_free(f1);
+	ckpt_future_free(f2);
+	/* The slot is free again. */
+	assert_int_equal(ckpt_load(c, 1, &t, 1, &f1), 0);
+	assert_int_equal(ckpt_future_wait(f1, CKPT_LOADED, 30000), 0);
+	ckpt_future_free(f1);
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+	h_cleanup(&d);
+}
+
 static void test_sighup_reload(void **state)
 {
 	(void)state;
@@ -618,6 +676,8 @@ int main(void)
 		cmocka_unit_test(test_drain_deadline),
 		cmocka_unit_test(test_sighup_reload),
 		cmocka_unit_test(test_json_logs),
+		cmocka_unit_test(test_socket_in_use_exits_1),
+		cmocka_unit_test(test_inflight_loads_cap),
 	};
 	return cmocka_run_group_tests_name("ops", tests, NULL, NULL);
 }
