@@ -934,6 +934,36 @@ static void test_journal_recovery_keeps_named_shard(void **state)
 	journal_close(j);
 }
 
+/* Temporary names carry the host (README "A daemon that dies"): recovery
+ * removes this host's leftovers of a key and leaves another node's on the
+ * same shared directory alone. */
+static void test_remove_temps_only_this_hosts(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = f->s;
+	char host[256] = "";
+	if (gethostname(host, sizeof(host) - 1) != 0 || !host[0])
+		snprintf(host, sizeof(host), "localhost");
+	for (char *c = host; *c; c++)
+		if (*c == '/' || *c == '.')
+			*c = '_';
+	assert_int_equal(put_str(s, "d/x", "x"), 0);
+	char mine[1024], other[1024], otherkey[1024];
+	snprintf(mine, sizeof(mine), "%s/d/x.tmp.%s.123.4", f->dir, host);
+	snprintf(other, sizeof(other), "%s/d/x.tmp.%s-other.123.4", f->dir, host);
+	snprintf(otherkey, sizeof(otherkey), "%s/d/y.tmp.%s.123.4", f->dir, host);
+	const char *paths[3] = { mine, other, otherkey };
+	for (int i = 0; i < 3; i++) {
+		FILE *fp = fopen(paths[i], "w");
+		assert_non_null(fp);
+		fclose(fp);
+	}
+	assert_int_equal(s->ops->remove_temps(s, "d/x"), 1);
+	assert_int_not_equal(access(mine, F_OK), 0);
+	assert_int_equal(access(other, F_OK), 0);    /* another node's */
+	assert_int_equal(access(otherkey, F_OK), 0); /* another key's */
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -955,6 +985,7 @@ int main(void)
 		T(test_catalog_latest_list_error),
 		T(test_catalog_no_complete_step),
 		T(test_journal_recovery_keeps_named_shard),
+		T(test_remove_temps_only_this_hosts),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
