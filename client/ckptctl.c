@@ -26,8 +26,27 @@ struct command {
 	int min, max; /* positional arguments */
 	int (*run)(ckpt_client *c, char **args, int nargs, const struct opts *o);
 };
-static const struct command commands[];
-static const size_t ncommands;
+static int run_status(ckpt_client *c, char **a, int n, const struct opts *o);
+static int run_ls(ckpt_client *c, char **a, int n, const struct opts *o);
+static int run_show(ckpt_client *c, char **a, int n, const struct opts *o);
+static int run_verify(ckpt_client *c, char **a, int n, const struct opts *o);
+static int run_rm(ckpt_client *c, char **a, int n, const struct opts *o);
+static int run_resolve(ckpt_client *c, char **a, int n, const struct opts *o);
+static int run_gc(ckpt_client *c, char **a, int n, const struct opts *o);
+static int run_metrics(ckpt_client *c, char **a, int n, const struct opts *o);
+
+static const struct command commands[] = {
+	{ "status", "", "sessions, pool, memory tier, in-flight saves, totals", 0, 0, run_status },
+	{ "ls", "[JOB]", "steps of JOB (or every job): size, time saved, age; * marks the latest", 0, 1, run_ls },
+	{ "show", "JOB STEP", "tensors, dtypes, shapes, boxes, ranks, bytes", 2, 2, run_show },
+	{ "verify", "JOB STEP", "re-read every rank's shard from storage and check every crc32c", 2, 2, run_verify },
+	{ "rm", "JOB STEP", "remove the step from storage", 2, 2, run_rm },
+	{ "resolve", "JOB [STEP]", "the step a restore loads (default: latest), pinned; hand it to every rank", 1, 2,
+	  run_resolve },
+	{ "gc", "[JOB]", "apply the retention policy now (--dry-run: only say what would go)", 0, 1, run_gc },
+	{ "metrics", "", "the Prometheus text exposition", 0, 0, run_metrics },
+};
+static const size_t ncommands = sizeof(commands) / sizeof(commands[0]);
 
 static void usage(FILE *f)
 {
@@ -43,7 +62,7 @@ static void usage(FILE *f)
 		"  -s, --socket PATH        the daemon's socket (default $CKPTD_SOCKET, else %s)\n"
 		"      --json               JSON output, for scripts\n"
 		"      --dry-run            gc: say what would be removed, remove nothing\n"
-		"  -j, --jobs N             verify: ranks checked at once (default 4)\n"
+		"  -j, --jobs N             verify: ranks checked at once, 1 to 64 (default 4)\n"
 		"  -V, --version            print the version and the commit, exit\n"
 		"  -h, --help               this text\n",
 		CKPT_DEFAULT_SOCKET);
@@ -571,6 +590,8 @@ static int cmd_verify(ckpt_client *c, const char *job, uint64_t step, const stru
 			has[d->tensors[i].rank] = true;
 		v.bytes_total += d->tensors[i].nbytes;
 	}
+	if (d->info.bytes > v.bytes_total && !d->info.bytes_unlisted)
+		v.bytes_total = d->info.bytes; /* the shards as listed, what the checks read */
 	/* A complete step: every rank (one may hold no tensors); else the ranks
 	 * that are there, and the step's incompleteness is a problem. */
 	for (uint32_t rk = 0; rk < v.world_size; rk++)
@@ -584,7 +605,7 @@ static int cmd_verify(ckpt_client *c, const char *job, uint64_t step, const stru
 		v.ok = false;
 	}
 	int nthreads = o->jobs < (int)v.nranks ? o->jobs : (int)v.nranks;
-	pthread_t th[256];
+	pthread_t th[64];
 	double t0 = mono_s();
 	int started = 0;
 	for (int i = 0; i < nthreads; i++)
@@ -772,19 +793,6 @@ static int run_metrics(ckpt_client *c, char **a, int n, const struct opts *o)
 	return cmd_metrics(c);
 }
 
-static const struct command commands[] = {
-	{ "status", "", "sessions, pool, memory tier, in-flight saves, totals", 0, 0, run_status },
-	{ "ls", "[JOB]", "steps of JOB (or every job): size, time saved, age; * marks the latest", 0, 1, run_ls },
-	{ "show", "JOB STEP", "tensors, dtypes, shapes, boxes, ranks, bytes", 2, 2, run_show },
-	{ "verify", "JOB STEP", "re-read every rank's shard from storage and check every crc32c", 2, 2, run_verify },
-	{ "rm", "JOB STEP", "remove the step from storage", 2, 2, run_rm },
-	{ "resolve", "JOB [STEP]", "the step a restore loads (default: latest), pinned; hand it to every rank", 1, 2,
-	  run_resolve },
-	{ "gc", "[JOB]", "apply the retention policy now (--dry-run: only say what would go)", 0, 1, run_gc },
-	{ "metrics", "", "the Prometheus text exposition", 0, 0, run_metrics },
-};
-static const size_t ncommands = sizeof(commands) / sizeof(commands[0]);
-
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -810,8 +818,8 @@ int main(int argc, char **argv)
 		case 'j': {
 			char *end;
 			long v = strtol(optarg, &end, 10);
-			if (*end || v < 1 || v > 256) {
-				fprintf(stderr, "ckptctl: --jobs wants 1 to 256, not '%s'\n", optarg);
+			if (*end || v < 1 || v > 64) { /* a session each, within max_sessions */
+				fprintf(stderr, "ckptctl: --jobs wants 1 to 64, not '%s'\n", optarg);
 				return 2;
 			}
 			o.jobs = (int)v;

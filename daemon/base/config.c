@@ -663,6 +663,7 @@ struct ini_ctx {
 	int err;
 	char *msg;
 	size_t msglen;
+	bool file; /* from the config file: inline comments are stripped */
 };
 
 /* value without an inline comment: a '#' or ';' at its start or after
@@ -688,9 +689,9 @@ static int on_ini(void *user, const char *section, const char *name, const char 
 	void *base = x->c;
 	int r = 0;
 	char clean[4096];
-	if (strlen(value) >= sizeof(clean))
+	if (x->file && strlen(value) >= sizeof(clean))
 		r = -ENAMETOOLONG;
-	else
+	else if (x->file)
 		value = strip_comment(value, clean, sizeof(clean));
 	if (r == 0 && strncmp(section, "job.", 4) == 0) {
 		base = job_section(x->c, section + 4);
@@ -721,7 +722,7 @@ int config_load(struct config *c, const char *path, char *err, size_t errlen)
 		return -e;
 	}
 	char msg[512] = "";
-	struct ini_ctx x = { .c = c, .msg = msg, .msglen = sizeof(msg) };
+	struct ini_ctx x = { .c = c, .msg = msg, .msglen = sizeof(msg), .file = true };
 	int line = ini_parse_file(f, on_ini, &x);
 	fclose(f);
 	if (line != 0 || x.err) {

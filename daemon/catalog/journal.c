@@ -134,17 +134,21 @@ static bool grow(void **v, size_t n, size_t *cap, size_t first, size_t size)
 }
 
 /* The one reader of the journal's lines (B, E, U, X, N: journal.h): B/E
- * pairs into r->v, U/X pairs into r->up, each N line to report (if any).
- * Anything else is a torn last line from the crash, and is ignored. */
-static void parse(char *text, struct records *r, journal_recover_fn report, void *ctx)
+ * pairs into r->v (unless uploads_only: compaction needs only U/X), U/X
+ * pairs into r->up, each N line to report (if any). Anything else is a
+ * torn last line from the crash, and is ignored. 0, or -ENOMEM (then r
+ * holds part of the journal: the caller must not act on it as a whole). */
+static int parse(char *text, struct records *r, bool uploads_only, journal_recover_fn report, void *ctx)
 {
 	for (char *save = NULL, *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		if (uploads_only && line[0] != 'U' && line[0] != 'X')
+			continue;
 		if (line[0] == 'B') {
 			struct entry e = { 0 };
 			if (sscanf(line, "B %" SCNu64 " %128s %767s %767s", &e.id, e.attempt, e.shard, e.man) != 4)
 				continue;
 			if (!grow((void **)&r->v, r->n, &r->cap, 16, sizeof(*r->v)))
-				break;
+				return -ENOMEM;
 			r->v[r->n++] = e;
 		} else if (line[0] == 'E') {
 			uint64_t id;
@@ -157,7 +161,7 @@ static void parse(char *text, struct records *r, journal_recover_fn report, void
 			if (sscanf(line, "U %1023s %767s", u.id, u.key) != 2)
 				continue;
 			if (!grow((void **)&r->up, r->nup, &r->upcap, 8, sizeof(*r->up)))
-				break;
+				return -ENOMEM;
 			r->up[r->nup++] = u;
 		} else if (line[0] == 'X') {
 			char id[1024];
@@ -171,6 +175,7 @@ static void parse(char *text, struct records *r, journal_recover_fn report, void
 			report(ctx, what);
 		}
 	}
+	return 0;
 }
 
 /* Empty the journal but for the uploads still open (their aborts failed):
@@ -222,8 +227,8 @@ void journal_compact(struct journal *j)
 	char *text;
 	if (read_all(j, &text) == 0) {
 		struct records r = { 0 };
-		parse(text, &r, NULL, NULL);
-		truncate_keeping(j, r.up, r.nup);
+		if (parse(text, &r, true, NULL, NULL) == 0) /* else keep it all: no open upload is forgotten */
+			truncate_keeping(j, r.up, r.nup);
 		records_free(&r);
 		free(text);
 	}
@@ -328,8 +333,12 @@ int journal_recover(struct journal *j, struct store *s, journal_recover_fn repor
 	if (e < 0)
 		return e;
 	struct records r = { 0 };
-	parse(text, &r, report, ctx);
+	e = parse(text, &r, false, report, ctx);
 	free(text);
+	if (e < 0) {
+		records_free(&r);
+		return e;
+	}
 	int removed = abort_open_uploads(s, &r, report, ctx);
 	removed += remove_unfinished(s, &r, report, ctx);
 	/* Uploads whose abort failed (storage unreachable) stay for the next

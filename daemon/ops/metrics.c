@@ -220,8 +220,9 @@ static void respond(struct http_conn *c, int code, const char *ctype, const char
  * GET of a key that never exists, on the threadpool: a reachable store
  * that takes our credentials answers 404 (-ENOENT), so it costs one
  * request per probe and at most one probe per READY_FRESH_MS, however many
- * probes kubelet sends. Requests that find the result older wait for the
- * running probe and are answered when it ends (or by their own timeout).
+ * probes kubelet sends. A request that finds the result older starts a
+ * probe and is answered from the last result at once; only when there is
+ * none yet (or it is older than READY_STALE_MS) does it wait for the probe.
  * One daemon per process: the probe's state is this module's. */
 #define READY_FRESH_MS 2000
 #define READY_PROBE_KEY ".ckptd-readyz-probe"
@@ -292,24 +293,34 @@ static void probe_done(uv_work_t *w, int status)
 		ready_answer(probe.waiting[--probe.nwaiting]); /* respond stops reading; close comes later */
 }
 
+/* How long a probe's result may still answer while the next one runs
+ * (the threadpool may be busy with uploads): kubelet gets an answer at
+ * once, never a timeout, unless storage has not been asked for this long. */
+#define READY_STALE_MS 300000
+
 static void readyz(struct http_conn *c)
 {
 	struct daemon *d = c->d;
-	if (probe.done_ns && clock_now_ns() - probe.done_ns < (uint64_t)READY_FRESH_MS * 1000000ull) {
-		ready_answer(c);
+	uint64_t now = clock_now_ns(), age = probe.done_ns ? now - probe.done_ns : UINT64_MAX;
+	if (d->pool.base == NULL || d->draining || age < (uint64_t)READY_FRESH_MS * 1000000ull) {
+		ready_answer(c); /* no probe needed for these answers */
+		return;
+	}
+	if (!probe.running) {
+		probe.d = d;
+		probe.running = true;
+		if (uv_queue_work(d->loop, &probe.work, probe_run, probe_done) < 0) {
+			probe.running = false;
+			probe.result = -EIO;
+			snprintf(probe.msg, sizeof(probe.msg), "cannot queue the probe");
+			probe.done_ns = now;
+		}
+	}
+	if (!probe.running || age < (uint64_t)READY_STALE_MS * 1000000ull) {
+		ready_answer(c); /* the last result, while the next probe runs */
 		return;
 	}
 	probe.waiting[probe.nwaiting++] = c;
-	if (probe.running)
-		return;
-	probe.d = d;
-	probe.running = true;
-	if (uv_queue_work(d->loop, &probe.work, probe_run, probe_done) < 0) {
-		probe.running = false;
-		probe.result = -EIO;
-		snprintf(probe.msg, sizeof(probe.msg), "cannot queue the probe");
-		probe_done(&probe.work, 0);
-	}
 }
 
 static bool is_get(const char *req, const char *path)

@@ -220,6 +220,9 @@ struct step_req {
 	uint32_t rank;
 	char attempt[ATTEMPT_MAX_LEN + 1]; /* verify of one rank: its manifest's name */
 	uint32_t world_size;
+	bool found;           /* verify of one rank: its manifest was there */
+	uint64_t shard_bytes; /* ... and what it says */
+	int64_t created_ns;
 	/* verify */
 	bool ok;
 	uint64_t bytes_checked;
@@ -411,6 +414,13 @@ static void verify_rank(struct step_req *q, uint8_t *buf)
 	store_clear_error();
 	int r = st->ops->get_all(st, key, MANIFEST_MAX_BYTES, &mb, &ml);
 	if (r == -ENOENT) {
+		/* A format 1 step: its names carry no attempt (it is inside). */
+		char legacy[768];
+		if (manifest_key(legacy, sizeof(legacy), q->job, q->step, q->rank, q->world_size, "manifest") == 0 &&
+		    st->ops->get_all(st, legacy, MANIFEST_MAX_BYTES, &mb, &ml) == 0)
+			r = 0;
+	}
+	if (r == -ENOENT) {
 		problem(q, "rank %u: manifest %s is missing", q->rank, key);
 		return;
 	}
@@ -429,8 +439,12 @@ static void verify_rank(struct step_req *q, uint8_t *buf)
 	else if (strcmp(m->job, q->job) != 0 || m->step != q->step || m->rank != q->rank ||
 		 m->world_size != q->world_size || strcmp(m->attempt_id, q->attempt) != 0)
 		problem(q, "rank %u: manifest %s is not the one its name says", q->rank, key);
-	else
+	else {
+		q->found = true;
+		q->shard_bytes = m->shard_bytes;
+		q->created_ns = (int64_t)m->created_unix_ns;
 		verify_shard(q, m, buf);
+	}
 	ckpt__manifest__free_unpacked(m, NULL);
 }
 
@@ -477,8 +491,9 @@ static void verify_reply(struct bgreq *b)
 		si.attempt_id = strdup(q->attempt);
 		si.step = q->step;
 		si.world_size = q->world_size;
-		si.ranks_present = q->ok ? 1 : 0;
-		si.bytes = q->bytes_checked;
+		si.ranks_present = q->found ? 1 : 0;
+		si.bytes = q->shard_bytes;
+		si.saved_unix_ns = q->created_ns;
 		if (si.job == NULL || si.attempt_id == NULL) {
 			step_info_clear(&si);
 			session_reply(b->session, b->req_id, -ENOMEM, "out of memory");

@@ -54,7 +54,7 @@ for v in dash.get("templating", {}).get("list", []):
 
 checks = [("ckptd exported its metrics", len(families) > 20), ("the dashboard has panels", len(exprs) > 10)]
 for title, e in exprs:
-    used = set(re.findall(r"\bckptd_[a-z_]+", e))
+    used = set(re.findall(r"\bckptd_[a-z0-9_]+", e))
     missing = sorted(used - names)
     checks.append((f"{title}: {', '.join(sorted(used)) or 'no ckptd metric'}"
                    + (f" (not exported: {', '.join(missing)})" if missing else ""), used and not missing))

@@ -13,11 +13,12 @@ the image's ckptd can stage GPU buffers.
 Prints TAP."""
 import os
 import re
+import shutil
 import subprocess
 import sys
 
 BASE = {"libc6"}  # in debian:12-slim already
-OURS = {"libckpt.so.0"}
+OURS = {"libckpt.so.1"}
 
 
 def stages(dockerfile):
@@ -45,7 +46,8 @@ def needed(binary):
 
 def package_of(lib):
     """The Debian package holding lib on this machine, or None."""
-    out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"  # not on a user's PATH on Debian
+    out = subprocess.run([ldconfig, "-p"], capture_output=True, text=True).stdout
     paths = []
     for line in out.splitlines():
         parts = line.strip().split(" => ")

@@ -18,13 +18,13 @@ check() { # description, then a command
 }
 has() { grep -Eq "$1" <<<"$files"; }
 hasnt() { ! grep -Eq "$1" <<<"$files"; }
-echo "1..16"
+echo "1..17"
 check "ckptd in sbin" has '/sbin/ckptd$'
 check "ckptctl in bin" has '/bin/ckptctl$'
 check "ckpt-bench in bin" has '/bin/ckpt-bench$'
 check "ckpt-example not in bin" hasnt '/bin/ckpt-example$'
 check "ckpt-example among the examples" has '/share/doc/ckptd/examples/ckpt-example$'
-check "libckpt.so.0 and its development link" bash -c "grep -Eq '/libckpt\.so\.0$' <<<'$files' && grep -Eq '/libckpt\.so$' <<<'$files'"
+check "libckpt.so.1 and its development link" bash -c "grep -Eq '/libckpt\.so\.1$' <<<'$files' && grep -Eq '/libckpt\.so$' <<<'$files'"
 check "ckpt/ckpt.h" has '/include/ckpt/ckpt\.h$'
 check "libckpt.pc" has '/pkgconfig/libckpt\.pc$'
 check "ckptd.service" has '/systemd/system/ckptd\.service$'
@@ -34,7 +34,10 @@ check "ckptctl(1)" has '/man/man1/ckptctl\.1$'
 check "ckptd.conf(5)" has '/man/man5/ckptd\.conf\.5$'
 check "the example config in etc and among the examples" bash -c "grep -Eq '/etc/ckptd/ckptd\.conf\.example$' <<<'$files' && grep -Eq '/share/doc/ckptd/examples/ckptd\.conf\.example$' <<<'$files'"
 check "LICENSE and README in the docs" bash -c "grep -Eq '/share/doc/ckptd/LICENSE$' <<<'$files' && grep -Eq '/share/doc/ckptd/README\.md$' <<<'$files'"
-lib=$(dirname "$(grep -E '/libckpt\.so\.0$' <<<"$files" | head -1)")
+unit=$(grep -E '/systemd/system/ckptd\.service$' <<<"$files" | head -1)
+sbin=$(dirname "$(grep -E '/sbin/ckptd$' <<<"$files" | head -1)")
+check "the installed unit starts the installed ckptd" grep -q "^ExecStart=$sbin/ckptd " "$tmp$unit"
+lib=$(dirname "$(grep -E '/libckpt\.so\.1$' <<<"$files" | head -1)")
 ctl=$(grep -E '/bin/ckptctl$' <<<"$files" | head -1)
 check "the installed ckptctl runs against the installed libckpt" \
   bash -c "LD_LIBRARY_PATH='$tmp$lib' '$tmp$ctl' --version | grep -q '^ckptctl '"

@@ -497,6 +497,18 @@ static void test_ctl_ls_and_parallel_verify(void **state)
 	assert_int_equal(ctl_run("verify lsj 4", out, sizeof(out)), 1);
 	assert_non_null(strstr(out, "step is not complete: 1 of 2 ranks"));
 	assert_non_null(strstr(out, "1 of 2 ranks"));
+	/* A format 1 step (manifest names without the attempt): every rank is
+	 * found by its old name, and the step verifies. */
+	save_steps("leg", 1, 1);
+	char from[1024], to[1024], commit[1024];
+	snprintf(from, sizeof(from), "%s/leg/step-000000000001/rank-00000-of-00001.g.manifest", D.store);
+	snprintf(to, sizeof(to), "%s/leg/step-000000000001/rank-00000-of-00001.manifest", D.store);
+	snprintf(commit, sizeof(commit), "%s/leg/step-000000000001/commit", D.store);
+	assert_int_equal(rename(from, to), 0);
+	(void)unlink(commit);
+	assert_int_equal(ctl_run("verify leg 1", out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "OK"));
+	assert_non_null(strstr(out, "1 of 1 ranks"));
 	/* Bad options and arguments: exit 2. */
 	assert_int_equal(ctl_run("--bogus ls 2>/dev/null", out, sizeof(out)), 2);
 	assert_int_equal(ctl_run("-j 0 verify rs 1 2>/dev/null", out, sizeof(out)), 2);

@@ -124,4 +124,7 @@ def test_killed_after_durable_keeps_the_step(daemon):
     s = step_state(daemon, "death-durable")
     assert s and s["complete"]
     check_bit_exact(daemon, "death-durable")
+    daemon.stop()  # and from storage
+    daemon.start()
+    check_bit_exact(daemon, "death-durable")
     check_daemon_serves(daemon, "death-durable")

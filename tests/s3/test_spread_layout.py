@@ -31,7 +31,9 @@ def test_spread_keys_restore_and_delete(moto, bucket, tmp_path, proxy):
             assert f"runs/sp/step-{step:012d}/rank-{r:05d}-of-00003.default.manifest" in names
     assert not [k for k in names if "/step-" in k and k.split("/")[1].startswith("step-") and k.endswith(".shard")]
     ls = d.ctl("ls", "sp")
-    assert re.search(r"sp +2 yes +3/3 +- +default", ls), ls
+    # Size "-" (the listing has no shard sizes), the time saved and age from
+    # the manifests' listing, and step 2 marked the latest.
+    assert re.search(r"sp +2\* yes +3/3 +- +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d +\d+s +default", ls), ls
     show = d.ctl("show", "sp", "2")
     # show reads the manifests, so it has the bytes the listing lacks.
     assert re.match(r"sp step 2: complete, 3/3 ranks, [0-9.]+ MiB, attempt default", show), show

@@ -23,9 +23,11 @@ for arg in sys.argv[2:]:
     checks.append((f"{name} --help exits 0", r.returncode == 0))
     lines = r.stdout.splitlines()
     for opt in sorted(set(longs)):
-        described = any(re.search(rf"--{opt}\b\S*\s+\S.*\S", l) or
-                        (re.search(rf"--{opt}\b", l) and i + 1 < len(lines) and lines[i + 1].startswith(" " * 20))
-                        for i, l in enumerate(lines) if not l.startswith("usage:"))
+        # An option line: the option first (after its short form), then words.
+        at = rf"^\s+(-\w, )?--{opt}\b"
+        described = any(re.search(at + r"\S*( \S+)?\s+\S.*\S", l) or
+                        (re.search(at, l) and i + 1 < len(lines) and lines[i + 1].startswith(" " * 20))
+                        for i, l in enumerate(lines))
         checks.append((f"{name} --help describes --{opt}", described))
 print(f"1..{len(checks)}")
 for i, (d, ok) in enumerate(checks, 1):

@@ -48,7 +48,9 @@ for flag in sorted(set(re.findall(r"(--[a-z][a-z-]+)", helptext))):
 
 helptext = subprocess.run([ckptctl, "--help"], capture_output=True, text=True).stdout
 page = man("ckptctl.1")
-for cmd in re.findall(r"^  ([a-z]+)\b", helptext, re.M):
+cmds = re.findall(r"^  ([a-z]+)\b", helptext, re.M)
+checks.append((f"ckptctl --help lists its commands ({len(cmds)})", len(cmds) >= 8))
+for cmd in cmds:
     checks.append((f"ckptctl(1) describes {cmd}", re.search(rf"^\.B[IR]? {cmd}\b", page, re.M) is not None))
 
 print(f"1..{len(checks)}")

@@ -502,6 +502,10 @@ static void test_inline_comments(void **state)
 	assert_int_equal(c.retention.keep_last, 3);
 	assert_int_equal(c.retention.keep_every, 1000);
 	assert_string_equal(c.socket_path, "/tmp/a#b;c.sock");
+	/* Flags and --set are values as given, comments are the file's. */
+	config_defaults(&c);
+	assert_int_equal(config_set(&c, "storage.url", "file:///mnt/x #1", err, sizeof(err)), 0);
+	assert_string_equal(c.storage_url, "file:///mnt/x #1");
 }
 
 /* Every commented-out "# key = value   # what it does" line (and "# [section]"

@@ -92,7 +92,7 @@ def _find():
         if hits:
             return hits[0]
     found = ctypes.util.find_library("ckpt")
-    return found or "libckpt.so.0"
+    return found or "libckpt.so.1"
 
 
 def _load():
