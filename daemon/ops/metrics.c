@@ -231,8 +231,10 @@ static struct {
 	uv_work_t work;
 	struct daemon *d;
 	bool running;
-	int result; /* of the last probe: 0 or -errno */
+	int result; /* of the last probe: 0 or -errno; the loop's */
 	char msg[256];
+	int next_result; /* the running probe's, written on the threadpool */
+	char next_msg[256];
 	uint64_t done_ns; /* 0: never */
 	struct http_conn *waiting[HTTP_MAX_CONNS + 1];
 	size_t nwaiting;
@@ -276,17 +278,16 @@ static void probe_run(uv_work_t *w)
 	(void)w;
 	if (r == -ENOENT || r == -EFBIG)
 		r = 0; /* answered: reachable, and our credentials are taken */
-	probe.result = r;
-	snprintf(probe.msg, sizeof(probe.msg), "%s", r < 0 ? store_error(r) : "");
+	/* Not result and msg: the loop answers from those while this runs. */
+	probe.next_result = r;
+	snprintf(probe.next_msg, sizeof(probe.next_msg), "%s", r < 0 ? store_error(r) : "");
 }
 
 static void probe_done(uv_work_t *w, int status)
 {
 	(void)w;
-	if (status < 0) {
-		probe.result = status;
-		snprintf(probe.msg, sizeof(probe.msg), "probe cancelled");
-	}
+	probe.result = status < 0 ? status : probe.next_result;
+	snprintf(probe.msg, sizeof(probe.msg), "%s", status < 0 ? "probe cancelled" : probe.next_msg);
 	probe.running = false;
 	probe.done_ns = clock_now_ns();
 	while (probe.nwaiting > 0)
