@@ -378,73 +378,6 @@ static void test_failed_put_cleans_up(void **state)
 
 /* The read-only checks, without cmocka asserts so a child process can run
  * them: 0, or the number of the check that failed. */
-static int read_only_checks(const char *root)
-{
-	char url[160], err[256], ro[160];
-	struct store *s = NULL, *s2 = NULL;
-	snprintf(url, sizeof(url), "file://%s", root);
-	snprintf(ro, sizeof(ro), "%s/ro", root);
-	if (store_open(url, &s, err, sizeof(err)) != 0)
-		return 1;
-	int bad = 0;
-	if (put_str(s, "ro/x", "data") != -EACCES)
-		bad = 2;
-	else if (put_str(s, "ro/sub/x", "data") != -EACCES)
-		bad = 3;
-	store_free(s);
-	if (bad)
-		return bad;
-	DIR *d = opendir(ro);
-	if (d == NULL)
-		return 4;
-	struct dirent *e;
-	while ((e = readdir(d)) != NULL)
-		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-			bad = 5; /* no temporary file left behind */
-	closedir(d);
-	if (bad)
-		return bad;
-	/* A read-only root is refused at open. */
-	snprintf(url, sizeof(url), "file://%s", ro);
-	if (store_open(url, &s2, err, sizeof(err)) != -EACCES) {
-		store_free(s2);
-		return 6;
-	}
-	return 0;
-}
-
-static void test_put_read_only(void **state)
-{
-	struct fixture *f = *state;
-	char ro[128];
-	snprintf(ro, sizeof(ro), "%s/ro", f->dir);
-	assert_int_equal(mkdir(ro, 0755), 0);
-	assert_int_equal(chmod(ro, 0555), 0);
-	if (geteuid() != 0) {
-		assert_int_equal(read_only_checks(f->dir), 0);
-		return;
-	}
-	/* Root writes anywhere, so run the checks as nobody in a child.
-	 * (cmocka 1.1.5 prints skips as "not ok # SKIP", which meson counts
-	 * as a failure, so this test does not skip.) */
-	assert_int_equal(chmod(f->dir, 0777), 0);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		if (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
-			_exit(100);
-		_exit(read_only_checks(f->dir));
-	}
-	int st = 0;
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	assert_true(WIFEXITED(st));
-	if (WEXITSTATUS(st) == 100) {
-		print_message("# cannot drop root privileges here; read-only put not checked\n");
-		return;
-	}
-	if (WEXITSTATUS(st) != 0)
-		fail_msg("read-only check %d failed", WEXITSTATUS(st));
-}
 
 /* --- catalog --- */
 
@@ -977,7 +910,6 @@ int main(void)
 		T(test_failed_put_cleans_up),
 		T(test_bad_keys),
 		T(test_open_urls),
-		T(test_put_read_only),
 		T(test_catalog_scan),
 		T(test_catalog_steps_latest_jobs),
 		T(test_catalog_v2_from_listing),
