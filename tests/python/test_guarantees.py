@@ -1,8 +1,8 @@
 """Core guarantees, defended here through the Python layer a second time
 (the C integration suite is the first): the per-rank cap on saves in
-flight (test_memtier.c / test_data_path.c), and the agreed latest step,
-which is never a newer step that some rank has not saved
-(test_multinode.c)."""
+flight (test_memtier.c / test_data_path.c), the agreed latest step, which
+is never a newer step that some rank has not saved (test_multinode.c), and
+a complete step never overwritten (test_data_path.c)."""
 import errno
 
 import pytest
@@ -69,3 +69,22 @@ def test_latest_is_the_newest_step_every_rank_saved(daemon):
     finally:
         for cp in ranks:
             cp.close()
+
+
+def test_a_complete_step_is_never_overwritten(daemon):
+    """A complete step, once a restore has pinned it, refuses another save
+    of the same step from any attempt (EEXIST), and what it held is what
+    loads (test_data_path.c is the C side)."""
+    with ckpt.torch.Checkpointer("keep", socket=daemon.sock, attempt_id="a1") as cp:
+        cp.save({"w": torch.full((4096,), 1.0)}, 5).durable.result(60)
+        got = {"w": torch.zeros(4096)}
+        assert cp.load(got)[0] == 5  # resolves "latest": pins step 5
+    with ckpt.torch.Checkpointer("keep", socket=daemon.sock, attempt_id="a2") as cp:
+        f = cp.save({"w": torch.full((4096,), 2.0)}, 5)
+        with pytest.raises(ckpt.client.CkptError) as e:
+            f.durable.result(60)
+        assert e.value.errno == errno.EEXIST
+        assert "never overwritten" in str(e.value)
+        got = {"w": torch.zeros(4096)}
+        assert cp.load(got, step=5)[0] == 5
+        assert torch.equal(got["w"], torch.full((4096,), 1.0))
