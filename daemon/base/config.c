@@ -594,6 +594,8 @@ const struct config_key config_keys[] = {
 	    .help = "tests only: pause in the middle of each shard write"),
 	KEY("debug", "manifest_delay_ms", cfg_u32, debug_manifest_delay_ms, CFG_RESTART | CFG_DEBUG,
 	    .help = "tests only: pause in each manifest fetch of the cache"),
+	KEY("debug", "corrupt_held", cfg_bool, debug_corrupt_held, CFG_RESTART | CFG_DEBUG,
+	    .help = "tests only: flip one byte of each copy the memory tier keeps"),
 };
 const size_t config_nkeys = sizeof(config_keys) / sizeof(config_keys[0]);
 

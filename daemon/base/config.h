@@ -129,6 +129,8 @@ struct config {
 	uint32_t debug_store_delay_ms;
 	/* testing only: sleep this long in every manifest fetch of the cache */
 	uint32_t debug_manifest_delay_ms;
+	/* testing only: flip one byte of each copy the memory tier keeps */
+	bool debug_corrupt_held;
 };
 
 /* One config key: a row of config_keys[] or config_job_keys[] (config.c),

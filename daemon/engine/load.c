@@ -53,7 +53,8 @@ struct load {
 	size_t npinned;
 	uv_work_t work;
 	/* results */
-	int status; /* 0 or -errno */
+	const struct save *bad_held; /* a held copy whose crc did not match */
+	int status;                  /* 0 or -errno */
 	char msg[512];
 	uint64_t loaded_step, bytes, bytes_memory;
 	uint8_t *extra;
@@ -109,8 +110,8 @@ static size_t find_first(struct load *ld, const char *name)
  * replicas and coverage, and cut each saved tensor into slabs of whole rows
  * along dim 0 (contiguous in the shard, at most about READ_BLOCK each).
  * Execute (copy_threads threads): read each slab from the memory tier or
- * storage, crc it when it comes from storage, and scatter its part of every
- * cut into the client's buffers. Cuts are disjoint, so slabs never write
+ * storage, crc it, and scatter its part of every cut into the client's
+ * buffers. Cuts are disjoint, so slabs never write
  * the same bytes, and any order is correct. */
 
 struct tplan {
@@ -183,15 +184,14 @@ static int scatter_run(void *ctx, uint64_t dst_off, uint64_t src_off, uint64_t n
 }
 
 /* Task tk's slab is at src (from storage when the plan has no held copy):
- * check its crc share and scatter it into every cut it meets. */
+ * take its crc share and scatter it into every cut it meets. */
 static void apply_task(struct exec *ex, const struct ltask *tk, const uint8_t *src)
 {
 	struct tplan *p = &ex->plans[tk->plan];
 	const Ckpt__ManifestTensor *t = p->t;
 	uint64_t r0 = tk->slab * p->rows_per;
 	uint64_t k = p->nrows - r0 < p->rows_per ? p->nrows - r0 : p->rows_per;
-	if (!p->held)
-		p->slab_crc[tk->slab] = crc32c_update(0, src, tk->len);
+	p->slab_crc[tk->slab] = crc32c_update(0, src, tk->len);
 	struct box slab = p->saved;
 	if (slab.ndim > 0) {
 		slab.off[0] = p->saved.off[0] + r0;
@@ -217,8 +217,8 @@ static void run_read(struct exec *ex, const struct lread *rd, uint8_t *tmp)
 	const struct ltask *first = &ex->tasks[rd->first];
 	struct tplan *p = &ex->plans[first->plan];
 	if (p->held) {
-		/* Our own pool, written by our copy threads: no crc pass, so
-		 * a restore from memory runs at memory speed. */
+		/* Our own pool: crc'd all the same, so a bug that wrote into
+		 * a held copy (or a bad DIMM) fails the load, not the model. */
 		apply_task(ex, first, save_shard_bytes(p->held, first->off, first->len, tmp));
 		return;
 	}
@@ -482,11 +482,10 @@ static void execute(struct exec *ex, unsigned nthreads)
 		pthread_join(th[i], NULL);
 	if (atomic_load(&ex->failed))
 		return;
-	/* Storage slabs: their crcs, combined in order, must match. */
+	/* Every tensor's slabs, from storage or memory: their crcs, combined
+	 * in order, must match the manifest's. */
 	for (size_t i = 0; i < ex->nplans; i++) {
 		struct tplan *p = &ex->plans[i];
-		if (p->held)
-			continue;
 		uint32_t crc = 0;
 		for (uint64_t sl = 0; sl < p->nslabs; sl++) {
 			uint64_t r0 = sl * p->rows_per;
@@ -494,10 +493,12 @@ static void execute(struct exec *ex, unsigned nthreads)
 			crc = sl == 0 ? p->slab_crc[0] : crc32c_combine(crc, p->slab_crc[sl], k * p->row_bytes);
 		}
 		if (crc != p->t->crc32c) {
+			if (p->held)
+				ex->ld->bad_held = p->held; /* load_done drops it */
 			exec_fail(ex, -EIO,
-				  "checksum mismatch in tensor '%s' of %s: manifest says crc32c %08x, "
+				  "checksum mismatch in tensor '%s' of %s%s: manifest says crc32c %08x, "
 				  "data has %08x",
-				  p->t->name, p->key, p->t->crc32c, crc);
+				  p->t->name, p->held ? "the memory tier's copy of " : "", p->key, p->t->crc32c, crc);
 			return;
 		}
 	}
@@ -683,6 +684,8 @@ static void load_done(uv_work_t *w, int status)
 	struct daemon *d = ld->d;
 	d->nloads--;
 	TAILQ_REMOVE(&d->loads, ld, link);
+	if (ld->bad_held) /* still pinned: freed by the unpin below */
+		memtier_drop_corrupt(d, (struct save *)ld->bad_held);
 	memtier_unpin(ld->pinned, ld->npinned);
 	if (ld->npinned)
 		save_admit_waiting(d); /* copies dropped while pinned are free now */

@@ -26,6 +26,21 @@ static void drop(struct daemon *d, struct save *sv, const char *why)
 	save_release(sv);
 }
 
+void memtier_drop_corrupt(struct daemon *d, struct save *sv)
+{
+	if (sv->drop_pending)
+		return; /* dropped already; freed when its readers end */
+	struct save *o;
+	TAILQ_FOREACH (o, &d->held, link)
+		if (o == sv) {
+			log_warn("memtier: %s step %" PRIu64 " rank %u held in memory failed its crc check on restore; "
+				 "dropped, so restores read storage",
+				 sv->job, sv->step, sv->rank);
+			drop(d, sv, "its crc did not match on restore");
+			return;
+		}
+}
+
 void memtier_hold(struct daemon *d, struct save *sv)
 {
 	assert(sv->state == SAVE_HELD && !sv->listed);
@@ -42,6 +57,8 @@ void memtier_hold(struct daemon *d, struct save *sv)
 		if (o->rank == sv->rank && strcmp(o->job, sv->job) == 0 && o->step <= sv->step)
 			drop(d, o, "a newer step of the same job and rank is durable");
 	}
+	if (d->cfg.debug_corrupt_held && sv->nchunks > 0 && sv->shard_bytes > 0)
+		pool_span_ptr(&d->pool, sv->chunks[0])[0] ^= 0x5a; /* tests: the restore's crc must see it */
 	TAILQ_INSERT_TAIL(&d->held, sv, link);
 	d->nheld++;
 }

@@ -37,5 +37,8 @@ size_t memtier_pin(struct daemon *d, const char *job, struct save ***out);
 void memtier_unpin(struct save **pinned, size_t n);
 /* Release every held copy (shutdown). */
 void memtier_clear(struct daemon *d);
+/* sv, held and pinned by a load, failed its crc check: drop it (freed when
+ * the load unpins it), so that the next restore reads storage. */
+void memtier_drop_corrupt(struct daemon *d, struct save *sv);
 
 #endif

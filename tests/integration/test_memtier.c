@@ -359,6 +359,46 @@ static void test_trainer_sigkill_after_staged(void **state)
 	h_cleanup(&d);
 }
 
+/* A held copy is CRC-checked on restore like storage: a byte flipped in the
+ * pool ([debug] corrupt_held) fails the load from memory with EIO, naming
+ * the memory tier; the copy is dropped, and a retry restores the step
+ * intact from storage. (test_guarantees.py is the Python side.) */
+static void test_corrupt_held_copy_fails_the_load(void **state)
+{
+	(void)state;
+	struct dctx d;
+	h_init(&d);
+	h_start(&d, "[debug]\ncorrupt_held = true\n");
+	struct rank_client rc;
+	rc_open(&d, &rc, "badmem", 0, 1, 8 * MIB, NULL);
+	ckpt_future *f = rc_save(&rc, 3);
+	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 30000), 0);
+	ckpt_future_free(f);
+	ckpt_status_info s;
+	bool held_now = false;
+	for (int i = 0; i < 100 && !held_now; i++) {
+		status(&d, &s);
+		held_now = held(&s, "badmem", 0, 3);
+		if (!held_now)
+			usleep(20 * 1000);
+	}
+	assert_true(held_now);
+	assert_int_equal(ckpt_load(rc.c, 3, &rc.t, 1, &f), 0);
+	assert_int_equal(ckpt_future_wait(f, CKPT_LOADED, 30000), -EIO);
+	if (strstr(ckpt_future_message(f), "checksum mismatch") == NULL ||
+	    strstr(ckpt_future_message(f), "memory tier") == NULL)
+		fail_msg("load of a corrupt held copy: %s", ckpt_future_message(f));
+	ckpt_future_free(f);
+	/* The corrupt copy is dropped: a retry reads storage, which holds the
+	 * step intact. */
+	status(&d, &s);
+	assert_false(held(&s, "badmem", 0, 3));
+	char src[16];
+	assert_string_equal(rc_load_check(&rc, 3, 3, src, sizeof(src)), "storage");
+	rc_close(&rc);
+	h_cleanup(&d);
+}
+
 static void test_example_reports_memory_source(void **state)
 {
 	(void)state;
@@ -495,6 +535,7 @@ int main(void)
 		cmocka_unit_test(test_quota_isolation),
 		cmocka_unit_test(test_trainer_sigkill_after_staged),
 		cmocka_unit_test(test_example_reports_memory_source),
+		cmocka_unit_test(test_corrupt_held_copy_fails_the_load),
 		cmocka_unit_test(test_daemon_sigkill_mid_write_recovers),
 	};
 	return cmocka_run_group_tests_name("memtier", tests, NULL, NULL);
