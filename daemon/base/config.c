@@ -550,6 +550,8 @@ const struct config_key config_keys[] = {
 	    .help = "uploads at once"),
 	KEY("pool", "memory_tier", cfg_bool, memory_tier, 0, .def = true,
 	    .help = "keep each (job, rank)'s newest durable step in the pool for restores"),
+	KEY("pool", "verify_held", cfg_bool, verify_held, 0, .def = true,
+	    .help = "CRC-check restores from the memory tier as from storage"),
 
 	KEY("retention", "keep_last", cfg_u32, retention.keep_last, 0, .help = "the newest N complete steps"),
 	KEY("retention", "keep_every", cfg_u32, retention.keep_every, 0, .help = "and every step divisible by K"),

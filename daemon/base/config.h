@@ -121,6 +121,7 @@ struct config {
 	uint32_t quota_pct;
 	uint32_t max_parallel_uploads;
 	bool memory_tier;
+	bool verify_held; /* CRC-check restores from held copies */
 	struct retention retention;
 	struct job_config jobs[CONFIG_MAX_JOBS];
 	size_t njobs;

@@ -117,6 +117,7 @@ static size_t find_first(struct load *ld, const char *name)
 struct tplan {
 	const Ckpt__ManifestTensor *t;
 	const struct save *held; /* memory-tier copy, or NULL: storage */
+	bool verify;             /* crc the held copy too ([pool] verify_held) */
 	const char *key;         /* the shard in storage */
 	struct box saved;
 	size_t es;
@@ -191,7 +192,8 @@ static void apply_task(struct exec *ex, const struct ltask *tk, const uint8_t *s
 	const Ckpt__ManifestTensor *t = p->t;
 	uint64_t r0 = tk->slab * p->rows_per;
 	uint64_t k = p->nrows - r0 < p->rows_per ? p->nrows - r0 : p->rows_per;
-	p->slab_crc[tk->slab] = crc32c_update(0, src, tk->len);
+	if (!p->held || p->verify)
+		p->slab_crc[tk->slab] = crc32c_update(0, src, tk->len);
 	struct box slab = p->saved;
 	if (slab.ndim > 0) {
 		slab.off[0] = p->saved.off[0] + r0;
@@ -302,6 +304,7 @@ static int plan_tensor(struct exec *ex, const char *key, const struct save *held
 	memset(p, 0, sizeof(*p));
 	p->t = t;
 	p->held = held;
+	p->verify = ld->d->cfg.verify_held;
 	p->key = key;
 	p->saved = *saved;
 	p->es = tensor_dtype_size(t->dtype);
@@ -486,6 +489,8 @@ static void execute(struct exec *ex, unsigned nthreads)
 	 * in order, must match the manifest's. */
 	for (size_t i = 0; i < ex->nplans; i++) {
 		struct tplan *p = &ex->plans[i];
+		if (p->held && !p->verify)
+			continue; /* [pool] verify_held = false */
 		uint32_t crc = 0;
 		for (uint64_t sl = 0; sl < p->nslabs; sl++) {
 			uint64_t r0 = sl * p->rows_per;
