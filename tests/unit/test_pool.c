@@ -9,6 +9,10 @@
 
 #include "pool.h"
 
+#include <stdio.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #define KiB 1024ull
 #define MiB (1024ull * 1024)
 
@@ -252,6 +256,43 @@ static void test_tail_runs_and_all_or_nothing(void **state)
 	pool_fini(&p);
 }
 
+/* Locked memory of this process, from /proc/self/status (VmLck, bytes). */
+static uint64_t vm_locked(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	unsigned long long kb = 0;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmLck: %llu kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return (uint64_t)kb * 1024;
+}
+
+/* README: the pool is mlock()ed when allowed (root, or RLIMIT_MEMLOCK room):
+ * then the kernel counts it as locked; when not, it still works. */
+static void test_pool_locked_when_allowed(void **state)
+{
+	(void)state;
+	uint64_t before = vm_locked(), bytes = 16ull << 20;
+	struct rlimit rl;
+	assert_int_equal(getrlimit(RLIMIT_MEMLOCK, &rl), 0);
+	bool allowed = geteuid() == 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= before + bytes;
+	struct pool p;
+	assert_int_equal(pool_init(&p, bytes, 4ull << 20), 0);
+	if (allowed)
+		assert_true(p.locked);
+	if (p.locked)
+		assert_true(vm_locked() >= before + bytes);
+	else
+		assert_true(vm_locked() < before + bytes);
+	struct pool_span sp;
+	assert_int_equal(pool_reserve(&p, 1, 0, &sp), 0); /* usable either way */
+	pool_fini(&p);
+	assert_true(vm_locked() <= before);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -263,6 +304,7 @@ int main(void)
 		cmocka_unit_test(test_shape),
 		cmocka_unit_test(test_tails_share_chunks),
 		cmocka_unit_test(test_tail_runs_and_all_or_nothing),
+		cmocka_unit_test(test_pool_locked_when_allowed),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
