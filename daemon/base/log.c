@@ -14,6 +14,7 @@
 
 static enum log_level cur_level = LOG_LVL_INFO;
 static enum log_format cur_format = LOG_FORMAT_TEXT;
+static unsigned rate_window_ms = LOG_RATE_WINDOW_MS;
 static bool to_journal;
 static FILE *out_file;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -21,6 +22,11 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 void log_set_level(enum log_level lvl)
 {
 	cur_level = lvl;
+}
+
+void log_set_rate_window_ms(unsigned ms)
+{
+	rate_window_ms = ms;
 }
 
 void log_set_format(enum log_format f)
@@ -168,7 +174,7 @@ static int rate_ok(const char *site, unsigned *was)
 	size_t h = ((uintptr_t)site >> 4) % (sizeof(rates) / sizeof(rates[0]));
 	struct rate *r = &rates[h];
 	uint64_t now = now_ms();
-	if (r->site != site || now - r->window_start_ms >= LOG_RATE_WINDOW_MS) {
+	if (r->site != site || now - r->window_start_ms >= rate_window_ms) {
 		if (r->site == site)
 			*was = r->suppressed;
 		r->site = site;

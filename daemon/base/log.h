@@ -49,6 +49,8 @@ size_t log_json_line(enum log_level lvl, const struct log_ctx *ctx, const char *
 		     char *out, size_t len);
 /* Tests: write lines here instead of stderr, and never to the journal. */
 void log_set_output(FILE *f);
+/* Tests: the rate limit's window instead of LOG_RATE_WINDOW_MS. */
+void log_set_rate_window_ms(unsigned ms);
 /* 0 on success, -EINVAL for an unknown name (error|warn|info|debug). */
 int log_parse_level(const char *name, enum log_level *out);
 /* Does JOURNAL_STREAM ("dev:ino") name the file open on fd? */

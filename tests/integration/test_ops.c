@@ -595,6 +595,54 @@ static void test_inflight_loads_cap(void **state)
 	h_cleanup(&d);
 }
 
+/* README "Lifecycle": a save still waiting for pool space when SIGTERM
+ * comes fails with ESHUTDOWN (it was never admitted), and a second signal
+ * exits 1 at once, without waiting for the upload still running. */
+static void test_drain_fails_waiting_saves_second_signal_exits_1(void **state)
+{
+	(void)state;
+	struct dctx d;
+	h_init(&d);
+	/* The harness's pool is 64 MiB: one 40 MiB save fills it, so a second
+	 * one waits (block policy) while the first uploads (10 s). */
+	h_start(&d, "[debug]\nstore_delay_ms = 10000\n[pool]\npolicy = block\nadmit_timeout_ms = 60000\n");
+	ckpt_hello h = { .job = "drw", .rank = 0, .world_size = 1 };
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(d.sock, &h, &c), 0);
+	ckpt_buffer *b = NULL;
+	size_t n = 40u << 20;
+	assert_int_equal(ckpt_buffer_alloc(c, n, &b), 0);
+	uint64_t shape[1] = { n };
+	ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b, .nbytes = n };
+	ckpt_future *f1 = NULL, *f2 = NULL;
+	assert_int_equal(ckpt_save(c, 1, &t, 1, NULL, 0, &f1), 0);
+	assert_int_equal(ckpt_future_wait(f1, CKPT_STAGED, 30000), 0);
+	assert_int_equal(ckpt_save(c, 2, &t, 1, NULL, 0, &f2), 0);
+	ckpt_status_info si;
+	bool waiting = false;
+	for (int i = 0; i < 100 && !waiting; i++) {
+		assert_int_equal(ckpt_status(c, &si), 0);
+		waiting = si.waiting_saves >= 1;
+		if (!waiting)
+			usleep(20 * 1000);
+	}
+	assert_true(waiting);
+	kill(d.pid, SIGTERM);
+	assert_int_equal(ckpt_future_wait(f2, CKPT_STAGED, 30000), -ESHUTDOWN);
+	assert_non_null(strstr(ckpt_future_message(f2), "not admitted"));
+	kill(d.pid, SIGTERM); /* the second: at once, the upload still running */
+	int st = 0;
+	assert_int_equal(waitpid(d.pid, &st, 0), d.pid);
+	d.pid = -1;
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 1);
+	ckpt_future_free(f1);
+	ckpt_future_free(f2);
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+	h_cleanup(&d);
+}
+
 static void test_sighup_reload(void **state)
 {
 	(void)state;
@@ -688,6 +736,7 @@ int main(void)
 		cmocka_unit_test(test_json_logs),
 		cmocka_unit_test(test_socket_in_use_exits_1),
 		cmocka_unit_test(test_inflight_loads_cap),
+		cmocka_unit_test(test_drain_fails_waiting_saves_second_signal_exits_1),
 	};
 	return cmocka_run_group_tests_name("ops", tests, NULL, NULL);
 }

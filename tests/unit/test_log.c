@@ -47,6 +47,11 @@ static void warn_site(int i)
 	log_warn("disk trouble %d", i); /* one call site */
 }
 
+static void warn_site2(int i)
+{
+	log_warn("cable trouble %d", i); /* another call site */
+}
+
 static void test_repeated_errors_rate_limited(void **state)
 {
 	(void)state;
@@ -60,6 +65,16 @@ static void test_repeated_errors_rate_limited(void **state)
 	for (int i = 0; i < 100; i++)
 		log_info("progress %d", i);
 	assert_int_equal(count_lines(f, "progress"), 100);
+	/* When the window ends, the next message from the site says how many
+	 * were left out (README: "N similar messages suppressed"). */
+	log_set_rate_window_ms(50);
+	for (int i = 0; i < 30; i++)
+		warn_site2(i);
+	usleep(80 * 1000);
+	warn_site2(99);
+	assert_int_equal(count_lines(f, "(10 similar messages suppressed)"), 1);
+	assert_int_equal(count_lines(f, "cable trouble"), LOG_RATE_BURST + 1);
+	log_set_rate_window_ms(LOG_RATE_WINDOW_MS);
 	log_set_output(NULL);
 	fclose(f);
 }
