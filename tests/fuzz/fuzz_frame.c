@@ -1,9 +1,34 @@
-/* The wire's framing and decoding, as a session meets bytes from a client:
- * frame_next over a stream of frames, then frame_decode of each body. */
+/* The wire's framing, decoding and request validation, as a session meets
+ * bytes from a client: frame_next over a stream of frames, frame_decode of
+ * each body, then the checks every tensor of a Save or Load goes through
+ * (tensor_check: name, dtype, shape, box, bytes) and box arithmetic on
+ * what passes. */
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tensor.h"
 #include "wire.h"
+
+static void check_tensors(Ckpt__TensorRef **ts, size_t n)
+{
+	struct box prev;
+	bool have_prev = false;
+	for (size_t i = 0; i < n; i++) {
+		const Ckpt__TensorRef *tr = ts[i];
+		struct box b, part;
+		char err[256];
+		if (tensor_check(tr->name, tr->dtype, tr->n_global_shape, tr->global_shape, tr->n_box_offsets,
+				 tr->box_offsets, tr->n_box_lengths, tr->box_lengths, tr->nbytes, i, 1024, &b, err,
+				 sizeof(err)) != 0)
+			continue;
+		char shape[256];
+		box_shape_str(&b, shape, sizeof(shape));
+		if (have_prev && box_same_shape(&prev, &b))
+			(void)box_intersect(&prev, &b, &part);
+		prev = b;
+		have_prev = true;
+	}
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -14,8 +39,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (r <= 0)
 			break; /* incomplete, or refused (too large) */
 		Ckpt__Frame *f = NULL;
-		if (frame_decode(data + off + FRAME_HDR, body, &f) == 0)
+		if (frame_decode(data + off + FRAME_HDR, body, &f) == 0) {
+			if (f->body_case == CKPT__FRAME__BODY_SAVE && f->save)
+				check_tensors(f->save->tensors, f->save->n_tensors);
+			else if (f->body_case == CKPT__FRAME__BODY_LOAD && f->load)
+				check_tensors(f->load->tensors, f->load->n_tensors);
 			ckpt__frame__free_unpacked(f, NULL);
+		}
 		off += FRAME_HDR + (size_t)body;
 	}
 	return 0;
