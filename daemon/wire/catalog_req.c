@@ -572,41 +572,16 @@ static void step_destroy(struct bgreq *b)
 	free(q);
 }
 
+/* A show or verify of one step; one_rank: only rank's manifest (a verify
+ * of one rank names it by attempt and world_size, with no listing). */
 static void step_start(struct session *s, uint64_t req_id, const char *job, uint64_t step, bool verify, bool one_rank,
-		       uint32_t rank)
+		       uint32_t rank, const char *attempt, uint32_t world_size)
 {
 	if (!job_arg_ok(s, req_id, job, true))
 		return;
-	struct step_req *q = calloc(1, sizeof(*q));
-	if (q == NULL) {
-		session_reply(s, req_id, -ENOMEM, "out of memory");
-		return;
-	}
-	snprintf(q->job, sizeof(q->job), "%s", job);
-	q->step = step;
-	q->one_rank = one_rank;
-	q->rank = rank;
-	q->base.run = verify ? verify_run : show_run;
-	q->base.reply = verify ? verify_reply : show_reply;
-	q->base.destroy = step_destroy;
-	bgreq_start(s, req_id, &q->base);
-}
-
-void show_start(struct session *s, uint64_t req_id, const Ckpt__ShowRequest *m)
-{
-	step_start(s, req_id, m->job, m->step, false, m->one_rank, m->rank);
-}
-
-void verify_start(struct session *s, uint64_t req_id, const Ckpt__VerifyRequest *m)
-{
-	if (!m->one_rank) {
-		step_start(s, req_id, m->job, m->step, true, false, 0);
-		return;
-	}
-	if (!job_arg_ok(s, req_id, m->job, true))
-		return;
-	if (!manifest_name_valid(m->attempt_id, ATTEMPT_MAX_LEN) || m->world_size == 0 || m->world_size > 99999 ||
-	    m->rank >= m->world_size) {
+	if (verify && one_rank &&
+	    (!manifest_name_valid(attempt, ATTEMPT_MAX_LEN) || world_size == 0 || world_size > 99999 ||
+	     rank >= world_size)) {
 		session_reply(s, req_id, -EINVAL, "verify of one rank: want a valid attempt id and rank < world size");
 		return;
 	}
@@ -615,16 +590,27 @@ void verify_start(struct session *s, uint64_t req_id, const Ckpt__VerifyRequest 
 		session_reply(s, req_id, -ENOMEM, "out of memory");
 		return;
 	}
-	snprintf(q->job, sizeof(q->job), "%s", m->job);
-	snprintf(q->attempt, sizeof(q->attempt), "%s", m->attempt_id);
-	q->step = m->step;
-	q->one_rank = true;
-	q->rank = m->rank;
-	q->world_size = m->world_size;
-	q->base.run = verify_run;
-	q->base.reply = verify_reply;
+	snprintf(q->job, sizeof(q->job), "%s", job);
+	snprintf(q->attempt, sizeof(q->attempt), "%s", attempt);
+	q->step = step;
+	q->one_rank = one_rank;
+	q->rank = rank;
+	q->world_size = world_size;
+	q->base.run = verify ? verify_run : show_run;
+	q->base.reply = verify ? verify_reply : show_reply;
 	q->base.destroy = step_destroy;
 	bgreq_start(s, req_id, &q->base);
+}
+
+void show_start(struct session *s, uint64_t req_id, const Ckpt__ShowRequest *m)
+{
+	step_start(s, req_id, m->job, m->step, false, m->one_rank, m->rank, "", 0);
+}
+
+void verify_start(struct session *s, uint64_t req_id, const Ckpt__VerifyRequest *m)
+{
+	step_start(s, req_id, m->job, m->step, true, m->one_rank, m->one_rank ? m->rank : 0, m->attempt_id,
+		   m->world_size);
 }
 
 /* ---- resolve: the one step every rank loads ---- */
