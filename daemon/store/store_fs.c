@@ -411,32 +411,30 @@ static int fs_list_entries(struct store *base, const char *prefix, struct store_
 	return read_dir((struct store_fs *)base, prefix, true, out, count);
 }
 
-static int fs_remove(struct store *base, const char *key)
+/* Remove key's file (unlink) or directory (rmdir), then make it stick:
+ * fsync the directory that held it. */
+static int remove_synced(struct store *base, const char *key, int (*rm)(const char *))
 {
 	struct store_fs *s = (struct store_fs *)base;
 	char path[PATH_MAX];
 	int r = fs_path(s, key, path, sizeof(path));
 	if (r < 0)
 		return r;
-	if (unlink(path) != 0)
+	if (rm(path) != 0)
 		return -errno;
 	char *slash = strrchr(path, '/');
 	*slash = '\0';
 	return fsync_dir(path);
 }
 
+static int fs_remove(struct store *base, const char *key)
+{
+	return remove_synced(base, key, unlink);
+}
+
 static int fs_remove_dir(struct store *base, const char *prefix)
 {
-	struct store_fs *s = (struct store_fs *)base;
-	char path[PATH_MAX];
-	int r = fs_path(s, prefix, path, sizeof(path));
-	if (r < 0)
-		return r;
-	if (rmdir(path) != 0)
-		return -errno;
-	char *slash = strrchr(path, '/');
-	*slash = '\0';
-	return fsync_dir(path);
+	return remove_synced(base, prefix, rmdir);
 }
 
 static int fs_remove_temps(struct store *base, const char *key)
