@@ -729,6 +729,58 @@ static int cmp_entry(const void *a, const void *b)
 	return strcmp(((const struct store_entry *)a)->name, ((const struct store_entry *)b)->name);
 }
 
+/* One page of a listing (objstore.h). */
+int objstore_list_page(const struct objstore_listing *ls, const char *fp, const char *resp, size_t len,
+		       const char *label, struct store_entry **v, size_t *n, size_t *cap, char *token, size_t toklen,
+		       bool *truncated)
+{
+	struct xml_doc d = { 0 };
+	if (xml_parse(resp ? resp : "", resp ? len : 0, &d) < 0) {
+		store_set_error("%s: malformed XML", label);
+		return -EPROTO;
+	}
+	size_t fpl = strlen(fp);
+	int r = 0;
+	*truncated = false;
+	token[0] = 0;
+	struct store_entry *cur = NULL; /* the Contents element being read */
+	for (size_t i = 0; i < d.n && r == 0; i++) {
+		const char *p = d.items[i].path, *t = d.items[i].text;
+		bool key = !strcmp(p, ls->key);
+		if (key || !strcmp(p, ls->common_prefix)) {
+			cur = NULL;
+			if (strncmp(t, fp, fpl) != 0)
+				continue;
+			size_t l = strlen(t + fpl);
+			if (l && t[fpl + l - 1] == '/')
+				l--;
+			if (l == 0 || memchr(t + fpl, '/', l) != NULL)
+				continue;
+			r = push_entry(v, n, cap, t + fpl, l, !key);
+			if (r == 0 && key)
+				cur = &(*v)[*n - 1];
+		} else if (cur && !strcmp(p, ls->size)) {
+			char *end = NULL;
+			errno = 0;
+			cur->size = strtoull(t, &end, 10);
+			if (end == t || *end || errno || t[0] == '-') {
+				store_set_error("%s: %s has the size '%.40s'", label, cur->name, t);
+				r = -EPROTO;
+			}
+		} else if (cur && !strcmp(p, ls->mtime)) {
+			cur->mtime_ns = ls->parse_time ? ls->parse_time(t) : store_parse_time(t);
+		} else if (ls->truncated && !strcmp(p, ls->truncated)) {
+			*truncated = !strcmp(t, "true");
+		} else if (!strcmp(p, ls->next_token)) {
+			snprintf(token, toklen, "%s", t);
+		}
+	}
+	xml_free(&d);
+	if (ls->truncated == NULL)
+		*truncated = token[0] != 0;
+	return r;
+}
+
 /* The dialect's listing (ListObjectsV2) with delimiter '/', every page:
  * one request per 1000 names (list_page for tests). A key and a common
  * prefix of one name (an object "a" beside "a/...") are one entry, the
@@ -745,7 +797,7 @@ static int obj_list_entries(struct store *base, const char *prefix, struct store
 		r = snprintf(fp, sizeof(fp), "%s%s", s->prefix, s->prefix[0] ? "/" : "");
 	if (r < 0 || (size_t)r >= sizeof(fp))
 		return -ENAMETOOLONG;
-	size_t fpl = strlen(fp), cap = 0;
+	size_t cap = 0;
 	struct store_entry *v = NULL;
 	*n = 0;
 	char token[2048] = "", label[1100];
@@ -762,53 +814,13 @@ static int obj_list_entries(struct store *base, const char *prefix, struct store
 		if (s->list_page[0])
 			c.query[c.nquery++] = (struct sigv4_header){ ls->page_param, s->list_page };
 		r = objstore_run(s, &c, 1);
-		struct xml_doc d = { 0 };
-		if (r == 0 && xml_parse(c.req.resp, c.req.resp_len, &d) < 0) {
-			store_set_error("%s: malformed XML", label);
-			r = -EPROTO;
-		}
+		bool truncated = false;
+		if (r == 0)
+			r = objstore_list_page(ls, fp, c.req.resp, c.req.resp_len, label, &v, n, &cap, token,
+					       sizeof(token), &truncated);
 		objstore_call_free(&c);
 		if (r < 0)
 			goto fail;
-		bool truncated = false;
-		token[0] = 0;
-		struct store_entry *cur = NULL; /* the Contents element being read */
-		for (size_t i = 0; i < d.n && r == 0; i++) {
-			const char *p = d.items[i].path, *t = d.items[i].text;
-			bool key = !strcmp(p, ls->key);
-			if (key || !strcmp(p, ls->common_prefix)) {
-				cur = NULL;
-				if (strncmp(t, fp, fpl) != 0)
-					continue;
-				size_t l = strlen(t + fpl);
-				if (l && t[fpl + l - 1] == '/')
-					l--;
-				if (l == 0 || memchr(t + fpl, '/', l) != NULL)
-					continue;
-				r = push_entry(&v, n, &cap, t + fpl, l, !key);
-				if (r == 0 && key)
-					cur = &v[*n - 1];
-			} else if (cur && !strcmp(p, ls->size)) {
-				char *end = NULL;
-				errno = 0;
-				cur->size = strtoull(t, &end, 10);
-				if (end == t || *end || errno || t[0] == '-') {
-					store_set_error("%s: %s has the size '%.40s'", label, cur->name, t);
-					r = -EPROTO;
-				}
-			} else if (cur && !strcmp(p, ls->mtime)) {
-				cur->mtime_ns = ls->parse_time ? ls->parse_time(t) : store_parse_time(t);
-			} else if (ls->truncated && !strcmp(p, ls->truncated)) {
-				truncated = !strcmp(t, "true");
-			} else if (!strcmp(p, ls->next_token)) {
-				snprintf(token, sizeof(token), "%s", t);
-			}
-		}
-		xml_free(&d);
-		if (r < 0)
-			goto fail;
-		if (ls->truncated == NULL)
-			truncated = token[0] != 0;
 		if (!truncated || !token[0])
 			break;
 	}

@@ -111,6 +111,16 @@ struct objstore_listing {
 /* ListObjectsV2, which S3 and GCS's XML API both speak (store_s3.c). */
 extern const struct objstore_listing objstore_list_v2;
 
+/* One page of a listing: resp's XML read with ls's paths. Appends to
+ * *v (count *n, capacity *cap; the caller frees) the entries directly
+ * under the full prefix fp, named past it; sets token to the next page's
+ * token ("" if none) and *truncated. 0; -EPROTO for malformed XML or a
+ * size that is not a number (store_error says what, with label); -ENOMEM.
+ * The listing's only reader of storage's answer (tests/fuzz/fuzz_xml.c). */
+int objstore_list_page(const struct objstore_listing *ls, const char *fp, const char *resp, size_t len,
+		       const char *label, struct store_entry **v, size_t *n, size_t *cap, char *token, size_t toklen,
+		       bool *truncated);
+
 /* One part of a multipart upload, as the engine cut it. */
 struct objstore_part {
 	struct iovec *iov;

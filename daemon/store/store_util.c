@@ -5,6 +5,7 @@
 #include "store.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,7 +82,11 @@ int64_t store_parse_time(const char *t)
 	const char *end = t ? strptime(t, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
 	if (end == NULL)
 		return 0;
-	int64_t ns = (int64_t)timegm(&tm) * 1000000000;
+	time_t secs = timegm(&tm);
+	/* Before the epoch, or past 2262 (int64 ns): not a time we can hold. */
+	if (secs <= 0 || secs >= INT64_MAX / 1000000000 - 1)
+		return 0;
+	int64_t ns = (int64_t)secs * 1000000000;
 	if (*end == '.') {
 		int64_t scale = 100000000;
 		for (end++; *end >= '0' && *end <= '9'; end++, scale /= 10)

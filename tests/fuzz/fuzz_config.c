@@ -1,6 +1,5 @@
 /* The config file (ini, inline comments, every key's parser) and the
  * validation a start runs, as --check-config reads them. */
-#define _GNU_SOURCE
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>

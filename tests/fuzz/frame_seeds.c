@@ -1,0 +1,117 @@
+/* Writes the seed corpus of fuzz-frame: one file per request a client
+ * sends (Hello, RegisterBuffer, Save, Load, the catalogue's requests), and
+ * one stream of several frames. Built with the harnesses:
+ *   B/tests/fuzz/frame-seeds tests/fuzz/corpus/frame */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "wire.h"
+
+static const char *dir;
+
+static void emit(const char *name, Ckpt__Frame **fs, size_t n)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *f = fopen(path, "wb");
+	if (f == NULL) {
+		perror(path);
+		exit(1);
+	}
+	for (size_t i = 0; i < n; i++) {
+		size_t total = frame_prepare(fs[i], i + 1);
+		uint8_t *buf = malloc(total);
+		if (buf == NULL || frame_write(fs[i], total, buf) != 0)
+			exit(1);
+		fwrite(buf, 1, total, f);
+		free(buf);
+	}
+	fclose(f);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: frame-seeds DIR\n");
+		return 2;
+	}
+	dir = argv[1];
+	Ckpt__Hello hello = CKPT__HELLO__INIT;
+	hello.protocol_version = WIRE_PROTOCOL_VERSION;
+	hello.job = "llama-7b";
+	hello.rank = 1;
+	hello.world_size = 4;
+	hello.attempt_id = "a1";
+	Ckpt__Frame fh = CKPT__FRAME__INIT;
+	fh.body_case = CKPT__FRAME__BODY_HELLO;
+	fh.hello = &hello;
+
+	Ckpt__RegisterBuffer rb = CKPT__REGISTER_BUFFER__INIT;
+	rb.buffer_id = 7;
+	rb.kind = CKPT__BUFFER_KIND__HOST_FD;
+	rb.nbytes = 4096;
+	Ckpt__Frame fr = CKPT__FRAME__INIT;
+	fr.body_case = CKPT__FRAME__BODY_REGISTER_BUFFER;
+	fr.register_buffer = &rb;
+
+	uint64_t shape[2] = { 8, 16 }, off[2] = { 4, 0 }, len[2] = { 4, 16 };
+	Ckpt__TensorRef t1 = CKPT__TENSOR_REF__INIT, t2 = CKPT__TENSOR_REF__INIT;
+	t1.name = "model.layers.0.weight";
+	t1.dtype = CKPT__DTYPE__F32;
+	t1.n_global_shape = 2;
+	t1.global_shape = shape;
+	t1.n_box_offsets = 2;
+	t1.box_offsets = off;
+	t1.n_box_lengths = 2;
+	t1.box_lengths = len;
+	t1.buffer_id = 7;
+	t1.nbytes = 4 * 16 * 4;
+	t2.name = "step";
+	t2.dtype = CKPT__DTYPE__I64;
+	t2.buffer_id = 7;
+	t2.offset = 256;
+	t2.nbytes = 8;
+	Ckpt__TensorRef *ts[2] = { &t1, &t2 };
+	Ckpt__Save save = CKPT__SAVE__INIT;
+	save.step = 100;
+	save.n_tensors = 2;
+	save.tensors = ts;
+	save.extra_state.len = 3;
+	save.extra_state.data = (uint8_t *)"rng";
+	Ckpt__Frame fs = CKPT__FRAME__INIT;
+	fs.body_case = CKPT__FRAME__BODY_SAVE;
+	fs.save = &save;
+
+	Ckpt__Load load = CKPT__LOAD__INIT;
+	load.latest = 1;
+	load.n_tensors = 2;
+	load.tensors = ts;
+	Ckpt__Frame fl = CKPT__FRAME__INIT;
+	fl.body_case = CKPT__FRAME__BODY_LOAD;
+	fl.load = &load;
+
+	Ckpt__ListRequest lr = CKPT__LIST_REQUEST__INIT;
+	lr.job = "llama-7b";
+	Ckpt__Frame fls = CKPT__FRAME__INIT;
+	fls.body_case = CKPT__FRAME__BODY_LIST;
+	fls.list = &lr;
+
+	Ckpt__DeleteRequest dr = CKPT__DELETE_REQUEST__INIT;
+	dr.job = "llama-7b";
+	dr.step = 100;
+	Ckpt__Frame fd = CKPT__FRAME__INIT;
+	fd.body_case = CKPT__FRAME__BODY_DELETE;
+	fd.delete_ = &dr;
+
+	Ckpt__Frame *one[1];
+	one[0] = &fh, emit("hello", one, 1);
+	one[0] = &fr, emit("register", one, 1);
+	one[0] = &fs, emit("save", one, 1);
+	one[0] = &fl, emit("load", one, 1);
+	one[0] = &fls, emit("list", one, 1);
+	one[0] = &fd, emit("delete", one, 1);
+	Ckpt__Frame *stream[4] = { &fh, &fr, &fs, &fl };
+	emit("stream", stream, 4);
+	return 0;
+}
