@@ -286,6 +286,7 @@ static int start_storage(struct daemon *d)
 	}
 	d->store_backend = d->store->backend;
 	d->store->debug_delay_ms = d->cfg.debug_store_delay_ms;
+	d->store->file_mode = d->cfg.file_mode;
 	if (d->cfg.manifest_cache_bytes) {
 		d->mancache = mancache_new(d->cfg.manifest_cache_bytes);
 		if (d->mancache == NULL) {

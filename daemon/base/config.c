@@ -355,6 +355,24 @@ static void print_duration(const struct config_key *k, const void *base, FILE *f
 }
 
 /* true | yes | 1, false | no | 0. */
+/* A file mode in octal, "0640": permission bits only (no setuid, sticky). */
+static int parse_mode(const struct config_key *k, void *base, const char *name, const char *v)
+{
+	(void)name;
+	char *end = NULL;
+	errno = 0;
+	unsigned long x = strtoul(v, &end, 8);
+	if (v[0] < '0' || v[0] > '7' || *end || errno || x > 0777 || !(x & 0400))
+		return -EINVAL; /* the daemon must be able to read what it writes */
+	set_uint(FLD(base, k->off), k->size, x);
+	return 0;
+}
+
+static void print_mode(const struct config_key *k, const void *base, FILE *f)
+{
+	fprintf(f, "%s = %04" PRIo64 "\n", k->name, key_uint(k, base));
+}
+
 static int parse_bool(const struct config_key *k, void *base, const char *name, const char *v)
 {
 	(void)name;
@@ -471,6 +489,7 @@ static const struct config_type cfg_u32 = { parse_num32, print_num, same_bytes }
 static const struct config_type cfg_size = { parse_size, print_num, same_bytes };
 static const struct config_type cfg_duration = { parse_duration, print_duration, same_bytes };
 static const struct config_type cfg_bool = { parse_bool, print_bool, same_bytes };
+static const struct config_type cfg_mode = { parse_mode, print_mode, same_bytes };
 static const struct config_type cfg_enum = { parse_enum, print_enum, same_bytes };
 static const struct config_type cfg_quota = { parse_quota_key, print_quota, same_bytes };
 static const struct config_type cfg_ids = { parse_ids_key, print_ids, same_ids };
@@ -531,6 +550,8 @@ const struct config_key config_keys[] = {
 	    .help = "where checkpoints go: file:///abs/path, s3://bucket/prefix, gs://bucket/prefix"),
 	KEY("storage", "layout", cfg_enum, layout_spread, CFG_RESTART, NAMES(layout_names),
 	    .help = "step: shards beside their manifests; spread: under 256 key prefixes"),
+	KEY("storage", "file_mode", cfg_mode, file_mode, CFG_RESTART, .def = DEFAULT_FILE_MODE,
+	    .help = "file://: mode of checkpoint files, octal (directories: x where r); 0640 to share a group"),
 	KEY("storage", "*", cfg_opts, storage_opts, CFG_RESTART,
 	    .help = "any other key: an option of the s3:// or gs:// backend (endpoint, region, part_size ...)"),
 

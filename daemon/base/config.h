@@ -32,6 +32,7 @@
 #define DEFAULT_MAX_WRITE_QUEUE (16u << 20)
 #define DEFAULT_MAX_EXTRA_STATE (1u << 20)
 #define DEFAULT_DRAIN_TIMEOUT_MS 120000
+#define DEFAULT_FILE_MODE 0600
 #define DEFAULT_MANIFEST_CACHE_BYTES (256ull << 20)
 
 #define DEFAULT_MAX_PARALLEL_UPLOADS 2
@@ -91,6 +92,7 @@ struct config {
 	char storage_url[1024];
 	char storage_opts[1024]; /* other [storage] keys as k=v&k=v, for s3:// and gs:// */
 	bool layout_spread;      /* [storage] layout = spread (manifest.h, SPREAD_FANOUT) */
+	uint32_t file_mode;      /* [storage] file_mode: file:// files' mode, whatever the umask */
 	char state_dir[1024];
 	uint64_t staging_bytes;
 	uint64_t chunk_bytes;

@@ -56,6 +56,7 @@ struct store {
 	const char *backend; /* the scheme row's label: "file", "s3", "gcs" */
 	char url[1024];
 	unsigned debug_delay_ms; /* tests only: pause in the middle of a put */
+	unsigned file_mode;      /* file://: mode of new files (directories: x where r); 0600 */
 	char cred_source[160];   /* where credentials came from, for status; "" */
 	/* Told when a multipart upload of key opens (open 1) and when it is
 	 * completed or aborted (0), so the journal can abort it after a crash.

@@ -1,5 +1,18 @@
 /* file:// backend: local disk, NFS, GCSFuse. Atomicity comes from writing a
- * temporary name, fsync, rename, fsync of the directory. */
+ * temporary name, fsync, rename, fsync of the directory.
+ *
+ * What is under the root is not trusted (a tenant, or anyone else who can
+ * write to the share, may plant anything there): a key is resolved one
+ * component at a time, each directory opened relative to the one before
+ * with O_NOFOLLOW, and every read, write and delete is an *at() call on a
+ * name in the directory so opened. A symbolic link anywhere below the root
+ * is refused (never followed), so no planted link leads a read, a write or
+ * a delete outside the store; objects are opened O_NONBLOCK and must be
+ * regular files, so a FIFO or a device can neither block a worker nor be
+ * read as data. The root itself comes from the config and may be a link.
+ * New files get the store's file_mode (0600 unless [storage] file_mode
+ * says otherwise), directories the same with x where r, whatever the
+ * process umask. */
 #include "store.h"
 #include "log.h"
 
@@ -24,16 +37,6 @@ struct store_fs {
 
 static atomic_uint_fast64_t tmp_counter;
 
-static int fs_path(struct store_fs *s, const char *key, char *out, size_t cap)
-{
-	if (key[0] == '/' || strstr(key, "..") != NULL)
-		return -EINVAL;
-	int n = snprintf(out, cap, "%s/%s", s->root, key);
-	if (n < 0 || (size_t)n >= cap)
-		return -ENAMETOOLONG;
-	return 0;
-}
-
 static int fsync_dir(const char *dir)
 {
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -44,9 +47,15 @@ static int fsync_dir(const char *dir)
 	return r;
 }
 
-/* mkdir -p, and fsync the parent of every directory it creates: a new
- * step directory must survive a power loss once its files are durable. */
-static int mkdir_p(char *path)
+static mode_t dir_mode(const struct store *s)
+{
+	mode_t m = (mode_t)s->file_mode & 0777;
+	return m | ((m & 0444) >> 2); /* x where r */
+}
+
+/* mkdir -p of the root (trusted: the config's path), fsync'ing the parent
+ * of every directory it creates. */
+static int mkdir_p(char *path, mode_t mode)
 {
 	char *p = path + 1;
 	for (;;) {
@@ -54,7 +63,7 @@ static int mkdir_p(char *path)
 			p++;
 		char saved = *p;
 		*p = '\0';
-		if (mkdir(path, 0755) == 0) {
+		if (mkdir(path, mode) == 0) {
 			char *slash = strrchr(path, '/');
 			int r;
 			if (slash == path) {
@@ -78,6 +87,113 @@ static int mkdir_p(char *path)
 			return 0;
 		p++;
 	}
+}
+
+/* Why a key could not be resolved, said once for store_error. */
+static int refuse(const char *key, int e)
+{
+	if (e == ELOOP || e == ENOTDIR)
+		store_set_error("%s: a symbolic link or a file where a directory should be, under the store root "
+				"(refused, not followed)",
+				key);
+	return -e;
+}
+
+/* key's parent directory, opened (the caller closes it), with *leaf at
+ * key's last component: the resolution the header comment describes. With
+ * create, missing directories are made and their parents fsync'd. The fd,
+ * or -errno. */
+static int open_parent(struct store_fs *s, const char *key, bool create, const char **leaf)
+{
+	if (key[0] == '/' || strstr(key, "..") != NULL)
+		return -EINVAL;
+	int fd = open(s->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	const char *p = key;
+	for (const char *slash; (slash = strchr(p, '/')) != NULL; p = slash + 1) {
+		size_t n = (size_t)(slash - p);
+		char comp[NAME_MAX + 1];
+		if (n == 0)
+			continue;
+		if (n > NAME_MAX) {
+			close(fd);
+			return -ENAMETOOLONG;
+		}
+		memcpy(comp, p, n);
+		comp[n] = '\0';
+		int nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		bool made = false;
+		if (nfd < 0 && errno == ENOENT && create) {
+			if ((made = mkdirat(fd, comp, dir_mode(&s->base)) == 0)) {
+				if (fsync(fd) != 0) {
+					int e = errno;
+					close(fd);
+					return -e;
+				}
+			} else if (errno != EEXIST) {
+				int e = errno;
+				close(fd);
+				return -e;
+			}
+			nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		}
+		int e = errno;
+		close(fd);
+		if (nfd < 0)
+			return refuse(key, e);
+		if (made && fchmod(nfd, dir_mode(&s->base)) != 0) { /* whatever the umask */
+			e = errno;
+			close(nfd);
+			return -e;
+		}
+		fd = nfd;
+	}
+	*leaf = p;
+	return fd;
+}
+
+/* The directory prefix ("" the root) itself, opened as open_parent does. */
+static int open_dir(struct store_fs *s, const char *prefix)
+{
+	if (prefix[0] == '\0') {
+		int fd = open(s->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		return fd < 0 ? -errno : fd;
+	}
+	const char *leaf;
+	int dfd = open_parent(s, prefix, false, &leaf);
+	if (dfd < 0)
+		return dfd;
+	int fd = openat(dfd, leaf[0] ? leaf : ".", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int e = errno;
+	close(dfd);
+	return fd < 0 ? refuse(prefix, e) : fd;
+}
+
+/* key's object opened for reading: a regular file, or an error naming it
+ * (a FIFO or a device is opened without blocking, then refused). */
+static int open_object(struct store_fs *s, const char *key, struct stat *st)
+{
+	const char *leaf;
+	int dfd = open_parent(s, key, false, &leaf);
+	if (dfd < 0)
+		return dfd;
+	int fd = openat(dfd, leaf, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+	int e = errno;
+	close(dfd);
+	if (fd < 0)
+		return refuse(key, e);
+	if (fstat(fd, st) != 0) {
+		e = errno;
+		close(fd);
+		return -e;
+	}
+	if (!S_ISREG(st->st_mode)) {
+		close(fd);
+		store_set_error("%s is not a regular file (refused)", key);
+		return -EINVAL;
+	}
+	return fd;
 }
 
 static int write_all(int fd, const void *buf, size_t len)
@@ -187,21 +303,22 @@ static int dio_write(struct dio *d, int fd, const char *p, size_t len)
 	return write_all(fd, p, len);
 }
 
-/* Give tmp its final name without replacing anything there: link() (the
- * name appears atomically, or EEXIST), else renameat2(RENAME_NOREPLACE) on
- * filesystems without hard links. One with neither (some FUSE mounts) gets
- * a check and a rename: not atomic between nodes, and said so once. */
-static int publish_new(const char *tmp, const char *path)
+/* Give tmp its final name in dfd without replacing anything there:
+ * linkat() (the name appears atomically, or EEXIST), else
+ * renameat2(RENAME_NOREPLACE) on filesystems without hard links. One with
+ * neither (some FUSE mounts) gets a check and a rename: not atomic between
+ * nodes, and said so once. */
+static int publish_new(int dfd, const char *tmp, const char *name)
 {
-	if (link(tmp, path) == 0) {
-		unlink(tmp);
+	if (linkat(dfd, tmp, dfd, name, 0) == 0) {
+		unlinkat(dfd, tmp, 0);
 		return 0;
 	}
 	if (errno == EEXIST)
 		return -EEXIST;
 	if (errno != EPERM && errno != EOPNOTSUPP && errno != ENOSYS && errno != EMLINK && errno != EXDEV)
 		return -errno;
-	if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) == 0)
+	if (renameat2(dfd, tmp, dfd, name, RENAME_NOREPLACE) == 0)
 		return 0;
 	if (errno == EEXIST)
 		return -EEXIST;
@@ -211,28 +328,34 @@ static int publish_new(const char *tmp, const char *path)
 	if (atomic_exchange(&warned, 1) == 0)
 		log_warn("storage: this filesystem has neither hard links nor RENAME_NOREPLACE; create-only "
 			 "writes (manifests, commit markers) are checked but not atomic between nodes");
-	if (access(path, F_OK) == 0)
+	if (faccessat(dfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0)
 		return -EEXIST;
-	return rename(tmp, path) == 0 ? 0 : -errno;
+	return renameat(dfd, tmp, dfd, name) == 0 ? 0 : -errno;
 }
 
 static int fs_write(struct store *base, const char *key, const struct iovec *iov, size_t n, bool excl)
 {
 	struct store_fs *s = (struct store_fs *)base;
-	char path[PATH_MAX], tmp[PATH_MAX + 64], dir[PATH_MAX];
-	int r = fs_path(s, key, path, sizeof(path));
-	if (r < 0)
+	const char *leaf;
+	int dfd = open_parent(s, key, true, &leaf);
+	if (dfd < 0)
+		return dfd;
+	char tmp[NAME_MAX + 1];
+	int r = snprintf(tmp, sizeof(tmp), "%s.tmp.%s.%d.%llu", leaf, s->host, (int)getpid(),
+			 (unsigned long long)atomic_fetch_add(&tmp_counter, 1));
+	if (leaf[0] == '\0' || r < 0 || (size_t)r >= sizeof(tmp)) {
+		close(dfd);
+		return leaf[0] ? -ENAMETOOLONG : -EINVAL;
+	}
+	r = 0;
+	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, base->file_mode & 0777);
+	if (fd < 0) {
+		r = -errno;
+		close(dfd);
 		return r;
-	snprintf(dir, sizeof(dir), "%s", path);
-	char *slash = strrchr(dir, '/');
-	*slash = '\0';
-	if ((r = mkdir_p(dir)) < 0)
-		return r;
-	snprintf(tmp, sizeof(tmp), "%s.tmp.%s.%d.%llu", path, s->host, (int)getpid(),
-		 (unsigned long long)atomic_fetch_add(&tmp_counter, 1));
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	if (fd < 0)
-		return -errno;
+	}
+	if (fchmod(fd, base->file_mode & 0777) != 0) /* the configured mode, whatever the umask */
+		r = -errno;
 	uint64_t total = 0;
 	for (size_t i = 0; i < n; i++)
 		total += iov[i].iov_len;
@@ -252,15 +375,18 @@ static int fs_write(struct store *base, const char *key, const struct iovec *iov
 	if (close(fd) != 0 && r == 0)
 		r = -errno;
 	if (r == 0 && excl)
-		r = publish_new(tmp, path);
-	else if (r == 0 && rename(tmp, path) != 0)
+		r = publish_new(dfd, tmp, leaf);
+	else if (r == 0 && renameat(dfd, tmp, dfd, leaf) != 0)
 		r = -errno;
 	if (r < 0) {
-		unlink(tmp);
+		unlinkat(dfd, tmp, 0);
+		close(dfd);
 		return r;
 	}
 	s->base.direct_bytes += d.direct;
-	return fsync_dir(dir);
+	r = fsync(dfd) == 0 ? 0 : -errno;
+	close(dfd);
+	return r;
 }
 
 static int fs_put(struct store *base, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs)
@@ -277,14 +403,11 @@ static int fs_create(struct store *base, const char *key, const struct iovec *io
 
 static int fs_get_range(struct store *base, const char *key, uint64_t off, void *buf, size_t len)
 {
-	struct store_fs *s = (struct store_fs *)base;
-	char path[PATH_MAX];
-	int r = fs_path(s, key, path, sizeof(path));
-	if (r < 0)
-		return r;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	int fd = open_object((struct store_fs *)base, key, &st);
 	if (fd < 0)
-		return -errno;
+		return fd;
+	int r = 0;
 	char *p = buf;
 	while (len > 0) {
 		ssize_t g = pread(fd, p, len, (off_t)off);
@@ -308,20 +431,11 @@ static int fs_get_range(struct store *base, const char *key, uint64_t off, void 
 
 static int fs_get_all(struct store *base, const char *key, size_t max, void **out, size_t *outlen)
 {
-	struct store_fs *s = (struct store_fs *)base;
-	char path[PATH_MAX];
-	int r = fs_path(s, key, path, sizeof(path));
-	if (r < 0)
-		return r;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
 	struct stat st;
-	if (fstat(fd, &st) != 0) {
-		r = -errno;
-		close(fd);
-		return r;
-	}
+	int fd = open_object((struct store_fs *)base, key, &st);
+	if (fd < 0)
+		return fd;
+	int r = 0;
 	if ((uint64_t)st.st_size > max) {
 		close(fd);
 		return -EFBIG;
@@ -357,13 +471,15 @@ static int fs_get_all(struct store *base, const char *key, size_t max, void **ou
  * stat per name: list_entries only, so list stays one readdir on NFS). */
 static int read_dir(struct store_fs *s, const char *prefix, bool want_stat, struct store_entry **out, size_t *count)
 {
-	char path[PATH_MAX];
-	int r = prefix[0] ? fs_path(s, prefix, path, sizeof(path)) : (snprintf(path, sizeof(path), "%s", s->root), 0);
-	if (r < 0)
-		return r;
-	DIR *d = opendir(path);
-	if (d == NULL)
-		return -errno;
+	int fd = open_dir(s, prefix);
+	if (fd < 0)
+		return fd;
+	DIR *d = fdopendir(fd);
+	if (d == NULL) {
+		int e = errno;
+		close(fd);
+		return -e;
+	}
 	size_t n = 0, cap = 16;
 	struct store_entry *v = malloc(cap * sizeof(*v));
 	struct dirent *e;
@@ -411,56 +527,64 @@ static int fs_list_entries(struct store *base, const char *prefix, struct store_
 	return read_dir((struct store_fs *)base, prefix, true, out, count);
 }
 
-/* Remove key's file (unlink) or directory (rmdir), then make it stick:
- * fsync the directory that held it. */
-static int remove_synced(struct store *base, const char *key, int (*rm)(const char *))
+/* Remove the name key (a file, or with AT_REMOVEDIR an empty directory)
+ * from its directory, never following a link, then make it stick: fsync
+ * the directory that held it. */
+static int remove_synced(struct store *base, const char *key, int flags)
 {
-	struct store_fs *s = (struct store_fs *)base;
-	char path[PATH_MAX];
-	int r = fs_path(s, key, path, sizeof(path));
-	if (r < 0)
-		return r;
-	if (rm(path) != 0)
-		return -errno;
-	char *slash = strrchr(path, '/');
-	*slash = '\0';
-	return fsync_dir(path);
+	const char *leaf;
+	int dfd = open_parent((struct store_fs *)base, key, false, &leaf);
+	if (dfd < 0)
+		return dfd;
+	int r = leaf[0] == '\0' ? -EINVAL : 0;
+	if (r == 0 && unlinkat(dfd, leaf, flags) != 0)
+		r = -errno;
+	if (r == 0 && fsync(dfd) != 0)
+		r = -errno;
+	close(dfd);
+	return r;
 }
 
 static int fs_remove(struct store *base, const char *key)
 {
-	return remove_synced(base, key, unlink);
+	return remove_synced(base, key, 0);
 }
 
 static int fs_remove_dir(struct store *base, const char *prefix)
 {
-	return remove_synced(base, prefix, rmdir);
+	return remove_synced(base, prefix, AT_REMOVEDIR);
 }
 
 static int fs_remove_temps(struct store *base, const char *key)
 {
 	struct store_fs *s = (struct store_fs *)base;
-	char path[PATH_MAX], prefix[PATH_MAX];
-	int r = fs_path(s, key, path, sizeof(path));
-	if (r < 0)
-		return r;
-	char *slash = strrchr(path, '/');
-	*slash = '\0';
-	snprintf(prefix, sizeof(prefix), "%s.tmp.%s.", slash + 1, s->host);
-	DIR *d = opendir(path);
-	if (d == NULL)
-		return errno == ENOENT ? 0 : -errno;
+	const char *leaf;
+	int dfd = open_parent(s, key, false, &leaf);
+	if (dfd < 0)
+		return dfd == -ENOENT ? 0 : dfd;
+	char prefix[NAME_MAX + 80];
+	snprintf(prefix, sizeof(prefix), "%s.tmp.%s.", leaf, s->host);
+	int lfd = dup(dfd);
+	DIR *d = lfd < 0 ? NULL : fdopendir(lfd);
+	if (d == NULL) {
+		int e = errno;
+		if (lfd >= 0)
+			close(lfd);
+		close(dfd);
+		return -e;
+	}
 	int n = 0;
 	struct dirent *e;
 	while ((e = readdir(d)) != NULL) {
 		if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
 			continue;
-		if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+		if (unlinkat(dfd, e->d_name, 0) == 0)
 			n++;
 	}
 	closedir(d);
 	if (n)
-		(void)fsync_dir(path);
+		(void)fsync(dfd);
+	close(dfd);
 	return n;
 }
 
@@ -521,7 +645,8 @@ int store_fs_open(const struct store_scheme *row, const char *url, struct store 
 	for (char *c = s->host; *c; c++)
 		if (*c == '/' || *c == '.')
 			*c = '_';
-	int r = mkdir_p(s->root);
+	s->base.file_mode = 0600;
+	int r = mkdir_p(s->root, dir_mode(&s->base));
 	if (r < 0) {
 		snprintf(err, errlen, "storage root %s: %s", s->root, strerror(-r));
 		free(s);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,7 +23,12 @@
 
 static struct dctx D;
 
-enum { L_ROW, L_FLAT, L_BLOCK, NLAYOUT };
+enum {
+	L_ROW,
+	L_FLAT,
+	L_BLOCK,
+	NLAYOUT
+};
 static const char *const lname[NLAYOUT] = { "row", "flat", "block" };
 /* row: [37, 5]; flat: a [13, 7] parameter flattened to [91]; block: [10, 12] */
 static const uint64_t gshape[NLAYOUT][2] = { { 37, 5 }, { 91, 0 }, { 10, 12 } };
@@ -84,8 +90,7 @@ struct rank_view {
 	uint64_t off[NLAYOUT][2], len[NLAYOUT][2];
 };
 
-static void view_open(struct rank_view *v, const char *job, uint32_t w, uint32_t rank, bool saving,
-		      const char *attempt)
+static void view_open(struct rank_view *v, const char *job, uint32_t w, uint32_t rank, bool saving, const char *attempt)
 {
 	memset(v, 0, sizeof(*v));
 	ckpt_hello h = { .job = job, .rank = rank, .world_size = w, .attempt_id = attempt };
@@ -101,9 +106,15 @@ static void view_open(struct rank_view *v, const char *job, uint32_t w, uint32_t
 	uint64_t at = 0;
 	for (int l = 0; l < NLAYOUT; l++) {
 		uint64_t nb = box_n(l, v->len[l]) * 4;
-		v->t[l] = (ckpt_tensor){ .name = lname[l], .dtype = CKPT_I32, .ndim = gndim[l],
-					 .global_shape = gshape[l], .box_offsets = v->off[l],
-					 .box_lengths = v->len[l], .buffer = v->b, .offset = at, .nbytes = nb };
+		v->t[l] = (ckpt_tensor){ .name = lname[l],
+					 .dtype = CKPT_I32,
+					 .ndim = gndim[l],
+					 .global_shape = gshape[l],
+					 .box_offsets = v->off[l],
+					 .box_lengths = v->len[l],
+					 .buffer = v->b,
+					 .offset = at,
+					 .nbytes = nb };
 		at += nb;
 	}
 }
@@ -226,8 +237,8 @@ static void test_reshard_from_memory_and_storage(void **state)
 
 /* Load one tensor with the given shape/dtype/box; return the status and
  * copy the message. */
-static int load_one(const char *job, int64_t step, const char *name, int dtype, uint32_t ndim,
-		    const uint64_t *shape, const uint64_t *off, const uint64_t *len, char *msg, size_t msglen)
+static int load_one(const char *job, int64_t step, const char *name, int dtype, uint32_t ndim, const uint64_t *shape,
+		    const uint64_t *off, const uint64_t *len, char *msg, size_t msglen)
 {
 	ckpt_hello h = { .job = job, .rank = 1, .world_size = 2, .attempt_id = "e" };
 	ckpt_client *c = NULL;
@@ -237,8 +248,14 @@ static int load_one(const char *job, int64_t step, const char *name, int dtype, 
 		n *= len ? len[i] : shape[i];
 	ckpt_buffer *b = NULL;
 	assert_int_equal(ckpt_buffer_alloc(c, n * 4, &b), 0);
-	ckpt_tensor t = { .name = name, .dtype = dtype, .ndim = ndim, .global_shape = shape,
-			  .box_offsets = off, .box_lengths = len, .buffer = b, .nbytes = n * 4 };
+	ckpt_tensor t = { .name = name,
+			  .dtype = dtype,
+			  .ndim = ndim,
+			  .global_shape = shape,
+			  .box_offsets = off,
+			  .box_lengths = len,
+			  .buffer = b,
+			  .nbytes = n * 4 };
 	ckpt_future *f = NULL;
 	assert_int_equal(ckpt_load(c, step, &t, 1, &f), 0);
 	int r = ckpt_future_wait(f, CKPT_LOADED, 60000);
@@ -254,19 +271,18 @@ static void test_planner_errors(void **state)
 	(void)state;
 	char msg[512];
 	/* Unknown tensor. */
-	assert_int_equal(load_one("rs", CKPT_LATEST, "nope", CKPT_I32, 1, gshape[L_FLAT], NULL, NULL, msg,
-				  sizeof(msg)), -ENOENT);
+	assert_int_equal(load_one("rs", CKPT_LATEST, "nope", CKPT_I32, 1, gshape[L_FLAT], NULL, NULL, msg, sizeof(msg)),
+			 -ENOENT);
 	assert_non_null(strstr(msg, "'nope'"));
 	assert_non_null(strstr(msg, "rank 1"));
 	/* Shape mismatch. */
 	static const uint64_t wrong[2] = { 37, 6 };
-	assert_int_equal(load_one("rs", CKPT_LATEST, "row", CKPT_I32, 2, wrong, NULL, NULL, msg, sizeof(msg)),
-			 -EINVAL);
+	assert_int_equal(load_one("rs", CKPT_LATEST, "row", CKPT_I32, 2, wrong, NULL, NULL, msg, sizeof(msg)), -EINVAL);
 	assert_non_null(strstr(msg, "'row'"));
 	assert_non_null(strstr(msg, "shape"));
 	/* Dtype mismatch. */
-	assert_int_equal(load_one("rs", CKPT_LATEST, "row", CKPT_F32, 2, gshape[L_ROW], NULL, NULL, msg,
-				  sizeof(msg)), -EINVAL);
+	assert_int_equal(load_one("rs", CKPT_LATEST, "row", CKPT_F32, 2, gshape[L_ROW], NULL, NULL, msg, sizeof(msg)),
+			 -EINVAL);
 	assert_non_null(strstr(msg, "dtype"));
 	/* Incomplete step: only rank 0 of world 2 saved step 5. */
 	{
@@ -275,8 +291,12 @@ static void test_planner_errors(void **state)
 		assert_int_equal(ckpt_connect(D.sock, &h, &c), 0);
 		ckpt_buffer *b = NULL;
 		assert_int_equal(ckpt_buffer_alloc(c, 91 * 4, &b), 0);
-		ckpt_tensor t = { .name = "flat", .dtype = CKPT_I32, .ndim = 1, .global_shape = gshape[L_FLAT],
-				  .buffer = b, .nbytes = 91 * 4 };
+		ckpt_tensor t = { .name = "flat",
+				  .dtype = CKPT_I32,
+				  .ndim = 1,
+				  .global_shape = gshape[L_FLAT],
+				  .buffer = b,
+				  .nbytes = 91 * 4 };
 		ckpt_future *f = NULL;
 		assert_int_equal(ckpt_save(c, 5, &t, 1, NULL, 0, &f), 0);
 		assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), 0);
@@ -284,8 +304,7 @@ static void test_planner_errors(void **state)
 		ckpt_buffer_free(b);
 		ckpt_close(c);
 	}
-	assert_int_equal(load_one("rs", 5, "flat", CKPT_I32, 1, gshape[L_FLAT], NULL, NULL, msg, sizeof(msg)),
-			 -ENOENT);
+	assert_int_equal(load_one("rs", 5, "flat", CKPT_I32, 1, gshape[L_FLAT], NULL, NULL, msg, sizeof(msg)), -ENOENT);
 	assert_non_null(strstr(msg, "not complete"));
 	/* Incomplete coverage: a complete step whose ranks saved only part
 	 * of "part" (rows [0,2) and [4,6) of [8]). */
@@ -297,8 +316,14 @@ static void test_planner_errors(void **state)
 		ckpt_buffer *b = NULL;
 		assert_int_equal(ckpt_buffer_alloc(c, 2 * 4, &b), 0);
 		uint64_t off[1] = { r * 4 }, len[1] = { 2 };
-		ckpt_tensor t = { .name = "part", .dtype = CKPT_I32, .ndim = 1, .global_shape = pshape,
-				  .box_offsets = off, .box_lengths = len, .buffer = b, .nbytes = 8 };
+		ckpt_tensor t = { .name = "part",
+				  .dtype = CKPT_I32,
+				  .ndim = 1,
+				  .global_shape = pshape,
+				  .box_offsets = off,
+				  .box_lengths = len,
+				  .buffer = b,
+				  .nbytes = 8 };
 		ckpt_future *f = NULL;
 		assert_int_equal(ckpt_save(c, 1, &t, 1, NULL, 0, &f), 0);
 		assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), 0);
@@ -343,8 +368,7 @@ static void save_steps(const char *job, uint64_t from, uint64_t to)
 	ckpt_buffer *b = NULL;
 	assert_int_equal(ckpt_buffer_alloc(c, 4096, &b), 0);
 	uint64_t shape[1] = { 4096 };
-	ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b,
-			  .nbytes = 4096 };
+	ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b, .nbytes = 4096 };
 	for (uint64_t s = from; s <= to; s++) {
 		ckpt_future *f = NULL;
 		assert_int_equal(ckpt_save(c, s, &t, 1, NULL, 0, &f), 0);
@@ -425,7 +449,6 @@ static void test_show_and_verify(void **state)
 	assert_int_equal(ctl_run("show nosuchjob 1 2>/dev/null", out, sizeof(out)), 1);
 }
 
-
 /* ckptctl ls marks each job's latest complete step (not a higher incomplete
  * one) and gives the time saved and the age; verify checks every rank, one
  * or several at once, with the same result; options go before or after
@@ -442,8 +465,14 @@ static void test_ctl_ls_and_parallel_verify(void **state)
 	ckpt_buffer *b = NULL;
 	assert_int_equal(ckpt_buffer_alloc(c, 4096, &b), 0);
 	uint64_t shape[1] = { 8192 }, off[1] = { 0 }, len[1] = { 4096 };
-	ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .box_offsets = off,
-			  .box_lengths = len, .buffer = b, .nbytes = 4096 };
+	ckpt_tensor t = { .name = "w",
+			  .dtype = CKPT_U8,
+			  .ndim = 1,
+			  .global_shape = shape,
+			  .box_offsets = off,
+			  .box_lengths = len,
+			  .buffer = b,
+			  .nbytes = 4096 };
 	ckpt_future *f = NULL;
 	assert_int_equal(ckpt_save(c, 4, &t, 1, NULL, 0, &f), 0);
 	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), 0);
@@ -481,8 +510,8 @@ static void test_ctl_ls_and_parallel_verify(void **state)
 	/* rs step 1 has 4 ranks: one at a time and four at once agree. */
 	uint64_t bytes[2];
 	for (int k = 0; k < 2; k++) {
-		assert_int_equal(ctl_run(k ? "--jobs 4 verify --json rs 1" : "-j 1 verify --json rs 1", out, sizeof(out)),
-				 0);
+		assert_int_equal(
+			ctl_run(k ? "--jobs 4 verify --json rs 1" : "-j 1 verify --json rs 1", out, sizeof(out)), 0);
 		json_object *o = json_tokener_parse(out), *v;
 		assert_non_null(o);
 		assert_true(json_object_object_get_ex(o, "ok", &v) && json_object_get_boolean(v));
@@ -558,8 +587,9 @@ static void test_gc_dry_run_and_rm(void **state)
 		ckpt_buffer *b = NULL;
 		assert_int_equal(ckpt_buffer_alloc(c, 64, &b), 0);
 		uint64_t shape[1] = { 64 };
-		ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b,
-				  .nbytes = 64 };
+		ckpt_tensor t = {
+			.name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b, .nbytes = 64
+		};
 		ckpt_future *f = NULL;
 		assert_int_equal(ckpt_save(c, 4, &t, 1, NULL, 0, &f), 0);
 		assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), 0);
@@ -576,8 +606,9 @@ static void test_gc_dry_run_and_rm(void **state)
 		ckpt_buffer *b = NULL;
 		assert_int_equal(ckpt_buffer_alloc(c, 64, &b), 0);
 		uint64_t shape[1] = { 64 };
-		ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b,
-				  .nbytes = 64 };
+		ckpt_tensor t = {
+			.name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b, .nbytes = 64
+		};
 		ckpt_future *f = NULL;
 		assert_int_equal(ckpt_save(c, 5, &t, 1, NULL, 0, &f), 0);
 		assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), 0);
@@ -637,6 +668,64 @@ static void test_example_restores_at_other_world_size(void **state)
 	assert_int_equal(ok, 3);
 }
 
+/* Issue "Security": a FIFO planted as a manifest hung every `ckptctl ls`
+ * (all workers blocked in open()) and kept an unrelated job's save from
+ * becoming durable; a step directory replaced by a symbolic link made
+ * `ckptctl rm` delete the link's target's files. Now the FIFO is an error
+ * naming it, and the link is refused. */
+static void test_planted_fifo_and_symlink(void **state)
+{
+	(void)state;
+	static char out[1 << 16];
+	char path[600], cmd[1024];
+	save_steps("planted", 1, 1);
+	snprintf(path, sizeof(path), "%s/planted/step-000000000002", D.store);
+	assert_int_equal(mkdir(path, 0700), 0);
+	snprintf(path, sizeof(path), "%s/planted/step-000000000002/rank-00000-of-00001.manifest", D.store);
+	assert_int_equal(mkfifo(path, 0666), 0);
+	/* More requests than worker threads, each bounded: none may hang. */
+	for (int i = 0; i < 6; i++) {
+		snprintf(cmd, sizeof(cmd), "timeout 20 '%s' --socket '%s' show planted 2 2>&1", getenv("CKPTCTL_BIN"),
+			 D.sock);
+		FILE *p = popen(cmd, "r");
+		assert_non_null(p);
+		size_t n = fread(out, 1, sizeof(out) - 1, p);
+		out[n] = '\0';
+		int st = pclose(p);
+		assert_true(WIFEXITED(st));
+		assert_int_not_equal(WEXITSTATUS(st), 124); /* timed out: hung */
+		assert_int_not_equal(WEXITSTATUS(st), 0);
+		assert_non_null(strstr(out, "not a regular file"));
+		/* ls of the job fails too, loudly and naming the object: bad
+		 * data from storage is never read as "missing". */
+		assert_int_equal(ctl_run("ls planted 2>&1", out, sizeof(out)), 1);
+		assert_non_null(strstr(out, "step-000000000002/rank-00000-of-00001.manifest is not a regular file"));
+	}
+	save_steps("unrelated", 1, 2); /* durable within save_steps' wait */
+
+	/* A step directory that is a link to elsewhere: rm refuses, the
+	 * target's files stay. */
+	char outside[600], victim[700];
+	snprintf(outside, sizeof(outside), "%s/outside", D.dir);
+	assert_int_equal(mkdir(outside, 0700), 0);
+	snprintf(victim, sizeof(victim), "%s/rank-00000-of-00001.manifest", outside);
+	FILE *fp = fopen(victim, "w");
+	assert_non_null(fp);
+	fputs("precious", fp);
+	fclose(fp);
+	snprintf(path, sizeof(path), "%s/planted/step-000000000003", D.store);
+	assert_int_equal(symlink(outside, path), 0);
+	snprintf(cmd, sizeof(cmd), "rm planted 3 2>&1");
+	assert_int_not_equal(ctl_run(cmd, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "symbolic link"));
+	assert_int_equal(access(victim, F_OK), 0);
+	/* The step that is real is still served and removable. */
+	assert_int_equal(ctl_run("rm planted 1 2>&1", out, sizeof(out)), 0);
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(unlink(victim), 0);
+	assert_int_equal(rmdir(outside), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -647,6 +736,7 @@ int main(void)
 		cmocka_unit_test(test_retention_after_durable),
 		cmocka_unit_test(test_gc_dry_run_and_rm),
 		cmocka_unit_test(test_example_restores_at_other_world_size),
+		cmocka_unit_test(test_planted_fifo_and_symlink),
 	};
 	return cmocka_run_group_tests_name("catalog", tests, group_setup, group_teardown);
 }

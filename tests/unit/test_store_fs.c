@@ -143,9 +143,12 @@ static void test_put_get(void **state)
 	assert_memory_equal(got, whole, total);
 	free(got);
 
-	static const struct { uint64_t off; size_t len; } r[] = {
-		{ 0, 1 }, { 0, 1000 }, { 999, 2 }, { 500, 70500 }, { 70999, 1 },
-		{ 0, 71000 }, { 65536, 4096 }, { 71000, 0 },
+	static const struct {
+		uint64_t off;
+		size_t len;
+	} r[] = {
+		{ 0, 1 },     { 0, 1000 },  { 999, 2 },      { 500, 70500 },
+		{ 70999, 1 }, { 0, 71000 }, { 65536, 4096 }, { 71000, 0 },
 	};
 	uint8_t *buf = malloc(total);
 	assert_non_null(buf);
@@ -381,8 +384,8 @@ static void test_failed_put_cleans_up(void **state)
 
 /* --- catalog --- */
 
-static void put_manifest_as(struct store *s, const char *key, const char *job, uint64_t step,
-			    uint32_t rank, uint32_t ws, const char *attempt)
+static void put_manifest_as(struct store *s, const char *key, const char *job, uint64_t step, uint32_t rank,
+			    uint32_t ws, const char *attempt)
 {
 	struct tm_manifest x;
 	tm_init(&x, job, step, rank, ws, attempt);
@@ -394,8 +397,8 @@ static void put_manifest_as(struct store *s, const char *key, const char *job, u
 	free(buf);
 }
 
-static void put_manifest(struct store *s, const char *job, uint64_t step, uint32_t rank,
-			 uint32_t ws, const char *attempt)
+static void put_manifest(struct store *s, const char *job, uint64_t step, uint32_t rank, uint32_t ws,
+			 const char *attempt)
 {
 	char key[256];
 	assert_int_equal(manifest_key(key, sizeof(key), job, step, rank, ws, "manifest"), 0);
@@ -415,8 +418,7 @@ static void build_catalog(struct store *s)
 	put_manifest(s, "job", 3, 1, 2, "b");
 	put_manifest(s, "job", 2, 0, 2, "a");
 	/* Step 2's rank 1 is corrupt: it must not complete the step. */
-	assert_int_equal(put_str(s, "job/step-000000000002/rank-00001-of-00002.manifest",
-				 "not a manifest at all"), 0);
+	assert_int_equal(put_str(s, "job/step-000000000002/rank-00001-of-00002.manifest", "not a manifest at all"), 0);
 	/* Step 5 holds a manifest whose contents say step 4: ignored. */
 	put_manifest_as(s, "job/step-000000000005/rank-00000-of-00001.manifest", "job", 4, 0, 1, "c");
 	/* Not a step directory. */
@@ -564,14 +566,15 @@ static void test_catalog_no_complete_step(void **state)
 
 /* --- catalog, format 2: attempts in names, completeness from one LIST --- */
 
-static void put_v2(struct store *s, const char *job, uint64_t step, uint32_t rank, uint32_t ws,
-		   const char *attempt, size_t shard_len)
+static void put_v2(struct store *s, const char *job, uint64_t step, uint32_t rank, uint32_t ws, const char *attempt,
+		   size_t shard_len)
 {
 	char key[512];
 	struct tm_manifest x;
 	tm_init(&x, job, step, rank, ws, attempt);
-	assert_int_equal(manifest_shard_key(key, sizeof(key), job, step, rank, ws, attempt, 0xabcdef0123456789ull +
-					    rank, false), 0);
+	assert_int_equal(
+		manifest_shard_key(key, sizeof(key), job, step, rank, ws, attempt, 0xabcdef0123456789ull + rank, false),
+		0);
 	snprintf(x.shard, sizeof(x.shard), "%s", strrchr(key, '/') + 1);
 	char *bytes = calloc(1, shard_len + 1);
 	struct iovec sv = { bytes, shard_len };
@@ -897,6 +900,118 @@ static void test_remove_temps_only_this_hosts(void **state)
 	assert_int_equal(access(otherkey, F_OK), 0); /* another key's */
 }
 
+/* Issue "Security": a FIFO or a device planted as an object neither blocks
+ * a reader (this test would hang) nor reads as data; the error names it. */
+static void test_planted_fifo_refused(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = f->s;
+	assert_int_equal(put_str(s, "j/step-000000000001/rank-00000-of-00001.manifest", "m"), 0);
+	char fifo[256];
+	snprintf(fifo, sizeof(fifo), "%s/j/step-000000000001/rank-00001-of-00002.manifest", f->dir);
+	assert_int_equal(mkfifo(fifo, 0644), 0);
+	void *got = NULL;
+	size_t len = 0;
+	char buf[4];
+	store_clear_error();
+	assert_int_equal(s->ops->get_all(s, "j/step-000000000001/rank-00001-of-00002.manifest", 1024, &got, &len),
+			 -EINVAL);
+	assert_non_null(strstr(store_error(-EINVAL), "rank-00001-of-00002.manifest is not a regular file"));
+	assert_int_equal(s->ops->get_range(s, "j/step-000000000001/rank-00001-of-00002.manifest", 0, buf, 1), -EINVAL);
+	assert_int_equal(s->ops->get_all(s, "j/step-000000000001/rank-00000-of-00001.manifest", 1024, &got, &len), 0);
+	free(got);
+	/* A directory where an object should be is refused the same way. */
+	assert_int_equal(s->ops->get_all(s, "j/step-000000000001", 1024, &got, &len), -EINVAL);
+}
+
+/* Count the files in dir (not recursive). */
+static int count_files(const char *dir)
+{
+	int n = 0;
+	DIR *d = opendir(dir);
+	assert_non_null(d);
+	for (struct dirent *e; (e = readdir(d)) != NULL;)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* Issue "Security": a step directory replaced by a symbolic link leads no
+ * delete, write or read outside the store; a link as an object is removed
+ * as a name (its target stays) and never read through. */
+static void test_symlinks_never_followed(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = f->s;
+	char outside[128], step[256], path[300];
+	snprintf(outside, sizeof(outside), "%s-outside", f->dir);
+	assert_int_equal(mkdir(outside, 0700), 0);
+	snprintf(path, sizeof(path), "%s/rank-00000-of-00001.manifest", outside);
+	FILE *fp = fopen(path, "w");
+	assert_non_null(fp);
+	fputs("precious", fp);
+	fclose(fp);
+	assert_int_equal(put_str(s, "j/step-000000000002/rank-00000-of-00001.manifest", "m"), 0);
+	snprintf(step, sizeof(step), "%s/j/step-000000000001", f->dir);
+	assert_int_equal(symlink(outside, step), 0);
+
+	store_clear_error();
+	int r = catalog_delete_step(s, NULL, "j", 1);
+	assert_true(r == -ELOOP || r == -ENOTDIR);
+	assert_non_null(strstr(store_error(r), "symbolic link"));
+	assert_int_equal(count_files(outside), 1);
+	assert_int_equal(put_str(s, "j/step-000000000001/rank-00000-of-00001.shard", "x"), r);
+	assert_int_equal(count_files(outside), 1);
+	void *got = NULL;
+	size_t len = 0;
+	assert_int_equal(s->ops->get_all(s, "j/step-000000000001/rank-00000-of-00001.manifest", 64, &got, &len), r);
+	char **names = NULL;
+	size_t n = 0;
+	assert_int_equal(s->ops->list(s, "j/step-000000000001", &names, &n), r);
+	assert_int_equal(s->ops->remove_temps(s, "j/step-000000000001/x"), r);
+
+	/* A link as an object: not read through; removing it removes the link. */
+	char link[300];
+	snprintf(link, sizeof(link), "%s/j/step-000000000002/rank-00000-of-00002.manifest", f->dir);
+	assert_int_equal(symlink(path, link), 0);
+	assert_int_equal(s->ops->get_all(s, "j/step-000000000002/rank-00000-of-00002.manifest", 64, &got, &len),
+			 -ELOOP);
+	assert_int_equal(catalog_delete_step(s, NULL, "j", 2), 0);
+	assert_int_equal(access(link, F_OK), -1);
+	assert_int_equal(count_files(outside), 1);
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(rmdir(outside), 0);
+}
+
+/* Issue "Security": checkpoint files are not readable by others whatever
+ * the umask, and [storage] file_mode sets the mode exactly. */
+static void test_file_mode(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = f->s;
+	mode_t old = umask(0);
+	struct stat st;
+	char path[256];
+	assert_int_equal(s->file_mode, 0600);
+	assert_int_equal(put_str(s, "a/step-000000000001/x", "x"), 0);
+	snprintf(path, sizeof(path), "%s/a/step-000000000001/x", f->dir);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0600);
+	snprintf(path, sizeof(path), "%s/a/step-000000000001", f->dir);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0700);
+	s->file_mode = 0640;
+	umask(077); /* stricter than the config: the config wins */
+	assert_int_equal(put_str(s, "b/y", "y"), 0);
+	snprintf(path, sizeof(path), "%s/b/y", f->dir);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0640);
+	snprintf(path, sizeof(path), "%s/b", f->dir);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0750);
+	umask(old);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -918,6 +1033,9 @@ int main(void)
 		T(test_catalog_no_complete_step),
 		T(test_journal_recovery_keeps_named_shard),
 		T(test_remove_temps_only_this_hosts),
+		T(test_planted_fifo_refused),
+		T(test_symlinks_never_followed),
+		T(test_file_mode),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
