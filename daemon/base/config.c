@@ -597,6 +597,14 @@ const struct config_key config_keys[] = {
 	    .help = "saves of one rank of a job in flight at once"),
 	KEY("limits", "max_inflight_loads", cfg_u32, max_inflight_loads, 0, .def = DEFAULT_MAX_INFLIGHT_LOADS,
 	    .help = "loads and lists of one session in flight at once"),
+	KEY("limits", "max_sessions_per_uid", cfg_u32, max_sessions_per_uid, 0, .def = DEFAULT_MAX_SESSIONS_PER_UID,
+	    .help = "client connections of one uid at once"),
+	KEY("limits", "max_registered_bytes", cfg_size, max_registered_bytes, 0, .def = DEFAULT_MAX_REGISTERED_BYTES,
+	    .help = "bytes of buffers one session may have registered"),
+	KEY("limits", "hello_timeout_ms", cfg_u32, hello_timeout_ms, 0, .def = DEFAULT_HELLO_TIMEOUT_MS,
+	    .help = "a connection that sends no Hello within this is closed"),
+	KEY("limits", "idle_timeout_ms", cfg_u32, idle_timeout_ms, 0, .def = DEFAULT_IDLE_TIMEOUT_MS,
+	    .help = "a control session (ckptctl) silent this long is closed; 0: never"),
 	KEY("limits", "max_write_queue", cfg_u32, max_write_queue, CFG_RESTART, .def = DEFAULT_MAX_WRITE_QUEUE,
 	    .help = "bytes of replies queued to one session"),
 	KEY("limits", "max_extra_state", cfg_u32, max_extra_state, CFG_RESTART, .def = DEFAULT_MAX_EXTRA_STATE,
@@ -889,7 +897,8 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 		return -EINVAL;
 	}
 	if (c->max_frame_bytes < 1024 || c->max_fds_per_frame < 1 || c->max_sessions < 1 || c->max_buffers < 1 ||
-	    c->max_tensors < 1 || c->max_name_len < 1 || c->max_inflight_saves < 1 || c->max_inflight_loads < 1) {
+	    c->max_tensors < 1 || c->max_name_len < 1 || c->max_inflight_saves < 1 || c->max_inflight_loads < 1 ||
+	    c->max_sessions_per_uid < 1 || c->max_registered_bytes < 1 || c->hello_timeout_ms < 100) {
 		snprintf(err, errlen, "a limit is too small");
 		return -EINVAL;
 	}

@@ -29,6 +29,10 @@
 #define DEFAULT_MAX_NAME_LEN 1024
 #define DEFAULT_MAX_INFLIGHT_SAVES 4 /* per (job, rank) */
 #define DEFAULT_MAX_INFLIGHT_LOADS 4
+#define DEFAULT_MAX_SESSIONS_PER_UID 128
+#define DEFAULT_MAX_REGISTERED_BYTES (1ull << 40)
+#define DEFAULT_HELLO_TIMEOUT_MS 10000
+#define DEFAULT_IDLE_TIMEOUT_MS 300000
 #define DEFAULT_MAX_WRITE_QUEUE (16u << 20)
 #define DEFAULT_MAX_EXTRA_STATE (1u << 20)
 #define DEFAULT_DRAIN_TIMEOUT_MS 120000
@@ -112,6 +116,10 @@ struct config {
 	uint32_t max_name_len;
 	uint32_t max_inflight_saves;
 	uint32_t max_inflight_loads; /* loads and lists per session */
+	uint32_t max_sessions_per_uid;
+	uint64_t max_registered_bytes; /* bytes of buffers one session may register */
+	uint32_t hello_timeout_ms;     /* a connection that sends no Hello is closed */
+	uint32_t idle_timeout_ms;      /* a control session silent this long is closed; 0: never */
 	uint32_t max_write_queue;
 	uint32_t max_extra_state;
 	uint64_t manifest_cache_bytes; /* decoded manifests of pinned steps kept (mancache.h); 0: off */

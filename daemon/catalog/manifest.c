@@ -175,7 +175,9 @@ int manifest_shard_of(const Ckpt__Manifest *m, char *out, size_t cap)
 int manifest_name_valid(const char *s, size_t max)
 {
 	size_t n = strlen(s);
-	if (n == 0 || n > max || s[0] == '.')
+	/* ".." anywhere: storage keys refuse it (store_fs), so a name with it
+	 * would be staged and then fail at upload. */
+	if (n == 0 || n > max || s[0] == '.' || strstr(s, "..") != NULL)
 		return 0;
 	for (size_t i = 0; i < n; i++) {
 		char c = s[i];

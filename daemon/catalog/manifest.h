@@ -73,7 +73,7 @@ struct step_name {
 /* What a name in a step directory is. Never fails: unknown names (other
  * nodes' temporaries, stray files) are OBJ_OTHER. */
 void manifest_parse_object(const char *name, struct step_name *out);
-/* Job and attempt names: [A-Za-z0-9._-], not starting with '.', bounded. */
+/* Job and attempt names: [A-Za-z0-9._-], not starting with '.', no "..", bounded. */
 int manifest_name_valid(const char *s, size_t max);
 
 /* Unpack and check every field against itself; on failure -EBADMSG with

@@ -27,7 +27,24 @@ TAILQ_HEAD(load_list, load);
 #define RECOVERED_LIST 8
 #define STATS_MSG_SLOTS 64 /* Frame body cases; msgtab.c checks its rows fit */
 
+/* The caps on what a client can make the daemon hold (README "Limits"),
+ * each counted when it refuses something: ckptd_refused_total{limit=}. */
+enum limit_kind {
+	LIMIT_FRAME_BYTES,      /* max_frame_bytes */
+	LIMIT_FDS,              /* max_fds_per_frame */
+	LIMIT_SESSIONS,         /* max_sessions */
+	LIMIT_SESSIONS_PER_UID, /* max_sessions_per_uid */
+	LIMIT_BUFFERS,          /* max_buffers */
+	LIMIT_REGISTERED_BYTES, /* max_registered_bytes */
+	LIMIT_INFLIGHT_LOADS,   /* max_inflight_loads */
+	LIMIT_HELLO_TIMEOUT,    /* hello_timeout_ms */
+	LIMIT_IDLE_TIMEOUT,     /* idle_timeout_ms */
+	LIMIT_FD_EXHAUSTED,     /* the process's RLIMIT_NOFILE, at accept */
+	LIMIT_N
+};
+
 struct stats {
+	uint64_t refused[LIMIT_N];
 	uint64_t saves_total, saves_failed, saves_superseded, saves_skipped;
 	uint64_t bytes_staged, bytes_durable, bytes_restored, bytes_restored_memory;
 	uint64_t restores_from_memory, restores_from_storage;
@@ -57,7 +74,11 @@ struct daemon {
 	int listen_fd;
 	uv_poll_t listen_poll;
 	bool listening;
-	bool socket_owned; /* we bound it, so we unlink it */
+	bool socket_owned;       /* we bound it, so we unlink it */
+	int spare_fd;            /* closed to accept and refuse when out of fds (server.c) */
+	uv_timer_t accept_timer; /* resumes accepting after fd exhaustion */
+	unsigned accept_backoff_ms;
+	uv_timer_t sweep_timer; /* hello and idle timeouts */
 	struct session_list sessions;
 	uint32_t nsessions;
 	uint64_t next_session_id;

@@ -11,19 +11,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct hostmap;
+
 struct hostbuf {
 	unsigned refs; /* loop thread only */
 	uint64_t id;
-	int fd;
+	int fd; /* the mapping's (shared with other registrations of the file) */
 	uint64_t nbytes;
 	bool sealed;
 	uint8_t *map;         /* shared, read-write; NULL: use pread/pwrite */
 	struct cudabuf *cuda; /* a device buffer: fd -1, map NULL */
+	struct hostmap *hm;   /* the shared mapping of map; NULL: pread, own fd */
 };
 
 struct cudabuf;
 
-/* Takes ownership of fd (closed on failure too). */
+/* Takes ownership of fd (closed on failure too). A file already mapped
+ * for another registration (the same inode, through this fd or another,
+ * in any session) whose mapping covers nbytes shares that mapping, its
+ * pre-fault and its fd: fd is closed. Loop thread only. */
 int hostbuf_open(int fd, uint64_t id, uint64_t nbytes, struct hostbuf **out, char *err, size_t errlen);
 /* Wrap an imported device buffer; takes ownership of cb. */
 int hostbuf_from_cuda(struct cudabuf *cb, uint64_t id, uint64_t nbytes, struct hostbuf **out);

@@ -104,6 +104,27 @@ const struct status_col status_cols[ST_NCOLS] = {
 			     METRIC | LINE, "ckptd_held_copies" },
 	[ST_REQUESTS] = { "requests", "Requests received, by message.", ST_COUNTER, ST_UNIT_COUNT, METRIC,
 			  "ckptd_requests_total", .per_message = true },
+	[ST_REFUSED_FRAME_BYTES] = { "refused_frame_bytes", "Requests and connections refused or closed by a limit.",
+				     ST_COUNTER, ST_UNIT_COUNT, METRIC, "ckptd_refused_total",
+				     "limit=\"frame_bytes\"" },
+	[ST_REFUSED_FDS] = { "refused_fds_per_frame", "Refused by a limit.", ST_COUNTER, ST_UNIT_COUNT, METRIC,
+			     "ckptd_refused_total", "limit=\"fds_per_frame\"" },
+	[ST_REFUSED_SESSIONS] = { "refused_sessions", "Refused by a limit.", ST_COUNTER, ST_UNIT_COUNT, METRIC,
+				  "ckptd_refused_total", "limit=\"sessions\"" },
+	[ST_REFUSED_SESSIONS_PER_UID] = { "refused_sessions_per_uid", "Refused by a limit.", ST_COUNTER, ST_UNIT_COUNT,
+					  METRIC, "ckptd_refused_total", "limit=\"sessions_per_uid\"" },
+	[ST_REFUSED_BUFFERS] = { "refused_buffers", "Refused by a limit.", ST_COUNTER, ST_UNIT_COUNT, METRIC,
+				 "ckptd_refused_total", "limit=\"buffers\"" },
+	[ST_REFUSED_REGISTERED_BYTES] = { "refused_registered_bytes", "Refused by a limit.", ST_COUNTER, ST_UNIT_COUNT,
+					  METRIC, "ckptd_refused_total", "limit=\"registered_bytes\"" },
+	[ST_REFUSED_INFLIGHT_LOADS] = { "refused_inflight_loads", "Refused by a limit.", ST_COUNTER, ST_UNIT_COUNT,
+					METRIC, "ckptd_refused_total", "limit=\"inflight_loads\"" },
+	[ST_REFUSED_HELLO_TIMEOUT] = { "refused_hello_timeout", "Refused by a limit.", ST_COUNTER, ST_UNIT_COUNT,
+				       METRIC, "ckptd_refused_total", "limit=\"hello_timeout\"" },
+	[ST_REFUSED_IDLE_TIMEOUT] = { "refused_idle_timeout", "Refused by a limit.", ST_COUNTER, ST_UNIT_COUNT, METRIC,
+				      "ckptd_refused_total", "limit=\"idle_timeout\"" },
+	[ST_REFUSED_FD_EXHAUSTED] = { "refused_fd_exhausted", "Refused by a limit.", ST_COUNTER, ST_UNIT_COUNT, METRIC,
+				      "ckptd_refused_total", "limit=\"fd_exhausted\"" },
 };
 
 int status_snapshot(const struct daemon *d, struct status *st)
@@ -125,6 +146,9 @@ int status_snapshot(const struct daemon *d, struct status *st)
 	v[ST_INFLIGHT_SAVES] = d->nsaves - d->nwaiting;
 	v[ST_WAITING_SAVES] = d->nwaiting;
 	v[ST_SAVES_TOTAL] = s->saves_total;
+	for (int i = 0; i < LIMIT_N; i++)
+		v[ST_REFUSED_FRAME_BYTES + i] = s->refused[i];
+	_Static_assert(ST_REFUSED_FD_EXHAUSTED - ST_REFUSED_FRAME_BYTES + 1 == LIMIT_N, "one column per limit");
 	v[ST_SAVES_SUPERSEDED] = s->saves_superseded;
 	v[ST_SAVES_SKIPPED] = s->saves_skipped;
 	v[ST_SAVES_FAILED_OTHER] = s->saves_failed - s->saves_superseded - s->saves_skipped;

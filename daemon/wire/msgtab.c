@@ -180,6 +180,7 @@ void msg_dispatch(struct session *s, const Ckpt__Frame *f)
 		return;
 	}
 	if ((m->flags & MSG_CAPPED) && s->refs >= s->d->cfg.max_inflight_loads) {
+		s->d->stats.refused[LIMIT_INFLIGHT_LOADS]++;
 		refuse(s, m, f->req_id, -EBUSY,
 		       "too many loads and catalogue requests in flight on this session (max_inflight_loads)");
 		return;

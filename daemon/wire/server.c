@@ -2,6 +2,7 @@
 #include "wire.h"
 #include "log.h"
 #include "session.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -43,6 +44,50 @@ static void refuse(int fd, int status, const char *msg)
 	close(fd);
 }
 
+/* Sessions of uid now. */
+static uint32_t sessions_of(const struct daemon *d, uid_t uid)
+{
+	uint32_t n = 0;
+	const struct session *s;
+	TAILQ_FOREACH (s, &d->sessions, link)
+		n += s->uid == uid;
+	return n;
+}
+
+static void on_accept(uv_poll_t *h, int status, int events);
+
+static void resume_accept(uv_timer_t *t)
+{
+	struct daemon *d = t->data;
+	if (d->listening)
+		uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
+}
+
+/* Out of file descriptors (EMFILE, ENFILE): the pending connection would
+ * make the listening socket readable forever, and the loop would spin on
+ * it. Use the spare fd to take it and tell the client why, then stop
+ * accepting for a while (the backoff doubles up to a second while it
+ * lasts, and starts again at 50 ms once an accept works). */
+static void fd_exhausted(struct daemon *d, int err)
+{
+	d->stats.refused[LIMIT_FD_EXHAUSTED]++;
+	if (d->spare_fd >= 0) {
+		close(d->spare_fd);
+		d->spare_fd = -1;
+		int fd = accept4(d->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd >= 0)
+			refuse(fd, -EMFILE, "ckptd is out of file descriptors (its RLIMIT_NOFILE); try again later");
+		d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	}
+	d->accept_backoff_ms = d->accept_backoff_ms ? d->accept_backoff_ms * 2 : 50;
+	if (d->accept_backoff_ms > 1000)
+		d->accept_backoff_ms = 1000;
+	log_err("server: accept: %s; %u sessions; not accepting for %u ms", strerror(err), d->nsessions,
+		d->accept_backoff_ms);
+	uv_poll_stop(&d->listen_poll);
+	uv_timer_start(&d->accept_timer, resume_accept, d->accept_backoff_ms, 0);
+}
+
 static void on_accept(uv_poll_t *h, int status, int events)
 {
 	struct daemon *d = h->data;
@@ -56,10 +101,13 @@ static void on_accept(uv_poll_t *h, int status, int events)
 		if (fd < 0) {
 			if (errno == EINTR)
 				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
+			if (errno == EMFILE || errno == ENFILE)
+				fd_exhausted(d, errno);
+			else if (errno != EAGAIN && errno != EWOULDBLOCK)
 				log_warn("server: accept: %s", strerror(errno));
 			return;
 		}
+		d->accept_backoff_ms = 0;
 		struct ucred cr;
 		socklen_t crlen = sizeof(cr);
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) != 0) {
@@ -81,7 +129,16 @@ static void on_accept(uv_poll_t *h, int status, int events)
 			continue;
 		}
 		if (d->nsessions >= d->cfg.max_sessions) {
+			d->stats.refused[LIMIT_SESSIONS]++;
 			snprintf(msg, sizeof(msg), "ckptd already serves %u sessions (max_sessions)", d->nsessions);
+			log_warn("server: refused pid %d: %s", (int)cr.pid, msg);
+			refuse(fd, -EMFILE, msg);
+			continue;
+		}
+		if (sessions_of(d, cr.uid) >= d->cfg.max_sessions_per_uid) {
+			d->stats.refused[LIMIT_SESSIONS_PER_UID]++;
+			snprintf(msg, sizeof(msg), "uid %u already has %u sessions (max_sessions_per_uid)",
+				 (unsigned)cr.uid, d->cfg.max_sessions_per_uid);
 			log_warn("server: refused pid %d: %s", (int)cr.pid, msg);
 			refuse(fd, -EMFILE, msg);
 			continue;
@@ -162,6 +219,29 @@ static int bind_socket(struct daemon *d, char *err, size_t errlen)
 	return 0;
 }
 
+/* Once a second: close connections that sent no Hello in time, and
+ * control sessions (no job) silent for idle_timeout_ms with nothing in
+ * flight. Trainer sessions are never closed for being idle: a trainer may
+ * save once an hour. */
+static void sweep(uv_timer_t *t)
+{
+	struct daemon *d = t->data;
+	uint64_t now = clock_now_ns(), hello = (uint64_t)d->cfg.hello_timeout_ms * 1000000ull,
+		 idle = (uint64_t)d->cfg.idle_timeout_ms * 1000000ull;
+	struct session *s, *next;
+	for (s = TAILQ_FIRST(&d->sessions); s; s = next) {
+		next = TAILQ_NEXT(s, link);
+		if (!s->hello_done && now - s->started_ns > hello) {
+			d->stats.refused[LIMIT_HELLO_TIMEOUT]++;
+			session_close(s, -ETIMEDOUT, "no Hello within %u ms (hello_timeout_ms)",
+				      d->cfg.hello_timeout_ms);
+		} else if (s->hello_done && idle && s->job[0] == '\0' && s->refs == 0 && now - s->last_rx_ns > idle) {
+			d->stats.refused[LIMIT_IDLE_TIMEOUT]++;
+			session_close(s, -ETIMEDOUT, "idle for %u ms (idle_timeout_ms)", d->cfg.idle_timeout_ms);
+		}
+	}
+}
+
 int server_start(struct daemon *d, char *err, size_t errlen)
 {
 	int n = sd_listen_fds(1);
@@ -187,6 +267,14 @@ int server_start(struct daemon *d, char *err, size_t errlen)
 		snprintf(err, errlen, "polling the listening socket: %s", uv_strerror(r));
 		return r;
 	}
+	d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	uv_timer_init(d->loop, &d->accept_timer);
+	d->accept_timer.data = d;
+	uv_timer_init(d->loop, &d->sweep_timer);
+	d->sweep_timer.data = d;
+	uv_timer_start(&d->sweep_timer, sweep, 1000, 1000);
+	uv_unref((uv_handle_t *)&d->sweep_timer);
+	uv_unref((uv_handle_t *)&d->accept_timer);
 	d->listening = true;
 	return 0;
 }
@@ -204,6 +292,11 @@ void server_stop(struct daemon *d)
 		return;
 	d->listening = false;
 	uv_poll_stop(&d->listen_poll);
+	uv_close((uv_handle_t *)&d->accept_timer, NULL);
+	uv_close((uv_handle_t *)&d->sweep_timer, NULL);
+	if (d->spare_fd >= 0)
+		close(d->spare_fd);
+	d->spare_fd = -1;
 	uv_close((uv_handle_t *)&d->listen_poll, on_listen_closed);
 	if (d->socket_owned)
 		unlink(d->cfg.socket_path);

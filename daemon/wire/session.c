@@ -7,6 +7,7 @@
 #include "tensor.h"
 #include "config.h"
 #include "cudadev.h"
+#include "clock.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -255,7 +256,8 @@ void session_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 	if (h->job[0] != '\0') {
 		if (!manifest_name_valid(h->job, JOB_MAX_LEN)) {
 			session_close(s, -EINVAL,
-				      "job name must be 1-%d characters of [A-Za-z0-9._-], not starting with '.'",
+				      "job name must be 1-%d characters of [A-Za-z0-9._-], not starting with '.' "
+				      "and without '..'",
 				      JOB_MAX_LEN);
 			return;
 		}
@@ -266,7 +268,7 @@ void session_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 		}
 		const char *att = h->attempt_id[0] ? h->attempt_id : "default";
 		if (!manifest_name_valid(att, ATTEMPT_MAX_LEN)) {
-			session_close(s, -EINVAL, "attempt id must be 1-%d characters of [A-Za-z0-9._-]",
+			session_close(s, -EINVAL, "attempt id must be 1-%d characters of [A-Za-z0-9._-] without '..'",
 				      ATTEMPT_MAX_LEN);
 			return;
 		}
@@ -390,8 +392,18 @@ void session_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBu
 		return;
 	}
 	if (s->nbufs >= s->d->cfg.max_buffers) {
+		s->d->stats.refused[LIMIT_BUFFERS]++;
 		close_fds(fds, nfds);
 		session_reply(s, req_id, -ENOBUFS, "at most %u buffers per session", s->d->cfg.max_buffers);
+		return;
+	}
+	if (m->nbytes > s->d->cfg.max_registered_bytes - s->registered_bytes) {
+		s->d->stats.refused[LIMIT_REGISTERED_BYTES]++;
+		close_fds(fds, nfds);
+		session_reply(s, req_id, -ENOBUFS,
+			      "buffer %" PRIu64 ": %" PRIu64 " more bytes would pass the session's cap of %" PRIu64
+			      " registered (max_registered_bytes)",
+			      m->buffer_id, m->nbytes, s->d->cfg.max_registered_bytes);
 		return;
 	}
 	struct hostbuf *b = NULL;
@@ -414,6 +426,7 @@ void session_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBu
 	}
 	s->bufs = nb;
 	s->bufs[s->nbufs++] = b;
+	s->registered_bytes += b->nbytes;
 	log_debug("session %" PRIu64 ": buffer %" PRIu64 " registered, %" PRIu64 " bytes, %s", s->id, m->buffer_id,
 		  m->nbytes,
 		  b->cuda     ? (m->kind == CKPT__BUFFER_KIND__CUDA_IPC ? "CUDA IPC" : "CUDA VMM")
@@ -429,6 +442,7 @@ void session_unregister(struct session *s, uint64_t req_id, const Ckpt__Unregist
 		if (s->bufs[i]->id != m->buffer_id)
 			continue;
 		/* Saves and loads hold their own reference. */
+		s->registered_bytes -= s->bufs[i]->nbytes;
 		hostbuf_unref(s->bufs[i]);
 		s->bufs[i] = s->bufs[--s->nbufs];
 		session_reply(s, req_id, 0, NULL);
@@ -504,6 +518,7 @@ static bool receive(struct session *s)
 		}
 	}
 	if (too_many) {
+		s->d->stats.refused[LIMIT_FDS]++;
 		session_close(s, -EMFILE, "too many file descriptors in one frame (at most %u)", c->max_fds_per_frame);
 		return false;
 	}
@@ -512,10 +527,12 @@ static bool receive(struct session *s)
 		return false;
 	}
 	s->rlen += (size_t)n;
+	s->last_rx_ns = clock_now_ns();
 	while (!s->closing) {
 		uint32_t flen;
 		int r = frame_next(s->rbuf, s->rlen, c->max_frame_bytes, &flen);
 		if (r == -EMSGSIZE) {
+			s->d->stats.refused[LIMIT_FRAME_BYTES]++;
 			session_close(s, -EMSGSIZE, "frame exceeds the cap of %u bytes", c->max_frame_bytes);
 			return false;
 		}
@@ -570,6 +587,7 @@ int session_start(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid)
 	s->uid = uid;
 	s->gid = gid;
 	s->id = ++d->next_session_id;
+	s->started_ns = s->last_rx_ns = clock_now_ns();
 	s->policy = -1;
 	STAILQ_INIT(&s->outq);
 	TAILQ_INIT(&s->saves);

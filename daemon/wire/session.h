@@ -48,6 +48,9 @@ struct session {
 
 	struct hostbuf **bufs;
 	uint32_t nbufs;
+	uint64_t registered_bytes; /* of bufs, against max_registered_bytes */
+	uint64_t started_ns;       /* hello_timeout_ms counts from here */
+	uint64_t last_rx_ns;       /* idle_timeout_ms counts from here */
 
 	STAILQ_HEAD(, outmsg) outq;
 	size_t outq_bytes;

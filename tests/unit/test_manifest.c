@@ -182,7 +182,7 @@ static void test_name_valid(void **state)
 	name[129] = '\0';
 	assert_false(manifest_name_valid(name, 128));
 
-	static const char *bad[] = { "", ".hidden", ".", "..", "a/b", "a b", "a\nb",
+	static const char *bad[] = { "", ".hidden", ".", "..", "a..b", "x..", "a/b", "a b", "a\nb",
 				     "caf\xc3\xa9", "a:b", "a*", "$HOME" };
 	for (size_t i = 0; i < ARRAY_LEN(bad); i++)
 		if (manifest_name_valid(bad[i], 128))
