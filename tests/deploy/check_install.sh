@@ -18,7 +18,7 @@ check() { # description, then a command
 }
 has() { grep -Eq "$1" <<<"$files"; }
 hasnt() { ! grep -Eq "$1" <<<"$files"; }
-echo "1..17"
+echo "1..18"
 check "ckptd in sbin" has '/sbin/ckptd$'
 check "ckptctl in bin" has '/bin/ckptctl$'
 check "ckpt-bench in bin" has '/bin/ckpt-bench$'
@@ -29,6 +29,7 @@ check "ckpt/ckpt.h" has '/include/ckpt/ckpt\.h$'
 check "libckpt.pc" has '/pkgconfig/libckpt\.pc$'
 check "ckptd.service" has '/systemd/system/ckptd\.service$'
 check "ckptd.socket" has '/systemd/system/ckptd\.socket$'
+check "the unit's user, for systemd-sysusers" has '/sysusers\.d/ckptd\.conf$'
 check "ckptd(8)" has '/man/man8/ckptd\.8$'
 check "ckptctl(1)" has '/man/man1/ckptctl\.1$'
 check "ckptd.conf(5)" has '/man/man5/ckptd\.conf\.5$'

@@ -87,6 +87,30 @@ check("trainer pod mounts a memory emptyDir at /dev/shm",
       shm and any(m["mountPath"] == "/dev/shm" and m["name"] == shm[0]["name"] for m in tctr["volumeMounts"]))
 check("trainer pod requests cpu and memory", all(k in tctr.get("resources", {}).get("requests", {})
                                                   for k in ("cpu", "memory")))
+# Issue "Security": the base DaemonSet is hardened; GKE's privileged
+# variant is a separate component that says why.
+sc = ctr.get("securityContext", {})
+check("not privileged; no privilege escalation",
+      sc.get("privileged") is False and sc.get("allowPrivilegeEscalation") is False)
+check("seccompProfile RuntimeDefault", sc.get("seccompProfile", {}).get("type") == "RuntimeDefault")
+caps = sc.get("capabilities", {})
+check("drops ALL capabilities, adds only IPC_LOCK and SYS_PTRACE",
+      caps.get("drop") == ["ALL"] and sorted(caps.get("add", [])) == ["IPC_LOCK", "SYS_PTRACE"])
+check("read-only root filesystem, with a private /tmp",
+      sc.get("readOnlyRootFilesystem") is True and "/tmp" in mounts and "emptyDir" in vols[mounts["/tmp"]])
+check("no host /dev in the base DaemonSet", "/dev" not in mounts)
+with open(os.path.join(k8s, "gke-gpu", "kustomization.yaml")) as f:
+    comp = yaml.safe_load(f)
+ops = yaml.safe_load(comp["patches"][0]["patch"])
+check("gke-gpu component: privileged with the host's /dev, said why",
+      comp["kind"] == "Component" and any(o["path"].endswith("/securityContext") and o["value"].get("privileged")
+                                          for o in ops)
+      and any(o["value"].get("hostPath", {}).get("path") == "/dev" for o in ops if o["op"] == "add")
+      and "dcgm-exporter" in open(os.path.join(k8s, "gke-gpu", "kustomization.yaml")).read())
+with open(os.path.join(root, "deploy", "k8s-gke", "kustomization.yaml")) as f:
+    gke = yaml.safe_load(f)
+check("deploy/k8s-gke is the base with the gke-gpu component",
+      gke["resources"] == ["../k8s"] and gke["components"] == ["../k8s/gke-gpu"])
 ns = find("Namespace", "ckptd-system")
 check("the agent's namespace admits its privileged pods (Pod Security)",
       ns and ns["metadata"].get("labels", {}).get("pod-security.kubernetes.io/enforce") == "privileged")
