@@ -397,7 +397,7 @@ int main(int argc, char **argv)
 	build_opts();
 	static struct daemon dd;
 	struct daemon *d = &dd;
-	d->listen_fd = -1;
+	d->nlisteners = 0;
 	char err[1024];
 	bool check_only = false;
 	int r = parse_config(&d->cfg, &check_only, err, sizeof(err));

@@ -119,6 +119,21 @@ static struct job_config *job_section(struct config *c, const char *name)
 	return j;
 }
 
+static struct tenant_config *tenant_section(struct config *c, const char *name)
+{
+	for (size_t i = 0; i < c->ntenants; i++)
+		if (strcmp(c->tenants[i].name, name) == 0)
+			return &c->tenants[i];
+	/* A tenant's name is its storage prefix: a job name's rules. */
+	if (c->ntenants == CONFIG_MAX_TENANTS || strlen(name) > TENANT_NAME_MAX || name[0] == '\0' ||
+	    strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != strlen(name))
+		return NULL;
+	struct tenant_config *t = &c->tenants[c->ntenants++];
+	memset(t, 0, sizeof(*t));
+	snprintf(t->name, sizeof(t->name), "%s", name);
+	return t;
+}
+
 void config_job_policy(const struct config *c, const char *job, uint64_t pool_bytes, struct job_policy *out)
 {
 	out->policy = c->policy;
@@ -126,9 +141,12 @@ void config_job_policy(const struct config *c, const char *job, uint64_t pool_by
 	uint32_t qp = c->quota_pct;
 	out->max_inflight_saves = c->max_inflight_saves;
 	out->retention = c->retention;
-	for (size_t i = 0; i < c->njobs; i++) {
-		const struct job_config *j = &c->jobs[i];
-		if (strcmp(j->name, job) != 0)
+	/* A tenant's job TENANT/NAME takes [job.NAME] (every tenant's NAME),
+	 * then [job.TENANT/NAME] over it. */
+	const char *slash = strchr(job, '/');
+	for (size_t n = 0; n < 2 * c->njobs; n++) {
+		const struct job_config *j = &c->jobs[n % c->njobs];
+		if (n < c->njobs ? !(slash && strcmp(j->name, slash + 1) == 0) : strcmp(j->name, job) != 0)
 			continue;
 #define SET(k) (j->set & (1u << (k)))
 		if (SET(JOB_KEY_POLICY))
@@ -152,6 +170,16 @@ void config_job_policy(const struct config *c, const char *job, uint64_t pool_by
 	if (qp)
 		qb = pool_bytes / 100 * qp + pool_bytes % 100 * qp / 100;
 	out->quota_bytes = qb && qb < pool_bytes ? qb : pool_bytes;
+}
+
+const struct tenant_config *config_tenant_of_job(const struct config *c, const char *job)
+{
+	const char *slash = strchr(job, '/');
+	for (size_t i = 0; slash && i < c->ntenants; i++)
+		if (strlen(c->tenants[i].name) == (size_t)(slash - job) &&
+		    strncmp(c->tenants[i].name, job, (size_t)(slash - job)) == 0)
+			return &c->tenants[i];
+	return NULL;
 }
 
 int config_parse_size(const char *s, uint64_t *out)
@@ -543,6 +571,8 @@ const struct config_key config_keys[] = {
 	    .help = "uids that may connect (SO_PEERCRED); default: the daemon's own and root"),
 	KEY("server", "allowed_gids", cfg_ids, allowed_gids, CFG_RESTART, SECOND(config, n_allowed_gids),
 	    .help = "gids that may connect"),
+	KEY("server", "admin_gids", cfg_ids, admin_gids, CFG_RESTART, SECOND(config, n_admin_gids),
+	    .help = "with root, the gids that see every tenant on the main socket"),
 	KEY("server", "drain_timeout_ms", cfg_u32, drain_timeout_ms, 0, .def = DEFAULT_DRAIN_TIMEOUT_MS,
 	    .help = "how long a stop waits for saves to become durable"),
 
@@ -653,6 +683,26 @@ const struct config_key config_job_keys[JOB_KEY_COUNT] = {
 					     .help = "incomplete steps older than this go"),
 };
 
+#define TENANT_KEY(key, ty, fld, ...) \
+	{ \
+		.name = key, .type = &ty, .off = offsetof(struct tenant_config, fld), \
+		.size = sizeof(((struct tenant_config *)0)->fld), .flags = CFG_RESTART, __VA_ARGS__ \
+	}
+
+/* [tenant.NAME] (README "Tenants"); read at start only. */
+const struct config_key config_tenant_keys[TENANT_KEY_COUNT] = {
+	[TENANT_KEY_UIDS] = TENANT_KEY("uids", cfg_ids, uids, SECOND(tenant_config, nuids),
+				       .help = "uids that are this tenant on the main socket"),
+	[TENANT_KEY_GIDS] = TENANT_KEY("gids", cfg_ids, gids, SECOND(tenant_config, ngids),
+				       .help = "gids that are this tenant on the main socket"),
+	[TENANT_KEY_SOCKET] = TENANT_KEY("socket", cfg_str, socket,
+					 .help = "its own socket: whoever connects there is this tenant"),
+	[TENANT_KEY_QUOTA] = TENANT_KEY("quota", cfg_size, quota_bytes,
+					.help = "pool bytes its saves may hold until durable; 0: no cap"),
+	[TENANT_KEY_MAX_INFLIGHT_SAVES] = TENANT_KEY("max_inflight_saves", cfg_u32, max_inflight_saves,
+						     .help = "saves of all its jobs in flight at once; 0: no cap"),
+};
+
 static const struct config_key *find_in(const struct config_key *t, size_t n, const char *section, const char *name)
 {
 	const struct config_key *any = NULL;
@@ -671,6 +721,8 @@ const struct config_key *config_key_find(const char *section, const char *name)
 {
 	if (strncmp(section, "job.", 4) == 0)
 		return find_in(config_job_keys, JOB_KEY_COUNT, NULL, name);
+	if (strncmp(section, "tenant.", 7) == 0)
+		return find_in(config_tenant_keys, TENANT_KEY_COUNT, NULL, name);
 	return find_in(config_keys, config_nkeys, section, name);
 }
 
@@ -730,14 +782,20 @@ static int on_ini(void *user, const char *section, const char *name, const char 
 		base = job_section(x->c, section + 4);
 		if (base == NULL)
 			r = -E2BIG;
+	} else if (r == 0 && strncmp(section, "tenant.", 7) == 0) {
+		base = tenant_section(x->c, section + 7);
+		if (base == NULL)
+			r = -EINVAL; /* a bad name, or too many */
 	}
 	const struct config_key *k = r ? NULL : config_key_find(section, name);
 	if (r == 0 && k == NULL)
 		r = -ENOENT;
 	if (r == 0)
 		r = k->type->parse(k, base, name, value);
-	if (r == 0 && base != x->c)
+	if (r == 0 && base != x->c && strncmp(section, "job.", 4) == 0)
 		((struct job_config *)base)->set |= 1u << (k - config_job_keys);
+	else if (r == 0 && base != x->c)
+		((struct tenant_config *)base)->set |= 1u << (k - config_tenant_keys);
 	if (r < 0 && x->err == 0) {
 		x->err = r;
 		snprintf(x->msg, x->msglen, "[%s] %s = %s: %s", section, name, value,
@@ -813,6 +871,13 @@ void config_print(const struct config *c, FILE *f)
 			if (j->set & (1u << k))
 				config_job_keys[k].type->print(&config_job_keys[k], j, f);
 	}
+	for (size_t i = 0; i < c->ntenants; i++) {
+		const struct tenant_config *t = &c->tenants[i];
+		fprintf(f, "\n[tenant.%s]\n", t->name);
+		for (size_t k = 0; k < TENANT_KEY_COUNT; k++)
+			if (t->set & (1u << k))
+				config_tenant_keys[k].type->print(&config_tenant_keys[k], t, f);
+	}
 	bool debug = false;
 	for (size_t i = 0; i < config_nkeys; i++)
 		if (config_keys[i].flags & CFG_DEBUG)
@@ -846,6 +911,13 @@ int config_reload(struct config *cur, const struct config *next, char *kept, siz
 	/* Every [job.NAME] key may change while running. */
 	memcpy(cur->jobs, next->jobs, sizeof(next->jobs));
 	cur->njobs = next->njobs;
+	/* Tenants are read at start only (their sockets, their sessions). */
+	if (cur->ntenants != next->ntenants || memcmp(cur->tenants, next->tenants, sizeof(cur->tenants)) != 0) {
+		int n = snprintf(kept + l, keptlen - l, "%s[tenant.*]", nkept ? ", " : "");
+		if (n > 0 && (size_t)n < keptlen - l)
+			l += (size_t)n;
+		nkept++;
+	}
 	return nkept;
 }
 
@@ -920,6 +992,25 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 		snprintf(err, errlen, "[metrics] listen '%s': want HOST:PORT (an IPv4 address or [IPv6], port 0-65535)",
 			 c->metrics_listen);
 		return -EINVAL;
+	}
+	for (size_t i = 0; i < c->ntenants; i++) {
+		const struct tenant_config *t = &c->tenants[i];
+		if (t->nuids == 0 && t->ngids == 0 && t->socket[0] == '\0') {
+			snprintf(err, errlen, "[tenant.%s] names no uids, gids or socket: nobody could be it", t->name);
+			return -EINVAL;
+		}
+		if (t->socket[0] && (t->socket[0] != '/' || strcmp(t->socket, c->socket_path) == 0)) {
+			snprintf(err, errlen,
+				 "[tenant.%s] socket '%s' must be an absolute path other than the main socket", t->name,
+				 t->socket);
+			return -EINVAL;
+		}
+		for (size_t j = 0; j < i; j++)
+			if (t->socket[0] && strcmp(t->socket, c->tenants[j].socket) == 0) {
+				snprintf(err, errlen, "[tenant.%s] and [tenant.%s] share the socket %s",
+					 c->tenants[j].name, t->name, t->socket);
+				return -EINVAL;
+			}
 	}
 	return 0;
 }

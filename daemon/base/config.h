@@ -41,6 +41,8 @@
 
 #define DEFAULT_MAX_PARALLEL_UPLOADS 2
 #define CONFIG_MAX_JOBS 64
+#define CONFIG_MAX_TENANTS 32
+#define TENANT_NAME_MAX 32
 
 /* What a save does when the pool (or its job's quota) is full of data that
  * is not yet durable, after memory-tier copies have been reclaimed. */
@@ -81,6 +83,31 @@ struct job_config {
 	uint64_t quota_bytes;
 	uint32_t quota_pct;
 	uint32_t max_inflight_saves; /* 0: the default */
+};
+
+/* The rows of config_tenant_keys[], in order. */
+enum tenant_key {
+	TENANT_KEY_UIDS,
+	TENANT_KEY_GIDS,
+	TENANT_KEY_SOCKET,
+	TENANT_KEY_QUOTA,
+	TENANT_KEY_MAX_INFLIGHT_SAVES,
+	TENANT_KEY_COUNT,
+};
+
+/* One [tenant.NAME] section (README "Tenants"): the peer credentials that
+ * are this tenant on the main socket, or its own socket (Kubernetes, where
+ * pods share a uid); its jobs live under the storage prefix NAME/. */
+struct tenant_config {
+	char name[TENANT_NAME_MAX + 1];
+	uint32_t set; /* bit per enum tenant_key */
+	uid_t uids[CONFIG_MAX_IDS];
+	size_t nuids;
+	gid_t gids[CONFIG_MAX_IDS];
+	size_t ngids;
+	char socket[108];            /* "": the main socket only */
+	uint64_t quota_bytes;        /* of the pool, for its saves not yet durable; 0: no cap */
+	uint32_t max_inflight_saves; /* of all its jobs and ranks; 0: no cap */
 };
 
 /* The effective settings for one job. */
@@ -135,6 +162,10 @@ struct config {
 	struct retention retention;
 	struct job_config jobs[CONFIG_MAX_JOBS];
 	size_t njobs;
+	struct tenant_config tenants[CONFIG_MAX_TENANTS];
+	size_t ntenants;
+	gid_t admin_gids[CONFIG_MAX_IDS]; /* with root, see every tenant on the main socket */
+	size_t n_admin_gids;
 	char metrics_listen[128]; /* "127.0.0.1:9464"; empty: off */
 	/* testing only: sleep this long in the middle of every shard write */
 	uint32_t debug_store_delay_ms;
@@ -182,6 +213,7 @@ struct config_key {
 extern const struct config_key config_keys[];
 extern const size_t config_nkeys;
 extern const struct config_key config_job_keys[JOB_KEY_COUNT];
+extern const struct config_key config_tenant_keys[TENANT_KEY_COUNT];
 
 /* The row for [section] name: job sections ("job.x") find job rows, a
  * section with a "*" row finds that for other names. NULL if none. */
@@ -202,6 +234,9 @@ int config_parse_policy(const char *s, enum admit_policy *out);
 const char *config_policy_name(enum admit_policy p);
 /* Settings for job (per-job section over the defaults). */
 void config_job_policy(const struct config *c, const char *job, uint64_t pool_bytes, struct job_policy *out);
+/* The tenant whose prefix a kept job name carries ("team-a/llama"), or
+ * NULL (README "Tenants"). */
+const struct tenant_config *config_tenant_of_job(const struct config *c, const char *job);
 /* Set one key as the ini file would ("section.key", value): the --set
  * flag. 0 or -errno with a message. */
 int config_set(struct config *c, const char *section_key, const char *value, char *err, size_t errlen);

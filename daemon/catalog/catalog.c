@@ -815,16 +815,28 @@ const char *catalog_no_fallback_hint(int r)
 			     : "retry; no older step is taken instead";
 }
 
-int catalog_jobs(struct store *s, char ***jobs, size_t *n)
+int catalog_jobs(struct store *s, const char *tenant, char ***jobs, size_t *n)
 {
 	char **names = NULL;
 	size_t k = 0;
-	int r = s->ops->list(s, "", &names, &k);
+	int r = s->ops->list(s, tenant ? tenant : "", &names, &k);
 	if (r < 0)
 		return r;
 	size_t w = 0;
 	for (size_t i = 0; i < k; i++) {
-		if (manifest_name_valid(names[i], JOB_MAX_LEN))
+		char *q = NULL;
+		if (manifest_name_valid(names[i], JOB_MAX_LEN) && tenant && tenant[0]) {
+			size_t len = strlen(tenant) + strlen(names[i]) + 2;
+			if ((q = malloc(len)) != NULL)
+				snprintf(q, len, "%s/%s", tenant, names[i]);
+		}
+		if (q && manifest_job_valid(q)) {
+			free(names[i]);
+			names[w++] = q;
+			continue;
+		}
+		free(q);
+		if (manifest_name_valid(names[i], JOB_MAX_LEN) && !(tenant && tenant[0]))
 			names[w++] = names[i];
 		else
 			free(names[i]);

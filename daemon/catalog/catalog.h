@@ -113,7 +113,8 @@ uint64_t catalog_manifest_gets(void);
 /* Step indexes: read from storage (GETs), and written (created). */
 uint64_t catalog_index_gets(void);
 uint64_t catalog_index_puts(void);
-/* Jobs under the root, malloc'd. */
-int catalog_jobs(struct store *s, char ***jobs, size_t *n);
+/* Jobs under the root (tenant NULL or ""), or a tenant's, named
+ * TENANT/NAME (README "Tenants"); malloc'd. One LIST (a page per 1000). */
+int catalog_jobs(struct store *s, const char *tenant, char ***jobs, size_t *n);
 
 #endif

@@ -188,6 +188,18 @@ int manifest_name_valid(const char *s, size_t max)
 	return 1;
 }
 
+int manifest_job_valid(const char *job)
+{
+	const char *slash = strchr(job, '/');
+	if (slash == NULL)
+		return manifest_name_valid(job, JOB_MAX_LEN);
+	size_t t = (size_t)(slash - job);
+	if (t == 0 || strlen(job) > JOB_MAX_LEN ||
+	    strspn(job, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != t)
+		return 0;
+	return manifest_name_valid(slash + 1, JOB_MAX_LEN);
+}
+
 static int cmp_str_ptr(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
@@ -252,7 +264,7 @@ int manifest_check(const Ckpt__Manifest *m, char *err, size_t errlen)
 			 MANIFEST_FORMAT_VERSION);
 		return -EBADMSG;
 	}
-	if (!manifest_name_valid(m->job, JOB_MAX_LEN) || !manifest_name_valid(m->attempt_id, ATTEMPT_MAX_LEN)) {
+	if (!manifest_job_valid(m->job) || !manifest_name_valid(m->attempt_id, ATTEMPT_MAX_LEN)) {
 		snprintf(err, errlen, "manifest has an invalid job or attempt id");
 		return -EBADMSG;
 	}

@@ -71,10 +71,18 @@ struct daemon {
 	struct cuda *cuda; /* NULL: CUDA is off, cuda_why says why */
 	char cuda_why[256];
 
-	int listen_fd;
-	uv_poll_t listen_poll;
+	/* The main socket (listeners[0]) and one per tenant with a socket
+	 * (server.c). */
+	struct listener {
+		struct daemon *d;
+		int fd;
+		uv_poll_t poll;
+		int tenant; /* whose socket: an index in cfg.tenants; -1: the main one */
+		bool owned; /* we bound it, so we unlink it */
+		char path[108];
+	} listeners[1 + CONFIG_MAX_TENANTS];
+	uint32_t nlisteners;
 	bool listening;
-	bool socket_owned;       /* we bound it, so we unlink it */
 	int spare_fd;            /* closed to accept and refuse when out of fds (server.c) */
 	uv_timer_t accept_timer; /* resumes accepting after fd exhaustion */
 	unsigned accept_backoff_ms;

@@ -257,6 +257,39 @@ static uint64_t job_inflight_bytes(struct daemon *d, const char *job)
 	return n;
 }
 
+/* Pool bytes held by the saves of tenant t's jobs, and how many are in
+ * flight (README "Tenants": its quota and max_inflight_saves). */
+static uint64_t tenant_inflight(struct daemon *d, const struct tenant_config *t, uint32_t *count)
+{
+	uint64_t n = 0;
+	uint32_t k = 0;
+	size_t tl = strlen(t->name);
+	struct save *sv;
+	TAILQ_FOREACH (sv, &d->saves, link)
+		if (strncmp(sv->job, t->name, tl) == 0 && sv->job[tl] == '/') {
+			k++;
+			if (sv->have_chunks)
+				n += sv->pool_bytes;
+		}
+	if (count)
+		*count = k;
+	return n;
+}
+
+/* Over the job's quota, or its tenant's: which, and what it holds. */
+static const char *quota_hit(struct save *sv, uint64_t *held)
+{
+	struct daemon *d = sv->d;
+	if (sv->quota_bytes < d->pool.bytes &&
+	    (*held = job_inflight_bytes(d, sv->job)) + sv->pool_bytes > sv->quota_bytes)
+		return "the job's quota";
+	const struct tenant_config *t = config_tenant_of_job(&d->cfg, sv->job);
+	if (t && t->quota_bytes && (*held = tenant_inflight(d, t, NULL)) + sv->pool_bytes > t->quota_bytes)
+		return "the tenant's quota";
+	*held = pool_used_bytes(&d->pool);
+	return NULL;
+}
+
 /* Saves of one rank of job in flight (not yet durable or failed). */
 static uint32_t rank_inflight_saves(struct daemon *d, const char *job, uint32_t rank)
 {
@@ -273,7 +306,8 @@ static uint32_t rank_inflight_saves(struct daemon *d, const char *job, uint32_t 
 static int try_admit(struct save *sv)
 {
 	struct daemon *d = sv->d;
-	if (sv->quota_bytes < d->pool.bytes && job_inflight_bytes(d, sv->job) + sv->pool_bytes > sv->quota_bytes)
+	uint64_t held;
+	if (quota_hit(sv, &held))
 		return -EDQUOT;
 	int r = pool_reserve(&d->pool, sv->whole, sv->tail_slots, sv->chunks);
 	if (r == -ENOSPC) {
@@ -305,13 +339,12 @@ void save_on_admit_timer(uv_timer_t *t)
 		next = TAILQ_NEXT(sv, wlink);
 		if (sv->deadline_ns > now)
 			continue;
-		bool quota = sv->quota_bytes < d->pool.bytes &&
-			     job_inflight_bytes(d, sv->job) + sv->pool_bytes > sv->quota_bytes;
+		uint64_t held;
+		const char *quota = quota_hit(sv, &held);
 		save_fail(sv, -ETIMEDOUT,
 			  "no staging space for %" PRIu64 " bytes within %u ms: %s holds %" PRIu64
 			  " MiB not yet durable; raise staging_bytes or the quota, or save less often",
-			  sv->shard_bytes, d->cfg.admit_timeout_ms, quota ? "the job's quota" : "the pool",
-			  (quota ? job_inflight_bytes(d, sv->job) : pool_used_bytes(&d->pool)) >> 20);
+			  sv->shard_bytes, d->cfg.admit_timeout_ms, quota ? quota : "the pool", held >> 20);
 		next = TAILQ_FIRST(&d->waitq); /* failing may have admitted others */
 	}
 	save_admit_waiting(d);
@@ -814,6 +847,18 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 			  jp.max_inflight_saves, sv->job, sv->rank);
 		return;
 	}
+	const struct tenant_config *tc = config_tenant_of_job(&d->cfg, sv->job);
+	uint32_t tn = 0;
+	if (tc && tc->max_inflight_saves && (tenant_inflight(d, tc, &tn), tn >= tc->max_inflight_saves)) {
+		save_fail(sv, -EBUSY, "tenant '%s' has %u saves in flight ([tenant.%s] max_inflight_saves)", tc->name,
+			  tn, tc->name);
+		return;
+	}
+	if (tc && tc->quota_bytes && sv->shard_bytes > tc->quota_bytes) {
+		save_fail(sv, -E2BIG, "save of %" PRIu64 " bytes exceeds tenant '%s''s quota of %" PRIu64 " bytes",
+			  sv->shard_bytes, tc->name, tc->quota_bytes);
+		return;
+	}
 	struct save *o;
 	TAILQ_FOREACH (o, &d->saves, link) {
 		if (o->step == sv->step && o->rank == sv->rank && strcmp(o->job, sv->job) == 0) {
@@ -851,14 +896,16 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 		save_set_state(sv, SAVE_STAGING);
 		return;
 	}
+	const char *skip_quota;
+	uint64_t skip_held;
 	switch (sv->policy) {
 	case POLICY_SKIP:
 		d->stats.saves_skipped++;
+		skip_quota = quota_hit(sv, &skip_held);
 		save_fail(sv, -EBUSY,
 			  "no room for %" PRIu64 " bytes: %s holds %" PRIu64 " MiB not yet durable; "
 			  "skipped (policy skip)",
-			  sv->shard_bytes, r == -EDQUOT ? "the job's quota" : "the pool",
-			  (r == -EDQUOT ? job_inflight_bytes(d, sv->job) : pool_used_bytes(&d->pool)) >> 20);
+			  sv->shard_bytes, skip_quota ? skip_quota : "the pool", skip_held >> 20);
 		return;
 	case POLICY_COALESCE:
 		if (supersede_older(sv) > 0 && !job_waiting(d, sv->job) && try_admit(sv) == 0) {

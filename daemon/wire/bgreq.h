@@ -5,6 +5,8 @@
 #ifndef CKPTD_BGREQ_H
 #define CKPTD_BGREQ_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -16,6 +18,11 @@ struct bgreq {
 	struct session *session;
 	uint64_t req_id;
 	uv_work_t work;
+	/* The session's view (README "Tenants"), taken at start: its tenant
+	 * (-1: none), admin, and how much of a kept job name it does not see. */
+	int tenant;
+	bool admin;
+	size_t strip;
 	int status; /* 0 or -errno */
 	char msg[512];
 	void (*run)(struct bgreq *r);     /* threadpool */

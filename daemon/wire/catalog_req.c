@@ -127,11 +127,72 @@ static int list_job(struct list_req *l, struct store *st, const char *job)
 			r = e;
 			break;
 		}
-		r = infos_add(&l->out, job, &cs, NULL);
+		r = infos_add(&l->out, job + l->base.strip, &cs, NULL);
 		catalog_step_free(&cs);
 	}
 	free(steps);
 	return r;
+}
+
+/* The jobs a request may see: its tenant's, named TENANT/NAME; without
+ * tenants every job; an admin's, every tenant's (TENANT/NAME) and the jobs
+ * outside every tenant. One LIST per tenant. */
+static int visible_jobs(struct bgreq *b, char ***out, size_t *nout)
+{
+	struct store *st = b->d->store;
+	const struct config *c = &b->d->cfg;
+	if (b->tenant >= 0)
+		return catalog_jobs(st, c->tenants[b->tenant].name, out, nout);
+	char **top = NULL;
+	size_t n = 0;
+	int r = catalog_jobs(st, NULL, &top, &n);
+	if (r < 0 || !b->admin || c->ntenants == 0) {
+		*out = top;
+		*nout = n;
+		return r;
+	}
+	char **v = NULL;
+	size_t k = 0, cap = 0;
+	for (size_t i = 0; i < n && r == 0; i++) {
+		bool is_tenant = false;
+		for (size_t t = 0; t < c->ntenants; t++)
+			is_tenant |= strcmp(top[i], c->tenants[t].name) == 0;
+		char **sub = NULL, *one[1] = { top[i] };
+		size_t ns = 1;
+		if (is_tenant) {
+			r = catalog_jobs(st, top[i], &sub, &ns);
+			if (r == -ENOENT || r == -ENOTDIR)
+				r = 0, ns = 0;
+			if (r < 0)
+				break;
+		}
+		if (k + ns > cap) {
+			size_t nc = (k + ns) * 2 + 8;
+			char **nv = realloc(v, nc * sizeof(*v));
+			if (nv == NULL) {
+				r = -ENOMEM;
+				store_names_free(sub, is_tenant ? ns : 0);
+				break;
+			}
+			v = nv;
+			cap = nc;
+		}
+		for (size_t j = 0; j < ns; j++)
+			v[k++] = is_tenant ? sub[j] : one[j];
+		if (is_tenant) {
+			free(sub);
+			free(top[i]);
+		}
+		top[i] = NULL;
+	}
+	store_names_free(top, n); /* what was not moved */
+	if (r < 0) {
+		store_names_free(v, k);
+		return r;
+	}
+	*out = v;
+	*nout = k;
+	return 0;
 }
 
 static void list_run(struct bgreq *b)
@@ -146,7 +207,7 @@ static void list_run(struct bgreq *b)
 	} else {
 		char **jobs = NULL;
 		size_t n = 0;
-		r = catalog_jobs(st, &jobs, &n);
+		r = visible_jobs(b, &jobs, &n);
 		for (size_t i = 0; i < n && r == 0; i++) {
 			r = list_job(l, st, jobs[i]);
 			if (r == -ENOENT || r == -ENOTDIR)
@@ -183,10 +244,16 @@ static void list_destroy(struct bgreq *b)
 	free(l);
 }
 
-static bool job_arg_ok(struct session *s, uint64_t req_id, const char *job, bool required)
+/* The job a request names, as ckptd keeps it (session_job), in out ("" if
+ * none and not required); false if refused (answered). */
+static bool job_arg(struct session *s, uint64_t req_id, const char *job, bool required, char *out, size_t outlen)
 {
-	if ((required || job[0]) && !manifest_name_valid(job, JOB_MAX_LEN)) {
-		session_reply(s, req_id, -EINVAL, "invalid job name '%.64s'", job);
+	char why[256];
+	out[0] = '\0';
+	if (!required && job[0] == '\0')
+		return true;
+	if (session_job(s, job, out, outlen, why, sizeof(why)) < 0) {
+		session_reply(s, req_id, -EINVAL, "%s", why);
 		return false;
 	}
 	return true;
@@ -194,14 +261,15 @@ static bool job_arg_ok(struct session *s, uint64_t req_id, const char *job, bool
 
 void list_start(struct session *s, uint64_t req_id, const Ckpt__ListRequest *m)
 {
-	if (!job_arg_ok(s, req_id, m->job, false))
+	char job[129];
+	if (!job_arg(s, req_id, m->job, false, job, sizeof(job)))
 		return;
 	struct list_req *l = calloc(1, sizeof(*l));
 	if (l == NULL) {
 		session_reply(s, req_id, -ENOMEM, "out of memory");
 		return;
 	}
-	snprintf(l->job, sizeof(l->job), "%s", m->job);
+	snprintf(l->job, sizeof(l->job), "%s", job);
 	l->base.run = list_run;
 	l->base.reply = list_reply;
 	l->base.destroy = list_destroy;
@@ -487,7 +555,7 @@ static void verify_reply(struct bgreq *b)
 	Ckpt__StepInfo si;
 	if (q->one_rank) { /* no listing: what the request named */
 		ckpt__step_info__init(&si);
-		si.job = strdup(q->job);
+		si.job = strdup(q->job + q->base.strip);
 		si.attempt_id = strdup(q->attempt);
 		si.step = q->step;
 		si.world_size = q->world_size;
@@ -499,7 +567,7 @@ static void verify_reply(struct bgreq *b)
 			session_reply(b->session, b->req_id, -ENOMEM, "out of memory");
 			return;
 		}
-	} else if (step_info(&si, q->job, &q->cs) < 0) {
+	} else if (step_info(&si, q->job + q->base.strip, &q->cs) < 0) {
 		session_reply(b->session, b->req_id, -ENOMEM, "out of memory");
 		return;
 	}
@@ -530,7 +598,7 @@ static void show_reply(struct bgreq *b)
 	Ckpt__StepInfo si;
 	Ckpt__Manifest **ms = calloc(g->world_size, sizeof(*ms));
 	Ckpt__Manifest *copy = calloc(g->world_size, sizeof(*copy)); /* by_rank may be the cache's: read only */
-	if (ms == NULL || copy == NULL || step_info(&si, q->job, &q->cs) < 0) {
+	if (ms == NULL || copy == NULL || step_info(&si, q->job + q->base.strip, &q->cs) < 0) {
 		free(ms);
 		free(copy);
 		session_reply(b->session, b->req_id, -ENOMEM, "out of memory");
@@ -574,10 +642,11 @@ static void step_destroy(struct bgreq *b)
 
 /* A show or verify of one step; one_rank: only rank's manifest (a verify
  * of one rank names it by attempt and world_size, with no listing). */
-static void step_start(struct session *s, uint64_t req_id, const char *job, uint64_t step, bool verify, bool one_rank,
+static void step_start(struct session *s, uint64_t req_id, const char *name, uint64_t step, bool verify, bool one_rank,
 		       uint32_t rank, const char *attempt, uint32_t world_size)
 {
-	if (!job_arg_ok(s, req_id, job, true))
+	char job[129];
+	if (!job_arg(s, req_id, name, true, job, sizeof(job)))
 		return;
 	if (verify && one_rank &&
 	    (!manifest_name_valid(attempt, ATTEMPT_MAX_LEN) || world_size == 0 || world_size > 99999 ||
@@ -654,7 +723,7 @@ static void resolve_reply(struct bgreq *b)
 {
 	struct resolve_req *q = (struct resolve_req *)b;
 	Ckpt__StepInfo si;
-	if (step_info(&si, q->job, &q->cs) < 0) {
+	if (step_info(&si, q->job + q->base.strip, &q->cs) < 0) {
 		session_reply(b->session, b->req_id, -ENOMEM, "out of memory");
 		return;
 	}
@@ -677,12 +746,14 @@ static void resolve_destroy(struct bgreq *b)
 
 void resolve_start(struct session *s, uint64_t req_id, const Ckpt__ResolveRequest *m)
 {
-	const char *job = m->job[0] ? m->job : s->job;
-	if (job[0] == '\0') {
+	char job[129];
+	if (m->job[0] == '\0' && s->job[0] == '\0') {
 		session_reply(s, req_id, -EINVAL, "resolve needs a job (this session said none in Hello)");
 		return;
 	}
-	if (!job_arg_ok(s, req_id, job, true))
+	if (m->job[0] == '\0')
+		snprintf(job, sizeof(job), "%s", s->job); /* kept already */
+	else if (!job_arg(s, req_id, m->job, true, job, sizeof(job)))
 		return;
 	struct resolve_req *q = calloc(1, sizeof(*q));
 	if (q == NULL) {
@@ -794,14 +865,15 @@ static void del_destroy(struct bgreq *b)
 
 void delete_start(struct session *s, uint64_t req_id, const Ckpt__DeleteRequest *m)
 {
-	if (!job_arg_ok(s, req_id, m->job, true))
+	char job[129];
+	if (!job_arg(s, req_id, m->job, true, job, sizeof(job)))
 		return;
 	struct busy b;
 	if (busy_snapshot(s->d, &b) < 0) {
 		session_reply(s, req_id, -ENOMEM, "out of memory");
 		return;
 	}
-	bool busy = is_busy(&b, m->job, m->step);
+	bool busy = is_busy(&b, job, m->step);
 	busy_free(&b);
 	if (busy) {
 		session_reply(s, req_id, -EBUSY, "step %" PRIu64 " of job '%s' is being written or read", m->step,
@@ -813,7 +885,7 @@ void delete_start(struct session *s, uint64_t req_id, const Ckpt__DeleteRequest 
 		session_reply(s, req_id, -ENOMEM, "out of memory");
 		return;
 	}
-	snprintf(q->job, sizeof(q->job), "%s", m->job);
+	snprintf(q->job, sizeof(q->job), "%s", job);
 	q->step = m->step;
 	q->base.run = del_run;
 	q->base.reply = del_reply;
@@ -885,7 +957,7 @@ static void gc_job_run(struct gc_work *g, const char *job, const struct retentio
 			}
 			log_info("gc: removed %s step %" PRIu64 " (%s)", job, v[i].step, v[i].reason);
 		}
-		(void)infos_add(&g->removed, job, &cs[i], v[i].reason);
+		(void)infos_add(&g->removed, job + g->base.strip, &cs[i], v[i].reason);
 	}
 out:
 	for (size_t i = 0; i < n; i++)
@@ -946,7 +1018,7 @@ static void gc_req_run(struct bgreq *b)
 	if (g->njobs == 0) {
 		char **names = NULL;
 		size_t n = 0;
-		int r = catalog_jobs(g->d->store, &names, &n);
+		int r = visible_jobs(b, &names, &n);
 		if (r < 0 && r != -ENOENT) {
 			bgreq_fail(b, r, "listing jobs in %s: %s", g->d->store->url, store_error(r));
 			return;
@@ -1004,10 +1076,11 @@ static void gc_req_destroy(struct bgreq *b)
 
 void gc_start(struct session *s, uint64_t req_id, const Ckpt__GcRequest *m)
 {
-	if (!job_arg_ok(s, req_id, m->job, false))
+	char job[129];
+	if (!job_arg(s, req_id, m->job, false, job, sizeof(job)))
 		return;
-	const char *one = m->job;
-	struct gc_work *g = gc_prepare(s->d, m->job[0] ? &one : NULL, m->job[0] ? 1 : 0);
+	const char *one = job;
+	struct gc_work *g = gc_prepare(s->d, job[0] ? &one : NULL, job[0] ? 1 : 0);
 	if (g == NULL) {
 		session_reply(s, req_id, -ENOMEM, "out of memory");
 		return;

@@ -15,15 +15,61 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-static bool cred_allowed(const struct config *c, uid_t uid, gid_t gid)
+static bool ids_have(const unsigned *ids, size_t n, unsigned id)
 {
-	for (size_t i = 0; i < c->n_allowed_uids; i++)
-		if (c->allowed_uids[i] == uid)
-			return true;
-	for (size_t i = 0; i < c->n_allowed_gids; i++)
-		if (c->allowed_gids[i] == gid)
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] == id)
 			return true;
 	return false;
+}
+
+/* Who a connection on l is (README "Tenants"): its tenant (-1: none) and
+ * whether it is an admin; or -EACCES with msg saying why it is refused.
+ *  - A tenant's own socket: that tenant, whoever connects (on Kubernetes
+ *    the socket's directory is mounted into its pods only); if the tenant
+ *    lists uids or gids, the credentials must be among them too.
+ *  - The main socket without tenants: allowed_uids/allowed_gids, as ever.
+ *  - The main socket with tenants: root and admin_gids are admins, who see
+ *    every tenant; other credentials are the tenant that lists them. */
+static int classify(const struct daemon *d, const struct listener *l, const struct ucred *cr, int *tenant, bool *admin,
+		    char *msg, size_t len)
+{
+	const struct config *c = &d->cfg;
+	*tenant = -1;
+	*admin = false;
+	if (l->tenant >= 0) {
+		const struct tenant_config *t = &c->tenants[l->tenant];
+		if ((t->nuids || t->ngids) && !ids_have(t->uids, t->nuids, cr->uid) &&
+		    !ids_have(t->gids, t->ngids, cr->gid)) {
+			snprintf(msg, len, "uid %u gid %u is not tenant '%s' (its uids/gids)", (unsigned)cr->uid,
+				 (unsigned)cr->gid, t->name);
+			return -EACCES;
+		}
+		*tenant = l->tenant;
+		return 0;
+	}
+	if (c->ntenants == 0) {
+		if (ids_have(c->allowed_uids, c->n_allowed_uids, cr->uid) ||
+		    ids_have(c->allowed_gids, c->n_allowed_gids, cr->gid))
+			return 0;
+		snprintf(msg, len, "uid %u gid %u is not allowed to use ckptd (allowed_uids/allowed_gids)",
+			 (unsigned)cr->uid, (unsigned)cr->gid);
+		return -EACCES;
+	}
+	if (cr->uid == 0 || ids_have(c->admin_gids, c->n_admin_gids, cr->gid)) {
+		*admin = true;
+		return 0;
+	}
+	for (size_t i = 0; i < c->ntenants; i++) {
+		const struct tenant_config *t = &c->tenants[i];
+		if (ids_have(t->uids, t->nuids, cr->uid) || ids_have(t->gids, t->ngids, cr->gid)) {
+			*tenant = (int)i;
+			return 0;
+		}
+	}
+	snprintf(msg, len, "uid %u gid %u is no tenant's ([tenant.*] uids/gids) and not an admin (root, admin_gids)",
+		 (unsigned)cr->uid, (unsigned)cr->gid);
+	return -EACCES;
 }
 
 /* Refuse with a frame the client can read, then close. */
@@ -55,12 +101,13 @@ static uint32_t sessions_of(const struct daemon *d, uid_t uid)
 }
 
 static void on_accept(uv_poll_t *h, int status, int events);
+static void server_stop_listeners(struct daemon *d);
 
 static void resume_accept(uv_timer_t *t)
 {
 	struct daemon *d = t->data;
-	if (d->listening)
-		uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
+	for (uint32_t i = 0; d->listening && i < d->nlisteners; i++)
+		uv_poll_start(&d->listeners[i].poll, UV_READABLE, on_accept);
 }
 
 /* Out of file descriptors (EMFILE, ENFILE): the pending connection would
@@ -68,13 +115,14 @@ static void resume_accept(uv_timer_t *t)
  * it. Use the spare fd to take it and tell the client why, then stop
  * accepting for a while (the backoff doubles up to a second while it
  * lasts, and starts again at 50 ms once an accept works). */
-static void fd_exhausted(struct daemon *d, int err)
+static void fd_exhausted(struct listener *l, int err)
 {
+	struct daemon *d = l->d;
 	d->stats.refused[LIMIT_FD_EXHAUSTED]++;
 	if (d->spare_fd >= 0) {
 		close(d->spare_fd);
 		d->spare_fd = -1;
-		int fd = accept4(d->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		if (fd >= 0)
 			refuse(fd, -EMFILE, "ckptd is out of file descriptors (its RLIMIT_NOFILE); try again later");
 		d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -84,25 +132,27 @@ static void fd_exhausted(struct daemon *d, int err)
 		d->accept_backoff_ms = 1000;
 	log_err("server: accept: %s; %u sessions; not accepting for %u ms", strerror(err), d->nsessions,
 		d->accept_backoff_ms);
-	uv_poll_stop(&d->listen_poll);
+	for (uint32_t i = 0; i < d->nlisteners; i++)
+		uv_poll_stop(&d->listeners[i].poll);
 	uv_timer_start(&d->accept_timer, resume_accept, d->accept_backoff_ms, 0);
 }
 
 static void on_accept(uv_poll_t *h, int status, int events)
 {
-	struct daemon *d = h->data;
+	struct listener *l = h->data;
+	struct daemon *d = l->d;
 	(void)events;
 	if (status < 0) {
 		log_err("server: poll on listening socket: %s", uv_strerror(status));
 		return;
 	}
 	for (int i = 0; i < 64; i++) {
-		int fd = accept4(d->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		int fd = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		if (fd < 0) {
 			if (errno == EINTR)
 				continue;
 			if (errno == EMFILE || errno == ENFILE)
-				fd_exhausted(d, errno);
+				fd_exhausted(l, errno);
 			else if (errno != EAGAIN && errno != EWOULDBLOCK)
 				log_warn("server: accept: %s", strerror(errno));
 			return;
@@ -116,11 +166,10 @@ static void on_accept(uv_poll_t *h, int status, int events)
 			continue;
 		}
 		char msg[256];
-		if (!cred_allowed(&d->cfg, cr.uid, cr.gid)) {
-			snprintf(msg, sizeof(msg),
-				 "uid %u gid %u is not allowed to use ckptd (allowed_uids/allowed_gids)",
-				 (unsigned)cr.uid, (unsigned)cr.gid);
-			log_warn("server: refused pid %d: %s", (int)cr.pid, msg);
+		int tenant;
+		bool admin;
+		if (classify(d, l, &cr, &tenant, &admin, msg, sizeof(msg)) < 0) {
+			log_warn("server: refused pid %d on %s: %s", (int)cr.pid, l->path, msg);
 			refuse(fd, -EACCES, msg);
 			continue;
 		}
@@ -143,7 +192,7 @@ static void on_accept(uv_poll_t *h, int status, int events)
 			refuse(fd, -EMFILE, msg);
 			continue;
 		}
-		int r = session_start(d, fd, cr.pid, cr.uid, cr.gid);
+		int r = session_start(d, fd, cr.pid, cr.uid, cr.gid, tenant, admin);
 		if (r < 0)
 			log_err("server: cannot start a session: %s", strerror(-r));
 	}
@@ -170,9 +219,10 @@ static int mkdir_parent(const char *path)
 	return 0;
 }
 
-static int bind_socket(struct daemon *d, char *err, size_t errlen)
+/* Bind path (mode: 0660 the main socket; 0666 a tenant's, whose
+ * directory decides who reaches it) into l. */
+static int bind_socket(struct listener *l, const char *path, mode_t mode, char *err, size_t errlen)
 {
-	const char *path = d->cfg.socket_path;
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	if (strlen(path) >= sizeof(sa.sun_path)) {
 		snprintf(err, errlen, "socket path %s is too long", path);
@@ -205,17 +255,34 @@ static int bind_socket(struct daemon *d, char *err, size_t errlen)
 			close(probe);
 		unlink(path);
 	}
-	mode_t old = umask(0117);
+	mode_t old = umask(0177);
 	r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
 	umask(old);
-	if (r != 0 || chmod(path, 0660) != 0 || listen(fd, 128) != 0) {
+	if (r != 0 || chmod(path, mode) != 0 || listen(fd, 128) != 0) {
 		r = -errno;
 		snprintf(err, errlen, "binding %s: %s", path, strerror(errno));
 		close(fd);
 		return r;
 	}
-	d->listen_fd = fd;
-	d->socket_owned = true;
+	l->fd = fd;
+	l->owned = true;
+	snprintf(l->path, sizeof(l->path), "%s", path);
+	return 0;
+}
+
+static int listen_on(struct daemon *d, struct listener *l, char *err, size_t errlen)
+{
+	l->d = d;
+	int r = uv_poll_init(d->loop, &l->poll, l->fd);
+	if (r == 0) {
+		l->poll.data = l;
+		r = uv_poll_start(&l->poll, UV_READABLE, on_accept);
+	}
+	if (r < 0) {
+		snprintf(err, errlen, "polling %s: %s", l->path, uv_strerror(r));
+		return r;
+	}
+	d->nlisteners++;
 	return 0;
 }
 
@@ -244,27 +311,41 @@ static void sweep(uv_timer_t *t)
 
 int server_start(struct daemon *d, char *err, size_t errlen)
 {
+	struct listener *l = &d->listeners[0];
+	*l = (struct listener){ .d = d, .fd = -1, .tenant = -1 };
+	snprintf(l->path, sizeof(l->path), "%s", d->cfg.socket_path);
 	int n = sd_listen_fds(1);
 	if (n > 0) {
-		d->listen_fd = SD_LISTEN_FDS_START;
-		int fl = fcntl(d->listen_fd, F_GETFL);
-		if (fl < 0 || fcntl(d->listen_fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+		l->fd = SD_LISTEN_FDS_START;
+		int fl = fcntl(l->fd, F_GETFL);
+		if (fl < 0 || fcntl(l->fd, F_SETFL, fl | O_NONBLOCK) != 0) {
 			snprintf(err, errlen, "socket from systemd: %s", strerror(errno));
 			return -errno;
 		}
 		log_info("server: using the socket passed by systemd");
 	} else {
-		int r = bind_socket(d, err, errlen);
+		int r = bind_socket(l, d->cfg.socket_path, 0660, err, errlen);
 		if (r < 0)
 			return r;
 	}
-	int r = uv_poll_init(d->loop, &d->listen_poll, d->listen_fd);
-	if (r == 0) {
-		d->listen_poll.data = d;
-		r = uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
+	int r = listen_on(d, l, err, errlen);
+	/* Each tenant with a socket of its own (README "Tenants"). */
+	for (size_t i = 0; r == 0 && i < d->cfg.ntenants; i++) {
+		const struct tenant_config *t = &d->cfg.tenants[i];
+		if (t->socket[0] == '\0')
+			continue;
+		l = &d->listeners[d->nlisteners];
+		*l = (struct listener){ .d = d, .fd = -1, .tenant = (int)i };
+		r = bind_socket(l, t->socket, 0666, err, errlen);
+		if (r == 0)
+			r = listen_on(d, l, err, errlen);
+		else
+			l->fd = -1;
+		if (r == 0)
+			log_info("server: tenant '%s' on %s", t->name, t->socket);
 	}
 	if (r < 0) {
-		snprintf(err, errlen, "polling the listening socket: %s", uv_strerror(r));
+		server_stop_listeners(d);
 		return r;
 	}
 	d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -281,9 +362,22 @@ int server_start(struct daemon *d, char *err, size_t errlen)
 
 static void on_listen_closed(uv_handle_t *h)
 {
-	struct daemon *d = h->data;
-	close(d->listen_fd);
-	d->listen_fd = -1;
+	struct listener *l = h->data;
+	close(l->fd);
+	l->fd = -1;
+}
+
+/* Close every listener started, and unlink the sockets we bound. */
+static void server_stop_listeners(struct daemon *d)
+{
+	for (uint32_t i = 0; i < d->nlisteners; i++) {
+		struct listener *l = &d->listeners[i];
+		uv_poll_stop(&l->poll);
+		uv_close((uv_handle_t *)&l->poll, on_listen_closed);
+		if (l->owned)
+			unlink(l->path);
+	}
+	d->nlisteners = 0;
 }
 
 void server_stop(struct daemon *d)
@@ -291,13 +385,10 @@ void server_stop(struct daemon *d)
 	if (!d->listening)
 		return;
 	d->listening = false;
-	uv_poll_stop(&d->listen_poll);
+	server_stop_listeners(d);
 	uv_close((uv_handle_t *)&d->accept_timer, NULL);
 	uv_close((uv_handle_t *)&d->sweep_timer, NULL);
 	if (d->spare_fd >= 0)
 		close(d->spare_fd);
 	d->spare_fd = -1;
-	uv_close((uv_handle_t *)&d->listen_poll, on_listen_closed);
-	if (d->socket_owned)
-		unlink(d->cfg.socket_path);
 }

@@ -253,12 +253,10 @@ void session_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 			      WIRE_PROTOCOL_VERSION);
 		return;
 	}
+	char job[sizeof(s->job)], why[256];
 	if (h->job[0] != '\0') {
-		if (!manifest_name_valid(h->job, JOB_MAX_LEN)) {
-			session_close(s, -EINVAL,
-				      "job name must be 1-%d characters of [A-Za-z0-9._-], not starting with '.' "
-				      "and without '..'",
-				      JOB_MAX_LEN);
+		if (session_job(s, h->job, job, sizeof(job), why, sizeof(why)) < 0) {
+			session_close(s, -EINVAL, "%s", why);
 			return;
 		}
 		if (h->world_size == 0 || h->world_size > 99999 || h->rank >= h->world_size) {
@@ -280,15 +278,16 @@ void session_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 			}
 			s->policy = (int)pol;
 		}
-		snprintf(s->job, sizeof(s->job), "%s", h->job);
+		snprintf(s->job, sizeof(s->job), "%s", job);
 		snprintf(s->attempt, sizeof(s->attempt), "%s", att);
 		s->rank = h->rank;
 		s->world_size = h->world_size;
 		s->local_rank = h->local_rank;
 	}
 	s->hello_done = true;
-	log_info("session %" PRIu64 ": pid %d uid %u job '%s' rank %u/%u attempt '%s'", s->id, (int)s->pid,
-		 (unsigned)s->uid, s->job, s->rank, s->world_size, s->attempt);
+	log_info("session %" PRIu64 ": pid %d uid %u%s%s%s job '%s' rank %u/%u attempt '%s'", s->id, (int)s->pid,
+		 (unsigned)s->uid, s->tenant >= 0 ? " tenant '" : "", s->tenant >= 0 ? session_tenant_name(s) : "",
+		 s->tenant >= 0 ? "'" : (s->admin ? " admin" : ""), s->job, s->rank, s->world_size, s->attempt);
 	const struct config *c = &s->d->cfg;
 	Ckpt__Limits lim = CKPT__LIMITS__INIT;
 	lim.max_frame_bytes = c->max_frame_bytes;
@@ -574,7 +573,52 @@ static void on_poll(uv_poll_t *h, int status, int events)
 	}
 }
 
-int session_start(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid)
+const char *session_tenant_name(const struct session *s)
+{
+	return s->tenant >= 0 ? s->d->cfg.tenants[s->tenant].name : NULL;
+}
+
+size_t session_job_strip(const struct session *s)
+{
+	return s->tenant >= 0 ? strlen(s->d->cfg.tenants[s->tenant].name) + 1 : 0;
+}
+
+int session_job(const struct session *s, const char *name, char *out, size_t outlen, char *err, size_t errlen)
+{
+	const struct config *c = &s->d->cfg;
+	const char *tenant = session_tenant_name(s);
+	const char *slash = strchr(name, '/');
+	if (slash == NULL || tenant) {
+		if (!manifest_name_valid(name, JOB_MAX_LEN)) {
+			snprintf(err, errlen,
+				 "job name '%.64s' must be 1-%d characters of [A-Za-z0-9._-], not starting with '.' "
+				 "and without '..'",
+				 name, JOB_MAX_LEN);
+			return -EINVAL;
+		}
+		int n = tenant ? snprintf(out, outlen, "%s/%s", tenant, name) : snprintf(out, outlen, "%s", name);
+		if (n < 0 || (size_t)n >= outlen || (size_t)n > JOB_MAX_LEN) {
+			snprintf(err, errlen, "job name '%.64s' is too long with the tenant's prefix '%s/' (%d in all)",
+				 name, tenant ? tenant : "", JOB_MAX_LEN);
+			return -EINVAL;
+		}
+		return 0;
+	}
+	/* TENANT/NAME: an admin's (or, without tenants, nobody's). */
+	bool known = false;
+	for (size_t i = 0; i < c->ntenants; i++)
+		known |= strlen(c->tenants[i].name) == (size_t)(slash - name) &&
+			 strncmp(c->tenants[i].name, name, (size_t)(slash - name)) == 0;
+	if (!known || !manifest_job_valid(name) || strlen(name) >= outlen) {
+		snprintf(err, errlen, "invalid job name '%.64s'%s", name,
+			 c->ntenants ? " (want NAME, or TENANT/NAME of a configured tenant)" : "");
+		return -EINVAL;
+	}
+	snprintf(out, outlen, "%s", name);
+	return 0;
+}
+
+int session_start(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid, int tenant, bool admin)
 {
 	struct session *s = calloc(1, sizeof(*s));
 	if (s == NULL) {
@@ -586,6 +630,8 @@ int session_start(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid)
 	s->pid = pid;
 	s->uid = uid;
 	s->gid = gid;
+	s->tenant = tenant;
+	s->admin = admin;
 	s->id = ++d->next_session_id;
 	s->started_ns = s->last_rx_ns = clock_now_ns();
 	s->policy = -1;

@@ -35,8 +35,13 @@ struct session {
 	uid_t uid;
 	gid_t gid;
 
+	/* README "Tenants": the tenant this connection is (its socket, or its
+	 * credentials on the main socket), -1 without tenants; admin: root or
+	 * an admin gid on the main socket, seeing every tenant. */
+	int tenant;
+	bool admin;
 	bool hello_done;
-	char job[129];
+	char job[129]; /* as ckptd keeps it: TENANT/NAME under a tenant */
 	char attempt[129];
 	uint32_t rank, world_size, local_rank;
 	int policy; /* enum admit_policy from Hello, or -1 */
@@ -60,8 +65,20 @@ struct session {
 	uint32_t refs; /* loads/lists on the threadpool hold one */
 };
 
-/* Takes ownership of fd (a connected, non-blocking socket). */
-int session_start(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid);
+/* Takes ownership of fd (a connected, non-blocking socket), which is
+ * tenant (-1: none) or an admin (server.c decided). */
+int session_start(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid, int tenant, bool admin);
+/* The job a client names (in Hello or a request) as ckptd keeps it, in
+ * out: under the session's tenant, "TENANT/NAME"; an admin names
+ * TENANT/NAME itself (or a job outside every tenant). 0, or -EINVAL with
+ * err saying why. Another tenant's job cannot be named at all, so its
+ * errors are those of a job that does not exist. */
+int session_job(const struct session *s, const char *name, char *out, size_t outlen, char *err, size_t errlen);
+/* How many leading bytes of a kept job name the client does not see
+ * ("TENANT/" for a tenant's session; 0 for admins and without tenants). */
+size_t session_job_strip(const struct session *s);
+/* The session's tenant's name, or NULL. */
+const char *session_tenant_name(const struct session *s);
 /* Queue a frame; sets version. Failures close the session. */
 void session_send(struct session *s, uint64_t req_id, Ckpt__Frame *f);
 /* A Reply: status is 0 or -errno, as everywhere in ckptd; wire_status

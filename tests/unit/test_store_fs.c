@@ -546,7 +546,7 @@ static void test_catalog_steps_latest_jobs(void **state)
 	snprintf(path, sizeof(path), "%s/bad name", f->dir);
 	assert_int_equal(mkdir(path, 0755), 0);
 	char **jobs = NULL;
-	assert_int_equal(catalog_jobs(s, &jobs, &n), 0);
+	assert_int_equal(catalog_jobs(s, NULL, &jobs, &n), 0);
 	qsort(jobs, n, sizeof(*jobs), cmp_str);
 	assert_int_equal(n, 2);
 	assert_string_equal(jobs[0], "job");

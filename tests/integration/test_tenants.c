@@ -1,0 +1,296 @@
+/* Issue "Security": tenants. Two tenants by uid on the main socket (team-a
+ * is uid 2001, team-b uid 2002) and two by socket, as on Kubernetes where
+ * pods share uid 0 (team-c and team-d each have a socket of their own).
+ * Every tenant saves a job named "llama"; each sees, loads, verifies and
+ * removes only its own, gets "not found" for the others', cannot name them,
+ * and gc touches only its own. The admin (root on the main socket) sees
+ * all four, named TENANT/llama; a uid that is no tenant is refused. Needs
+ * root to become the two uids; without it the test says so and exits 77
+ * (skipped), never passed. Clients run in forked children; each check that
+ * fails prints what it saw. */
+#include <errno.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+#include "harness.h"
+
+static struct dctx D;
+static char sock_c[400], sock_d[400];
+static int failures;
+
+#define CHECK(cond, ...) \
+	do { \
+		if (!(cond)) { \
+			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+			fprintf(stderr, __VA_ARGS__); \
+			fprintf(stderr, "\n"); \
+			failures++; \
+		} \
+	} while (0)
+
+/* Save step of job with every byte = v; 0 or the error. */
+static int save(const char *sock, const char *job, uint64_t step, int v)
+{
+	ckpt_hello h = { .job = job, .rank = 0, .world_size = 1, .attempt_id = "t" };
+	ckpt_client *c = NULL;
+	int r = ckpt_connect(sock, &h, &c);
+	if (r < 0)
+		return r;
+	ckpt_buffer *b = NULL;
+	if ((r = ckpt_buffer_alloc(c, 4096, &b)) == 0) {
+		memset(ckpt_buffer_data(b), v, 4096);
+		uint64_t shape[1] = { 4096 };
+		ckpt_tensor t = {
+			.name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b, .nbytes = 4096
+		};
+		ckpt_future *f = NULL;
+		if ((r = ckpt_save(c, step, &t, 1, NULL, 0, &f)) == 0) {
+			r = ckpt_future_wait(f, CKPT_DURABLE, 60000);
+			ckpt_future_free(f);
+		}
+		ckpt_buffer_free(b);
+	}
+	ckpt_close(c);
+	return r;
+}
+
+/* Load the latest step of job: its step number and first byte. */
+static int load_latest(const char *sock, const char *job, uint64_t *step, int *v)
+{
+	ckpt_hello h = { .job = job, .rank = 0, .world_size = 1, .attempt_id = "t" };
+	ckpt_client *c = NULL;
+	int r = ckpt_connect(sock, &h, &c);
+	if (r < 0)
+		return r;
+	ckpt_buffer *b = NULL;
+	if ((r = ckpt_buffer_alloc(c, 4096, &b)) == 0) {
+		uint64_t shape[1] = { 4096 };
+		ckpt_tensor t = {
+			.name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b, .nbytes = 4096
+		};
+		ckpt_future *f = NULL;
+		if ((r = ckpt_load(c, CKPT_LATEST, &t, 1, &f)) == 0) {
+			r = ckpt_future_wait(f, CKPT_LOADED, 60000);
+			*step = ckpt_future_step(f);
+			*v = ((unsigned char *)ckpt_buffer_data(b))[0];
+			ckpt_future_free(f);
+		}
+		ckpt_buffer_free(b);
+	}
+	ckpt_close(c);
+	return r;
+}
+
+static int cmp_info(const void *a, const void *b)
+{
+	const ckpt_step_info *x = a, *y = b;
+	int c = strcmp(x->job, y->job);
+	return c ? c : (x->step > y->step) - (x->step < y->step);
+}
+
+/* "job:step,job:step" of what a control session on sock lists, sorted. */
+static int list(const char *sock, const char *job, char *out, size_t cap)
+{
+	ckpt_client *c = NULL;
+	int r = ckpt_connect(sock, NULL, &c);
+	if (r < 0)
+		return r;
+	ckpt_step_info *v = NULL;
+	size_t n = 0;
+	out[0] = '\0';
+	if ((r = ckpt_list(c, job, &v, &n)) == 0) {
+		qsort(v, n, sizeof(*v), cmp_info); /* by job, then step */
+		for (size_t i = 0; i < n; i++)
+			snprintf(out + strlen(out), cap - strlen(out), "%s%s:%" PRIu64, i ? "," : "", v[i].job,
+				 v[i].step);
+	}
+	free(v);
+	ckpt_close(c);
+	return r;
+}
+
+/* One tenant's view: it sees its own llama (steps mine), loads it, and
+ * every operation on the others' steps (theirs) fails as "not found". */
+static void tenant_checks(const char *who, const char *sock, const char *mine, uint64_t latest, int v, uint64_t theirs)
+{
+	char got[1024];
+	CHECK(list(sock, NULL, got, sizeof(got)) == 0 && strcmp(got, mine) == 0, "%s: ls of every job: '%s', want '%s'",
+	      who, got, mine);
+	CHECK(list(sock, "llama", got, sizeof(got)) == 0 && strcmp(got, mine) == 0, "%s: ls llama: '%s', want '%s'",
+	      who, got, mine);
+	uint64_t step = 0;
+	int b = -1;
+	int r = load_latest(sock, "llama", &step, &b);
+	CHECK(r == 0 && step == latest && b == v,
+	      "%s: load latest: %d, step %" PRIu64 " byte %d; want step %" PRIu64 " byte %d", who, r, step, b, latest,
+	      v);
+	ckpt_client *c = NULL;
+	CHECK(ckpt_connect(sock, NULL, &c) == 0, "%s: control session: %s", who, ckpt_errmsg());
+	if (c == NULL)
+		return;
+	ckpt_step_detail *det = NULL;
+	r = ckpt_show(c, "llama", theirs, &det);
+	CHECK(r == -ENOENT, "%s: show of another tenant's step %" PRIu64 ": %d (%s), want ENOENT", who, theirs, r,
+	      ckpt_errmsg());
+	if (det)
+		ckpt_step_detail_free(det);
+	ckpt_verify_result *vr = NULL;
+	r = ckpt_verify(c, "llama", theirs, &vr);
+	CHECK(r == -ENOENT, "%s: verify of another tenant's step: %d (%s), want ENOENT", who, r, ckpt_errmsg());
+	if (vr)
+		ckpt_verify_result_free(vr);
+	r = ckpt_delete(c, "llama", theirs);
+	CHECK(r == -ENOENT, "%s: rm of another tenant's step: %d (%s), want ENOENT", who, r, ckpt_errmsg());
+	ckpt_step_info si;
+	r = ckpt_resolve(c, "llama", (int64_t)theirs, &si);
+	CHECK(r == -ENOENT, "%s: resolve of another tenant's step: %d, want ENOENT", who, r);
+	/* Naming another tenant's job outright is not a name at all. */
+	r = ckpt_list(c, "team-a/llama", &(ckpt_step_info *){ NULL }, &(size_t){ 0 });
+	CHECK(r == -EINVAL, "%s: ls team-a/llama: %d, want EINVAL", who, r);
+	ckpt_gc_entry *gv = NULL;
+	size_t gn = 0;
+	r = ckpt_gc(c, NULL, 1, &gv, &gn);
+	CHECK(r == 0, "%s: gc --dry-run: %d (%s)", who, r, ckpt_errmsg());
+	free(gv);
+	ckpt_close(c);
+	ckpt_hello h = { .job = "team-a/llama", .rank = 0, .world_size = 1 };
+	CHECK(ckpt_connect(sock, &h, &c) == -EINVAL, "%s: Hello as team-a/llama was not refused", who);
+}
+
+/* Run fn as uid in a child; its failures count here. */
+static void as_uid(uid_t uid, void (*fn)(void))
+{
+	fflush(stderr);
+	pid_t pid = fork();
+	if (pid == 0) {
+		if (setgroups(0, NULL) != 0 || setgid(uid) != 0 || setuid(uid) != 0)
+			_exit(100);
+		failures = 0;
+		fn();
+		_exit(failures ? 1 : 0);
+	}
+	int st = 0;
+	if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) == 100) {
+		fprintf(stderr, "FAIL: could not run a client as uid %u\n", (unsigned)uid);
+		failures++;
+		return;
+	}
+	failures += WEXITSTATUS(st) != 0;
+}
+
+static void a_saves(void)
+{
+	CHECK(save(D.sock, "llama", 1, 0xa1) == 0, "team-a: save 1: %s", ckpt_errmsg());
+	CHECK(save(D.sock, "llama", 2, 0xa2) == 0, "team-a: save 2: %s", ckpt_errmsg());
+}
+
+static void b_saves(void)
+{
+	CHECK(save(D.sock, "llama", 7, 0xb7) == 0, "team-b: save 7: %s", ckpt_errmsg());
+}
+
+static void a_checks(void)
+{
+	tenant_checks("team-a", D.sock, "llama:1,llama:2", 2, 0xa2, 7);
+}
+
+static void b_checks(void)
+{
+	tenant_checks("team-b", D.sock, "llama:7", 7, 0xb7, 1);
+}
+
+static void nobody(void)
+{
+	ckpt_client *c = NULL;
+	int r = ckpt_connect(D.sock, NULL, &c);
+	CHECK(r == -EACCES && strstr(ckpt_errmsg(), "no tenant's"), "uid 2003: %d (%s), want EACCES", r, ckpt_errmsg());
+}
+
+static void exists(const char *rel, bool want)
+{
+	char p[700];
+	snprintf(p, sizeof(p), "%s/%s", D.store, rel);
+	struct stat st;
+	CHECK((stat(p, &st) == 0) == want, "%s %s", p, want ? "is missing" : "exists");
+}
+
+int main(void)
+{
+	if (geteuid() != 0) {
+		printf("skipped: needs root, to become the tenants' uids (running as uid %u)\n", (unsigned)geteuid());
+		return 77;
+	}
+	h_init(&D);
+	snprintf(sock_c, sizeof(sock_c), "%s/tc/ckptd.sock", D.dir);
+	snprintf(sock_d, sizeof(sock_d), "%s/td/ckptd.sock", D.dir);
+	char conf[2048];
+	snprintf(conf, sizeof(conf),
+		 "[tenant.team-a]\nuids = 2001\n[tenant.team-b]\nuids = 2002\n"
+		 "[tenant.team-c]\nsocket = %s\n[tenant.team-d]\nsocket = %s\n",
+		 sock_c, sock_d);
+	h_start(&D, conf);
+	chmod(D.dir, 0755);
+	char rundir[400];
+	snprintf(rundir, sizeof(rundir), "%s/run", D.dir);
+	chmod(rundir, 0755);
+	chmod(D.sock, 0666); /* the socket's mode is not what tells tenants apart */
+
+	/* Everyone saves a job called llama. */
+	as_uid(2001, a_saves);
+	as_uid(2002, b_saves);
+	CHECK(save(sock_c, "llama", 3, 0xc3) == 0, "team-c: save 3: %s", ckpt_errmsg());
+	CHECK(save(sock_d, "llama", 4, 0xd4) == 0, "team-d: save 4: %s", ckpt_errmsg());
+	/* ... each under its own prefix. */
+	exists("team-a/llama/step-000000000002", true);
+	exists("team-b/llama/step-000000000007", true);
+	exists("team-c/llama/step-000000000003", true);
+	exists("team-d/llama/step-000000000004", true);
+	exists("llama", false);
+
+	/* Each sees only its own; the others' are missing to it. */
+	as_uid(2001, a_checks);
+	as_uid(2002, b_checks);
+	tenant_checks("team-c (root on its socket)", sock_c, "llama:3", 3, 0xc3, 4);
+	tenant_checks("team-d (root on its socket)", sock_d, "llama:4", 4, 0xd4, 3);
+	as_uid(2003, nobody);
+	/* The refused removals removed nothing. */
+	exists("team-a/llama/step-000000000001", true);
+	exists("team-b/llama/step-000000000007", true);
+	exists("team-c/llama/step-000000000003", true);
+	exists("team-d/llama/step-000000000004", true);
+
+	/* The admin sees every tenant. */
+	char got[1024];
+	const char *all = "team-a/llama:1,team-a/llama:2,team-b/llama:7,team-c/llama:3,team-d/llama:4";
+	CHECK(list(D.sock, NULL, got, sizeof(got)) == 0 && strcmp(got, all) == 0, "admin: ls: '%s', want '%s'", got,
+	      all);
+	CHECK(list(D.sock, "team-b/llama", got, sizeof(got)) == 0 && strcmp(got, "team-b/llama:7") == 0,
+	      "admin: ls team-b/llama: '%s'", got);
+	uint64_t step = 0;
+	int b = -1;
+	CHECK(load_latest(D.sock, "team-c/llama", &step, &b) == 0 && step == 3 && b == 0xc3,
+	      "admin: load team-c/llama: step %" PRIu64 " byte %d", step, b);
+	ckpt_client *c = NULL;
+	CHECK(ckpt_connect(D.sock, NULL, &c) == 0, "admin: connect");
+	CHECK(c && ckpt_delete(c, "team-b/llama", 7) == 0, "admin: rm team-b/llama 7: %s", ckpt_errmsg());
+	if (c)
+		ckpt_close(c);
+	exists("team-b/llama/step-000000000007", false);
+
+	h_assert_serves(&D);
+	h_cleanup(&D);
+	if (failures) {
+		printf("%d check(s) failed\n", failures);
+		return 1;
+	}
+	printf("four tenants (two by uid, two by socket) each saw and touched only their own jobs; the admin saw "
+	       "all\n");
+	return 0;
+}
