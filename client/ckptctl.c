@@ -198,6 +198,21 @@ static int cmd_status(ckpt_client *c, int json)
 				die_oom();
 		json_put(rec, "removed", items);
 		json_put(o, "recovered", rec);
+		json_object *ten = json_object_new_array();
+		if (!ten)
+			die_oom();
+		for (uint32_t i = 0; i < st.ntenants; i++) {
+			json_object *e = json_object_new_object();
+			if (!e)
+				die_oom();
+			json_put(e, "name", json_object_new_string(st.tenants[i].name));
+			json_put(e, "sessions", json_object_new_uint64(st.tenants[i].sessions));
+			json_put(e, "inflight_saves", json_object_new_uint64(st.tenants[i].inflight_saves));
+			json_put(e, "pool_bytes", json_object_new_uint64(st.tenants[i].pool_bytes));
+			if (json_object_array_add(ten, e) != 0)
+				die_oom();
+		}
+		json_put(o, "tenants", ten);
 		json_print(o);
 		json_object_put(o);
 		return 0;
@@ -228,6 +243,10 @@ static int cmd_status(ckpt_client *c, int json)
 		for (uint32_t i = 0; i < st.nrecovered; i++)
 			printf("%-16s %s\n", "", st.recovered[i]);
 	}
+	for (uint32_t i = 0; i < st.ntenants; i++)
+		printf("%-16s %s: %" PRIu32 " sessions, %" PRIu32 " saves in flight, %s of the pool\n",
+		       i ? "" : "tenants", st.tenants[i].name, st.tenants[i].sessions, st.tenants[i].inflight_saves,
+		       human_bytes(st.tenants[i].pool_bytes, a, sizeof(a)));
 	printf("%-16s %s\n", "storage", st.storage[0] ? st.storage : "-");
 	printf("%-16s %s\n", "cuda", st.cuda[0] ? st.cuda : "-");
 	printf("%-16s %s\n", "uptime", human_duration(st.uptime_ns, a, sizeof(a)));

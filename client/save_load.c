@@ -301,6 +301,15 @@ int ckpt_status(ckpt_client *c, ckpt_status_info *out)
 		o->step = h->step;
 		o->bytes = h->bytes;
 	}
+	out->ntenants = 0;
+	for (size_t i = 0; i < s->n_tenants && i < CKPT_STATUS_MAX_TENANTS; i++) {
+		const Ckpt__TenantStatus *t = s->tenants[i];
+		ckpt_tenant_info *o = &out->tenants[out->ntenants++];
+		snprintf(o->name, sizeof(o->name), "%s", t->name ? t->name : "");
+		o->sessions = t->sessions;
+		o->inflight_saves = t->inflight_saves;
+		o->pool_bytes = t->pool_bytes;
+	}
 	out->recovered_files = s->recovered_files;
 	for (size_t i = 0; i < s->n_recovered && i < CKPT_STATUS_MAX_RECOVERED; i++)
 		snprintf(out->recovered[out->nrecovered++], sizeof(out->recovered[0]), "%s",

@@ -118,6 +118,27 @@ int metrics_format(const struct status *st, char **out, size_t *len)
 	const char *family = NULL;
 	for (size_t i = 0; i < ST_NCOLS; i++)
 		column(&b, st, i, &family);
+	/* Per tenant (README "Tenants"), when there are any. */
+	static const struct {
+		const char *name, *help;
+		size_t off;
+		bool wide;
+	} tcols[] = {
+		{ "ckptd_tenant_sessions", "Connected clients, by tenant.", offsetof(struct status_tenant, sessions),
+		  false },
+		{ "ckptd_tenant_saves_inflight", "Saves admitted and not yet durable or failed, by tenant.",
+		  offsetof(struct status_tenant, inflight_saves), false },
+		{ "ckptd_tenant_pool_bytes", "Pool bytes held by saves not yet durable, by tenant.",
+		  offsetof(struct status_tenant, pool_bytes), true },
+	};
+	for (size_t k = 0; st->ntenants && k < sizeof(tcols) / sizeof(tcols[0]); k++) {
+		metric(&b, tcols[k].name, "gauge", tcols[k].help);
+		for (uint32_t i = 0; i < st->ntenants; i++) {
+			const char *p = (const char *)&st->tenants[i] + tcols[k].off;
+			uint64_t v = tcols[k].wide ? *(const uint64_t *)p : *(const uint32_t *)p;
+			put(&b, "%s{tenant=\"%s\"} %" PRIu64 "\n", tcols[k].name, st->tenants[i].name, v);
+		}
+	}
 	/* What is running, as Prometheus exporters say it: a constant 1 whose
 	 * labels carry the version, the commit and whether the CUDA driver
 	 * API is compiled in (the image check wants it so). */

@@ -192,6 +192,20 @@ int status_snapshot(const struct daemon *d, struct status *st)
 	st->nrecovered = s->nrecovered;
 	for (uint32_t i = 0; i < s->nrecovered && i < RECOVERED_LIST; i++)
 		st->recovered[i] = (char *)s->recovered[i];
+	st->ntenants = (uint32_t)d->cfg.ntenants;
+	for (uint32_t i = 0; i < st->ntenants; i++)
+		st->tenants[i] = (struct status_tenant){ .name = d->cfg.tenants[i].name,
+							 .sessions = d->tenant_sessions[i] };
+	const struct save *ts;
+	TAILQ_FOREACH (ts, &d->saves, link) {
+		const struct tenant_config *t = config_tenant_of_job(&d->cfg, ts->job);
+		if (t == NULL)
+			continue;
+		struct status_tenant *x = &st->tenants[t - d->cfg.tenants];
+		x->inflight_saves++;
+		if (ts->have_chunks)
+			x->pool_bytes += ts->pool_bytes;
+	}
 	/* Every number is filled even when the list cannot be. */
 	st->held = calloc(d->nheld ? d->nheld : 1, sizeof(*st->held));
 	const struct save *sv;
@@ -237,11 +251,30 @@ int status_reply_fill(const struct status *st, Ckpt__StatusReply *rep)
 	rep->recovered = (char **)st->recovered;
 	rep->storage = (char *)st->storage;
 	rep->cuda = (char *)st->cuda;
+	if (st->ntenants) {
+		void *tb = calloc(st->ntenants, sizeof(Ckpt__TenantStatus *) + sizeof(Ckpt__TenantStatus));
+		if (tb == NULL)
+			return -ENOMEM;
+		Ckpt__TenantStatus **tp = tb;
+		Ckpt__TenantStatus *t = (Ckpt__TenantStatus *)(tp + st->ntenants);
+		for (uint32_t k = 0; k < st->ntenants; k++) {
+			ckpt__tenant_status__init(&t[k]);
+			t[k].name = (char *)st->tenants[k].name;
+			t[k].sessions = st->tenants[k].sessions;
+			t[k].inflight_saves = st->tenants[k].inflight_saves;
+			t[k].pool_bytes = st->tenants[k].pool_bytes;
+			tp[k] = &t[k];
+		}
+		rep->n_tenants = st->ntenants;
+		rep->tenants = tp;
+	}
 	/* One block: the pointers, then the copies. */
 	size_t n = st->nheld;
 	void *blk = calloc(n ? n : 1, sizeof(Ckpt__HeldCopy *) + sizeof(Ckpt__HeldCopy));
-	if (blk == NULL)
+	if (blk == NULL) {
+		status_reply_free(rep);
 		return -ENOMEM;
+	}
 	Ckpt__HeldCopy **heldp = blk;
 	Ckpt__HeldCopy *held = (Ckpt__HeldCopy *)(heldp + (n ? n : 1));
 	for (size_t k = 0; k < n; k++) {
@@ -265,6 +298,9 @@ void status_reply_free(Ckpt__StatusReply *rep)
 	free(rep->held);
 	rep->held = NULL;
 	rep->n_held = 0;
+	free(rep->tenants);
+	rep->tenants = NULL;
+	rep->n_tenants = 0;
 }
 
 void status_line_render(const struct status *st, char *buf, size_t len)

@@ -108,6 +108,12 @@ struct status_held {
 	uint64_t step, bytes;
 };
 
+struct status_tenant {
+	const char *name; /* borrowed from the config */
+	uint32_t sessions, inflight_saves;
+	uint64_t pool_bytes;
+};
+
 struct status {
 	uint64_t v[ST_NCOLS];
 	struct histogram save_stall, save_durable;
@@ -120,6 +126,8 @@ struct status {
 	char *recovered[RECOVERED_LIST]; /* borrowed from the daemon's stats */
 	uint32_t nheld;
 	struct status_held *held; /* malloc'd */
+	uint32_t ntenants;
+	struct status_tenant tenants[CONFIG_MAX_TENANTS];
 };
 
 /* Fill st from the daemon, each value computed once. Strings are borrowed:

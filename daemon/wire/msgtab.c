@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <string.h>
 #include <stdlib.h>
 
 /* The handlers take the whole frame; these pass on its body. */
@@ -62,11 +63,34 @@ static void m_resolve(struct session *s, const Ckpt__Frame *f)
 	resolve_start(s, f->req_id, f->resolve);
 }
 
+/* What a tenant's session may see of the status (README "Tenants"): its
+ * own row and held copies (under its own names), no other tenant's, and
+ * no names of files recovered at start. Node-wide numbers stay. */
+static void status_for_tenant(const struct session *s, struct status *st)
+{
+	const char *t = session_tenant_name(s);
+	if (t == NULL)
+		return;
+	size_t strip = session_job_strip(s), w = 0;
+	for (uint32_t i = 0; i < st->nheld; i++)
+		if (strncmp(st->held[i].job, t, strip - 1) == 0 && st->held[i].job[strip - 1] == '/') {
+			st->held[w] = st->held[i];
+			st->held[w++].job += strip;
+		}
+	st->nheld = (uint32_t)w;
+	st->tenants[0] = st->tenants[s->tenant];
+	st->ntenants = 1;
+	st->nrecovered = 0;
+}
+
 static void m_status(struct session *s, const Ckpt__Frame *f)
 {
 	struct status st;
 	Ckpt__StatusReply rep = CKPT__STATUS_REPLY__INIT;
-	if (status_snapshot(s->d, &st) < 0 || status_reply_fill(&st, &rep) < 0) {
+	int r = status_snapshot(s->d, &st);
+	if (r == 0)
+		status_for_tenant(s, &st);
+	if (r < 0 || status_reply_fill(&st, &rep) < 0) {
 		status_release(&st);
 		session_reply(s, f->req_id, -ENOMEM, "out of memory");
 		return;

@@ -138,6 +138,8 @@ void session_close(struct session *s, int status, const char *fmt, ...)
 		save_detach_session(sv);
 	TAILQ_REMOVE(&s->d->sessions, s, link);
 	s->d->nsessions--;
+	if (s->tenant >= 0)
+		s->d->tenant_sessions[s->tenant]--;
 	uv_poll_stop(&s->poll);
 	uv_close((uv_handle_t *)&s->poll, on_closed);
 }
@@ -648,6 +650,8 @@ int session_start(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid, int
 	s->poll.data = s;
 	TAILQ_INSERT_TAIL(&d->sessions, s, link);
 	d->nsessions++;
+	if (tenant >= 0)
+		d->tenant_sessions[tenant]++;
 	session_set_events(s, UV_READABLE);
 	return 0;
 }

@@ -266,6 +266,28 @@ int main(void)
 	exists("team-c/llama/step-000000000003", true);
 	exists("team-d/llama/step-000000000004", true);
 
+	/* Status: a tenant sees its own row and held copies, by its own names. */
+	ckpt_client *sc = NULL;
+	static ckpt_status_info si;
+	CHECK(ckpt_connect(sock_c, NULL, &sc) == 0 && ckpt_status(sc, &si) == 0, "team-c: status: %s", ckpt_errmsg());
+	CHECK(si.ntenants == 1 && strcmp(si.tenants[0].name, "team-c") == 0, "team-c: status shows %u tenants",
+	      si.ntenants);
+	CHECK(si.nheld >= 1, "team-c: status shows no held copy of its own");
+	for (uint32_t i = 0; i < si.nheld; i++)
+		CHECK(strcmp(si.held[i].job, "llama") == 0 && si.held[i].step == 3,
+		      "team-c: status shows the held copy %s step %" PRIu64, si.held[i].job, si.held[i].step);
+	if (sc)
+		ckpt_close(sc);
+	CHECK(ckpt_connect(D.sock, NULL, &sc) == 0 && ckpt_status(sc, &si) == 0, "admin: status: %s", ckpt_errmsg());
+	CHECK(si.ntenants == 4, "admin: status shows %u tenants, want 4", si.ntenants);
+	bool other = false;
+	for (uint32_t i = 0; i < si.nheld; i++)
+		other |= strncmp(si.held[i].job, "team-b/", 7) == 0;
+	CHECK(other, "admin: status shows no held copy of team-b's");
+	if (sc)
+		ckpt_close(sc);
+	CHECK(h_metric(&D, "ckptd_tenant_sessions{tenant=\"team-d\"}") == 0, "metrics: team-d's sessions");
+
 	/* The admin sees every tenant. */
 	char got[1024];
 	const char *all = "team-a/llama:1,team-a/llama:2,team-b/llama:7,team-c/llama:3,team-d/llama:4";

@@ -183,6 +183,14 @@ void ckpt_future_free(ckpt_future *f);
 
 #define CKPT_STATUS_MAX_HELD 64
 #define CKPT_STATUS_MAX_RECOVERED 8
+#define CKPT_STATUS_MAX_TENANTS 32
+
+/* One tenant (README "Tenants"): an admin sees every one, a tenant its own. */
+typedef struct {
+	char name[33];
+	uint32_t sessions, inflight_saves;
+	uint64_t pool_bytes; /* held by its saves not yet durable */
+} ckpt_tenant_info;
 
 /* One copy in the daemon's memory tier. */
 typedef struct {
@@ -210,6 +218,8 @@ typedef struct {
 	/* files a restart removed after a crash */
 	uint32_t recovered_files, nrecovered;
 	char recovered[CKPT_STATUS_MAX_RECOVERED][256];
+	uint32_t ntenants;
+	ckpt_tenant_info tenants[CKPT_STATUS_MAX_TENANTS];
 } ckpt_status_info;
 
 int ckpt_status(ckpt_client *c, ckpt_status_info *out);
