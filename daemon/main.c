@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <systemd/sd-daemon.h>
@@ -279,6 +280,16 @@ static int start_storage(struct daemon *d)
 	char err[1024];
 	char url[2100];
 	storage_url(&d->cfg, url, sizeof(url));
+	/* Object-store credentials are about to be read: no core dump (nor a
+	 * ptrace by our own uid) may carry them off, unless asked for. */
+	if (strncmp(url, "file://", 7) != 0 && !d->cfg.core_dumps) {
+		if (prctl(PR_SET_DUMPABLE, 0) != 0)
+			log_warn("prctl(PR_SET_DUMPABLE, 0): %s; a core dump would hold the storage credentials",
+				 strerror(errno));
+		else
+			log_info("core dumps off: ckptd holds storage credentials ([log] core_dumps = true allows "
+				 "them)");
+	}
 	if (store_check_options(url, d->cfg.storage_opts, err, sizeof(err)) < 0 ||
 	    store_open(url, &d->store, err, sizeof(err)) < 0) {
 		log_err("%s", err);

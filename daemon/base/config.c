@@ -647,6 +647,8 @@ const struct config_key config_keys[] = {
 
 	KEY("log", "level", cfg_enum, log_level, 0, .def = LOG_LVL_INFO, NAMES(level_names), .flag = "log-level",
 	    .flag_arg = "LEVEL", .help = "error | warn | info | debug"),
+	KEY("log", "core_dumps", cfg_bool, core_dumps, CFG_RESTART,
+	    .help = "allow core dumps with object-store credentials in memory (they would be in the dump)"),
 	KEY("log", "format", cfg_enum, log_format, 0, .def = LOG_FORMAT_TEXT, NAMES(log_format_names),
 	    .flag = "log-format", .flag_arg = "FORMAT",
 	    .help = "text (<N> priority prefixes) | json (one object per line); the journal when stderr is one"),

@@ -151,7 +151,8 @@ struct config {
 	uint32_t max_extra_state;
 	uint64_t manifest_cache_bytes; /* decoded manifests of pinned steps kept (mancache.h); 0: off */
 	int log_level;
-	int log_format; /* enum log_format */
+	int log_format;  /* enum log_format */
+	bool core_dumps; /* [log] core_dumps: allowed while holding object-store credentials */
 	/* policies */
 	enum admit_policy policy;
 	uint64_t quota_bytes;

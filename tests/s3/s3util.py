@@ -15,9 +15,11 @@ MIB = 1 << 20
 class Daemon:
     live = []  # killed after each test (conftest), so a failed test leaves none behind
 
-    def __init__(self, tmp, url, env, conf="", args=(), staging="96M", chunk="1M", log_level="debug"):
-        """args: more ckptd flags, after the defaults (so they win)."""
+    def __init__(self, tmp, url, env, conf="", args=(), staging="96M", chunk="1M", log_level="debug", prefix=()):
+        """args: more ckptd flags, after the defaults (so they win); prefix: a
+        command that execs ckptd (setpriv ...), keeping its pid."""
         self.tmp = tmp
+        self.prefix = list(prefix)
         self.args = list(args)
         self.pool = (staging, chunk)
         self.log_level = log_level
@@ -31,7 +33,7 @@ class Daemon:
 
     def start(self):
         self.proc = subprocess.Popen(
-            [CKPTD, "--socket", self.sock, "--storage", self.url, "--staging-bytes", self.pool[0],
+            [*self.prefix, CKPTD, "--socket", self.sock, "--storage", self.url, "--staging-bytes", self.pool[0],
              "--chunk-bytes", self.pool[1], "--state-dir", str(self.tmp / "state"), "--config", str(self.conf),
              "--log-level", self.log_level, *self.args],
             env=self.env, stderr=open(self.log, "a"))
