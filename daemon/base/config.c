@@ -703,6 +703,9 @@ const struct config_key config_tenant_keys[TENANT_KEY_COUNT] = {
 					.help = "pool bytes its saves may hold until durable; 0: no cap"),
 	[TENANT_KEY_MAX_INFLIGHT_SAVES] = TENANT_KEY("max_inflight_saves", cfg_u32, max_inflight_saves,
 						     .help = "saves of all its jobs in flight at once; 0: no cap"),
+	[TENANT_KEY_MAX_REGISTERED_BYTES] = TENANT_KEY(
+		"max_registered_bytes", cfg_size, max_registered_bytes,
+		.help = "bytes of buffers all its sessions may have registered; 0: no cap"),
 };
 
 static const struct config_key *find_in(const struct config_key *t, size_t n, const char *section, const char *name)

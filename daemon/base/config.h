@@ -92,6 +92,7 @@ enum tenant_key {
 	TENANT_KEY_SOCKET,
 	TENANT_KEY_QUOTA,
 	TENANT_KEY_MAX_INFLIGHT_SAVES,
+	TENANT_KEY_MAX_REGISTERED_BYTES,
 	TENANT_KEY_COUNT,
 };
 
@@ -105,9 +106,10 @@ struct tenant_config {
 	size_t nuids;
 	gid_t gids[CONFIG_MAX_IDS];
 	size_t ngids;
-	char socket[108];            /* "": the main socket only */
-	uint64_t quota_bytes;        /* of the pool, for its saves not yet durable; 0: no cap */
-	uint32_t max_inflight_saves; /* of all its jobs and ranks; 0: no cap */
+	char socket[108];              /* "": the main socket only */
+	uint64_t quota_bytes;          /* of the pool, for its saves not yet durable; 0: no cap */
+	uint32_t max_inflight_saves;   /* of all its jobs and ranks; 0: no cap */
+	uint64_t max_registered_bytes; /* by all its sessions; 0: no cap */
 };
 
 /* The effective settings for one job. */

@@ -83,9 +83,10 @@ struct daemon {
 	} listeners[1 + CONFIG_MAX_TENANTS];
 	uint32_t nlisteners;
 	bool listening;
-	uint32_t tenant_sessions[CONFIG_MAX_TENANTS]; /* by index in cfg.tenants (session.c) */
-	int spare_fd;                                 /* closed to accept and refuse when out of fds (server.c) */
-	uv_timer_t accept_timer;                      /* resumes accepting after fd exhaustion */
+	uint32_t tenant_sessions[CONFIG_MAX_TENANTS];   /* by index in cfg.tenants (session.c) */
+	uint64_t tenant_registered[CONFIG_MAX_TENANTS]; /* bytes of buffers its sessions registered */
+	int spare_fd;                                   /* closed to accept and refuse when out of fds (server.c) */
+	uv_timer_t accept_timer;                        /* resumes accepting after fd exhaustion */
 	unsigned accept_backoff_ms;
 	uv_timer_t sweep_timer; /* hello and idle timeouts */
 	struct session_list sessions;

@@ -138,8 +138,10 @@ void session_close(struct session *s, int status, const char *fmt, ...)
 		save_detach_session(sv);
 	TAILQ_REMOVE(&s->d->sessions, s, link);
 	s->d->nsessions--;
-	if (s->tenant >= 0)
+	if (s->tenant >= 0) {
 		s->d->tenant_sessions[s->tenant]--;
+		s->d->tenant_registered[s->tenant] -= s->registered_bytes;
+	}
 	uv_poll_stop(&s->poll);
 	uv_close((uv_handle_t *)&s->poll, on_closed);
 }
@@ -398,6 +400,18 @@ void session_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBu
 		session_reply(s, req_id, -ENOBUFS, "at most %u buffers per session", s->d->cfg.max_buffers);
 		return;
 	}
+	const struct tenant_config *tc = s->tenant >= 0 ? &s->d->cfg.tenants[s->tenant] : NULL;
+	uint64_t tused = tc ? s->d->tenant_registered[s->tenant] : 0;
+	if (tc && tc->max_registered_bytes &&
+	    (tused >= tc->max_registered_bytes || m->nbytes > tc->max_registered_bytes - tused)) {
+		s->d->stats.refused[LIMIT_REGISTERED_BYTES]++;
+		close_fds(fds, nfds);
+		session_reply(s, req_id, -ENOBUFS,
+			      "buffer %" PRIu64 ": %" PRIu64 " more bytes would pass tenant '%s''s cap of %" PRIu64
+			      " registered ([tenant.%s] max_registered_bytes)",
+			      m->buffer_id, m->nbytes, tc->name, tc->max_registered_bytes, tc->name);
+		return;
+	}
 	if (m->nbytes > s->d->cfg.max_registered_bytes - s->registered_bytes) {
 		s->d->stats.refused[LIMIT_REGISTERED_BYTES]++;
 		close_fds(fds, nfds);
@@ -428,6 +442,8 @@ void session_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBu
 	s->bufs = nb;
 	s->bufs[s->nbufs++] = b;
 	s->registered_bytes += b->nbytes;
+	if (s->tenant >= 0)
+		s->d->tenant_registered[s->tenant] += b->nbytes;
 	log_debug("session %" PRIu64 ": buffer %" PRIu64 " registered, %" PRIu64 " bytes, %s", s->id, m->buffer_id,
 		  m->nbytes,
 		  b->cuda     ? (m->kind == CKPT__BUFFER_KIND__CUDA_IPC ? "CUDA IPC" : "CUDA VMM")
@@ -444,6 +460,8 @@ void session_unregister(struct session *s, uint64_t req_id, const Ckpt__Unregist
 			continue;
 		/* Saves and loads hold their own reference. */
 		s->registered_bytes -= s->bufs[i]->nbytes;
+		if (s->tenant >= 0)
+			s->d->tenant_registered[s->tenant] -= s->bufs[i]->nbytes;
 		hostbuf_unref(s->bufs[i]);
 		s->bufs[i] = s->bufs[--s->nbufs];
 		session_reply(s, req_id, 0, NULL);

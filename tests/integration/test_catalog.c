@@ -726,6 +726,92 @@ static void test_planted_fifo_and_symlink(void **state)
 	assert_int_equal(rmdir(outside), 0);
 }
 
+static void read_file(const char *path, char *buf, size_t cap, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	*len = fread(buf, 1, cap, f);
+	assert_true(*len > 0 && *len < cap);
+	fclose(f);
+}
+
+static void write_file(const char *path, const void *buf, size_t len)
+{
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(buf, 1, len, f), len);
+	fclose(f);
+}
+
+/* Load the latest step of job (rank 0 of 1, one 4096-byte tensor "w")
+ * from storage; the status, the message in msg. */
+static int load_latest_storage(const char *job, char *msg, size_t cap)
+{
+	ckpt_hello h = { .job = job, .rank = 0, .world_size = 1, .attempt_id = "g" };
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(D.sock, &h, &c), 0);
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, 4096, &b), 0);
+	uint64_t shape[1] = { 4096 };
+	ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b, .nbytes = 4096 };
+	ckpt_future *f = NULL;
+	int r = ckpt_load_ex(c, CKPT_LATEST, &t, 1, CKPT_LOAD_STORAGE_ONLY, &f);
+	if (r == 0) {
+		r = ckpt_future_wait(f, CKPT_LOADED, 60000);
+		snprintf(msg, cap, "step %" PRIu64 ": %s", ckpt_future_step(f), ckpt_future_message(f));
+		ckpt_future_free(f);
+	} else {
+		snprintf(msg, cap, "%s", ckpt_errmsg());
+	}
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+	return r;
+}
+
+/* Issue "Security": bad data from storage is an error naming the object,
+ * never "missing". The newest step's manifest is replaced, in turn, by a
+ * truncated copy, one with a flipped byte, another job's and another
+ * step's; each load of latest fails with EBADMSG naming it, never taking
+ * step 1; put back, step 2 loads again. */
+static void test_planted_bad_manifests_fail_loudly(void **state)
+{
+	(void)state;
+	save_steps("planted2", 1, 2);
+	save_steps("otherjob", 2, 2);
+	char dir[600], man[900], other[900], step1[900], msg[1024];
+	snprintf(dir, sizeof(dir), "%s/planted2/step-000000000002", D.store);
+	h_rank_object(dir, 0, 1, "manifest", man, sizeof(man));
+	snprintf(dir, sizeof(dir), "%s/otherjob/step-000000000002", D.store);
+	h_rank_object(dir, 0, 1, "manifest", other, sizeof(other));
+	snprintf(dir, sizeof(dir), "%s/planted2/step-000000000001", D.store);
+	h_rank_object(dir, 0, 1, "manifest", step1, sizeof(step1));
+	static char good[1 << 16], bad[1 << 16];
+	size_t n, on, sn;
+	read_file(man, good, sizeof(good), &n);
+	assert_int_equal(load_latest_storage("planted2", msg, sizeof(msg)), 0);
+	const char *base = strrchr(man, '/') + 1;
+	for (int kind = 0; kind < 4; kind++) {
+		size_t len = n;
+		memcpy(bad, good, n);
+		if (kind == 0)
+			len = n / 2; /* truncated */
+		else if (kind == 1)
+			bad[n / 2] ^= 0x20; /* a flipped byte: the CRC fails */
+		else if (kind == 2)
+			read_file(other, bad, sizeof(bad), &on), len = on; /* another job's */
+		else
+			read_file(step1, bad, sizeof(bad), &sn), len = sn; /* another step's */
+		write_file(man, bad, len);
+		int r = load_latest_storage("planted2", msg, sizeof(msg));
+		if (r != -EBADMSG || strstr(msg, base) == NULL || strstr(msg, "step 1:") != NULL)
+			fail_msg("bad manifest %d: load latest gave %d (%s); want EBADMSG naming %s", kind, r, msg,
+				 base);
+	}
+	write_file(man, good, n);
+	assert_int_equal(load_latest_storage("planted2", msg, sizeof(msg)), 0);
+	assert_non_null(strstr(msg, "step 2:"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -737,6 +823,7 @@ int main(void)
 		cmocka_unit_test(test_gc_dry_run_and_rm),
 		cmocka_unit_test(test_example_restores_at_other_world_size),
 		cmocka_unit_test(test_planted_fifo_and_symlink),
+		cmocka_unit_test(test_planted_bad_manifests_fail_loudly),
 	};
 	return cmocka_run_group_tests_name("catalog", tests, group_setup, group_teardown);
 }

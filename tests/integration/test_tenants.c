@@ -233,7 +233,7 @@ int main(void)
 	char conf[2048];
 	snprintf(conf, sizeof(conf),
 		 "[tenant.team-a]\nuids = 2001\n[tenant.team-b]\nuids = 2002\n"
-		 "[tenant.team-c]\nsocket = %s\n[tenant.team-d]\nsocket = %s\n",
+		 "[tenant.team-c]\nsocket = %s\n[tenant.team-d]\nsocket = %s\nmax_registered_bytes = 8K\n",
 		 sock_c, sock_d);
 	h_start(&D, conf);
 	chmod(D.dir, 0755);
@@ -265,6 +265,29 @@ int main(void)
 	exists("team-b/llama/step-000000000007", true);
 	exists("team-c/llama/step-000000000003", true);
 	exists("team-d/llama/step-000000000004", true);
+
+	/* A tenant's cap on registered bytes counts all its sessions. */
+	ckpt_hello hd = { .job = "llama", .rank = 0, .world_size = 1 };
+	ckpt_client *c1 = NULL, *c2 = NULL;
+	ckpt_buffer *b1 = NULL, *b2 = NULL, *b3 = NULL;
+	CHECK(ckpt_connect(sock_d, &hd, &c1) == 0 && ckpt_connect(sock_d, &hd, &c2) == 0, "team-d: connect");
+	CHECK(c1 && ckpt_buffer_alloc(c1, 4096, &b1) == 0, "team-d: first 4K: %s", ckpt_errmsg());
+	CHECK(c2 && ckpt_buffer_alloc(c2, 4096, &b2) == 0, "team-d: second 4K: %s", ckpt_errmsg());
+	int rr = c2 ? ckpt_buffer_alloc(c2, 4096, &b3) : -1;
+	CHECK(rr == -ENOBUFS && strstr(ckpt_errmsg(), "max_registered_bytes"), "team-d: third 4K: %d (%s)", rr,
+	      ckpt_errmsg());
+	if (c1) {
+		ckpt_buffer_free(b1);
+		ckpt_close(c1);
+	}
+	for (int i = 0; i < 100 && c2 && (rr = ckpt_buffer_alloc(c2, 4096, &b3)) != 0; i++)
+		usleep(20 * 1000); /* the first session's close reaches the daemon */
+	CHECK(rr == 0, "team-d: 4K after a session closed: %d (%s)", rr, ckpt_errmsg());
+	if (c2) {
+		ckpt_buffer_free(b3);
+		ckpt_buffer_free(b2);
+		ckpt_close(c2);
+	}
 
 	/* Status: a tenant sees its own row and held copies, by its own names. */
 	ckpt_client *sc = NULL;
