@@ -141,8 +141,15 @@ static int visible_jobs(struct bgreq *b, char ***out, size_t *nout)
 {
 	struct store *st = b->d->store;
 	const struct config *c = &b->d->cfg;
-	if (b->tenant >= 0)
-		return catalog_jobs(st, c->tenants[b->tenant].name, out, nout);
+	if (b->tenant >= 0) {
+		int e = catalog_jobs(st, c->tenants[b->tenant].name, out, nout);
+		if (e == -ENOENT) { /* a tenant that saved nothing yet */
+			*out = NULL;
+			*nout = 0;
+			return 0;
+		}
+		return e;
+	}
 	char **top = NULL;
 	size_t n = 0;
 	int r = catalog_jobs(st, NULL, &top, &n);

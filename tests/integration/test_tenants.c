@@ -22,7 +22,7 @@
 #include "harness.h"
 
 static struct dctx D;
-static char sock_c[400], sock_d[400];
+static char sock_c[400], sock_d[400], sock_e[400];
 static int failures;
 
 #define CHECK(cond, ...) \
@@ -230,11 +230,13 @@ int main(void)
 	h_init(&D);
 	snprintf(sock_c, sizeof(sock_c), "%s/tc/ckptd.sock", D.dir);
 	snprintf(sock_d, sizeof(sock_d), "%s/td/ckptd.sock", D.dir);
+	snprintf(sock_e, sizeof(sock_e), "%s/te/ckptd.sock", D.dir);
 	char conf[2048];
 	snprintf(conf, sizeof(conf),
 		 "[tenant.team-a]\nuids = 2001\n[tenant.team-b]\nuids = 2002\n"
-		 "[tenant.team-c]\nsocket = %s\n[tenant.team-d]\nsocket = %s\nmax_registered_bytes = 8K\n",
-		 sock_c, sock_d);
+		 "[tenant.team-c]\nsocket = %s\n[tenant.team-d]\nsocket = %s\nmax_registered_bytes = 8K\n"
+		 "[tenant.team-e]\nsocket = %s\n",
+		 sock_c, sock_d, sock_e);
 	h_start(&D, conf);
 	chmod(D.dir, 0755);
 	char rundir[400];
@@ -260,6 +262,10 @@ int main(void)
 	tenant_checks("team-c (root on its socket)", sock_c, "llama:3", 3, 0xc3, 4);
 	tenant_checks("team-d (root on its socket)", sock_d, "llama:4", 4, 0xd4, 3);
 	as_uid(2003, nobody);
+	/* A tenant that saved nothing yet lists nothing, without an error. */
+	char none[64] = "x";
+	CHECK(list(sock_e, NULL, none, sizeof(none)) == 0 && none[0] == '\0', "team-e: ls: '%s' (%s)", none,
+	      ckpt_errmsg());
 	/* The refused removals removed nothing. */
 	exists("team-a/llama/step-000000000001", true);
 	exists("team-b/llama/step-000000000007", true);
@@ -302,7 +308,7 @@ int main(void)
 	if (sc)
 		ckpt_close(sc);
 	CHECK(ckpt_connect(D.sock, NULL, &sc) == 0 && ckpt_status(sc, &si) == 0, "admin: status: %s", ckpt_errmsg());
-	CHECK(si.ntenants == 4, "admin: status shows %u tenants, want 4", si.ntenants);
+	CHECK(si.ntenants == 5, "admin: status shows %u tenants, want 5", si.ntenants);
 	bool other = false;
 	for (uint32_t i = 0; i < si.nheld; i++)
 		other |= strncmp(si.held[i].job, "team-b/", 7) == 0;
