@@ -267,12 +267,25 @@ static int start_process(struct daemon *d)
 	return 0;
 }
 
+/* The store a journal record's key is in: keys carry the job, and a
+ * tenant's job its prefix. */
+static struct store *store_of_key(void *ctx, const char *key)
+{
+	return daemon_store_of(ctx, key);
+}
+
 /* Storage: the backend, the manifest cache, the journal and what a crashed
  * run left half-written. */
 static void storage_url(const struct config *cfg, char *url, size_t len)
 {
 	snprintf(url, len, "%s%s%s", cfg->storage_url,
 		 cfg->storage_opts[0] ? (strchr(cfg->storage_url, '?') ? "&" : "?") : "", cfg->storage_opts);
+}
+
+static void tenant_url(const struct tenant_config *t, char *url, size_t len)
+{
+	snprintf(url, len, "%s%s%s", t->storage, t->storage_opts[0] ? (strchr(t->storage, '?') ? "&" : "?") : "",
+		 t->storage_opts);
 }
 
 static int start_storage(struct daemon *d)
@@ -282,7 +295,10 @@ static int start_storage(struct daemon *d)
 	storage_url(&d->cfg, url, sizeof(url));
 	/* Object-store credentials are about to be read: no core dump (nor a
 	 * ptrace by our own uid) may carry them off, unless asked for. */
-	if (strncmp(url, "file://", 7) != 0 && !d->cfg.core_dumps) {
+	bool creds = strncmp(url, "file://", 7) != 0;
+	for (size_t i = 0; i < d->cfg.ntenants; i++)
+		creds |= d->cfg.tenants[i].storage[0] && strncmp(d->cfg.tenants[i].storage, "file://", 7) != 0;
+	if (creds && !d->cfg.core_dumps) {
 		if (prctl(PR_SET_DUMPABLE, 0) != 0)
 			log_warn("prctl(PR_SET_DUMPABLE, 0): %s; a core dump would hold the storage credentials",
 				 strerror(errno));
@@ -296,8 +312,25 @@ static int start_storage(struct daemon *d)
 		return -1;
 	}
 	d->store_backend = d->store->backend;
-	d->store->debug_delay_ms = d->cfg.debug_store_delay_ms;
-	d->store->file_mode = d->cfg.file_mode;
+	/* Tenants with storage of their own (README "Tenants"). */
+	for (size_t i = 0; i < d->cfg.ntenants; i++) {
+		const struct tenant_config *t = &d->cfg.tenants[i];
+		tenant_url(t, url, sizeof(url));
+		if (t->storage[0] && (store_check_options(url, t->storage_opts, err, sizeof(err)) < 0 ||
+				      store_open(url, &d->tenant_store[i], err, sizeof(err)) < 0)) {
+			log_err("[tenant.%s] storage: %s", t->name, err);
+			return -1;
+		}
+		if (t->storage[0])
+			log_info("tenant '%s': storage %s", t->name, d->tenant_store[i]->url);
+	}
+	for (size_t i = 0; i <= d->cfg.ntenants; i++) {
+		struct store *s = i < d->cfg.ntenants ? d->tenant_store[i] : d->store;
+		if (s == NULL)
+			continue;
+		s->debug_delay_ms = d->cfg.debug_store_delay_ms;
+		s->file_mode = d->cfg.file_mode;
+	}
 	if (d->cfg.manifest_cache_bytes) {
 		d->mancache = mancache_new(d->cfg.manifest_cache_bytes);
 		if (d->mancache == NULL) {
@@ -310,9 +343,14 @@ static int start_storage(struct daemon *d)
 		log_err("%s", err);
 		return -1;
 	}
-	d->store->on_upload = on_upload;
-	d->store->on_upload_ctx = d->journal;
-	int r = journal_recover(d->journal, d->store, on_recovered, d);
+	for (size_t i = 0; i <= d->cfg.ntenants; i++) {
+		struct store *s = i < d->cfg.ntenants ? d->tenant_store[i] : d->store;
+		if (s == NULL)
+			continue;
+		s->on_upload = on_upload;
+		s->on_upload_ctx = d->journal;
+	}
+	int r = journal_recover_by(d->journal, store_of_key, d, on_recovered, d);
 	if (r < 0) {
 		log_err("journal recovery in %s: %s", d->cfg.state_dir, strerror(-r));
 		return -1;
@@ -430,6 +468,14 @@ int main(int argc, char **argv)
 			fprintf(stderr, "ckptd: %s\n", err);
 			return 2;
 		}
+		for (size_t i = 0; i < d->cfg.ntenants; i++) {
+			const struct tenant_config *t = &d->cfg.tenants[i];
+			tenant_url(t, url, sizeof(url));
+			if (t->storage[0] && store_check(url, t->storage_opts, err, sizeof(err)) < 0) {
+				fprintf(stderr, "ckptd: [tenant.%s] storage: %s\n", t->name, err);
+				return 2;
+			}
+		}
 		config_print(&d->cfg, stdout);
 		return fflush(stdout) == 0 ? 0 : 1;
 	}
@@ -446,5 +492,7 @@ int main(int argc, char **argv)
 	journal_close(d->journal);
 	mancache_free(d->mancache);
 	store_free(d->store);
+	for (size_t i = 0; i < d->cfg.ntenants; i++)
+		store_free(d->tenant_store[i]);
 	return d->exit_code;
 }

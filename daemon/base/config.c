@@ -706,6 +706,11 @@ const struct config_key config_tenant_keys[TENANT_KEY_COUNT] = {
 	[TENANT_KEY_MAX_REGISTERED_BYTES] = TENANT_KEY(
 		"max_registered_bytes", cfg_size, max_registered_bytes,
 		.help = "bytes of buffers all its sessions may have registered; 0: no cap"),
+	[TENANT_KEY_STORAGE] = TENANT_KEY("storage", cfg_str, storage,
+					  .help = "its own storage URL (s3://, gs://, file://); default: [storage]'s"),
+	[TENANT_KEY_STORAGE_OPTS] = TENANT_KEY("*", cfg_opts, storage_opts,
+					       .help = "any other key: an option of its storage (endpoint, "
+						       "credentials_file, profile ...)"),
 };
 
 static const struct config_key *find_in(const struct config_key *t, size_t n, const char *section, const char *name)
@@ -1000,6 +1005,11 @@ int config_validate(const struct config *c, char *err, size_t errlen)
 	}
 	for (size_t i = 0; i < c->ntenants; i++) {
 		const struct tenant_config *t = &c->tenants[i];
+		if (t->storage_opts[0] && t->storage[0] == '\0') {
+			snprintf(err, errlen, "[tenant.%s] sets storage options (%s) but no storage", t->name,
+				 t->storage_opts);
+			return -EINVAL;
+		}
 		if (t->nuids == 0 && t->ngids == 0 && t->socket[0] == '\0') {
 			snprintf(err, errlen, "[tenant.%s] names no uids, gids or socket: nobody could be it", t->name);
 			return -EINVAL;

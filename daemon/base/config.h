@@ -93,6 +93,8 @@ enum tenant_key {
 	TENANT_KEY_QUOTA,
 	TENANT_KEY_MAX_INFLIGHT_SAVES,
 	TENANT_KEY_MAX_REGISTERED_BYTES,
+	TENANT_KEY_STORAGE,
+	TENANT_KEY_STORAGE_OPTS,
 	TENANT_KEY_COUNT,
 };
 
@@ -110,6 +112,8 @@ struct tenant_config {
 	uint64_t quota_bytes;          /* of the pool, for its saves not yet durable; 0: no cap */
 	uint32_t max_inflight_saves;   /* of all its jobs and ranks; 0: no cap */
 	uint64_t max_registered_bytes; /* by all its sessions; 0: no cap */
+	char storage[1024];            /* its own storage URL; "": [storage]'s */
+	char storage_opts[1024];       /* its other keys, its storage's options (credentials_file ...) as k=v&k=v */
 };
 
 /* The effective settings for one job. */

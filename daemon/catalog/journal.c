@@ -276,13 +276,18 @@ static bool shard_orphaned(struct store *s, const struct entry *e)
 	return orphan;
 }
 
-/* Abort the multipart uploads a crash left open; 0 or the count. */
-static int abort_open_uploads(struct store *s, struct records *r, journal_recover_fn report, void *ctx)
+/* Abort the multipart uploads a crash left open; 0 or the count. One
+ * whose store has no multipart uploads is done with. */
+static int abort_open_uploads(journal_store_fn store_of, void *sctx, struct records *r, journal_recover_fn report,
+			      void *ctx)
 {
 	int removed = 0;
 	for (size_t i = 0; i < r->nup; i++) {
 		struct upload *u = &r->up[i];
-		if (u->ended || s->ops->abort_upload == NULL)
+		struct store *s = store_of(sctx, u->key);
+		if (!u->ended && s->ops->abort_upload == NULL)
+			u->ended = true;
+		if (u->ended)
 			continue;
 		int e = s->ops->abort_upload(s, u->key, u->id);
 		if (e != 0) {
@@ -300,13 +305,15 @@ static int abort_open_uploads(struct store *s, struct records *r, journal_recove
 
 /* Remove the temporary files, and the shards without a manifest, of the
  * uploads that never ended; the count. */
-static int remove_unfinished(struct store *s, const struct records *r, journal_recover_fn report, void *ctx)
+static int remove_unfinished(journal_store_fn store_of, void *sctx, const struct records *r, journal_recover_fn report,
+			     void *ctx)
 {
 	int removed = 0;
 	for (size_t i = 0; i < r->n; i++) {
 		const struct entry *e = &r->v[i];
 		if (e->ended)
 			continue;
+		struct store *s = store_of(sctx, e->shard);
 		char what[1024];
 		const char *keys[2] = { e->shard, e->man };
 		for (int k = 0; k < 2; k++) {
@@ -326,7 +333,18 @@ static int remove_unfinished(struct store *s, const struct records *r, journal_r
 	return removed;
 }
 
+static struct store *one_store(void *sctx, const char *key)
+{
+	(void)key;
+	return sctx;
+}
+
 int journal_recover(struct journal *j, struct store *s, journal_recover_fn report, void *ctx)
+{
+	return journal_recover_by(j, one_store, s, report, ctx);
+}
+
+int journal_recover_by(struct journal *j, journal_store_fn store_of, void *sctx, journal_recover_fn report, void *ctx)
 {
 	char *text;
 	int e = read_all(j, &text);
@@ -339,12 +357,12 @@ int journal_recover(struct journal *j, struct store *s, journal_recover_fn repor
 		records_free(&r);
 		return e;
 	}
-	int removed = abort_open_uploads(s, &r, report, ctx);
-	removed += remove_unfinished(s, &r, report, ctx);
+	int removed = abort_open_uploads(store_of, sctx, &r, report, ctx);
+	removed += remove_unfinished(store_of, sctx, &r, report, ctx);
 	/* Uploads whose abort failed (storage unreachable) stay for the next
 	 * start; the rest of the journal is done with. */
 	pthread_mutex_lock(&j->mu);
-	truncate_keeping(j, r.up, s->ops->abort_upload ? r.nup : 0);
+	truncate_keeping(j, r.up, r.nup);
 	pthread_mutex_unlock(&j->mu);
 	records_free(&r);
 	return removed;

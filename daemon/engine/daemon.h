@@ -65,6 +65,8 @@ struct daemon {
 	struct config cfg;
 	struct pool pool;
 	struct store *store;
+	/* A tenant's own storage ([tenant.X] storage), by index; NULL: store. */
+	struct store *tenant_store[CONFIG_MAX_TENANTS];
 	struct mancache *mancache; /* NULL: off; shared by the threadpool (thread-safe) */
 	struct workq *copyq;
 	struct stats stats;
@@ -136,6 +138,15 @@ static inline void daemon_work_ended(struct daemon *d)
 {
 	if (d->on_work_ended)
 		d->on_work_ended(d);
+}
+
+/* The storage a kept job name lives in: its tenant's own, or the main
+ * one (README "Tenants"). */
+static inline struct store *daemon_store_of(const struct daemon *d, const char *job)
+{
+	const struct tenant_config *t = config_tenant_of_job(&d->cfg, job);
+	struct store *s = t ? d->tenant_store[t - d->cfg.tenants] : NULL;
+	return s ? s : d->store;
 }
 
 #endif

@@ -224,7 +224,7 @@ static void run_read(struct exec *ex, const struct lread *rd, uint8_t *tmp)
 		apply_task(ex, first, save_shard_bytes(p->held, first->off, first->len, tmp));
 		return;
 	}
-	struct store *st = ex->ld->d->store;
+	struct store *st = daemon_store_of(ex->ld->d, ex->ld->job);
 	int r = st->ops->get_range(st, p->key, rd->off, tmp, (size_t)rd->len);
 	if (r < 0) {
 		char more[64] = "";
@@ -536,7 +536,7 @@ static int plan_rank(struct exec *ex, struct catalog_step *cs, uint32_t rank, ch
 	struct load *ld = ex->ld;
 	const Ckpt__Manifest *m;
 	char err[512];
-	int r = catalog_read_manifest(ld->d->store, ld->job, cs, rank, &m, err, sizeof(err));
+	int r = catalog_read_manifest(daemon_store_of(ld->d, ld->job), ld->job, cs, rank, &m, err, sizeof(err));
 	if (r < 0)
 		return fail(ld, r, "step %" PRIu64 " of job '%s': %s", cs->step, ld->job,
 			    r == -EBADMSG ? err : store_error(r));
@@ -557,7 +557,7 @@ static int plan_rank(struct exec *ex, struct catalog_step *cs, uint32_t rank, ch
 static void load_run(uv_work_t *w)
 {
 	struct load *ld = w->data;
-	struct store *st = ld->d->store;
+	struct store *st = daemon_store_of(ld->d, ld->job);
 	struct catalog_step cs;
 	int r;
 	store_clear_error();

@@ -423,7 +423,8 @@ static void send_staged(struct save *sv)
 static void send_durable(struct save *sv)
 {
 	char where[1024];
-	snprintf(where, sizeof(where), "%s/%s/step-%012" PRIu64, sv->d->store->url, sv->job, sv->step);
+	snprintf(where, sizeof(where), "%s/%s/step-%012" PRIu64, daemon_store_of(sv->d, sv->job)->url, sv->job,
+		 sv->step);
 	Ckpt__SaveDurable dur = CKPT__SAVE_DURABLE__INIT;
 	dur.bytes = sv->shard_bytes;
 	dur.location = where;

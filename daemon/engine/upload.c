@@ -111,7 +111,7 @@ static int check_not_pinned(struct save *sv)
 	char attempt[ATTEMPT_MAX_LEN + 1];
 	uint32_t ws;
 	store_clear_error();
-	int r = catalog_read_commit(sv->d->store, sv->job, sv->step, attempt, sizeof(attempt), &ws);
+	int r = catalog_read_commit(daemon_store_of(sv->d, sv->job), sv->job, sv->step, attempt, sizeof(attempt), &ws);
 	if (r == -ENOENT)
 		return 0;
 	if (r == 0) {
@@ -139,7 +139,7 @@ static uint64_t shard_nonce(void)
 void save_upload(struct save *sv)
 {
 	assert(sv->state == SAVE_UPLOADING && sv->status == 0);
-	struct store *st = sv->d->store;
+	struct store *st = daemon_store_of(sv->d, sv->job);
 	char shard_key[768], man_key[768];
 	if (manifest_shard_key(shard_key, sizeof(shard_key), sv->job, sv->step, sv->rank, sv->world_size, sv->attempt,
 			       shard_nonce(), sv->spread) < 0 ||

@@ -465,6 +465,19 @@ static int chain_aws(struct creds_provider *p, char *err, size_t errlen)
 		p->imds[l - 1] = 0;
 	snprintf(p->sts, sizeof(p->sts), "%s",
 		 env("AWS_ENDPOINT_URL_STS") ? env("AWS_ENDPOINT_URL_STS") : "https://sts.amazonaws.com/");
+	if (p->file[0]) { /* the URL names them: nothing else */
+		const char *prof = p->profile[0] ? p->profile : "default";
+		r = from_file(p->file, prof, c);
+		if (r == 0) {
+			snprintf(c->source, sizeof(c->source), "credentials_file %s [%s]", p->file, prof);
+			p->kind = K_FILE;
+			return 0;
+		}
+		memset(c, 0, sizeof(*c));
+		snprintf(err, errlen, "credentials_file %s [%s]: %s", p->file, prof,
+			 r == -ENOKEY ? "lacks aws_access_key_id or aws_secret_access_key" : "no such profile or file");
+		return r == -ENOKEY ? r : -ENOENT;
+	}
 	if ((r = static_aws(c, "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "environment")) !=
 	    -ENOENT) {
 		p->kind = K_ENV;
@@ -510,6 +523,13 @@ static int chain_gcs(struct creds_provider *p, char *err, size_t errlen)
 	struct creds *c = &p->cur;
 	char e1[512] = "";
 	int r;
+	if (p->file[0]) { /* the URL names a service-account key: nothing else */
+		r = load_service_account(p, p->file, err, errlen);
+		if (r < 0)
+			return r;
+		p->kind = K_SA;
+		return fetch_kind(p, c, err, errlen);
+	}
 	p->kind = K_GCE;
 	r = fetch_kind(p, c, e1, sizeof(e1));
 	if (r == 0)
@@ -540,7 +560,12 @@ static int chain_gcs(struct creds_provider *p, char *err, size_t errlen)
 static int start(struct creds_provider *p, int (*chain)(struct creds_provider *, char *, size_t), struct http *http,
 		 char *err, size_t errlen)
 {
+	char file[sizeof(p->file)], profile[sizeof(p->profile)];
+	memcpy(file, p->file, sizeof(file));
+	memcpy(profile, p->profile, sizeof(profile));
 	memset(p, 0, sizeof(*p));
+	memcpy(p->file, file, sizeof(file));
+	memcpy(p->profile, profile, sizeof(profile));
 	pthread_mutex_init(&p->mu, NULL);
 	p->http = http;
 	int r = chain(p, err, errlen);

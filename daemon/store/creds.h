@@ -46,6 +46,11 @@ struct creds_provider {
 	char sa_email[256], token_uri[512];
 	char *sa_key_pem; /* service-account private key */
 	char imds[256], sts[256];
+	/* The storage URL's options credentials_file and profile: when set,
+	 * the only source (a tenant's own credentials: README "Tenants"). S3:
+	 * a shared credentials file and its profile; GCS: a service-account
+	 * key file. Set before init. */
+	char file[1024], profile[128];
 };
 
 /* Walk a chain (AWS or GCS, as above) once and fetch the first

@@ -957,9 +957,9 @@ static int set_opt(struct objstore *s, const char *k, const char *v, char *ca, s
 {
 	uint64_t x = 0;
 	static const char *const known[] = {
-		"endpoint",           "region",           "path_style",         "ca_bundle",     "payload",
-		"part_size",          "concurrency",      "retry_max_attempts", "retry_base_ms", "retry_cap_ms",
-		"connect_timeout_ms", "low_speed_time_s", "list_page"
+		"endpoint",           "region",           "path_style",         "ca_bundle",        "payload",
+		"part_size",          "concurrency",      "retry_max_attempts", "retry_base_ms",    "retry_cap_ms",
+		"connect_timeout_ms", "low_speed_time_s", "list_page",          "credentials_file", "profile"
 	};
 	size_t ki = 0;
 	while (ki < sizeof(known) / sizeof(known[0]) && strcmp(k, known[ki]) != 0)
@@ -995,6 +995,16 @@ static int set_opt(struct objstore *s, const char *k, const char *v, char *ca, s
 	}
 	if (!strcmp(k, "region"))
 		return snprintf(s->region, sizeof(s->region), "%s", v) < (int)sizeof(s->region) ? 0 : -EINVAL;
+	if (!strcmp(k, "credentials_file")) {
+		if (v[0] != '/') {
+			snprintf(err, errlen, "credentials_file must be an absolute path");
+			return -EINVAL;
+		}
+		return snprintf(s->cp.file, sizeof(s->cp.file), "%s", v) < (int)sizeof(s->cp.file) ? 0 : -EINVAL;
+	}
+	if (!strcmp(k, "profile"))
+		return snprintf(s->cp.profile, sizeof(s->cp.profile), "%s", v) < (int)sizeof(s->cp.profile) ? 0
+													    : -EINVAL;
 	if (!strcmp(k, "path_style")) {
 		s->path_style = !strcmp(v, "1") || !strcmp(v, "true");
 		return 0;

@@ -111,6 +111,7 @@ struct list_req {
 
 static int list_job(struct list_req *l, struct store *st, const char *job)
 {
+	st = daemon_store_of(l->base.d, job);
 	uint64_t *steps = NULL;
 	size_t n = 0;
 	int r = catalog_steps(st, job, &steps, &n);
@@ -142,7 +143,8 @@ static int visible_jobs(struct bgreq *b, char ***out, size_t *nout)
 	struct store *st = b->d->store;
 	const struct config *c = &b->d->cfg;
 	if (b->tenant >= 0) {
-		int e = catalog_jobs(st, c->tenants[b->tenant].name, out, nout);
+		struct store *ts = b->d->tenant_store[b->tenant] ? b->d->tenant_store[b->tenant] : st;
+		int e = catalog_jobs(ts, c->tenants[b->tenant].name, out, nout);
 		if (e == -ENOENT) { /* a tenant that saved nothing yet */
 			*out = NULL;
 			*nout = 0;
@@ -163,7 +165,7 @@ static int visible_jobs(struct bgreq *b, char ***out, size_t *nout)
 	for (size_t i = 0; i < n && r == 0; i++) {
 		bool is_tenant = false;
 		for (size_t t = 0; t < c->ntenants; t++)
-			is_tenant |= strcmp(top[i], c->tenants[t].name) == 0;
+			is_tenant |= strcmp(top[i], c->tenants[t].name) == 0 && b->d->tenant_store[t] == NULL;
 		char **sub = NULL, *one[1] = { top[i] };
 		size_t ns = 1;
 		if (is_tenant) {
@@ -193,6 +195,30 @@ static int visible_jobs(struct bgreq *b, char ***out, size_t *nout)
 		top[i] = NULL;
 	}
 	store_names_free(top, n); /* what was not moved */
+	/* Tenants with storage of their own: one LIST each, there. */
+	for (size_t t = 0; r == 0 && t < c->ntenants; t++) {
+		struct store *ts = b->d->tenant_store[t];
+		char **sub = NULL;
+		size_t ns = 0;
+		if (ts == NULL)
+			continue;
+		r = catalog_jobs(ts, c->tenants[t].name, &sub, &ns);
+		if (r == -ENOENT || r == -ENOTDIR) {
+			r = 0;
+			continue;
+		}
+		char **nv = r == 0 ? realloc(v, (k + ns + 1) * sizeof(*v)) : NULL;
+		if (r == 0 && nv == NULL)
+			r = -ENOMEM;
+		if (r < 0) {
+			store_names_free(sub, ns);
+			break;
+		}
+		v = nv;
+		for (size_t j = 0; j < ns; j++)
+			v[k++] = sub[j];
+		free(sub);
+	}
 	if (r < 0) {
 		store_names_free(v, k);
 		return r;
@@ -205,7 +231,7 @@ static int visible_jobs(struct bgreq *b, char ***out, size_t *nout)
 static void list_run(struct bgreq *b)
 {
 	struct list_req *l = (struct list_req *)b;
-	struct store *st = b->d->store;
+	struct store *st = b->d->store; /* each job's: list_job */
 	int r;
 	if (l->job[0]) {
 		r = list_job(l, st, l->job);
@@ -309,7 +335,7 @@ struct step_req {
  * would take it): 1 LIST page per 1000 objects and one GET. */
 static int scan_rank(struct step_req *q)
 {
-	struct store *st = q->base.d->store;
+	struct store *st = daemon_store_of(q->base.d, q->job);
 	int r = catalog_resolve_step(st, q->job, q->step, &q->cs);
 	if (r < 0) {
 		bgreq_fail(&q->base, r, "step %" PRIu64 " of job '%s': %s", q->step, q->job,
@@ -343,7 +369,7 @@ static int scan_one(struct step_req *q, bool cached)
 {
 	if (q->one_rank)
 		return scan_rank(q);
-	struct store *st = q->base.d->store;
+	struct store *st = daemon_store_of(q->base.d, q->job);
 	int r = catalog_list_step(st, q->job, q->step, &q->cs);
 	if (r < 0) {
 		bgreq_fail(&q->base, r, "step %" PRIu64 " of job '%s': %s", q->step, q->job,
@@ -395,7 +421,7 @@ static int cmp_tensor_off(const void *a, const void *b)
  * boundaries is crc'd once and folded into both. */
 static void verify_shard(struct step_req *q, const Ckpt__Manifest *m, uint8_t *buf)
 {
-	struct store *st = q->base.d->store;
+	struct store *st = daemon_store_of(q->base.d, q->job);
 	char key[768];
 	if (manifest_shard_of(m, key, sizeof(key)) < 0) {
 		problem(q, "rank %u: the manifest names no shard of its own", m->rank);
@@ -478,7 +504,7 @@ static void verify_shard(struct step_req *q, const Ckpt__Manifest *m, uint8_t *b
  * show): its manifest by name, with no listing (1 GET), then its shard. */
 static void verify_rank(struct step_req *q, uint8_t *buf)
 {
-	struct store *st = q->base.d->store;
+	struct store *st = daemon_store_of(q->base.d, q->job);
 	char key[768], why[256];
 	if (manifest_key_attempt(key, sizeof(key), q->job, q->step, q->rank, q->world_size, q->attempt) < 0) {
 		bgreq_fail(&q->base, -ENAMETOOLONG, "job and attempt names make too long a key");
@@ -703,7 +729,7 @@ struct resolve_req {
 static void resolve_run(struct bgreq *b)
 {
 	struct resolve_req *q = (struct resolve_req *)b;
-	struct store *st = b->d->store;
+	struct store *st = daemon_store_of(b->d, q->job);
 	store_clear_error();
 	int r = q->latest ? catalog_latest(st, q->job, &q->cs) : catalog_resolve_step(st, q->job, q->step, &q->cs);
 	if (r == -ENOENT) {
@@ -835,7 +861,7 @@ struct del_req {
 static void del_run(struct bgreq *b)
 {
 	struct del_req *q = (struct del_req *)b;
-	struct store *st = b->d->store;
+	struct store *st = daemon_store_of(b->d, q->job);
 	struct catalog_step cs;
 	int r = catalog_list_step(st, q->job, q->step, &cs);
 	if (r == -EBADMSG)
@@ -922,7 +948,7 @@ struct gc_work {
 
 static void gc_job_run(struct gc_work *g, const char *job, const struct retention *rt)
 {
-	struct store *st = g->d->store;
+	struct store *st = daemon_store_of(g->d, job);
 	uint64_t *steps = NULL;
 	size_t n = 0;
 	if (!retention_active(rt) || catalog_steps(st, job, &steps, &n) < 0)

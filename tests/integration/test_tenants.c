@@ -22,7 +22,7 @@
 #include "harness.h"
 
 static struct dctx D;
-static char sock_c[400], sock_d[400], sock_e[400];
+static char sock_c[400], sock_d[400], sock_e[400], sock_f[400], fstore[400];
 static int failures;
 
 #define CHECK(cond, ...) \
@@ -231,12 +231,14 @@ int main(void)
 	snprintf(sock_c, sizeof(sock_c), "%s/tc/ckptd.sock", D.dir);
 	snprintf(sock_d, sizeof(sock_d), "%s/td/ckptd.sock", D.dir);
 	snprintf(sock_e, sizeof(sock_e), "%s/te/ckptd.sock", D.dir);
+	snprintf(sock_f, sizeof(sock_f), "%s/tf/ckptd.sock", D.dir);
+	snprintf(fstore, sizeof(fstore), "%s/fstore", D.dir);
 	char conf[2048];
 	snprintf(conf, sizeof(conf),
 		 "[tenant.team-a]\nuids = 2001\n[tenant.team-b]\nuids = 2002\n"
 		 "[tenant.team-c]\nsocket = %s\n[tenant.team-d]\nsocket = %s\nmax_registered_bytes = 8K\n"
-		 "[tenant.team-e]\nsocket = %s\n",
-		 sock_c, sock_d, sock_e);
+		 "[tenant.team-e]\nsocket = %s\n[tenant.team-f]\nsocket = %s\nstorage = file://%s\n",
+		 sock_c, sock_d, sock_e, sock_f, fstore);
 	h_start(&D, conf);
 	chmod(D.dir, 0755);
 	char rundir[400];
@@ -262,6 +264,14 @@ int main(void)
 	tenant_checks("team-c (root on its socket)", sock_c, "llama:3", 3, 0xc3, 4);
 	tenant_checks("team-d (root on its socket)", sock_d, "llama:4", 4, 0xd4, 3);
 	as_uid(2003, nobody);
+	/* A tenant with storage of its own: its jobs go there, and only there. */
+	CHECK(save(sock_f, "llama", 5, 0xf5) == 0, "team-f: save 5: %s", ckpt_errmsg());
+	char fpath[600];
+	snprintf(fpath, sizeof(fpath), "%s/team-f/llama/step-000000000005", fstore);
+	struct stat fst;
+	CHECK(stat(fpath, &fst) == 0, "team-f: %s is missing", fpath);
+	exists("team-f", false);
+	tenant_checks("team-f (its own storage)", sock_f, "llama:5", 5, 0xf5, 3);
 	/* A tenant that saved nothing yet lists nothing, without an error. */
 	char none[64] = "x";
 	CHECK(list(sock_e, NULL, none, sizeof(none)) == 0 && none[0] == '\0', "team-e: ls: '%s' (%s)", none,
@@ -308,7 +318,7 @@ int main(void)
 	if (sc)
 		ckpt_close(sc);
 	CHECK(ckpt_connect(D.sock, NULL, &sc) == 0 && ckpt_status(sc, &si) == 0, "admin: status: %s", ckpt_errmsg());
-	CHECK(si.ntenants == 5, "admin: status shows %u tenants, want 5", si.ntenants);
+	CHECK(si.ntenants == 6, "admin: status shows %u tenants, want 6", si.ntenants);
 	bool other = false;
 	for (uint32_t i = 0; i < si.nheld; i++)
 		other |= strncmp(si.held[i].job, "team-b/", 7) == 0;
@@ -319,7 +329,7 @@ int main(void)
 
 	/* The admin sees every tenant. */
 	char got[1024];
-	const char *all = "team-a/llama:1,team-a/llama:2,team-b/llama:7,team-c/llama:3,team-d/llama:4";
+	const char *all = "team-a/llama:1,team-a/llama:2,team-b/llama:7,team-c/llama:3,team-d/llama:4,team-f/llama:5";
 	CHECK(list(D.sock, NULL, got, sizeof(got)) == 0 && strcmp(got, all) == 0, "admin: ls: '%s', want '%s'", got,
 	      all);
 	CHECK(list(D.sock, "team-b/llama", got, sizeof(got)) == 0 && strcmp(got, "team-b/llama:7") == 0,
