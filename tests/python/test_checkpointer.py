@@ -10,6 +10,7 @@ import torch
 
 import ckpt
 import ckpt.format
+import ckpt.dcp
 import ckpt.torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -290,3 +291,27 @@ def test_format1_step_stays_readable(daemon):
         step, _ = cp.load(got)
         assert step == 3 and cp.last_load["source"] == "storage"
     assert torch.equal(got["w"], sd["w"])
+
+
+def test_rank_comes_from_the_launcher(daemon, monkeypatch):
+    """Issue "Python adoption": under torchrun a forgotten rank= used to
+    default to rank 0 of 1 and collide with the other ranks. The rank comes
+    from RANK/WORLD_SIZE (or torch.distributed); a hand-given one that
+    disagrees is an error, never a silent collision."""
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    with ckpt.torch.Checkpointer("launched", socket=daemon.sock) as cp:
+        assert (cp.rank, cp.world_size) == (2, 4)
+    with ckpt.torch.Checkpointer("launched", socket=daemon.sock, rank=2, world_size=4) as cp:
+        assert (cp.rank, cp.world_size) == (2, 4)
+    with pytest.raises(ValueError, match=r"rank=0 world_size=None given, but RANK/WORLD_SIZE says rank 2 of 4"):
+        ckpt.torch.Checkpointer("launched", socket=daemon.sock, rank=0)
+    with pytest.raises(ValueError, match="says rank 2 of 4"):
+        ckpt.dcp._identity(1, 4)
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    with ckpt.torch.Checkpointer("alone", socket=daemon.sock) as cp:
+        assert (cp.rank, cp.world_size) == (0, 1)
+    with pytest.raises(ValueError, match="out of range"):
+        ckpt.torch.resolve_rank(4, 4)

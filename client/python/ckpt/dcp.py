@@ -44,7 +44,7 @@ from torch.distributed.checkpoint.staging import AsyncStager
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 
 from .client import LATEST, TensorSpec
-from .torch import DTYPE_CODES, TORCH_DTYPES, Checkpointer
+from .torch import DTYPE_CODES, TORCH_DTYPES, Checkpointer, resolve_rank
 
 __all__ = ["Writer", "Reader"]
 
@@ -55,11 +55,9 @@ _cache = {}
 
 
 def _identity(rank, world_size):
-    if rank is None:
-        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-    if world_size is None:
-        world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-    return rank, world_size
+    """The launcher's rank and world size (torch.distributed, else
+    RANK/WORLD_SIZE); ones given by hand must agree (resolve_rank)."""
+    return resolve_rank(rank, world_size)[:2]
 
 
 def _checkpointer(job, rank, world_size, socket, attempt_id, policy):

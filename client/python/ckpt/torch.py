@@ -96,17 +96,58 @@ class SaveFuture:
         self.durable = inner.durable
 
 
+def _launcher():
+    """(rank, world size, local rank, who said so) from the launcher:
+    torch.distributed when it is initialized, else torchrun's RANK,
+    WORLD_SIZE and LOCAL_RANK; (None, None, None, None) without either."""
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        local = os.environ.get("LOCAL_RANK")
+        return dist.get_rank(), dist.get_world_size(), int(local) if local else None, "torch.distributed"
+    r, w = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if r is not None and w is not None:
+        try:
+            local = os.environ.get("LOCAL_RANK")
+            return int(r), int(w), int(local) if local else None, "RANK/WORLD_SIZE"
+        except ValueError:
+            raise ValueError(f"RANK={r!r} WORLD_SIZE={w!r}: not numbers") from None
+    return None, None, None, None
+
+
+def resolve_rank(rank=None, world_size=None):
+    """The rank and world size a checkpointer uses: the launcher's
+    (torch.distributed, else RANK/WORLD_SIZE), or the ones given, or 0 of 1
+    without a launcher. One given by hand that disagrees with the launcher
+    is an error, never a silent collision of two ranks' saves. Returns
+    (rank, world_size, local_rank)."""
+    lr, lw, local, who = _launcher()
+    if who is not None:
+        if rank is not None and rank != lr or world_size is not None and world_size != lw:
+            raise ValueError(f"rank={rank} world_size={world_size} given, but {who} says rank {lr} of {lw}; "
+                             "leave them out (they come from the launcher) or fix the launch")
+        rank, world_size = lr, lw
+    rank = 0 if rank is None else int(rank)
+    world_size = 1 if world_size is None else int(world_size)
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} of world size {world_size} is out of range")
+    return rank, world_size, local if local is not None else 0
+
+
 class Checkpointer:
-    def __init__(self, job, rank=0, world_size=1, socket=None, attempt_id=None, policy=None,
+    def __init__(self, job, rank=None, world_size=None, socket=None, attempt_id=None, policy=None,
                  fallback_dir=None):
-        """Connect to ckptd. If it is not running, raise ckpt.DaemonUnavailable,
-        or with fallback_dir, fall back to torch.save/torch.load of one file
-        per step there (synchronous: staged and durable complete together)."""
+        """Connect to ckptd. rank and world_size come from the launcher
+        (torch.distributed when initialized, else RANK/WORLD_SIZE); given by
+        hand they must agree with it (resolve_rank). If ckptd is not
+        running, raise ckpt.DaemonUnavailable, or with fallback_dir, fall
+        back to torch.save/torch.load of one file per step there
+        (synchronous: staged and durable complete together)."""
+        rank, world_size, local_rank = resolve_rank(rank, world_size)
         self.job, self.rank, self.world_size = job, rank, world_size
         self.fallback_dir = None
         try:
-            self.client = Client(socket, job=job, rank=rank, world_size=world_size, attempt_id=attempt_id,
-                                 policy=policy)
+            self.client = Client(socket, job=job, rank=rank, world_size=world_size, local_rank=local_rank,
+                                 attempt_id=attempt_id, policy=policy)
         except DaemonUnavailable:
             if fallback_dir is None:
                 raise
