@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
 # Make (or reuse) the Python venv for the python and s3 suites: torch 2.x,
-# numpy, pytest, boto3 and moto[server] from PyPI, and the ckpt package itself (pip install ./client/python).
+# numpy, pytest, boto3 and moto[server] from PyPI, and the project's own wheel,
+# the distribution ckptd (import name ckpt, libckpt inside it): built from
+# the source tree with meson-python (pyproject.toml) into build-wheel/ and
+# installed, on every run, so that the python suite tests what pip installs.
 # If PyPI torch cannot be installed, fall back to Debian's python3-torch
 # (1.13): the suite then skips what needs DCP and says so.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${1:-$root/.venv-test}
 ok() { "$venv/bin/python" -c "import torch, pytest, numpy, boto3, moto.server" 2>/dev/null; }
+wheel() {
+  rm -rf "$root/build-wheel"
+  "$venv/bin/pip" uninstall -q -y ckpt >/dev/null 2>&1 # the package's name before it became ckptd
+  "$venv/bin/pip" wheel -q --no-deps -w "$root/build-wheel" "$root" >/dev/null &&
+    "$venv/bin/pip" install -q --no-deps --force-reinstall "$root"/build-wheel/ckptd-*.whl >/dev/null
+}
 if [ -x "$venv/bin/python" ] && ok; then
-  "$venv/bin/pip" install -q --no-deps --force-reinstall "$root/client/python" >/dev/null && exit 0
+  wheel && exit 0
+  echo "building or installing the ckptd wheel failed" >&2
+  exit 1
 fi
 rm -rf "$venv"
 python3 -m venv "$venv" || exit 1
@@ -21,5 +32,5 @@ if ! "$venv/bin/pip" install -q torch numpy; then
 fi
 "$venv/bin/pip" install -q pytest boto3 "moto[server]" || exit 1
 ok || exit 1
-"$venv/bin/pip" install -q --no-deps "$root/client/python" >/dev/null || exit 1
+wheel || { echo "building or installing the ckptd wheel failed" >&2; exit 1; }
 "$venv/bin/python" -c "import torch; print('python suite: torch', torch.__version__)"

@@ -1,7 +1,7 @@
 """ckpt: the Python client of ckptd.
 
     import ckpt.torch
-    with ckpt.torch.Checkpointer("my-job", rank=r, world_size=w) as cp:
+    with ckpt.torch.Checkpointer("my-job") as cp:    # rank: the launcher's
         fut = cp.save(state_dict, step)
         fut.staged.result()     # tensors may change again
         ...
