@@ -315,3 +315,32 @@ def test_rank_comes_from_the_launcher(daemon, monkeypatch):
         assert (cp.rank, cp.world_size) == (0, 1)
     with pytest.raises(ValueError, match="out of range"):
         ckpt.torch.resolve_rank(4, 4)
+
+
+def test_format_needs_no_libckpt_and_checks_crc_fast(daemon, tmp_path):
+    """Issue "Python adoption": ckpt.format imports without libckpt (a
+    CKPT_LIB that cannot load proves nothing tries), reads and verifies a
+    step, and uses a CRC32C wheel when one is installed."""
+    sd = {"w": torch.randn(256, 256), "n": torch.arange(7)}
+    with ckpt.torch.Checkpointer("nolib", socket=daemon.sock) as cp:
+        cp.save(sd, 1).durable.result(60)
+    code = ("import sys, torch, ckpt.format as f\n"
+            "assert 'ckpt._lib' not in sys.modules and 'ckpt.client' not in sys.modules\n"
+            f"sd = f.load_step({daemon.url!r}, 'nolib', verify=True)\n"
+            "print(f.CRC32C_IMPLEMENTATION, float(sd['w'].sum()), int(sd['n'].sum()))\n")
+    env = dict(os.environ, CKPT_LIB="/nonexistent/libckpt.so",
+               PYTHONPATH=os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                       "client", "python"))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    impl, wsum, nsum = r.stdout.split()
+    assert abs(float(wsum) - float(sd["w"].sum())) < 1e-3 and int(nsum) == 21
+    data = os.urandom(1 << 16)
+    assert ckpt.format.crc32c(data) == ckpt.format.crc32c_py(data)
+    assert ckpt.format.crc32c(data[1000:], ckpt.format.crc32c(data[:1000])) == ckpt.format.crc32c_py(data)
+    assert ckpt.format.crc32c(b"123456789") == 0xE3069283
+    try:
+        import google_crc32c  # noqa: F401
+        assert impl == "google-crc32c", impl
+    except ImportError:
+        pass

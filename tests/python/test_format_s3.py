@@ -54,5 +54,18 @@ def test_load_step_from_s3(s3daemon):
     assert torch.equal(got["w"], sd["w"]) and torch.equal(got["b"], sd["b"]) and got["note"] == "s3"
     old = ckpt.format.load_step(s3daemon.url, "fs3", step=3)
     assert torch.equal(old["w"], w3)
+    # The same objects through gs:// (GCS's XML API, an HMAC key): moto
+    # stands in for storage.googleapis.com.
+    gs = s3daemon.url.replace("s3://", "gs://", 1)
+    with pytest.raises(ValueError, match="GCS_HMAC_ACCESS_KEY_ID"):
+        ckpt.format.load_step(gs, "fs3")
+    os.environ["GCS_HMAC_ACCESS_KEY_ID"], os.environ["GCS_HMAC_SECRET"] = s3daemon.moto.access_key, \
+        s3daemon.moto.secret_key
+    try:
+        assert ckpt.format.list_steps(gs, "fs3") == [(3, True), (4, True)]
+        got = ckpt.format.load_step(gs, "fs3", verify=True)
+        assert torch.equal(got["w"], sd["w"])
+    finally:
+        del os.environ["GCS_HMAC_ACCESS_KEY_ID"], os.environ["GCS_HMAC_SECRET"]
     with pytest.raises(FileNotFoundError):
         ckpt.format.load_step(s3daemon.url, "nosuchjob")

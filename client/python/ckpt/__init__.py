@@ -10,8 +10,14 @@
 ckpt.Client is the raw binding; ckpt.dcp has a torch.distributed.checkpoint
 StorageWriter/StorageReader; ckpt.format reads a step without the daemon.
 """
-from .client import (LATEST, Buffer, CkptError, Client, DaemonUnavailable, LoadFuture, SaveFuture, Superseded,
-                     TensorSpec, cuda_available, default_socket)
-
 __all__ = ["Client", "Buffer", "TensorSpec", "SaveFuture", "LoadFuture", "CkptError", "DaemonUnavailable",
            "Superseded", "LATEST", "default_socket", "cuda_available"]
+
+
+def __getattr__(name):
+    """The binding's names, loaded on first use: import ckpt.format needs
+    no libckpt."""
+    if name in __all__:
+        from . import client
+        return getattr(client, name)
+    raise AttributeError(f"module 'ckpt' has no attribute '{name}'")

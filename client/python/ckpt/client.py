@@ -13,10 +13,7 @@ from ._lib import (CKPT_DURABLE, CKPT_LATEST, CKPT_LOADED, CKPT_STAGED, FUTURE_C
 
 LATEST = CKPT_LATEST
 
-# proto/ckpt.proto DType values
-DTYPES = {"f32": 1, "f16": 2, "bf16": 3, "f64": 4, "i8": 5, "u8": 6, "i16": 7, "i32": 8, "i64": 9,
-          "bool": 10, "f8e4m3": 11, "f8e5m2": 12}
-DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+from ._dtypes import DTYPE_NAMES, DTYPES  # noqa: E402,F401 (proto/ckpt.proto DType values)
 
 
 class CkptError(OSError):

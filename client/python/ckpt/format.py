@@ -6,14 +6,22 @@ daemon (README "On-disk format").
 
 file:// reads the directory; s3://bucket/prefix reads through boto3 (its
 own credential chain), with the daemon's URL options endpoint=, region= and
-path_style=1, e.g. s3://ckpt/runs?endpoint=http://127.0.0.1:9000&path_style=1.
+path_style=1, e.g. s3://ckpt/runs?endpoint=http://127.0.0.1:9000&path_style=1;
+gs://bucket/prefix reads GCS's XML API through boto3 with an HMAC key
+(GCS_HMAC_ACCESS_KEY_ID and GCS_HMAC_SECRET, as the daemon takes them; the
+same endpoint= option).
+
+It needs neither the daemon nor libckpt (import ckpt.format loads no
+library), and checks CRC32C with the google-crc32c or crc32c wheel when one
+is installed (pip install google-crc32c), else in pure Python (slow).
 """
+import io
 import os
 import pickle
 import re
 import struct
 
-__all__ = ["load_step", "list_steps", "read_manifest", "crc32c"]
+__all__ = ["load_step", "list_steps", "read_manifest", "crc32c", "crc32c_py", "CRC32C_IMPLEMENTATION"]
 
 # ---- a minimal protobuf reader for proto/ckpt.proto's Manifest ----
 
@@ -137,7 +145,7 @@ def _read_manifest(data):
     return m
 
 
-# ---- crc32c (Castagnoli), table-driven: slow, but needs nothing ----
+# ---- crc32c (Castagnoli): a wheel's when installed, else table-driven ----
 
 _TABLE = []
 for _n in range(256):
@@ -147,12 +155,35 @@ for _n in range(256):
     _TABLE.append(_c)
 
 
-def crc32c(data, crc=0):
+def crc32c_py(data, crc=0):
+    """CRC32C in pure Python (about 8 MiB/s): what crc32c falls back to."""
     crc ^= 0xFFFFFFFF
     t = _TABLE
     for b in data:
         crc = t[(crc ^ b) & 0xFF] ^ (crc >> 8)
     return crc ^ 0xFFFFFFFF
+
+
+def _fast_crc32c():
+    """(function, its name) of an installed CRC32C wheel, or None."""
+    try:
+        import google_crc32c
+        if google_crc32c.implementation == "c":
+            return (lambda data, crc=0: google_crc32c.extend(crc, bytes(data) if isinstance(data, memoryview)
+                                                               else data)), "google-crc32c"
+    except (ImportError, AttributeError):
+        pass
+    try:
+        import crc32c as _c32
+        return (lambda data, crc=0: _c32.crc32c(data, crc)), "crc32c"
+    except (ImportError, AttributeError, TypeError):
+        pass
+    return None
+
+
+_fast = _fast_crc32c()
+crc32c = _fast[0] if _fast else crc32c_py
+CRC32C_IMPLEMENTATION = _fast[1] if _fast else "python"
 
 
 # ---- steps ----
@@ -212,12 +243,36 @@ class _S3Store:
         return self.s3.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
 
 
+class _GcsStore(_S3Store):
+    """gs://bucket/prefix: GCS's XML API, which speaks S3's, signed with an
+    HMAC key (GCS_HMAC_ACCESS_KEY_ID, GCS_HMAC_SECRET)."""
+
+    def __init__(self, url):
+        import urllib.parse
+        import boto3
+        from botocore.config import Config
+        u = urllib.parse.urlsplit(url)
+        q = dict(urllib.parse.parse_qsl(u.query))
+        ak, sk = os.environ.get("GCS_HMAC_ACCESS_KEY_ID"), os.environ.get("GCS_HMAC_SECRET")
+        if not ak or not sk:
+            raise ValueError(f"{url}: reading gs:// without the daemon needs an HMAC key in "
+                             "GCS_HMAC_ACCESS_KEY_ID and GCS_HMAC_SECRET")
+        self.bucket = u.netloc
+        self.prefix = u.path.strip("/")
+        cfg = Config(s3={"addressing_style": "path"}, signature_version="s3v4")
+        self.s3 = boto3.session.Session().client(
+            "s3", endpoint_url=q.get("endpoint", "https://storage.googleapis.com"),
+            region_name=q.get("region", "auto"), aws_access_key_id=ak, aws_secret_access_key=sk, config=cfg)
+
+
 def _store(url):
     if url.startswith("file://"):
         return _FileStore(url[len("file://"):])
     if url.startswith("s3://"):
         return _S3Store(url)
-    raise ValueError(f"{url}: readable without the daemon are file:// and s3://")
+    if url.startswith("gs://"):
+        return _GcsStore(url)
+    raise ValueError(f"{url}: readable without the daemon are file://, s3:// and gs://")
 
 
 _V2 = re.compile(r"^rank-(\d{5})-of-(\d{5})\.([A-Za-z0-9_-][A-Za-z0-9._-]*)\.manifest$")
@@ -282,16 +337,27 @@ def list_steps(url, job):
     return out
 
 
+class _Unpickler(pickle.Unpickler):
+    """The tree's references by their old home too (ckpt.torch._Ref, before
+    ckpt._tree), without importing ckpt.torch and so libckpt."""
+
+    def find_class(self, module, name):
+        if module == "ckpt.torch" and name == "_Ref":
+            from ._tree import _Ref
+            return _Ref
+        return super().find_class(module, name)
+
+
 def load_step(url, job, step="latest", verify=True):
     """The state dict of job/step (default: the latest complete step), every
     tensor assembled to its global shape. The step's extra state is
     unpickled: read only checkpoints you trust. Checkpointer saves come back with
     their nesting and non-tensor values; DCP saves as a flat {fqn: value}.
-    verify checks every tensor's crc32c (slow in pure Python)."""
+    verify checks every tensor's crc32c (CRC32C_IMPLEMENTATION says with what)."""
     import torch
 
-    from .torch import TORCH_DTYPES, _materialize
-    from .client import DTYPE_NAMES
+    from ._dtypes import DTYPE_NAMES
+    from ._tree import TORCH_DTYPES, _materialize
     st = _store(url)
     if step in ("latest", -1):
         done = [s for s, c in list_steps(url, job) if c]
@@ -330,13 +396,12 @@ def load_step(url, job, step="latest", verify=True):
             view.copy_(part)
     extra = group[0]["extra_state"]
     if extra:
-        meta = pickle.loads(extra)
+        meta = _Unpickler(io.BytesIO(extra)).load()
         if isinstance(meta, dict) and "tree" in meta:
             return _materialize(meta["tree"], full)
     out = {}
     for name, t in full.items():
         if name.startswith("__bytes__/"):
-            import io
             out[name[len("__bytes__/"):]] = torch.load(io.BytesIO(t.numpy().tobytes()), weights_only=False)
         else:
             out[name] = t

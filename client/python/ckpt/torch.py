@@ -31,19 +31,11 @@ import pickle
 
 import torch
 
+from ._tree import DTYPE_CODES, TORCH_DTYPES, _materialize, _Ref  # noqa: F401 (ckpt.torch's names too)
 from .client import LATEST, Client, DaemonUnavailable, TensorSpec
 
 __all__ = ["Checkpointer", "DTYPE_CODES", "DaemonUnavailable"]
 
-DTYPE_CODES = {
-    torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
-    torch.int8: "i8", torch.uint8: "u8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64",
-    torch.bool: "bool",
-}
-for _n, _c in (("float8_e4m3fn", "f8e4m3"), ("float8_e5m2", "f8e5m2")):
-    if hasattr(torch, _n):
-        DTYPE_CODES[getattr(torch, _n)] = _c
-TORCH_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
 
 def _raise_nofile():
     """One fd per registered storage: lift the soft limit to the hard one."""
@@ -54,13 +46,6 @@ def _raise_nofile():
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     except (ImportError, ValueError, OSError):
         pass
-
-
-class _Ref:
-    """A tensor's place in the pickled tree."""
-
-    def __init__(self, name, dtype, shape):
-        self.name, self.dtype, self.shape = name, dtype, tuple(shape)
 
 
 def _flatten(obj, path, tensors, names):
@@ -428,18 +413,6 @@ def _merge(dst, tree, made):
                 _merge(dst[i], v, made)
             else:
                 dst[i] = _materialize(v, made)
-
-
-def _materialize(tree, made):
-    if isinstance(tree, _Ref):
-        return made[tree.name]
-    if isinstance(tree, dict):
-        return {k: _materialize(v, made) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_materialize(v, made) for v in tree]
-    if isinstance(tree, tuple):
-        return tuple(_materialize(v, made) for v in tree)
-    return tree
 
 
 def _copy_into(dst, src):
