@@ -105,6 +105,7 @@ def _load():
     vp, i, u64, sz = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_size_t
     sig = {
         "ckpt_connect": (i, [ctypes.c_char_p, ctypes.POINTER(_Hello), ctypes.POINTER(vp)]),
+        "ckpt_delete": (i, [vp, ctypes.c_char_p, u64]),
         "ckpt_close": (None, [vp]),
         "ckpt_buffer_alloc": (i, [vp, sz, ctypes.POINTER(vp)]),
         "ckpt_buffer_register_fd": (i, [vp, i, sz, ctypes.POINTER(vp)]),

@@ -299,6 +299,13 @@ class Client:
             libc.free(ctypes.cast(out, ctypes.c_void_p))
         return res
 
+    def delete(self, step, job=None):
+        """Remove step of job (default: this client's) from storage, as
+        ckptctl rm does."""
+        rc = lib.ckpt_delete(self._handle(), (job or self.job).encode(), int(step))
+        if rc < 0:
+            raise _error(rc, what=f"delete step {step}")
+
     def resolve(self, step=LATEST, job=None):
         """Decide once which step a restore loads: LATEST (the highest
         complete step) or a named one, of job (default: this client's). The

@@ -120,14 +120,17 @@ def resolve_rank(rank=None, world_size=None):
 
 class Checkpointer:
     def __init__(self, job, rank=None, world_size=None, socket=None, attempt_id=None, policy=None,
-                 fallback_dir=None):
+                 fallback_dir=None, *, alone=False):
         """Connect to ckptd. rank and world_size come from the launcher
         (torch.distributed when initialized, else RANK/WORLD_SIZE); given by
         hand they must agree with it (resolve_rank). If ckptd is not
         running, raise ckpt.DaemonUnavailable, or with fallback_dir, fall
         back to torch.save/torch.load of one file per step there
-        (synchronous: staged and durable complete together)."""
-        rank, world_size, local_rank = resolve_rank(rank, world_size)
+        (synchronous: staged and durable complete together). alone: this
+        process saves its steps by itself, as rank 0 of 1, whatever the
+        launcher says (a state every rank holds alike, which rank 0 alone
+        writes: Lightning's and Hugging Face's checkpoints)."""
+        rank, world_size, local_rank = (0, 1, 0) if alone else resolve_rank(rank, world_size)
         self.job, self.rank, self.world_size = job, rank, world_size
         self.fallback_dir = None
         try:
