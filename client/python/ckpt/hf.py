@@ -1,0 +1,121 @@
+"""ckpt.hf: Hugging Face Trainer checkpoints through ckptd.
+
+    import ckpt.hf
+    args = TrainingArguments(output_dir="out", save_strategy="steps", save_steps=500, ...)
+    trainer = Trainer(model=model, args=args, ..., callbacks=[ckpt.hf.CkptdCallback("my-job")])
+    trainer.train(resume_from_checkpoint=ckpt.hf.checkpoint_dir("my-job", "out"))  # None: from scratch
+
+CkptdCallback takes the Trainer's saves over: when the Trainer decides to
+save (save_strategy "steps" or "epoch"), the callback saves the model,
+optimizer and scheduler state, the RNG states and the trainer state to
+ckptd as step global_step and tells the Trainer not to write its own
+checkpoint-N directory. The save returns once staged; training goes on
+while ckptd makes it durable (train's end waits for that).
+
+To resume, checkpoint_dir() writes the latest complete step (or a named
+one) back as a Trainer checkpoint directory, output_dir/checkpoint-N with
+the files Trainer reads (pytorch_model.bin, optimizer.pt, scheduler.pt,
+rng_state.pth, trainer_state.json), and returns its path for
+resume_from_checkpoint; None when the job has no complete step. The Trainer
+then resumes with its own code: weights, optimizer, scheduler, RNG, and the
+data it skips. Saves on the main process only (the state is the same on
+every rank), as rank 0 of 1.
+"""
+import json
+import os
+import random
+import tempfile
+
+import numpy as np
+import torch
+from transformers import TrainerCallback
+
+from .torch import Checkpointer
+
+__all__ = ["CkptdCallback", "checkpoint_dir"]
+
+
+def _rng():
+    r = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.random.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        r["cuda"] = torch.cuda.random.get_rng_state_all()
+    return r
+
+
+def _state_json(state):
+    """trainer_state.json's text, as TrainerState.save_to_json writes it."""
+    with tempfile.TemporaryDirectory() as d:
+        state.save_to_json(os.path.join(d, "s.json"))
+        with open(os.path.join(d, "s.json")) as f:
+            return f.read()
+
+
+class CkptdCallback(TrainerCallback):
+    def __init__(self, job, socket=None, attempt_id=None):
+        self.job, self.socket, self.attempt_id = job, socket, attempt_id
+        self._cp = None
+        self._futs = []
+
+    def _checkpointer(self):
+        if self._cp is None:
+            self._cp = Checkpointer(self.job, socket=self.socket, attempt_id=self.attempt_id, alone=True)
+        return self._cp
+
+    def _save(self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs):
+        if not control.should_save:
+            return control
+        control.should_save = False  # ckptd has it: no checkpoint-N directory
+        if not state.is_world_process_zero:
+            return control
+        sd = {"model": model.state_dict()}
+        if optimizer is not None:
+            sd["optimizer"] = optimizer.state_dict()
+        if lr_scheduler is not None:
+            sd["scheduler"] = lr_scheduler.state_dict()
+        extra = {"trainer_state": _state_json(state), "rng": _rng()}
+        fut = self._checkpointer().save(sd, state.global_step, extra=extra)
+        fut.staged.result()  # the tensors may change again
+        self._futs.append(fut)
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        return self._save(args, state, control, **kwargs)
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        return self._save(args, state, control, **kwargs)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        try:
+            for f in self._futs:
+                f.durable.result()
+        finally:
+            self._futs = []
+            if self._cp is not None:
+                self._cp.close()
+                self._cp = None
+
+
+def checkpoint_dir(job, output_dir, step="latest", socket=None):
+    """Write step (default: the latest complete one) of job as a Trainer
+    checkpoint directory under output_dir; its path, or None when the job
+    has no complete step."""
+    with Checkpointer(job, socket=socket, alone=True) as cp:
+        if step == "latest":
+            done = [s["step"] for s in cp.client.list(job) if s["complete"]]
+            if not done:
+                return None
+        sd = {}
+        got, extra = cp.load(sd, step=step)
+    d = os.path.join(output_dir, f"checkpoint-{got}")
+    os.makedirs(d, exist_ok=True)
+    torch.save(sd["model"], os.path.join(d, "pytorch_model.bin"))
+    if "optimizer" in sd:
+        torch.save(sd["optimizer"], os.path.join(d, "optimizer.pt"))
+    if "scheduler" in sd:
+        torch.save(sd["scheduler"], os.path.join(d, "scheduler.pt"))
+    torch.save(extra["rng"], os.path.join(d, "rng_state.pth"))
+    with open(os.path.join(d, "trainer_state.json"), "w") as f:
+        f.write(extra["trainer_state"])
+    with open(os.path.join(d, "ckptd.json"), "w") as f:
+        json.dump({"job": job, "step": got}, f)
+    return d

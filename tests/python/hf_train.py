@@ -1,0 +1,58 @@
+"""A tiny Hugging Face Trainer run through ckpt.hf, for test_hf.py:
+    hf_train.py SOCKET JOB OUTDIR MAX_STEPS OUT [resume] [kill_at]
+Trains to MAX_STEPS (resuming from ckptd's latest step with "resume"),
+saving every 4 steps through ckptd; with kill_at, SIGKILLs itself at that
+step; else writes the final weights and optimizer state to OUT."""
+import os
+import signal
+import sys
+
+import torch
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+import ckpt.hf
+
+sock, job, outdir, max_steps, out = sys.argv[1:6]
+resume = "resume" in sys.argv[6:]
+kill_at = int(sys.argv[7]) if len(sys.argv) > 7 else None
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+
+    def forward(self, x, labels=None):
+        y = self.net(x)
+        return {"loss": torch.nn.functional.mse_loss(y, labels), "logits": y}
+
+
+class Data(torch.utils.data.Dataset):
+    def __init__(self):
+        g = torch.Generator().manual_seed(1)
+        self.x, self.y = torch.randn(64, 8, generator=g), torch.randn(64, 1, generator=g)
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return {"x": self.x[i], "labels": self.y[i]}
+
+
+class Kill(TrainerCallback):
+    def on_step_end(self, args, state, control, **kw):
+        if kill_at is not None and state.global_step == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+torch.manual_seed(0)
+args = TrainingArguments(output_dir=outdir, max_steps=int(max_steps), per_device_train_batch_size=4,
+                         save_strategy="steps", save_steps=4, logging_steps=1000, report_to=[], use_cpu=True,
+                         seed=0, disable_tqdm=True, dataloader_num_workers=0, learning_rate=0.01)
+trainer = Trainer(model=Model(), args=args, train_dataset=Data(),
+                  callbacks=[ckpt.hf.CkptdCallback(job, socket=sock), Kill()])
+start = ckpt.hf.checkpoint_dir(job, outdir, socket=sock) if resume else None
+trainer.train(resume_from_checkpoint=start)
+torch.save({"weights": trainer.model.state_dict(), "optim": trainer.optimizer.state_dict(),
+            "global_step": trainer.state.global_step, "resumed_from": start,
+            "dirs": sorted(n for n in os.listdir(outdir) if n.startswith("checkpoint-"))}, out)

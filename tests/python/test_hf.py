@@ -1,0 +1,58 @@
+"""Issue "Python adoption": ckpt.hf with the real transformers Trainer on
+CPU. One run trains 12 steps straight; another is killed (SIGKILL) at step
+9, after ckptd staged its step 8; a third process resumes from ckptd's
+latest step (written back as a checkpoint-8 directory for
+resume_from_checkpoint) and trains to 12. Both end with the same weights
+and optimizer state; no run wrote a checkpoint directory of its own."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+import ckpt  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(daemon, job, outdir, out, *extra):
+    env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "client", "python"))
+    r = subprocess.run([sys.executable, os.path.join(HERE, "hf_train.py"), daemon.sock, job, str(outdir), "12",
+                        str(out), *extra], env=env, capture_output=True, text=True, timeout=300)
+    return r
+
+
+def same(a, b):
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def test_hf_trainer_resumes_from_ckptd_after_kill(daemon, tmp_path):
+    r = run(daemon, "hf-straight", tmp_path / "a", tmp_path / "a.pt")
+    assert r.returncode == 0, r.stderr[-4000:]
+    straight = torch.load(tmp_path / "a.pt", weights_only=False)
+    assert straight["dirs"] == [], straight["dirs"]  # ckptd took every save over
+    r = run(daemon, "hf-killed", tmp_path / "b", tmp_path / "b.pt", "-", "9")
+    assert r.returncode == -9, r.stderr[-4000:]
+    with ckpt.Client(daemon.sock) as c:  # staged before the kill: ckptd makes it durable
+        for _ in range(200):
+            if any(s["step"] == 8 and s["complete"] for s in c.list("hf-killed")):
+                break
+            time.sleep(0.05)
+        assert [s["step"] for s in c.list("hf-killed") if s["complete"]] == [4, 8]
+    r = run(daemon, "hf-killed", tmp_path / "b", tmp_path / "c.pt", "resume")
+    assert r.returncode == 0, r.stderr[-4000:]
+    resumed = torch.load(tmp_path / "c.pt", weights_only=False)
+    assert resumed["resumed_from"].endswith("checkpoint-8")
+    assert resumed["global_step"] == straight["global_step"] == 12
+    assert same(resumed["weights"], straight["weights"]), "weights differ after resuming"
+    assert same(resumed["optim"], straight["optim"]), "optimizer state differs after resuming"
