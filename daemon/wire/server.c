@@ -90,13 +90,15 @@ static void refuse(int fd, int status, const char *msg)
 	close(fd);
 }
 
-/* Sessions of uid now. */
-static uint32_t sessions_of(const struct daemon *d, uid_t uid)
+/* Sessions of one credential now: a uid, within a tenant (on Kubernetes
+ * every tenant's pods are uid 0, and one tenant must not use up the
+ * others' share). */
+static uint32_t sessions_of(const struct daemon *d, uid_t uid, int tenant)
 {
 	uint32_t n = 0;
 	const struct session *s;
 	TAILQ_FOREACH (s, &d->sessions, link)
-		n += s->uid == uid;
+		n += s->uid == uid && s->tenant == tenant;
 	return n;
 }
 
@@ -184,7 +186,7 @@ static void on_accept(uv_poll_t *h, int status, int events)
 			refuse(fd, -EMFILE, msg);
 			continue;
 		}
-		if (sessions_of(d, cr.uid) >= d->cfg.max_sessions_per_uid) {
+		if (sessions_of(d, cr.uid, tenant) >= d->cfg.max_sessions_per_uid) {
 			d->stats.refused[LIMIT_SESSIONS_PER_UID]++;
 			snprintf(msg, sizeof(msg), "uid %u already has %u sessions (max_sessions_per_uid)",
 				 (unsigned)cr.uid, d->cfg.max_sessions_per_uid);

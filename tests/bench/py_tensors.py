@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""The control path's cost per tensor (issue "Python adoption"): the stall of
+ckpt.torch.Checkpointer.save until staged, for --size-mb (default 512) MiB
+of float32 split into N tensors (100, 2000, 10000 by default), side by side
+in one run with the same bytes as one flat tensor. Per N: the first save
+(which registers and pre-faults what later saves reuse) and the median of
+--rounds later saves; the flat tensor's later saves the same way. What a
+later save costs beyond the flat one, divided by N, is the per-tensor cost.
+
+    python tests/bench/py_tensors.py --socket /tmp/ckptd.sock [--json OUT]
+
+ckptd's pool must hold a save and the copy in flight (--staging-bytes of
+twice --size-mb or more). Each case is its own job; every save waits for
+durable before the next, so uploads never overlap a measured stall.
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+import ckpt.torch
+
+
+def stall(cp, sd, step):
+    t = time.perf_counter()
+    f = cp.save(sd, step)
+    f.staged.result()
+    s = time.perf_counter() - t
+    f.durable.result()
+    return s
+
+
+def case(sock, job, sd, rounds):
+    with ckpt.torch.Checkpointer(job, socket=sock) as cp:
+        first = stall(cp, sd, 1)
+        later = [stall(cp, sd, 2 + r) for r in range(rounds)]
+    return first, statistics.median(later), later
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--size-mb", type=int, default=512)
+    ap.add_argument("--tensors", default="100,2000,10000")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    total = a.size_mb << 20
+    torch.manual_seed(0)
+    flat = {"flat": torch.randn(total // 4)}
+    f_first, f_med, f_all = case(a.socket, f"bench-flat-{time.time_ns()}", flat, a.rounds)
+    rows = []
+    for n in (int(x) for x in a.tensors.split(",")):
+        sd = {f"layers.{i}.weight": torch.randn(total // 4 // n) for i in range(n)}
+        first, med, allv = case(a.socket, f"bench-{n}-{time.time_ns()}", sd, a.rounds)
+        rows.append({"tensors": n, "first_ms": first * 1e3, "later_ms": med * 1e3, "later_all_ms": [x * 1e3 for x in allv],
+                     "beyond_flat_ms": (med - f_med) * 1e3, "per_tensor_us": (med - f_med) / n * 1e6,
+                     "first_over_later": first / med})
+        del sd
+    print(f"{a.size_mb} MiB of float32; later saves: median of {a.rounds}; flat: one tensor, "
+          f"first {f_first * 1e3:.1f} ms, later {f_med * 1e3:.1f} ms")
+    print("| tensors | first save | later saves | beyond the flat copy | per tensor | first / later |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['tensors']:,} | {r['first_ms']:.0f} ms | {r['later_ms']:.1f} ms | {r['beyond_flat_ms']:.1f} ms "
+              f"| {r['per_tensor_us']:.1f} µs | {r['first_over_later']:.1f}x |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"size_mb": a.size_mb, "flat_first_ms": f_first * 1e3, "flat_later_ms": f_med * 1e3,
+                       "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
