@@ -155,6 +155,8 @@ static int visible_jobs(struct bgreq *b, char ***out, size_t *nout)
 	char **top = NULL;
 	size_t n = 0;
 	int r = catalog_jobs(st, NULL, &top, &n);
+	if (r == -ENOENT) /* nothing saved yet (an object store's empty prefix) */
+		r = 0, top = NULL, n = 0;
 	if (r < 0 || !b->admin || c->ntenants == 0) {
 		*out = top;
 		*nout = n;
