@@ -106,7 +106,8 @@ static int list(const char *sock, const char *job, char *out, size_t cap)
 	size_t n = 0;
 	out[0] = '\0';
 	if ((r = ckpt_list(c, job, &v, &n)) == 0) {
-		qsort(v, n, sizeof(*v), cmp_info); /* by job, then step */
+		if (n)
+			qsort(v, n, sizeof(*v), cmp_info); /* by job, then step */
 		for (size_t i = 0; i < n; i++)
 			snprintf(out + strlen(out), cap - strlen(out), "%s%s:%" PRIu64, i ? "," : "", v[i].job,
 				 v[i].step);
