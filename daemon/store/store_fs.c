@@ -178,11 +178,22 @@ static int open_object(struct store_fs *s, const char *key, struct stat *st)
 	int dfd = open_parent(s, key, false, &leaf);
 	if (dfd < 0)
 		return dfd;
-	int fd = openat(dfd, leaf, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-	int e = errno;
+	/* Not even opened unless it is a regular file (opening a device can
+	 * do something); the fstat after the open closes the race. */
+	int fd = -1, e = 0;
+	if (fstatat(dfd, leaf, st, AT_SYMLINK_NOFOLLOW) != 0)
+		e = errno;
+	else if (S_ISLNK(st->st_mode))
+		e = ELOOP;
+	else if (S_ISREG(st->st_mode) && (fd = openat(dfd, leaf, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		e = errno;
 	close(dfd);
-	if (fd < 0)
+	if (e)
 		return refuse(key, e);
+	if (fd < 0) {
+		store_set_error("%s is not a regular file (refused)", key);
+		return -EINVAL;
+	}
 	if (fstat(fd, st) != 0) {
 		e = errno;
 		close(fd);
