@@ -19,7 +19,7 @@ import os, sys, ckpt, ckpt._lib
 here = os.path.dirname(ckpt.__file__)
 assert "site-packages" in here, here
 assert ckpt._lib._find() == os.path.join(here, "libckpt.so"), ckpt._lib._find()
-c = ckpt.Client(sys.argv[1], job="wheel", rank=0, world_size=1)
+c = ckpt.Client(sys.argv[1], job=f"wheel-{os.getpid()}", rank=0, world_size=1)
 b = c.alloc(4096)
 b.view[:] = bytes(range(256)) * 16
 spec = ckpt.TensorSpec("w", "u8", (4096,), b, 0, 4096)

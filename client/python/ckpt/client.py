@@ -2,11 +2,13 @@
 concurrent.futures.Future objects completed from libckpt's reader thread;
 callbacks added to them run on that thread, so they must be short and must
 not wait for another future of the same client."""
+import atexit
 import concurrent.futures
 import ctypes
 import errno as _errno
 import os
 import threading
+import weakref
 
 from ._lib import (CKPT_DURABLE, CKPT_LATEST, CKPT_LOADED, CKPT_STAGED, FUTURE_CB, _Hello, _SaveOpts,
                    _StepDetail, _StepInfo, _Tensor, lib, libc)
@@ -200,6 +202,22 @@ class LoadFuture:
         return self.loaded.result(timeout)
 
 
+# Open clients, closed at exit: before the interpreter finalizes, while
+# libckpt's reader thread can still run a callback (one that wanted the GIL
+# during finalization would never return, and a close from __del__ would
+# then wait for it forever: a script that ends without close() hung).
+_clients = weakref.WeakSet()
+
+
+@atexit.register
+def _close_clients():
+    for c in list(_clients):
+        try:
+            c.close()
+        except Exception:
+            pass
+
+
 def default_socket():
     return os.environ.get("CKPTD_SOCKET") or "/run/ckptd/ckptd.sock"
 
@@ -223,6 +241,7 @@ class Client:
             raise err
         self._h = handle
         self._buffers = []
+        _clients.add(self)
 
     def _handle(self):
         if not self._h:
