@@ -73,3 +73,15 @@ def daemon_factory():
 @pytest.fixture
 def daemon(daemon_factory):
     return daemon_factory()
+
+
+def same(a, b):
+    """Equal trees of tensors, dicts, lists and plain values."""
+    import torch
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b

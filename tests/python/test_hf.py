@@ -15,6 +15,7 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 import ckpt  # noqa: E402
+from conftest import same  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -24,16 +25,6 @@ def run(daemon, job, outdir, out, *extra):
     r = subprocess.run([sys.executable, os.path.join(HERE, "hf_train.py"), daemon.sock, job, str(outdir), "12",
                         str(out), *extra], env=env, capture_output=True, text=True, timeout=300)
     return r
-
-
-def same(a, b):
-    if isinstance(a, torch.Tensor):
-        return torch.equal(a, b)
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return a == b
 
 
 def test_hf_trainer_resumes_from_ckptd_after_kill(daemon, tmp_path):

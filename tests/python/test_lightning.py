@@ -12,6 +12,7 @@ import torch
 
 L = pytest.importorskip("lightning")
 import ckpt.lightning  # noqa: E402
+from conftest import same  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -23,16 +24,6 @@ def run(daemon, job, ckdir, epochs, out, resume=None):
                        timeout=300)
     assert r.returncode == -9, f"exit {r.returncode}\n{r.stdout}\n{r.stderr[-4000:]}"  # killed, as it asks
     return torch.load(out, weights_only=False)
-
-
-def same(a, b):
-    if isinstance(a, torch.Tensor):
-        return torch.equal(a, b)
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return a == b
 
 
 def test_lightning_resume_after_kill(daemon, tmp_path):

@@ -122,8 +122,8 @@ class CkptdCheckpointIO(CheckpointIO):
                 return  # last.ckpt, or another name of the same step
         with self._lock:
             fut = self._saves.pop(p[1], None)
-        if fut is not None:
-            fut.durable.result()
+        if fut is not None and fut.durable.exception() is not None:
+            return  # it never became durable: nothing in ckptd to remove
         try:
             self._checkpointer().client.delete(p[1])
         except OSError:
