@@ -48,8 +48,7 @@ static void session_free(struct session *s)
 {
 	for (uint32_t i = 0; i < s->nfdq; i++)
 		close(s->fdq[i]);
-	for (uint32_t i = 0; i < s->nbufs; i++)
-		hostbuf_unref(s->bufs[i]);
+	bufmap_clear(&s->bufs, hostbuf_unref);
 	struct outmsg *m;
 	while ((m = STAILQ_FIRST(&s->outq)) != NULL) {
 		STAILQ_REMOVE_HEAD(&s->outq, link);
@@ -58,7 +57,6 @@ static void session_free(struct session *s)
 	if (s->fd >= 0)
 		close(s->fd);
 	free(s->fdq);
-	free(s->bufs);
 	free(s->rbuf);
 	free(s);
 }
@@ -206,10 +204,7 @@ void session_reply(struct session *s, uint64_t req_id, int status, const char *f
 
 struct hostbuf *session_find_buffer(struct session *s, uint64_t id)
 {
-	for (uint32_t i = 0; i < s->nbufs; i++)
-		if (s->bufs[i]->id == id)
-			return s->bufs[i];
-	return NULL;
+	return bufmap_get(&s->bufs, id);
 }
 
 int session_check_tensor(struct session *s, const Ckpt__TensorRef *tr, size_t index, struct box *box,
@@ -394,7 +389,7 @@ void session_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBu
 		session_reply(s, req_id, -EEXIST, "buffer id %" PRIu64 " is already registered", m->buffer_id);
 		return;
 	}
-	if (s->nbufs >= s->d->cfg.max_buffers) {
+	if (s->bufs.n >= s->d->cfg.max_buffers) {
 		s->d->stats.refused[LIMIT_BUFFERS]++;
 		close_fds(fds, nfds);
 		session_reply(s, req_id, -ENOBUFS, "at most %u buffers per session", s->d->cfg.max_buffers);
@@ -433,14 +428,11 @@ void session_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBu
 		session_reply(s, req_id, r, "buffer %" PRIu64 ": %s", m->buffer_id, err);
 		return;
 	}
-	struct hostbuf **nb = realloc(s->bufs, (s->nbufs + 1) * sizeof(*nb));
-	if (nb == NULL) {
+	if (bufmap_put(&s->bufs, b) < 0) {
 		hostbuf_unref(b);
 		session_reply(s, req_id, -ENOMEM, "out of memory");
 		return;
 	}
-	s->bufs = nb;
-	s->bufs[s->nbufs++] = b;
 	s->registered_bytes += b->nbytes;
 	if (s->tenant >= 0)
 		s->d->tenant_registered[s->tenant] += b->nbytes;
@@ -455,15 +447,13 @@ void session_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBu
 
 void session_unregister(struct session *s, uint64_t req_id, const Ckpt__Unregister *m)
 {
-	for (uint32_t i = 0; i < s->nbufs; i++) {
-		if (s->bufs[i]->id != m->buffer_id)
-			continue;
+	struct hostbuf *b = bufmap_take(&s->bufs, m->buffer_id);
+	if (b != NULL) {
 		/* Saves and loads hold their own reference. */
-		s->registered_bytes -= s->bufs[i]->nbytes;
+		s->registered_bytes -= b->nbytes;
 		if (s->tenant >= 0)
-			s->d->tenant_registered[s->tenant] -= s->bufs[i]->nbytes;
-		hostbuf_unref(s->bufs[i]);
-		s->bufs[i] = s->bufs[--s->nbufs];
+			s->d->tenant_registered[s->tenant] -= b->nbytes;
+		hostbuf_unref(b);
 		session_reply(s, req_id, 0, NULL);
 		return;
 	}

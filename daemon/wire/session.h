@@ -13,6 +13,7 @@
 #include "ckpt.pb-c.h"
 #include "requester.h"
 #include "daemon.h"
+#include "bufmap.h"
 #include "hostbuf.h"
 
 struct outmsg {
@@ -51,8 +52,7 @@ struct session {
 	int *fdq; /* received fds not yet claimed by a frame */
 	uint32_t nfdq;
 
-	struct hostbuf **bufs;
-	uint32_t nbufs;
+	struct bufmap bufs;        /* by id */
 	uint64_t registered_bytes; /* of bufs, against max_registered_bytes */
 	uint64_t started_ns;       /* hello_timeout_ms counts from here */
 	uint64_t last_rx_ns;       /* idle_timeout_ms counts from here */

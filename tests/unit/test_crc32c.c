@@ -43,8 +43,7 @@ static void test_matches_bitwise_reference(void **state)
 		if (start > len)
 			start = 0;
 		tu_fill(&seed, buf, len);
-		assert_int_equal(crc32c_update(0, buf + start, len - start),
-				 ref_crc32c(buf + start, len - start));
+		assert_int_equal(crc32c_update(0, buf + start, len - start), ref_crc32c(buf + start, len - start));
 	}
 }
 
@@ -94,13 +93,71 @@ static void test_combine(void **state)
 		size_t a = (size_t)tu_below(&seed, total + 1);
 		uint32_t ca = crc32c_update(0, buf, a);
 		uint32_t cb = crc32c_update(0, buf + a, total - a);
-		assert_int_equal(crc32c_combine(ca, cb, total - a),
-				 crc32c_update(0, buf, total));
+		assert_int_equal(crc32c_combine(ca, cb, total - a), crc32c_update(0, buf, total));
 	}
 	/* Empty first part: combine(crc(""), crc(B)) == crc(B). */
 	uint32_t cb = crc32c_update(0, buf, 1000);
 	assert_int_equal(crc32c_combine(0, cb, 1000), cb);
 	free(buf);
+}
+
+/* The GF(2) matrix method of zlib's first crc32_combine, kept here as an
+ * independent reference for lengths too long to checksum in a test. */
+static uint32_t ref_times(const uint32_t *mat, uint32_t vec)
+{
+	uint32_t sum = 0;
+	for (int i = 0; vec; i++, vec >>= 1)
+		if (vec & 1)
+			sum ^= mat[i];
+	return sum;
+}
+
+static void ref_square(uint32_t *sq, const uint32_t *mat)
+{
+	for (int n = 0; n < 32; n++)
+		sq[n] = ref_times(mat, mat[n]);
+}
+
+static uint32_t ref_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b)
+{
+	uint32_t even[32], odd[32];
+	if (len_b == 0)
+		return crc_a;
+	odd[0] = 0x82f63b78u;
+	for (int n = 1; n < 32; n++)
+		odd[n] = 1u << (n - 1);
+	ref_square(even, odd);
+	ref_square(odd, even);
+	do {
+		ref_square(even, odd);
+		if (len_b & 1)
+			crc_a = ref_times(even, crc_a);
+		len_b >>= 1;
+		if (len_b == 0)
+			break;
+		ref_square(odd, even);
+		if (len_b & 1)
+			crc_a = ref_times(odd, crc_a);
+		len_b >>= 1;
+	} while (len_b != 0);
+	return crc_a ^ crc_b;
+}
+
+/* Lengths of any size, up to 2^64 - 1, against the reference. */
+static void test_combine_long(void **state)
+{
+	(void)state;
+	uint64_t seed = 11;
+	uint64_t fixed[] = { 1, 63, 64, (1ull << 32) - 1, 1ull << 32, (5ull << 30) + 17, 1ull << 63, UINT64_MAX };
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+		assert_int_equal(crc32c_combine(0xdeadbeefu, 0x12345678u, fixed[i]),
+				 ref_combine(0xdeadbeefu, 0x12345678u, fixed[i]));
+	for (int iter = 0; iter < 2000; iter++) {
+		uint32_t a = (uint32_t)tu_below(&seed, UINT32_MAX), b = (uint32_t)tu_below(&seed, UINT32_MAX);
+		/* len 0 is B empty: crc(B) is then 0 (the reference skips the xor). */
+		uint64_t len = (tu_below(&seed, UINT64_MAX) >> tu_below(&seed, 64)) | 1;
+		assert_int_equal(crc32c_combine(a, b, len), ref_combine(a, b, len));
+	}
 }
 
 /* Folding many chunk crcs into one, as the shard checksum does. */
@@ -129,6 +186,7 @@ int main(void)
 		cmocka_unit_test(test_matches_bitwise_reference),
 		cmocka_unit_test(test_chunked_equals_one_shot),
 		cmocka_unit_test(test_combine),
+		cmocka_unit_test(test_combine_long),
 		cmocka_unit_test(test_combine_fold),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
