@@ -22,6 +22,7 @@
 _Static_assert(CKPT_PROTOCOL_VERSION == WIRE_PROTOCOL_VERSION,
 	       "ckpt.h and proto/wire.h disagree on the protocol version");
 _Static_assert(CKPT_CAP_CUDA == WIRE_CAP_CUDA, "ckpt.h and proto/wire.h disagree on CKPT_CAP_CUDA");
+_Static_assert(CKPT_CAP_TABLES == WIRE_CAP_TABLES, "ckpt.h and proto/wire.h disagree on CKPT_CAP_TABLES");
 #define CLIENT_SAME_DTYPE(x) ((int)CKPT_##x == (int)CKPT__DTYPE__##x)
 _Static_assert(CLIENT_SAME_DTYPE(F32) && CLIENT_SAME_DTYPE(F16) && CLIENT_SAME_DTYPE(BF16) && CLIENT_SAME_DTYPE(F64) &&
 		       CLIENT_SAME_DTYPE(I8) && CLIENT_SAME_DTYPE(U8) && CLIENT_SAME_DTYPE(I16) &&
@@ -65,6 +66,7 @@ struct ckpt_client {
 	struct pending head; /* circular list of outstanding requests */
 	uint64_t next_req_id;
 	uint64_t next_buffer_id;
+	uint64_t next_table_id;
 	int dead;                 /* 0 while usable, else -errno */
 	char *dead_msg;           /* why, or NULL */
 	bool control;             /* hello without a job */
@@ -84,6 +86,12 @@ struct ckpt_buffer {
 	bool cuda;        /* a device buffer (cuda.c) */
 	uint8_t uuid[16]; /* its device */
 	int cuda_dev;     /* CUdevice ordinal in this process */
+};
+
+struct ckpt_table {
+	ckpt_client *client; /* holds a ref */
+	uint64_t id;
+	size_t n;
 };
 
 struct ckpt_future {
@@ -128,6 +136,12 @@ int client_call_fds(ckpt_client *c, Ckpt__Frame *req, const int *fds, size_t nfd
 /* Register f under a new req_id and send req. On failure the table does not
  * hold f (its ref is dropped) and the error is returned. */
 int client_send_future(ckpt_client *c, Ckpt__Frame *req, ckpt_future *f);
+
+/* save_load.c: cheap local checks of tensor i, so that obvious mistakes
+ * fail here with a precise message (the daemon checks everything again);
+ * fills its global shape, box offsets and box lengths (CKPT_MAX_DIMS
+ * each). 0 or -EINVAL with ckpt_errmsg() set. */
+int client_tensor_check(ckpt_client *c, size_t i, const ckpt_tensor *t, uint64_t *gs, uint64_t *bo, uint64_t *bl);
 
 /* buffer.c: take a client reference and hand b out (b is registered). */
 void buffer_adopt(ckpt_client *c, ckpt_buffer *b, ckpt_buffer **out);

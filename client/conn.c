@@ -516,6 +516,7 @@ int ckpt_connect(const char *socket_path, const ckpt_hello *hello, ckpt_client *
 	c->head.next = c->head.prev = &c->head;
 	c->next_req_id = 1;
 	c->next_buffer_id = 1;
+	c->next_table_id = 1;
 	pthread_mutex_init(&c->wmu, NULL);
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_condattr_init(&ca);
@@ -590,6 +591,11 @@ int ckpt_connect(const char *socket_path, const ckpt_hello *hello, ckpt_client *
 	ckpt__frame__free_unpacked(rep, NULL);
 	*out = c;
 	return 0;
+}
+
+uint64_t ckpt_capabilities(const ckpt_client *c)
+{
+	return c ? c->capabilities : 0;
 }
 
 void ckpt_close(ckpt_client *c)

@@ -25,7 +25,7 @@ static void tensors_free(struct tensor_set *ts)
 
 /* Cheap local checks, so that obvious mistakes fail here with a precise
  * message; the daemon checks everything again. */
-static int tensor_check(ckpt_client *c, size_t i, const ckpt_tensor *t, uint64_t *gs, uint64_t *bo, uint64_t *bl)
+int client_tensor_check(ckpt_client *c, size_t i, const ckpt_tensor *t, uint64_t *gs, uint64_t *bo, uint64_t *bl)
 {
 	const char *name = t->name ? t->name : "";
 	size_t esize = ckpt_dtype_size(t->dtype);
@@ -109,7 +109,7 @@ static int tensors_build(ckpt_client *c, const ckpt_tensor *t, size_t n, struct 
 		uint64_t *gs = ts->dims + i * 3 * CKPT_MAX_DIMS;
 		uint64_t *bo = gs + CKPT_MAX_DIMS, *bl = bo + CKPT_MAX_DIMS;
 
-		r = tensor_check(c, i, &t[i], gs, bo, bl);
+		r = client_tensor_check(c, i, &t[i], gs, bo, bl);
 		if (r < 0) {
 			tensors_free(ts);
 			return r;

@@ -18,7 +18,8 @@
 /* Frame.version and Hello(Reply).protocol_version. */
 #define WIRE_PROTOCOL_VERSION 1
 /* HelloReply capability bits. */
-#define WIRE_CAP_CUDA 1u /* the daemon imports CUDA buffers */
+#define WIRE_CAP_CUDA 1u   /* the daemon imports CUDA buffers */
+#define WIRE_CAP_TABLES 2u /* DeclareTable, DropTable, Save.table_id */
 
 /* The length prefix. */
 #define FRAME_HDR 4

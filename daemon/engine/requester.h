@@ -16,6 +16,7 @@ struct session;
 struct save;
 struct hostbuf;
 struct box;
+struct save_table;
 
 struct requester {
 	struct session *s; /* opaque here */
@@ -40,6 +41,8 @@ struct requester_ops {
 	 * buffers: 0 with *box and *buf, or -errno with err. */
 	int (*tensor)(struct session *s, const Ckpt__TensorRef *tr, size_t index, struct box *box, struct hostbuf **buf,
 		      char *err, size_t errlen);
+	/* The session's declared table id (savetab.h), or NULL. */
+	const struct save_table *(*table)(struct session *s, uint64_t id);
 	/* A save of the session began, or ended (or goes on without it). */
 	void (*save_attach)(struct session *s, struct save *sv);
 	void (*save_detach)(struct session *s, struct save *sv);

@@ -8,6 +8,7 @@
 #include "log.h"
 #include "manifest.h"
 #include "requester.h"
+#include "savetab.h"
 #include "steplock.h"
 #include "tensor.h"
 #include "upload.h"
@@ -646,12 +647,6 @@ static void save_set_state(struct save *sv, enum save_state st)
 
 /* ---- request validation and layout ---- */
 
-static int cmp_name(const void *a, const void *b)
-{
-	const struct save_tensor *x = a, *y = b;
-	return strcmp(x->name, y->name);
-}
-
 /* The trainer's events, one per device its CUDA tensors live on: every
  * such device must have one, or the copy could read half-written data. */
 static int open_events(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen)
@@ -698,22 +693,14 @@ static int open_events(struct save *sv, const Ckpt__Save *m, char *err, size_t e
 	return 0;
 }
 
-static int layout(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen)
+/* The save's tensors from its TensorRefs, each checked (the session's
+ * buffers, the caps), names unique. */
+static int tensors_from_refs(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen)
 {
 	struct session *s = sv->session;
-	const struct config *c = &sv->d->cfg;
-	if (m->n_tensors > c->max_tensors) {
-		snprintf(err, errlen, "%zu tensors, at most %u per save", m->n_tensors, c->max_tensors);
-		return -E2BIG;
-	}
-	if (m->extra_state.len > c->max_extra_state) {
-		snprintf(err, errlen, "extra state of %zu bytes, at most %u", m->extra_state.len, c->max_extra_state);
-		return -E2BIG;
-	}
 	sv->tensors = calloc(m->n_tensors ? m->n_tensors : 1, sizeof(*sv->tensors));
 	if (sv->tensors == NULL)
 		return -ENOMEM;
-	uint64_t off = 0;
 	for (size_t i = 0; i < m->n_tensors; i++) {
 		const Ckpt__TensorRef *tr = m->tensors[i];
 		struct save_tensor *t = &sv->tensors[i];
@@ -728,6 +715,51 @@ static int layout(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen
 		t->nbytes = tr->nbytes;
 		t->buf = hostbuf_ref(b);
 		t->buf_off = tr->offset;
+	}
+	return save_tensors_unique(sv->tensors, sv->ntensors, err, errlen);
+}
+
+/* The save's tensors from a declared table (savetab.h): checked when it
+ * was declared, so only copied, and the names shared. */
+static int tensors_from_table(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen)
+{
+	if (m->n_tensors) {
+		snprintf(err, errlen, "a save names a table or carries tensors, not both");
+		return -EINVAL;
+	}
+	const struct save_table *t = sv->d->req_ops->table(sv->session, m->table_id);
+	if (t == NULL) {
+		snprintf(err, errlen, "table %" PRIu64 " is not declared on this session", m->table_id);
+		return -ENOENT;
+	}
+	sv->tensors = malloc((t->n ? t->n : 1) * sizeof(*sv->tensors));
+	if (sv->tensors == NULL)
+		return -ENOMEM;
+	memcpy(sv->tensors, t->tensors, t->n * sizeof(*sv->tensors));
+	for (size_t i = 0; i < t->n; i++)
+		hostbuf_ref(sv->tensors[i].buf);
+	sv->ntensors = t->n;
+	sv->names = save_names_ref(t->names);
+	return 0;
+}
+
+static int layout(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen)
+{
+	const struct config *c = &sv->d->cfg;
+	if (m->n_tensors > c->max_tensors) {
+		snprintf(err, errlen, "%zu tensors, at most %u per save", m->n_tensors, c->max_tensors);
+		return -E2BIG;
+	}
+	if (m->extra_state.len > c->max_extra_state) {
+		snprintf(err, errlen, "extra state of %zu bytes, at most %u", m->extra_state.len, c->max_extra_state);
+		return -E2BIG;
+	}
+	int r = m->table_id ? tensors_from_table(sv, m, err, errlen) : tensors_from_refs(sv, m, err, errlen);
+	if (r < 0)
+		return r;
+	uint64_t off = 0;
+	for (size_t i = 0; i < sv->ntensors; i++) {
+		struct save_tensor *t = &sv->tensors[i];
 		off = (off + SHARD_ALIGN - 1) & ~(uint64_t)(SHARD_ALIGN - 1);
 		t->shard_off = off;
 		/* off stays below the pool size, so neither line can wrap. */
@@ -740,23 +772,9 @@ static int layout(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen
 		}
 		off += t->nbytes;
 	}
-	int r = open_events(sv, m, err, errlen);
+	r = open_events(sv, m, err, errlen);
 	if (r < 0)
 		return r;
-	/* Unique names: check on a sorted copy so the shard keeps the
-	 * client's order. */
-	struct save_tensor *sorted = malloc((sv->ntensors ? sv->ntensors : 1) * sizeof(*sorted));
-	if (sorted == NULL)
-		return -ENOMEM;
-	memcpy(sorted, sv->tensors, sv->ntensors * sizeof(*sorted));
-	qsort(sorted, sv->ntensors, sizeof(*sorted), cmp_name);
-	for (size_t i = 1; i < sv->ntensors; i++)
-		if (strcmp(sorted[i - 1].name, sorted[i].name) == 0) {
-			snprintf(err, errlen, "tensor name '%s' appears twice", sorted[i].name);
-			free(sorted);
-			return -EINVAL;
-		}
-	free(sorted);
 
 	uint64_t cb = sv->d->pool.chunk_bytes;
 	sv->shard_bytes = off;

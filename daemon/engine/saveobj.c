@@ -10,6 +10,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+struct save_names *save_names_ref(struct save_names *n)
+{
+	if (n)
+		n->refs++;
+	return n;
+}
+
+void save_names_unref(struct save_names *n)
+{
+	if (n && --n->refs == 0)
+		free(n);
+}
+
 void save_drop_events(struct save *sv)
 {
 	for (size_t i = 0; i < sv->nevents; i++)
@@ -23,9 +36,11 @@ void save_free(struct save *sv)
 {
 	save_drop_events(sv);
 	for (size_t i = 0; i < sv->ntensors; i++) {
-		free(sv->tensors[i].name);
+		if (sv->names == NULL)
+			free(sv->tensors[i].name);
 		hostbuf_unref(sv->tensors[i].buf);
 	}
+	save_names_unref(sv->names);
 	free(sv->tensors);
 	free(sv->pieces);
 	free(sv->chunks);

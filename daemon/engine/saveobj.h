@@ -33,6 +33,16 @@ enum save_state {
 	SAVE_FAILED,
 };
 
+/* Tensor names shared by a table (savetab.h) and the saves made from it:
+ * a save holds the names, not the table (nor its buffers). */
+struct save_names {
+	unsigned refs;
+	size_t len;
+	char text[]; /* every name, each ended by a NUL */
+};
+struct save_names *save_names_ref(struct save_names *n);
+void save_names_unref(struct save_names *n);
+
 struct save_tensor {
 	char *name;
 	int dtype;
@@ -80,6 +90,7 @@ struct save {
 
 	struct save_tensor *tensors;
 	size_t ntensors;
+	struct save_names *names; /* a table's (savetab.h): the tensors' names point into it */
 	struct save_piece *pieces;
 	size_t npieces;
 	uint64_t shard_bytes;

@@ -6,7 +6,7 @@
 #if defined(__x86_64__)
 #include <emmintrin.h>
 
-#define STREAM_MIN (64u << 10)
+#define STREAM_MIN (4u << 10)
 
 void memcopy_stream(void *dst, const void *src, size_t n)
 {

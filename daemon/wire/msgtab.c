@@ -27,6 +27,14 @@ static void m_unregister(struct session *s, const Ckpt__Frame *f)
 {
 	session_unregister(s, f->req_id, f->unregister);
 }
+static void m_declare_table(struct session *s, const Ckpt__Frame *f)
+{
+	session_declare_table(s, f->req_id, f->declare_table);
+}
+static void m_drop_table(struct session *s, const Ckpt__Frame *f)
+{
+	session_drop_table(s, f->req_id, f->drop_table);
+}
 static void m_save(struct session *s, const Ckpt__Frame *f)
 {
 	struct requester rq = session_requester(s, f->req_id);
@@ -135,6 +143,10 @@ static const struct msg_row rows[] = {
 						.handler = m_register,
 						.flags = MSG_NEEDS_HELLO },
 	[CKPT__FRAME__BODY_UNREGISTER] = { .name = "unregister", .handler = m_unregister, .flags = MSG_NEEDS_HELLO },
+	[CKPT__FRAME__BODY_DECLARE_TABLE] = { .name = "declare_table",
+					      .handler = m_declare_table,
+					      .flags = MSG_NEEDS_HELLO },
+	[CKPT__FRAME__BODY_DROP_TABLE] = { .name = "drop_table", .handler = m_drop_table, .flags = MSG_NEEDS_HELLO },
 	[CKPT__FRAME__BODY_SAVE] = { .name = "save", .handler = m_save, .flags = MSG_NEEDS_HELLO },
 	[CKPT__FRAME__BODY_LOAD] = { .name = "load",
 				     .handler = m_load,

@@ -4,6 +4,7 @@
 #include "log.h"
 #include "manifest.h"
 #include "save.h"
+#include "savetab.h"
 #include "tensor.h"
 #include "config.h"
 #include "cudadev.h"
@@ -48,6 +49,8 @@ static void session_free(struct session *s)
 {
 	for (uint32_t i = 0; i < s->nfdq; i++)
 		close(s->fdq[i]);
+	for (size_t i = 0; i < SESSION_MAX_TABLES; i++)
+		save_table_free(s->tables[i]);
 	bufmap_clear(&s->bufs, hostbuf_unref);
 	struct outmsg *m;
 	while ((m = STAILQ_FIRST(&s->outq)) != NULL) {
@@ -299,7 +302,7 @@ void session_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 	Ckpt__HelloReply rep = CKPT__HELLO_REPLY__INIT;
 	rep.protocol_version = WIRE_PROTOCOL_VERSION;
 	rep.session_id = s->id;
-	rep.capabilities = s->d->cuda ? WIRE_CAP_CUDA : 0;
+	rep.capabilities = (s->d->cuda ? WIRE_CAP_CUDA : 0) | WIRE_CAP_TABLES;
 	rep.limits = &lim;
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_HELLO_REPLY;
@@ -458,6 +461,62 @@ void session_unregister(struct session *s, uint64_t req_id, const Ckpt__Unregist
 		return;
 	}
 	session_reply(s, req_id, -ENOENT, "buffer id %" PRIu64 " is not registered", m->buffer_id);
+}
+
+static struct save_table **table_slot(struct session *s, uint64_t id)
+{
+	for (size_t i = 0; i < SESSION_MAX_TABLES; i++)
+		if (s->tables[i] && s->tables[i]->id == id)
+			return &s->tables[i];
+	return NULL;
+}
+
+static struct hostbuf *find_buffer(void *ctx, uint64_t id)
+{
+	return session_find_buffer(ctx, id);
+}
+
+void session_declare_table(struct session *s, uint64_t req_id, const Ckpt__DeclareTable *m)
+{
+	if (table_slot(s, m->table_id)) {
+		session_reply(s, req_id, -EEXIST, "table %" PRIu64 " is already declared", m->table_id);
+		return;
+	}
+	struct save_table **slot = NULL;
+	for (size_t i = 0; i < SESSION_MAX_TABLES && slot == NULL; i++)
+		if (s->tables[i] == NULL)
+			slot = &s->tables[i];
+	if (slot == NULL) {
+		session_reply(s, req_id, -ENOBUFS, "at most %d tables per session; drop one first", SESSION_MAX_TABLES);
+		return;
+	}
+	char err[512];
+	int r = save_table_new(&s->d->cfg, m, find_buffer, s, slot, err, sizeof(err));
+	if (r < 0) {
+		session_reply(s, req_id, r, "%s", r == -ENOMEM ? "out of memory" : err);
+		return;
+	}
+	log_debug("session %" PRIu64 ": table %" PRIu64 " declared, %zu tensors", s->id, m->table_id, (*slot)->n);
+	session_reply(s, req_id, 0, NULL);
+}
+
+void session_drop_table(struct session *s, uint64_t req_id, const Ckpt__DropTable *m)
+{
+	struct save_table **slot = table_slot(s, m->table_id);
+	if (slot == NULL) {
+		session_reply(s, req_id, -ENOENT, "table %" PRIu64 " is not declared", m->table_id);
+		return;
+	}
+	/* Saves made from it hold their own buffers and names. */
+	save_table_free(*slot);
+	*slot = NULL;
+	session_reply(s, req_id, 0, NULL);
+}
+
+static const struct save_table *rq_table(struct session *s, uint64_t id)
+{
+	struct save_table **slot = id ? table_slot(s, id) : NULL;
+	return slot ? *slot : NULL;
 }
 
 /* Validation order (docs/architecture.md §4): size cap (in receive) -> unpack ->
@@ -708,6 +767,7 @@ static const struct requester_ops session_requester_ops = {
 	.hold = session_ref,
 	.release = session_unref_alive,
 	.tensor = session_check_tensor,
+	.table = rq_table,
 	.save_attach = rq_save_attach,
 	.save_detach = rq_save_detach,
 };

@@ -23,6 +23,11 @@ struct outmsg {
 };
 
 struct load;
+struct save_table;
+
+/* Tensor tables a session may hold at once (DeclareTable): a trainer needs
+ * one per distinct state dict it saves. */
+#define SESSION_MAX_TABLES 16
 
 struct session {
 	TAILQ_ENTRY(session) link;
@@ -52,10 +57,11 @@ struct session {
 	int *fdq; /* received fds not yet claimed by a frame */
 	uint32_t nfdq;
 
-	struct bufmap bufs;        /* by id */
-	uint64_t registered_bytes; /* of bufs, against max_registered_bytes */
-	uint64_t started_ns;       /* hello_timeout_ms counts from here */
-	uint64_t last_rx_ns;       /* idle_timeout_ms counts from here */
+	struct bufmap bufs;                            /* by id */
+	struct save_table *tables[SESSION_MAX_TABLES]; /* declared (savetab.h); NULL: free slot */
+	uint64_t registered_bytes;                     /* of bufs, against max_registered_bytes */
+	uint64_t started_ns;                           /* hello_timeout_ms counts from here */
+	uint64_t last_rx_ns;                           /* idle_timeout_ms counts from here */
 
 	STAILQ_HEAD(, outmsg) outq;
 	size_t outq_bytes;
@@ -98,6 +104,8 @@ int session_check_tensor(struct session *s, const Ckpt__TensorRef *tr, size_t in
 void session_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h);
 void session_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBuffer *m);
 void session_unregister(struct session *s, uint64_t req_id, const Ckpt__Unregister *m);
+void session_declare_table(struct session *s, uint64_t req_id, const Ckpt__DeclareTable *m);
+void session_drop_table(struct session *s, uint64_t req_id, const Ckpt__DropTable *m);
 void session_ref(struct session *s);
 /* Returns false if the session has closed meanwhile (and drops it). */
 bool session_unref_alive(struct session *s);

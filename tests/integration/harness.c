@@ -394,3 +394,36 @@ uint64_t h_metric(struct dctx *d, const char *name)
 		fail_msg("no metric %s", name);
 	return v;
 }
+
+void raw_expect_reply(int fd, int status, const char *needle, int timeout_ms)
+{
+	Ckpt__Frame *f = raw_recv(fd, timeout_ms, NULL);
+	assert_non_null(f);
+	assert_int_equal(f->body_case, CKPT__FRAME__BODY_REPLY);
+	if (f->reply->status != status || (needle && strstr(f->reply->message, needle) == NULL))
+		fail_msg("reply %d '%s', want %d and '%s'", f->reply->status, f->reply->message, status,
+			 needle ? needle : "");
+	ckpt__frame__free_unpacked(f, NULL);
+}
+
+void raw_expect_alive(int fd)
+{
+	Ckpt__StatusRequest sr = CKPT__STATUS_REQUEST__INIT;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_STATUS;
+	f.status = &sr;
+	ckpt__frame__free_unpacked(raw_call(fd, &f, 4242, CKPT__FRAME__BODY_STATUS_REPLY), NULL);
+}
+
+void raw_register(int fd, uint64_t id, int memfd, uint64_t nbytes)
+{
+	Ckpt__RegisterBuffer rb = CKPT__REGISTER_BUFFER__INIT;
+	rb.buffer_id = id;
+	rb.kind = CKPT__BUFFER_KIND__HOST_FD;
+	rb.nbytes = nbytes;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_REGISTER_BUFFER;
+	f.register_buffer = &rb;
+	assert_int_equal(raw_send(fd, &f, 2, &memfd, 1), 0);
+	raw_expect_reply(fd, 0, NULL, 10000);
+}

@@ -53,6 +53,13 @@ Ckpt__Frame *raw_recv(int fd, int timeout_ms, bool *eof);
 Ckpt__Frame *raw_call(int fd, Ckpt__Frame *f, uint64_t req_id, int want_case);
 /* Hello as job/rank/world and expect HelloReply. */
 void raw_hello(int fd, const char *job, uint32_t rank, uint32_t world);
+/* The next frame is a Reply with status (a positive errno, or 0) whose
+ * message contains needle (if given), within timeout_ms. */
+void raw_expect_reply(int fd, int status, const char *needle, int timeout_ms);
+/* The session still answers (a status request). */
+void raw_expect_alive(int fd);
+/* Register memfd as host buffer id (nbytes) and expect success. */
+void raw_register(int fd, uint64_t id, int memfd, uint64_t nbytes);
 /* A listening Unix socket bound at path (for socket activation). */
 int listen_unix(const char *path);
 /* The peer closes within timeout_ms. */

@@ -39,38 +39,9 @@ static int group_teardown(void **state)
 /* Expect a Reply with status, then (if closes) EOF. */
 static void expect_reply(int fd, int status, const char *needle, bool closes)
 {
-	Ckpt__Frame *f = raw_recv(fd, 10000, NULL);
-	assert_non_null(f);
-	assert_int_equal(f->body_case, CKPT__FRAME__BODY_REPLY);
-	assert_int_equal(f->reply->status, status);
-	if (needle && strstr(f->reply->message, needle) == NULL)
-		fail_msg("reply '%s' does not mention '%s'", f->reply->message, needle);
-	ckpt__frame__free_unpacked(f, NULL);
+	raw_expect_reply(fd, status, needle, 10000);
 	if (closes)
 		assert_true(raw_wait_eof(fd, 10000));
-}
-
-/* The session still answers a Status request. */
-static void expect_session_alive(int fd)
-{
-	Ckpt__StatusRequest sr = CKPT__STATUS_REQUEST__INIT;
-	Ckpt__Frame f = CKPT__FRAME__INIT;
-	f.body_case = CKPT__FRAME__BODY_STATUS;
-	f.status = &sr;
-	ckpt__frame__free_unpacked(raw_call(fd, &f, 4242, CKPT__FRAME__BODY_STATUS_REPLY), NULL);
-}
-
-static void register_raw(int fd, uint64_t id, int memfd, uint64_t nbytes)
-{
-	Ckpt__RegisterBuffer rb = CKPT__REGISTER_BUFFER__INIT;
-	rb.buffer_id = id;
-	rb.kind = CKPT__BUFFER_KIND__HOST_FD;
-	rb.nbytes = nbytes;
-	Ckpt__Frame f = CKPT__FRAME__INIT;
-	f.body_case = CKPT__FRAME__BODY_REGISTER_BUFFER;
-	f.register_buffer = &rb;
-	assert_int_equal(raw_send(fd, &f, 2, &memfd, 1), 0);
-	expect_reply(fd, 0, NULL, false);
 }
 
 static void test_frame_over_cap(void **state)
@@ -151,7 +122,7 @@ static void test_unknown_message_type(void **state)
 	f.save_staged = &ev;
 	assert_int_equal(raw_send(fd, &f, 8, NULL, 0), 0);
 	expect_reply(fd, EBADMSG, "unexpected", false);
-	expect_session_alive(fd);
+	raw_expect_alive(fd);
 	close(fd);
 	h_assert_serves(&D);
 }
@@ -162,7 +133,7 @@ static void test_out_of_range_offset(void **state)
 	int fd = raw_connect(D.sock);
 	raw_hello(fd, "bad", 0, 1);
 	int mfd = make_memfd(4096, 1);
-	register_raw(fd, 1, mfd, 4096);
+	raw_register(fd, 1, mfd, 4096);
 	close(mfd);
 	uint64_t shape[1] = { 100 };
 	Ckpt__TensorRef t = CKPT__TENSOR_REF__INIT;
@@ -213,7 +184,7 @@ static void test_out_of_range_offset(void **state)
 	assert_non_null(rep);
 	assert_int_equal(rep->save_failed->status, ENOENT);
 	ckpt__frame__free_unpacked(rep, NULL);
-	expect_session_alive(fd);
+	raw_expect_alive(fd);
 	close(fd);
 	h_assert_serves(&D);
 }
@@ -237,7 +208,7 @@ static void test_register_without_fd(void **state)
 	assert_int_equal(raw_send(fd, &f, 3, &mfd, 1), 0);
 	close(mfd);
 	expect_reply(fd, EINVAL, "1024", false);
-	expect_session_alive(fd);
+	raw_expect_alive(fd);
 	close(fd);
 }
 
@@ -422,7 +393,7 @@ static void test_control_session_cannot_save(void **state)
 	Ckpt__Frame *rep = raw_call(fd, &f, 2, CKPT__FRAME__BODY_SAVE_FAILED);
 	assert_int_equal(rep->save_failed->status, EPERM);
 	ckpt__frame__free_unpacked(rep, NULL);
-	expect_session_alive(fd);
+	raw_expect_alive(fd);
 	close(fd);
 }
 
@@ -521,7 +492,7 @@ static void test_non_shm_fd_refused(void **state)
 	assert_int_equal(raw_send(fd, &f, 2, &ffd, 1), 0);
 	close(ffd);
 	expect_reply(fd, EBADF, "memfd", false);
-	expect_session_alive(fd);
+	raw_expect_alive(fd);
 	close(fd);
 }
 

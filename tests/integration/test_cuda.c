@@ -500,7 +500,7 @@ static void test_copy_fails_mid_save(void **state)
 	h_cleanup(&d);
 }
 
-static Ckpt__Frame *raw_register(int fd, uint64_t req, Ckpt__RegisterBuffer *rb, const int *fds, int nfds)
+static Ckpt__Frame *register_frame(int fd, uint64_t req, Ckpt__RegisterBuffer *rb, const int *fds, int nfds)
 {
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_REGISTER_BUFFER;
@@ -545,22 +545,22 @@ static void test_malformed_cuda_frames(void **state)
 	rb.device_uuid.len = 3;
 	rb.ipc_handle.data = (uint8_t *)ih.reserved;
 	rb.ipc_handle.len = sizeof(ih.reserved);
-	expect_reply(raw_register(fd, 2, &rb, NULL, 0), EINVAL, "16-byte device UUID");
+	expect_reply(register_frame(fd, 2, &rb, NULL, 0), EINVAL, "16-byte device UUID");
 	rb.device_uuid.len = 16;
 	rb.ipc_handle.len = 10;
-	expect_reply(raw_register(fd, 3, &rb, NULL, 0), EINVAL, "ipc_handle must be 64 bytes");
+	expect_reply(register_frame(fd, 3, &rb, NULL, 0), EINVAL, "ipc_handle must be 64 bytes");
 	uint8_t junk[64];
 	memset(junk, 0xab, sizeof(junk));
 	rb.ipc_handle.data = junk;
 	rb.ipc_handle.len = sizeof(junk);
-	expect_reply(raw_register(fd, 4, &rb, NULL, 0), EIO, "cuIpcOpenMemHandle failed");
+	expect_reply(register_frame(fd, 4, &rb, NULL, 0), EIO, "cuIpcOpenMemHandle failed");
 	rb.ipc_handle.data = (uint8_t *)ih.reserved;
 	rb.offset = UINT64_MAX - 10;
-	expect_reply(raw_register(fd, 5, &rb, NULL, 0), ERANGE, "overflows");
+	expect_reply(register_frame(fd, 5, &rb, NULL, 0), ERANGE, "overflows");
 	/* Inside the client's claim but past the real allocation. */
 	rb.offset = MIB - 100;
 	rb.nbytes = 4096;
-	expect_reply(raw_register(fd, 51, &rb, NULL, 0), ERANGE, "lies outside the 1048576-byte allocation");
+	expect_reply(register_frame(fd, 51, &rb, NULL, 0), ERANGE, "lies outside the 1048576-byte allocation");
 	rb.nbytes = MIB;
 	/* VMM: two sizes, one fd (a memfd, not even a VMM export). */
 	int mfd = make_memfd(4096, 0);
@@ -573,17 +573,17 @@ static void test_malformed_cuda_frames(void **state)
 	vb.device_uuid.len = 16;
 	vb.n_vmm_sizes = 2;
 	vb.vmm_sizes = sizes;
-	expect_reply(raw_register(fd, 7, &vb, &mfd, 1), EBADF, "2 VMM chunk sizes but 1 file descriptors");
+	expect_reply(register_frame(fd, 7, &vb, &mfd, 1), EBADF, "2 VMM chunk sizes but 1 file descriptors");
 	/* The range outside the mapped sizes. */
 	vb.n_vmm_sizes = 1;
 	vb.offset = 2 * MIB;
-	expect_reply(raw_register(fd, 8, &vb, &mfd, 1), ERANGE, "lies outside");
+	expect_reply(register_frame(fd, 8, &vb, &mfd, 1), ERANGE, "lies outside");
 	close(mfd);
 
 	/* A good registration, then a save with no event for its device. */
 	rb.offset = 0;
 	rb.buffer_id = 9;
-	expect_reply(raw_register(fd, 10, &rb, NULL, 0), 0, "");
+	expect_reply(register_frame(fd, 10, &rb, NULL, 0), 0, "");
 	uint64_t shape[1] = { 4096 };
 	Ckpt__TensorRef tr = CKPT__TENSOR_REF__INIT;
 	tr.name = "t";

@@ -41,26 +41,6 @@ static int group_teardown(void **state)
 	return 0;
 }
 
-static void expect_reply(int fd, int status, const char *needle, int timeout_ms)
-{
-	Ckpt__Frame *f = raw_recv(fd, timeout_ms, NULL);
-	assert_non_null(f);
-	assert_int_equal(f->body_case, CKPT__FRAME__BODY_REPLY);
-	if (f->reply->status != status || (needle && strstr(f->reply->message, needle) == NULL))
-		fail_msg("reply %d '%s', want %d and '%s'", f->reply->status, f->reply->message, status,
-			 needle ? needle : "");
-	ckpt__frame__free_unpacked(f, NULL);
-}
-
-static void expect_alive(int fd)
-{
-	Ckpt__StatusRequest sr = CKPT__STATUS_REQUEST__INIT;
-	Ckpt__Frame f = CKPT__FRAME__INIT;
-	f.body_case = CKPT__FRAME__BODY_STATUS;
-	f.status = &sr;
-	ckpt__frame__free_unpacked(raw_call(fd, &f, 4242, CKPT__FRAME__BODY_STATUS_REPLY), NULL);
-}
-
 static int register_buf(int fd, uint64_t id, int memfd, uint64_t nbytes, const char *needle)
 {
 	Ckpt__RegisterBuffer rb = CKPT__REGISTER_BUFFER__INIT;
@@ -134,7 +114,7 @@ static void test_job_name_with_dotdot(void **state)
 	f.body_case = CKPT__FRAME__BODY_HELLO;
 	f.hello = &h;
 	assert_int_equal(raw_send(fd, &f, 1, NULL, 0), 0);
-	expect_reply(fd, EINVAL, "without '..'", 10000);
+	raw_expect_reply(fd, EINVAL, "without '..'", 10000);
 	assert_true(raw_wait_eof(fd, 10000));
 	close(fd);
 }
@@ -145,7 +125,7 @@ static void test_hello_timeout(void **state)
 	(void)state;
 	uint64_t before = refused("hello_timeout");
 	int fd = raw_connect(D.sock);
-	expect_reply(fd, ETIMEDOUT, "no Hello within 300 ms", 5000);
+	raw_expect_reply(fd, ETIMEDOUT, "no Hello within 300 ms", 5000);
 	assert_true(raw_wait_eof(fd, 5000));
 	close(fd);
 	assert_true(refused("hello_timeout") > before);
@@ -159,10 +139,10 @@ static void test_idle_timeout_spares_trainers(void **state)
 	int ctl = raw_connect(D.sock), trainer = raw_connect(D.sock);
 	raw_hello(ctl, "", 0, 0);
 	raw_hello(trainer, "idlejob", 0, 1);
-	expect_reply(ctl, ETIMEDOUT, "idle for 1500 ms", 6000);
+	raw_expect_reply(ctl, ETIMEDOUT, "idle for 1500 ms", 6000);
 	assert_true(raw_wait_eof(ctl, 5000));
 	close(ctl);
-	expect_alive(trainer);
+	raw_expect_alive(trainer);
 	assert_true(refused("idle_timeout") >= 1);
 	close(trainer);
 }
@@ -197,7 +177,7 @@ static void test_sessions_per_uid(void **state)
 	}
 	assert_int_equal(n, 6);
 	int extra = raw_connect(D.sock);
-	expect_reply(extra, EMFILE, "uid 0 already has 6 sessions (max_sessions_per_uid)", 10000);
+	raw_expect_reply(extra, EMFILE, "uid 0 already has 6 sessions (max_sessions_per_uid)", 10000);
 	close(extra);
 	for (size_t i = 0; i < n; i++)
 		close(fds[i]);
@@ -231,7 +211,7 @@ static void test_registered_bytes_cap(void **state)
 	f.body_case = CKPT__FRAME__BODY_UNREGISTER;
 	f.unregister = &un;
 	assert_int_equal(raw_send(fd, &f, 9, NULL, 0), 0);
-	expect_reply(fd, 0, NULL, 10000);
+	raw_expect_reply(fd, 0, NULL, 10000);
 	assert_int_equal(register_buf(fd, 3, c, 4096, NULL), 0);
 	close(a);
 	close(b);
@@ -304,7 +284,7 @@ static void test_fd_exhaustion_backs_off(void **state)
 		raw_hello(held[n], "fdjob", (uint32_t)n, 2);
 	}
 	int fd = raw_connect(D.sock);
-	expect_reply(fd, EMFILE, "out of file descriptors", 10000);
+	raw_expect_reply(fd, EMFILE, "out of file descriptors", 10000);
 	close(fd);
 	double t0 = cpu_seconds(D.pid);
 	for (int i = 0; i < 4; i++) { /* pending connections the loop cannot take */

@@ -29,11 +29,13 @@ extern "C" {
 #define CKPT_LATEST (-1)
 #define CKPT_MAX_DIMS 8
 /* HelloReply capability bits. */
-#define CKPT_CAP_CUDA 1u /* the daemon imports CUDA buffers */
+#define CKPT_CAP_CUDA 1u   /* the daemon imports CUDA buffers */
+#define CKPT_CAP_TABLES 2u /* tensor tables (ckpt_table_create) */
 
 typedef struct ckpt_client ckpt_client;
 typedef struct ckpt_buffer ckpt_buffer;
 typedef struct ckpt_future ckpt_future;
+typedef struct ckpt_table ckpt_table;
 
 /* Values match proto/ckpt.proto's DType. */
 typedef enum {
@@ -98,6 +100,8 @@ typedef enum {
 
 /* Connect and say hello. hello may be NULL for a control session. */
 int ckpt_connect(const char *socket_path, const ckpt_hello *hello, ckpt_client **out);
+/* CKPT_CAP_* bits the daemon announced in its hello (0 for NULL). */
+uint64_t ckpt_capabilities(const ckpt_client *c);
 /* Closes the connection. Outstanding futures fail with -ECONNRESET but stay
  * valid until freed; saves already staged still become durable in the
  * daemon. Accepts NULL. */
@@ -146,6 +150,24 @@ int ckpt_save(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors, size_t 
 /* ckpt_save with options; opts may be NULL. */
 int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors, size_t ntensors, const void *extra,
 		 size_t extra_len, const ckpt_save_opts *opts, ckpt_future **out);
+/* Tensor tables: a state dict saved again and again with the same
+ * tensors in the same buffers is declared once, checked once by the
+ * daemon, and each later save sends only its step (README "Python and
+ * PyTorch": the per-tensor cost). Host buffers only (-ENOTSUP for a CUDA
+ * buffer: save those with ckpt_save_ex); -ENOTSUP too from a daemon
+ * without CKPT_CAP_TABLES. The tensors array need not outlive the call,
+ * and the daemon keeps the table's buffers mapped while the table lives,
+ * as it does for a save in flight; its buffers must stay registered here
+ * until ckpt_table_free. At most 16 tables per client at once. */
+int ckpt_table_create(ckpt_client *c, const ckpt_tensor *tensors, size_t ntensors, ckpt_table **out);
+/* Number of tensors in the table (0 for NULL). */
+size_t ckpt_table_size(const ckpt_table *t);
+/* ckpt_save of the table's tensors. */
+int ckpt_save_table(ckpt_client *c, uint64_t step, const ckpt_table *t, const void *extra, size_t extra_len,
+		    ckpt_future **out);
+/* Drop the table (saves made from it go on). Accepts NULL. */
+void ckpt_table_free(ckpt_table *t);
+
 /* Start loading step (or CKPT_LATEST) into the given tensors' buffers. The
  * future reaches CKPT_LOADED or fails. */
 int ckpt_load(ckpt_client *c, int64_t step, const ckpt_tensor *tensors, size_t ntensors, ckpt_future **out);

@@ -1,6 +1,17 @@
 """What ckpt.torch and the standalone reader ckpt.format share, with torch
-and without libckpt: torch's dtypes by ckptd's names, and the references a
-saved state dict's pickled tree holds in place of its tensors."""
+and without libckpt: torch's dtypes by ckptd's names, the references a
+saved state dict's pickled tree holds in place of its tensors, and the
+step's extra state that carries the tree.
+
+The extra state of a Checkpointer save is a pickled dict, one of:
+  {"skeleton": bytes, "leaves": [...], "extra": ...}  (since 0.x: the tree
+      pickled once with each non-tensor leaf as a persistent id, its index
+      in leaves; a later save of the same tree pickles only the leaves)
+  {"tree": tree, "extra": ...}                         (before)
+"""
+import io
+import pickle
+
 import torch
 
 DTYPE_CODES = {
@@ -31,3 +42,57 @@ def _materialize(tree, made):
     if isinstance(tree, tuple):
         return tuple(_materialize(v, made) for v in tree)
     return tree
+
+
+class _Leaf:
+    """A non-tensor leaf's place in a skeleton: its index in leaves."""
+    __slots__ = ("i",)
+
+    def __init__(self, i):
+        self.i = i
+
+
+class _SkeletonPickler(pickle.Pickler):
+    def persistent_id(self, obj):
+        return obj.i if type(obj) is _Leaf else None
+
+
+def dump_skeleton(tree):
+    """The tree (with _Ref and _Leaf in it) as skeleton bytes."""
+    buf = io.BytesIO()
+    _SkeletonPickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(tree)
+    return buf.getvalue()
+
+
+class _Unpickler(pickle.Unpickler):
+    """The tree's references by their old home too (ckpt.torch._Ref, before
+    ckpt._tree), without importing ckpt.torch and so libckpt; a
+    skeleton's leaves by their index."""
+
+    def __init__(self, data, leaves=None):
+        super().__init__(io.BytesIO(data))
+        self._leaves = leaves
+
+    def find_class(self, module, name):
+        if module == "ckpt.torch" and name == "_Ref":
+            return _Ref
+        return super().find_class(module, name)
+
+    def persistent_load(self, pid):
+        if self._leaves is None or not isinstance(pid, int) or not 0 <= pid < len(self._leaves):
+            raise pickle.UnpicklingError(f"skeleton leaf {pid!r} is not in the step's leaves")
+        return self._leaves[pid]
+
+
+def load_meta(blob):
+    """(tree, extra) from a step's extra state; (None, None) for one that is
+    no Checkpointer's (DCP saves carry none). Unpickles: read only
+    checkpoints you trust."""
+    if not blob:
+        return None, None
+    meta = _Unpickler(blob).load()
+    if isinstance(meta, dict) and "skeleton" in meta:
+        return _Unpickler(meta["skeleton"], list(meta.get("leaves") or [])).load(), meta.get("extra")
+    if isinstance(meta, dict) and "tree" in meta:
+        return meta["tree"], meta.get("extra")
+    return None, None

@@ -7,6 +7,7 @@ import concurrent.futures
 import ctypes
 import errno as _errno
 import os
+import struct
 import threading
 import weakref
 
@@ -90,19 +91,56 @@ class TensorSpec:
         self.buffer, self.offset, self.nbytes = buffer, offset, nbytes
 
 
+# ckpt_tensor's layout (ckpt.h), packed directly: building 10,000 ctypes
+# structures and arrays one by one cost about 10 us each.
+_TENSOR_ROW = struct.Struct("=QiIQQQQQQ")
+assert _TENSOR_ROW.size == ctypes.sizeof(_Tensor), "ckpt_tensor changed: update _TENSOR_ROW"
+
+
 def _tensor_array(specs):
-    arr = (_Tensor * max(1, len(specs)))()
-    keep = []
+    """A ckpt_tensor array for specs, and what must stay alive while libckpt
+    reads it (the names and the dims it points into)."""
+    n = len(specs)
+    names = ctypes.create_string_buffer(b"".join(s.name.encode() + b"\0" for s in specs) or b"\0")
+    dims = []
+    for s in specs:
+        nd = len(s.shape)
+        dims += s.shape
+        dims += s.offsets or (0,) * nd
+        dims += s.lengths or s.shape
+    dimarr = (ctypes.c_uint64 * max(1, len(dims)))(*dims)
+    raw = bytearray(_TENSOR_ROW.size * max(1, n))
+    name_at, dim_at = ctypes.addressof(names), ctypes.addressof(dimarr)
+    pack = _TENSOR_ROW.pack_into
     for i, s in enumerate(specs):
         code = DTYPES[s.dtype] if isinstance(s.dtype, str) else int(s.dtype)
         nd = len(s.shape)
-        shape = (ctypes.c_uint64 * max(1, nd))(*s.shape)
-        offs = (ctypes.c_uint64 * max(1, nd))(*(s.offsets or [0] * nd))
-        lens = (ctypes.c_uint64 * max(1, nd))(*(s.lengths or s.shape))
-        name = s.name.encode()
-        keep += [shape, offs, lens, name]
-        arr[i] = _Tensor(name, code, nd, shape, offs, lens, s.buffer._h, s.offset, s.nbytes)
-    return arr, keep
+        pack(raw, i * _TENSOR_ROW.size, name_at, code, nd, dim_at, dim_at + 8 * nd, dim_at + 16 * nd,
+             s.buffer._h.value, s.offset, s.nbytes)
+        name_at += len(s.name.encode()) + 1
+        dim_at += 24 * nd
+    arr = (_Tensor * max(1, n)).from_buffer(raw)
+    return arr, (names, dimarr, raw)
+
+
+class Table:
+    """A declared tensor table (ckpt_table_create): the daemon checked its
+    tensors once; Client.save_table sends only a step. Its buffers must
+    stay registered until free()."""
+
+    def __init__(self, client, handle, n):
+        self._client = client
+        self._h = handle
+        self.size = n
+
+    def free(self):
+        if self._h:
+            lib.ckpt_table_free(self._h)
+            self._h = None
+            try:
+                self._client._tables.remove(self)
+            except ValueError:
+                pass
 
 
 _live = set()  # native futures not yet finished: they must outlive their callback
@@ -241,6 +279,7 @@ class Client:
             raise err
         self._h = handle
         self._buffers = []
+        self._tables = []
         _clients.add(self)
 
     def _handle(self):
@@ -289,6 +328,30 @@ class Client:
         rc = lib.ckpt_save_ex(self._handle(), step, arr, len(specs), ex, len(extra or b""), ctypes.byref(opts),
                               ctypes.byref(fut))
         del keep
+        if rc < 0:
+            raise _error(rc, what=f"save step {step}")
+        return SaveFuture(_NativeFuture(fut, (CKPT_STAGED, CKPT_DURABLE)), step)
+
+    def table(self, specs):
+        """Declare specs (host buffers only) as a table. CkptError(ENOTSUP)
+        from a daemon without tables, or for CUDA buffers."""
+        arr, keep = _tensor_array(specs)
+        out = ctypes.c_void_p()
+        rc = lib.ckpt_table_create(self._handle(), arr, len(specs), ctypes.byref(out))
+        del keep
+        if rc < 0:
+            raise _error(rc, what=f"declare a table of {len(specs)} tensors")
+        t = Table(self, out, len(specs))
+        self._tables.append(t)
+        return t
+
+    def save_table(self, step, table, extra=b""):
+        """Save step from a table's tensors (Client.table)."""
+        if not table._h:
+            raise CkptError(_errno.EBADF, "the table was freed")
+        fut = ctypes.c_void_p()
+        ex = ctypes.create_string_buffer(extra, len(extra)) if extra else None
+        rc = lib.ckpt_save_table(self._handle(), step, table._h, ex, len(extra or b""), ctypes.byref(fut))
         if rc < 0:
             raise _error(rc, what=f"save step {step}")
         return SaveFuture(_NativeFuture(fut, (CKPT_STAGED, CKPT_DURABLE)), step)
@@ -365,6 +428,9 @@ class Client:
 
     def close(self):
         if self._h:
+            for t in list(self._tables):
+                t.free()
+            self._tables = []
             for b in list(self._buffers):
                 b.free()
             self._buffers = []

@@ -17,7 +17,6 @@ is installed (pip install google-crc32c), else in pure Python (slow).
 """
 import io
 import os
-import pickle
 import re
 import struct
 
@@ -337,17 +336,6 @@ def list_steps(url, job):
     return out
 
 
-class _Unpickler(pickle.Unpickler):
-    """The tree's references by their old home too (ckpt.torch._Ref, before
-    ckpt._tree), without importing ckpt.torch and so libckpt."""
-
-    def find_class(self, module, name):
-        if module == "ckpt.torch" and name == "_Ref":
-            from ._tree import _Ref
-            return _Ref
-        return super().find_class(module, name)
-
-
 def load_step(url, job, step="latest", verify=True):
     """The state dict of job/step (default: the latest complete step), every
     tensor assembled to its global shape. The step's extra state is
@@ -357,7 +345,7 @@ def load_step(url, job, step="latest", verify=True):
     import torch
 
     from ._dtypes import DTYPE_NAMES
-    from ._tree import TORCH_DTYPES, _materialize
+    from ._tree import TORCH_DTYPES, _materialize, load_meta
     st = _store(url)
     if step in ("latest", -1):
         done = [s for s, c in list_steps(url, job) if c]
@@ -394,11 +382,9 @@ def load_step(url, job, step="latest", verify=True):
             for dim, (o, n) in enumerate(zip(t["box_offsets"], t["box_lengths"])):
                 view = view.narrow(dim, o, n)
             view.copy_(part)
-    extra = group[0]["extra_state"]
-    if extra:
-        meta = _Unpickler(io.BytesIO(extra)).load()
-        if isinstance(meta, dict) and "tree" in meta:
-            return _materialize(meta["tree"], full)
+    tree, _ = load_meta(group[0]["extra_state"])
+    if tree is not None:
+        return _materialize(tree, full)
     out = {}
     for name, t in full.items():
         if name.startswith("__bytes__/"):

@@ -1,0 +1,431 @@
+/* Tensor tables (DeclareTable; ckpt_table_create): saves made from a table
+ * restore bit-exact with their own extra state, step after step; a table
+ * keeps its buffers when the client unregisters them; every malformed
+ * table, unknown id and cap is refused with the right errno and a message
+ * naming what is wrong, and the session goes on. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+#include "harness.h"
+
+static struct dctx D;
+
+#define NT 300 /* tensors: enough that the table spans several chunks' pieces */
+#define ELEMS 1500
+
+static ckpt_client *connect_job(const char *job)
+{
+	ckpt_hello h = { .job = job, .rank = 0, .world_size = 1 };
+	ckpt_client *c = NULL;
+	int r = ckpt_connect(D.sock, &h, &c);
+	if (r < 0)
+		fail_msg("connect: %s (%s)", ckpt_strerror(r), ckpt_errmsg());
+	return c;
+}
+
+struct state {
+	ckpt_buffer *a, *b; /* even tensors in a, odd ones in b */
+	uint64_t shape[NT][1];
+	char names[NT][32];
+	ckpt_tensor t[NT];
+};
+
+static void state_init(struct state *s, ckpt_client *c)
+{
+	assert_int_equal(ckpt_buffer_alloc(c, NT / 2 * ELEMS * 4, &s->a), 0);
+	assert_int_equal(ckpt_buffer_alloc(c, NT / 2 * ELEMS * 4, &s->b), 0);
+	for (int i = 0; i < NT; i++) {
+		s->shape[i][0] = ELEMS;
+		snprintf(s->names[i], sizeof(s->names[i]), "layers.%d.weight", i);
+		s->t[i] = (ckpt_tensor){ .name = s->names[i],
+					 .dtype = CKPT_F32,
+					 .ndim = 1,
+					 .global_shape = s->shape[i],
+					 .buffer = i % 2 ? s->b : s->a,
+					 .offset = (uint64_t)(i / 2) * ELEMS * 4,
+					 .nbytes = ELEMS * 4 };
+	}
+}
+
+static void state_fill(struct state *s, uint32_t seed)
+{
+	uint32_t *a = ckpt_buffer_data(s->a), *b = ckpt_buffer_data(s->b);
+	for (size_t i = 0; i < NT / 2 * ELEMS; i++) {
+		a[i] = seed * 2654435761u ^ (uint32_t)i;
+		b[i] = seed * 40503u + (uint32_t)i * 7u;
+	}
+}
+
+static void save_and_wait(ckpt_client *c, uint64_t step, const ckpt_table *t, const char *extra)
+{
+	ckpt_future *f = NULL;
+	int r = ckpt_save_table(c, step, t, extra, strlen(extra), &f);
+	if (r < 0)
+		fail_msg("save_table: %s (%s)", ckpt_strerror(r), ckpt_errmsg());
+	r = ckpt_future_wait(f, CKPT_DURABLE, 30000);
+	if (r < 0)
+		fail_msg("save %llu: %s: %s", (unsigned long long)step, ckpt_strerror(r), ckpt_future_message(f));
+	/* Each tensor starts 64-aligned in the shard. */
+	assert_int_equal(ckpt_future_bytes(f), (uint64_t)(NT - 1) * 6016 + ELEMS * 4);
+	ckpt_future_free(f);
+}
+
+static void load_and_check(ckpt_client *c, struct state *s, uint64_t step, uint32_t seed, const char *extra)
+{
+	struct state want;
+	state_init(&want, c);
+	state_fill(&want, seed);
+	memset(ckpt_buffer_data(s->a), 0xEE, ckpt_buffer_size(s->a));
+	memset(ckpt_buffer_data(s->b), 0xEE, ckpt_buffer_size(s->b));
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_load(c, (int64_t)step, s->t, NT, &f), 0);
+	int r = ckpt_future_wait(f, CKPT_LOADED, 30000);
+	if (r < 0)
+		fail_msg("load %llu: %s: %s", (unsigned long long)step, ckpt_strerror(r), ckpt_future_message(f));
+	size_t xl = 0;
+	const char *x = ckpt_future_extra(f, &xl);
+	assert_int_equal(xl, strlen(extra));
+	assert_memory_equal(x, extra, xl);
+	assert_memory_equal(ckpt_buffer_data(s->a), ckpt_buffer_data(want.a), ckpt_buffer_size(s->a));
+	assert_memory_equal(ckpt_buffer_data(s->b), ckpt_buffer_data(want.b), ckpt_buffer_size(s->b));
+	ckpt_future_free(f);
+	ckpt_buffer_free(want.a);
+	ckpt_buffer_free(want.b);
+}
+
+/* Three saves from one table, each with other bytes and extra state; each
+ * step restores exactly. */
+static void test_table_saves_restore(void **state)
+{
+	(void)state;
+	ckpt_client *c = connect_job("tab");
+	assert_true(ckpt_capabilities(c) & CKPT_CAP_TABLES);
+	struct state s;
+	state_init(&s, c);
+	ckpt_table *t = NULL;
+	int r = ckpt_table_create(c, s.t, NT, &t);
+	if (r < 0)
+		fail_msg("table: %s (%s)", ckpt_strerror(r), ckpt_errmsg());
+	assert_int_equal(ckpt_table_size(t), NT);
+	for (uint32_t step = 1; step <= 3; step++) {
+		char extra[32];
+		snprintf(extra, sizeof(extra), "extra %u", step);
+		state_fill(&s, step);
+		save_and_wait(c, step, t, extra);
+	}
+	for (uint32_t step = 1; step <= 3; step++) {
+		char extra[32];
+		snprintf(extra, sizeof(extra), "extra %u", step);
+		load_and_check(c, &s, step, step, extra);
+	}
+	ckpt_table_free(t);
+	ckpt_buffer_free(s.a);
+	ckpt_buffer_free(s.b);
+	ckpt_close(c);
+}
+
+/* The daemon's table holds its buffers: unregistered by the client, they
+ * still serve the table's saves (raw frames: libckpt asks callers to free
+ * tables first). */
+static void test_table_holds_buffers(void **state)
+{
+	(void)state;
+	int fd = raw_connect(D.sock);
+	assert_true(fd >= 0);
+	raw_hello(fd, "tabraw", 0, 1);
+	int mfd = make_memfd(8192, 0x5A);
+	raw_register(fd, 7, mfd, 8192);
+	uint8_t *p = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	assert_true(p != MAP_FAILED);
+	for (int i = 0; i < 8192; i++)
+		p[i] = (uint8_t)(i * 31);
+
+	Ckpt__DeclareTable dt = CKPT__DECLARE_TABLE__INIT;
+	Ckpt__DType dtype[2] = { CKPT__DTYPE__U8, CKPT__DTYPE__U8 };
+	uint32_t ndim[2] = { 1, 2 };
+	uint64_t dims[] = { 4096, 0, 4096, /* t0: [4096] */ 64, 64, 0, 0, 64, 64 /* t1: [64, 64] */ };
+	uint64_t bid[2] = { 7, 7 }, off[2] = { 0, 4096 }, nb[2] = { 4096, 4096 };
+	dt.table_id = 5;
+	dt.names.data = (uint8_t *)"t0\0t1";
+	dt.names.len = 6;
+	dt.n_dtype = 2, dt.dtype = dtype;
+	dt.n_ndim = 2, dt.ndim = ndim;
+	dt.n_dims = 9, dt.dims = dims;
+	dt.n_buffer_id = 2, dt.buffer_id = bid;
+	dt.n_offset = 2, dt.offset = off;
+	dt.n_nbytes = 2, dt.nbytes = nb;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_DECLARE_TABLE;
+	f.declare_table = &dt;
+	assert_int_equal(raw_send(fd, &f, 3, NULL, 0), 0);
+	raw_expect_reply(fd, 0, NULL, 10000);
+
+	Ckpt__Unregister un = CKPT__UNREGISTER__INIT;
+	un.buffer_id = 7;
+	f.body_case = CKPT__FRAME__BODY_UNREGISTER;
+	f.unregister = &un;
+	assert_int_equal(raw_send(fd, &f, 4, NULL, 0), 0);
+	raw_expect_reply(fd, 0, NULL, 10000);
+
+	Ckpt__Save sv = CKPT__SAVE__INIT;
+	sv.step = 1;
+	sv.table_id = 5;
+	f.body_case = CKPT__FRAME__BODY_SAVE;
+	f.save = &sv;
+	assert_int_equal(raw_send(fd, &f, 5, NULL, 0), 0);
+	Ckpt__Frame *ev = raw_recv(fd, 10000, NULL);
+	assert_non_null(ev);
+	assert_int_equal(ev->body_case, CKPT__FRAME__BODY_SAVE_STAGED);
+	assert_int_equal(ev->save_staged->bytes, 8192);
+	ckpt__frame__free_unpacked(ev, NULL);
+	ev = raw_recv(fd, 30000, NULL);
+	assert_non_null(ev);
+	assert_int_equal(ev->body_case, CKPT__FRAME__BODY_SAVE_DURABLE);
+	ckpt__frame__free_unpacked(ev, NULL);
+	close(fd);
+
+	/* What was saved is the memfd's bytes, both tensors. */
+	ckpt_client *c = connect_job("tabraw");
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, 8192, &b), 0);
+	uint64_t s0[1] = { 4096 }, s1[2] = { 64, 64 };
+	ckpt_tensor lt[2] = {
+		{ .name = "t0", .dtype = CKPT_U8, .ndim = 1, .global_shape = s0, .buffer = b, .nbytes = 4096 },
+		{ .name = "t1",
+		  .dtype = CKPT_U8,
+		  .ndim = 2,
+		  .global_shape = s1,
+		  .buffer = b,
+		  .offset = 4096,
+		  .nbytes = 4096 },
+	};
+	ckpt_future *lf = NULL;
+	assert_int_equal(ckpt_load(c, 1, lt, 2, &lf), 0);
+	assert_int_equal(ckpt_future_wait(lf, CKPT_LOADED, 30000), 0);
+	assert_memory_equal(ckpt_buffer_data(b), p, 8192);
+	ckpt_future_free(lf);
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+	munmap(p, 8192);
+	close(mfd);
+}
+
+/* One malformed DeclareTable on a fresh session: status and message. */
+static void expect_declare(Ckpt__DeclareTable *dt, int status, const char *needle)
+{
+	int fd = raw_connect(D.sock);
+	assert_true(fd >= 0);
+	raw_hello(fd, "tabbad", 0, 1);
+	int mfd = make_memfd(4096, 1);
+	raw_register(fd, 1, mfd, 4096);
+	close(mfd);
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_DECLARE_TABLE;
+	f.declare_table = dt;
+	assert_int_equal(raw_send(fd, &f, 9, NULL, 0), 0);
+	raw_expect_reply(fd, status, needle, 10000);
+	raw_expect_alive(fd);
+	close(fd);
+}
+
+static void test_bad_tables_refused(void **state)
+{
+	(void)state;
+	Ckpt__DType dtype[2] = { CKPT__DTYPE__F32, CKPT__DTYPE__F32 };
+	uint32_t ndim[2] = { 1, 1 };
+	uint64_t dims[6] = { 256, 0, 256, 256, 0, 256 };
+	uint64_t bid[2] = { 1, 1 }, off[2] = { 0, 1024 }, nb[2] = { 1024, 1024 };
+	Ckpt__DeclareTable good = CKPT__DECLARE_TABLE__INIT;
+	good.table_id = 1;
+	good.names.data = (uint8_t *)"a\0b";
+	good.names.len = 4;
+	good.n_dtype = 2, good.dtype = dtype;
+	good.n_ndim = 2, good.ndim = ndim;
+	good.n_dims = 6, good.dims = dims;
+	good.n_buffer_id = 2, good.buffer_id = bid;
+	good.n_offset = 2, good.offset = off;
+	good.n_nbytes = 2, good.nbytes = nb;
+	expect_declare(&good, 0, NULL);
+
+	Ckpt__DeclareTable t = good;
+	t.table_id = 0;
+	expect_declare(&t, EINVAL, "table id 0");
+	t = good;
+	t.n_offset = 1;
+	expect_declare(&t, EINVAL, "one of each per tensor");
+	t = good;
+	t.names.len = 3; /* "a\0b": the second name is not ended */
+	expect_declare(&t, EINVAL, "NUL-ended names");
+	t = good;
+	t.n_dims = 5;
+	expect_declare(&t, EINVAL, "dims given");
+	uint32_t deep[2] = { 9, 1 };
+	t = good;
+	t.ndim = deep;
+	expect_declare(&t, EINVAL, "9 dims");
+	t = good;
+	t.names.data = (uint8_t *)"a\0a";
+	expect_declare(&t, EINVAL, "appears twice");
+	uint64_t other[2] = { 1, 2 };
+	t = good;
+	t.buffer_id = other;
+	expect_declare(&t, ENOENT, "buffer 2 is not registered");
+	uint64_t far[2] = { 0, 3500 };
+	t = good;
+	t.offset = far;
+	expect_declare(&t, ERANGE, "outside buffer 1");
+	uint64_t wrong[2] = { 1024, 1000 };
+	t = good;
+	t.nbytes = wrong;
+	expect_declare(&t, EINVAL, "does not match its box");
+	Ckpt__DType odd[2] = { CKPT__DTYPE__F32, (Ckpt__DType)99 };
+	t = good;
+	t.dtype = odd;
+	expect_declare(&t, EINVAL, "unknown dtype");
+	t = good;
+	t.names.data = (uint8_t *)"a\0\x01";
+	expect_declare(&t, EINVAL, "tensor 1");
+}
+
+/* Ids: in use, unknown, dropped; the cap; a save that names no table or
+ * both a table and tensors. */
+static void test_table_ids_and_cap(void **state)
+{
+	(void)state;
+	int fd = raw_connect(D.sock);
+	assert_true(fd >= 0);
+	raw_hello(fd, "tabcap", 0, 1);
+	int mfd = make_memfd(4096, 3);
+	raw_register(fd, 1, mfd, 4096);
+	close(mfd);
+	Ckpt__DType dtype[1] = { CKPT__DTYPE__U8 };
+	uint32_t ndim[1] = { 1 };
+	uint64_t dims[3] = { 16, 0, 16 }, bid[1] = { 1 }, off[1] = { 0 }, nb[1] = { 16 };
+	Ckpt__DeclareTable dt = CKPT__DECLARE_TABLE__INIT;
+	dt.names.data = (uint8_t *)"x";
+	dt.names.len = 2;
+	dt.n_dtype = 1, dt.dtype = dtype;
+	dt.n_ndim = 1, dt.ndim = ndim;
+	dt.n_dims = 3, dt.dims = dims;
+	dt.n_buffer_id = 1, dt.buffer_id = bid;
+	dt.n_offset = 1, dt.offset = off;
+	dt.n_nbytes = 1, dt.nbytes = nb;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_DECLARE_TABLE;
+	f.declare_table = &dt;
+	for (uint64_t id = 1; id <= 16; id++) {
+		dt.table_id = id;
+		assert_int_equal(raw_send(fd, &f, id, NULL, 0), 0);
+		raw_expect_reply(fd, 0, NULL, 10000);
+	}
+	assert_int_equal(raw_send(fd, &f, 99, NULL, 0), 0);
+	raw_expect_reply(fd, EEXIST, "already declared", 10000);
+	dt.table_id = 17;
+	assert_int_equal(raw_send(fd, &f, 99, NULL, 0), 0);
+	raw_expect_reply(fd, ENOBUFS, "at most 16 tables", 10000);
+
+	Ckpt__DropTable drop = CKPT__DROP_TABLE__INIT;
+	drop.table_id = 16;
+	Ckpt__Frame df = CKPT__FRAME__INIT;
+	df.body_case = CKPT__FRAME__BODY_DROP_TABLE;
+	df.drop_table = &drop;
+	assert_int_equal(raw_send(fd, &df, 100, NULL, 0), 0);
+	raw_expect_reply(fd, 0, NULL, 10000);
+	assert_int_equal(raw_send(fd, &df, 101, NULL, 0), 0);
+	raw_expect_reply(fd, ENOENT, "table 16 is not declared", 10000);
+	assert_int_equal(raw_send(fd, &f, 102, NULL, 0), 0); /* 17 fits now */
+	raw_expect_reply(fd, 0, NULL, 10000);
+
+	/* A save of a dropped table, and one naming a table and tensors. */
+	Ckpt__Save sv = CKPT__SAVE__INIT;
+	sv.step = 1;
+	sv.table_id = 16;
+	Ckpt__Frame sf = CKPT__FRAME__INIT;
+	sf.body_case = CKPT__FRAME__BODY_SAVE;
+	sf.save = &sv;
+	Ckpt__Frame *ev = raw_call(fd, &sf, 103, CKPT__FRAME__BODY_SAVE_FAILED);
+	assert_int_equal(ev->save_failed->status, ENOENT);
+	assert_non_null(strstr(ev->save_failed->message, "table 16 is not declared"));
+	ckpt__frame__free_unpacked(ev, NULL);
+	Ckpt__TensorRef tr = CKPT__TENSOR_REF__INIT;
+	Ckpt__TensorRef *trs[1] = { &tr };
+	tr.name = "x";
+	tr.dtype = CKPT__DTYPE__U8;
+	tr.n_global_shape = 1;
+	tr.global_shape = dims;
+	tr.buffer_id = 1;
+	tr.nbytes = 16;
+	sv.table_id = 17;
+	sv.n_tensors = 1;
+	sv.tensors = trs;
+	ev = raw_call(fd, &sf, 104, CKPT__FRAME__BODY_SAVE_FAILED);
+	assert_int_equal(ev->save_failed->status, EINVAL);
+	assert_non_null(strstr(ev->save_failed->message, "not both"));
+	ckpt__frame__free_unpacked(ev, NULL);
+	raw_expect_alive(fd);
+	close(fd);
+}
+
+/* libckpt's own checks: a control session, a bad tensor, NULLs. */
+static void test_client_refusals(void **state)
+{
+	(void)state;
+	ckpt_client *ctl = NULL;
+	ckpt_hello h = { 0 };
+	assert_int_equal(ckpt_connect(D.sock, &h, &ctl), 0);
+	ckpt_table *t = NULL;
+	assert_int_equal(ckpt_table_create(ctl, NULL, 0, &t), -EINVAL);
+	assert_null(t);
+	ckpt_close(ctl);
+
+	ckpt_client *c = connect_job("tabcli");
+	struct state s;
+	state_init(&s, c);
+	s.t[5].nbytes = 4; /* not its box */
+	assert_int_equal(ckpt_table_create(c, s.t, NT, &t), -EINVAL);
+	assert_non_null(strstr(ckpt_errmsg(), "layers.5.weight"));
+	assert_int_equal(ckpt_table_create(c, NULL, 3, &t), -EINVAL);
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_save_table(c, 1, NULL, NULL, 0, &f), -EINVAL);
+	ckpt_table_free(NULL);
+	assert_int_equal(ckpt_table_size(NULL), 0);
+	ckpt_buffer_free(s.a);
+	ckpt_buffer_free(s.b);
+	ckpt_close(c);
+}
+
+static int group_setup(void **state)
+{
+	(void)state;
+	h_init(&D);
+	h_start(&D, NULL);
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	h_assert_serves(&D);
+	h_cleanup(&D);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_table_saves_restore), cmocka_unit_test(test_table_holds_buffers),
+		cmocka_unit_test(test_bad_tables_refused),  cmocka_unit_test(test_table_ids_and_cap),
+		cmocka_unit_test(test_client_refusals),
+	};
+	return cmocka_run_group_tests_name("tables", tests, group_setup, group_teardown);
+}

@@ -1,0 +1,174 @@
+"""Checkpointer's save plan (README "Python and PyTorch": the per-tensor
+cost): a state dict saved again with its tensors where they were reuses the
+names, skeleton, registrations and the daemon's tensor table, and every
+change that would make a reused plan save the wrong bytes, shape, dtype or
+tree makes a new one instead. Each test restores and compares."""
+import errno
+import pickle
+
+import pytest
+import torch
+
+import ckpt.format as ckpt_format
+import ckpt.torch
+from ckpt.client import CkptError
+from conftest import same
+
+
+def restore(cp, template, step):
+    out = {k: torch.zeros_like(v) if isinstance(v, torch.Tensor) else v for k, v in template.items()}
+    got_step, extra = cp.load(out, step)
+    assert got_step == step
+    return out, extra
+
+
+def make_sd(n=40):
+    torch.manual_seed(1)
+    return {f"layers.{i}.weight": torch.randn(37 + i) for i in range(n)}
+
+
+def test_later_saves_reuse_the_plan_and_see_new_values(daemon):
+    sd = make_sd()
+    with ckpt.torch.Checkpointer("plan-reuse", socket=daemon.sock) as cp:
+        cp.save(sd, 1).durable.result()
+        plan, table = cp._plan, cp._plan.table
+        assert table is not None, "a host-only state dict is saved through a table"
+        nbufs = len(cp.client._buffers)
+        for step in (2, 3):
+            with torch.no_grad():
+                for t in sd.values():
+                    t.mul_(2).add_(step)
+            # model.state_dict() hands out new tensor objects each time:
+            fresh = {k: v.detach() for k, v in sd.items()}
+            cp.save(fresh, step, extra={"step": step}).durable.result()
+            assert cp._plan is plan and plan.table is table, "unchanged tensors reuse the plan"
+            assert len(cp.client._buffers) == nbufs, "no new registrations"
+            with ckpt.torch.Checkpointer("plan-reuse", socket=daemon.sock) as reader:
+                out, extra = restore(reader, sd, step)
+            assert same(out, sd) and extra == {"step": step}
+
+
+@pytest.mark.parametrize("change", ["new_tensor", "reshape", "dtype_view", "transpose", "new_key", "leaf_moved"])
+def test_any_change_that_matters_makes_a_new_plan(daemon, change):
+    torch.manual_seed(2)
+    sd = {"a": torch.randn(8, 8), "b": torch.randn(64), "lr": 0.1, "groups": [torch.randn(3), 5]}
+    with ckpt.torch.Checkpointer(f"plan-{change}", socket=daemon.sock) as cp:
+        cp.save(sd, 1).durable.result()
+        old = cp._plan
+        if change == "new_tensor":
+            sd["b"] = torch.randn(64)  # another storage: another address, the old one held
+        elif change == "reshape":
+            sd["b"] = sd["b"].view(8, 8)  # same bytes, same address, other shape
+        elif change == "dtype_view":
+            sd["b"] = sd["b"].view(torch.int32)
+        elif change == "transpose":
+            sd["a"] = sd["a"].t()  # same address and shape, other strides
+        elif change == "new_key":
+            sd["c"] = torch.randn(5)
+        elif change == "leaf_moved":
+            sd["groups"] = [5, sd["groups"][0]]  # same leaves, other places
+        cp.save(sd, 2).durable.result()
+        assert cp._plan is not old
+        out = {}
+        step, _ = cp.load(out, 2)
+        assert step == 2
+        assert same(out, sd), f"{change}: restored {out!r}"
+        assert out["a"].shape == sd["a"].shape and out["b"].dtype == sd["b"].dtype
+
+
+def test_leaves_change_without_a_new_plan(daemon):
+    sd = {"w": torch.randn(100), "opt": {"lr": 0.1, "betas": (0.9, 0.99), "name": "adam"}}
+    with ckpt.torch.Checkpointer("plan-leaves", socket=daemon.sock) as cp:
+        cp.save(sd, 1).durable.result()
+        plan = cp._plan
+        sd["opt"]["lr"] = 0.05
+        sd["opt"]["name"] = "adamw"
+        cp.save(sd, 2).durable.result()
+        assert cp._plan is plan
+        for step, lr, name in ((1, 0.1, "adam"), (2, 0.05, "adamw")):
+            out = {"w": torch.zeros(100), "opt": {}}
+            cp.load(out, step)
+            assert out["opt"] == {"lr": lr, "betas": (0.9, 0.99), "name": name}
+            assert torch.equal(out["w"], sd["w"])
+
+
+def test_prepare_makes_the_first_save_a_later_one(daemon):
+    sd = make_sd()
+    with ckpt.torch.Checkpointer("plan-prepare", socket=daemon.sock) as cp:
+        cp.prepare(sd)
+        plan, nbufs = cp._plan, len(cp.client._buffers)
+        assert plan is not None and plan.table is not None
+        fresh = {k: v.detach() for k, v in sd.items()}
+        cp.save(fresh, 1).durable.result()
+        assert cp._plan is plan and len(cp.client._buffers) == nbufs
+        out, _ = restore(cp, sd, 1)
+        assert same(out, sd)
+
+
+def test_without_tables_the_specs_are_sent(daemon, monkeypatch):
+    """An older ckptd (no tensor tables): every save carries its tensors."""
+    def no_tables(self, specs):
+        raise CkptError(errno.ENOTSUP, "this ckptd has no tensor tables")
+    monkeypatch.setattr(ckpt.client.Client, "table", no_tables)
+    sd = make_sd(5)
+    with ckpt.torch.Checkpointer("plan-notable", socket=daemon.sock) as cp:
+        for step in (1, 2):
+            with torch.no_grad():
+                sd["layers.0.weight"].add_(1)
+            cp.save(sd, step).durable.result()
+            assert cp._plan.table is None
+            out, _ = restore(cp, sd, step)
+            assert same(out, sd)
+
+
+def test_loads_keep_or_drop_the_plan_and_saves_still_restore(daemon):
+    sd = make_sd(6)
+    with ckpt.torch.Checkpointer("plan-load", socket=daemon.sock) as cp:
+        cp.save(sd, 1).durable.result()
+        plan = cp._plan
+        cp.load(sd, 1)  # in place: the same registrations
+        assert cp._plan is plan
+        with torch.no_grad():
+            sd["layers.3.weight"].fill_(7)
+        cp.save(sd, 2).durable.result()
+        assert cp._plan is plan
+        other = {k: torch.zeros_like(v) for k, v in sd.items()}
+        cp.load(other, 2)  # other tensors: the plan's registrations go, and the plan
+        assert cp._plan is None and same(other, sd)
+        with torch.no_grad():
+            sd["layers.1.weight"].fill_(3)
+        cp.save(sd, 3).durable.result()
+        out, _ = restore(cp, sd, 3)
+        assert same(out, sd)
+
+
+def test_extra_state_before_skeletons_still_loads(daemon):
+    """A step whose extra state is the earlier {"tree": ..., "extra": ...}
+    (saves before skeletons) restores through Checkpointer and ckpt.format."""
+    from ckpt._tree import _Ref
+    from ckpt.client import TensorSpec
+    w = torch.arange(12, dtype=torch.float32)
+    with ckpt.torch.Checkpointer("plan-v1", socket=daemon.sock) as cp:
+        buf = cp.client.alloc(48)
+        torch.frombuffer(buf.view, dtype=torch.float32, count=12).copy_(w)
+        blob = pickle.dumps({"tree": {"w": _Ref("w", "f32", (12,)), "k": 3}, "extra": "old"})
+        cp.client.save(1, [TensorSpec("w", "f32", (12,), buf, 0, 48)], blob).durable.result()
+        out = {}
+        assert cp.load(out, 1) == (1, "old")
+        assert torch.equal(out["w"], w) and out["k"] == 3
+    got = ckpt_format.load_step(daemon.url, "plan-v1", 1)
+    assert torch.equal(got["w"], w) and got["k"] == 3
+
+
+def test_format_reads_skeleton_steps(daemon):
+    sd = {"w": torch.randn(10), "meta": {"epoch": 4, "tags": ["a", "b"]}, "list": [torch.ones(2), 1.5]}
+    with ckpt.torch.Checkpointer("plan-format", socket=daemon.sock) as cp:
+        cp.save(sd, 1).durable.result()
+    assert same(ckpt_format.load_step(daemon.url, "plan-format", 1), sd)
+
+
+def test_skeleton_with_a_bad_leaf_index_is_refused():
+    from ckpt._tree import _Leaf, dump_skeleton, load_meta
+    skel = dump_skeleton({"x": _Leaf(3)})
+    with pytest.raises(pickle.UnpicklingError, match="leaf 3"):
+        load_meta(pickle.dumps({"skeleton": skel, "leaves": [1], "extra": None}))
