@@ -27,13 +27,58 @@ struct hostmap {
 	int fd;
 	uint8_t *map;
 	uint64_t len;
-	struct hostmap *next;
+	struct hostmap *next, **pprev; /* in its bucket */
 };
-static struct hostmap *maps;
+
+/* By (dev, ino), chained: a trainer registers one file per tensor
+ * storage, 10,000 of them for a large model, and a list made each
+ * registration and each release walk all the others. */
+static struct hostmap **buckets;
+static size_t nbuckets, nmaps;
+
+static size_t bucket_of(dev_t dev, ino_t ino)
+{
+	uint64_t h = ((uint64_t)ino * 0x9e3779b97f4a7c15ull) ^ (uint64_t)dev;
+	return (size_t)(h ^ (h >> 29)) & (nbuckets - 1);
+}
+
+static void bucket_insert(struct hostmap *m)
+{
+	struct hostmap **head = &buckets[bucket_of(m->dev, m->ino)];
+	m->next = *head;
+	if (*head)
+		(*head)->pprev = &m->next;
+	*head = m;
+	m->pprev = head;
+}
+
+/* Room for one more, growing the table at load 1. */
+static int hostmap_reserve(void)
+{
+	if (nmaps + 1 <= nbuckets)
+		return 0;
+	size_t n = nbuckets ? nbuckets * 2 : 64;
+	struct hostmap **nb = calloc(n, sizeof(*nb));
+	if (nb == NULL)
+		return -ENOMEM;
+	struct hostmap **old = buckets;
+	size_t oldn = nbuckets;
+	buckets = nb;
+	nbuckets = n;
+	for (size_t i = 0; i < oldn; i++)
+		for (struct hostmap *m = old[i], *next; m; m = next) {
+			next = m->next;
+			bucket_insert(m);
+		}
+	free(old);
+	return 0;
+}
 
 static struct hostmap *hostmap_find(const struct stat *st, uint64_t nbytes)
 {
-	for (struct hostmap *m = maps; m; m = m->next)
+	if (nbuckets == 0)
+		return NULL;
+	for (struct hostmap *m = buckets[bucket_of(st->st_dev, st->st_ino)]; m; m = m->next)
 		if (m->dev == st->st_dev && m->ino == st->st_ino && m->len >= nbytes)
 			return m;
 	return NULL;
@@ -43,11 +88,10 @@ static void hostmap_put(struct hostmap *hm)
 {
 	if (--hm->refs > 0)
 		return;
-	for (struct hostmap **pp = &maps; *pp; pp = &(*pp)->next)
-		if (*pp == hm) {
-			*pp = hm->next;
-			break;
-		}
+	*hm->pprev = hm->next;
+	if (hm->next)
+		hm->next->pprev = hm->pprev;
+	nmaps--;
 	munmap(hm->map, hm->len);
 	close(hm->fd);
 	free(hm);
@@ -121,7 +165,7 @@ int hostbuf_open(int fd, uint64_t id, uint64_t nbytes, struct hostbuf **out, cha
 		 * never did, on the loop thread. */
 		if ((uint64_t)st.st_blocks * 512 >= nbytes)
 			(void)madvise(m, nbytes, MADV_POPULATE_WRITE);
-		hm = calloc(1, sizeof(*hm));
+		hm = hostmap_reserve() == 0 ? calloc(1, sizeof(*hm)) : NULL;
 		if (hm == NULL) {
 			munmap(m, nbytes);
 			close(fd);
@@ -129,9 +173,10 @@ int hostbuf_open(int fd, uint64_t id, uint64_t nbytes, struct hostbuf **out, cha
 			return -ENOMEM;
 		}
 		*hm = (struct hostmap){
-			.refs = 1, .dev = st.st_dev, .ino = st.st_ino, .fd = fd, .map = m, .len = nbytes, .next = maps
+			.refs = 1, .dev = st.st_dev, .ino = st.st_ino, .fd = fd, .map = m, .len = nbytes
 		};
-		maps = hm;
+		bucket_insert(hm);
+		nmaps++;
 		b->hm = hm;
 		b->map = m;
 	}
