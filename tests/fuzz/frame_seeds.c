@@ -104,6 +104,30 @@ int main(int argc, char **argv)
 	fd.body_case = CKPT__FRAME__BODY_DELETE;
 	fd.delete_ = &dr;
 
+	Ckpt__DType tdt[2] = { CKPT__DTYPE__F32, CKPT__DTYPE__BF16 };
+	uint32_t tnd[2] = { 2, 1 };
+	uint64_t tdims[] = { 4, 8, 0, 0, 4, 8, 16, 0, 16 };
+	uint64_t tbid[2] = { 1, 1 }, toff[2] = { 0, 128 }, tnb[2] = { 128, 32 };
+	Ckpt__DeclareTable dt = CKPT__DECLARE_TABLE__INIT;
+	dt.table_id = 1;
+	dt.names.data = (uint8_t *)"model.w\0model.b";
+	dt.names.len = 16;
+	dt.n_dtype = 2, dt.dtype = tdt;
+	dt.n_ndim = 2, dt.ndim = tnd;
+	dt.n_dims = 9, dt.dims = tdims;
+	dt.n_buffer_id = 2, dt.buffer_id = tbid;
+	dt.n_offset = 2, dt.offset = toff;
+	dt.n_nbytes = 2, dt.nbytes = tnb;
+	Ckpt__Frame fdt = CKPT__FRAME__INIT;
+	fdt.body_case = CKPT__FRAME__BODY_DECLARE_TABLE;
+	fdt.declare_table = &dt;
+	Ckpt__Save tsave = CKPT__SAVE__INIT;
+	tsave.step = 101;
+	tsave.table_id = 1;
+	Ckpt__Frame fts = CKPT__FRAME__INIT;
+	fts.body_case = CKPT__FRAME__BODY_SAVE;
+	fts.save = &tsave;
+
 	Ckpt__Frame *one[1];
 	one[0] = &fh, emit("hello", one, 1);
 	one[0] = &fr, emit("register", one, 1);
@@ -111,6 +135,8 @@ int main(int argc, char **argv)
 	one[0] = &fl, emit("load", one, 1);
 	one[0] = &fls, emit("list", one, 1);
 	one[0] = &fd, emit("delete", one, 1);
+	Ckpt__Frame *table[2] = { &fdt, &fts };
+	emit("table", table, 2);
 	Ckpt__Frame *stream[4] = { &fh, &fr, &fs, &fl };
 	emit("stream", stream, 4);
 	return 0;

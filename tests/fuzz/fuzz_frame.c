@@ -2,12 +2,26 @@
  * bytes from a client: frame_next over a stream of frames, frame_decode of
  * each body, then the checks every tensor of a Save or Load goes through
  * (tensor_check: name, dtype, shape, box, bytes) and box arithmetic on
- * what passes. */
+ * what passes, and a DeclareTable's checks (savetab.c) against one
+ * registered buffer. */
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config.h"
+#include "hostbuf.h"
+#include "savetab.h"
 #include "tensor.h"
 #include "wire.h"
+
+/* Buffer 1 is a registered 1 MiB host buffer; no other id is. Its
+ * references never reach 0 (it is not freed). */
+static struct hostbuf fake = { .refs = 1u << 30, .id = 1, .fd = -1, .nbytes = 1u << 20 };
+
+static struct hostbuf *find_fake(void *ctx, uint64_t id)
+{
+	(void)ctx;
+	return id == 1 ? &fake : NULL;
+}
 
 static void check_tensors(Ckpt__TensorRef **ts, size_t n)
 {
@@ -44,6 +58,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				check_tensors(f->save->tensors, f->save->n_tensors);
 			else if (f->body_case == CKPT__FRAME__BODY_LOAD && f->load)
 				check_tensors(f->load->tensors, f->load->n_tensors);
+			else if (f->body_case == CKPT__FRAME__BODY_DECLARE_TABLE && f->declare_table) {
+				struct config c = { .max_tensors = 65536, .max_name_len = 1024 };
+				struct save_table *t = NULL;
+				char err[256];
+				if (save_table_new(&c, f->declare_table, find_fake, NULL, &t, err, sizeof(err)) == 0)
+					save_table_free(t);
+			}
 			ckpt__frame__free_unpacked(f, NULL);
 		}
 		off += FRAME_HDR + (size_t)body;
