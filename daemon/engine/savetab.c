@@ -37,8 +37,10 @@ void save_table_free(struct save_table *t)
 {
 	if (t == NULL)
 		return;
-	for (size_t i = 0; t->tensors && i < t->n; i++)
+	for (size_t i = 0; t->tensors && i < t->n; i++) {
+		t->tensors[i].buf->tables--;
 		hostbuf_unref(t->tensors[i].buf);
+	}
 	free(t->tensors);
 	save_names_unref(t->names);
 	free(t);
@@ -147,6 +149,7 @@ int save_table_new(const struct config *c, const Ckpt__DeclareTable *m, savetab_
 		st->dtype = m->dtype[i];
 		st->nbytes = m->nbytes[i];
 		st->buf = hostbuf_ref(b);
+		b->tables++;
 		st->buf_off = m->offset[i];
 		t->n = i + 1;
 		name += strlen(name) + 1;

@@ -2,9 +2,10 @@
  * tensors checked once (caps, boxes, buffers, unique names) and named by
  * later saves, so that a save of 10,000 unchanged tensors costs the loop
  * a copy of an array, not 10,000 decodes, buffer lookups and a sort of
- * the names. A table holds its host buffers as a save in flight does; a
- * save made from it holds only the names (a held copy must not keep a
- * dead trainer's memory mapped). Loop thread only. */
+ * the names. A table holds its host buffers, which cannot be unregistered
+ * while it lives (hostbuf.tables: they stay counted against the
+ * session's caps); a save made from it holds only the names (a held copy
+ * must not keep a dead trainer's memory mapped). Loop thread only. */
 #ifndef CKPTD_SAVETAB_H
 #define CKPTD_SAVETAB_H
 

@@ -14,7 +14,8 @@
 struct hostmap;
 
 struct hostbuf {
-	unsigned refs; /* loop thread only */
+	unsigned refs;   /* loop thread only */
+	unsigned tables; /* entries of tensor tables naming it (savetab.c): it stays registered */
 	uint64_t id;
 	int fd; /* the mapping's (shared with other registrations of the file) */
 	uint64_t nbytes;

@@ -450,7 +450,15 @@ void session_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBu
 
 void session_unregister(struct session *s, uint64_t req_id, const Ckpt__Unregister *m)
 {
-	struct hostbuf *b = bufmap_take(&s->bufs, m->buffer_id);
+	struct hostbuf *b = bufmap_get(&s->bufs, m->buffer_id);
+	if (b != NULL && b->tables) {
+		/* Its bytes count against the session's caps while a table can
+		 * still save from it. */
+		session_reply(s, req_id, -EBUSY, "buffer %" PRIu64 " is in a tensor table; drop the table first",
+			      m->buffer_id);
+		return;
+	}
+	b = bufmap_take(&s->bufs, m->buffer_id);
 	if (b != NULL) {
 		/* Saves and loads hold their own reference. */
 		s->registered_bytes -= b->nbytes;

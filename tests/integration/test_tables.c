@@ -1,6 +1,7 @@
 /* Tensor tables (DeclareTable; ckpt_table_create): saves made from a table
- * restore bit-exact with their own extra state, step after step; a table
- * keeps its buffers when the client unregisters them; every malformed
+ * restore bit-exact with their own extra state, step after step; a buffer
+ * in a table cannot be unregistered until the table is dropped, and a
+ * save in flight outlives both; every malformed
  * table, unknown id and cap is refused with the right errno and a message
  * naming what is wrong, and the session goes on. */
 #include <setjmp.h>
@@ -9,6 +10,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,9 +136,9 @@ static void test_table_saves_restore(void **state)
 	ckpt_close(c);
 }
 
-/* The daemon's table holds its buffers: unregistered by the client, they
- * still serve the table's saves (raw frames: libckpt asks callers to free
- * tables first). */
+/* A table's buffer stays registered while the table lives (EBUSY); a
+ * save made from it completes after the table and the buffer are gone,
+ * with the memfd's bytes (raw frames). */
 static void test_table_holds_buffers(void **state)
 {
 	(void)state;
@@ -172,26 +174,49 @@ static void test_table_holds_buffers(void **state)
 
 	Ckpt__Unregister un = CKPT__UNREGISTER__INIT;
 	un.buffer_id = 7;
-	f.body_case = CKPT__FRAME__BODY_UNREGISTER;
-	f.unregister = &un;
-	assert_int_equal(raw_send(fd, &f, 4, NULL, 0), 0);
-	raw_expect_reply(fd, 0, NULL, 10000);
+	Ckpt__Frame uf = CKPT__FRAME__INIT;
+	uf.body_case = CKPT__FRAME__BODY_UNREGISTER;
+	uf.unregister = &un;
+	assert_int_equal(raw_send(fd, &uf, 4, NULL, 0), 0);
+	raw_expect_reply(fd, EBUSY, "drop the table first", 10000);
 
+	/* Save, then drop the table and unregister the buffer at once: the
+	 * save holds what it reads. */
 	Ckpt__Save sv = CKPT__SAVE__INIT;
 	sv.step = 1;
 	sv.table_id = 5;
 	f.body_case = CKPT__FRAME__BODY_SAVE;
 	f.save = &sv;
 	assert_int_equal(raw_send(fd, &f, 5, NULL, 0), 0);
-	Ckpt__Frame *ev = raw_recv(fd, 10000, NULL);
-	assert_non_null(ev);
-	assert_int_equal(ev->body_case, CKPT__FRAME__BODY_SAVE_STAGED);
-	assert_int_equal(ev->save_staged->bytes, 8192);
-	ckpt__frame__free_unpacked(ev, NULL);
-	ev = raw_recv(fd, 30000, NULL);
-	assert_non_null(ev);
-	assert_int_equal(ev->body_case, CKPT__FRAME__BODY_SAVE_DURABLE);
-	ckpt__frame__free_unpacked(ev, NULL);
+	Ckpt__DropTable drop = CKPT__DROP_TABLE__INIT;
+	drop.table_id = 5;
+	Ckpt__Frame df = CKPT__FRAME__INIT;
+	df.body_case = CKPT__FRAME__BODY_DROP_TABLE;
+	df.drop_table = &drop;
+	assert_int_equal(raw_send(fd, &df, 6, NULL, 0), 0);
+	assert_int_equal(raw_send(fd, &uf, 7, NULL, 0), 0);
+	bool staged = false, durable = false;
+	int replies = 0;
+	while (!durable) {
+		Ckpt__Frame *ev = raw_recv(fd, 30000, NULL);
+		assert_non_null(ev);
+		if (ev->body_case == CKPT__FRAME__BODY_REPLY) {
+			assert_int_equal(ev->reply->status, 0); /* the drop, then the unregister */
+			replies++;
+		} else if (ev->body_case == CKPT__FRAME__BODY_SAVE_STAGED) {
+			assert_int_equal(ev->save_staged->bytes, 8192);
+			staged = true;
+		} else {
+			assert_int_equal(ev->body_case, CKPT__FRAME__BODY_SAVE_DURABLE);
+			assert_true(staged);
+			durable = true;
+		}
+		ckpt__frame__free_unpacked(ev, NULL);
+	}
+	while (replies < 2) {
+		raw_expect_reply(fd, 0, NULL, 10000);
+		replies++;
+	}
 	close(fd);
 
 	/* What was saved is the memfd's bytes, both tensors. */

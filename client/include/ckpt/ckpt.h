@@ -155,10 +155,11 @@ int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors, size
  * daemon, and each later save sends only its step (README "Python and
  * PyTorch": the per-tensor cost). Host buffers only (-ENOTSUP for a CUDA
  * buffer: save those with ckpt_save_ex); -ENOTSUP too from a daemon
- * without CKPT_CAP_TABLES. The tensors array need not outlive the call,
- * and the daemon keeps the table's buffers mapped while the table lives,
- * as it does for a save in flight; its buffers must stay registered here
- * until ckpt_table_free. At most 16 tables per client at once. */
+ * without CKPT_CAP_TABLES. The tensors array need not outlive the call.
+ * Free the table before its buffers: while it lives the daemon refuses
+ * to unregister them (-EBUSY), so a ckpt_buffer_free before it leaves the
+ * registration in the daemon until the connection ends. At most 16
+ * tables per client at once. */
 int ckpt_table_create(ckpt_client *c, const ckpt_tensor *tensors, size_t ntensors, ckpt_table **out);
 /* Number of tensors in the table (0 for NULL). */
 size_t ckpt_table_size(const ckpt_table *t);

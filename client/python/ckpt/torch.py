@@ -224,7 +224,6 @@ class Checkpointer:
         self._cuda = None         # None: not tried; True: registering device memory works; False: copy
         self._cuda_regs = []      # this save's device registrations
         self._plan = None         # _Plan of the last save
-        self._freed = False       # _bind dropped or replaced a registration
         _raise_nofile()
 
     # ---- registration ----
@@ -243,7 +242,6 @@ class Checkpointer:
         not among tensors are dropped; when one goes or is replaced, so
         does the plan, unless plan (the plan is being made from these
         tensors)."""
-        self._freed = False
         specs, used = [], set()
         for b in self._cuda_regs:
             b.free()
@@ -268,23 +266,27 @@ class Checkpointer:
                 # the cache is valid only for the same file.
                 if cached is None or cached[1] != ino or cached[0].size != size:
                     if cached is not None:
-                        cached[0].free()
-                        self._freed = True
+                        self._release(cached[0], plan)
                     cached = self._shared[key] = (self.client.register_fd(fd, size), ino)
                 buf = cached[0]
                 used.add(key)
                 specs.append(TensorSpec(name, code, t.shape, buf, t.storage_offset() * t.element_size(), nbytes))
             else:
-                buf = self._scratch_buffer(name, nbytes)
+                buf = self._scratch_buffer(name, nbytes, plan)
                 specs.append(TensorSpec(name, code, t.shape, buf, 0, nbytes))
         # Storages no longer in the state dict: unregister (saves in
         # flight keep the daemon's own reference).
         for key in [k for k in self._shared if k not in used]:
-            self._shared.pop(key)[0].free()
-            self._freed = True
-        if self._freed and not plan:
-            self._drop_plan()
+            self._release(self._shared.pop(key)[0], plan)
         return specs
+
+    def _release(self, buf, plan):
+        """Unregister buf; a plan made from other tensors may name it in its
+        table, which the daemon would not let go of it: the plan goes first
+        (when this bind is not making one; _make_plan dropped the old)."""
+        if not plan:
+            self._drop_plan()
+        buf.free()
 
     def _cuda_buffer(self, t, cuda_bufs):
         """Register a CUDA tensor's storage with the daemon (C API: legacy
@@ -310,12 +312,11 @@ class Checkpointer:
         cuda_bufs[key] = buf
         return buf
 
-    def _scratch_buffer(self, name, nbytes):
+    def _scratch_buffer(self, name, nbytes, plan=False):
         have = self._scratch.get(name)
         if have is None or have.size < max(nbytes, 1):
             if have is not None:
-                have.free()
-                self._freed = True
+                self._release(have, plan)
             have = self.client.alloc(max(nbytes, 64))
             self._scratch[name] = have
         return have
