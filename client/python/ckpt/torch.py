@@ -132,9 +132,10 @@ def _fingerprint(ts):
 
 class _Plan:
     """What a save of one state dict's shape reuses while its tensors stay
-    where they are: the names and skeleton, the registrations (by holding
-    the storages, so no other tensor can take their addresses), the
-    daemon's table, or the ctypes array when there is none."""
+    where they are: the names and skeleton, the specs and registrations
+    (holding the CPU storages, so no other tensor can take their
+    addresses), and the daemon's tensor table (None for CUDA tensors, whose
+    registrations are made per save, and from a daemon without tables)."""
     __slots__ = ("sig", "fp", "skeleton", "named", "specs", "table", "storages", "scratch", "cuda")
 
     def drop(self):
