@@ -119,15 +119,14 @@ fail_errno:
 	return r;
 }
 
-int ckpt_buffer_register_fd(ckpt_client *c, int fd, size_t nbytes, ckpt_buffer **out)
+/* A buffer for fd (checked, dup'd), not registered yet. */
+static int buffer_for_fd(int fd, size_t nbytes, ckpt_buffer **out)
 {
 	ckpt_buffer *b;
 	struct stat st;
 	int fl, r;
 
-	if (out)
-		*out = NULL;
-	if (!c || !out || fd < 0 || nbytes == 0 || nbytes > (size_t)INT64_MAX) {
+	if (fd < 0 || nbytes == 0 || nbytes > (size_t)INT64_MAX) {
 		client_set_errmsg("");
 		return -EINVAL;
 	}
@@ -168,7 +167,138 @@ int ckpt_buffer_register_fd(ckpt_client *c, int fd, size_t nbytes, ckpt_buffer *
 		client_set_errmsg("");
 		return r;
 	}
+	*out = b;
+	return 0;
+}
+
+int ckpt_buffer_register_fd(ckpt_client *c, int fd, size_t nbytes, ckpt_buffer **out)
+{
+	ckpt_buffer *b;
+	int r;
+
+	if (out)
+		*out = NULL;
+	if (!c || !out) {
+		client_set_errmsg("");
+		return -EINVAL;
+	}
+	r = buffer_for_fd(fd, nbytes, &b);
+	if (r < 0)
+		return r;
 	return buffer_finish(c, b, out);
+}
+
+/* Requests per batch: the fds in flight on the socket at once stay well
+ * below the kernel's cap on descriptors in flight. */
+#define REGISTER_BATCH 128
+
+/* Register bs[0..n) (fds checked, ids unset) in one round trip. On any
+ * failure every one of them is destroyed, the registered ones first
+ * unregistered. */
+static int register_batch(ckpt_client *c, ckpt_buffer **bs, size_t n, size_t first)
+{
+	Ckpt__Frame frames[REGISTER_BATCH], *reqs[REGISTER_BATCH];
+	Ckpt__RegisterBuffer rbs[REGISTER_BATCH];
+	int fds[REGISTER_BATCH], status[REGISTER_BATCH];
+	char *msgs[REGISTER_BATCH];
+	int r = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		bs[i]->id = buffer_next_id(c);
+		ckpt__register_buffer__init(&rbs[i]);
+		rbs[i].buffer_id = bs[i]->id;
+		rbs[i].kind = CKPT__BUFFER_KIND__HOST_FD;
+		rbs[i].nbytes = bs[i]->size;
+		ckpt__frame__init(&frames[i]);
+		frames[i].body_case = CKPT__FRAME__BODY_REGISTER_BUFFER;
+		frames[i].register_buffer = &rbs[i];
+		reqs[i] = &frames[i];
+		fds[i] = bs[i]->fd;
+	}
+	r = client_call_batch(c, reqs, fds, n, status, msgs);
+	if (r < 0) {
+		for (size_t i = 0; i < n; i++) {
+			buffer_destroy(bs[i]);
+			bs[i] = NULL;
+		}
+		return r;
+	}
+	for (size_t i = 0; i < n && r == 0; i++)
+		if (status[i] < 0) {
+			r = status[i];
+			client_set_errmsgf("buffer %zu: %s", first + i, msgs[i] ? msgs[i] : ckpt_strerror(r));
+		}
+	for (size_t i = 0; i < n; i++) {
+		free(msgs[i]);
+		/* The daemon holds its own reference now: one fd less here. */
+		if (status[i] == 0) {
+			close(bs[i]->fd);
+			bs[i]->fd = -1;
+			buffer_adopt(c, bs[i], &bs[i]);
+		}
+	}
+	if (r < 0) {
+		char saved[CLIENT_ERRMSG_LEN];
+		snprintf(saved, sizeof(saved), "%s", ckpt_errmsg());
+		for (size_t i = 0; i < n; i++) {
+			if (status[i] == 0) {
+				ckpt_buffer_free(bs[i]);
+			} else {
+				buffer_destroy(bs[i]);
+			}
+			bs[i] = NULL;
+		}
+		client_set_errmsg(saved);
+	}
+	return r;
+}
+
+int ckpt_buffer_register_fds(ckpt_client *c, const int *fds, const size_t *nbytes, size_t n, ckpt_buffer **out)
+{
+	int r = 0;
+	size_t done = 0;
+
+	if (!c || !out || (n && (!fds || !nbytes))) {
+		client_set_errmsg("");
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < n; i++)
+		out[i] = NULL;
+	while (done < n && r == 0) {
+		size_t k = n - done < REGISTER_BATCH ? n - done : REGISTER_BATCH;
+		size_t made = 0;
+		for (; made < k; made++) {
+			r = buffer_for_fd(fds[done + made], nbytes[done + made], &out[done + made]);
+			if (r < 0) {
+				char why[CLIENT_ERRMSG_LEN];
+				snprintf(why, sizeof(why), "buffer %zu: %s", done + made,
+					 *ckpt_errmsg() ? ckpt_errmsg() : ckpt_strerror(r));
+				client_set_errmsg(why);
+				break;
+			}
+		}
+		if (r < 0) {
+			for (size_t i = 0; i < made; i++) {
+				buffer_destroy(out[done + i]);
+				out[done + i] = NULL;
+			}
+			break;
+		}
+		r = register_batch(c, out + done, k, done);
+		if (r == 0)
+			done += k;
+	}
+	if (r < 0) {
+		/* All or none: the batches before this one go too. */
+		char saved[CLIENT_ERRMSG_LEN];
+		snprintf(saved, sizeof(saved), "%s", ckpt_errmsg());
+		for (size_t i = 0; i < done; i++) {
+			ckpt_buffer_free(out[i]);
+			out[i] = NULL;
+		}
+		client_set_errmsg(saved);
+	}
+	return r;
 }
 
 void *ckpt_buffer_data(ckpt_buffer *b)

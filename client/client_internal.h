@@ -133,6 +133,11 @@ void client_unref(ckpt_client *c);
 int client_call(ckpt_client *c, Ckpt__Frame *req, int fd, Ckpt__Frame **reply);
 /* The same with several fds (at most WIRE_MAX_FDS). */
 int client_call_fds(ckpt_client *c, Ckpt__Frame *req, const int *fds, size_t nfds, Ckpt__Frame **reply);
+/* Send n requests back to back (fds[i] >= 0 rides with request i), then
+ * wait for every answer: status[i] is 0 or -errno, msgs[i] its message
+ * (malloc'd, may be NULL; the caller frees). Returns 0, or -errno when
+ * nothing could be waited for (the statuses then say so too). */
+int client_call_batch(ckpt_client *c, Ckpt__Frame **reqs, const int *fds, size_t n, int *status, char **msgs);
 /* Register f under a new req_id and send req. On failure the table does not
  * hold f (its ref is dropped) and the error is returned. */
 int client_send_future(ckpt_client *c, Ckpt__Frame *req, ckpt_future *f);

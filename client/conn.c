@@ -288,6 +288,58 @@ int client_call_fds(ckpt_client *c, Ckpt__Frame *req, const int *fds, size_t nfd
 	return 0;
 }
 
+int client_call_batch(ckpt_client *c, Ckpt__Frame **reqs, const int *fds, size_t n, int *status, char **msgs)
+{
+	struct pending *p = calloc(n ? n : 1, sizeof(*p));
+	size_t sent = 0;
+	int r = 0;
+
+	if (!p) {
+		client_set_errmsg("");
+		return -ENOMEM;
+	}
+	if (c->reader_started && pthread_equal(pthread_self(), c->reader)) {
+		free(p);
+		client_set_errmsg("blocking call from a completion callback");
+		return -EDEADLK;
+	}
+	/* Back to back: the daemon answers in order while later ones are
+	 * still on their way, so n requests cost one round trip, not n. */
+	for (; sent < n; sent++) {
+		p[sent].kind = PENDING_SYNC;
+		r = begin_request(c, &p[sent], reqs[sent]);
+		if (r < 0)
+			break;
+		r = send_frame(c, reqs[sent], fds[sent] >= 0 ? &fds[sent] : NULL, fds[sent] >= 0 ? 1 : 0);
+		if (r < 0) {
+			pthread_mutex_lock(&c->mu);
+			if ((r == -EPIPE || r == -ECONNRESET) && c->reader_started) {
+				r = 0; /* the reader fails it with the daemon's last word */
+			} else if (!p[sent].done) {
+				table_remove(&p[sent]);
+				p[sent].done = true;
+				p[sent].status = r;
+			}
+			pthread_mutex_unlock(&c->mu);
+			sent++;
+			break;
+		}
+	}
+	pthread_mutex_lock(&c->mu);
+	for (size_t i = 0; i < sent; i++)
+		while (!p[i].done)
+			pthread_cond_wait(&c->cv, &c->mu);
+	pthread_mutex_unlock(&c->mu);
+	for (size_t i = 0; i < n; i++) {
+		status[i] = i < sent ? p[i].status : (r < 0 ? r : -ECANCELED);
+		msgs[i] = i < sent ? p[i].message : NULL;
+		if (p[i].reply)
+			ckpt__frame__free_unpacked(p[i].reply, NULL);
+	}
+	free(p);
+	return 0;
+}
+
 int client_send_future(ckpt_client *c, Ckpt__Frame *req, ckpt_future *f)
 {
 	bool ours = false;

@@ -3,13 +3,15 @@
  * in a table cannot be unregistered until the table is dropped, and a
  * save in flight outlives both; every malformed
  * table, unknown id and cap is refused with the right errno and a message
- * naming what is wrong, and the session goes on. */
+ * naming what is wrong, and the session goes on. Registering many fds at
+ * once (ckpt_buffer_register_fds) is all or none. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -429,11 +431,87 @@ static void test_client_refusals(void **state)
 	ckpt_close(c);
 }
 
+/* 300 memfds in one call (three round trips), each saved and restored;
+ * then a batch whose 201st fd the daemon refuses (a file on disk, not
+ * shared memory): the call fails naming it and none of the 300 stays
+ * registered, as the session's cap of 400 buffers shows when 300 more
+ * register after it. */
+#define MANY 300
+static void test_register_fds_batches(void **state)
+{
+	(void)state;
+	ckpt_client *c = connect_job("tabfds");
+	int fds[MANY];
+	size_t sizes[MANY];
+	ckpt_buffer *bufs[MANY];
+	for (int i = 0; i < MANY; i++) {
+		fds[i] = make_memfd(4096, i & 0xff);
+		sizes[i] = 4096;
+	}
+	int r = ckpt_buffer_register_fds(c, fds, sizes, MANY, bufs);
+	if (r < 0)
+		fail_msg("register_fds: %s (%s)", ckpt_strerror(r), ckpt_errmsg());
+	uint64_t shape[1] = { 4096 };
+	char names[MANY][16];
+	ckpt_tensor t[MANY];
+	for (int i = 0; i < MANY; i++) {
+		assert_non_null(bufs[i]);
+		snprintf(names[i], sizeof(names[i]), "b%d", i);
+		t[i] = (ckpt_tensor){ .name = names[i],
+				      .dtype = CKPT_U8,
+				      .ndim = 1,
+				      .global_shape = shape,
+				      .buffer = bufs[i],
+				      .nbytes = 4096 };
+	}
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_save(c, 1, t, MANY, NULL, 0, &f), 0);
+	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 30000), 0);
+	ckpt_future_free(f);
+	ckpt_buffer *back = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, 4096, &back), 0);
+	ckpt_tensor lt = {
+		.name = "b77", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = back, .nbytes = 4096
+	};
+	assert_int_equal(ckpt_load(c, 1, &lt, 1, &f), 0);
+	assert_int_equal(ckpt_future_wait(f, CKPT_LOADED, 30000), 0);
+	ckpt_future_free(f);
+	for (int i = 0; i < 4096; i++)
+		assert_int_equal(((uint8_t *)ckpt_buffer_data(back))[i], 77);
+	ckpt_buffer_free(back);
+	for (int i = 0; i < MANY; i++)
+		ckpt_buffer_free(bufs[i]);
+
+	char path[400];
+	snprintf(path, sizeof(path), "%s/not-shm", D.dir);
+	int disk = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	assert_true(disk >= 0);
+	assert_int_equal(ftruncate(disk, 4096), 0);
+	int keep = fds[200];
+	fds[200] = disk;
+	r = ckpt_buffer_register_fds(c, fds, sizes, MANY, bufs);
+	assert_int_equal(r, -EBADF);
+	assert_non_null(strstr(ckpt_errmsg(), "buffer 200"));
+	for (int i = 0; i < MANY; i++)
+		assert_null(bufs[i]);
+	fds[200] = keep;
+	r = ckpt_buffer_register_fds(c, fds, sizes, MANY, bufs);
+	if (r < 0)
+		fail_msg("register_fds after a failed batch: %s (%s)", ckpt_strerror(r), ckpt_errmsg());
+	for (int i = 0; i < MANY; i++)
+		ckpt_buffer_free(bufs[i]);
+	assert_int_equal(ckpt_buffer_register_fds(c, NULL, sizes, 3, bufs), -EINVAL);
+	close(disk);
+	for (int i = 0; i < MANY; i++)
+		close(fds[i]);
+	ckpt_close(c);
+}
+
 static int group_setup(void **state)
 {
 	(void)state;
 	h_init(&D);
-	h_start(&D, NULL);
+	h_start(&D, "[limits]\nmax_buffers = 400\n");
 	return 0;
 }
 
@@ -450,7 +528,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_table_saves_restore), cmocka_unit_test(test_table_holds_buffers),
 		cmocka_unit_test(test_bad_tables_refused),  cmocka_unit_test(test_table_ids_and_cap),
-		cmocka_unit_test(test_client_refusals),
+		cmocka_unit_test(test_client_refusals),     cmocka_unit_test(test_register_fds_batches),
 	};
 	return cmocka_run_group_tests_name("tables", tests, group_setup, group_teardown);
 }

@@ -109,6 +109,7 @@ def _load():
         "ckpt_close": (None, [vp]),
         "ckpt_buffer_alloc": (i, [vp, sz, ctypes.POINTER(vp)]),
         "ckpt_buffer_register_fd": (i, [vp, i, sz, ctypes.POINTER(vp)]),
+        "ckpt_buffer_register_fds": (i, [vp, ctypes.POINTER(i), ctypes.POINTER(sz), sz, ctypes.POINTER(vp)]),
         "ckpt_buffer_data": (vp, [vp]),
         "ckpt_buffer_size": (sz, [vp]),
         "ckpt_buffer_free": (None, [vp]),

@@ -248,6 +248,9 @@ class Checkpointer:
             b.free()
         self._cuda_regs = []
         cuda_bufs = {}
+        # Storages to register, in one batch after the walk (one round trip
+        # per 128: ckpt_buffer_register_fds): key -> [fd, size, ino, specs].
+        todo = {}
         for name, t in tensors:
             code = DTYPE_CODES[t.dtype]
             nbytes = t.numel() * t.element_size()
@@ -263,18 +266,29 @@ class Checkpointer:
                 key = st.data_ptr()
                 ino = os.fstat(fd).st_ino
                 cached = self._shared.get(key)
+                used.add(key)
+                spec = TensorSpec(name, code, t.shape, None, t.storage_offset() * t.element_size(), nbytes)
+                specs.append(spec)
                 # A freed storage's address can be reused by a new one:
                 # the cache is valid only for the same file.
-                if cached is None or cached[1] != ino or cached[0].size != size:
+                if key in todo:
+                    todo[key][3].append(spec)
+                elif cached is None or cached[1] != ino or cached[0].size != size:
                     if cached is not None:
-                        self._release(cached[0], plan)
-                    cached = self._shared[key] = (self.client.register_fd(fd, size), ino)
-                buf = cached[0]
-                used.add(key)
-                specs.append(TensorSpec(name, code, t.shape, buf, t.storage_offset() * t.element_size(), nbytes))
+                        self._release(self._shared.pop(key)[0], plan)
+                    todo[key] = [fd, size, ino, [spec]]
+                else:
+                    spec.buffer = cached[0]
             else:
                 buf = self._scratch_buffer(name, nbytes, plan)
                 specs.append(TensorSpec(name, code, t.shape, buf, 0, nbytes))
+        if todo:
+            items = list(todo.items())
+            bufs = self.client.register_fds([v[0] for _, v in items], [v[1] for _, v in items])
+            for (key, (_, _, ino, waiting)), buf in zip(items, bufs):
+                self._shared[key] = (buf, ino)
+                for spec in waiting:
+                    spec.buffer = buf
         # Storages no longer in the state dict: unregister (saves in
         # flight keep the daemon's own reference).
         for key in [k for k in self._shared if k not in used]:
