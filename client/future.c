@@ -310,6 +310,18 @@ const char *ckpt_future_message(ckpt_future *f)
 	return m;
 }
 
+uint64_t ckpt_future_stall_ns(ckpt_future *f)
+{
+	uint64_t v;
+
+	if (!f)
+		return 0;
+	pthread_mutex_lock(&f->mu);
+	v = f->stall_ns;
+	pthread_mutex_unlock(&f->mu);
+	return v;
+}
+
 uint64_t ckpt_future_bytes(ckpt_future *f)
 {
 	uint64_t v;

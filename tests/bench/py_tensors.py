@@ -9,7 +9,9 @@ in one run with the same bytes as one flat tensor. Per N:
   - the median of --rounds later saves.
 Every save gets a new dict of new tensor objects (as model.state_dict()
 hands out), made before the clock starts. What a later save costs beyond
-the flat one, divided by N, is the per-tensor cost.
+the flat one, divided by N, is the per-tensor cost; "of which in ckptd" is
+the same difference in the daemon's own time to staged (SaveStaged's
+stall_ns, SaveFuture.daemon_stall).
 
     python tests/bench/py_tensors.py --socket /tmp/ckptd.sock [--json OUT]
 
@@ -27,11 +29,14 @@ import torch
 import ckpt.torch
 
 
-def stall(cp, sd, step):
+def stall(cp, sd, step, daemon=None):
+    """The trainer's stall; with a list, the daemon's own share goes in it."""
     t = time.perf_counter()
     f = cp.save(sd, step)
     f.staged.result()
     s = time.perf_counter() - t
+    if daemon is not None:
+        daemon.append(f.daemon_stall)
     f.durable.result()
     return s
 
@@ -41,7 +46,8 @@ def fresh(sd):
 
 
 def case(sock, job, sd, rounds):
-    """(first save, prepare, first save after prepare, median later, all later)."""
+    """(first save, prepare, first save after prepare, median later, all
+    later, median of the daemon's own share of the later ones)."""
     with ckpt.torch.Checkpointer(job + "-cold", socket=sock) as cp:
         first = stall(cp, fresh(sd), 1)
     with ckpt.torch.Checkpointer(job, socket=sock) as cp:
@@ -49,8 +55,9 @@ def case(sock, job, sd, rounds):
         cp.prepare(sd)
         prep = time.perf_counter() - t
         prepared = stall(cp, fresh(sd), 1)
-        later = [stall(cp, fresh(sd), 2 + r) for r in range(rounds)]
-    return first, prep, prepared, statistics.median(later), later
+        daemon = []
+        later = [stall(cp, fresh(sd), 2 + r, daemon) for r in range(rounds)]
+    return first, prep, prepared, statistics.median(later), later, statistics.median(daemon)
 
 
 def main():
@@ -64,30 +71,32 @@ def main():
     total = a.size_mb << 20
     torch.manual_seed(0)
     flat = {"flat": torch.randn(total // 4)}
-    f_first, f_prep, f_prepared, f_med, f_all = case(a.socket, f"bench-flat-{time.time_ns()}", flat, a.rounds)
+    f_first, f_prep, f_prepared, f_med, f_all, f_dmn = case(a.socket, f"bench-flat-{time.time_ns()}", flat, a.rounds)
     rows = []
     for n in (int(x) for x in a.tensors.split(",")):
         sd = {f"layers.{i}.weight": torch.randn(total // 4 // n) for i in range(n)}
-        first, prep, prepared, med, allv = case(a.socket, f"bench-{n}-{time.time_ns()}", sd, a.rounds)
+        first, prep, prepared, med, allv, dmn = case(a.socket, f"bench-{n}-{time.time_ns()}", sd, a.rounds)
         rows.append({"tensors": n, "first_ms": first * 1e3, "prepare_ms": prep * 1e3,
                      "first_prepared_ms": prepared * 1e3, "later_ms": med * 1e3,
                      "later_all_ms": [x * 1e3 for x in allv], "beyond_flat_ms": (med - f_med) * 1e3,
-                     "per_tensor_us": (med - f_med) / n * 1e6, "first_over_later": prepared / med})
+                     "per_tensor_us": (med - f_med) / n * 1e6, "first_over_later": prepared / med,
+                     "daemon_ms": dmn * 1e3, "daemon_beyond_flat_ms": (dmn - f_dmn) * 1e3})
         del sd
     print(f"{a.size_mb} MiB of float32; later saves: median of {a.rounds}; flat (one tensor): first "
           f"{f_first * 1e3:.0f} ms, prepare {f_prep * 1e3:.0f} ms, first after prepare {f_prepared * 1e3:.1f} ms, "
-          f"later {f_med * 1e3:.1f} ms")
+          f"later {f_med * 1e3:.1f} ms (in ckptd {f_dmn * 1e3:.1f} ms)")
     print("| tensors | first save | prepare() | first save after prepare | later saves | beyond the flat copy "
-          "| per tensor | first (prepared) / later |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| of which in ckptd | per tensor | first (prepared) / later |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['tensors']:,} | {r['first_ms']:.0f} ms | {r['prepare_ms']:.0f} ms | {r['first_prepared_ms']:.1f} ms "
-              f"| {r['later_ms']:.1f} ms | {r['beyond_flat_ms']:.1f} ms | {r['per_tensor_us']:.2f} µs "
-              f"| {r['first_over_later']:.2f}x |")
+              f"| {r['later_ms']:.1f} ms | {r['beyond_flat_ms']:.1f} ms | {r['daemon_beyond_flat_ms']:.1f} ms "
+              f"| {r['per_tensor_us']:.2f} µs | {r['first_over_later']:.2f}x |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"size_mb": a.size_mb, "flat_first_ms": f_first * 1e3, "flat_prepare_ms": f_prep * 1e3,
                        "flat_first_prepared_ms": f_prepared * 1e3, "flat_later_ms": f_med * 1e3,
+                       "flat_daemon_ms": f_dmn * 1e3,
                        "rows": rows}, f, indent=1)
 
 

@@ -79,6 +79,8 @@ static void save_and_wait(ckpt_client *c, uint64_t step, const ckpt_table *t, co
 	r = ckpt_future_wait(f, CKPT_DURABLE, 30000);
 	if (r < 0)
 		fail_msg("save %llu: %s: %s", (unsigned long long)step, ckpt_strerror(r), ckpt_future_message(f));
+	uint64_t stall = ckpt_future_stall_ns(f);
+	assert_true(stall > 0 && stall < 60ull * 1000000000ull);
 	/* Each tensor starts 64-aligned in the shard. */
 	assert_int_equal(ckpt_future_bytes(f), (uint64_t)(NT - 1) * 6016 + ELEMS * 4);
 	ckpt_future_free(f);

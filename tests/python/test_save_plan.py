@@ -40,7 +40,9 @@ def test_later_saves_reuse_the_plan_and_see_new_values(daemon):
                     t.mul_(2).add_(step)
             # model.state_dict() hands out new tensor objects each time:
             fresh = {k: v.detach() for k, v in sd.items()}
-            cp.save(fresh, step, extra={"step": step}).durable.result()
+            fut = cp.save(fresh, step, extra={"step": step})
+            fut.durable.result()
+            assert 0 < fut.daemon_stall < 60, "the daemon's own time to staged"
             assert cp._plan is plan and plan.table is table, "unchanged tensors reuse the plan"
             assert len(cp.client._buffers) == nbufs, "no new registrations"
             with ckpt.torch.Checkpointer("plan-reuse", socket=daemon.sock) as reader:

@@ -195,6 +195,9 @@ int ckpt_future_poll(ckpt_future *f, ckpt_phase phase);
 const char *ckpt_future_message(ckpt_future *f);
 /* Filled in once the respective phase is reached. */
 uint64_t ckpt_future_bytes(ckpt_future *f);
+/* A save: the daemon's own time from the request to staged (ns), once
+ * staged; 0 before. The trainer's stall less this is the client's share. */
+uint64_t ckpt_future_stall_ns(ckpt_future *f);
 uint64_t ckpt_future_step(ckpt_future *f);
 /* For loads: the extra state saved with the step (valid until freed). */
 const void *ckpt_future_extra(ckpt_future *f, size_t *len);

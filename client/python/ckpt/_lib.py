@@ -126,6 +126,7 @@ def _load():
         "ckpt_future_poll": (i, [vp, i]),
         "ckpt_future_message": (ctypes.c_char_p, [vp]),
         "ckpt_future_bytes": (u64, [vp]),
+        "ckpt_future_stall_ns": (u64, [vp]),
         "ckpt_future_step": (u64, [vp]),
         "ckpt_future_extra": (vp, [vp, ctypes.POINTER(sz)]),
         "ckpt_future_source": (ctypes.c_char_p, [vp]),

@@ -154,6 +154,7 @@ class _NativeFuture:
             f.set_running_or_notify_cancel()
         self._lock = threading.Lock()
         self._last = max(phases)
+        self.stall_ns = None  # a save's, once staged: the daemon's own time to staged
         self._cb = FUTURE_CB(self._on_phase)
         with _live_lock:
             _live.add(self)
@@ -191,6 +192,8 @@ class _NativeFuture:
                     if not f.done():
                         f.set_exception(exc)
             elif phase in self.futures and not self.futures[phase].done():
+                if phase == CKPT_STAGED:
+                    self.stall_ns = lib.ckpt_future_stall_ns(self._h)
                 self.futures[phase].set_result(self._value(phase))
             done = all(f.done() for f in self.futures.values())
         if done:
@@ -220,6 +223,13 @@ class SaveFuture:
         self.step = step
         self.staged = native.futures[CKPT_STAGED]
         self.durable = native.futures[CKPT_DURABLE]
+
+    @property
+    def daemon_stall(self):
+        """Seconds the daemon took from the request to staged (None before
+        staged): the trainer's wait less this is the client's own share."""
+        ns = self._native.stall_ns
+        return None if ns is None else ns / 1e9
 
     def result(self, timeout=None):
         return self.durable.result(timeout)

@@ -157,6 +157,12 @@ class SaveFuture:
         self.staged = inner.staged
         self.durable = inner.durable
 
+    @property
+    def daemon_stall(self):
+        """Seconds ckptd took from the request to staged (None before
+        staged, and for fallback saves)."""
+        return getattr(self._inner, "daemon_stall", None)
+
 
 def _launcher():
     """(rank, world size, local rank, who said so) from the launcher:
