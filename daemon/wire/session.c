@@ -498,12 +498,22 @@ void session_declare_table(struct session *s, uint64_t req_id, const Ckpt__Decla
 		session_reply(s, req_id, -ENOBUFS, "at most %d tables per session; drop one first", SESSION_MAX_TABLES);
 		return;
 	}
+	/* All of a session's tables together hold what one save may: 16
+	 * tables of max_tensors each would let one client pin 16 times that
+	 * in the daemon's memory. */
+	if (m->n_dtype <= s->d->cfg.max_tensors && m->n_dtype > s->d->cfg.max_tensors - s->table_entries) {
+		session_reply(s, req_id, -ENOBUFS,
+			      "the session's tables would hold %zu tensors, at most %u (max_tensors); drop one first",
+			      s->table_entries + m->n_dtype, s->d->cfg.max_tensors);
+		return;
+	}
 	char err[512];
 	int r = save_table_new(&s->d->cfg, m, find_buffer, s, slot, err, sizeof(err));
 	if (r < 0) {
 		session_reply(s, req_id, r, "%s", r == -ENOMEM ? "out of memory" : err);
 		return;
 	}
+	s->table_entries += (*slot)->n;
 	log_debug("session %" PRIu64 ": table %" PRIu64 " declared, %zu tensors", s->id, m->table_id, (*slot)->n);
 	session_reply(s, req_id, 0, NULL);
 }
@@ -516,6 +526,7 @@ void session_drop_table(struct session *s, uint64_t req_id, const Ckpt__DropTabl
 		return;
 	}
 	/* Saves made from it hold their own buffers and names. */
+	s->table_entries -= (*slot)->n;
 	save_table_free(*slot);
 	*slot = NULL;
 	session_reply(s, req_id, 0, NULL);

@@ -405,6 +405,66 @@ static void test_table_ids_and_cap(void **state)
 	close(fd);
 }
 
+/* A session's tables together hold at most max_tensors (1000 here). */
+static void declare_n(int fd, uint64_t id, size_t n, int status, const char *needle)
+{
+	Ckpt__DType *dtype = calloc(n, sizeof(*dtype));
+	uint32_t *ndim = calloc(n, sizeof(*ndim));
+	uint64_t *dims = calloc(3 * n, sizeof(*dims)), *bid = calloc(n, sizeof(*bid));
+	uint64_t *off = calloc(n, sizeof(*off)), *nb = calloc(n, sizeof(*nb));
+	char *names = calloc(n, 8);
+	assert_true(dtype && ndim && dims && bid && off && nb && names);
+	size_t len = 0;
+	for (size_t i = 0; i < n; i++) {
+		dtype[i] = CKPT__DTYPE__U8;
+		ndim[i] = 1;
+		dims[3 * i] = 1, dims[3 * i + 2] = 1;
+		bid[i] = 1, off[i] = i, nb[i] = 1;
+		len += (size_t)snprintf(names + len, 8, "t%zu", i) + 1;
+	}
+	Ckpt__DeclareTable dt = CKPT__DECLARE_TABLE__INIT;
+	dt.table_id = id;
+	dt.names.data = (uint8_t *)names;
+	dt.names.len = len;
+	dt.n_dtype = n, dt.dtype = dtype;
+	dt.n_ndim = n, dt.ndim = ndim;
+	dt.n_dims = 3 * n, dt.dims = dims;
+	dt.n_buffer_id = n, dt.buffer_id = bid;
+	dt.n_offset = n, dt.offset = off;
+	dt.n_nbytes = n, dt.nbytes = nb;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_DECLARE_TABLE;
+	f.declare_table = &dt;
+	assert_int_equal(raw_send(fd, &f, id, NULL, 0), 0);
+	raw_expect_reply(fd, status, needle, 10000);
+	free(dtype), free(ndim), free(dims), free(bid), free(off), free(nb), free(names);
+}
+
+static void test_tables_share_max_tensors(void **state)
+{
+	(void)state;
+	int fd = raw_connect(D.sock);
+	assert_true(fd >= 0);
+	raw_hello(fd, "tabsum", 0, 1);
+	int mfd = make_memfd(4096, 3);
+	raw_register(fd, 1, mfd, 4096);
+	close(mfd);
+	declare_n(fd, 1, 600, 0, NULL);
+	declare_n(fd, 2, 600, ENOBUFS, "would hold 1200 tensors, at most 1000");
+	declare_n(fd, 3, 1001, E2BIG, "at most 1000 per save");
+	declare_n(fd, 4, 400, 0, NULL);
+	Ckpt__DropTable drop = CKPT__DROP_TABLE__INIT;
+	drop.table_id = 1;
+	Ckpt__Frame df = CKPT__FRAME__INIT;
+	df.body_case = CKPT__FRAME__BODY_DROP_TABLE;
+	df.drop_table = &drop;
+	assert_int_equal(raw_send(fd, &df, 9, NULL, 0), 0);
+	raw_expect_reply(fd, 0, NULL, 10000);
+	declare_n(fd, 2, 600, 0, NULL);
+	raw_expect_alive(fd);
+	close(fd);
+}
+
 /* libckpt's own checks: a control session, a bad tensor, NULLs. */
 static void test_client_refusals(void **state)
 {
@@ -513,7 +573,7 @@ static int group_setup(void **state)
 {
 	(void)state;
 	h_init(&D);
-	h_start(&D, "[limits]\nmax_buffers = 400\n");
+	h_start(&D, "[limits]\nmax_buffers = 400\nmax_tensors = 1000\n");
 	return 0;
 }
 
@@ -528,9 +588,10 @@ static int group_teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_table_saves_restore), cmocka_unit_test(test_table_holds_buffers),
-		cmocka_unit_test(test_bad_tables_refused),  cmocka_unit_test(test_table_ids_and_cap),
-		cmocka_unit_test(test_client_refusals),     cmocka_unit_test(test_register_fds_batches),
+		cmocka_unit_test(test_table_saves_restore),      cmocka_unit_test(test_table_holds_buffers),
+		cmocka_unit_test(test_bad_tables_refused),       cmocka_unit_test(test_table_ids_and_cap),
+		cmocka_unit_test(test_tables_share_max_tensors), cmocka_unit_test(test_client_refusals),
+		cmocka_unit_test(test_register_fds_batches),
 	};
 	return cmocka_run_group_tests_name("tables", tests, group_setup, group_teardown);
 }
