@@ -20,6 +20,13 @@ storage cannot be resized afterwards (PyTorch's rule for shared memory), so
 code that resize_()s parameter storages (FSDP-style) must not hand them to
 a Checkpointer.
 
+A save of a state dict whose shape and tensors are those of the last one
+(model.state_dict() again: new tensor objects, the same storages) reuses
+the last save's plan: names, pickled skeleton, registrations, and the
+daemon's tensor table, so it sends a step and the non-tensor values
+(README "Python and PyTorch": about 1.5 us per tensor). prepare() makes
+the plan ahead of the first save.
+
 Non-tensor values (ints, floats, param_groups, ...) and the nesting of the
 state dict travel pickled in the step's extra state; load puts them back,
 and creates tensors the given state dict lacks (a fresh optimizer's state).
@@ -414,8 +421,9 @@ class Checkpointer:
         tensors into shared memory, register them, and declare their table
         with the daemon. The next save of a state dict with the same
         tensors (model.state_dict() again, say) then costs what a later
-        save costs. Optional; Lightning's and Hugging Face's plugins call
-        it before training."""
+        save costs. Optional: call it once the state dict is complete (after
+        the first optimizer step, for optimizers that make their state
+        lazily), or the first save makes a new plan anyway."""
         self._check_open()
         if self.client is not None:
             self._plan_for(state_dict)
