@@ -1,5 +1,6 @@
-"""The Python benchmarks still run (not timed): tests/bench/py_stall.py and
-tests/bench/py_loop.py on a tiny state against a real ckptd."""
+"""The Python benchmarks still run (not timed): tests/bench/py_stall.py,
+tests/bench/py_loop.py and tests/bench/py_tensors.py on a tiny state
+against a real ckptd."""
 import os
 import re
 import subprocess
@@ -37,3 +38,18 @@ def test_py_loop_runs(daemon, tmp_path):
         row = re.search(r"^\s+" + m + r"\s+(-?\d+) ms\s+(\d+) ms$", out, re.M)
         assert row, (m, out)
         assert int(row.group(2)) >= 0
+
+
+def test_py_tensors_runs(daemon, tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"))
+    out_json = tmp_path / "t.json"
+    p = subprocess.run([sys.executable, os.path.join(BENCH, "py_tensors.py"), "--socket", daemon.sock,
+                        "--size-mb", "8", "--tensors", "10,200", "--rounds", "2", "--json", str(out_json)],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for n in ("10", "200"):
+        assert re.search(r"^\| " + n + r" \| \d+ ms \| \d+ ms \| [0-9.]+ ms \| [0-9.]+ ms \|", p.stdout, re.M), p.stdout
+    import json
+    rows = json.loads(out_json.read_text())["rows"]
+    assert [r["tensors"] for r in rows] == [10, 200]
+    assert all(r["daemon_ms"] > 0 and r["later_ms"] > 0 for r in rows)
