@@ -827,8 +827,16 @@ int catalog_jobs(struct store *s, const char *tenant, char ***jobs, size_t *n)
 		char *q = NULL;
 		if (manifest_name_valid(names[i], JOB_MAX_LEN) && tenant && tenant[0]) {
 			size_t len = strlen(tenant) + strlen(names[i]) + 2;
-			if ((q = malloc(len)) != NULL)
-				snprintf(q, len, "%s/%s", tenant, names[i]);
+			if ((q = malloc(len)) == NULL) {
+				/* Not a job left out of the listing: an error. */
+				for (size_t j = 0; j < w; j++)
+					free(names[j]);
+				for (size_t j = i; j < k; j++)
+					free(names[j]);
+				free(names);
+				return -ENOMEM;
+			}
+			snprintf(q, len, "%s/%s", tenant, names[i]);
 		}
 		if (q && manifest_job_valid(q)) {
 			free(names[i]);
