@@ -276,16 +276,20 @@ static struct store *store_of_key(void *ctx, const char *key)
 
 /* Storage: the backend, the manifest cache, the journal and what a crashed
  * run left half-written. */
+/* A storage URL with its section's other keys as query options. */
+static void url_with_opts(const char *base, const char *opts, char *url, size_t len)
+{
+	snprintf(url, len, "%s%s%s", base, opts[0] ? (strchr(base, '?') ? "&" : "?") : "", opts);
+}
+
 static void storage_url(const struct config *cfg, char *url, size_t len)
 {
-	snprintf(url, len, "%s%s%s", cfg->storage_url,
-		 cfg->storage_opts[0] ? (strchr(cfg->storage_url, '?') ? "&" : "?") : "", cfg->storage_opts);
+	url_with_opts(cfg->storage_url, cfg->storage_opts, url, len);
 }
 
 static void tenant_url(const struct tenant_config *t, char *url, size_t len)
 {
-	snprintf(url, len, "%s%s%s", t->storage, t->storage_opts[0] ? (strchr(t->storage, '?') ? "&" : "?") : "",
-		 t->storage_opts);
+	url_with_opts(t->storage, t->storage_opts, url, len);
 }
 
 static int start_storage(struct daemon *d)
@@ -324,13 +328,6 @@ static int start_storage(struct daemon *d)
 		if (t->storage[0])
 			log_info("tenant '%s': storage %s", t->name, d->tenant_store[i]->url);
 	}
-	for (size_t i = 0; i <= d->cfg.ntenants; i++) {
-		struct store *s = i < d->cfg.ntenants ? d->tenant_store[i] : d->store;
-		if (s == NULL)
-			continue;
-		s->debug_delay_ms = d->cfg.debug_store_delay_ms;
-		s->file_mode = d->cfg.file_mode;
-	}
 	if (d->cfg.manifest_cache_bytes) {
 		d->mancache = mancache_new(d->cfg.manifest_cache_bytes);
 		if (d->mancache == NULL) {
@@ -343,10 +340,13 @@ static int start_storage(struct daemon *d)
 		log_err("%s", err);
 		return -1;
 	}
+	/* Every store, the daemon's and the tenants' own, alike. */
 	for (size_t i = 0; i <= d->cfg.ntenants; i++) {
 		struct store *s = i < d->cfg.ntenants ? d->tenant_store[i] : d->store;
 		if (s == NULL)
 			continue;
+		s->debug_delay_ms = d->cfg.debug_store_delay_ms;
+		s->file_mode = d->cfg.file_mode;
 		s->on_upload = on_upload;
 		s->on_upload_ctx = d->journal;
 	}
