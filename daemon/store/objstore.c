@@ -306,9 +306,13 @@ static int judge(struct objstore *s, struct objstore_call *c)
 	}
 	store_set_error("%s: HTTP %ld%s%s%s%s", what, q->status, code[0] ? " " : "", code, msg[0] ? ": " : "", msg);
 	/* Also: a request signed long before it was sent, or credentials that
-	 * expired on the way; the next attempt is signed anew. */
+	 * expired on the way; the next attempt is signed anew. And S3's 409
+	 * ConditionalRequestConflict: a conditional PUT raced another write
+	 * of the key; S3 says to retry, and the retry of a create-only PUT
+	 * meets 412 if the other one won (then the bytes decide, below). */
 	if (retryable_status(q->status) || q->status == 401 || !strcmp(code, "SlowDown") ||
-	    !strcmp(code, "RequestTimeout") || !strcmp(code, "RequestTimeTooSkewed") || !strcmp(code, "ExpiredToken"))
+	    !strcmp(code, "RequestTimeout") || !strcmp(code, "RequestTimeTooSkewed") || !strcmp(code, "ExpiredToken") ||
+	    !strcmp(code, "ConditionalRequestConflict"))
 		return 1;
 	switch (q->status) {
 	case 403: return -EACCES;

@@ -42,3 +42,16 @@ def test_lost_answer_to_a_create_only_put(moto, bucket, tmp_path, proxy):
     names = [re.sub(r"[0-9a-f]{16}", "N", k) for k in keys(moto, bucket)]
     assert names == ["runs/l/step-000000000001/commit", "runs/l/step-000000000001/rank-00000-of-00001.default.N.shard",
                      "runs/l/step-000000000001/rank-00000-of-00001.default.manifest"]
+
+
+def test_conditional_request_conflict_is_retried(moto, bucket, tmp_path, proxy):
+    """S3 answers a conditional PUT that raced another write of its key
+    with 409 ConditionalRequestConflict and says to retry: the manifest's
+    create-only PUT is retried and the save is durable."""
+    proxy.add_rule("PUT", ".manifest", ("status", 409, "ConditionalRequestConflict"), count=1)
+    d = Daemon(tmp_path, s3url(bucket, proxy.endpoint), s3env(moto)).start()
+    r = d.example("c", steps=1, size_mb=2)
+    assert "verified OK" in r.stdout
+    d.stop()
+    assert proxy.count("PUT", ".manifest", 409) == 1
+    assert proxy.count("PUT", ".manifest", 200) == 1
