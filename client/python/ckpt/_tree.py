@@ -4,7 +4,7 @@ saved state dict's pickled tree holds in place of its tensors, and the
 step's extra state that carries the tree.
 
 The extra state of a Checkpointer save is a pickled dict, one of:
-  {"skeleton": bytes, "leaves": [...], "extra": ...}  (since 0.x: the tree
+  {"skeleton": bytes, "leaves": [...], "extra": ...}  (since the save plan: the tree
       pickled once with each non-tensor leaf as a persistent id, its index
       in leaves; a later save of the same tree pickles only the leaves)
   {"tree": tree, "extra": ...}                         (before)
