@@ -37,7 +37,6 @@ enum save_state {
  * a save holds the names, not the table (nor its buffers). */
 struct save_names {
 	unsigned refs;
-	size_t len;
 	char text[]; /* every name, each ended by a NUL */
 };
 struct save_names *save_names_ref(struct save_names *n);

@@ -109,7 +109,6 @@ int save_table_new(const struct config *c, const Ckpt__DeclareTable *m, savetab_
 		return -ENOMEM;
 	}
 	t->names->refs = 1;
-	t->names->len = m->names.len;
 	if (m->names.len)
 		memcpy(t->names->text, m->names.data, m->names.len);
 	t->names->text[m->names.len] = '\0';

@@ -484,6 +484,15 @@ static struct hostbuf *find_buffer(void *ctx, uint64_t id)
 	return session_find_buffer(ctx, id);
 }
 
+/* Tensors in the session's tables, which hold max_tensors in all. */
+static size_t table_entries(const struct session *s)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < SESSION_MAX_TABLES; i++)
+		n += s->tables[i] ? s->tables[i]->n : 0;
+	return n;
+}
+
 void session_declare_table(struct session *s, uint64_t req_id, const Ckpt__DeclareTable *m)
 {
 	if (table_slot(s, m->table_id)) {
@@ -501,10 +510,11 @@ void session_declare_table(struct session *s, uint64_t req_id, const Ckpt__Decla
 	/* All of a session's tables together hold what one save may: 16
 	 * tables of max_tensors each would let one client pin 16 times that
 	 * in the daemon's memory. */
-	if (m->n_dtype <= s->d->cfg.max_tensors && m->n_dtype > s->d->cfg.max_tensors - s->table_entries) {
+	size_t held = table_entries(s);
+	if (m->n_dtype <= s->d->cfg.max_tensors && m->n_dtype > s->d->cfg.max_tensors - held) {
 		session_reply(s, req_id, -ENOBUFS,
 			      "the session's tables would hold %zu tensors, at most %u (max_tensors); drop one first",
-			      s->table_entries + m->n_dtype, s->d->cfg.max_tensors);
+			      held + m->n_dtype, s->d->cfg.max_tensors);
 		return;
 	}
 	char err[512];
@@ -513,7 +523,6 @@ void session_declare_table(struct session *s, uint64_t req_id, const Ckpt__Decla
 		session_reply(s, req_id, r, "%s", r == -ENOMEM ? "out of memory" : err);
 		return;
 	}
-	s->table_entries += (*slot)->n;
 	log_debug("session %" PRIu64 ": table %" PRIu64 " declared, %zu tensors", s->id, m->table_id, (*slot)->n);
 	session_reply(s, req_id, 0, NULL);
 }
@@ -526,7 +535,6 @@ void session_drop_table(struct session *s, uint64_t req_id, const Ckpt__DropTabl
 		return;
 	}
 	/* Saves made from it hold their own buffers and names. */
-	s->table_entries -= (*slot)->n;
 	save_table_free(*slot);
 	*slot = NULL;
 	session_reply(s, req_id, 0, NULL);

@@ -59,7 +59,6 @@ struct session {
 
 	struct bufmap bufs;                            /* by id */
 	struct save_table *tables[SESSION_MAX_TABLES]; /* declared (savetab.h); NULL: free slot */
-	size_t table_entries;                          /* tensors in them, at most max_tensors */
 	uint64_t registered_bytes;                     /* of bufs, against max_registered_bytes */
 	uint64_t started_ns;                           /* hello_timeout_ms counts from here */
 	uint64_t last_rx_ns;                           /* idle_timeout_ms counts from here */

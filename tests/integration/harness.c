@@ -415,7 +415,7 @@ void raw_expect_alive(int fd)
 	ckpt__frame__free_unpacked(raw_call(fd, &f, 4242, CKPT__FRAME__BODY_STATUS_REPLY), NULL);
 }
 
-void raw_register(int fd, uint64_t id, int memfd, uint64_t nbytes)
+int raw_register_status(int fd, uint64_t id, int memfd, uint64_t nbytes, const char *needle)
 {
 	Ckpt__RegisterBuffer rb = CKPT__REGISTER_BUFFER__INIT;
 	rb.buffer_id = id;
@@ -424,6 +424,18 @@ void raw_register(int fd, uint64_t id, int memfd, uint64_t nbytes)
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_REGISTER_BUFFER;
 	f.register_buffer = &rb;
-	assert_int_equal(raw_send(fd, &f, 2, &memfd, 1), 0);
-	raw_expect_reply(fd, 0, NULL, 10000);
+	assert_int_equal(raw_send(fd, &f, id, &memfd, 1), 0);
+	Ckpt__Frame *rep = raw_recv(fd, 10000, NULL);
+	assert_non_null(rep);
+	assert_int_equal(rep->body_case, CKPT__FRAME__BODY_REPLY);
+	int st = rep->reply->status;
+	if (st && needle && strstr(rep->reply->message, needle) == NULL)
+		fail_msg("reply '%s' does not mention '%s'", rep->reply->message, needle);
+	ckpt__frame__free_unpacked(rep, NULL);
+	return st;
+}
+
+void raw_register(int fd, uint64_t id, int memfd, uint64_t nbytes)
+{
+	assert_int_equal(raw_register_status(fd, id, memfd, nbytes, NULL), 0);
 }

@@ -58,7 +58,11 @@ void raw_hello(int fd, const char *job, uint32_t rank, uint32_t world);
 void raw_expect_reply(int fd, int status, const char *needle, int timeout_ms);
 /* The session still answers (a status request). */
 void raw_expect_alive(int fd);
-/* Register memfd as host buffer id (nbytes) and expect success. */
+/* Register memfd as host buffer id (nbytes, req_id id): the Reply's
+ * status (a positive errno, or 0), whose message contains needle when it
+ * is not 0 (if needle is given). */
+int raw_register_status(int fd, uint64_t id, int memfd, uint64_t nbytes, const char *needle);
+/* The same, expecting success. */
 void raw_register(int fd, uint64_t id, int memfd, uint64_t nbytes);
 /* A listening Unix socket bound at path (for socket activation). */
 int listen_unix(const char *path);

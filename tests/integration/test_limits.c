@@ -41,26 +41,6 @@ static int group_teardown(void **state)
 	return 0;
 }
 
-static int register_buf(int fd, uint64_t id, int memfd, uint64_t nbytes, const char *needle)
-{
-	Ckpt__RegisterBuffer rb = CKPT__REGISTER_BUFFER__INIT;
-	rb.buffer_id = id;
-	rb.kind = CKPT__BUFFER_KIND__HOST_FD;
-	rb.nbytes = nbytes;
-	Ckpt__Frame f = CKPT__FRAME__INIT;
-	f.body_case = CKPT__FRAME__BODY_REGISTER_BUFFER;
-	f.register_buffer = &rb;
-	assert_int_equal(raw_send(fd, &f, id, &memfd, 1), 0);
-	Ckpt__Frame *rep = raw_recv(fd, 10000, NULL);
-	assert_non_null(rep);
-	assert_int_equal(rep->body_case, CKPT__FRAME__BODY_REPLY);
-	int st = rep->reply->status;
-	if (st && needle && strstr(rep->reply->message, needle) == NULL)
-		fail_msg("reply '%s' does not mention '%s'", rep->reply->message, needle);
-	ckpt__frame__free_unpacked(rep, NULL);
-	return st;
-}
-
 static uint64_t refused(const char *limit)
 {
 	char name[128];
@@ -199,10 +179,10 @@ static void test_registered_bytes_cap(void **state)
 	raw_hello(fd, "capjob", 0, 1);
 	int a = sparse_memfd("cap-a", 512u << 20), b = sparse_memfd("cap-b", 512u << 20),
 	    c = sparse_memfd("cap-c", 4096);
-	assert_int_equal(register_buf(fd, 1, a, 512u << 20, NULL), 0);
-	assert_int_equal(register_buf(fd, 2, b, 512u << 20, NULL), 0);
+	assert_int_equal(raw_register_status(fd, 1, a, 512u << 20, NULL), 0);
+	assert_int_equal(raw_register_status(fd, 2, b, 512u << 20, NULL), 0);
 	uint64_t before = refused("registered_bytes");
-	assert_int_equal(register_buf(fd, 3, c, 4096, "max_registered_bytes"), ENOBUFS);
+	assert_int_equal(raw_register_status(fd, 3, c, 4096, "max_registered_bytes"), ENOBUFS);
 	assert_true(refused("registered_bytes") > before);
 	/* Unregistering gives the room back. */
 	Ckpt__Unregister un = CKPT__UNREGISTER__INIT;
@@ -212,7 +192,7 @@ static void test_registered_bytes_cap(void **state)
 	f.unregister = &un;
 	assert_int_equal(raw_send(fd, &f, 9, NULL, 0), 0);
 	raw_expect_reply(fd, 0, NULL, 10000);
-	assert_int_equal(register_buf(fd, 3, c, 4096, NULL), 0);
+	assert_int_equal(raw_register_status(fd, 3, c, 4096, NULL), 0);
 	close(a);
 	close(b);
 	close(c);
@@ -233,11 +213,11 @@ static void test_same_file_mapped_once(void **state)
 	int m = make_memfd(32u << 20, 7);
 	for (uint64_t i = 0; i < 40; i++) {
 		int dupfd = dup(m);
-		assert_int_equal(register_buf(i % 2 ? s2 : s1, 100 + i, dupfd, 32u << 20, NULL), 0);
+		assert_int_equal(raw_register_status(i % 2 ? s2 : s1, 100 + i, dupfd, 32u << 20, NULL), 0);
 		close(dupfd);
 	}
 	/* Smaller registrations of the same file share it too. */
-	assert_int_equal(register_buf(s1, 200, m, 4096, NULL), 0);
+	assert_int_equal(raw_register_status(s1, 200, m, 4096, NULL), 0);
 	assert_int_equal(count_lines_with(maps, "memfd:ckpt-test"), 1);
 	assert_true(count_fds(D.pid) <= fds_before + 2 + 1); /* two sockets, one file */
 	close(s1);

@@ -140,6 +140,19 @@ static void test_table_saves_restore(void **state)
 	ckpt_close(c);
 }
 
+/* A DeclareTable's per-tensor arrays, n entries each; dims holds 3 *
+ * ndim[i] values per tensor. */
+static void set_tensors(Ckpt__DeclareTable *dt, size_t n, Ckpt__DType *dtype, uint32_t *ndim, uint64_t *dims,
+			uint64_t *bid, uint64_t *off, uint64_t *nb)
+{
+	dt->n_dtype = dt->n_ndim = dt->n_buffer_id = dt->n_offset = dt->n_nbytes = n;
+	dt->dtype = dtype, dt->ndim = ndim, dt->dims = dims;
+	dt->buffer_id = bid, dt->offset = off, dt->nbytes = nb;
+	dt->n_dims = 0;
+	for (size_t i = 0; i < n; i++)
+		dt->n_dims += 3 * (size_t)ndim[i];
+}
+
 /* A table's buffer stays registered while the table lives (EBUSY); a
  * save made from it completes after the table and the buffer are gone,
  * with the memfd's bytes (raw frames). */
@@ -164,12 +177,7 @@ static void test_table_holds_buffers(void **state)
 	dt.table_id = 5;
 	dt.names.data = (uint8_t *)"t0\0t1";
 	dt.names.len = 6;
-	dt.n_dtype = 2, dt.dtype = dtype;
-	dt.n_ndim = 2, dt.ndim = ndim;
-	dt.n_dims = 9, dt.dims = dims;
-	dt.n_buffer_id = 2, dt.buffer_id = bid;
-	dt.n_offset = 2, dt.offset = off;
-	dt.n_nbytes = 2, dt.nbytes = nb;
+	set_tensors(&dt, 2, dtype, ndim, dims, bid, off, nb);
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_DECLARE_TABLE;
 	f.declare_table = &dt;
@@ -278,12 +286,7 @@ static void test_bad_tables_refused(void **state)
 	good.table_id = 1;
 	good.names.data = (uint8_t *)"a\0b";
 	good.names.len = 4;
-	good.n_dtype = 2, good.dtype = dtype;
-	good.n_ndim = 2, good.ndim = ndim;
-	good.n_dims = 6, good.dims = dims;
-	good.n_buffer_id = 2, good.buffer_id = bid;
-	good.n_offset = 2, good.offset = off;
-	good.n_nbytes = 2, good.nbytes = nb;
+	set_tensors(&good, 2, dtype, ndim, dims, bid, off, nb);
 	expect_declare(&good, 0, NULL);
 
 	Ckpt__DeclareTable t = good;
@@ -343,12 +346,7 @@ static void test_table_ids_and_cap(void **state)
 	Ckpt__DeclareTable dt = CKPT__DECLARE_TABLE__INIT;
 	dt.names.data = (uint8_t *)"x";
 	dt.names.len = 2;
-	dt.n_dtype = 1, dt.dtype = dtype;
-	dt.n_ndim = 1, dt.ndim = ndim;
-	dt.n_dims = 3, dt.dims = dims;
-	dt.n_buffer_id = 1, dt.buffer_id = bid;
-	dt.n_offset = 1, dt.offset = off;
-	dt.n_nbytes = 1, dt.nbytes = nb;
+	set_tensors(&dt, 1, dtype, ndim, dims, bid, off, nb);
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_DECLARE_TABLE;
 	f.declare_table = &dt;
@@ -426,12 +424,7 @@ static void declare_n(int fd, uint64_t id, size_t n, int status, const char *nee
 	dt.table_id = id;
 	dt.names.data = (uint8_t *)names;
 	dt.names.len = len;
-	dt.n_dtype = n, dt.dtype = dtype;
-	dt.n_ndim = n, dt.ndim = ndim;
-	dt.n_dims = 3 * n, dt.dims = dims;
-	dt.n_buffer_id = n, dt.buffer_id = bid;
-	dt.n_offset = n, dt.offset = off;
-	dt.n_nbytes = n, dt.nbytes = nb;
+	set_tensors(&dt, n, dtype, ndim, dims, bid, off, nb);
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_DECLARE_TABLE;
 	f.declare_table = &dt;
