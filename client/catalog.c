@@ -20,6 +20,21 @@ void client_copy_step(ckpt_step_info *o, const Ckpt__StepInfo *s)
 	snprintf(o->attempt_id, sizeof(o->attempt_id), "%s", s->attempt_id ? s->attempt_id : "");
 	o->bytes_unlisted = s->bytes_unlisted ? 1 : 0;
 	o->saved_unix_ns = s->saved_unix_ns;
+	snprintf(o->tier, sizeof(o->tier), "%s", s->tier ? s->tier : "");
+	snprintf(o->where, sizeof(o->where), "%s", s->where ? s->where : "");
+}
+
+void client_copy_held(ckpt_held_info *o, const Ckpt__HeldCopy *h)
+{
+	memset(o, 0, sizeof(*o));
+	snprintf(o->job, sizeof(o->job), "%s", h->job ? h->job : "");
+	snprintf(o->attempt_id, sizeof(o->attempt_id), "%s", h->attempt_id ? h->attempt_id : "");
+	o->rank = h->rank;
+	o->world_size = h->world_size;
+	o->step = h->step;
+	o->bytes = h->bytes;
+	o->tier = (int)h->tier;
+	o->durable = h->durable ? 1 : 0;
 }
 
 /* Call and check the reply's body type. */
@@ -208,6 +223,36 @@ int ckpt_resolve(ckpt_client *c, const char *job, int64_t step, ckpt_step_info *
 		return -EPROTO;
 	}
 	client_copy_step(out, rep->resolve_reply->info);
+	ckpt__frame__free_unpacked(rep, NULL);
+	return 0;
+}
+
+int ckpt_held(ckpt_client *c, const char *job, int all_ranks, ckpt_held_info **out, size_t *count)
+{
+	if (!c || !out || !count)
+		return bad_args();
+	*out = NULL;
+	*count = 0;
+	Ckpt__HeldRequest m = CKPT__HELD_REQUEST__INIT;
+	m.job = (char *)(job ? job : "");
+	m.all_ranks = all_ranks != 0;
+	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
+	req.body_case = CKPT__FRAME__BODY_HELD;
+	req.held = &m;
+	int r = call(c, &req, CKPT__FRAME__BODY_HELD_REPLY, &rep);
+	if (r < 0)
+		return r;
+	const Ckpt__HeldReply *h = rep->held_reply;
+	ckpt_held_info *v = calloc(h->n_held ? h->n_held : 1, sizeof(*v));
+	if (v == NULL) {
+		ckpt__frame__free_unpacked(rep, NULL);
+		client_set_errmsg("");
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < h->n_held; i++)
+		client_copy_held(&v[i], h->held[i]);
+	*count = h->n_held;
+	*out = v;
 	ckpt__frame__free_unpacked(rep, NULL);
 	return 0;
 }

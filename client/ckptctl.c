@@ -34,6 +34,7 @@ static int run_rm(ckpt_client *c, char **a, int n, const struct opts *o);
 static int run_resolve(ckpt_client *c, char **a, int n, const struct opts *o);
 static int run_gc(ckpt_client *c, char **a, int n, const struct opts *o);
 static int run_metrics(ckpt_client *c, char **a, int n, const struct opts *o);
+static int run_persist(ckpt_client *c, char **a, int n, const struct opts *o);
 
 static const struct command commands[] = {
 	{ "status", "", "sessions, pool, memory tier, in-flight saves, totals", 0, 0, run_status },
@@ -41,6 +42,10 @@ static const struct command commands[] = {
 	{ "show", "JOB STEP", "tensors, dtypes, shapes, boxes, ranks, bytes", 2, 2, run_show },
 	{ "verify", "JOB STEP", "re-read every rank's shard from storage and check every crc32c", 2, 2, run_verify },
 	{ "rm", "JOB STEP", "remove the step from storage", 2, 2, run_rm },
+	{ "persist", "JOB STEP",
+	  "upload the copies of STEP that this node's ckptd holds in memory only (memory and replicated saves); "
+	  "waits until they are durable",
+	  2, 2, run_persist },
 	{ "resolve", "JOB [STEP]", "the step a restore loads (default: latest), pinned; hand it to every rank", 1, 2,
 	  run_resolve },
 	{ "gc", "[JOB]", "apply the retention policy now (--dry-run: only say what would go)", 0, 1, run_gc },
@@ -133,6 +138,21 @@ static void json_print(json_object *o)
 	puts(s);
 }
 
+static const char *tier_name(int t)
+{
+	return t == CKPT_TIER_MEMORY ? "memory" : t == CKPT_TIER_REPLICATED ? "replicated" : "durable";
+}
+
+/* What a held copy is, in words. */
+static const char *held_what(const ckpt_held_info *h)
+{
+	if (h->tier == CKPT_TIER_DURABLE)
+		return "durable";
+	if (h->durable)
+		return h->tier == CKPT_TIER_MEMORY ? "memory, persisted" : "replicated, persisted";
+	return h->tier == CKPT_TIER_MEMORY ? "memory only" : "replicated, not in storage";
+}
+
 static int cmd_status(ckpt_client *c, int json)
 {
 	ckpt_status_info st;
@@ -184,6 +204,8 @@ static int cmd_status(ckpt_client *c, int json)
 			json_put(e, "step", json_object_new_uint64(h->step));
 			json_put(e, "bytes", json_object_new_uint64(h->bytes));
 			json_put(e, "attempt_id", json_object_new_string(h->attempt_id));
+			json_put(e, "tier", json_object_new_string(tier_name(h->tier)));
+			json_put(e, "durable", json_object_new_boolean(h->durable));
 			if (json_object_array_add(held, e) != 0)
 				die_oom();
 		}
@@ -234,9 +256,9 @@ static int cmd_status(ckpt_client *c, int json)
 	printf("%-16s %s held, %s reclaimed\n", "memory tier", human_bytes(st.pool_held_bytes, a, sizeof(a)),
 	       human_bytes(st.reclaimed_bytes, b, sizeof(b)));
 	for (uint32_t i = 0; i < st.nheld && i < CKPT_STATUS_MAX_HELD; i++)
-		printf("%-16s %s rank %" PRIu32 "/%" PRIu32 " step %" PRIu64 " (%s)\n", "", st.held[i].job,
+		printf("%-16s %s rank %" PRIu32 "/%" PRIu32 " step %" PRIu64 " (%s, %s)\n", "", st.held[i].job,
 		       st.held[i].rank, st.held[i].world_size, st.held[i].step,
-		       human_bytes(st.held[i].bytes, a, sizeof(a)));
+		       human_bytes(st.held[i].bytes, a, sizeof(a)), held_what(&st.held[i]));
 	if (st.recovered_files) {
 		printf("%-16s %" PRIu32 " file(s) left by a crashed run removed at start\n", "recovered",
 		       st.recovered_files);
@@ -288,15 +310,21 @@ static const char *saved_time(int64_t ns, char *buf, size_t len)
 
 /* Steps sorted by job then step; latest[i]: v[i] is its job's highest
  * complete step, the one a restore of "latest" takes. */
+/* In storage: what "latest" can load (a step in memory only is not). */
+static bool stored(const ckpt_step_info *v)
+{
+	return v->tier[0] == '\0' || strcmp(v->tier, "durable") == 0;
+}
+
 static void mark_latest(const ckpt_step_info *v, size_t n, bool *latest)
 {
 	for (size_t i = 0; i < n; i++) {
 		latest[i] = false;
-		if (!v[i].complete)
+		if (!v[i].complete || !stored(&v[i]))
 			continue;
 		bool later = false;
 		for (size_t j = i + 1; j < n && strcmp(v[j].job, v[i].job) == 0 && !later; j++)
-			later = v[j].complete;
+			later = v[j].complete && stored(&v[j]);
 		latest[i] = !later;
 	}
 }
@@ -350,8 +378,8 @@ static int cmd_ls(ckpt_client *c, const char *job, int json)
 	for (size_t i = 0; i < n; i++)
 		if (strlen(v[i].job) > jw)
 			jw = strlen(v[i].job);
-	printf("%-*s %13s %-8s %7s %10s  %-19s %9s  %s\n", (int)jw, "JOB", "STEP", "COMPLETE", "RANKS", "SIZE",
-	       "SAVED (UTC)", "AGE", "ATTEMPT");
+	printf("%-*s %13s %-8s %-10s %7s %10s  %-19s %9s  %-10s %s\n", (int)jw, "JOB", "STEP", "COMPLETE", "TIER",
+	       "RANKS", "SIZE", "SAVED (UTC)", "AGE", "ATTEMPT", "WHERE");
 	for (size_t i = 0; i < n; i++) {
 		char step[32];
 		snprintf(step, sizeof(step), "%" PRIu64 "%s", v[i].step, latest[i] ? "*" : " ");
@@ -361,13 +389,15 @@ static int cmd_ls(ckpt_client *c, const char *job, int json)
 				       sizeof(age));
 		else
 			snprintf(age, sizeof(age), "-");
-		printf("%-*s %13s %-8s %7s %10s  %-19s %9s  %s\n", (int)jw, v[i].job, step,
-		       v[i].complete ? "yes" : "no", ranks,
+		printf("%-*s %13s %-8s %-10s %7s %10s  %-19s %9s  %-10s %s\n", (int)jw, v[i].job, step,
+		       v[i].complete ? "yes" : "no", v[i].tier[0] ? v[i].tier : "durable", ranks,
 		       v[i].bytes_unlisted ? "-" : human_bytes(v[i].bytes, sz, sizeof(sz)),
-		       saved_time(v[i].saved_unix_ns, when, sizeof(when)), age, v[i].attempt_id);
+		       saved_time(v[i].saved_unix_ns, when, sizeof(when)), age, v[i].attempt_id,
+		       v[i].where[0] ? v[i].where : "storage");
 	}
 	if (n > 0)
-		printf("* latest complete step of its job (what a restore of \"latest\" loads)\n");
+		printf("* latest complete step of its job in storage (what a restore of \"latest\" loads)\n"
+		       "  steps in memory only are this node's daemon's; RANKS counts the ranks it holds\n");
 	free(latest);
 	free(v);
 	return 0;
@@ -394,6 +424,10 @@ static json_object *json_step(const ckpt_step_info *v)
 	json_put(o, "attempt_id", json_object_new_string(v->attempt_id));
 	if (v->saved_unix_ns > 0)
 		json_put(o, "saved_unix_ns", json_object_new_int64(v->saved_unix_ns));
+	if (v->tier[0])
+		json_put(o, "tier", json_object_new_string(v->tier));
+	if (v->where[0])
+		json_put(o, "where", json_object_new_string(v->where));
 	return o;
 }
 
@@ -709,6 +743,39 @@ static int cmd_rm(ckpt_client *c, const char *job, uint64_t step, int json)
 	return 0;
 }
 
+static int cmd_persist(ckpt_client *c, const char *job, uint64_t step, int json)
+{
+	char what[400];
+	snprintf(what, sizeof(what), "persist %s %" PRIu64, job, step);
+	ckpt_future *f = NULL;
+	int r = ckpt_persist(c, job, step, &f);
+	if (r < 0)
+		die(what, r);
+	r = ckpt_future_wait(f, CKPT_DURABLE, -1);
+	if (r < 0) {
+		fprintf(stderr, "ckptctl: %s: %s: %s\n", what, ckpt_strerror(r), ckpt_future_message(f));
+		ckpt_future_free(f);
+		return 1;
+	}
+	uint64_t bytes = ckpt_future_bytes(f);
+	ckpt_future_free(f);
+	if (json) {
+		json_object *o = json_object_new_object();
+		if (!o)
+			die_oom();
+		json_put(o, "job", json_object_new_string(job));
+		json_put(o, "step", json_object_new_uint64(step));
+		json_put(o, "durable", json_object_new_boolean(1));
+		json_put(o, "bytes", json_object_new_uint64(bytes));
+		json_print(o);
+		json_object_put(o);
+	} else {
+		char b[32];
+		printf("%s step %" PRIu64 ": durable (%s held here)\n", job, step, human_bytes(bytes, b, sizeof(b)));
+	}
+	return 0;
+}
+
 /* ckpt_resolve: decide the step once and pin it, so that every rank
  * given the printed step loads the same bytes. */
 static int cmd_resolve(ckpt_client *c, const char *job, const char *step_arg, int json)
@@ -797,6 +864,11 @@ static int run_rm(ckpt_client *c, char **a, int n, const struct opts *o)
 {
 	(void)n;
 	return cmd_rm(c, a[0], parse_step(a[1]), o->json);
+}
+static int run_persist(ckpt_client *c, char **a, int n, const struct opts *o)
+{
+	(void)n;
+	return cmd_persist(c, a[0], parse_step(a[1]), o->json);
 }
 static int run_resolve(ckpt_client *c, char **a, int n, const struct opts *o)
 {

@@ -103,6 +103,11 @@ struct ckpt_future {
 	struct pending node;    /* the table entry while outstanding */
 
 	bool staged, durable, loaded;
+	int tier;              /* a save's ckpt_tier */
+	bool kept, replicated; /* memory and replicated saves */
+	int repl_status;       /* 0, or -errno: why it was not replicated */
+	char *repl_message;
+	uint32_t replicas;
 	int status;    /* 0, or -errno once failed */
 	char *message; /* set once on failure */
 	uint64_t bytes, step, stall_ns;
@@ -176,5 +181,6 @@ void future_dispatch(ckpt_future *f);
 
 /* A StepInfo from the daemon as the public ckpt_step_info (catalog.c). */
 void client_copy_step(ckpt_step_info *o, const Ckpt__StepInfo *s);
+void client_copy_held(ckpt_held_info *o, const Ckpt__HeldCopy *h);
 
 #endif

@@ -54,6 +54,7 @@ void future_unref(ckpt_future *f)
 	pthread_cond_destroy(&f->cv);
 	pthread_mutex_destroy(&f->mu);
 	free(f->message);
+	free(f->repl_message);
 	free(f->extra);
 	for (size_t i = 0; i < f->ntensors; i++) {
 		free(f->tensor_names[i]);
@@ -64,9 +65,13 @@ void future_unref(ckpt_future *f)
 	free(f);
 }
 
+/* A save ends at its tier's last phase: durable; kept (memory); kept and
+ * replicated (replicated). */
 static bool finished_locked(const ckpt_future *f)
 {
-	return f->status != 0 || f->durable || f->loaded;
+	if (f->status != 0 || f->durable || f->loaded)
+		return true;
+	return f->tier != CKPT_TIER_DURABLE && f->kept && (f->tier != CKPT_TIER_REPLICATED || f->replicated);
 }
 
 static void fail_locked(ckpt_future *f, int status, const char *msg)
@@ -110,6 +115,22 @@ bool future_apply(ckpt_future *f, const Ckpt__Frame *fr)
 		f->staged = true;
 		f->durable = true;
 		f->bytes = fr->save_durable->bytes;
+		break;
+	case CKPT__FRAME__BODY_SAVE_KEPT:
+		if (f->kind != PENDING_SAVE)
+			break;
+		f->staged = true;
+		f->kept = true;
+		f->bytes = fr->save_kept->bytes;
+		break;
+	case CKPT__FRAME__BODY_SAVE_REPLICATED:
+		if (f->kind != PENDING_SAVE || f->replicated)
+			break;
+		f->replicated = true;
+		f->replicas = fr->save_replicated->copies;
+		f->repl_status = wire_errno(fr->save_replicated->status);
+		if (f->repl_status)
+			f->repl_message = strdup(fr->save_replicated->message ? fr->save_replicated->message : "");
 		break;
 	case CKPT__FRAME__BODY_SAVE_FAILED:
 		if (f->kind != PENDING_SAVE)
@@ -172,17 +193,18 @@ bool future_apply(ckpt_future *f, const Ckpt__Frame *fr)
 /* The next callback owed, or 0. Marks it delivered. */
 static unsigned next_event_locked(ckpt_future *f, ckpt_phase *phase, int *status)
 {
-	static const ckpt_phase order[] = { CKPT_STAGED, CKPT_DURABLE, CKPT_LOADED };
+	static const ckpt_phase order[] = { CKPT_STAGED, CKPT_KEPT, CKPT_REPLICATED, CKPT_DURABLE, CKPT_LOADED };
 
 	for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
 		ckpt_phase p = order[i];
-		bool reached = (p == CKPT_STAGED && f->staged) || (p == CKPT_DURABLE && f->durable) ||
+		bool reached = (p == CKPT_STAGED && f->staged) || (p == CKPT_KEPT && f->kept) ||
+			       (p == CKPT_REPLICATED && f->replicated) || (p == CKPT_DURABLE && f->durable) ||
 			       (p == CKPT_LOADED && f->loaded);
 
 		if (reached && !(f->delivered & (1u << p))) {
 			f->delivered |= 1u << p;
 			*phase = p;
-			*status = 0;
+			*status = p == CKPT_REPLICATED ? f->repl_status : 0;
 			return 1;
 		}
 	}
@@ -190,8 +212,10 @@ static unsigned next_event_locked(ckpt_future *f, ckpt_phase *phase, int *status
 		f->delivered |= FAIL_BIT;
 		if (f->kind == PENDING_LOAD)
 			*phase = CKPT_LOADED;
+		else if (!f->staged)
+			*phase = CKPT_STAGED;
 		else
-			*phase = f->staged ? CKPT_DURABLE : CKPT_STAGED;
+			*phase = f->tier == CKPT_TIER_DURABLE ? CKPT_DURABLE : CKPT_KEPT;
 		*status = f->status;
 		return 1;
 	}
@@ -223,17 +247,27 @@ void future_dispatch(ckpt_future *f)
 	pthread_mutex_unlock(&f->mu);
 }
 
+/* The phases a future can reach: a memory save never becomes durable
+ * (ckpt_persist's future does), only a replicated one is replicated. */
 static int phase_valid(const ckpt_future *f, int phase)
 {
-	if (f->kind == PENDING_SAVE)
-		return phase == CKPT_STAGED || phase == CKPT_DURABLE;
-	return phase == CKPT_LOADED;
+	if (f->kind != PENDING_SAVE)
+		return phase == CKPT_LOADED;
+	switch (phase) {
+	case CKPT_STAGED: return 1;
+	case CKPT_DURABLE: return f->tier == CKPT_TIER_DURABLE;
+	case CKPT_KEPT: return f->tier != CKPT_TIER_DURABLE;
+	case CKPT_REPLICATED: return f->tier == CKPT_TIER_REPLICATED;
+	default: return 0;
+	}
 }
 
 static bool reached_locked(const ckpt_future *f, int phase)
 {
 	switch (phase) {
 	case CKPT_STAGED: return f->staged;
+	case CKPT_KEPT: return f->kept;
+	case CKPT_REPLICATED: return f->replicated;
 	case CKPT_DURABLE: return f->durable;
 	case CKPT_LOADED: return f->loaded;
 	default: return false;
@@ -245,8 +279,15 @@ int ckpt_future_wait(ckpt_future *f, ckpt_phase phase, int timeout_ms)
 	struct timespec deadline;
 	int r;
 
-	if (!f || !phase_valid(f, phase))
+	if (!f || !phase_valid(f, phase)) {
+		client_set_errmsg(
+			f && f->kind == PENDING_SAVE &&
+					(phase == CKPT_DURABLE || phase == CKPT_KEPT || phase == CKPT_REPLICATED)
+				? "this save's tier never reaches that phase (a memory save becomes "
+				  "durable through ckpt_persist)"
+				: "");
 		return -EINVAL;
+	}
 	if (timeout_ms > 0) {
 		clock_gettime(CLOCK_MONOTONIC, &deadline);
 		deadline.tv_sec += timeout_ms / 1000;
@@ -259,7 +300,9 @@ int ckpt_future_wait(ckpt_future *f, ckpt_phase phase, int timeout_ms)
 	pthread_mutex_lock(&f->mu);
 	for (;;) {
 		if (reached_locked(f, phase)) {
-			r = 0;
+			r = phase == CKPT_REPLICATED ? f->repl_status : 0;
+			if (r)
+				client_set_errmsg(f->repl_message ? f->repl_message : "");
 			break;
 		}
 		if (f->status) {
@@ -290,7 +333,7 @@ int ckpt_future_poll(ckpt_future *f, ckpt_phase phase)
 		return -EINVAL;
 	pthread_mutex_lock(&f->mu);
 	if (reached_locked(f, phase))
-		r = 1;
+		r = phase == CKPT_REPLICATED && f->repl_status ? f->repl_status : 1;
 	else
 		r = f->status;
 	pthread_mutex_unlock(&f->mu);
@@ -305,9 +348,21 @@ const char *ckpt_future_message(ckpt_future *f)
 		return "";
 	/* set once, before status becomes visible, and never changed */
 	pthread_mutex_lock(&f->mu);
-	m = f->status && f->message ? f->message : "";
+	m = f->status && f->message ? f->message : f->repl_message ? f->repl_message : "";
 	pthread_mutex_unlock(&f->mu);
 	return m;
+}
+
+uint32_t ckpt_future_replicas(ckpt_future *f)
+{
+	uint32_t v;
+
+	if (!f)
+		return 0;
+	pthread_mutex_lock(&f->mu);
+	v = f->replicas;
+	pthread_mutex_unlock(&f->mu);
+	return v;
 }
 
 uint64_t ckpt_future_stall_ns(ckpt_future *f)

@@ -157,6 +157,10 @@ int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors, size
 		client_set_errmsg("a control session (no job) cannot save");
 		return -EINVAL;
 	}
+	if (opts && (opts->tier < CKPT_TIER_DURABLE || opts->tier > CKPT_TIER_REPLICATED)) {
+		client_set_errmsgf("unknown tier %d", opts->tier);
+		return -EINVAL;
+	}
 	r = tensors_build(c, tensors, ntensors, &ts);
 	if (r < 0)
 		return r;
@@ -167,6 +171,8 @@ int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors, size
 		return r;
 	}
 	f = future_new(PENDING_SAVE, step);
+	if (f)
+		f->tier = opts ? opts->tier : CKPT_TIER_DURABLE;
 	if (!f) {
 		free(evstore);
 		tensors_free(&ts);
@@ -174,6 +180,7 @@ int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors, size
 		return -ENOMEM;
 	}
 	s.step = step;
+	s.tier = (Ckpt__Tier)(opts ? opts->tier : CKPT_TIER_DURABLE);
 	s.n_tensors = ts.n;
 	s.tensors = ts.ptrs;
 	s.extra_state.data = (uint8_t *)extra;
@@ -183,6 +190,34 @@ int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors, size
 	r = client_send_future(c, &req, f);
 	tensors_free(&ts);
 	free(evstore);
+	if (r < 0) {
+		future_unref(f);
+		return r;
+	}
+	*out = f;
+	return 0;
+}
+
+int ckpt_persist(ckpt_client *c, const char *job, uint64_t step, ckpt_future **out)
+{
+	if (out)
+		*out = NULL;
+	if (!c || !out) {
+		client_set_errmsg("");
+		return -EINVAL;
+	}
+	ckpt_future *f = future_new(PENDING_SAVE, step);
+	if (!f) {
+		client_set_errmsg("");
+		return -ENOMEM;
+	}
+	Ckpt__PersistRequest m = CKPT__PERSIST_REQUEST__INIT;
+	m.job = (char *)(job ? job : "");
+	m.step = step;
+	Ckpt__Frame req = CKPT__FRAME__INIT;
+	req.body_case = CKPT__FRAME__BODY_PERSIST;
+	req.persist = &m;
+	int r = client_send_future(c, &req, f);
 	if (r < 0) {
 		future_unref(f);
 		return r;
@@ -292,14 +327,7 @@ int ckpt_status(ckpt_client *c, ckpt_status_info *out)
 	out->peak_rss_bytes = s->peak_rss_bytes;
 	out->nheld = (uint32_t)s->n_held;
 	for (size_t i = 0; i < s->n_held && i < CKPT_STATUS_MAX_HELD; i++) {
-		const Ckpt__HeldCopy *h = s->held[i];
-		ckpt_held_info *o = &out->held[i];
-		snprintf(o->job, sizeof(o->job), "%s", h->job ? h->job : "");
-		snprintf(o->attempt_id, sizeof(o->attempt_id), "%s", h->attempt_id ? h->attempt_id : "");
-		o->rank = h->rank;
-		o->world_size = h->world_size;
-		o->step = h->step;
-		o->bytes = h->bytes;
+		client_copy_held(&out->held[i], s->held[i]);
 	}
 	out->ntenants = 0;
 	for (size_t i = 0; i < s->n_tenants && i < CKPT_STATUS_MAX_TENANTS; i++) {

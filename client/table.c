@@ -145,10 +145,21 @@ size_t ckpt_table_size(const ckpt_table *t)
 int ckpt_save_table(ckpt_client *c, uint64_t step, const ckpt_table *t, const void *extra, size_t extra_len,
 		    ckpt_future **out)
 {
+	return ckpt_save_table_ex(c, step, t, extra, extra_len, NULL, out);
+}
+
+int ckpt_save_table_ex(ckpt_client *c, uint64_t step, const ckpt_table *t, const void *extra, size_t extra_len,
+		       const ckpt_save_opts *opts, ckpt_future **out)
+{
+	int tier = opts ? opts->tier : CKPT_TIER_DURABLE;
 	if (out)
 		*out = NULL;
 	if (!c || !t || !out || (extra_len && !extra)) {
 		client_set_errmsg("");
+		return -EINVAL;
+	}
+	if (tier < CKPT_TIER_DURABLE || tier > CKPT_TIER_REPLICATED) {
+		client_set_errmsgf("unknown tier %d", tier);
 		return -EINVAL;
 	}
 	if (t->client != c) {
@@ -160,8 +171,10 @@ int ckpt_save_table(ckpt_client *c, uint64_t step, const ckpt_table *t, const vo
 		client_set_errmsg("");
 		return -ENOMEM;
 	}
+	f->tier = tier;
 	Ckpt__Save s = CKPT__SAVE__INIT;
 	s.step = step;
+	s.tier = (Ckpt__Tier)tier;
 	s.table_id = t->id;
 	s.extra_state.data = (uint8_t *)extra;
 	s.extra_state.len = extra_len;

@@ -11,6 +11,7 @@
 #include "journal.h"
 #include "log.h"
 #include "mancache.h"
+#include "persist.h"
 #include "pool.h"
 #include "save.h"
 #include "server.h"
@@ -402,6 +403,7 @@ static int start_loop(struct daemon *d)
 	TAILQ_INIT(&d->uploadq);
 	TAILQ_INIT(&d->held);
 	TAILQ_INIT(&d->loads);
+	persist_init(d);
 	uv_timer_init(d->loop, &d->admit_timer);
 	d->admit_timer.data = d;
 	uv_timer_init(d->loop, &d->drain_timer);

@@ -23,6 +23,8 @@ struct cuda;
 TAILQ_HEAD(session_list, session);
 TAILQ_HEAD(save_list, save);
 TAILQ_HEAD(load_list, load);
+struct persist;
+TAILQ_HEAD(persist_list, persist);
 
 #define RECOVERED_LIST 8
 #define STATS_MSG_SLOTS 64 /* Frame body cases; msgtab.c checks its rows fit */
@@ -128,7 +130,11 @@ struct daemon {
 	 * completions flow up without calls into them. */
 	void (*on_work_ended)(struct daemon *d);               /* lifecycle.c, while draining */
 	void (*on_durable)(struct daemon *d, const char *job); /* retention (catalog_req.c) */
-	const struct requester_ops *req_ops;                   /* the wire layer's (session.c) */
+	/* A persist's upload of sv ended: status 0 (durable) or -errno (and
+	 * why); sv stays held. persist.c. */
+	void (*on_persist_end)(struct daemon *d, struct save *sv, int status, const char *why);
+	struct persist_list persists;        /* PersistRequests waiting (persist.c) */
+	const struct requester_ops *req_ops; /* the wire layer's (session.c) */
 };
 
 /* Work that a drain waits for (a save, a load, a catalogue request) ended.

@@ -51,6 +51,8 @@ struct load {
 	struct load_req **by_name;
 	struct save **pinned; /* memory-tier copies of the job, pinned */
 	size_t npinned;
+	bool *pin_durable; /* pinned[i] was in storage when pinned (held_copy) */
+	bool memory_only;  /* the step is held here in memory only: no storage (load_memory) */
 	uv_work_t work;
 	/* results */
 	const struct save *bad_held; /* a held copy whose crc did not match */
@@ -71,6 +73,7 @@ static void load_free(struct load *ld)
 	free(ld->reqs);
 	free(ld->by_name);
 	free(ld->extra);
+	free(ld->pin_durable);
 	free(ld);
 }
 
@@ -272,11 +275,14 @@ static int cut_seen(const struct load_req *q, const struct box *cut)
 	return 0;
 }
 
-/* The pinned memory-tier copy that is exactly this manifest's shard. */
+/* The pinned memory-tier copy that is exactly this manifest's shard (a
+ * durable one: a copy persisting now names its shard on another thread). */
 static const struct save *held_copy(const struct load *ld, const Ckpt__Manifest *m)
 {
 	for (size_t i = 0; i < ld->npinned; i++) {
 		const struct save *sv = ld->pinned[i];
+		if (!ld->pin_durable[i])
+			continue;
 		/* The shard's name is fresh per save: a step deleted and saved
 		 * again (on any node) names another shard than the copy held. */
 		if (sv->step == m->step && sv->rank == m->rank && sv->world_size == m->world_size &&
@@ -346,10 +352,10 @@ static int plan_tensor(struct exec *ex, const char *key, const struct save *held
 	return 0;
 }
 
-static int plan_manifest(struct exec *ex, const Ckpt__Manifest *m, const char *key)
+/* Plan from manifest m, whose shard is key in storage or the held copy. */
+static int plan_manifest(struct exec *ex, const Ckpt__Manifest *m, const char *key, const struct save *held)
 {
 	struct load *ld = ex->ld;
-	const struct save *held = held_copy(ld, m);
 	struct load_req **hits = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*hits));
 	struct box *cuts = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*cuts));
 	int r = 0;
@@ -542,7 +548,92 @@ static int plan_rank(struct exec *ex, struct catalog_step *cs, uint32_t rank, ch
 			    r == -EBADMSG ? err : store_error(r));
 	if (manifest_shard_of(m, *key, sizeof(*key)) < 0)
 		return fail(ld, -EBADMSG, "rank %u's manifest names no shard of its own", rank);
-	return plan_manifest(ex, m, *key);
+	return plan_manifest(ex, m, *key, held_copy(ld, m));
+}
+
+/* The requests not covered, as a failure. */
+static void check_covered(struct load *ld, uint64_t step)
+{
+	for (size_t i = 0; i < ld->nreqs && ld->status == 0; i++) {
+		struct load_req *q = &ld->reqs[i];
+		if (q->covered != box_volume(&q->box))
+			fail(ld, -ENOENT, "rank %u: tensor '%s': step %" PRIu64 " %s", ld->rank, q->name, step,
+			     q->covered ? "covers only part of the requested box" : "has no such tensor");
+	}
+}
+
+/* A step held here in memory only (README "Tiers"): planned from the
+ * pinned copies' own manifests, this rank's first (or the saved rank at
+ * its place, resharding), read from the pool; no storage request. It
+ * restores only what the copies held by this daemon cover. */
+static void load_memory(struct load *ld)
+{
+	struct save **copies = calloc(ld->npinned ? ld->npinned : 1, sizeof(*copies));
+	Ckpt__Manifest *views = calloc(ld->npinned ? ld->npinned : 1, sizeof(*views));
+	char(*keys)[200] = calloc(ld->npinned ? ld->npinned : 1, sizeof(*keys));
+	struct exec ex = { .ld = ld };
+	pthread_mutex_init(&ex.mu, NULL);
+	size_t n = 0, nviews = 0;
+	if (copies == NULL || views == NULL || keys == NULL) {
+		fail(ld, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < ld->npinned; i++)
+		if (ld->pinned[i]->step == ld->step)
+			copies[n++] = ld->pinned[i]; /* durable ones too: every copy held here */
+	/* Own rank first, as load_run does with manifests. */
+	uint32_t ws = n ? copies[0]->world_size : 1;
+	uint32_t want = ld->world_size != ws && ld->rank < ld->world_size
+				? (uint32_t)((uint64_t)ld->rank * ws / ld->world_size)
+				: ld->rank;
+	for (size_t i = 1; i < n; i++)
+		if (copies[i]->rank == want) {
+			struct save *t = copies[0];
+			copies[0] = copies[i];
+			copies[i] = t;
+		}
+	for (size_t i = 0; i < n && ld->status == 0 && (i == 0 || !all_covered(ld)); i++) {
+		if (save_manifest_view(copies[i], &views[nviews], "", 0) < 0) {
+			fail(ld, -ENOMEM, "out of memory");
+			break;
+		}
+		nviews++;
+		snprintf(keys[i], sizeof(keys[i]), "%s step %" PRIu64 " rank %u (memory only)", ld->job, ld->step,
+			 copies[i]->rank);
+		plan_manifest(&ex, &views[nviews - 1], keys[i], copies[i]);
+	}
+	ld->loaded_step = ld->step;
+	if (ld->status == 0 && !all_covered(ld)) {
+		char ranks[160] = "";
+		size_t used = 0;
+		for (size_t i = 0; i < n && used + 12 < sizeof(ranks); i++)
+			used += (size_t)snprintf(ranks + used, sizeof(ranks) - used, "%s%u", i ? "," : "",
+						 copies[i]->rank);
+		check_covered(ld, ld->step);
+		char why[sizeof(ld->msg)];
+		snprintf(why, sizeof(why),
+			 "%s; step %" PRIu64 " is in memory only, and this ckptd holds ranks %s of it", ld->msg,
+			 ld->step, ranks);
+		snprintf(ld->msg, sizeof(ld->msg), "%s", why);
+	}
+	if (ld->status == 0)
+		execute(&ex, ld->d->cfg.copy_threads);
+	if (ld->status == 0 && n > 0 && copies[0]->extra_len) {
+		ld->extra = malloc(copies[0]->extra_len);
+		if (ld->extra == NULL) {
+			fail(ld, -ENOMEM, "out of memory");
+		} else {
+			memcpy(ld->extra, copies[0]->extra, copies[0]->extra_len);
+			ld->extra_len = copies[0]->extra_len;
+		}
+	}
+out:
+	exec_free(&ex);
+	for (size_t i = 0; i < nviews; i++)
+		save_manifest_view_free(&views[i]);
+	free(views);
+	free(keys);
+	free(copies);
 }
 
 /* Which step: "latest" is decided from listings and pinned (catalog.h);
@@ -557,6 +648,10 @@ static int plan_rank(struct exec *ex, struct catalog_step *cs, uint32_t rank, ch
 static void load_run(uv_work_t *w)
 {
 	struct load *ld = w->data;
+	if (ld->memory_only) {
+		load_memory(ld);
+		return;
+	}
 	struct store *st = daemon_store_of(ld->d, ld->job);
 	struct catalog_step cs;
 	int r;
@@ -612,12 +707,7 @@ static void load_run(uv_work_t *w)
 		plan_rank(&ex, &cs, first, &keys[0]);
 	for (uint32_t i = 1; i < g->world_size && ld->status == 0 && !all_covered(ld); i++)
 		plan_rank(&ex, &cs, (first + i) % g->world_size, &keys[i]);
-	for (size_t i = 0; i < ld->nreqs && ld->status == 0; i++) {
-		struct load_req *q = &ld->reqs[i];
-		if (q->covered != box_volume(&q->box))
-			fail(ld, -ENOENT, "rank %u: tensor '%s': step %" PRIu64 " %s", ld->rank, q->name, cs.step,
-			     q->covered ? "covers only part of the requested box" : "has no such tensor");
-	}
+	check_covered(ld, cs.step);
 	if (ld->status == 0)
 		execute(&ex, ld->d->cfg.copy_threads);
 	exec_free(&ex);
@@ -791,6 +881,17 @@ void load_start(struct daemon *d, const struct requester *rq, const Ckpt__Load *
 	d->nloads++;
 	if (!m->storage_only)
 		ld->npinned = memtier_pin(d, ld->job, &ld->pinned);
+	ld->pin_durable = calloc(ld->npinned ? ld->npinned : 1, sizeof(*ld->pin_durable));
+	if (ld->pin_durable == NULL) {
+		memtier_unpin(ld->pinned, ld->npinned);
+		ld->pinned = NULL;
+		ld->npinned = 0;
+	}
+	for (size_t i = 0; i < ld->npinned; i++) {
+		ld->pin_durable[i] = ld->pinned[i]->durable;
+		/* A named step held here, in memory only: restored from there. */
+		ld->memory_only |= !m->latest && !ld->pinned[i]->durable && ld->pinned[i]->step == m->step;
+	}
 	r = uv_queue_work(d->loop, &ld->work, load_run, load_done);
 	if (r == 0)
 		TAILQ_INSERT_TAIL(&d->loads, ld, link);

@@ -1,8 +1,17 @@
-/* The memory tier: after a save is durable its chunks stay in the pool as
- * the newest restorable copy of its (job, rank), until admission needs the
- * space (oldest first) or a newer durable save of the same (job, rank)
- * replaces it. Only durable data is ever held here, so dropping it loses
- * nothing. Loop thread only; loads pin what they read. */
+/* The memory tier: the newest restorable copy of each (job, rank) stays in
+ * the pool after its save ends, until a newer step of the same (job, rank)
+ * replaces it or, for a durable copy, admission needs the space.
+ *
+ * Two kinds of copy are held (README "Tiers"):
+ * - durable ones (SAVE_HELD): also in storage, so dropping them loses
+ *   nothing; admission reclaims them, oldest first;
+ * - memory-only ones (SAVE_KEPT, a TIER_MEMORY or TIER_REPLICATED save):
+ *   never dropped for space. Each is its (job, rank)'s newest (holding a
+ *   newer step drops the older), so a save that needs their space waits
+ *   or fails by its job's policy, and says why. A persist uploads one
+ *   while it stays held (persisting: in daemon.saves too); it is not
+ *   dropped until the upload ends.
+ * Loop thread only; loads pin what they read. */
 #include "daemon.h"
 #include "log.h"
 #include "save.h"
@@ -14,8 +23,12 @@
 
 static void drop(struct daemon *d, struct save *sv, const char *why)
 {
-	TAILQ_REMOVE(&d->held, sv, link);
+	TAILQ_REMOVE(&d->held, sv, hlink);
+	sv->in_held = false;
 	d->nheld--;
+	if (sv->state == SAVE_KEPT)
+		log_info("memtier: dropping memory-only %s step %" PRIu64 " rank %u: %s", sv->job, sv->step, sv->rank,
+			 why);
 	log_debug("memtier: dropping %s step %" PRIu64 " rank %u (%" PRIu64 " bytes): %s", sv->job, sv->step, sv->rank,
 		  sv->shard_bytes, why);
 	if (sv->readers > 0) {
@@ -31,8 +44,8 @@ void memtier_drop_corrupt(struct daemon *d, struct save *sv)
 	if (sv->drop_pending)
 		return; /* dropped already; freed when its readers end */
 	struct save *o;
-	TAILQ_FOREACH (o, &d->held, link)
-		if (o == sv) {
+	TAILQ_FOREACH (o, &d->held, hlink)
+		if (o == sv && !sv->persisting) {
 			log_warn("memtier: %s step %" PRIu64 " rank %u held in memory failed its crc check on restore; "
 				 "dropped, so restores read storage",
 				 sv->job, sv->step, sv->rank);
@@ -41,26 +54,63 @@ void memtier_drop_corrupt(struct daemon *d, struct save *sv)
 		}
 }
 
+/* o, held, is an older copy of sv's (job, rank). */
+static bool older_of(const struct save *o, const struct save *sv)
+{
+	return o != sv && o->rank == sv->rank && o->step <= sv->step && strcmp(o->job, sv->job) == 0;
+}
+
 void memtier_hold(struct daemon *d, struct save *sv)
 {
-	assert(sv->state == SAVE_HELD && !sv->listed);
+	assert((sv->state == SAVE_HELD || sv->state == SAVE_KEPT) && !sv->listed && !sv->in_held);
 	struct save *o, *next;
-	TAILQ_FOREACH (o, &d->held, link) {
+	TAILQ_FOREACH (o, &d->held, hlink) {
 		if (o->rank == sv->rank && strcmp(o->job, sv->job) == 0 && o->step > sv->step) {
 			/* Out of order: a newer step is held already. */
+			if (sv->state == SAVE_KEPT)
+				log_info("memtier: memory-only %s step %" PRIu64 " rank %u is not kept: step %" PRIu64
+					 " is newer",
+					 sv->job, sv->step, sv->rank, o->step);
 			save_release(sv);
 			return;
 		}
 	}
 	for (o = TAILQ_FIRST(&d->held); o; o = next) {
-		next = TAILQ_NEXT(o, link);
-		if (o->rank == sv->rank && strcmp(o->job, sv->job) == 0 && o->step <= sv->step)
-			drop(d, o, "a newer step of the same job and rank is durable");
+		next = TAILQ_NEXT(o, hlink);
+		if (older_of(o, sv) && !o->persisting) /* a persist's upload reads it: memtier_settle */
+			drop(d, o, "a newer step of the same job and rank is held");
 	}
 	if (d->cfg.debug_corrupt_held && sv->nchunks > 0 && sv->shard_bytes > 0)
 		pool_span_ptr(&d->pool, sv->chunks[0])[0] ^= 0x5a; /* tests: the restore's crc must see it */
-	TAILQ_INSERT_TAIL(&d->held, sv, link);
+	TAILQ_INSERT_TAIL(&d->held, sv, hlink);
+	sv->in_held = true;
 	d->nheld++;
+}
+
+struct save *memtier_newer(struct daemon *d, const struct save *sv)
+{
+	struct save *o;
+	TAILQ_FOREACH (o, &d->held, hlink)
+		if (o->rank == sv->rank && o->step > sv->step && strcmp(o->job, sv->job) == 0)
+			return o;
+	return NULL;
+}
+
+void memtier_settle(struct daemon *d, struct save *sv)
+{
+	assert(sv->in_held && !sv->persisting);
+	struct save *o;
+	TAILQ_FOREACH (o, &d->held, hlink)
+		if (older_of(sv, o)) {
+			drop(d, sv, "a newer step of the same job and rank is held");
+			return;
+		}
+}
+
+/* What admission may drop: a durable copy no load reads. */
+static bool reclaimable(const struct save *sv)
+{
+	return sv->state == SAVE_HELD && sv->readers == 0;
 }
 
 void memtier_reclaim(struct daemon *d, uint32_t whole, uint32_t tail_slots)
@@ -68,16 +118,16 @@ void memtier_reclaim(struct daemon *d, uint32_t whole, uint32_t tail_slots)
 	/* Drop nothing unless dropping every unpinned copy could make room. */
 	uint64_t could = pool_free_slots(&d->pool);
 	struct save *sv, *next;
-	TAILQ_FOREACH (sv, &d->held, link)
-		if (sv->readers == 0)
+	TAILQ_FOREACH (sv, &d->held, hlink)
+		if (reclaimable(sv))
 			could += sv->pool_bytes / d->pool.slot_bytes;
 	if (could * d->pool.slot_bytes < pool_shape_bytes(&d->pool, whole, tail_slots))
 		return;
 	/* Oldest first, until the shape fits: room in slots may still be
 	 * cut up, so fit is checked, not counted. */
 	for (sv = TAILQ_FIRST(&d->held); sv && !pool_fits(&d->pool, whole, tail_slots); sv = next) {
-		next = TAILQ_NEXT(sv, link);
-		if (sv->readers > 0)
+		next = TAILQ_NEXT(sv, hlink);
+		if (!reclaimable(sv))
 			continue;
 		d->stats.reclaimed_bytes += sv->pool_bytes;
 		drop(d, sv, "its space is needed for a new save");
@@ -88,7 +138,7 @@ size_t memtier_pin(struct daemon *d, const char *job, struct save ***out)
 {
 	size_t n = 0;
 	struct save *sv;
-	TAILQ_FOREACH (sv, &d->held, link)
+	TAILQ_FOREACH (sv, &d->held, hlink)
 		if (strcmp(sv->job, job) == 0)
 			n++;
 	*out = NULL;
@@ -98,7 +148,7 @@ size_t memtier_pin(struct daemon *d, const char *job, struct save ***out)
 	if (v == NULL)
 		return 0; /* the load then reads storage only */
 	size_t k = 0;
-	TAILQ_FOREACH (sv, &d->held, link)
+	TAILQ_FOREACH (sv, &d->held, hlink)
 		if (strcmp(sv->job, job) == 0) {
 			sv->readers++;
 			v[k++] = sv;
@@ -117,9 +167,38 @@ void memtier_unpin(struct save **pinned, size_t n)
 	free(pinned);
 }
 
+uint64_t memtier_kept_bytes(const struct daemon *d, uint32_t *count)
+{
+	uint64_t n = 0;
+	uint32_t k = 0;
+	const struct save *sv;
+	TAILQ_FOREACH (sv, &d->held, hlink)
+		if (!sv->durable) {
+			n += sv->pool_bytes;
+			k++;
+		}
+	if (count)
+		*count = k;
+	return n;
+}
+
+struct save *memtier_find(struct daemon *d, const char *job, uint64_t step, uint32_t rank)
+{
+	struct save *sv;
+	TAILQ_FOREACH (sv, &d->held, hlink)
+		if (sv->step == step && sv->rank == rank && strcmp(sv->job, job) == 0)
+			return sv;
+	return NULL;
+}
+
 void memtier_clear(struct daemon *d)
 {
 	struct save *sv;
-	while ((sv = TAILQ_FIRST(&d->held)) != NULL)
+	while ((sv = TAILQ_FIRST(&d->held)) != NULL) {
+		if (!sv->durable)
+			log_warn("memtier: memory-only %s step %" PRIu64 " rank %u is lost: ckptd stops and it was "
+				 "never persisted",
+				 sv->job, sv->step, sv->rank);
 		drop(d, sv, "shutdown");
+	}
 }

@@ -31,7 +31,8 @@
 static const char *const state_name[] = {
 	[SAVE_NEW] = "new",         [SAVE_ADMITTING] = "admitting", [SAVE_STAGING] = "staging",
 	[SAVE_HASHING] = "hashing", [SAVE_QUEUED] = "queued",       [SAVE_UPLOADING] = "uploading",
-	[SAVE_HELD] = "held",       [SAVE_DONE] = "done",           [SAVE_FAILED] = "failed",
+	[SAVE_HELD] = "held",       [SAVE_KEPT] = "kept",           [SAVE_DONE] = "done",
+	[SAVE_FAILED] = "failed",
 };
 _Static_assert(sizeof(state_name) / sizeof(state_name[0]) == SAVE_FAILED + 1, "a save state without a name");
 
@@ -200,7 +201,7 @@ static void copy_done(struct work_item *it)
 		struct save_tensor *t = &sv->tensors[p->tensor];
 		t->crc = p->tensor_off == 0 ? p->crc : crc32c_combine(t->crc, p->crc, p->len);
 	}
-	save_set_state(sv, SAVE_QUEUED);
+	save_set_state(sv, sv->tier == TIER_DURABLE ? SAVE_QUEUED : SAVE_KEPT);
 }
 
 /* ---- upload (libuv threadpool): upload.c ---- */
@@ -219,7 +220,8 @@ static void upload_done(uv_work_t *w, int status)
 	}
 	if (sv->status && sv->status != -EEXIST)
 		sv->d->stats.store_failures++;
-	save_set_state(sv, sv->status ? SAVE_FAILED : SAVE_HELD);
+	/* A persist that failed leaves the copy held as it was. */
+	save_set_state(sv, sv->status ? (sv->persisting ? SAVE_KEPT : SAVE_FAILED) : SAVE_HELD);
 }
 
 static void pump_uploads(struct daemon *d)
@@ -253,7 +255,7 @@ static uint64_t job_inflight_bytes(struct daemon *d, const char *job)
 	uint64_t n = 0;
 	struct save *sv;
 	TAILQ_FOREACH (sv, &d->saves, link)
-		if (sv->have_chunks && strcmp(sv->job, job) == 0)
+		if (sv->have_chunks && !sv->persisting && strcmp(sv->job, job) == 0)
 			n += sv->pool_bytes;
 	return n;
 }
@@ -267,7 +269,7 @@ static uint64_t tenant_inflight(struct daemon *d, const struct tenant_config *t,
 	size_t tl = strlen(t->name);
 	struct save *sv;
 	TAILQ_FOREACH (sv, &d->saves, link)
-		if (strncmp(sv->job, t->name, tl) == 0 && sv->job[tl] == '/') {
+		if (!sv->persisting && strncmp(sv->job, t->name, tl) == 0 && sv->job[tl] == '/') {
 			k++;
 			if (sv->have_chunks)
 				n += sv->pool_bytes;
@@ -291,13 +293,14 @@ static const char *quota_hit(struct save *sv, uint64_t *held)
 	return NULL;
 }
 
-/* Saves of one rank of job in flight (not yet durable or failed). */
+/* Saves of one rank of job in flight (not yet durable or failed); a
+ * persist's uploads are not the trainer's saves. */
 static uint32_t rank_inflight_saves(struct daemon *d, const char *job, uint32_t rank)
 {
 	uint32_t n = 0;
 	struct save *sv;
 	TAILQ_FOREACH (sv, &d->saves, link)
-		if (sv->rank == rank && strcmp(sv->job, job) == 0)
+		if (sv->rank == rank && !sv->persisting && strcmp(sv->job, job) == 0)
 			n++;
 	return n;
 }
@@ -331,6 +334,21 @@ static bool job_waiting(struct daemon *d, const char *job)
 	return false;
 }
 
+/* What of the pool is memory-only copies, which are never dropped for
+ * space (memtier.c), in words for a refusal: "" when none. */
+static void kept_hint(struct daemon *d, char *buf, size_t len)
+{
+	uint32_t n = 0;
+	uint64_t b = memtier_kept_bytes(d, &n);
+	if (n == 0)
+		buf[0] = '\0';
+	else
+		snprintf(buf, len,
+			 ", of which %" PRIu64 " MiB are %u memory-only copies (never dropped while the newest of "
+			 "their rank: persist them or save them durable)",
+			 b >> 20, n);
+}
+
 void save_on_admit_timer(uv_timer_t *t)
 {
 	struct daemon *d = t->data;
@@ -342,10 +360,12 @@ void save_on_admit_timer(uv_timer_t *t)
 			continue;
 		uint64_t held;
 		const char *quota = quota_hit(sv, &held);
+		char kept[200];
+		kept_hint(d, kept, sizeof(kept));
 		save_fail(sv, -ETIMEDOUT,
 			  "no staging space for %" PRIu64 " bytes within %u ms: %s holds %" PRIu64
-			  " MiB not yet durable; raise staging_bytes or the quota, or save less often",
-			  sv->shard_bytes, d->cfg.admit_timeout_ms, quota ? quota : "the pool", held >> 20);
+			  " MiB not yet durable%s; raise staging_bytes or the quota, or save less often",
+			  sv->shard_bytes, d->cfg.admit_timeout_ms, quota ? quota : "the pool", held >> 20, kept);
 		next = TAILQ_FIRST(&d->waitq); /* failing may have admitted others */
 	}
 	save_admit_waiting(d);
@@ -396,7 +416,7 @@ static unsigned supersede_older(struct save *sv)
 		next = TAILQ_NEXT(o, link);
 		if (o == sv || o->rank != sv->rank || o->step >= sv->step || strcmp(o->job, sv->job) != 0)
 			continue;
-		if (o->state != SAVE_ADMITTING && o->state != SAVE_QUEUED)
+		if ((o->state != SAVE_ADMITTING && o->state != SAVE_QUEUED) || o->persisting)
 			continue;
 		d->stats.saves_superseded++;
 		save_fail(o, -ECANCELED,
@@ -432,6 +452,29 @@ static void send_durable(struct save *sv)
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_SAVE_DURABLE;
 	f.save_durable = &dur;
+	send_event(sv, &f);
+}
+
+static void send_kept(struct save *sv)
+{
+	Ckpt__SaveKept ev = CKPT__SAVE_KEPT__INIT;
+	ev.bytes = sv->shard_bytes;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_SAVE_KEPT;
+	f.save_kept = &ev;
+	send_event(sv, &f);
+}
+
+/* status 0: copies peers hold it; else -errno and why not. */
+static void send_replicated(struct save *sv, uint32_t copies, int status, const char *why)
+{
+	Ckpt__SaveReplicated ev = CKPT__SAVE_REPLICATED__INIT;
+	ev.copies = copies;
+	ev.status = wire_status(status);
+	ev.message = (char *)why;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_SAVE_REPLICATED;
+	f.save_replicated = &ev;
 	send_event(sv, &f);
 }
 
@@ -522,7 +565,7 @@ static void enter_hashing(struct save *sv, enum save_state old)
 	}
 	send_staged(sv);
 	if (sv->nchunks == 0) {
-		save_set_state(sv, SAVE_QUEUED);
+		save_set_state(sv, sv->tier == TIER_DURABLE ? SAVE_QUEUED : SAVE_KEPT);
 		return;
 	}
 	sv->jobs_left = sv->nchunks;
@@ -546,8 +589,13 @@ static void enter_uploading(struct save *sv, enum save_state old)
 	d->nuploading++;
 	sv->work.data = sv;
 	int r = uv_queue_work(d->loop, &sv->work, upload_run, upload_done);
-	if (r < 0)
+	if (r < 0 && sv->persisting) {
+		sv->status = -EIO;
+		snprintf(sv->msg, sizeof(sv->msg), "cannot queue the upload: %s", uv_strerror(r));
+		save_set_state(sv, SAVE_KEPT); /* the copy stays held */
+	} else if (r < 0) {
 		save_fail(sv, -EIO, "cannot queue the upload: %s", uv_strerror(r));
+	}
 }
 
 /* A save leaves the daemon's lists (held or done, or failed): its step
@@ -561,15 +609,69 @@ static void save_finish(struct save *sv)
 	save_detach_session(sv);
 }
 
+/* sv leaves daemon.saves (its save or its persist ended). */
+static void unlist(struct save *sv)
+{
+	TAILQ_REMOVE(&sv->d->saves, sv, link);
+	sv->listed = false;
+	sv->d->nsaves--;
+}
+
+/* What waited on a save that ended may go on. */
+static void after_save_ended(struct daemon *d)
+{
+	pump_uploads(d);
+	save_admit_waiting(d);
+	daemon_work_ended(d);
+}
+
+/* A persist's upload ended (status 0: durable); the copy stays held. */
+static void persist_ended(struct save *sv, int status)
+{
+	struct daemon *d = sv->d;
+	struct log_ctx lctx = { .job = sv->job, .rank = sv->rank, .step = (int64_t)sv->step, .save_id = sv->id };
+	if (status == 0) {
+		d->stats.bytes_durable += sv->shard_bytes;
+		sv->durable = true;
+		log_ctx_msg(LOG_LVL_INFO, &lctx,
+			    "save %" PRIu64 ": %s step %" PRIu64 " rank %u persisted, %" PRIu64 " bytes", sv->id,
+			    sv->job, sv->step, sv->rank, sv->shard_bytes);
+	} else {
+		log_ctx_msg(LOG_LVL_WARN, &lctx,
+			    "save %" PRIu64 ": persisting %s step %" PRIu64
+			    " rank %u failed; it stays in memory only: %s",
+			    sv->id, sv->job, sv->step, sv->rank, sv->msg);
+	}
+	save_finish(sv);
+	unlist(sv);
+	sv->persisting = false;
+	if (d->on_persist_end)
+		d->on_persist_end(d, sv, status, sv->msg);
+	sv->status = 0;
+	sv->msg[0] = '\0';
+	bool gc_here = status == 0 && sv->rank == 0;
+	char sv_job[129];
+	snprintf(sv_job, sizeof(sv_job), "%s", sv->job);
+	memtier_settle(d, sv); /* sv may be freed */
+	if (gc_here && d->on_durable)
+		d->on_durable(d, sv_job);
+	after_save_ended(d);
+}
+
 /* Durable (SAVE_HELD or SAVE_DONE): kept by the memory tier or released. */
 static void enter_durable(struct save *sv, enum save_state old)
 {
 	struct daemon *d = sv->d;
 	(void)old;
+	if (sv->persisting) {
+		persist_ended(sv, 0);
+		return;
+	}
 	struct log_ctx lctx = { .job = sv->job, .rank = sv->rank, .step = (int64_t)sv->step, .save_id = sv->id };
 	char sv_job[129];
 	snprintf(sv_job, sizeof(sv_job), "%s", sv->job); /* sv may be freed below */
 	bool gc_here = sv->rank == 0;
+	sv->durable = true;
 	d->stats.bytes_durable += sv->shard_bytes;
 	hist_observe(&d->stats.durable_hist, (double)(clock_now_ns() - sv->t_start) / 1e9);
 	log_ctx_msg(LOG_LVL_INFO, &lctx,
@@ -578,9 +680,7 @@ static void enter_durable(struct save *sv, enum save_state old)
 		    (double)(clock_now_ns() - sv->t_start) / 1e6);
 	send_durable(sv);
 	save_finish(sv);
-	TAILQ_REMOVE(&d->saves, sv, link);
-	sv->listed = false;
-	d->nsaves--;
+	unlist(sv);
 	if (sv->state == SAVE_HELD && d->cfg.memory_tier) {
 		sv->held_since_ns = clock_now_ns();
 		memtier_hold(d, sv);
@@ -593,9 +693,59 @@ static void enter_durable(struct save *sv, enum save_state old)
 	 * steps would multiply the requests by the node count. */
 	if (gc_here && d->on_durable)
 		d->on_durable(d, sv_job);
-	pump_uploads(d);
-	save_admit_waiting(d);
-	daemon_work_ended(d);
+	after_save_ended(d);
+}
+
+/* A memory or replicated save is checksummed: held in the pool as its
+ * rank's newest copy (memtier.c), not uploaded. Or a persist of it
+ * failed (from SAVE_UPLOADING): it stays held as it was. */
+static void enter_kept(struct save *sv, enum save_state old)
+{
+	struct daemon *d = sv->d;
+	if (old == SAVE_UPLOADING) {
+		persist_ended(sv, sv->status);
+		return;
+	}
+	struct save *newer = memtier_newer(d, sv);
+	if (newer) {
+		save_fail(sv, -ECANCELED, "step %" PRIu64 " of rank %u is held already, newer than step %" PRIu64,
+			  newer->step, sv->rank, sv->step);
+		return;
+	}
+	struct log_ctx lctx = { .job = sv->job, .rank = sv->rank, .step = (int64_t)sv->step, .save_id = sv->id };
+	log_ctx_msg(
+		LOG_LVL_INFO, &lctx,
+		"save %" PRIu64 ": %s step %" PRIu64 " rank %u/%u kept in memory (%s), %" PRIu64 " bytes in %.1f ms",
+		sv->id, sv->job, sv->step, sv->rank, sv->world_size, sv->tier == TIER_MEMORY ? "memory" : "replicated",
+		sv->shard_bytes, (double)(clock_now_ns() - sv->t_start) / 1e6);
+	send_kept(sv);
+	if (sv->tier == TIER_REPLICATED)
+		send_replicated(sv, 0, -ENOTSUP,
+				"not replicated: peer replication is off in this ckptd (no [peers]); "
+				"the step is held in this daemon's memory only");
+	save_finish(sv);
+	unlist(sv);
+	sv->held_since_ns = clock_now_ns();
+	memtier_hold(d, sv);
+	after_save_ended(d);
+}
+
+int save_persist(struct save *sv)
+{
+	struct daemon *d = sv->d;
+	assert(sv->state == SAVE_KEPT && sv->in_held && !sv->listed);
+	int r = steplock_save_begin(sv->job, sv->step);
+	if (r < 0)
+		return r;
+	sv->steplocked = true;
+	sv->persisting = true;
+	sv->status = 0;
+	sv->msg[0] = '\0';
+	TAILQ_INSERT_TAIL(&d->saves, sv, link);
+	sv->listed = true;
+	d->nsaves++;
+	save_set_state(sv, SAVE_QUEUED);
+	return 0;
 }
 
 static void enter_failed(struct save *sv, enum save_state old)
@@ -608,10 +758,8 @@ static void enter_failed(struct save *sv, enum save_state old)
 	send_failed(sv);
 	save_finish(sv);
 	bool listed = sv->listed;
-	if (listed) {
-		TAILQ_REMOVE(&d->saves, sv, link);
-		d->nsaves--;
-	}
+	if (listed)
+		unlist(sv);
 	save_release(sv);
 	if (listed) {
 		pump_uploads(d);
@@ -628,6 +776,7 @@ static void (*const on_enter[])(struct save *sv, enum save_state old) = {
 	[SAVE_QUEUED] = enter_queued,
 	[SAVE_UPLOADING] = enter_uploading,
 	[SAVE_HELD] = enter_durable,
+	[SAVE_KEPT] = enter_kept,
 	[SAVE_DONE] = enter_durable,
 	[SAVE_FAILED] = enter_failed,
 };
@@ -844,6 +993,7 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 	sv->rank = rq->rank;
 	sv->world_size = rq->world_size;
 	sv->step = m->step;
+	sv->tier = (enum save_tier)m->tier;
 	d->stats.saves_total++;
 
 	if (rq->job[0] == '\0') {
@@ -852,6 +1002,18 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 	}
 	if (d->draining) {
 		save_fail(sv, -ESHUTDOWN, "ckptd is shutting down and admits no new saves");
+		return;
+	}
+	if (m->tier != CKPT__TIER__TIER_DURABLE && m->tier != CKPT__TIER__TIER_MEMORY &&
+	    m->tier != CKPT__TIER__TIER_REPLICATED) {
+		sv->tier = TIER_DURABLE;
+		save_fail(sv, -EINVAL, "unknown tier %d", (int)m->tier);
+		return;
+	}
+	if (sv->tier != TIER_DURABLE && !d->cfg.memory_tier) {
+		save_fail(sv, -ENOTSUP,
+			  "a %s save needs the memory tier, which is off in this ckptd ([pool] memory_tier)",
+			  sv->tier == TIER_MEMORY ? "memory" : "replicated");
 		return;
 	}
 	struct job_policy jp;
@@ -921,10 +1083,12 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 	case POLICY_SKIP:
 		d->stats.saves_skipped++;
 		skip_quota = quota_hit(sv, &skip_held);
+		char kept[200];
+		kept_hint(d, kept, sizeof(kept));
 		save_fail(sv, -EBUSY,
-			  "no room for %" PRIu64 " bytes: %s holds %" PRIu64 " MiB not yet durable; "
+			  "no room for %" PRIu64 " bytes: %s holds %" PRIu64 " MiB not yet durable%s; "
 			  "skipped (policy skip)",
-			  sv->shard_bytes, skip_quota ? skip_quota : "the pool", skip_held >> 20);
+			  sv->shard_bytes, skip_quota ? skip_quota : "the pool", skip_held >> 20, kept);
 		return;
 	case POLICY_COALESCE:
 		if (supersede_older(sv) > 0 && !job_waiting(d, sv->job) && try_admit(sv) == 0) {

@@ -24,9 +24,25 @@ void save_admit_waiting(struct daemon *d);
 void save_cancel_waiting(struct daemon *d, int status, const char *why);
 void save_on_admit_timer(uv_timer_t *t);
 
+/* Upload a kept (memory-only) save as a durable one would be, on a
+ * persist; it stays held. 0, or -errno (its step is being deleted). Its
+ * end is told through daemon.on_persist_end. */
+int save_persist(struct save *sv);
+
 /* The memory tier (memtier.c). */
-/* sv became durable: keep it as the newest copy of its (job, rank). */
+/* sv became durable, or kept (a memory-only save): keep it as the newest
+ * copy of its (job, rank); older copies go (a durable sv older than a
+ * held copy is released instead). */
 void memtier_hold(struct daemon *d, struct save *sv);
+/* A held copy of sv's (job, rank) with a newer step, or NULL. */
+struct save *memtier_newer(struct daemon *d, const struct save *sv);
+/* sv's persist ended: drop it if a newer step of its (job, rank) came
+ * while it uploaded. sv may be freed. */
+void memtier_settle(struct daemon *d, struct save *sv);
+/* Pool bytes of the memory-only copies held, and how many. */
+uint64_t memtier_kept_bytes(const struct daemon *d, uint32_t *count);
+/* The held copy of (job, step, rank), or NULL. */
+struct save *memtier_find(struct daemon *d, const char *job, uint64_t step, uint32_t rank);
 /* Drop held copies nobody reads, oldest first, until a reservation of
  * that shape (pool_shape) fits; none when dropping all of them could not
  * free enough bytes. */

@@ -5,8 +5,11 @@
 #include "cudadev.h"
 #include "daemon.h"
 #include "hostbuf.h"
+#include "manifest.h"
 #include "saveobj.h"
 
+#include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,4 +76,64 @@ void save_release(struct save *sv)
 		pool_release(&sv->d->pool, sv->chunks, sv->nchunks);
 	sv->have_chunks = false;
 	save_free(sv);
+}
+
+/* The view's tensors and the shard directory's name, in one allocation
+ * hung from m->tensors. */
+struct view_mem {
+	char dir[64];
+	Ckpt__ManifestTensor *ptrs[];
+};
+
+int save_manifest_view(const struct save *sv, Ckpt__Manifest *m, const char *shard_name, uint64_t created_unix_ns)
+{
+	ckpt__manifest__init(m);
+	size_t n = sv->ntensors;
+	struct view_mem *vm = malloc(sizeof(*vm) + n * (sizeof(Ckpt__ManifestTensor *) + sizeof(Ckpt__ManifestTensor)));
+	if (vm == NULL)
+		return -ENOMEM;
+	Ckpt__ManifestTensor *mt = (Ckpt__ManifestTensor *)(vm->ptrs + n);
+	m->format_version = MANIFEST_FORMAT_VERSION;
+	m->job = (char *)sv->job;
+	m->step = sv->step;
+	m->rank = sv->rank;
+	m->world_size = sv->world_size;
+	m->attempt_id = (char *)sv->attempt;
+	m->created_unix_ns = created_unix_ns;
+	m->shard_name = (char *)shard_name;
+	if (sv->spread && manifest_spread_dir(vm->dir, sizeof(vm->dir), sv->rank, sv->step) == 0)
+		m->shard_dir = vm->dir;
+	m->shard_bytes = sv->shard_bytes;
+	m->chunk_bytes = sv->d->pool.chunk_bytes;
+	m->n_chunk_crc32c = sv->nchunks;
+	m->chunk_crc32c = sv->chunk_crc;
+	m->extra_state.data = sv->extra;
+	m->extra_state.len = sv->extra_len;
+	for (size_t i = 0; i < n; i++) {
+		const struct save_tensor *t = &sv->tensors[i];
+		ckpt__manifest_tensor__init(&mt[i]);
+		mt[i].name = t->name;
+		mt[i].dtype = t->dtype;
+		mt[i].n_global_shape = t->box.ndim;
+		mt[i].global_shape = (uint64_t *)t->box.shape;
+		mt[i].n_box_offsets = t->box.ndim;
+		mt[i].box_offsets = (uint64_t *)t->box.off;
+		mt[i].n_box_lengths = t->box.ndim;
+		mt[i].box_lengths = (uint64_t *)t->box.len;
+		mt[i].shard_offset = t->shard_off;
+		mt[i].nbytes = t->nbytes;
+		mt[i].crc32c = t->crc;
+		vm->ptrs[i] = &mt[i];
+	}
+	m->n_tensors = n;
+	m->tensors = vm->ptrs;
+	return 0;
+}
+
+void save_manifest_view_free(Ckpt__Manifest *m)
+{
+	if (m->tensors)
+		free((char *)m->tensors - offsetof(struct view_mem, ptrs));
+	m->tensors = NULL;
+	m->n_tensors = 0;
 }

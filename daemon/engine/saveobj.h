@@ -12,6 +12,7 @@
 #include <sys/queue.h>
 #include <uv.h>
 
+#include "ckpt.pb-c.h"
 #include "config.h"
 #include "tensor.h"
 #include "workq.h"
@@ -29,6 +30,7 @@ enum save_state {
 	SAVE_QUEUED,    /* staged; waiting for an upload slot */
 	SAVE_UPLOADING, /* shard and manifest being written */
 	SAVE_HELD,      /* durable; kept in the pool as the memory tier */
+	SAVE_KEPT,      /* a memory or replicated save, checksummed: held in the pool, not in storage */
 	SAVE_DONE,      /* durable and released */
 	SAVE_FAILED,
 };
@@ -69,8 +71,16 @@ struct copy_job {
 	char why[200]; /* a CUDA failure, in words */
 };
 
+/* Where a save's copy lives once safe: values of proto's Tier. */
+enum save_tier {
+	TIER_DURABLE = 0,
+	TIER_MEMORY = 1,
+	TIER_REPLICATED = 2,
+};
+
 struct save {
-	TAILQ_ENTRY(save) link;  /* daemon.saves while in flight, daemon.held when held */
+	TAILQ_ENTRY(save) link;  /* daemon.saves while in flight */
+	TAILQ_ENTRY(save) hlink; /* daemon.held while in the memory tier (a persist: in both) */
 	TAILQ_ENTRY(save) wlink; /* daemon.waitq or daemon.uploadq */
 	TAILQ_ENTRY(save) slink; /* session.saves */
 	struct daemon *d;
@@ -79,6 +89,10 @@ struct save {
 	enum save_state state;
 	bool listed;     /* in daemon.saves */
 	bool steplocked; /* holds steplock_save_begin */
+	bool in_held;    /* in daemon.held (memtier.c) */
+	bool durable;    /* its manifest is in storage (a durable save, or a memory one persisted) */
+	bool persisting; /* a kept save uploading on a PersistRequest: QUEUED or UPLOADING, and held */
+	enum save_tier tier;
 	char job[129], attempt[129];
 	uint32_t rank, world_size;
 	uint64_t step;
@@ -120,6 +134,13 @@ void save_release(struct save *sv);
 void save_free(struct save *sv);
 /* Give back the trainer's CUDA events. */
 void save_drop_events(struct save *sv);
+
+/* The manifest sv's upload writes, as a view into sv (valid while sv
+ * lives and does not change): created and shard_name as given, the
+ * shard's directory by its layout. Free with save_manifest_view_free. A
+ * memory-only copy has no shard name: "". */
+int save_manifest_view(const struct save *sv, Ckpt__Manifest *m, const char *shard_name, uint64_t created_unix_ns);
+void save_manifest_view_free(Ckpt__Manifest *m);
 
 /* Bytes [off, off+len) of a held save's shard: a pointer into the pool when
  * they lie in one chunk, else copied into tmp. Thread-safe while pinned. */

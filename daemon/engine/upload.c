@@ -23,57 +23,17 @@
 
 static int build_manifest(struct save *sv, uint8_t **out, size_t *outlen, const char *shard_name)
 {
-	Ckpt__Manifest m = CKPT__MANIFEST__INIT;
-	m.format_version = MANIFEST_FORMAT_VERSION;
-	m.job = sv->job;
-	m.step = sv->step;
-	m.rank = sv->rank;
-	m.world_size = sv->world_size;
-	m.attempt_id = sv->attempt;
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	m.created_unix_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-	m.shard_name = (char *)shard_name;
-	char dir[64];
-	if (sv->spread && manifest_spread_dir(dir, sizeof(dir), sv->rank, sv->step) == 0)
-		m.shard_dir = dir;
-	m.shard_bytes = sv->shard_bytes;
-	m.chunk_bytes = sv->d->pool.chunk_bytes;
-	m.n_chunk_crc32c = sv->nchunks;
-	m.chunk_crc32c = sv->chunk_crc;
-	m.extra_state.data = sv->extra;
-	m.extra_state.len = sv->extra_len;
-	Ckpt__ManifestTensor *mt = calloc(sv->ntensors ? sv->ntensors : 1, sizeof(*mt));
-	Ckpt__ManifestTensor **mtp = calloc(sv->ntensors ? sv->ntensors : 1, sizeof(*mtp));
-	if (mt == NULL || mtp == NULL) {
-		free(mt);
-		free(mtp);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < sv->ntensors; i++) {
-		struct save_tensor *t = &sv->tensors[i];
-		ckpt__manifest_tensor__init(&mt[i]);
-		mt[i].name = t->name;
-		mt[i].dtype = t->dtype;
-		mt[i].n_global_shape = t->box.ndim;
-		mt[i].global_shape = t->box.shape;
-		mt[i].n_box_offsets = t->box.ndim;
-		mt[i].box_offsets = t->box.off;
-		mt[i].n_box_lengths = t->box.ndim;
-		mt[i].box_lengths = t->box.len;
-		mt[i].shard_offset = t->shard_off;
-		mt[i].nbytes = t->nbytes;
-		mt[i].crc32c = t->crc;
-		mtp[i] = &mt[i];
-	}
-	m.n_tensors = sv->ntensors;
-	m.tensors = mtp;
+	Ckpt__Manifest m;
+	int r = save_manifest_view(sv, &m, shard_name, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
+	if (r < 0)
+		return r;
 	size_t len = ckpt__manifest__get_packed_size(&m);
 	uint8_t *buf = malloc(len ? len : 1);
 	if (buf)
 		ckpt__manifest__pack(&m, buf);
-	free(mt);
-	free(mtp);
+	save_manifest_view_free(&m);
 	if (buf == NULL)
 		return -ENOMEM;
 	*out = buf;

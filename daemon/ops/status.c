@@ -47,6 +47,10 @@ const struct status_col status_cols[ST_NCOLS] = {
 				 REPLY | METRIC | LINE, "ckptd_pool_used_bytes" },
 	[ST_POOL_HELD_BYTES] = { "pool_held_bytes", "Pool bytes held as the memory tier.", ST_GAUGE, ST_UNIT_BYTES,
 				 REPLY | METRIC, "ckptd_pool_held_bytes" },
+	[ST_POOL_MEMORY_ONLY_BYTES] = { "pool_memory_only_bytes",
+					"Pool bytes of copies held in memory only (tier memory or replicated, "
+					"not persisted): never dropped for space.",
+					ST_GAUGE, ST_UNIT_BYTES, METRIC, "ckptd_pool_memory_only_bytes" },
 	[ST_INFLIGHT_SAVES] = { "inflight_saves", "Saves admitted and not yet durable or failed.", ST_GAUGE,
 				ST_UNIT_COUNT, REPLY | METRIC | LINE, "ckptd_saves_inflight" },
 	[ST_WAITING_SAVES] = { "waiting_saves", "Saves waiting for pool space.", ST_GAUGE, ST_UNIT_COUNT,
@@ -209,8 +213,10 @@ int status_snapshot(const struct daemon *d, struct status *st)
 	/* Every number is filled even when the list cannot be. */
 	st->held = calloc(d->nheld ? d->nheld : 1, sizeof(*st->held));
 	const struct save *sv;
-	TAILQ_FOREACH (sv, &d->held, link) {
+	TAILQ_FOREACH (sv, &d->held, hlink) {
 		v[ST_POOL_HELD_BYTES] += sv->pool_bytes;
+		if (!sv->durable)
+			v[ST_POOL_MEMORY_ONLY_BYTES] += sv->pool_bytes;
 		if (st->held == NULL || st->nheld == d->nheld)
 			continue;
 		st->held[st->nheld++] = (struct status_held){ .job = sv->job,
@@ -218,7 +224,9 @@ int status_snapshot(const struct daemon *d, struct status *st)
 							      .rank = sv->rank,
 							      .world_size = sv->world_size,
 							      .step = sv->step,
-							      .bytes = sv->shard_bytes };
+							      .bytes = sv->shard_bytes,
+							      .tier = (int)sv->tier,
+							      .durable = sv->durable };
 	}
 	return st->held ? 0 : -ENOMEM;
 }
@@ -286,6 +294,8 @@ int status_reply_fill(const struct status *st, Ckpt__StatusReply *rep)
 		held[k].step = h->step;
 		held[k].bytes = h->bytes;
 		held[k].attempt_id = (char *)h->attempt;
+		held[k].tier = (Ckpt__Tier)h->tier;
+		held[k].durable = h->durable;
 		heldp[k] = &held[k];
 	}
 	rep->n_held = n;

@@ -28,6 +28,7 @@ enum status_col_id {
 	ST_POOL_BYTES,
 	ST_POOL_USED_BYTES,
 	ST_POOL_HELD_BYTES,
+	ST_POOL_MEMORY_ONLY_BYTES,
 	ST_INFLIGHT_SAVES,
 	ST_WAITING_SAVES,
 	ST_SAVES_TOTAL,
@@ -106,6 +107,8 @@ struct status_held {
 	const char *job, *attempt; /* borrowed from the daemon */
 	uint32_t rank, world_size;
 	uint64_t step, bytes;
+	int tier;     /* enum save_tier: what it was saved as */
+	bool durable; /* in storage too */
 };
 
 struct status_tenant {

@@ -13,6 +13,7 @@
 #include "save.h"
 #include "session.h"
 #include "steplock.h"
+#include "tier_req.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -53,6 +54,8 @@ static void step_info_clear(Ckpt__StepInfo *si)
 {
 	free(si->job);
 	free(si->attempt_id);
+	if (si->where != protobuf_c_empty_string)
+		free(si->where); /* list_held's */
 }
 
 struct infos {
@@ -257,6 +260,29 @@ static void list_run(struct bgreq *b)
 static void list_reply(struct bgreq *b)
 {
 	struct list_req *l = (struct list_req *)b;
+	/* Steps in this daemon's memory: where their copies are, and those
+	 * in memory only (on the loop: the memory tier is the loop's). */
+	size_t before = l->out.n;
+	int r = list_held(b, l->job, &l->out.v, &l->out.n);
+	if (l->out.n > l->out.cap)
+		l->out.cap = l->out.n;
+	if (l->out.n > before) {
+		char **nr = realloc(l->out.reasons, l->out.cap * sizeof(*nr));
+		if (nr == NULL) {
+			for (size_t i = before; i < l->out.n; i++)
+				step_info_clear(&l->out.v[i]);
+			l->out.n = before;
+			r = -ENOMEM;
+		} else {
+			l->out.reasons = nr;
+			for (size_t i = before; i < l->out.n; i++)
+				nr[i] = NULL;
+		}
+	}
+	if (r < 0) {
+		session_reply(b->session, b->req_id, -ENOMEM, "out of memory");
+		return;
+	}
 	Ckpt__StepInfo **ptrs = infos_ptrs(&l->out);
 	if (ptrs == NULL) {
 		session_reply(b->session, b->req_id, -ENOMEM, "out of memory");
@@ -708,6 +734,12 @@ static void step_start(struct session *s, uint64_t req_id, const char *name, uin
 
 void show_start(struct session *s, uint64_t req_id, const Ckpt__ShowRequest *m)
 {
+	char job[129];
+	if (!job_arg(s, req_id, m->job, true, job, sizeof(job)))
+		return;
+	/* A step held here in memory only is answered from the copies. */
+	if (show_held(s, req_id, job, m->step, m->one_rank, m->rank))
+		return;
 	step_start(s, req_id, m->job, m->step, false, m->one_rank, m->rank, "", 0);
 }
 

@@ -8,6 +8,7 @@
 #include "save.h"
 #include "session.h"
 #include "status.h"
+#include "tier_req.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -69,6 +70,15 @@ static void m_gc(struct session *s, const Ckpt__Frame *f)
 static void m_resolve(struct session *s, const Ckpt__Frame *f)
 {
 	resolve_start(s, f->req_id, f->resolve);
+}
+
+static void m_held(struct session *s, const Ckpt__Frame *f)
+{
+	held_start(s, f->req_id, f->held);
+}
+static void m_persist(struct session *s, const Ckpt__Frame *f)
+{
+	persist_request(s, f->req_id, f->persist);
 }
 
 /* What a tenant's session may see of the status (README "Tenants"): its
@@ -160,6 +170,9 @@ static const struct msg_row rows[] = {
 	[CKPT__FRAME__BODY_GC] = { .name = "gc", .handler = m_gc, .flags = BG },
 	[CKPT__FRAME__BODY_METRICS] = { .name = "metrics", .handler = m_metrics, .flags = MSG_NEEDS_HELLO },
 	[CKPT__FRAME__BODY_RESOLVE] = { .name = "resolve", .handler = m_resolve, .flags = BG },
+	[CKPT__FRAME__BODY_HELD] = { .name = "held", .handler = m_held, .flags = MSG_NEEDS_HELLO },
+	/* Answered when its uploads end; holds the session like a load. */
+	[CKPT__FRAME__BODY_PERSIST] = { .name = "persist", .handler = m_persist, .flags = BG },
 
 	[CKPT__FRAME__BODY_HELLO_REPLY] = NOT_REQUEST("hello_reply"),
 	[CKPT__FRAME__BODY_REPLY] = NOT_REQUEST("reply"),
@@ -175,6 +188,9 @@ static const struct msg_row rows[] = {
 	[CKPT__FRAME__BODY_GC_REPLY] = NOT_REQUEST("gc_reply"),
 	[CKPT__FRAME__BODY_METRICS_REPLY] = NOT_REQUEST("metrics_reply"),
 	[CKPT__FRAME__BODY_RESOLVE_REPLY] = NOT_REQUEST("resolve_reply"),
+	[CKPT__FRAME__BODY_SAVE_KEPT] = NOT_REQUEST("save_kept"),
+	[CKPT__FRAME__BODY_SAVE_REPLICATED] = NOT_REQUEST("save_replicated"),
+	[CKPT__FRAME__BODY_HELD_REPLY] = NOT_REQUEST("held_reply"),
 };
 
 _Static_assert(sizeof(rows) / sizeof(rows[0]) <= STATS_MSG_SLOTS,

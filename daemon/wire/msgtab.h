@@ -15,7 +15,7 @@ struct session;
 enum msg_flag {
 	MSG_NEEDS_HELLO = 1u << 0,     /* before Hello: the session closes (EPROTO) */
 	MSG_REFUSE_DRAINING = 1u << 1, /* refused with ESHUTDOWN while ckptd drains */
-	MSG_BACKGROUND = 1u << 2,      /* answered later, from the threadpool; holds the session */
+	MSG_BACKGROUND = 1u << 2,      /* answered later (threadpool, or a persist's uploads); holds the session */
 	MSG_CAPPED = 1u << 3,          /* counts toward max_inflight_loads of the session */
 	MSG_NOT_REQUEST = 1u << 4,     /* a reply or event: only ckptd sends it */
 };

@@ -96,7 +96,25 @@ typedef enum {
 	CKPT_STAGED = 1,  /* the daemon holds a copy; buffers may change again */
 	CKPT_DURABLE = 2, /* the manifest is safely in storage */
 	CKPT_LOADED = 3,  /* a load has written every requested tensor */
+	/* A memory or replicated save (ckpt_tier) is checksummed and held by
+	 * the daemon: a load of its step restores it from now on. The last
+	 * phase of a memory save. */
+	CKPT_KEPT = 4,
+	/* A replicated save's copies in peer daemons' memory, or why not:
+	 * waiting for it returns 0 or the reason's -errno (the save is kept
+	 * all the same; ckpt_future_message says why). */
+	CKPT_REPLICATED = 5,
 } ckpt_phase;
+
+/* Where a save's copy lives once it is safe (README "Tiers"). A memory
+ * or replicated step is not in storage until ckpt_persist() names it;
+ * its future ends at CKPT_KEPT (memory) or CKPT_REPLICATED, and waiting
+ * for CKPT_DURABLE on it is -EINVAL. */
+typedef enum {
+	CKPT_TIER_DURABLE = 0,    /* staged, then uploaded (the default) */
+	CKPT_TIER_MEMORY = 1,     /* staged and held in this node's daemon only */
+	CKPT_TIER_REPLICATED = 2, /* memory, and held by peer daemons too */
+} ckpt_tier;
 
 /* Connect and say hello. hello may be NULL for a control session. */
 int ckpt_connect(const char *socket_path, const ckpt_hello *hello, ckpt_client **out);
@@ -147,6 +165,7 @@ typedef struct {
 	 * CUDA tensors: an interprocess event is recorded on it. NULL: the
 	 * legacy default stream. */
 	void *cuda_stream;
+	int tier; /* ckpt_tier; 0: durable */
 } ckpt_save_opts;
 
 /* Start saving step. Returns at once; the future reaches CKPT_STAGED and then
@@ -172,6 +191,9 @@ size_t ckpt_table_size(const ckpt_table *t);
 /* ckpt_save of the table's tensors. */
 int ckpt_save_table(ckpt_client *c, uint64_t step, const ckpt_table *t, const void *extra, size_t extra_len,
 		    ckpt_future **out);
+/* ckpt_save_table with options (opts->cuda_stream is unused); opts may be NULL. */
+int ckpt_save_table_ex(ckpt_client *c, uint64_t step, const ckpt_table *t, const void *extra, size_t extra_len,
+		       const ckpt_save_opts *opts, ckpt_future **out);
 /* Drop the table (saves made from it go on). Accepts NULL. */
 void ckpt_table_free(ckpt_table *t);
 
@@ -185,13 +207,23 @@ int ckpt_load(ckpt_client *c, int64_t step, const ckpt_tensor *tensors, size_t n
 int ckpt_load_ex(ckpt_client *c, int64_t step, const ckpt_tensor *tensors, size_t ntensors, unsigned flags,
 		 ckpt_future **out);
 
+/* Make step of job (NULL: this session's) durable: every copy of it that
+ * this daemon holds in memory only (memory and replicated saves, of any
+ * rank on this node) is uploaded as a durable save's would be, and stays
+ * held. The future reaches CKPT_DURABLE once all of them are, or fails
+ * (the copies stay in memory); -ENOENT when this daemon holds no copy of
+ * the step. Every node's ranks ask their own daemon (ckpt.torch's
+ * Checkpointer.persist does, on every rank). */
+int ckpt_persist(ckpt_client *c, const char *job, uint64_t step, ckpt_future **out);
+
 /* Wait until the future has reached phase (or failed). timeout_ms < 0 waits
  * forever. Returns 0, -ETIMEDOUT, or the failure (-errno) with its message in
  * ckpt_future_message(). */
 int ckpt_future_wait(ckpt_future *f, ckpt_phase phase, int timeout_ms);
 /* 1 if phase was reached, 0 if not yet, or the failure (-errno). */
 int ckpt_future_poll(ckpt_future *f, ckpt_phase phase);
-/* The daemon's message for a failed future, "" otherwise. */
+/* The daemon's message for a failed future; for a replicated save that
+ * was not replicated, why; "" otherwise. */
 const char *ckpt_future_message(ckpt_future *f);
 /* Filled in once the respective phase is reached. */
 uint64_t ckpt_future_bytes(ckpt_future *f);
@@ -199,6 +231,8 @@ uint64_t ckpt_future_bytes(ckpt_future *f);
  * staged; 0 before. The trainer's stall less this is the client's share. */
 uint64_t ckpt_future_stall_ns(ckpt_future *f);
 uint64_t ckpt_future_step(ckpt_future *f);
+/* A replicated save, once CKPT_REPLICATED: how many peers hold a copy. */
+uint32_t ckpt_future_replicas(ckpt_future *f);
 /* For loads: the extra state saved with the step (valid until freed). */
 const void *ckpt_future_extra(ckpt_future *f, size_t *len);
 /* For loads, once loaded: "memory" (the daemon's memory tier), "storage",
@@ -230,6 +264,8 @@ typedef struct {
 	uint32_t rank, world_size;
 	uint64_t step, bytes;
 	char attempt_id[128];
+	int tier;    /* ckpt_tier it was saved as */
+	int durable; /* in storage too (durable, or persisted) */
 } ckpt_held_info;
 
 typedef struct {
@@ -266,6 +302,12 @@ typedef struct {
 	char attempt_id[128];
 	int bytes_unlisted;    /* layout spread: the listing has no shard sizes (bytes is 0); show has them */
 	int64_t saved_unix_ns; /* the newest manifest's time as listed, ns since the epoch; 0: unknown */
+	/* ckpt_list and ckpt_show: "durable" (in storage), or "memory" /
+	 * "replicated" (in daemons' memory only; ranks_present of them in
+	 * this daemon); "" from an older daemon. where: in words, where its
+	 * copies are ("storage", "memory here: 8 of 8 ranks"). */
+	char tier[16];
+	char where[128];
 } ckpt_step_info;
 
 /* Decide once which step a restore loads: step CKPT_LATEST (the highest
@@ -276,6 +318,12 @@ typedef struct {
  * it never falls back to an older step; -ENOENT when there is none. Call
  * it on one rank and broadcast out->step. */
 int ckpt_resolve(ckpt_client *c, const char *job, int64_t step, ckpt_step_info *out);
+
+/* The copies this daemon holds in memory of job (NULL: this session's):
+ * this session's rank's, or every rank's with all_ranks. No storage
+ * request: what a restore could read here (README "Tiers": ranks agree on
+ * a memory-only step by gathering these). *out is malloc'd; free(). */
+int ckpt_held(ckpt_client *c, const char *job, int all_ranks, ckpt_held_info **out, size_t *count);
 
 /* List steps of job (NULL: all jobs). *out is malloc'd; free with free(). */
 int ckpt_list(ckpt_client *c, const char *job, ckpt_step_info **out, size_t *count);

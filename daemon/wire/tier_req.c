@@ -1,0 +1,264 @@
+/* The memory tier's requests: held, persist, and the memory-only steps in
+ * show and list. The copies are the engine's (memtier.c); this file only
+ * says what a session may see of them (its tenant's, under its own
+ * names) and answers. */
+#include "tier_req.h"
+#include "bgreq.h"
+#include "daemon.h"
+#include "persist.h"
+#include "save.h"
+#include "session.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const tier_word[] = {
+	[TIER_DURABLE] = "durable", [TIER_MEMORY] = "memory", [TIER_REPLICATED] = "replicated"
+};
+
+/* The job a request names, or the session's own when it names none. */
+static bool request_job(struct session *s, uint64_t req_id, const char *name, const char *what, char *out,
+			size_t outlen)
+{
+	char why[256];
+	if (name[0] == '\0') {
+		if (s->job[0] == '\0') {
+			session_reply(s, req_id, -EINVAL, "%s needs a job (this session said none in Hello)", what);
+			return false;
+		}
+		snprintf(out, outlen, "%s", s->job); /* kept already */
+		return true;
+	}
+	if (session_job(s, name, out, outlen, why, sizeof(why)) < 0) {
+		session_reply(s, req_id, -EINVAL, "%s", why);
+		return false;
+	}
+	return true;
+}
+
+static void held_copy_fill(Ckpt__HeldCopy *h, const struct save *sv, size_t strip)
+{
+	ckpt__held_copy__init(h);
+	h->job = (char *)sv->job + strip;
+	h->rank = sv->rank;
+	h->world_size = sv->world_size;
+	h->step = sv->step;
+	h->bytes = sv->shard_bytes;
+	h->attempt_id = (char *)sv->attempt;
+	h->tier = (Ckpt__Tier)sv->tier;
+	h->durable = sv->durable;
+}
+
+void held_start(struct session *s, uint64_t req_id, const Ckpt__HeldRequest *m)
+{
+	char job[129];
+	if (!request_job(s, req_id, m->job, "held", job, sizeof(job)))
+		return;
+	if (!m->all_ranks && s->job[0] == '\0') {
+		session_reply(s, req_id, -EINVAL, "a control session has no rank: ask for all_ranks");
+		return;
+	}
+	struct daemon *d = s->d;
+	size_t n = 0, k = 0;
+	struct save *sv;
+	TAILQ_FOREACH (sv, &d->held, hlink)
+		if (strcmp(sv->job, job) == 0 && (m->all_ranks || sv->rank == s->rank))
+			n++;
+	Ckpt__HeldCopy *v = calloc(n ? n : 1, sizeof(*v));
+	Ckpt__HeldCopy **p = calloc(n ? n : 1, sizeof(*p));
+	if (v == NULL || p == NULL) {
+		free(v);
+		free(p);
+		session_reply(s, req_id, -ENOMEM, "out of memory");
+		return;
+	}
+	size_t strip = session_job_strip(s);
+	TAILQ_FOREACH (sv, &d->held, hlink)
+		if (strcmp(sv->job, job) == 0 && (m->all_ranks || sv->rank == s->rank)) {
+			held_copy_fill(&v[k], sv, strip);
+			p[k] = &v[k];
+			k++;
+		}
+	Ckpt__HeldReply rep = CKPT__HELD_REPLY__INIT;
+	rep.n_held = k;
+	rep.held = p;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_HELD_REPLY;
+	f.held_reply = &rep;
+	session_send(s, req_id, &f);
+	free(v);
+	free(p);
+}
+
+void persist_request(struct session *s, uint64_t req_id, const Ckpt__PersistRequest *m)
+{
+	char job[129];
+	if (!request_job(s, req_id, m->job, "persist", job, sizeof(job)))
+		return;
+	struct requester rq = session_requester(s, req_id);
+	persist_start(s->d, &rq, job, m->step);
+}
+
+/* Copies of (job, step) held here: how many, and whether any is in
+ * memory only; *one is rank's (or rank 0's, or the first). */
+static size_t step_copies(struct daemon *d, const char *job, uint64_t step, uint32_t rank, bool *memory_only,
+			  const struct save **one)
+{
+	size_t n = 0;
+	struct save *sv;
+	*memory_only = false;
+	*one = NULL;
+	TAILQ_FOREACH (sv, &d->held, hlink) {
+		if (sv->step != step || strcmp(sv->job, job) != 0)
+			continue;
+		n++;
+		*memory_only |= !sv->durable;
+		if (*one == NULL || sv->rank == rank || (sv->rank == 0 && (*one)->rank != rank))
+			*one = sv;
+	}
+	return n;
+}
+
+static void where_of(char *buf, size_t len, size_t here, uint32_t world_size, bool storage)
+{
+	snprintf(buf, len, "%smemory here: %zu of %u ranks", storage ? "storage, " : "", here, world_size);
+}
+
+bool show_held(struct session *s, uint64_t req_id, const char *job, uint64_t step, bool one_rank, uint32_t rank)
+{
+	struct daemon *d = s->d;
+	bool memory_only;
+	const struct save *one;
+	size_t n = step_copies(d, job, step, rank, &memory_only, &one);
+	if (n == 0 || !memory_only)
+		return false;
+	size_t nm = one_rank ? 1 : n, k = 0;
+	Ckpt__Manifest *ms = calloc(nm, sizeof(*ms));
+	Ckpt__Manifest **mp = calloc(nm, sizeof(*mp));
+	int r = ms && mp ? 0 : -ENOMEM;
+	struct save *sv;
+	TAILQ_FOREACH (sv, &d->held, hlink) {
+		if (r < 0 || k == nm)
+			break;
+		if (sv->step != step || strcmp(sv->job, job) != 0 || (one_rank && sv != one))
+			continue;
+		r = save_manifest_view(sv, &ms[k], "", 0);
+		if (r == 0) {
+			ms[k].job += session_job_strip(s);
+			ms[k].extra_state.len = 0; /* as show from storage: the user's, and possibly large */
+			mp[k] = &ms[k];
+			k++;
+		}
+	}
+	if (r == 0) {
+		char where[96];
+		where_of(where, sizeof(where), n, one->world_size, false);
+		Ckpt__StepInfo si = CKPT__STEP_INFO__INIT;
+		si.job = (char *)job + session_job_strip(s);
+		si.step = step;
+		si.complete = n == one->world_size;
+		si.ranks_present = (uint32_t)n;
+		si.world_size = one->world_size;
+		si.attempt_id = (char *)one->attempt;
+		for (size_t i = 0; i < k; i++)
+			si.bytes += ms[i].shard_bytes;
+		si.tier = (char *)tier_word[one->tier];
+		si.where = where;
+		Ckpt__ShowReply rep = CKPT__SHOW_REPLY__INIT;
+		rep.info = &si;
+		rep.n_manifests = k;
+		rep.manifests = mp;
+		Ckpt__Frame f = CKPT__FRAME__INIT;
+		f.body_case = CKPT__FRAME__BODY_SHOW_REPLY;
+		f.show_reply = &rep;
+		session_send(s, req_id, &f);
+	} else {
+		session_reply(s, req_id, r, "out of memory");
+	}
+	for (size_t i = 0; i < k; i++)
+		save_manifest_view_free(&ms[i]);
+	free(ms);
+	free(mp);
+	return true;
+}
+
+/* May b's session see job (kept name)? Its tenant's jobs; an admin, or
+ * anyone without tenants, every job; otherwise jobs outside tenants. */
+static bool visible(const struct bgreq *b, const char *job)
+{
+	const struct config *c = &b->d->cfg;
+	if (b->tenant >= 0) {
+		size_t tl = strlen(c->tenants[b->tenant].name);
+		return strncmp(job, c->tenants[b->tenant].name, tl) == 0 && job[tl] == '/';
+	}
+	return b->admin || c->ntenants == 0 || config_tenant_of_job(c, job) == NULL;
+}
+
+int list_held(struct bgreq *b, const char *job, Ckpt__StepInfo **v, size_t *n)
+{
+	struct daemon *d = b->d;
+	size_t listed = *n;
+	/* Storage steps held here too: where their copies are. */
+	for (size_t i = 0; i < listed; i++) {
+		Ckpt__StepInfo *si = &(*v)[i];
+		char kept[129];
+		if (b->strip)
+			snprintf(kept, sizeof(kept), "%s/%s", d->cfg.tenants[b->tenant].name, si->job);
+		else
+			snprintf(kept, sizeof(kept), "%s", si->job);
+		bool memory_only;
+		const struct save *one;
+		size_t here = step_copies(d, kept, si->step, 0, &memory_only, &one);
+		si->tier = (char *)"durable";
+		char where[96];
+		if (here)
+			where_of(where, sizeof(where), here, si->world_size, true);
+		si->where = strdup(here ? where : "storage");
+		if (si->where == NULL)
+			return -ENOMEM;
+	}
+	/* Steps in memory only: one entry per (job, step). */
+	struct save *sv;
+	TAILQ_FOREACH (sv, &d->held, hlink) {
+		if (sv->durable || (job[0] && strcmp(sv->job, job) != 0) || !visible(b, sv->job))
+			continue;
+		bool seen = false;
+		for (size_t i = listed; i < *n && !seen; i++)
+			seen = (*v)[i].step == sv->step && strcmp((*v)[i].job, sv->job + b->strip) == 0;
+		if (seen)
+			continue;
+		bool memory_only;
+		const struct save *one;
+		size_t here = step_copies(d, sv->job, sv->step, 0, &memory_only, &one);
+		Ckpt__StepInfo *nv = realloc(*v, (*n + 1) * sizeof(**v));
+		if (nv == NULL)
+			return -ENOMEM;
+		*v = nv;
+		Ckpt__StepInfo *si = &nv[*n];
+		ckpt__step_info__init(si);
+		char where[96];
+		where_of(where, sizeof(where), here, sv->world_size, false);
+		si->job = strdup(sv->job + b->strip);
+		si->attempt_id = strdup(sv->attempt);
+		si->where = strdup(where);
+		si->tier = (char *)tier_word[sv->tier];
+		if (si->job == NULL || si->attempt_id == NULL || si->where == NULL) {
+			free(si->job);
+			free(si->attempt_id);
+			free(si->where);
+			return -ENOMEM;
+		}
+		si->step = sv->step;
+		si->ranks_present = (uint32_t)here;
+		si->world_size = sv->world_size;
+		si->complete = here == sv->world_size;
+		TAILQ_FOREACH (one, &d->held, hlink)
+			if (one->step == sv->step && strcmp(one->job, sv->job) == 0)
+				si->bytes += one->shard_bytes;
+		(*n)++;
+	}
+	return 0;
+}
