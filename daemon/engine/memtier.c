@@ -6,11 +6,12 @@
  * - durable ones (SAVE_HELD): also in storage, so dropping them loses
  *   nothing; admission reclaims them, oldest first;
  * - memory-only ones (SAVE_KEPT, a TIER_MEMORY or TIER_REPLICATED save):
- *   never dropped for space. Each is its (job, rank)'s newest (holding a
- *   newer step drops the older), so a save that needs their space waits
- *   or fails by its job's policy, and says why. A persist uploads one
- *   while it stays held (persisting: in daemon.saves too); it is not
- *   dropped until the upload ends.
+ *   never dropped for space while they are their (job, rank)'s newest, so
+ *   a save that needs their space waits or fails by its job's policy, and
+ *   says why. Behind a memory-only newest, the newest copy before it is
+ *   kept too (trim), reclaimable. A persist uploads a copy while it stays
+ *   held (persisting: in daemon.saves too); it is not dropped until the
+ *   upload ends.
  * Loop thread only; loads pin what they read. */
 #include "daemon.h"
 #include "log.h"
@@ -54,37 +55,42 @@ void memtier_drop_corrupt(struct daemon *d, struct save *sv)
 		}
 }
 
-/* o, held, is an older copy of sv's (job, rank). */
-static bool older_of(const struct save *o, const struct save *sv)
+/* Keep the newest copy of (job, rank) and, when that one is in memory
+ * only, the newest before it: ranks that did not all finish the newest
+ * step (a node lost mid-save) can still agree on the one before, from
+ * memory (README "Tiers"). That one is reclaimable; every older copy goes
+ * (one a persist uploads, once its upload ends: memtier_settle). */
+static void trim(struct daemon *d, const char *job, uint32_t rank)
 {
-	return o != sv && o->rank == sv->rank && o->step <= sv->step && strcmp(o->job, sv->job) == 0;
+	struct save *newest = NULL, *prev = NULL, *o, *next;
+	TAILQ_FOREACH (o, &d->held, hlink)
+		if (o->rank == rank && strcmp(o->job, job) == 0 && (newest == NULL || o->step >= newest->step))
+			newest = o; /* a step saved again: the later copy */
+	if (newest == NULL)
+		return;
+	if (!newest->durable)
+		TAILQ_FOREACH (o, &d->held, hlink)
+			if (o->rank == rank && o->step < newest->step && strcmp(o->job, job) == 0 &&
+			    (prev == NULL || o->step >= prev->step))
+				prev = o;
+	for (o = TAILQ_FIRST(&d->held); o; o = next) {
+		next = TAILQ_NEXT(o, hlink);
+		if (o != newest && o != prev && !o->persisting && o->rank == rank && strcmp(o->job, job) == 0)
+			drop(d, o, "newer steps of the same job and rank are held");
+	}
 }
 
 void memtier_hold(struct daemon *d, struct save *sv)
 {
 	assert((sv->state == SAVE_HELD || sv->state == SAVE_KEPT) && !sv->listed && !sv->in_held);
-	struct save *o, *next;
-	TAILQ_FOREACH (o, &d->held, hlink) {
-		if (o->rank == sv->rank && strcmp(o->job, sv->job) == 0 && o->step > sv->step) {
-			/* Out of order: a newer step is held already. */
-			if (sv->state == SAVE_KEPT)
-				log_info("memtier: memory-only %s step %" PRIu64 " rank %u is not kept: step %" PRIu64
-					 " is newer",
-					 sv->job, sv->step, sv->rank, o->step);
-			save_release(sv);
-			return;
-		}
-	}
-	for (o = TAILQ_FIRST(&d->held); o; o = next) {
-		next = TAILQ_NEXT(o, hlink);
-		if (older_of(o, sv) && !o->persisting) /* a persist's upload reads it: memtier_settle */
-			drop(d, o, "a newer step of the same job and rank is held");
-	}
 	if (d->cfg.debug_corrupt_held && sv->nchunks > 0 && sv->shard_bytes > 0)
 		pool_span_ptr(&d->pool, sv->chunks[0])[0] ^= 0x5a; /* tests: the restore's crc must see it */
 	TAILQ_INSERT_TAIL(&d->held, sv, hlink);
 	sv->in_held = true;
 	d->nheld++;
+	char job[sizeof(sv->job)];
+	snprintf(job, sizeof(job), "%s", sv->job); /* sv may go */
+	trim(d, job, sv->rank);
 }
 
 struct save *memtier_newer(struct daemon *d, const struct save *sv)
@@ -99,18 +105,18 @@ struct save *memtier_newer(struct daemon *d, const struct save *sv)
 void memtier_settle(struct daemon *d, struct save *sv)
 {
 	assert(sv->in_held && !sv->persisting);
-	struct save *o;
-	TAILQ_FOREACH (o, &d->held, hlink)
-		if (older_of(sv, o)) {
-			drop(d, sv, "a newer step of the same job and rank is held");
-			return;
-		}
+	char job[sizeof(sv->job)];
+	snprintf(job, sizeof(job), "%s", sv->job); /* sv may go */
+	trim(d, job, sv->rank);
 }
 
-/* What admission may drop: a durable copy no load reads. */
-static bool reclaimable(const struct save *sv)
+/* What admission may drop: a copy no load reads that is durable, or in
+ * memory only and not its rank's newest (trim's "before" copy). */
+static bool reclaimable(struct daemon *d, const struct save *sv)
 {
-	return sv->state == SAVE_HELD && sv->readers == 0;
+	if (sv->readers > 0)
+		return false;
+	return sv->state == SAVE_HELD || (sv->state == SAVE_KEPT && memtier_newer(d, sv) != NULL);
 }
 
 void memtier_reclaim(struct daemon *d, uint32_t whole, uint32_t tail_slots)
@@ -119,7 +125,7 @@ void memtier_reclaim(struct daemon *d, uint32_t whole, uint32_t tail_slots)
 	uint64_t could = pool_free_slots(&d->pool);
 	struct save *sv, *next;
 	TAILQ_FOREACH (sv, &d->held, hlink)
-		if (reclaimable(sv))
+		if (reclaimable(d, sv))
 			could += sv->pool_bytes / d->pool.slot_bytes;
 	if (could * d->pool.slot_bytes < pool_shape_bytes(&d->pool, whole, tail_slots))
 		return;
@@ -127,7 +133,7 @@ void memtier_reclaim(struct daemon *d, uint32_t whole, uint32_t tail_slots)
 	 * cut up, so fit is checked, not counted. */
 	for (sv = TAILQ_FIRST(&d->held); sv && !pool_fits(&d->pool, whole, tail_slots); sv = next) {
 		next = TAILQ_NEXT(sv, hlink);
-		if (!reclaimable(sv))
+		if (!reclaimable(d, sv))
 			continue;
 		d->stats.reclaimed_bytes += sv->pool_bytes;
 		drop(d, sv, "its space is needed for a new save");

@@ -30,14 +30,14 @@ void save_on_admit_timer(uv_timer_t *t);
 int save_persist(struct save *sv);
 
 /* The memory tier (memtier.c). */
-/* sv became durable, or kept (a memory-only save): keep it as the newest
- * copy of its (job, rank); older copies go (a durable sv older than a
- * held copy is released instead). */
+/* sv became durable, or kept (a memory-only save): hold it. Of its (job,
+ * rank) the newest copy stays, and the newest before it while the newest
+ * is in memory only; older ones go (sv itself, when it is one). */
 void memtier_hold(struct daemon *d, struct save *sv);
 /* A held copy of sv's (job, rank) with a newer step, or NULL. */
 struct save *memtier_newer(struct daemon *d, const struct save *sv);
-/* sv's persist ended: drop it if a newer step of its (job, rank) came
- * while it uploaded. sv may be freed. */
+/* sv's persist ended: apply memtier_hold's rule to its (job, rank) again
+ * (it may drop sv, or, now that sv is durable, the copy before it). */
 void memtier_settle(struct daemon *d, struct save *sv);
 /* Pool bytes of the memory-only copies held, and how many. */
 uint64_t memtier_kept_bytes(const struct daemon *d, uint32_t *count);

@@ -1,6 +1,6 @@
 /* Writes the seed corpus of fuzz-frame: one file per request a client
- * sends (Hello, RegisterBuffer, Save, Load, the catalogue's requests), and
- * one stream of several frames. Built with the harnesses:
+ * sends (Hello, RegisterBuffer, Save, Load, the catalogue's requests, a
+ * table, the tiers' requests), and one stream of several frames. Built with the harnesses:
  *   B/tests/fuzz/frame-seeds tests/fuzz/corpus/frame */
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,6 +128,26 @@ int main(int argc, char **argv)
 	fts.body_case = CKPT__FRAME__BODY_SAVE;
 	fts.save = &tsave;
 
+	/* Tiers: a memory save, the copies held, a persist. */
+	Ckpt__Save msave = CKPT__SAVE__INIT;
+	msave.step = 102;
+	msave.table_id = 1;
+	msave.tier = CKPT__TIER__TIER_MEMORY;
+	Ckpt__Frame fms = CKPT__FRAME__INIT;
+	fms.body_case = CKPT__FRAME__BODY_SAVE;
+	fms.save = &msave;
+	Ckpt__HeldRequest hr = CKPT__HELD_REQUEST__INIT;
+	hr.all_ranks = 1;
+	Ckpt__Frame fhr = CKPT__FRAME__INIT;
+	fhr.body_case = CKPT__FRAME__BODY_HELD;
+	fhr.held = &hr;
+	Ckpt__PersistRequest pr = CKPT__PERSIST_REQUEST__INIT;
+	pr.job = "llama-7b";
+	pr.step = 102;
+	Ckpt__Frame fpr = CKPT__FRAME__INIT;
+	fpr.body_case = CKPT__FRAME__BODY_PERSIST;
+	fpr.persist = &pr;
+
 	Ckpt__Frame *one[1];
 	one[0] = &fh, emit("hello", one, 1);
 	one[0] = &fr, emit("register", one, 1);
@@ -137,6 +157,8 @@ int main(int argc, char **argv)
 	one[0] = &fd, emit("delete", one, 1);
 	Ckpt__Frame *table[2] = { &fdt, &fts };
 	emit("table", table, 2);
+	Ckpt__Frame *tiers[4] = { &fdt, &fms, &fhr, &fpr };
+	emit("tiers", tiers, 4);
 	Ckpt__Frame *stream[4] = { &fh, &fr, &fs, &fl };
 	emit("stream", stream, 4);
 	return 0;

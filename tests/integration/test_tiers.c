@@ -362,8 +362,9 @@ static void test_persist(void **state)
 	h_cleanup(&d);
 }
 
-/* A newer memory step of a rank replaces its older one; the older is then
- * restorable from nowhere (it never was in storage). */
+/* A newer memory step of a rank keeps the one before it (ranks that did
+ * not all finish the newest can agree on it) and drops older ones, which
+ * are then restorable from nowhere (never in storage). */
 static void test_newer_memory_step_replaces_older(void **state)
 {
 	(void)state;
@@ -378,11 +379,12 @@ static void test_newer_memory_step_replaces_older(void **state)
 		ckpt_future_free(f);
 	}
 	ckpt_held_info *h = NULL;
-	assert_int_equal(held_copies(&d, "newer", &h), 1);
-	assert_int_equal(h[0].step, 3);
+	assert_int_equal(held_copies(&d, "newer", &h), 2);
+	assert_int_equal(h[0].step + h[1].step, 5); /* steps 2 and 3 */
 	free(h);
 	char src[16], msg[512];
-	assert_int_equal(rc_load(&rc, 2, 0, src, sizeof(src), msg, sizeof(msg)), -ENOENT);
+	assert_int_equal(rc_load(&rc, 1, 0, src, sizeof(src), msg, sizeof(msg)), -ENOENT);
+	expect_load_from(&rc, 2, 0, "memory");
 	expect_load_from(&rc, 3, 0, "memory");
 	/* An older step saved after a newer one is not kept over it. */
 	ckpt_future *f = rc_save_tier(&rc, 2, CKPT_TIER_MEMORY);
@@ -451,6 +453,52 @@ static void test_memory_only_never_reclaimed(void **state)
 	rc_close(&mem);
 	rc_close(&other);
 	rc_close(&skip);
+	h_cleanup(&d);
+}
+
+/* The copy kept behind a rank's newest memory step is reclaimable: a save
+ * that needs the room drops it, never the newest. Persisting the newest
+ * drops the one behind it (the newest is durable now). */
+static void test_copy_behind_newest_is_reclaimable(void **state)
+{
+	(void)state;
+	struct dctx d;
+	h_init(&d);
+	h_start(&d, NULL);
+	struct rank_client p, q;
+	rc_open(&d, &p, "behind", 0, 1, 24 * MIB, NULL);
+	rc_open(&d, &q, "needy", 0, 1, 24 * MIB, "skip");
+	for (uint64_t step = 1; step <= 2; step++) {
+		ckpt_future *f = rc_save_tier(&p, step, CKPT_TIER_MEMORY);
+		assert_int_equal(ckpt_future_wait(f, CKPT_KEPT, 30000), 0);
+		ckpt_future_free(f);
+	}
+	ckpt_held_info *h = NULL;
+	assert_int_equal(held_copies(&d, "behind", &h), 2);
+	free(h);
+	ckpt_future *f = rc_save_tier(&q, 1, CKPT_TIER_DURABLE);
+	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 30000), 0);
+	ckpt_future_free(f);
+	assert_int_equal(held_copies(&d, "behind", &h), 1);
+	assert_int_equal(h[0].step, 2);
+	free(h);
+	expect_load_from(&p, 2, 0, "memory");
+	/* Again with the copy behind in place: persisting the newest drops it. */
+	f = rc_save_tier(&p, 3, CKPT_TIER_MEMORY);
+	assert_int_equal(ckpt_future_wait(f, CKPT_KEPT, 30000), 0);
+	ckpt_future_free(f);
+	assert_int_equal(held_copies(&d, "behind", &h), 2);
+	free(h);
+	ckpt_future *pf = NULL;
+	assert_int_equal(ckpt_persist(p.c, NULL, 3, &pf), 0);
+	assert_int_equal(ckpt_future_wait(pf, CKPT_DURABLE, 30000), 0);
+	ckpt_future_free(pf);
+	assert_int_equal(held_copies(&d, "behind", &h), 1);
+	assert_int_equal(h[0].step, 3);
+	assert_int_equal(h[0].durable, 1);
+	free(h);
+	rc_close(&p);
+	rc_close(&q);
 	h_cleanup(&d);
 }
 
@@ -594,6 +642,7 @@ int main(void)
 		cmocka_unit_test(test_memory_step_survives_trainer_crash),
 		cmocka_unit_test(test_persist),
 		cmocka_unit_test(test_newer_memory_step_replaces_older),
+		cmocka_unit_test(test_copy_behind_newest_is_reclaimable),
 		cmocka_unit_test(test_memory_only_never_reclaimed),
 		cmocka_unit_test(test_replicated_without_peers),
 		cmocka_unit_test(test_memory_tier_off_refuses),

@@ -9,7 +9,10 @@ import glob
 import os
 
 CKPT_LATEST = -1
-CKPT_STAGED, CKPT_DURABLE, CKPT_LOADED = 1, 2, 3
+CKPT_STAGED, CKPT_DURABLE, CKPT_LOADED, CKPT_KEPT, CKPT_REPLICATED = 1, 2, 3, 4, 5
+# ckpt_tier (README "Tiers")
+TIERS = {"durable": 0, "memory": 1, "replicated": 2}
+TIER_NAMES = {v: k for k, v in TIERS.items()}
 CKPT_MAX_DIMS = 8
 
 
@@ -28,7 +31,7 @@ class _Tensor(ctypes.Structure):
 
 
 class _SaveOpts(ctypes.Structure):
-    _fields_ = [("cuda_stream", ctypes.c_void_p)]
+    _fields_ = [("cuda_stream", ctypes.c_void_p), ("tier", ctypes.c_int)]
 
 
 class _Hello(ctypes.Structure):
@@ -53,6 +56,21 @@ class _StepInfo(ctypes.Structure):
         ("attempt_id", ctypes.c_char * 128),
         ("bytes_unlisted", ctypes.c_int),
         ("saved_unix_ns", ctypes.c_int64),
+        ("tier", ctypes.c_char * 16),
+        ("where", ctypes.c_char * 128),
+    ]
+
+
+class _HeldInfo(ctypes.Structure):
+    _fields_ = [
+        ("job", ctypes.c_char * 256),
+        ("rank", ctypes.c_uint32),
+        ("world_size", ctypes.c_uint32),
+        ("step", ctypes.c_uint64),
+        ("bytes", ctypes.c_uint64),
+        ("attempt_id", ctypes.c_char * 128),
+        ("tier", ctypes.c_int),
+        ("durable", ctypes.c_int),
     ]
 
 
@@ -118,6 +136,10 @@ def _load():
                              ctypes.POINTER(vp)]),
         "ckpt_table_create": (i, [vp, ctypes.POINTER(_Tensor), sz, ctypes.POINTER(vp)]),
         "ckpt_save_table": (i, [vp, u64, vp, vp, sz, ctypes.POINTER(vp)]),
+        "ckpt_save_table_ex": (i, [vp, u64, vp, vp, sz, ctypes.POINTER(_SaveOpts), ctypes.POINTER(vp)]),
+        "ckpt_persist": (i, [vp, ctypes.c_char_p, u64, ctypes.POINTER(vp)]),
+        "ckpt_held": (i, [vp, ctypes.c_char_p, i, ctypes.POINTER(ctypes.POINTER(_HeldInfo)), ctypes.POINTER(sz)]),
+        "ckpt_future_replicas": (ctypes.c_uint32, [vp]),
         "ckpt_table_free": (None, [vp]),
         "ckpt_register_cuda": (i, [vp, u64, sz, ctypes.POINTER(vp)]),
         "ckpt_cuda_available": (i, [ctypes.c_char_p, sz]),

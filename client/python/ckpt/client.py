@@ -11,8 +11,8 @@ import struct
 import threading
 import weakref
 
-from ._lib import (CKPT_DURABLE, CKPT_LATEST, CKPT_LOADED, CKPT_STAGED, FUTURE_CB, _Hello, _SaveOpts,
-                   _StepDetail, _StepInfo, _Tensor, lib, libc)
+from ._lib import (CKPT_DURABLE, CKPT_KEPT, CKPT_LATEST, CKPT_LOADED, CKPT_REPLICATED, CKPT_STAGED, FUTURE_CB,
+                   TIER_NAMES, TIERS, _HeldInfo, _Hello, _SaveOpts, _StepDetail, _StepInfo, _Tensor, lib, libc)
 
 LATEST = CKPT_LATEST
 
@@ -29,6 +29,26 @@ class DaemonUnavailable(CkptError):
 
 class Superseded(CkptError):
     """A save replaced by a newer one under the coalesce policy."""
+
+
+class NotReplicated(CkptError):
+    """A replicated save that no peer (or fewer than asked) holds; the save
+    itself is kept in this node's daemon all the same."""
+
+
+def _tier(tier):
+    """"durable", "memory" or "replicated" (or its number) as ckpt_tier."""
+    if isinstance(tier, str) and tier in TIERS:
+        return TIERS[tier]
+    if isinstance(tier, int) and tier in TIER_NAMES:
+        return tier
+    raise ValueError(f"tier {tier!r}: want one of {', '.join(TIERS)}")
+
+
+def _phases(tier):
+    """The phases a save of tier reaches, its last one last."""
+    return {0: (CKPT_STAGED, CKPT_DURABLE), 1: (CKPT_STAGED, CKPT_KEPT),
+            2: (CKPT_STAGED, CKPT_KEPT, CKPT_REPLICATED)}[tier]
 
 
 def _error(rc, msg=None, what=None):
@@ -185,7 +205,14 @@ class _NativeFuture:
 
     def _on_phase(self, fut, phase, status, user):
         with self._lock:
-            if status < 0:
+            if phase == CKPT_REPLICATED and status < 0 and phase in self.futures:
+                # Not replicated: only that phase fails; the save is kept.
+                msg = (lib.ckpt_future_message(self._h) or b"").decode()
+                code = -status
+                f = self.futures[phase]
+                if not f.done():
+                    f.set_exception(NotReplicated(code, f"{lib.ckpt_strerror(status).decode()} ({msg})"))
+            elif status < 0:
                 msg = (lib.ckpt_future_message(self._h) or b"").decode()
                 exc = _error(status, msg)
                 for f in self.futures.values():
@@ -216,13 +243,21 @@ class _NativeFuture:
 
 
 class SaveFuture:
-    """.staged and .durable are concurrent.futures.Future objects."""
+    """.staged, .kept, .replicated and .durable are concurrent.futures.Future
+    objects, or None for a phase this save's tier never reaches (README
+    "Tiers"): a durable save is staged, then durable; a memory save staged,
+    then kept (held by the daemon, restorable; persist() makes it
+    durable); a replicated save staged, kept, then replicated (which fails
+    with NotReplicated, and only it, when no peer holds a copy)."""
 
-    def __init__(self, native, step):
+    def __init__(self, native, step, tier=0):
         self._native = native
         self.step = step
-        self.staged = native.futures[CKPT_STAGED]
-        self.durable = native.futures[CKPT_DURABLE]
+        self.tier = TIER_NAMES[tier]
+        self.staged = native.futures.get(CKPT_STAGED)
+        self.kept = native.futures.get(CKPT_KEPT)
+        self.replicated = native.futures.get(CKPT_REPLICATED)
+        self.durable = native.futures.get(CKPT_DURABLE)
 
     @property
     def daemon_stall(self):
@@ -232,7 +267,16 @@ class SaveFuture:
         return None if ns is None else ns / 1e9
 
     def result(self, timeout=None):
-        return self.durable.result(timeout)
+        """Wait until the save is safe at its tier (durable, or kept) and
+        return its bytes; a replicated save also waits for its peers'
+        answer (not being replicated does not raise here: .replicated
+        says why)."""
+        if self.durable is not None:
+            return self.durable.result(timeout)
+        n = self.kept.result(timeout)
+        if self.replicated is not None:
+            concurrent.futures.wait([self.replicated], timeout)
+        return n
 
 
 class LoadFuture:
@@ -336,20 +380,22 @@ class Client:
         self._buffers.add(b)
         return b
 
-    def save(self, step, specs, extra=b"", cuda_stream=None):
+    def save(self, step, specs, extra=b"", cuda_stream=None, tier="durable"):
         """cuda_stream: the CUstream (an int, torch's .cuda_stream) whose
         work the daemon's copies of CUDA buffers wait for; None: the legacy
-        default stream."""
+        default stream. tier: "durable", "memory" or "replicated" (README
+        "Tiers")."""
+        t = _tier(tier)
         arr, keep = _tensor_array(specs)
         fut = ctypes.c_void_p()
         ex = ctypes.create_string_buffer(extra, len(extra)) if extra else None
-        opts = _SaveOpts(ctypes.c_void_p(cuda_stream or None))
+        opts = _SaveOpts(ctypes.c_void_p(cuda_stream or None), t)
         rc = lib.ckpt_save_ex(self._handle(), step, arr, len(specs), ex, len(extra or b""), ctypes.byref(opts),
                               ctypes.byref(fut))
         del keep
         if rc < 0:
             raise _error(rc, what=f"save step {step}")
-        return SaveFuture(_NativeFuture(fut, (CKPT_STAGED, CKPT_DURABLE)), step)
+        return SaveFuture(_NativeFuture(fut, _phases(t)), step, t)
 
     def table(self, specs):
         """Declare specs (host buffers only) as a table. CkptError(ENOTSUP)
@@ -364,16 +410,51 @@ class Client:
         self._tables.add(t)
         return t
 
-    def save_table(self, step, table, extra=b""):
+    def save_table(self, step, table, extra=b"", tier="durable"):
         """Save step from a table's tensors (Client.table)."""
+        t = _tier(tier)
         if not table._h:
             raise CkptError(_errno.EBADF, "the table was freed")
         fut = ctypes.c_void_p()
         ex = ctypes.create_string_buffer(extra, len(extra)) if extra else None
-        rc = lib.ckpt_save_table(self._handle(), step, table._h, ex, len(extra or b""), ctypes.byref(fut))
+        opts = _SaveOpts(None, t)
+        rc = lib.ckpt_save_table_ex(self._handle(), step, table._h, ex, len(extra or b""), ctypes.byref(opts),
+                                    ctypes.byref(fut))
         if rc < 0:
             raise _error(rc, what=f"save step {step}")
-        return SaveFuture(_NativeFuture(fut, (CKPT_STAGED, CKPT_DURABLE)), step)
+        return SaveFuture(_NativeFuture(fut, _phases(t)), step, t)
+
+    def persist(self, step, job=None):
+        """Make step of job (default: this client's) durable: every copy of
+        it this node's daemon holds in memory only is uploaded, and stays
+        held. Returns a SaveFuture whose .durable (and result()) completes
+        once all of them are, or raises (CkptError ENOENT when none is held
+        here). Every node's ranks ask their own daemon."""
+        fut = ctypes.c_void_p()
+        rc = lib.ckpt_persist(self._handle(), job.encode() if job else None, int(step), ctypes.byref(fut))
+        if rc < 0:
+            raise _error(rc, what=f"persist step {step}")
+        return SaveFuture(_NativeFuture(fut, (CKPT_DURABLE,)), int(step))
+
+    def held(self, job=None, all_ranks=False):
+        """The copies this node's daemon holds in memory of job (default:
+        this client's), for this client's rank (or every rank): dicts with
+        job, rank, world_size, step, bytes, attempt_id, tier ("durable",
+        "memory", "replicated") and durable (in storage too). No storage
+        request."""
+        out = ctypes.POINTER(_HeldInfo)()
+        n = ctypes.c_size_t()
+        rc = lib.ckpt_held(self._handle(), job.encode() if job else None, 1 if all_ranks else 0,
+                           ctypes.byref(out), ctypes.byref(n))
+        if rc < 0:
+            raise _error(rc, what="held")
+        res = [{"job": out[i].job.decode(), "rank": out[i].rank, "world_size": out[i].world_size,
+                "step": out[i].step, "bytes": out[i].bytes, "attempt_id": out[i].attempt_id.decode(),
+                "tier": TIER_NAMES.get(out[i].tier, "?"), "durable": bool(out[i].durable)}
+               for i in range(n.value)]
+        if out:
+            libc.free(ctypes.cast(out, ctypes.c_void_p))
+        return res
 
     def load(self, specs, step=LATEST):
         arr, keep = _tensor_array(specs)
@@ -394,7 +475,8 @@ class Client:
                 "bytes": None if out[i].bytes_unlisted else out[i].bytes,
                 "ranks_present": out[i].ranks_present,
                 "world_size": out[i].world_size, "attempt_id": out[i].attempt_id.decode(),
-                "saved_unix_ns": out[i].saved_unix_ns}
+                "saved_unix_ns": out[i].saved_unix_ns, "tier": out[i].tier.decode() or "durable",
+                "where": out[i].where.decode() or "storage"}
                for i in range(n.value)]
         if out:
             libc.free(ctypes.cast(out, ctypes.c_void_p))
@@ -441,7 +523,7 @@ class Client:
                         "shape": tuple(t.global_shape[:nd]), "offsets": tuple(t.box_offsets[:nd]),
                         "lengths": tuple(t.box_lengths[:nd]), "nbytes": t.nbytes})
         info = {"job": d.info.job.decode(), "step": d.info.step, "complete": bool(d.info.complete),
-                "world_size": d.info.world_size}
+                "world_size": d.info.world_size, "tier": d.info.tier.decode() or "durable"}
         lib.ckpt_step_detail_free(ctypes.cast(out, ctypes.c_void_p))
         return info, res
 

@@ -29,8 +29,21 @@ Reader is a StorageReader. The step's manifests are the metadata: every
 saved tensor box becomes a DCP chunk, so DCP's own planner reshards (a step
 saved by N ranks loads on M). Non-tensor values are stored as their
 torch.save bytes under "__bytes__/<fqn>".
+
+Tiers (README "Tiers"): Writer(..., tier="memory") keeps each save in this
+node's ckptd only (DCP's save completes once the daemon holds it);
+Writer.persist(step) or ckptctl persist makes it durable. A Reader of
+"latest" restores a memory step when every rank's daemon holds it.
+
+checkpoint_id: a step number, or a path whose last part names one, as
+torchtitan and the Hugging Face Trainer write them (step_of()):
+``dcp.save(sd, checkpoint_id="outputs/checkpoint/step-100",
+storage_writer=ckpt.dcp.Writer("llama"))`` saves step 100 of job "llama";
+the rest of the path is not used (the job names the place).
 """
 import io
+import os
+import re
 import threading
 
 import torch
@@ -46,7 +59,33 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, W
 from .client import LATEST, TensorSpec
 from .torch import DTYPE_CODES, TORCH_DTYPES, Checkpointer, resolve_rank
 
-__all__ = ["Writer", "Reader"]
+__all__ = ["Writer", "Reader", "step_of"]
+
+# The last part of a path-style checkpoint_id: step-100 (torchtitan),
+# step_100, step100, global_step100 (DeepSpeed), checkpoint-100 (Hugging
+# Face), or the number alone.
+_STEP_NAME = re.compile(r"^(?:(?:global_)?step|checkpoint|ckpt)?[-_]?(\d+)$")
+
+
+def step_of(checkpoint_id):
+    """The step a DCP checkpoint_id names: an int; a string of digits; or a
+    path (str or os.PathLike, a URL too) whose last part is step-N, step_N,
+    stepN, global_stepN, checkpoint-N or N. ValueError otherwise."""
+    if isinstance(checkpoint_id, bool):
+        raise ValueError(f"checkpoint_id {checkpoint_id!r} is not a step")
+    if isinstance(checkpoint_id, int):
+        if checkpoint_id < 0:
+            raise ValueError(f"checkpoint_id {checkpoint_id}: a step is not negative")
+        return checkpoint_id
+    text = os.fspath(checkpoint_id) if isinstance(checkpoint_id, (str, os.PathLike)) else None
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    last = text.rstrip("/").rsplit("/", 1)[-1] if text else ""
+    m = _STEP_NAME.match(last)
+    if m is None:
+        raise ValueError(f"checkpoint_id {checkpoint_id!r}: want a step number, or a path ending in step-N "
+                         "(or step_N, global_stepN, checkpoint-N, N)")
+    return int(m.group(1))
 
 BYTES_PREFIX = "__bytes__/"
 
@@ -117,9 +156,11 @@ class Writer(StorageWriter, AsyncStager):
     _synchronize_after_execute = False
 
     def __init__(self, job, step=None, socket=None, rank=None, world_size=None, attempt_id=None, policy=None,
-                 async_staging=False):
+                 async_staging=False, tier="durable"):
         super().__init__()
-        self.job, self.step, self.socket = job, step, socket
+        self.job, self.socket = job, socket
+        self.step = None if step is None else step_of(step)
+        self.tier = tier
         self.rank, self.world_size = rank, world_size
         self.attempt_id, self.policy = attempt_id, policy
         self.async_staging = async_staging
@@ -145,7 +186,14 @@ class Writer(StorageWriter, AsyncStager):
         cp._copy_in(tensors, specs)
         for s, (_, t, shape, offs) in zip(specs, items):
             s.shape, s.offsets, s.lengths = shape, offs, tuple(t.shape)
-        return cp.client.save(int(self.step), specs, b""), {s.name: s.nbytes for s in specs}
+        return (cp.client.save(int(self.step), specs, b"", tier=self.tier),
+                {s.name: s.nbytes for s in specs})
+
+    def persist(self, step=None):
+        """Make a memory step durable (default: this Writer's step) on this
+        node's daemon (every rank calls it; ckpt.torch's Checkpointer.persist).
+        Returns a future whose result() waits for it."""
+        return self._cp().persist(self.step if step is None else step_of(step))
 
     def stage(self, state_dict):
         flat, _ = flatten_state_dict(state_dict)
@@ -201,12 +249,12 @@ class Writer(StorageWriter, AsyncStager):
 
     def reset(self, checkpoint_id=None):
         if checkpoint_id is not None:
-            self.step = int(checkpoint_id)
+            self.step = step_of(checkpoint_id)
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id):
         try:
-            int(checkpoint_id)
+            step_of(checkpoint_id)
             return True
         except (TypeError, ValueError):
             return False
@@ -260,7 +308,8 @@ class Writer(StorageWriter, AsyncStager):
                                             storage_data=self._name(item)) for item in plan.items])
             except Exception as e:  # the durable failure, as DCP expects
                 out.set_exception(e)
-        fut.durable.add_done_callback(done)
+        # The save's last phase at its tier: durable, or kept in memory.
+        (fut.durable if fut.durable is not None else fut.kept).add_done_callback(done)
         return out
 
     def finish(self, metadata, results):
@@ -274,7 +323,8 @@ class Writer(StorageWriter, AsyncStager):
 class Reader(StorageReader):
     def __init__(self, job, step="latest", socket=None, rank=None, world_size=None, attempt_id=None):
         super().__init__()
-        self.job, self.step, self.socket = job, step, socket
+        self.job, self.socket = job, socket
+        self.step = step if step in (None, "latest", LATEST) else step_of(step)
         self.rank, self.world_size, self.attempt_id = rank, world_size, attempt_id
         self._resolved = None
         self._saved = {}  # name -> (dtype, global shape, nbytes)
@@ -285,7 +335,7 @@ class Reader(StorageReader):
 
     def reset(self, checkpoint_id=None):
         if checkpoint_id is not None:
-            self.step = int(checkpoint_id)
+            self.step = step_of(checkpoint_id)
         self._resolved = None
 
     @classmethod

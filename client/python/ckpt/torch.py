@@ -155,14 +155,22 @@ class _Plan:
 
 
 class SaveFuture:
-    """.staged and .durable are concurrent.futures.Future objects; .step the
-    step."""
+    """.staged, .kept, .replicated and .durable are concurrent.futures.Future
+    objects, None for a phase the save's tier never reaches (ckpt.SaveFuture;
+    README "Tiers"); .step the step; .result() waits until the save is safe
+    at its tier."""
 
     def __init__(self, inner, step):
         self._inner = inner
         self.step = step
+        self.tier = getattr(inner, "tier", "durable")
         self.staged = inner.staged
+        self.kept = getattr(inner, "kept", None)
+        self.replicated = getattr(inner, "replicated", None)
         self.durable = inner.durable
+
+    def result(self, timeout=None):
+        return self._inner.result(timeout)
 
     @property
     def daemon_stall(self):
@@ -238,6 +246,7 @@ class Checkpointer:
         self._cuda = None         # None: not tried; True: registering device memory works; False: copy
         self._cuda_regs = []      # this save's device registrations
         self._plan = None         # _Plan of the last save
+        self._last_save = None    # SaveFuture of the last save (persist waits for it)
         _raise_nofile()
 
     # ---- registration ----
@@ -428,11 +437,17 @@ class Checkpointer:
         if self.client is not None:
             self._plan_for(state_dict)
 
-    def save(self, state_dict, step, extra=None):
+    def save(self, state_dict, step, extra=None, tier="durable"):
         """Start saving state_dict as step. Returns a SaveFuture; wait for
-        .staged before changing the tensors again."""
+        .staged before changing the tensors again. tier (README "Tiers"):
+        "durable" uploads it; "memory" keeps it in this node's ckptd only
+        (cheap: no storage request; restored from there after a trainer
+        crash; persist() makes it durable); "replicated" also in peer
+        daemons' memory."""
         self._check_open()
         if self.client is None:
+            if tier != "durable":
+                raise ValueError(f"tier {tier!r} needs ckptd; the torch.save fallback is durable only")
             return self._fallback_save(state_dict, step, extra)
         p, tensors, leaves, fresh = self._plan_for(state_dict)
         blob = pickle.dumps({"skeleton": p.skeleton, "leaves": leaves, "extra": extra},
@@ -445,38 +460,84 @@ class Checkpointer:
             self._copy_in(named, specs)
             dev = next(t.device for t in tensors if t.is_cuda)
             stream = torch.cuda.current_stream(dev).cuda_stream
-            return SaveFuture(self.client.save(step, specs, blob, cuda_stream=stream), step)
+            return self._track(SaveFuture(self.client.save(step, specs, blob, cuda_stream=stream, tier=tier), step))
         for i in p.scratch:
             s = p.specs[i]
             if s.nbytes:
                 dst = torch.frombuffer(s.buffer.view, dtype=torch.uint8, count=s.nbytes)
                 dst.view(tensors[i].dtype).view(tensors[i].shape).copy_(tensors[i])
         if p.table is not None:
-            return SaveFuture(self.client.save_table(step, p.table, blob), step)
-        return SaveFuture(self.client.save(step, p.specs, blob), step)
+            return self._track(SaveFuture(self.client.save_table(step, p.table, blob, tier=tier), step))
+        return self._track(SaveFuture(self.client.save(step, p.specs, blob, tier=tier), step))
+
+    def _track(self, fut):
+        self._last_save = fut
+        return fut
+
+    def persist(self, step=None):
+        """Make a memory or replicated step durable (default: the last one
+        this checkpointer saved), for example when the job is told to stop:
+        this rank's save of it is waited for first, then this node's daemon
+        uploads every copy of the step it holds in memory. Call it on every
+        rank (each node persists its own ranks' copies; a copy persisted
+        already is not written again). Returns a SaveFuture whose .durable
+        and result() complete once they are durable."""
+        self._check_open()
+        last = getattr(self, "_last_save", None)
+        if step is None:
+            if last is None:
+                raise ValueError("persist(): nothing saved yet; name the step")
+            step = last.step
+        if self.client is None:
+            raise ValueError("persist() needs ckptd; the torch.save fallback is durable already")
+        if last is not None and last.step == int(step):
+            last.result()  # its copy must be kept before it can be persisted
+        return SaveFuture(self.client.persist(int(step)), int(step))
 
     # ---- load ----
 
+    def _held_steps(self):
+        """The steps this node's daemon holds in memory only for this rank
+        (at this world size): restorable here, unknown to storage. Durable
+        copies are storage's to count (its latest needs every rank)."""
+        try:
+            return sorted({h["step"] for h in self.client.held()
+                           if h["world_size"] == self.world_size and not h["durable"]})
+        except Exception:
+            return []  # an older daemon: storage only
+
     def _resolve_step(self, step, pin=False, first=None):
-        """The one step every rank loads. "latest" is resolved once, by the
-        daemon (pinned: catalog.h), and, when torch.distributed is
-        initialized, on rank 0 alone and broadcast, so that no two ranks
-        can restore different steps; a failure there raises on every
-        rank. A named step is taken as it is, or with pin=True resolved
-        the same way (checked complete and pinned before any rank reads
-        it). first(step), if given, runs on rank 0 before the broadcast
-        (its errors are left to the other ranks' own calls)."""
+        """The one step every rank loads. "latest" is the newer of two: the
+        latest step in storage, resolved once by the daemon (pinned:
+        catalog.h) and, when torch.distributed is initialized, on rank 0
+        alone and broadcast; and the newest step that every rank's own
+        daemon holds in memory only for it (README "Tiers": each rank asks
+        its daemon, without storage, and the ranks gather the answers over
+        torch.distributed; a world of one asks alone; ranks without a
+        process group take storage's), so a memory-only step restores when
+        every rank has it and no two ranks can restore different steps; a
+        failure raises on every rank. A
+        named step is taken as it is, or with pin=True resolved the same
+        way (checked complete and pinned before any rank reads it). first(step),
+        if given, runs on rank 0 before the broadcast (its errors are left
+        to the other ranks' own calls)."""
         latest = step in ("latest", LATEST)
         if not latest and not pin:
             return int(step)
         want = LATEST if latest else int(step)
+        held = self._held_steps()
         dist = torch.distributed
         if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-            return self.client.resolve(want)
+            # Alone, its own copies decide; ranks without a process group
+            # cannot agree on memory steps, so they take storage's.
+            return self._decide(want, set(held) if self.world_size == 1 else set())
+        every = [None] * dist.get_world_size()
+        dist.all_gather_object(every, held)
+        common = set(every[0]).intersection(*map(set, every[1:]))
         box = [None]
         if dist.get_rank() == 0:
             try:
-                box[0] = ("ok", self.client.resolve(want))
+                box[0] = ("ok", self._decide(want, common))
             except Exception as e:  # every rank must hear of it
                 box[0] = ("err", getattr(e, "errno", None) or 5, str(e))
             if first is not None and box[0][0] == "ok":
@@ -490,6 +551,30 @@ class Checkpointer:
             what = "the latest step" if latest else f"step {want}"
             raise CkptError(box[0][1], f"rank 0 could not decide {what}: {box[0][2]}")
         return box[0][1]
+
+    def _decide(self, want, in_memory):
+        """want (LATEST or a step) resolved by the daemon from storage, or
+        from in_memory (the steps every rank's daemon holds for it): with
+        LATEST, the newest of them when it is newer than storage's or
+        storage has none; a named step held in memory by every rank when
+        storage has not got it. A storage error other than none raises: it
+        never falls back."""
+        import errno as _errno
+        from .client import CkptError
+        newest = max(in_memory) if in_memory else None
+        try:
+            stored = self.client.resolve(want)
+        except CkptError as e:
+            if e.errno != _errno.ENOENT:
+                raise
+            if want == LATEST and newest is not None:
+                return newest
+            if want != LATEST and want in in_memory:
+                return want
+            raise
+        if want == LATEST and newest is not None and newest > stored:
+            return newest
+        return stored
 
     def load(self, state_dict, step="latest"):
         """Load step (or the latest complete one) into state_dict, in place.
@@ -547,6 +632,7 @@ class Checkpointer:
         f.set_result(os.path.getsize(path))
         d = _Done()
         d.staged = d.durable = f
+        d.result = f.result
         return SaveFuture(d, step)
 
     def _fallback_load(self, state_dict, step):

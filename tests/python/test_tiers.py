@@ -1,0 +1,224 @@
+"""Tiers through the Python layer (README "Tiers"): memory saves through
+Checkpointer and ckpt.dcp, restore of the newest step every rank holds in
+memory, a trainer crash, persist, replicated saves without peers, and the
+checkpoint_id forms ckpt.dcp accepts."""
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+import ckpt  # noqa: E402
+import ckpt.client  # noqa: E402
+import ckpt.torch  # noqa: E402
+from conftest import ROOT  # noqa: E402
+
+
+def _sd(seed):
+    g = torch.Generator().manual_seed(seed)
+    return {"w": torch.randn(300, 40, generator=g), "b": torch.randn(40, generator=g),
+            "meta": {"seed": seed, "name": "x"}}
+
+
+def _same(a, b):
+    return torch.equal(a["w"], b["w"]) and torch.equal(a["b"], b["b"]) and a["meta"] == b["meta"]
+
+
+def test_memory_save_restores_from_memory_and_persists(daemon):
+    with ckpt.torch.Checkpointer("tmem", socket=daemon.sock) as cp:
+        cp.save(_sd(1), 1).result()                      # durable
+        f = cp.save(_sd(2), 2, tier="memory")
+        assert f.tier == "memory" and f.durable is None and f.replicated is None
+        assert f.result(30) > 0 and f.kept.result(30) > 0
+        steps = {s["step"]: s for s in cp.client.list("tmem")}
+        assert steps[1]["tier"] == "durable" and steps[2]["tier"] == "memory"
+        assert steps[2]["where"] == "memory here: 1 of 1 ranks"
+        assert not os.path.exists(os.path.join(daemon.store, "tmem", "step-000000000002"))
+        [h] = [h for h in cp.client.held() if h["step"] == 2]
+        assert h["tier"] == "memory" and not h["durable"]
+        # "latest": the memory step is newer than storage's.
+        sd = _sd(9)
+        step, _ = cp.load(sd)
+        assert step == 2 and _same(sd, _sd(2))
+        assert cp.last_load["source"] == "memory"
+        # Persisted: in storage, still held.
+        p = cp.persist()
+        assert p.step == 2 and p.result(30) > 0
+        assert os.path.isdir(os.path.join(daemon.store, "tmem", "step-000000000002"))
+        steps = {s["step"]: s for s in cp.client.list("tmem")}
+        assert steps[2]["tier"] == "durable" and steps[2]["where"].startswith("storage, memory here")
+        assert cp.client.resolve() == 2
+        with pytest.raises(ckpt.CkptError) as e:
+            cp.persist(77).result(30)
+        assert e.value.errno == 2 and "no copy" in str(e.value)
+
+
+def test_table_plan_saves_in_memory_step_after_step(daemon):
+    with ckpt.torch.Checkpointer("ttab", socket=daemon.sock) as cp:
+        sd = _sd(3)
+        for step in range(1, 4):
+            sd["w"].add_(1)
+            cp.save(sd, step, tier="memory").result(30)
+        # The newest, and the one before it (README "Tiers").
+        assert sorted(h["step"] for h in cp.client.held()) == [2, 3]
+        out = _sd(0)
+        assert cp.load(out)[0] == 3 and torch.equal(out["w"], sd["w"])
+
+
+def test_ranks_without_a_process_group_take_storage_latest(daemon):
+    """Two ranks in one process, no torch.distributed: they cannot agree on
+    a memory step, so "latest" is storage's; a named memory step loads."""
+    ranks = [ckpt.torch.Checkpointer("tnopg", socket=daemon.sock, rank=r, world_size=2) for r in range(2)]
+    try:
+        for r, cp in enumerate(ranks):
+            cp.save(_sd(10 + r), 1).result(30)
+            cp.save(_sd(20 + r), 2, tier="memory").result(30)
+        for r, cp in enumerate(ranks):
+            sd = _sd(0)
+            assert cp.load(sd)[0] == 1 and _same(sd, _sd(10 + r))
+            assert cp.load(sd, step=2)[0] == 2 and _same(sd, _sd(20 + r))
+            assert cp.last_load["source"] == "memory"
+    finally:
+        for cp in ranks:
+            cp.close()
+
+
+def test_bad_tier_and_fallback(daemon, tmp_path):
+    with ckpt.torch.Checkpointer("tbad", socket=daemon.sock) as cp:
+        with pytest.raises(ValueError, match="tier 'disk'"):
+            cp.save(_sd(1), 1, tier="disk")
+    cp = ckpt.torch.Checkpointer("tbad", socket=str(tmp_path / "none.sock"), fallback_dir=str(tmp_path / "fb"))
+    with pytest.raises(ValueError, match="needs ckptd"):
+        cp.save(_sd(1), 1, tier="memory")
+    cp.close()
+
+
+def test_replicated_without_peers_is_kept_not_replicated(daemon):
+    with ckpt.torch.Checkpointer("trep", socket=daemon.sock) as cp:
+        f = cp.save(_sd(4), 4, tier="replicated")
+        assert f.result(30) > 0                      # kept; does not raise
+        with pytest.raises(ckpt.NotReplicated, match="peer replication is off"):
+            f.replicated.result(30)
+        out = _sd(0)
+        assert cp.load(out, step=4)[0] == 4 and _same(out, _sd(4))
+
+
+TRAINER = r"""
+import sys, time, torch
+sys.path.insert(0, sys.argv[3])
+import ckpt.torch
+g = torch.Generator().manual_seed(5)
+sd = {"w": torch.randn(300, 40, generator=g), "b": torch.randn(40, generator=g), "meta": {"seed": 5, "name": "x"}}
+cp = ckpt.torch.Checkpointer(sys.argv[2], socket=sys.argv[1])
+cp.save(sd, 5, tier="memory").staged.result(60)
+print("staged", flush=True)
+time.sleep(600)
+"""
+
+
+def test_memory_step_restores_after_trainer_sigkill(daemon):
+    p = subprocess.Popen([sys.executable, "-c", TRAINER, daemon.sock, "tcrash", os.path.join(ROOT, "client", "python")],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "staged"
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait(30)
+    with ckpt.torch.Checkpointer("tcrash", socket=daemon.sock) as cp:
+        for _ in range(200):
+            if cp.client.held():
+                break
+            import time
+            time.sleep(0.05)
+        out = _sd(0)
+        assert cp.load(out)[0] == 5 and _same(out, _sd(5))
+        assert cp.last_load["source"] == "memory"
+
+
+@pytest.mark.parametrize("cid,step", [(7, 7), ("7", 7), ("step-100", 100), ("outputs/checkpoint/step-100", 100),
+                                      ("s3://bucket/run/step_12/", 12), (pathlib.Path("/x/global_step30"), 30),
+                                      ("ckpts/checkpoint-500", 500), ("step9", 9)])
+def test_dcp_step_of_accepts_paths(cid, step):
+    import ckpt.dcp as cd
+    assert cd.step_of(cid) == step
+    assert cd.Writer.validate_checkpoint_id(cid)
+
+
+@pytest.mark.parametrize("cid", ["latest-run", "step-", "/a/b/", "step-1x", -1, True, None, 1.5])
+def test_dcp_step_of_refuses(cid):
+    import ckpt.dcp as cd
+    with pytest.raises(ValueError, match="step"):
+        cd.step_of(cid)
+    assert not cd.Writer.validate_checkpoint_id(cid)
+
+
+def _free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _worker(rank, world, port, sock, phase, out):
+    sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    import torch.distributed.checkpoint as dcp
+    import ckpt.dcp as cd
+    try:
+        if phase == "agree":
+            # Both ranks: step 1 durable, step 2 in memory; rank 0 alone step 3.
+            with ckpt.torch.Checkpointer("tagree", socket=sock) as cp:
+                cp.save(_sd(10 + rank), 1).result(30)
+                cp.save(_sd(20 + rank), 2, tier="memory").result(30)
+                if rank == 0:
+                    cp.save(_sd(30), 3, tier="memory").result(30)
+                dist.barrier()
+                sd = _sd(0)
+                step, _ = cp.load(sd)
+                res = {"step": step, "ok": _same(sd, _sd(20 + rank)), "source": cp.last_load["source"]}
+        else:
+            sd = {"model": {"w": _sd(40)["w"] + rank * 0}, "extra": {"epoch": 3}}
+            w = cd.Writer("tdcp", socket=sock, tier="memory")
+            dcp.save(sd, checkpoint_id="out/checkpoint/step-40", storage_writer=w)
+            dist.barrier()
+            got = {"model": {"w": torch.zeros(300, 40)}, "extra": {"epoch": 0}}
+            dcp.load(got, storage_reader=cd.Reader("tdcp", socket=sock))   # latest: the memory step
+            by_id = {"model": {"w": torch.zeros(300, 40)}, "extra": {"epoch": 0}}
+            dcp.load(by_id, checkpoint_id="out/checkpoint/step-40", storage_reader=cd.Reader("tdcp", socket=sock))
+            stored_before = os.path.isdir(os.path.join(out + ".store", "tdcp", "step-000000000040"))
+            w.persist().result(30)
+            res = {"ok": torch.equal(got["model"]["w"], sd["model"]["w"]) and got["extra"] == {"epoch": 3}
+                   and torch.equal(by_id["model"]["w"], sd["model"]["w"]), "stored_before": stored_before}
+        torch.save(res, f"{out}.{rank}")
+    finally:
+        cd.close_all()
+        dist.destroy_process_group()
+
+
+def test_ranks_agree_on_the_newest_step_all_hold(daemon, tmp_path):
+    """Rank 0 holds memory step 3, rank 1 only 2: both restore step 2 from
+    memory, never different steps."""
+    out = str(tmp_path / "r")
+    mp.spawn(_worker, args=(2, _free_port(), daemon.sock, "agree", out), nprocs=2)
+    for rank in range(2):
+        res = torch.load(f"{out}.{rank}")
+        assert res == {"step": 2, "ok": True, "source": "memory"}, (rank, res)
+
+
+def test_dcp_memory_tier_and_path_checkpoint_id(daemon, tmp_path):
+    out = str(tmp_path / "d")
+    os.symlink(daemon.store, out + ".store")
+    mp.spawn(_worker, args=(2, _free_port(), daemon.sock, "dcp", out), nprocs=2)
+    for rank in range(2):
+        res = torch.load(f"{out}.{rank}")
+        assert res == {"ok": True, "stored_before": False}, (rank, res)
+    assert os.path.isdir(os.path.join(daemon.store, "tdcp", "step-000000000040"))
