@@ -35,6 +35,7 @@ void client_copy_held(ckpt_held_info *o, const Ckpt__HeldCopy *h)
 	o->bytes = h->bytes;
 	o->tier = (int)h->tier;
 	o->durable = h->durable ? 1 : 0;
+	snprintf(o->peer, sizeof(o->peer), "%s", h->peer ? h->peer : "");
 }
 
 /* Call and check the reply's body type. */

@@ -113,7 +113,8 @@ struct ckpt_future {
 	uint64_t bytes, step, stall_ns;
 	void *extra;
 	size_t extra_len;
-	char source[8];  /* loads: "memory", "storage", "mixed" */
+	char source[8];  /* loads: "memory", "peer", "storage", "mixed" */
+	char peer[128];  /* loads from a peer: which */
 	size_t ntensors; /* loads: per-tensor sources */
 	char **tensor_names, **tensor_sources;
 

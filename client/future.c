@@ -165,6 +165,7 @@ bool future_apply(ckpt_future *f, const Ckpt__Frame *fr)
 			}
 		}
 		snprintf(f->source, sizeof(f->source), "%s", l->source ? l->source : "");
+		snprintf(f->peer, sizeof(f->peer), "%s", l->peer ? l->peer : "");
 		f->step = l->step;
 		f->bytes = l->bytes;
 		f->loaded = true;
@@ -409,6 +410,19 @@ const char *ckpt_future_source(ckpt_future *f)
 		pthread_mutex_lock(&f->mu);
 		if (f->loaded)
 			p = f->source;
+		pthread_mutex_unlock(&f->mu);
+	}
+	return p;
+}
+
+const char *ckpt_future_peer(ckpt_future *f)
+{
+	const char *p = "";
+
+	if (f) {
+		pthread_mutex_lock(&f->mu);
+		if (f->loaded)
+			p = f->peer;
 		pthread_mutex_unlock(&f->mu);
 	}
 	return p;

@@ -1,6 +1,7 @@
 /* Daemon-wide lifecycle: the drain on SIGTERM/SIGINT (stop
  * admitting, let every staged save become durable, then close). */
 #include "lifecycle.h"
+#include "peer.h"
 #include "daemon.h"
 #include "journal.h"
 #include "log.h"
@@ -21,6 +22,7 @@ static void close_all(struct daemon *d)
 {
 	server_stop(d);
 	metrics_stop(d);
+	peer_stop(d);
 	memtier_clear(d);
 	struct session *s;
 	while ((s = TAILQ_FIRST(&d->sessions)) != NULL)

@@ -11,6 +11,7 @@
 #include "journal.h"
 #include "log.h"
 #include "mancache.h"
+#include "peer.h"
 #include "persist.h"
 #include "pool.h"
 #include "save.h"
@@ -424,6 +425,10 @@ static int start_loop(struct daemon *d)
 	}
 	if (d->cfg.metrics_listen[0] && metrics_listen(d, d->cfg.metrics_listen, err, sizeof(err)) < 0) {
 		log_err("%s", err);
+		return -1;
+	}
+	if (peer_start(d, err, sizeof(err)) < 0) {
+		log_err("peers: %s", err);
 		return -1;
 	}
 	if (server_start(d, err, sizeof(err)) < 0) {

@@ -21,6 +21,9 @@
 #define DEFAULT_CHUNK_BYTES (64ull << 20)
 #define DEFAULT_COPY_THREADS 2
 #define DEFAULT_ADMIT_TIMEOUT_MS 60000
+#define DEFAULT_PEER_REPLICAS 1
+#define DEFAULT_PEER_SHARE_PCT 25
+#define DEFAULT_PEER_TIMEOUT_MS 30000
 #define DEFAULT_MAX_FRAME_BYTES (4u << 20)
 #define DEFAULT_MAX_FDS_PER_FRAME 64 /* a CUDA VMM buffer sends one fd per chunk */
 #define DEFAULT_MAX_SESSIONS 256
@@ -174,6 +177,17 @@ struct config {
 	gid_t admin_gids[CONFIG_MAX_IDS]; /* with root, see every tenant on the main socket */
 	size_t n_admin_gids;
 	char metrics_listen[128]; /* "127.0.0.1:9464"; empty: off */
+	/* [peers]: replicas in other nodes' memory (README "Tiers"). Off
+	 * without listen, or without cert, key and ca (never unauthenticated). */
+	char peer_listen[128];    /* "HOST:PORT" to listen on for peers */
+	char peer_advertise[128]; /* this node as peers name it; default: listen */
+	char peer_list[1024];     /* "HOST:PORT,..." (this node's own entry may be in it) */
+	char peer_dns[256];       /* "NAME:PORT": every address NAME resolves to is a peer */
+	uint32_t peer_replicas;   /* K peers hold each replicated save */
+	char peer_cert[256], peer_key[256], peer_ca[256];
+	uint64_t peer_share_bytes; /* of the pool, for replicas held for peers; */
+	uint32_t peer_share_pct;   /* or a share of it (neither: DEFAULT_PEER_SHARE_PCT) */
+	uint32_t peer_timeout_ms;  /* one replica's connect and transfer */
 	/* testing only: sleep this long in the middle of every shard write */
 	uint32_t debug_store_delay_ms;
 	/* testing only: sleep this long in every manifest fetch of the cache */

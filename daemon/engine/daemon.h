@@ -2,6 +2,7 @@
 #ifndef CKPTD_DAEMON_H
 #define CKPTD_DAEMON_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/queue.h>
@@ -25,6 +26,16 @@ TAILQ_HEAD(save_list, save);
 TAILQ_HEAD(load_list, load);
 struct persist;
 TAILQ_HEAD(persist_list, persist);
+struct peer;
+/* A copy a peer holds (peer_list). */
+struct peer_copy {
+	char peer[128];
+	char job[129], attempt[129];
+	uint32_t rank, world_size;
+	uint64_t step, bytes;
+	int tier;
+	bool durable;
+};
 
 #define RECOVERED_LIST 8
 #define STATS_MSG_SLOTS 64 /* Frame body cases; msgtab.c checks its rows fit */
@@ -51,6 +62,8 @@ struct stats {
 	uint64_t bytes_staged, bytes_durable, bytes_restored, bytes_restored_memory;
 	uint64_t restores_from_memory, restores_from_storage;
 	uint64_t reclaimed_bytes;
+	/* peers (daemon/peer/): counted on its threads */
+	atomic_uint_fast64_t peer_bytes_sent, peer_bytes_received, peer_link_errors, peer_restores;
 	uint64_t store_retries, store_failures;
 	struct histogram stall_hist, durable_hist;
 	uint64_t requests[STATS_MSG_SLOTS];        /* received, by Frame body case (msgtab.c) */
@@ -135,6 +148,19 @@ struct daemon {
 	void (*on_persist_end)(struct daemon *d, struct save *sv, int status, const char *why);
 	struct persist_list persists;        /* PersistRequests waiting (persist.c) */
 	const struct requester_ops *req_ops; /* the wire layer's (session.c) */
+	/* Peer replication (daemon/peer/, set by peer_start); NULL: off, and
+	 * peer_why says why. Loop thread: on_replicate takes a kept
+	 * replicated save (and its SaveReplicated event). Threadpool:
+	 * peer_fetch brings (job, step, rank)'s copy back from the peers that
+	 * hold this node's replicas into the pool, held and pinned for the
+	 * caller (0 and *out, or -errno and why); peer_list says which copies
+	 * of (job, rank) they hold (*out malloc'd, each with its peer). */
+	struct peer *peer;
+	char peer_why[160];
+	void (*on_replicate)(struct daemon *d, struct save *sv);
+	int (*peer_fetch)(struct daemon *d, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
+			  struct save **out, char *why, size_t whylen);
+	int (*peer_list)(struct daemon *d, const char *job, uint32_t rank, struct peer_copy **out, size_t *n);
 };
 
 /* Work that a drain waits for (a save, a load, a catalogue request) ended.

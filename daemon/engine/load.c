@@ -36,6 +36,7 @@ struct load_req {
 
 #define SRC_MEMORY 1u
 #define SRC_STORAGE 2u
+#define SRC_PEER 4u /* a copy brought back from a peer for this load */
 
 struct load {
 	TAILQ_ENTRY(load) link; /* daemon.loads */
@@ -51,8 +52,12 @@ struct load {
 	struct load_req **by_name;
 	struct save **pinned; /* memory-tier copies of the job, pinned */
 	size_t npinned;
-	bool *pin_durable; /* pinned[i] was in storage when pinned (held_copy) */
-	bool memory_only;  /* the step is held here in memory only: no storage (load_memory) */
+	bool *pin_durable;          /* pinned[i] was in storage when pinned (held_copy) */
+	bool memory_only;           /* the step is held here in memory only: no storage (load_memory) */
+	bool peer_slot;             /* pinned[] has room for one more: a copy from a peer (from_peers) */
+	bool storage_only;          /* Load.storage_only: neither memory nor peers */
+	char peer[128];             /* the peer a copy came from, for Loaded.peer; or why none came */
+	const struct save *fetched; /* the copy from_peers brought for this load */
 	uv_work_t work;
 	/* results */
 	const struct save *bad_held; /* a held copy whose crc did not match */
@@ -344,7 +349,7 @@ static int plan_tensor(struct exec *ex, const char *key, const struct save *held
 		q->applied = na;
 		q->applied[q->napplied++] = cuts[i];
 		q->covered += box_volume(&cuts[i]);
-		q->sources |= held ? SRC_MEMORY : SRC_STORAGE;
+		q->sources |= held ? (held == ld->fetched ? SRC_PEER : SRC_MEMORY) : SRC_STORAGE;
 		ld->bytes += box_volume(&cuts[i]) * p->es;
 		if (held)
 			ld->bytes_memory += box_volume(&cuts[i]) * p->es;
@@ -636,6 +641,31 @@ out:
 	free(copies);
 }
 
+/* A named step neither held here nor (complete) in storage: this rank's
+ * copy from the peers that hold this node's replicas (README "Tiers"),
+ * brought into the pool and pinned for this load (in the slot load_start
+ * kept); true if one came. Otherwise ld->peer says why, for the error. */
+static bool from_peers(struct load *ld)
+{
+	struct daemon *d = ld->d;
+	if (d->peer_fetch == NULL || !ld->peer_slot || ld->storage_only)
+		return false;
+	struct save *sv = NULL;
+	char why[400];
+	int r = d->peer_fetch(d, ld->job, ld->step, ld->rank, ld->world_size, &sv, why, sizeof(why));
+	if (r < 0) {
+		snprintf(ld->peer, sizeof(ld->peer), "; nor from the peers (%.100s)", why);
+		return false;
+	}
+	ld->pinned[ld->npinned] = sv;
+	ld->pin_durable[ld->npinned] = false;
+	ld->npinned++;
+	ld->peer_slot = false;
+	ld->fetched = sv;
+	snprintf(ld->peer, sizeof(ld->peer), "%s", sv->peer);
+	return true;
+}
+
 /* Which step: "latest" is decided from listings and pinned (catalog.h);
  * a storage error fails the load, it never falls back to an older step.
  * Then this rank's own manifest, and its shard. Other ranks' manifests
@@ -669,9 +699,15 @@ static void load_run(uv_work_t *w)
 		}
 	} else {
 		r = catalog_resolve_step(st, ld->job, ld->step, &cs);
+		if ((r == -ENOENT || (r == 0 && !catalog_step_complete(&cs))) && from_peers(ld)) {
+			if (r == 0)
+				catalog_step_free(&cs);
+			load_memory(ld);
+			return;
+		}
 		if (r < 0) {
-			fail(ld, r, "step %" PRIu64 " of job '%s': %s", ld->step, ld->job,
-			     r == -ENOENT ? "not found" : store_error(r));
+			fail(ld, r, "step %" PRIu64 " of job '%s': %s%s", ld->step, ld->job,
+			     r == -ENOENT ? "not found" : store_error(r), ld->peer);
 			return;
 		}
 		if (!catalog_step_complete(&cs)) {
@@ -733,7 +769,7 @@ static void load_run(uv_work_t *w)
 
 static const char *source_name(unsigned src)
 {
-	return src == SRC_MEMORY ? "memory" : src == SRC_STORAGE ? "storage" : "mixed";
+	return src == SRC_MEMORY ? "memory" : src == SRC_STORAGE ? "storage" : src == SRC_PEER ? "peer" : "mixed";
 }
 
 static void send_loaded(struct load *ld)
@@ -761,6 +797,8 @@ static void send_loaded(struct load *ld)
 	ok.extra_state.data = ld->extra;
 	ok.extra_state.len = ld->extra_len;
 	ok.source = (char *)source_name(all ? all : SRC_STORAGE);
+	if (all & SRC_PEER)
+		ok.peer = ld->peer;
 	ok.n_tensors = ld->nreqs;
 	ok.tensors = ltp;
 	Ckpt__Frame f = CKPT__FRAME__INIT;
@@ -868,6 +906,7 @@ void load_start(struct daemon *d, const struct requester *rq, const Ckpt__Load *
 	ld->world_size = rq->world_size;
 	ld->latest = m->latest;
 	ld->step = m->step;
+	ld->storage_only = m->storage_only;
 	char err[512];
 	int r = plan(ld, rq->s, m, err, sizeof(err));
 	if (r < 0) {
@@ -881,7 +920,13 @@ void load_start(struct daemon *d, const struct requester *rq, const Ckpt__Load *
 	d->nloads++;
 	if (!m->storage_only)
 		ld->npinned = memtier_pin(d, ld->job, &ld->pinned);
-	ld->pin_durable = calloc(ld->npinned ? ld->npinned : 1, sizeof(*ld->pin_durable));
+	/* One more slot: a named step not held here may come from a peer. */
+	ld->pin_durable = calloc(ld->npinned + 1, sizeof(*ld->pin_durable));
+	struct save **slot = ld->pin_durable ? realloc(ld->pinned, (ld->npinned + 1) * sizeof(*slot)) : NULL;
+	if (slot) {
+		ld->pinned = slot;
+		ld->peer_slot = !m->latest && d->peer_fetch != NULL;
+	}
 	if (ld->pin_durable == NULL) {
 		memtier_unpin(ld->pinned, ld->npinned);
 		ld->pinned = NULL;

@@ -110,13 +110,20 @@ void memtier_settle(struct daemon *d, struct save *sv)
 	trim(d, job, sv->rank);
 }
 
-/* What admission may drop: a copy no load reads that is durable, or in
- * memory only and not its rank's newest (trim's "before" copy). */
+/* What admission may drop: a copy no load reads that is a replica held
+ * for a peer, durable, or in memory only and not its rank's newest
+ * (trim's "before" copy). */
 static bool reclaimable(struct daemon *d, const struct save *sv)
 {
-	if (sv->readers > 0)
+	if (sv->readers > 0 || sv->persisting)
 		return false;
-	return sv->state == SAVE_HELD || (sv->state == SAVE_KEPT && memtier_newer(d, sv) != NULL);
+	return sv->replica || sv->state == SAVE_HELD || (sv->state == SAVE_KEPT && memtier_newer(d, sv) != NULL);
+}
+
+void memtier_drop(struct daemon *d, struct save *sv, const char *why)
+{
+	assert(sv->in_held && !sv->persisting);
+	drop(d, sv, why);
 }
 
 void memtier_reclaim(struct daemon *d, uint32_t whole, uint32_t tail_slots)
@@ -129,15 +136,17 @@ void memtier_reclaim(struct daemon *d, uint32_t whole, uint32_t tail_slots)
 			could += sv->pool_bytes / d->pool.slot_bytes;
 	if (could * d->pool.slot_bytes < pool_shape_bytes(&d->pool, whole, tail_slots))
 		return;
-	/* Oldest first, until the shape fits: room in slots may still be
-	 * cut up, so fit is checked, not counted. */
-	for (sv = TAILQ_FIRST(&d->held); sv && !pool_fits(&d->pool, whole, tail_slots); sv = next) {
-		next = TAILQ_NEXT(sv, hlink);
-		if (!reclaimable(d, sv))
-			continue;
-		d->stats.reclaimed_bytes += sv->pool_bytes;
-		drop(d, sv, "its space is needed for a new save");
-	}
+	/* Replicas held for peers first, then this node's own copies; oldest
+	 * first within each, until the shape fits: room in slots may still
+	 * be cut up, so fit is checked, not counted. */
+	for (int pass = 0; pass < 2; pass++)
+		for (sv = TAILQ_FIRST(&d->held); sv && !pool_fits(&d->pool, whole, tail_slots); sv = next) {
+			next = TAILQ_NEXT(sv, hlink);
+			if (sv->replica != (pass == 0) || !reclaimable(d, sv))
+				continue;
+			d->stats.reclaimed_bytes += sv->pool_bytes;
+			drop(d, sv, "its space is needed for a new save");
+		}
 }
 
 size_t memtier_pin(struct daemon *d, const char *job, struct save ***out)
@@ -179,7 +188,7 @@ uint64_t memtier_kept_bytes(const struct daemon *d, uint32_t *count)
 	uint32_t k = 0;
 	const struct save *sv;
 	TAILQ_FOREACH (sv, &d->held, hlink)
-		if (!sv->durable) {
+		if (!sv->durable && !sv->replica) {
 			n += sv->pool_bytes;
 			k++;
 		}

@@ -107,8 +107,10 @@ void persist_start(struct daemon *d, const struct requester *rq, const char *job
 	const struct requester_ops *ops = d->req_ops;
 	size_t n = 0;
 	struct save *sv;
+	/* This node's own copies: a replica held for a peer is its origin's
+	 * to persist. */
 	TAILQ_FOREACH (sv, &d->held, hlink)
-		if (sv->step == step && strcmp(sv->job, job) == 0)
+		if (sv->step == step && !sv->replica && strcmp(sv->job, job) == 0)
 			n++;
 	if (n == 0) {
 		ops->reply(rq->s, rq->req_id, -ENOENT,
@@ -141,7 +143,7 @@ void persist_start(struct daemon *d, const struct requester *rq, const char *job
 	}
 	size_t nstart = 0;
 	TAILQ_FOREACH (sv, &d->held, hlink) {
-		if (sv->step != step || strcmp(sv->job, job) != 0)
+		if (sv->step != step || sv->replica || strcmp(sv->job, job) != 0)
 			continue;
 		if (sv->durable) {
 			p->bytes += sv->shard_bytes;

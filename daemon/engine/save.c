@@ -719,10 +719,14 @@ static void enter_kept(struct save *sv, enum save_state old)
 		sv->id, sv->job, sv->step, sv->rank, sv->world_size, sv->tier == TIER_MEMORY ? "memory" : "replicated",
 		sv->shard_bytes, (double)(clock_now_ns() - sv->t_start) / 1e6);
 	send_kept(sv);
-	if (sv->tier == TIER_REPLICATED)
-		send_replicated(sv, 0, -ENOTSUP,
-				"not replicated: peer replication is off in this ckptd (no [peers]); "
-				"the step is held in this daemon's memory only");
+	if (sv->tier == TIER_REPLICATED && d->on_replicate) {
+		d->on_replicate(d, sv); /* it sends SaveReplicated when its peers answered */
+	} else if (sv->tier == TIER_REPLICATED) {
+		char why[300];
+		snprintf(why, sizeof(why), "not replicated: %s; the step is held in this daemon's memory only",
+			 d->peer_why);
+		send_replicated(sv, 0, -ENOTSUP, why);
+	}
 	save_finish(sv);
 	unlist(sv);
 	sv->held_since_ns = clock_now_ns();

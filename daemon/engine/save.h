@@ -39,7 +39,10 @@ struct save *memtier_newer(struct daemon *d, const struct save *sv);
 /* sv's persist ended: apply memtier_hold's rule to its (job, rank) again
  * (it may drop sv, or, now that sv is durable, the copy before it). */
 void memtier_settle(struct daemon *d, struct save *sv);
-/* Pool bytes of the memory-only copies held, and how many. */
+/* Drop sv, held and not persisting, now (or when its readers end). */
+void memtier_drop(struct daemon *d, struct save *sv, const char *why);
+/* Pool bytes of this node's memory-only copies held (not replicas held
+ * for peers), and how many. */
 uint64_t memtier_kept_bytes(const struct daemon *d, uint32_t *count);
 /* The held copy of (job, step, rank), or NULL. */
 struct save *memtier_find(struct daemon *d, const char *job, uint64_t step, uint32_t rank);

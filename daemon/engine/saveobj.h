@@ -93,6 +93,11 @@ struct save {
 	bool durable;    /* its manifest is in storage (a durable save, or a memory one persisted) */
 	bool persisting; /* a kept save uploading on a PersistRequest: QUEUED or UPLOADING, and held */
 	enum save_tier tier;
+	/* Peers (daemon/peer/): replica, a copy held for the peer named peer
+	 * (reclaimed before anything of this node's); from_peer, this node's
+	 * own copy brought back from the peer named peer for a restore. */
+	bool replica, from_peer;
+	char peer[128];
 	char job[129], attempt[129];
 	uint32_t rank, world_size;
 	uint64_t step;

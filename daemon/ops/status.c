@@ -106,6 +106,20 @@ const struct status_col status_cols[ST_NCOLS] = {
 				REPLY | METRIC, "ckptd_peak_rss_bytes" },
 	[ST_HELD_COPIES] = { "held_copies", "Checkpoint copies held as the memory tier.", ST_GAUGE, ST_UNIT_COUNT,
 			     METRIC | LINE, "ckptd_held_copies" },
+	[ST_PEER_BYTES_SENT] = { "peer_bytes_sent", "Bytes of replicas sent to peers, and of copies handed back.",
+				 ST_COUNTER, ST_UNIT_BYTES, METRIC, "ckptd_peer_replicated_bytes_total" },
+	[ST_PEER_BYTES_RECEIVED] = { "peer_bytes_received", "Bytes of replicas received from peers, and of copies "
+				     "brought back from them.",
+				     ST_COUNTER, ST_UNIT_BYTES, METRIC, "ckptd_peer_received_bytes_total" },
+	[ST_PEER_REPLICAS_HELD] = { "peer_replicas_held", "Replicas held for peers.", ST_GAUGE, ST_UNIT_COUNT, METRIC,
+				    "ckptd_peer_replicas_held" },
+	[ST_PEER_REPLICA_BYTES] = { "peer_replica_bytes", "Pool bytes of the replicas held for peers.", ST_GAUGE,
+				    ST_UNIT_BYTES, METRIC, "ckptd_peer_replica_bytes" },
+	[ST_PEER_RESTORES] = { "peer_restores", "Copies brought back from peers for restores.", ST_COUNTER,
+			       ST_UNIT_COUNT, METRIC, "ckptd_restores_from_peers_total" },
+	[ST_PEER_LINK_ERRORS] = { "peer_link_errors",
+				  "Peer connections that failed or were refused (certificates, timeouts, garbage).",
+				  ST_COUNTER, ST_UNIT_COUNT, METRIC, "ckptd_peer_link_errors_total" },
 	[ST_REQUESTS] = { "requests", "Requests received, by message.", ST_COUNTER, ST_UNIT_COUNT, METRIC,
 			  "ckptd_requests_total", .per_message = true },
 	[ST_REFUSED_FRAME_BYTES] = { "refused_frame_bytes", "Requests and connections refused or closed by a limit.",
@@ -182,6 +196,10 @@ int status_snapshot(const struct daemon *d, struct status *st)
 		v[ST_PEAK_RSS_BYTES] = (uint64_t)ru.ru_maxrss * 1024;
 	}
 	v[ST_HELD_COPIES] = d->nheld;
+	v[ST_PEER_BYTES_SENT] = atomic_load(&d->stats.peer_bytes_sent);
+	v[ST_PEER_BYTES_RECEIVED] = atomic_load(&d->stats.peer_bytes_received);
+	v[ST_PEER_RESTORES] = atomic_load(&d->stats.peer_restores);
+	v[ST_PEER_LINK_ERRORS] = atomic_load(&d->stats.peer_link_errors);
 	memcpy(st->requests, s->requests, sizeof(st->requests));
 	memcpy(st->request_name, s->request_name, sizeof(st->request_name));
 
@@ -215,8 +233,12 @@ int status_snapshot(const struct daemon *d, struct status *st)
 	const struct save *sv;
 	TAILQ_FOREACH (sv, &d->held, hlink) {
 		v[ST_POOL_HELD_BYTES] += sv->pool_bytes;
-		if (!sv->durable)
+		if (!sv->durable && !sv->replica)
 			v[ST_POOL_MEMORY_ONLY_BYTES] += sv->pool_bytes;
+		if (sv->replica) {
+			v[ST_PEER_REPLICAS_HELD]++;
+			v[ST_PEER_REPLICA_BYTES] += sv->pool_bytes;
+		}
 		if (st->held == NULL || st->nheld == d->nheld)
 			continue;
 		st->held[st->nheld++] = (struct status_held){ .job = sv->job,

@@ -170,7 +170,8 @@ static const struct msg_row rows[] = {
 	[CKPT__FRAME__BODY_GC] = { .name = "gc", .handler = m_gc, .flags = BG },
 	[CKPT__FRAME__BODY_METRICS] = { .name = "metrics", .handler = m_metrics, .flags = MSG_NEEDS_HELLO },
 	[CKPT__FRAME__BODY_RESOLVE] = { .name = "resolve", .handler = m_resolve, .flags = BG },
-	[CKPT__FRAME__BODY_HELD] = { .name = "held", .handler = m_held, .flags = MSG_NEEDS_HELLO },
+	/* With peers, asked of them on the threadpool. */
+	[CKPT__FRAME__BODY_HELD] = { .name = "held", .handler = m_held, .flags = BG },
 	/* Answered when its uploads end; holds the session like a load. */
 	[CKPT__FRAME__BODY_PERSIST] = { .name = "persist", .handler = m_persist, .flags = BG },
 

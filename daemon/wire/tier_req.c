@@ -52,20 +52,16 @@ static void held_copy_fill(Ckpt__HeldCopy *h, const struct save *sv, size_t stri
 	h->durable = sv->durable;
 }
 
-void held_start(struct session *s, uint64_t req_id, const Ckpt__HeldRequest *m)
+/* The HeldReply: this daemon's copies of job (for rank, or all ranks),
+ * then the peers' (peer_copy, each naming its peer). */
+static void held_answer(struct session *s, uint64_t req_id, const char *job, bool all_ranks, uint32_t rank,
+			const struct peer_copy *pc, size_t npc)
 {
-	char job[129];
-	if (!request_job(s, req_id, m->job, "held", job, sizeof(job)))
-		return;
-	if (!m->all_ranks && s->job[0] == '\0') {
-		session_reply(s, req_id, -EINVAL, "a control session has no rank: ask for all_ranks");
-		return;
-	}
 	struct daemon *d = s->d;
-	size_t n = 0, k = 0;
+	size_t n = npc, k = 0;
 	struct save *sv;
 	TAILQ_FOREACH (sv, &d->held, hlink)
-		if (strcmp(sv->job, job) == 0 && (m->all_ranks || sv->rank == s->rank))
+		if (strcmp(sv->job, job) == 0 && (all_ranks || sv->rank == rank))
 			n++;
 	Ckpt__HeldCopy *v = calloc(n ? n : 1, sizeof(*v));
 	Ckpt__HeldCopy **p = calloc(n ? n : 1, sizeof(*p));
@@ -77,11 +73,25 @@ void held_start(struct session *s, uint64_t req_id, const Ckpt__HeldRequest *m)
 	}
 	size_t strip = session_job_strip(s);
 	TAILQ_FOREACH (sv, &d->held, hlink)
-		if (strcmp(sv->job, job) == 0 && (m->all_ranks || sv->rank == s->rank)) {
+		if (strcmp(sv->job, job) == 0 && (all_ranks || sv->rank == rank)) {
 			held_copy_fill(&v[k], sv, strip);
 			p[k] = &v[k];
 			k++;
 		}
+	for (size_t i = 0; i < npc; i++, k++) {
+		Ckpt__HeldCopy *h = &v[k];
+		ckpt__held_copy__init(h);
+		h->job = (char *)pc[i].job + (strlen(pc[i].job) >= strip ? strip : 0);
+		h->rank = pc[i].rank;
+		h->world_size = pc[i].world_size;
+		h->step = pc[i].step;
+		h->bytes = pc[i].bytes;
+		h->attempt_id = (char *)pc[i].attempt;
+		h->tier = (Ckpt__Tier)pc[i].tier;
+		h->durable = pc[i].durable;
+		h->peer = (char *)pc[i].peer;
+		p[k] = h;
+	}
 	Ckpt__HeldReply rep = CKPT__HELD_REPLY__INIT;
 	rep.n_held = k;
 	rep.held = p;
@@ -91,6 +101,61 @@ void held_start(struct session *s, uint64_t req_id, const Ckpt__HeldRequest *m)
 	session_send(s, req_id, &f);
 	free(v);
 	free(p);
+}
+
+/* With peers: their copies are asked for on the threadpool. */
+struct held_req {
+	struct bgreq base;
+	char job[129];
+	uint32_t rank;
+	struct peer_copy *pc;
+	size_t npc;
+};
+
+static void held_run(struct bgreq *b)
+{
+	struct held_req *q = (struct held_req *)b;
+	if (b->d->peer_list && b->d->peer_list(b->d, q->job, q->rank, &q->pc, &q->npc) < 0)
+		q->npc = 0; /* peers that do not answer hold nothing we could restore */
+}
+
+static void held_reply(struct bgreq *b)
+{
+	struct held_req *q = (struct held_req *)b;
+	held_answer(b->session, b->req_id, q->job, false, q->rank, q->pc, q->npc);
+}
+
+static void held_destroy(struct bgreq *b)
+{
+	struct held_req *q = (struct held_req *)b;
+	free(q->pc);
+	free(q);
+}
+
+void held_start(struct session *s, uint64_t req_id, const Ckpt__HeldRequest *m)
+{
+	char job[129];
+	if (!request_job(s, req_id, m->job, "held", job, sizeof(job)))
+		return;
+	if (!m->all_ranks && s->job[0] == '\0') {
+		session_reply(s, req_id, -EINVAL, "a control session has no rank: ask for all_ranks");
+		return;
+	}
+	if (m->all_ranks || s->d->peer_list == NULL) {
+		held_answer(s, req_id, job, m->all_ranks, s->rank, NULL, 0);
+		return;
+	}
+	struct held_req *q = calloc(1, sizeof(*q));
+	if (q == NULL) {
+		session_reply(s, req_id, -ENOMEM, "out of memory");
+		return;
+	}
+	snprintf(q->job, sizeof(q->job), "%s", job);
+	q->rank = s->rank;
+	q->base.run = held_run;
+	q->base.reply = held_reply;
+	q->base.destroy = held_destroy;
+	bgreq_start(s, req_id, &q->base);
 }
 
 void persist_request(struct session *s, uint64_t req_id, const Ckpt__PersistRequest *m)

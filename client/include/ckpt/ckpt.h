@@ -235,9 +235,11 @@ uint64_t ckpt_future_step(ckpt_future *f);
 uint32_t ckpt_future_replicas(ckpt_future *f);
 /* For loads: the extra state saved with the step (valid until freed). */
 const void *ckpt_future_extra(ckpt_future *f, size_t *len);
-/* For loads, once loaded: "memory" (the daemon's memory tier), "storage",
- * or "mixed"; "" before. */
+/* For loads, once loaded: "memory" (the daemon's memory tier), "peer" (a
+ * copy from a peer daemon's memory), "storage", or "mixed"; "" before. */
 const char *ckpt_future_source(ckpt_future *f);
+/* For loads from a peer: the peer ("HOST:PORT"); "" otherwise. */
+const char *ckpt_future_peer(ckpt_future *f);
 /* Per requested tensor, in request order: its name and source; NULL when
  * i is out of range or the load has not completed. */
 const char *ckpt_future_tensor_source(ckpt_future *f, size_t i, const char **name);
@@ -266,6 +268,9 @@ typedef struct {
 	char attempt_id[128];
 	int tier;    /* ckpt_tier it was saved as */
 	int durable; /* in storage too (durable, or persisted) */
+	/* ckpt_held: "" held by this node's daemon; else the peer daemon
+	 * ("HOST:PORT") that holds this node's replica of it. */
+	char peer[128];
 } ckpt_held_info;
 
 typedef struct {
@@ -320,9 +325,11 @@ typedef struct {
 int ckpt_resolve(ckpt_client *c, const char *job, int64_t step, ckpt_step_info *out);
 
 /* The copies this daemon holds in memory of job (NULL: this session's):
- * this session's rank's, or every rank's with all_ranks. No storage
- * request: what a restore could read here (README "Tiers": ranks agree on
- * a memory-only step by gathering these). *out is malloc'd; free(). */
+ * this session's rank's, or every rank's with all_ranks. With peer
+ * replication, for this rank, also the copies the peers holding this
+ * node's replicas have (->peer names each). No storage request: what a
+ * restore could read (README "Tiers": ranks agree on a memory-only step
+ * by gathering these). *out is malloc'd; free(). */
 int ckpt_held(ckpt_client *c, const char *job, int all_ranks, ckpt_held_info **out, size_t *count);
 
 /* List steps of job (NULL: all jobs). *out is malloc'd; free with free(). */

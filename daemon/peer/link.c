@@ -1,0 +1,322 @@
+/* TLS links between peers (link.h). */
+#include "link.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+static void ssl_why(char *err, size_t errlen, const char *what)
+{
+	unsigned long e = ERR_get_error();
+	char buf[256] = "";
+	if (e)
+		ERR_error_string_n(e, buf, sizeof(buf));
+	ERR_clear_error();
+	snprintf(err, errlen, "%s%s%s", what, buf[0] ? ": " : "", buf);
+}
+
+static SSL_CTX *make_ctx(const SSL_METHOD *m, const char *cert, const char *key, const char *ca, char *err,
+			 size_t errlen)
+{
+	SSL_CTX *c = SSL_CTX_new(m);
+	if (c == NULL) {
+		ssl_why(err, errlen, "SSL_CTX_new");
+		return NULL;
+	}
+	SSL_CTX_set_min_proto_version(c, TLS1_2_VERSION);
+	SSL_CTX_set_mode(c, SSL_MODE_AUTO_RETRY);
+	if (SSL_CTX_use_certificate_chain_file(c, cert) != 1) {
+		ssl_why(err, errlen, "the [peers] cert");
+	} else if (SSL_CTX_use_PrivateKey_file(c, key, SSL_FILETYPE_PEM) != 1) {
+		ssl_why(err, errlen, "the [peers] key");
+	} else if (SSL_CTX_check_private_key(c) != 1) {
+		ssl_why(err, errlen, "the [peers] key does not match its cert");
+	} else if (SSL_CTX_load_verify_locations(c, ca, NULL) != 1) {
+		ssl_why(err, errlen, "the [peers] ca");
+	} else {
+		/* Both ways: a peer without a certificate the CA signed is refused. */
+		SSL_CTX_set_verify(c, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+		return c;
+	}
+	SSL_CTX_free(c);
+	return NULL;
+}
+
+int link_tls_init(struct link_tls *t, const char *cert, const char *key, const char *ca, char *err, size_t errlen)
+{
+	t->server = make_ctx(TLS_server_method(), cert, key, ca, err, errlen);
+	t->client = t->server ? make_ctx(TLS_client_method(), cert, key, ca, err, errlen) : NULL;
+	if (t->client == NULL) {
+		link_tls_fini(t);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+void link_tls_fini(struct link_tls *t)
+{
+	SSL_CTX_free(t->server);
+	SSL_CTX_free(t->client);
+	t->server = t->client = NULL;
+}
+
+int link_split(const char *hostport, char *host, size_t hostlen, char *port, size_t portlen)
+{
+	const char *colon;
+	const char *h = hostport;
+	size_t hl;
+	if (h[0] == '[') {
+		const char *close = strchr(h, ']');
+		if (close == NULL || close[1] != ':')
+			return -EINVAL;
+		h++;
+		hl = (size_t)(close - h);
+		colon = close + 1;
+	} else {
+		colon = strrchr(h, ':');
+		if (colon == NULL)
+			return -EINVAL;
+		hl = (size_t)(colon - h);
+	}
+	if (hl == 0 || hl >= hostlen || strlen(colon + 1) == 0 || strlen(colon + 1) >= portlen)
+		return -EINVAL;
+	memcpy(host, h, hl);
+	host[hl] = '\0';
+	snprintf(port, portlen, "%s", colon + 1);
+	return 0;
+}
+
+static void set_timeouts(int fd, uint32_t ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* A non-blocking connect to one address, waited for up to ms. */
+static int connect_one(const struct addrinfo *ai, uint32_t ms)
+{
+	int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0 && errno != EINPROGRESS) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	struct pollfd p = { .fd = fd, .events = POLLOUT };
+	int r = poll(&p, 1, (int)ms);
+	int soerr = 0;
+	socklen_t sl = sizeof(soerr);
+	if (r == 0) {
+		close(fd);
+		return -ETIMEDOUT;
+	}
+	if (r < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 || soerr != 0) {
+		close(fd);
+		return soerr ? -soerr : -ECONNREFUSED;
+	}
+	int fl = fcntl(fd, F_GETFL);
+	fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	return fd;
+}
+
+/* The handshake's failure in words: the verify result says more than the
+ * error queue when a certificate was refused. */
+static int handshake_failed(SSL *ssl, int ret, char *err, size_t errlen, const char *what)
+{
+	int e = errno, se = SSL_get_error(ssl, ret);
+	/* A read or write that hit SO_RCVTIMEO/SO_SNDTIMEO: the socket BIO
+	 * takes EAGAIN for "retry". */
+	if (se == SSL_ERROR_WANT_READ || se == SSL_ERROR_WANT_WRITE ||
+	    (se == SSL_ERROR_SYSCALL && (e == EAGAIN || e == EWOULDBLOCK))) {
+		snprintf(err, errlen, "%s: timed out ([peers] timeout_ms)", what);
+		ERR_clear_error();
+		return -ETIMEDOUT;
+	}
+	long v = SSL_get_verify_result(ssl);
+	if (v != X509_V_OK) {
+		snprintf(err, errlen, "%s: the peer's certificate: %s", what, X509_verify_cert_error_string(v));
+		ERR_clear_error();
+		return -EACCES;
+	}
+	ssl_why(err, errlen, what);
+	return -ECONNABORTED;
+}
+
+int link_connect(const struct link_tls *t, const char *hostport, uint32_t timeout_ms, struct link *l, char *err,
+		 size_t errlen)
+{
+	char host[256], port[16];
+	l->fd = -1;
+	l->ssl = NULL;
+	if (link_split(hostport, host, sizeof(host), port, sizeof(port)) < 0) {
+		snprintf(err, errlen, "'%s' is not HOST:PORT", hostport);
+		return -EINVAL;
+	}
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
+	int g = getaddrinfo(host, port, &hints, &res);
+	if (g != 0) {
+		snprintf(err, errlen, "resolving %s: %s", host, gai_strerror(g));
+		return -EHOSTUNREACH;
+	}
+	int fd = -ECONNREFUSED;
+	for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next)
+		fd = connect_one(ai, timeout_ms);
+	freeaddrinfo(res);
+	if (fd < 0) {
+		snprintf(err, errlen, "connecting to %s: %s", hostport, strerror(-fd));
+		return fd;
+	}
+	set_timeouts(fd, timeout_ms);
+	SSL *ssl = SSL_new(t->client);
+	if (ssl == NULL || SSL_set_fd(ssl, fd) != 1) {
+		ssl_why(err, errlen, "SSL_new");
+		SSL_free(ssl);
+		close(fd);
+		return -ENOMEM;
+	}
+	int ret = SSL_connect(ssl);
+	if (ret != 1) {
+		char what[300];
+		snprintf(what, sizeof(what), "TLS with %s", hostport);
+		int r = handshake_failed(ssl, ret, err, errlen, what);
+		SSL_free(ssl);
+		close(fd);
+		return r;
+	}
+	l->fd = fd;
+	l->ssl = ssl;
+	return 0;
+}
+
+int link_accept(const struct link_tls *t, int fd, uint32_t timeout_ms, struct link *l, char *err, size_t errlen)
+{
+	l->fd = -1;
+	l->ssl = NULL;
+	set_timeouts(fd, timeout_ms);
+	SSL *ssl = SSL_new(t->server);
+	if (ssl == NULL || SSL_set_fd(ssl, fd) != 1) {
+		ssl_why(err, errlen, "SSL_new");
+		SSL_free(ssl);
+		close(fd);
+		return -ENOMEM;
+	}
+	int ret = SSL_accept(ssl);
+	if (ret != 1) {
+		int r = handshake_failed(ssl, ret, err, errlen, "TLS with a peer");
+		SSL_free(ssl);
+		close(fd);
+		return r;
+	}
+	l->fd = fd;
+	l->ssl = ssl;
+	return 0;
+}
+
+void link_close(struct link *l)
+{
+	if (l->ssl) {
+		SSL_shutdown(l->ssl);
+		SSL_free(l->ssl);
+	}
+	if (l->fd >= 0)
+		close(l->fd);
+	l->ssl = NULL;
+	l->fd = -1;
+}
+
+static int io_error(SSL *ssl, int ret)
+{
+	int e = SSL_get_error(ssl, ret);
+	ERR_clear_error();
+	if (e == SSL_ERROR_ZERO_RETURN)
+		return -EPIPE;
+	if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+		return -ETIMEDOUT; /* SO_RCVTIMEO/SO_SNDTIMEO: EAGAIN, which the BIO takes for "retry" */
+	if (e == SSL_ERROR_SYSCALL)
+		return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : errno ? -errno : -EPIPE;
+	return -EPROTO;
+}
+
+int link_write(struct link *l, const void *buf, size_t n)
+{
+	const uint8_t *p = buf;
+	while (n > 0) {
+		int k = n > (1u << 30) ? (1 << 30) : (int)n;
+		int w = SSL_write(l->ssl, p, k);
+		if (w <= 0)
+			return io_error(l->ssl, w);
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+int link_read(struct link *l, void *buf, size_t n)
+{
+	uint8_t *p = buf;
+	while (n > 0) {
+		int k = n > (1u << 30) ? (1 << 30) : (int)n;
+		int r = SSL_read(l->ssl, p, k);
+		if (r <= 0)
+			return io_error(l->ssl, r);
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+int link_send(struct link *l, const Ckpt__PeerFrame *f)
+{
+	size_t len = ckpt__peer_frame__get_packed_size(f);
+	if (len > UINT32_MAX)
+		return -EMSGSIZE;
+	uint8_t *buf = malloc(len + 4);
+	if (buf == NULL)
+		return -ENOMEM;
+	buf[0] = (uint8_t)(len >> 24);
+	buf[1] = (uint8_t)(len >> 16);
+	buf[2] = (uint8_t)(len >> 8);
+	buf[3] = (uint8_t)len;
+	ckpt__peer_frame__pack(f, buf + 4);
+	int r = link_write(l, buf, len + 4);
+	free(buf);
+	return r;
+}
+
+int link_recv(struct link *l, size_t max, Ckpt__PeerFrame **out)
+{
+	uint8_t hdr[4];
+	int r = link_read(l, hdr, 4);
+	if (r < 0)
+		return r;
+	size_t len = (size_t)hdr[0] << 24 | (size_t)hdr[1] << 16 | (size_t)hdr[2] << 8 | hdr[3];
+	if (len > max)
+		return -EMSGSIZE;
+	uint8_t *buf = malloc(len ? len : 1);
+	if (buf == NULL)
+		return -ENOMEM;
+	r = link_read(l, buf, len);
+	if (r == 0) {
+		*out = ckpt__peer_frame__unpack(NULL, len, buf);
+		if (*out == NULL)
+			r = -EBADMSG;
+	}
+	free(buf);
+	return r;
+}

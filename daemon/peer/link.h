@@ -1,0 +1,52 @@
+/* One TLS connection between two daemons (README "Tiers"): mutual
+ * certificate authentication against the [peers] CA, PeerFrames framed
+ * as on the socket (a 4-byte big-endian length), and raw shard bytes.
+ * Blocking, with the [peers] timeout on every read and write; used by the
+ * peer threads only (peer.c), never by the loop. */
+#ifndef CKPTD_LINK_H
+#define CKPTD_LINK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt.pb-c.h"
+
+struct ssl_ctx_st;
+struct ssl_st;
+
+struct link_tls {
+	struct ssl_ctx_st *server, *client;
+};
+
+/* Both contexts from the PEM files: our certificate and key, and the CA
+ * every peer's certificate must chain to (TLS 1.2 at least; a peer
+ * without a certificate is refused). 0, or -errno with err. */
+int link_tls_init(struct link_tls *t, const char *cert, const char *key, const char *ca, char *err, size_t errlen);
+void link_tls_fini(struct link_tls *t);
+
+struct link {
+	int fd;
+	struct ssl_st *ssl;
+};
+
+/* Connect to "HOST:PORT" ("[V6]:PORT" too) and handshake, within
+ * timeout_ms each. 0, or -errno with err saying why (refused, timed out,
+ * the peer's certificate). */
+int link_connect(const struct link_tls *t, const char *hostport, uint32_t timeout_ms, struct link *l, char *err,
+		 size_t errlen);
+/* The server side of an accepted socket (it becomes l's). */
+int link_accept(const struct link_tls *t, int fd, uint32_t timeout_ms, struct link *l, char *err, size_t errlen);
+void link_close(struct link *l);
+
+int link_send(struct link *l, const Ckpt__PeerFrame *f);
+/* The next frame, at most max bytes: 0 and *out (free with
+ * ckpt__peer_frame__free_unpacked), -EPIPE at a clean end, -EMSGSIZE,
+ * -EBADMSG, or the read's error. */
+int link_recv(struct link *l, size_t max, Ckpt__PeerFrame **out);
+int link_write(struct link *l, const void *buf, size_t n);
+int link_read(struct link *l, void *buf, size_t n);
+
+/* "HOST:PORT" into its parts; 0 or -EINVAL. */
+int link_split(const char *hostport, char *host, size_t hostlen, char *port, size_t portlen);
+
+#endif

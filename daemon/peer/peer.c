@@ -1,0 +1,1232 @@
+/* Peer replication (peer.h): the service's threads, the loop bridge, and
+ * the three exchanges (put a replica, get a copy back, list copies). */
+#include "peer.h"
+#include "crc32c.h"
+#include "daemon.h"
+#include "link.h"
+#include "log.h"
+#include "manifest.h"
+#include "requester.h"
+#include "ring.h"
+#include "save.h"
+#include "tensor.h"
+#include "wire.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define PEER_PROTOCOL_VERSION 1
+#define MAX_CONNS 64
+#define FRAME_MAX (MANIFEST_MAX_BYTES + 4096)
+
+/* A function run on the loop for a peer thread, which waits for it. */
+struct call {
+	struct call *next;
+	void (*fn)(struct daemon *d, void *arg);
+	void *arg;
+	bool done;
+};
+
+/* One replicated save on its way to its peers. */
+struct job {
+	struct job *next;
+	struct save *sv; /* pinned (readers) until the loop takes the job back */
+	struct session *session;
+	uint64_t req_id;
+	uint32_t want, copies;
+	int status;
+	char peers[512]; /* who holds a copy, comma-separated */
+	char msg[512];   /* why not, when status != 0 */
+};
+
+struct peer {
+	struct daemon *d;
+	struct link_tls tls;
+	char self[RING_NAME_MAX];
+	int listen_fd;
+	uint32_t timeout_ms;
+	pthread_t acceptor, sender;
+	bool acceptor_started, sender_started;
+	uv_async_t async;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool stopping;
+	struct call *calls, **calls_tail;
+	struct job *queue, **queue_tail; /* for the sender */
+	struct job *done;                /* for the loop */
+	int conn_fds[MAX_CONNS];         /* served now, shut at stop */
+	unsigned nconns;
+	int sender_fd; /* the sender's connection now, or -1 */
+};
+
+/* ---- the loop bridge ---- */
+
+static void on_async(uv_async_t *a)
+{
+	struct peer *p = a->data;
+	struct daemon *d = p->d;
+	pthread_mutex_lock(&p->mu);
+	struct call *c = p->calls;
+	p->calls = NULL;
+	p->calls_tail = &p->calls;
+	struct job *done = p->done;
+	p->done = NULL;
+	pthread_mutex_unlock(&p->mu);
+	while (c) {
+		struct call *next = c->next;
+		c->fn(d, c->arg);
+		pthread_mutex_lock(&p->mu);
+		c->done = true;
+		pthread_cond_broadcast(&p->cv);
+		pthread_mutex_unlock(&p->mu);
+		c = next;
+	}
+	while (done) {
+		struct job *next = done->next;
+		struct save *sv = done->sv;
+		if (--sv->readers == 0 && sv->drop_pending) {
+			save_release(sv);
+			save_admit_waiting(d);
+		}
+		if (done->session && d->req_ops->release(done->session)) {
+			Ckpt__SaveReplicated ev = CKPT__SAVE_REPLICATED__INIT;
+			char *names[16];
+			size_t n = 0;
+			for (char *t = strtok(done->peers, ","); t && n < 16; t = strtok(NULL, ","))
+				names[n++] = t;
+			ev.copies = done->copies;
+			ev.n_peers = n;
+			ev.peers = names;
+			ev.status = wire_status(done->status);
+			ev.message = done->msg;
+			Ckpt__Frame f = CKPT__FRAME__INIT;
+			f.body_case = CKPT__FRAME__BODY_SAVE_REPLICATED;
+			f.save_replicated = &ev;
+			d->req_ops->send(done->session, done->req_id, &f);
+		}
+		free(done);
+		done = next;
+	}
+}
+
+/* Run fn(d, arg) on the loop and wait for it: 0, or -ESHUTDOWN when the
+ * daemon stops first (fn then did not run). */
+static int loop_call(struct peer *p, void (*fn)(struct daemon *d, void *arg), void *arg)
+{
+	struct call c = { .fn = fn, .arg = arg };
+	pthread_mutex_lock(&p->mu);
+	if (p->stopping) {
+		pthread_mutex_unlock(&p->mu);
+		return -ESHUTDOWN;
+	}
+	*p->calls_tail = &c;
+	p->calls_tail = &c.next;
+	pthread_mutex_unlock(&p->mu);
+	uv_async_send(&p->async);
+	pthread_mutex_lock(&p->mu);
+	while (!c.done && !p->stopping)
+		pthread_cond_wait(&p->cv, &p->mu);
+	bool done = c.done;
+	pthread_mutex_unlock(&p->mu);
+	return done ? 0 : -ESHUTDOWN;
+}
+
+/* ---- saves as peers see them ---- */
+
+/* A save's manifest as a peer gets it: a shard name of the save's own
+ * rank (none exists: the copy is in memory only), so that the receiver's
+ * manifest_check holds. */
+static int pack_manifest(const struct save *sv, uint8_t **out, size_t *len)
+{
+	char key[768];
+	if (manifest_shard_key(key, sizeof(key), sv->job, sv->step, sv->rank, sv->world_size, sv->attempt, 0, false) <
+	    0)
+		return -ENAMETOOLONG;
+	Ckpt__Manifest m;
+	int r = save_manifest_view(sv, &m, strrchr(key, '/') + 1, 0);
+	if (r < 0)
+		return r;
+	m.shard_dir = (char *)""; /* the name above is the step directory's */
+	*len = ckpt__manifest__get_packed_size(&m);
+	*out = malloc(*len ? *len : 1);
+	if (*out)
+		ckpt__manifest__pack(&m, *out);
+	save_manifest_view_free(&m);
+	return *out ? 0 : -ENOMEM;
+}
+
+/* A held-copy object for the manifest m (checked), its chunks not yet
+ * reserved. NULL: out of memory. */
+static struct save *save_from_manifest(struct daemon *d, const Ckpt__Manifest *m, int tier)
+{
+	struct save *sv = calloc(1, sizeof(*sv));
+	if (sv == NULL)
+		return NULL;
+	sv->d = d;
+	sv->state = SAVE_NEW;
+	snprintf(sv->job, sizeof(sv->job), "%s", m->job);
+	snprintf(sv->attempt, sizeof(sv->attempt), "%s", m->attempt_id);
+	sv->rank = m->rank;
+	sv->world_size = m->world_size;
+	sv->step = m->step;
+	sv->tier = tier == TIER_MEMORY || tier == TIER_REPLICATED ? (enum save_tier)tier : TIER_REPLICATED;
+	sv->shard_bytes = m->shard_bytes;
+	sv->tensors = calloc(m->n_tensors ? m->n_tensors : 1, sizeof(*sv->tensors));
+	uint64_t cb = d->pool.chunk_bytes;
+	uint64_t nchunks = m->shard_bytes / cb + (m->shard_bytes % cb != 0);
+	sv->chunks = calloc(nchunks ? nchunks : 1, sizeof(*sv->chunks));
+	sv->chunk_crc = calloc(nchunks ? nchunks : 1, sizeof(uint32_t));
+	if (sv->tensors == NULL || sv->chunks == NULL || sv->chunk_crc == NULL) {
+		save_free(sv);
+		return NULL;
+	}
+	sv->nchunks = (uint32_t)nchunks;
+	pool_shape(&d->pool, m->shard_bytes, &sv->whole, &sv->tail_slots);
+	sv->pool_bytes = pool_shape_bytes(&d->pool, sv->whole, sv->tail_slots);
+	for (size_t i = 0; i < m->n_tensors; i++) {
+		const Ckpt__ManifestTensor *t = m->tensors[i];
+		struct save_tensor *st = &sv->tensors[i];
+		uint64_t nelem;
+		char why[128];
+		(void)box_from_fields(&st->box, t->n_global_shape, t->global_shape, t->n_box_offsets, t->box_offsets,
+				      t->n_box_lengths, t->box_lengths, &nelem, why, sizeof(why));
+		st->name = strdup(t->name);
+		if (st->name == NULL) {
+			save_free(sv);
+			return NULL;
+		}
+		sv->ntensors = i + 1;
+		st->dtype = t->dtype;
+		st->shard_off = t->shard_offset;
+		st->nbytes = t->nbytes;
+		st->crc = t->crc32c;
+	}
+	if (m->extra_state.len) {
+		sv->extra = malloc(m->extra_state.len);
+		if (sv->extra == NULL) {
+			save_free(sv);
+			return NULL;
+		}
+		memcpy(sv->extra, m->extra_state.data, m->extra_state.len);
+		sv->extra_len = m->extra_state.len;
+	}
+	return sv;
+}
+
+/* ---- loop calls ---- */
+
+struct reserve {
+	struct save *sv;
+	bool replica; /* against the share, and reclaimed first */
+	int status;
+	char msg[200];
+};
+
+static uint64_t replica_bytes(struct daemon *d)
+{
+	uint64_t n = 0;
+	struct save *o;
+	TAILQ_FOREACH (o, &d->held, hlink)
+		if (o->replica)
+			n += o->pool_bytes;
+	return n;
+}
+
+static void reserve_on_loop(struct daemon *d, void *arg)
+{
+	struct reserve *rs = arg;
+	struct save *sv = rs->sv;
+	if (rs->replica) {
+		uint64_t share = d->cfg.peer_share_bytes;
+		if (share == 0)
+			share = d->pool.bytes / 100 *
+				(d->cfg.peer_share_pct ? d->cfg.peer_share_pct : DEFAULT_PEER_SHARE_PCT);
+		/* Within the share: the oldest replicas no load reads go first. */
+		struct save *o, *next;
+		for (o = TAILQ_FIRST(&d->held); o && replica_bytes(d) + sv->pool_bytes > share; o = next) {
+			next = TAILQ_NEXT(o, hlink);
+			if (o->replica && o->readers == 0)
+				memtier_drop(d, o, "the replica share is needed for a newer replica");
+		}
+		if (replica_bytes(d) + sv->pool_bytes > share) {
+			rs->status = -ENOSPC;
+			snprintf(rs->msg, sizeof(rs->msg),
+				 "the replica share of %" PRIu64 " MiB is full ([peers] share) with copies being read",
+				 share >> 20);
+			return;
+		}
+	}
+	int r = pool_reserve(&d->pool, sv->whole, sv->tail_slots, sv->chunks);
+	if (r == -ENOSPC) {
+		memtier_reclaim(d, sv->whole, sv->tail_slots);
+		r = pool_reserve(&d->pool, sv->whole, sv->tail_slots, sv->chunks);
+	}
+	if (r < 0) {
+		rs->status = r;
+		snprintf(rs->msg, sizeof(rs->msg), "no room in the pool for %" PRIu64 " bytes%s", sv->shard_bytes,
+			 r == -E2BIG ? " (larger than the pool)" : "");
+		return;
+	}
+	sv->have_chunks = true;
+}
+
+static void release_on_loop(struct daemon *d, void *arg)
+{
+	save_release(arg);
+	save_admit_waiting(d);
+}
+
+struct commit {
+	struct save *sv;
+	bool pin; /* for a load: pinned before it is held */
+	int status;
+	char msg[200];
+};
+
+static void commit_on_loop(struct daemon *d, void *arg)
+{
+	struct commit *c = arg;
+	struct save *sv = c->sv;
+	struct save *newer = memtier_newer(d, sv);
+	if (newer && !c->pin) {
+		c->status = -ESTALE;
+		snprintf(c->msg, sizeof(c->msg), "step %" PRIu64 " of this rank is held here already", newer->step);
+		save_release(sv);
+		save_admit_waiting(d);
+		return;
+	}
+	sv->state = SAVE_KEPT;
+	sv->held_since_ns = clock_now_ns();
+	if (c->pin)
+		sv->readers++; /* trim may drop it: then it goes when the load unpins it */
+	memtier_hold(d, sv);
+}
+
+struct find {
+	const char *job;
+	uint64_t step;
+	uint32_t rank, world_size;
+	struct save *sv;
+};
+
+static void find_on_loop(struct daemon *d, void *arg)
+{
+	struct find *f = arg;
+	struct save *sv = memtier_find(d, f->job, f->step, f->rank);
+	if (sv && sv->world_size == f->world_size && !sv->drop_pending) {
+		sv->readers++;
+		f->sv = sv;
+	}
+}
+
+static void unpin_on_loop(struct daemon *d, void *arg)
+{
+	struct save *sv = arg;
+	if (--sv->readers == 0 && sv->drop_pending) {
+		save_release(sv);
+		save_admit_waiting(d);
+	}
+}
+
+struct listing {
+	const char *job;
+	uint32_t rank;
+	Ckpt__HeldCopy *v;
+	size_t n;
+	char (*jobs)[129];
+	char (*attempts)[129];
+};
+
+static void list_on_loop(struct daemon *d, void *arg)
+{
+	struct listing *l = arg;
+	size_t n = 0;
+	struct save *sv;
+	TAILQ_FOREACH (sv, &d->held, hlink)
+		if (sv->rank == l->rank && strcmp(sv->job, l->job) == 0)
+			n++;
+	l->v = calloc(n ? n : 1, sizeof(*l->v));
+	l->jobs = calloc(n ? n : 1, sizeof(*l->jobs));
+	l->attempts = calloc(n ? n : 1, sizeof(*l->attempts));
+	if (l->v == NULL || l->jobs == NULL || l->attempts == NULL)
+		return;
+	TAILQ_FOREACH (sv, &d->held, hlink) {
+		if (sv->rank != l->rank || strcmp(sv->job, l->job) != 0 || sv->drop_pending)
+			continue;
+		Ckpt__HeldCopy *h = &l->v[l->n];
+		ckpt__held_copy__init(h);
+		snprintf(l->jobs[l->n], sizeof(l->jobs[0]), "%s", sv->job);
+		snprintf(l->attempts[l->n], sizeof(l->attempts[0]), "%s", sv->attempt);
+		h->job = l->jobs[l->n];
+		h->attempt_id = l->attempts[l->n];
+		h->rank = sv->rank;
+		h->world_size = sv->world_size;
+		h->step = sv->step;
+		h->bytes = sv->shard_bytes;
+		h->tier = (Ckpt__Tier)sv->tier;
+		h->durable = sv->durable;
+		l->n++;
+	}
+}
+
+/* ---- a shard on the wire ---- */
+
+/* Send sv's shard from the pool (sv pinned). */
+static int send_shard(struct link *l, const struct save *sv)
+{
+	const struct pool *pool = &sv->d->pool;
+	for (uint32_t c = 0; c < sv->nchunks; c++) {
+		uint64_t left = sv->shard_bytes - (uint64_t)c * pool->chunk_bytes;
+		int r = link_write(l, pool_span_ptr(pool, sv->chunks[c]),
+				   left < pool->chunk_bytes ? left : pool->chunk_bytes);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* Receive m's shard into sv's chunks (reserved), checking every chunk
+ * of the sender's against m's CRC32C and taking this pool's own. */
+static int recv_shard(struct link *l, struct save *sv, const Ckpt__Manifest *m, char *why, size_t whylen)
+{
+	const struct pool *pool = &sv->d->pool;
+	uint64_t mcb = m->chunk_bytes, mpos = 0;
+	uint32_t mcrc = 0;
+	size_t mi = 0;
+	for (uint32_t c = 0; c < sv->nchunks; c++) {
+		uint64_t left = sv->shard_bytes - (uint64_t)c * pool->chunk_bytes;
+		uint64_t len = left < pool->chunk_bytes ? left : pool->chunk_bytes;
+		uint8_t *buf = pool_span_ptr(pool, sv->chunks[c]);
+		int r = link_read(l, buf, len);
+		if (r < 0) {
+			snprintf(why, whylen, "receiving the shard: %s", strerror(-r));
+			return r;
+		}
+		sv->chunk_crc[c] = crc32c_update(0, buf, len);
+		for (uint64_t at = 0; at < len;) {
+			uint64_t n = mcb - mpos < len - at ? mcb - mpos : len - at;
+			mcrc = crc32c_update(mcrc, buf + at, n);
+			at += n;
+			mpos += n;
+			uint64_t shard_at = (uint64_t)c * pool->chunk_bytes + at;
+			if (mpos == mcb || shard_at == sv->shard_bytes) {
+				if (mcrc != m->chunk_crc32c[mi]) {
+					snprintf(why, whylen, "chunk %zu of the shard failed its CRC32C on arrival",
+						 mi);
+					return -EIO;
+				}
+				mi++;
+				mpos = 0;
+				mcrc = 0;
+			}
+		}
+	}
+	return 0;
+}
+
+static void count(atomic_uint_fast64_t *c, uint64_t n)
+{
+	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+/* ---- serving a peer ---- */
+
+static void reply_status(struct link *l, Ckpt__PeerFrame__BodyCase body, int status, const char *msg)
+{
+	Ckpt__PeerFrame f = CKPT__PEER_FRAME__INIT;
+	Ckpt__ReplicaReady rd = CKPT__REPLICA_READY__INIT;
+	Ckpt__ReplicaAck ack = CKPT__REPLICA_ACK__INIT;
+	f.body_case = body;
+	if (body == CKPT__PEER_FRAME__BODY_READY) {
+		rd.status = wire_status(status);
+		rd.message = (char *)msg;
+		f.ready = &rd;
+	} else {
+		ack.status = wire_status(status);
+		ack.message = (char *)msg;
+		f.ack = &ack;
+	}
+	(void)link_send(l, &f);
+}
+
+/* ReplicaPut: check, reserve within the share, receive, hold. false:
+ * the connection cannot go on. */
+static bool serve_put(struct peer *p, struct link *l, const Ckpt__ReplicaPut *put, const char *from)
+{
+	struct daemon *d = p->d;
+	Ckpt__Manifest *m = NULL;
+	char why[300];
+	int r = manifest_decode(put->manifest.data, put->manifest.len, &m, why, sizeof(why));
+	if (r == 0 && (m->n_tensors > d->cfg.max_tensors || m->extra_state.len > d->cfg.max_extra_state)) {
+		r = -E2BIG;
+		snprintf(why, sizeof(why), "%zu tensors or %zu bytes of extra state: over this node's limits",
+			 m->n_tensors, m->extra_state.len);
+	}
+	struct save *sv = r == 0 ? save_from_manifest(d, m, (int)put->tier) : NULL;
+	if (r == 0 && sv == NULL) {
+		r = -ENOMEM;
+		snprintf(why, sizeof(why), "out of memory");
+	}
+	struct reserve rs = { .sv = sv, .replica = true };
+	if (r == 0) {
+		sv->replica = true;
+		snprintf(sv->peer, sizeof(sv->peer), "%s", from);
+		r = loop_call(p, reserve_on_loop, &rs);
+		if (r == 0 && rs.status < 0) {
+			r = rs.status;
+			snprintf(why, sizeof(why), "%s", rs.msg);
+		}
+	}
+	if (r < 0) {
+		if (sv)
+			save_free(sv); /* no chunks */
+		if (m)
+			ckpt__manifest__free_unpacked(m, NULL);
+		log_warn("peers: refused a replica from %s: %s", from, why);
+		reply_status(l, CKPT__PEER_FRAME__BODY_READY, r, why);
+		return r != -EBADMSG && r != -ESHUTDOWN;
+	}
+	reply_status(l, CKPT__PEER_FRAME__BODY_READY, 0, "");
+	r = recv_shard(l, sv, m, why, sizeof(why));
+	struct commit c = { .sv = sv };
+	if (r == 0 && loop_call(p, commit_on_loop, &c) == 0) {
+		count(&d->stats.peer_bytes_received, sv->shard_bytes);
+		log_debug("peers: holding %s step %" PRIu64 " rank %u for %s (%" PRIu64 " bytes)", m->job, m->step,
+			  m->rank, from, m->shard_bytes);
+		reply_status(l, CKPT__PEER_FRAME__BODY_ACK, c.status, c.msg);
+		ckpt__manifest__free_unpacked(m, NULL);
+		return true;
+	}
+	if (r == 0) {
+		r = -ESHUTDOWN;
+		snprintf(why, sizeof(why), "ckptd is stopping");
+	}
+	if (loop_call(p, release_on_loop, sv) < 0)
+		log_warn("peers: a replica's pool space stays reserved: ckptd is stopping");
+	log_warn("peers: a replica of %s step %" PRIu64 " rank %u from %s failed: %s", m->job, m->step, m->rank, from,
+		 why);
+	count(&d->stats.peer_link_errors, 1);
+	ckpt__manifest__free_unpacked(m, NULL);
+	if (r != -EIO)
+		return false; /* the stream is broken */
+	reply_status(l, CKPT__PEER_FRAME__BODY_ACK, r, why);
+	return true;
+}
+
+/* ReplicaGet: the copy of (job, step, rank) held here, if any. */
+static bool serve_get(struct peer *p, struct link *l, const Ckpt__ReplicaGet *g)
+{
+	struct find f = { .job = g->job, .step = g->step, .rank = g->rank, .world_size = g->world_size };
+	Ckpt__PeerFrame out = CKPT__PEER_FRAME__INIT;
+	Ckpt__ReplicaData data = CKPT__REPLICA_DATA__INIT;
+	out.body_case = CKPT__PEER_FRAME__BODY_DATA;
+	out.data = &data;
+	if (loop_call(p, find_on_loop, &f) < 0)
+		return false;
+	uint8_t *mb = NULL;
+	size_t ml = 0;
+	if (f.sv == NULL) {
+		data.status = wire_status(-ENOENT);
+		data.message = (char *)"no copy of it is held here";
+	} else if (pack_manifest(f.sv, &mb, &ml) < 0) {
+		data.status = wire_status(-ENOMEM);
+		data.message = (char *)"out of memory";
+	} else {
+		data.manifest.data = mb;
+		data.manifest.len = ml;
+	}
+	int r = link_send(l, &out);
+	if (r == 0 && f.sv && mb) {
+		r = send_shard(l, f.sv);
+		if (r == 0)
+			count(&p->d->stats.peer_bytes_sent, f.sv->shard_bytes);
+	}
+	free(mb);
+	if (f.sv)
+		(void)loop_call(p, unpin_on_loop, f.sv);
+	return r == 0;
+}
+
+static bool serve_list(struct peer *p, struct link *l, const Ckpt__ReplicaList *q)
+{
+	struct listing ls = { .job = q->job, .rank = q->rank };
+	if (loop_call(p, list_on_loop, &ls) < 0)
+		return false;
+	Ckpt__HeldCopy **ptrs = calloc(ls.n ? ls.n : 1, sizeof(*ptrs));
+	for (size_t i = 0; ptrs && i < ls.n; i++)
+		ptrs[i] = &ls.v[i];
+	Ckpt__ReplicaListReply rep = CKPT__REPLICA_LIST_REPLY__INIT;
+	rep.n_held = ptrs ? ls.n : 0;
+	rep.held = ptrs;
+	Ckpt__PeerFrame out = CKPT__PEER_FRAME__INIT;
+	out.body_case = CKPT__PEER_FRAME__BODY_LIST_REPLY;
+	out.list_reply = &rep;
+	int r = link_send(l, &out);
+	free(ptrs);
+	free(ls.v);
+	free(ls.jobs);
+	free(ls.attempts);
+	return r == 0;
+}
+
+struct conn {
+	struct peer *p;
+	int fd;
+	char addr[64];
+};
+
+static void conn_forget(struct peer *p, int fd)
+{
+	pthread_mutex_lock(&p->mu);
+	for (unsigned i = 0; i < p->nconns; i++)
+		if (p->conn_fds[i] == fd) {
+			p->conn_fds[i] = p->conn_fds[--p->nconns];
+			break;
+		}
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+}
+
+static void *serve_conn(void *arg)
+{
+	struct conn *cn = arg;
+	struct peer *p = cn->p;
+	int fd = cn->fd;
+	struct link l;
+	char err[300];
+	int r = link_accept(&p->tls, fd, p->timeout_ms, &l, err, sizeof(err));
+	if (r < 0) {
+		/* link_accept closed fd */
+		log_warn("peers: refused a connection from %s: %s", cn->addr, err);
+		count(&p->d->stats.peer_link_errors, 1);
+		conn_forget(p, fd);
+		free(cn);
+		return NULL;
+	}
+	Ckpt__PeerFrame *f = NULL;
+	char from[RING_NAME_MAX] = "";
+	r = link_recv(&l, 4096, &f);
+	if (r == 0 && f->body_case == CKPT__PEER_FRAME__BODY_HELLO &&
+	    f->hello->protocol_version == PEER_PROTOCOL_VERSION && f->hello->node[0] &&
+	    strlen(f->hello->node) < sizeof(from)) {
+		snprintf(from, sizeof(from), "%s", f->hello->node);
+	} else if (r == 0) {
+		log_warn("peers: %s did not open with a PeerHello of version %d; closed", cn->addr,
+			 PEER_PROTOCOL_VERSION);
+		count(&p->d->stats.peer_link_errors, 1);
+	}
+	if (f)
+		ckpt__peer_frame__free_unpacked(f, NULL);
+	bool go = from[0] != '\0';
+	while (go) {
+		f = NULL;
+		r = link_recv(&l, FRAME_MAX, &f);
+		if (r < 0)
+			break;
+		switch (f->body_case) {
+		case CKPT__PEER_FRAME__BODY_PUT: go = serve_put(p, &l, f->put, from); break;
+		case CKPT__PEER_FRAME__BODY_GET: go = serve_get(p, &l, f->get); break;
+		case CKPT__PEER_FRAME__BODY_LIST: go = serve_list(p, &l, f->list); break;
+		default:
+			log_warn("peers: %s sent an unexpected message (%d); closed", from, (int)f->body_case);
+			count(&p->d->stats.peer_link_errors, 1);
+			go = false;
+		}
+		ckpt__peer_frame__free_unpacked(f, NULL);
+	}
+	conn_forget(p, fd);
+	link_close(&l);
+	free(cn);
+	return NULL;
+}
+
+static void *acceptor_main(void *arg)
+{
+	struct peer *p = arg;
+	for (;;) {
+		struct sockaddr_storage sa;
+		socklen_t sl = sizeof(sa);
+		int fd = accept4(p->listen_fd, (struct sockaddr *)&sa, &sl, SOCK_CLOEXEC);
+		pthread_mutex_lock(&p->mu);
+		bool stop = p->stopping;
+		pthread_mutex_unlock(&p->mu);
+		if (stop) {
+			if (fd >= 0)
+				close(fd);
+			return NULL;
+		}
+		if (fd < 0) {
+			if (errno != EINTR && errno != ECONNABORTED)
+				usleep(100 * 1000); /* out of fds: back off */
+			continue;
+		}
+		struct conn *cn = calloc(1, sizeof(*cn));
+		char host[48] = "?", serv[16] = "";
+		getnameinfo((struct sockaddr *)&sa, sl, host, sizeof(host), serv, sizeof(serv),
+			    NI_NUMERICHOST | NI_NUMERICSERV);
+		pthread_mutex_lock(&p->mu);
+		bool room = cn && p->nconns < MAX_CONNS;
+		if (room)
+			p->conn_fds[p->nconns++] = fd;
+		pthread_mutex_unlock(&p->mu);
+		pthread_t t;
+		pthread_attr_t at;
+		pthread_attr_init(&at);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		if (room) {
+			cn->p = p;
+			cn->fd = fd;
+			snprintf(cn->addr, sizeof(cn->addr), "%s:%s", host, serv);
+			if (pthread_create(&t, &at, serve_conn, cn) != 0) {
+				conn_forget(p, fd);
+				room = false;
+			}
+		}
+		pthread_attr_destroy(&at);
+		if (!room) {
+			log_warn("peers: refused a connection from %s: %u at once already", host, MAX_CONNS);
+			close(fd);
+			free(cn);
+		}
+	}
+}
+
+/* ---- the ring, now ---- */
+
+/* This node's successors in the ring of [peers] peers and what dns
+ * resolves to. Returns how many, their names in out (max of them). */
+static size_t successors(struct peer *p, char (*out)[RING_NAME_MAX], size_t max, char *why, size_t whylen)
+{
+	const struct config *c = &p->d->cfg;
+	char *extra[256] = { NULL };
+	size_t nextra = 0;
+	char host[256], port[16];
+	if (c->peer_dns[0] && link_split(c->peer_dns, host, sizeof(host), port, sizeof(port)) == 0) {
+		struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
+		if (getaddrinfo(host, port, &hints, &res) == 0) {
+			for (struct addrinfo *ai = res; ai && nextra < 256; ai = ai->ai_next) {
+				char ip[64];
+				if (getnameinfo(ai->ai_addr, ai->ai_addrlen, ip, sizeof(ip), NULL, 0, NI_NUMERICHOST) !=
+				    0)
+					continue;
+				char *name = malloc(RING_NAME_MAX);
+				if (name == NULL)
+					break;
+				snprintf(name, RING_NAME_MAX, strchr(ip, ':') ? "[%s]:%s" : "%s:%s", ip, port);
+				extra[nextra++] = name;
+			}
+			freeaddrinfo(res);
+		} else {
+			snprintf(why, whylen, "resolving %s found no peer", c->peer_dns);
+		}
+	}
+	struct ring r;
+	size_t n = 0;
+	if (ring_build(&r, p->self, c->peer_list, (const char *const *)extra, nextra) == 0) {
+		const char *names[16];
+		n = ring_successors(&r, p->self, c->peer_replicas, names, max < 16 ? max : 16);
+		for (size_t i = 0; i < n; i++)
+			snprintf(out[i], RING_NAME_MAX, "%s", names[i]);
+		ring_free(&r);
+	} else {
+		snprintf(why, whylen, "the [peers] list is not valid");
+	}
+	for (size_t i = 0; i < nextra; i++)
+		free(extra[i]);
+	if (n == 0 && why[0] == '\0')
+		snprintf(why, whylen, "no peer besides this node in the ring");
+	return n;
+}
+
+static int say_hello(struct peer *p, struct link *l)
+{
+	Ckpt__PeerHello h = CKPT__PEER_HELLO__INIT;
+	h.protocol_version = PEER_PROTOCOL_VERSION;
+	h.node = p->self;
+	Ckpt__PeerFrame f = CKPT__PEER_FRAME__INIT;
+	f.body_case = CKPT__PEER_FRAME__BODY_HELLO;
+	f.hello = &h;
+	return link_send(l, &f);
+}
+
+/* Connect to peer name and say hello; the socket is the sender's to shut
+ * at stop when track. */
+static int open_link(struct peer *p, const char *name, struct link *l, char *why, size_t whylen)
+{
+	char err[300];
+	int r = link_connect(&p->tls, name, p->timeout_ms, l, err, sizeof(err));
+	if (r == 0)
+		r = say_hello(p, l);
+	if (r < 0) {
+		snprintf(why, whylen, "%s", err);
+		link_close(l);
+		count(&p->d->stats.peer_link_errors, 1);
+	}
+	return r;
+}
+
+/* ---- replicating: the sender thread ---- */
+
+/* Put sv on the peer named name. 0, or -errno and why. */
+static int put_one(struct peer *p, const struct save *sv, const uint8_t *mb, size_t ml, const char *name, char *why,
+		   size_t whylen)
+{
+	struct link l;
+	char err[300] = "";
+	int r = open_link(p, name, &l, err, sizeof(err));
+	if (r < 0) {
+		snprintf(why, whylen, "%s", err);
+		return r;
+	}
+	pthread_mutex_lock(&p->mu);
+	p->sender_fd = l.fd;
+	pthread_mutex_unlock(&p->mu);
+	Ckpt__ReplicaPut put = CKPT__REPLICA_PUT__INIT;
+	put.manifest.data = (uint8_t *)mb;
+	put.manifest.len = ml;
+	put.tier = (Ckpt__Tier)sv->tier;
+	Ckpt__PeerFrame f = CKPT__PEER_FRAME__INIT;
+	f.body_case = CKPT__PEER_FRAME__BODY_PUT;
+	f.put = &put;
+	Ckpt__PeerFrame *in = NULL;
+	r = link_send(&l, &f);
+	if (r == 0)
+		r = link_recv(&l, 64 << 10, &in);
+	if (r == 0 && in->body_case != CKPT__PEER_FRAME__BODY_READY)
+		r = -EPROTO;
+	if (r == 0 && in->ready->status != 0) {
+		r = wire_errno(in->ready->status);
+		snprintf(why, whylen, "%s", in->ready->message);
+	}
+	if (in)
+		ckpt__peer_frame__free_unpacked(in, NULL);
+	in = NULL;
+	if (r == 0)
+		r = send_shard(&l, sv);
+	if (r == 0)
+		r = link_recv(&l, 64 << 10, &in);
+	if (r == 0 && in->body_case != CKPT__PEER_FRAME__BODY_ACK)
+		r = -EPROTO;
+	if (r == 0 && in->ack->status != 0) {
+		r = wire_errno(in->ack->status);
+		snprintf(why, whylen, "%s", in->ack->message);
+	}
+	if (in)
+		ckpt__peer_frame__free_unpacked(in, NULL);
+	if (r < 0 && why[0] == '\0')
+		snprintf(why, whylen, "%s", r == -ETIMEDOUT ? "timed out ([peers] timeout_ms)" : strerror(-r));
+	pthread_mutex_lock(&p->mu);
+	p->sender_fd = -1;
+	pthread_mutex_unlock(&p->mu);
+	link_close(&l);
+	if (r < 0 && r != -ENOSPC && r != -ESTALE)
+		count(&p->d->stats.peer_link_errors, 1);
+	return r;
+}
+
+static void replicate(struct peer *p, struct job *j)
+{
+	struct save *sv = j->sv;
+	char targets[16][RING_NAME_MAX];
+	char why[300] = "";
+	size_t n = successors(p, targets, 16, why, sizeof(why));
+	j->want = p->d->cfg.peer_replicas;
+	uint8_t *mb = NULL;
+	size_t ml = 0;
+	if (n > 0 && pack_manifest(sv, &mb, &ml) < 0) {
+		n = 0;
+		snprintf(why, sizeof(why), "out of memory");
+	}
+	size_t used = 0, wused = 0;
+	for (size_t i = 0; i < n; i++) {
+		char one[300] = "";
+		int r = put_one(p, sv, mb, ml, targets[i], one, sizeof(one));
+		if (r == 0) {
+			j->copies++;
+			used += (size_t)snprintf(j->peers + used, used < sizeof(j->peers) ? sizeof(j->peers) - used : 0,
+						 "%s%s", used ? "," : "", targets[i]);
+			count(&p->d->stats.peer_bytes_sent, sv->shard_bytes);
+		} else {
+			if (j->status == 0)
+				j->status = r;
+			wused += (size_t)snprintf(why + wused, wused < sizeof(why) ? sizeof(why) - wused : 0,
+						  "%s%s: %s", wused ? "; " : "", targets[i], one);
+		}
+	}
+	free(mb);
+	if (j->copies < j->want) {
+		if (j->status == 0)
+			j->status = -EHOSTUNREACH;
+		snprintf(j->msg, sizeof(j->msg), "replicated to %u of %u peers: %s", j->copies, j->want, why);
+		log_warn("peers: %s step %" PRIu64 " rank %u: %s", sv->job, sv->step, sv->rank, j->msg);
+	} else {
+		j->status = 0;
+	}
+}
+
+static void *sender_main(void *arg)
+{
+	struct peer *p = arg;
+	pthread_mutex_lock(&p->mu);
+	for (;;) {
+		while (p->queue == NULL && !p->stopping)
+			pthread_cond_wait(&p->cv, &p->mu);
+		if (p->stopping)
+			break;
+		struct job *j = p->queue;
+		p->queue = j->next;
+		if (p->queue == NULL)
+			p->queue_tail = &p->queue;
+		pthread_mutex_unlock(&p->mu);
+		replicate(p, j);
+		pthread_mutex_lock(&p->mu);
+		j->next = p->done;
+		p->done = j;
+		pthread_mutex_unlock(&p->mu);
+		uv_async_send(&p->async);
+		pthread_mutex_lock(&p->mu);
+	}
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+/* daemon.on_replicate (loop): pin sv and queue it for the sender, which
+ * answers SaveReplicated through the loop when done. */
+static void on_replicate(struct daemon *d, struct save *sv)
+{
+	struct peer *p = d->peer;
+	struct job *j = calloc(1, sizeof(*j));
+	if (j == NULL) {
+		log_warn("peers: out of memory: %s step %" PRIu64 " rank %u not replicated", sv->job, sv->step,
+			 sv->rank);
+		return;
+	}
+	j->sv = sv;
+	sv->readers++;
+	j->session = sv->session;
+	j->req_id = sv->req_id;
+	if (j->session)
+		d->req_ops->hold(j->session);
+	pthread_mutex_lock(&p->mu);
+	*p->queue_tail = j;
+	p->queue_tail = &j->next;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+}
+
+/* ---- restoring from peers (a load's threadpool thread) ---- */
+
+static int fetch_from(struct peer *p, const char *name, const char *job, uint64_t step, uint32_t rank,
+		      uint32_t world_size, struct save **out, char *why, size_t whylen)
+{
+	struct daemon *d = p->d;
+	struct link l;
+	int r = open_link(p, name, &l, why, whylen);
+	if (r < 0)
+		return r;
+	Ckpt__ReplicaGet g = CKPT__REPLICA_GET__INIT;
+	g.job = (char *)job;
+	g.step = step;
+	g.rank = rank;
+	g.world_size = world_size;
+	Ckpt__PeerFrame f = CKPT__PEER_FRAME__INIT;
+	f.body_case = CKPT__PEER_FRAME__BODY_GET;
+	f.get = &g;
+	Ckpt__PeerFrame *in = NULL;
+	Ckpt__Manifest *m = NULL;
+	struct save *sv = NULL;
+	r = link_send(&l, &f);
+	if (r == 0)
+		r = link_recv(&l, FRAME_MAX, &in);
+	if (r == 0 && in->body_case != CKPT__PEER_FRAME__BODY_DATA)
+		r = -EPROTO;
+	if (r == 0 && in->data->status != 0) {
+		r = wire_errno(in->data->status);
+		snprintf(why, whylen, "%s", in->data->message);
+	} else if (r == 0) {
+		r = manifest_decode(in->data->manifest.data, in->data->manifest.len, &m, why, whylen);
+		if (r == 0 && (strcmp(m->job, job) != 0 || m->step != step || m->rank != rank)) {
+			r = -EBADMSG;
+			snprintf(why, whylen, "it answered with another copy");
+		}
+	}
+	struct reserve rs = { 0 };
+	if (r == 0) {
+		sv = save_from_manifest(d, m, CKPT__TIER__TIER_REPLICATED);
+		r = sv ? loop_call(p, reserve_on_loop, (rs.sv = sv, &rs)) : -ENOMEM;
+		if (r == 0 && rs.status < 0) {
+			r = rs.status;
+			snprintf(why, whylen, "%s", rs.msg);
+		}
+		if (r < 0 && sv) {
+			save_free(sv);
+			sv = NULL;
+		}
+	}
+	if (r == 0)
+		r = recv_shard(&l, sv, m, why, whylen);
+	struct commit c = { .sv = sv, .pin = true };
+	if (r == 0) {
+		sv->from_peer = true;
+		snprintf(sv->peer, sizeof(sv->peer), "%s", name);
+		r = loop_call(p, commit_on_loop, &c);
+	} else if (sv) {
+		(void)loop_call(p, release_on_loop, sv);
+	}
+	if (r < 0 && why[0] == '\0')
+		snprintf(why, whylen, "%s", strerror(-r));
+	if (in)
+		ckpt__peer_frame__free_unpacked(in, NULL);
+	if (m)
+		ckpt__manifest__free_unpacked(m, NULL);
+	link_close(&l);
+	if (r == 0) {
+		count(&d->stats.peer_bytes_received, sv->shard_bytes);
+		count(&d->stats.peer_restores, 1);
+		*out = sv;
+	}
+	return r;
+}
+
+/* daemon.peer_fetch: ask this node's successors in turn. */
+static int peer_fetch(struct daemon *d, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
+		      struct save **out, char *why, size_t whylen)
+{
+	struct peer *p = d->peer;
+	char targets[16][RING_NAME_MAX];
+	why[0] = '\0';
+	size_t n = successors(p, targets, 16, why, whylen);
+	int r = -ENOENT;
+	size_t used = 0;
+	for (size_t i = 0; i < n; i++) {
+		char one[300] = "";
+		r = fetch_from(p, targets[i], job, step, rank, world_size, out, one, sizeof(one));
+		if (r == 0)
+			return 0;
+		used += (size_t)snprintf(why + used, used < whylen ? whylen - used : 0, "%s%s: %s", used ? "; " : "",
+					 targets[i], one);
+	}
+	return r;
+}
+
+/* daemon.peer_list: the copies of (job, rank) this node's successors hold. */
+static int peer_list(struct daemon *d, const char *job, uint32_t rank, struct peer_copy **out, size_t *nout)
+{
+	struct peer *p = d->peer;
+	char targets[16][RING_NAME_MAX];
+	char why[300] = "";
+	size_t n = successors(p, targets, 16, why, sizeof(why));
+	struct peer_copy *v = NULL;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct link l;
+		char err[300];
+		if (open_link(p, targets[i], &l, err, sizeof(err)) < 0)
+			continue;
+		Ckpt__ReplicaList q = CKPT__REPLICA_LIST__INIT;
+		q.job = (char *)job;
+		q.rank = rank;
+		Ckpt__PeerFrame f = CKPT__PEER_FRAME__INIT;
+		f.body_case = CKPT__PEER_FRAME__BODY_LIST;
+		f.list = &q;
+		Ckpt__PeerFrame *in = NULL;
+		if (link_send(&l, &f) == 0 && link_recv(&l, FRAME_MAX, &in) == 0 &&
+		    in->body_case == CKPT__PEER_FRAME__BODY_LIST_REPLY) {
+			const Ckpt__ReplicaListReply *rep = in->list_reply;
+			struct peer_copy *nv = realloc(v, (k + rep->n_held + 1) * sizeof(*v));
+			if (nv != NULL) {
+				v = nv;
+				for (size_t j = 0; j < rep->n_held; j++) {
+					const Ckpt__HeldCopy *h = rep->held[j];
+					struct peer_copy *c = &v[k++];
+					memset(c, 0, sizeof(*c));
+					snprintf(c->peer, sizeof(c->peer), "%s", targets[i]);
+					snprintf(c->job, sizeof(c->job), "%s", h->job);
+					snprintf(c->attempt, sizeof(c->attempt), "%s", h->attempt_id);
+					c->rank = h->rank;
+					c->world_size = h->world_size;
+					c->step = h->step;
+					c->bytes = h->bytes;
+					c->tier = (int)h->tier;
+					c->durable = h->durable;
+				}
+			}
+		}
+		if (in)
+			ckpt__peer_frame__free_unpacked(in, NULL);
+		link_close(&l);
+	}
+	*out = v;
+	*nout = k;
+	return 0;
+}
+
+/* ---- start and stop ---- */
+
+static int listen_on(const char *hostport, char *err, size_t errlen)
+{
+	char host[256], port[16];
+	if (link_split(hostport, host, sizeof(host), port, sizeof(port)) < 0) {
+		snprintf(err, errlen, "[peers] listen '%s' is not HOST:PORT", hostport);
+		return -EINVAL;
+	}
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *res = NULL;
+	int g = getaddrinfo(host, port, &hints, &res);
+	if (g != 0) {
+		snprintf(err, errlen, "[peers] listen %s: %s", hostport, gai_strerror(g));
+		return -EINVAL;
+	}
+	int fd = -1, e = 0;
+	for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+		if (fd < 0) {
+			e = errno;
+			continue;
+		}
+		int one = 1;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 64) < 0) {
+			e = errno;
+			close(fd);
+			fd = -1;
+		}
+	}
+	freeaddrinfo(res);
+	if (fd < 0) {
+		snprintf(err, errlen, "[peers] listen %s: %s", hostport, strerror(e));
+		return -e;
+	}
+	return fd;
+}
+
+int peer_start(struct daemon *d, char *err, size_t errlen)
+{
+	const struct config *c = &d->cfg;
+	if (c->peer_listen[0] == '\0') {
+		snprintf(d->peer_why, sizeof(d->peer_why), "peer replication is off in this ckptd (no [peers] listen)");
+		return 0;
+	}
+	if (!c->peer_cert[0] || !c->peer_key[0] || !c->peer_ca[0]) {
+		snprintf(d->peer_why, sizeof(d->peer_why),
+			 "peer replication is off in this ckptd: [peers] cert, key and ca are needed (never "
+			 "unauthenticated)");
+		log_warn("peers: %s", d->peer_why);
+		return 0;
+	}
+	struct peer *p = calloc(1, sizeof(*p));
+	if (p == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	p->d = d;
+	p->listen_fd = -1;
+	p->sender_fd = -1;
+	p->timeout_ms = c->peer_timeout_ms ? c->peer_timeout_ms : DEFAULT_PEER_TIMEOUT_MS;
+	p->calls_tail = &p->calls;
+	p->queue_tail = &p->queue;
+	snprintf(p->self, sizeof(p->self), "%s", c->peer_advertise[0] ? c->peer_advertise : c->peer_listen);
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->cv, NULL);
+	int r = link_tls_init(&p->tls, c->peer_cert, c->peer_key, c->peer_ca, err, errlen);
+	if (r == 0) {
+		r = listen_on(c->peer_listen, err, errlen);
+		p->listen_fd = r;
+	}
+	if (r < 0) {
+		link_tls_fini(&p->tls);
+		pthread_mutex_destroy(&p->mu);
+		pthread_cond_destroy(&p->cv);
+		free(p);
+		return r;
+	}
+	uv_async_init(d->loop, &p->async, on_async);
+	p->async.data = p;
+	d->peer = p;
+	if (pthread_create(&p->acceptor, NULL, acceptor_main, p) == 0)
+		p->acceptor_started = true;
+	if (pthread_create(&p->sender, NULL, sender_main, p) == 0)
+		p->sender_started = true;
+	if (!p->acceptor_started || !p->sender_started) {
+		snprintf(err, errlen, "cannot start the peer threads");
+		peer_stop(d);
+		return -EAGAIN;
+	}
+	d->on_replicate = on_replicate;
+	d->peer_fetch = peer_fetch;
+	d->peer_list = peer_list;
+	log_info("peers: listening on %s as %s, %u replica(s) per save, TLS with client certificates", c->peer_listen,
+		 p->self, c->peer_replicas);
+	return 0;
+}
+
+static void async_closed(uv_handle_t *h)
+{
+	struct peer *p = h->data;
+	link_tls_fini(&p->tls);
+	pthread_mutex_destroy(&p->mu);
+	pthread_cond_destroy(&p->cv);
+	free(p);
+}
+
+void peer_stop(struct daemon *d)
+{
+	struct peer *p = d->peer;
+	if (p == NULL)
+		return;
+	d->on_replicate = NULL;
+	d->peer_fetch = NULL;
+	d->peer_list = NULL;
+	pthread_mutex_lock(&p->mu);
+	p->stopping = true;
+	/* Waiting loop calls give up (-ESHUTDOWN); every socket is shut, so
+	 * blocked reads and writes end now. */
+	struct call *c = p->calls;
+	p->calls = NULL;
+	p->calls_tail = &p->calls;
+	(void)c;
+	for (unsigned i = 0; i < p->nconns; i++)
+		shutdown(p->conn_fds[i], SHUT_RDWR);
+	if (p->sender_fd >= 0)
+		shutdown(p->sender_fd, SHUT_RDWR);
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	if (p->listen_fd >= 0)
+		shutdown(p->listen_fd, SHUT_RDWR);
+	if (p->acceptor_started)
+		pthread_join(p->acceptor, NULL);
+	if (p->sender_started)
+		pthread_join(p->sender, NULL);
+	if (p->listen_fd >= 0)
+		close(p->listen_fd);
+	/* Connection threads end once their socket is shut (their loop calls
+	 * now fail); wait for them, a little. */
+	pthread_mutex_lock(&p->mu);
+	for (int i = 0; i < 50 && p->nconns > 0; i++) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+	}
+	bool left = p->nconns > 0;
+	pthread_mutex_unlock(&p->mu);
+	/* Jobs the sender did not finish: unpinned by nobody (the copies are
+	 * dropped at exit with the memory tier). */
+	d->peer = NULL;
+	if (left) {
+		log_warn("peers: %u connection(s) still closing at stop", p->nconns);
+		return; /* their threads still hold p */
+	}
+	uv_close((uv_handle_t *)&p->async, async_closed);
+}

@@ -1,0 +1,516 @@
+/* Peer replication (README "Tiers"): three daemons on loopback stand for
+ * three nodes, each with its own socket and pool, sharing one file://
+ * store, linked by TLS with client certificates from a CA made here.
+ * A replicated save is held by the next node of the ring; a node whose
+ * daemon and trainer are SIGKILLed is replaced by a fresh daemon with an
+ * empty pool, and its rank restores bit-exact from the peer's memory
+ * (source "peer"). A peer with a certificate of another CA is refused; a
+ * peer killed or stopped during a transfer, or whose replica share is
+ * full, leaves the save kept (and later durable) with the failure
+ * reported; garbage on the peer port harms nothing. Every address is
+ * 127.0.0.1. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+#include "harness.h"
+
+#define MIB (1u << 20)
+#define NODES 3
+
+static char certs[256]; /* ca.crt, node.crt, node.key; rogue.crt, rogue.key, rogue-ca.crt */
+static int ports[NODES + 1];
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+	char cmd[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	return system(cmd);
+}
+
+/* A CA and a certificate it signed for the nodes; another CA and one of
+ * its own for the rogue peer. */
+static int make_certs(void **state)
+{
+	(void)state;
+	snprintf(certs, sizeof(certs), "/tmp/ckpt-peers-XXXXXX");
+	if (mkdtemp(certs) == NULL)
+		return -1;
+	const char *ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+	int r = sh("cd '%s' && "
+		   "openssl req -x509 %s -keyout ca.key -out ca.crt -days 2 -subj /CN=ckpt-test-ca 2>/dev/null && "
+		   "openssl req %s -keyout node.key -out node.csr -subj /CN=ckptd-peer 2>/dev/null && "
+		   "openssl x509 -req -in node.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out node.crt -days 2 "
+		   "2>/dev/null && "
+		   "openssl req -x509 %s -keyout rogue-ca.key -out rogue-ca.crt -days 2 -subj /CN=rogue-ca 2>/dev/null && "
+		   "openssl req %s -keyout rogue.key -out rogue.csr -subj /CN=ckptd-peer 2>/dev/null && "
+		   "openssl x509 -req -in rogue.csr -CA rogue-ca.crt -CAkey rogue-ca.key -CAcreateserial -out rogue.crt "
+		   "-days 2 2>/dev/null",
+		   certs, ec, ec, ec, ec);
+	return r == 0 ? 0 : -1;
+}
+
+static int drop_certs(void **state)
+{
+	(void)state;
+	return sh("rm -rf '%s'", certs) == 0 ? 0 : -1;
+}
+
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sa);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+/* The [peers] section of node i (NODES: the rogue one) among nodes 0..n-1. */
+static void peers_conf(char *out, size_t len, int i, int n, const char *extra)
+{
+	char list[256] = "";
+	size_t used = 0;
+	for (int k = 0; k < n; k++)
+		used += (size_t)snprintf(list + used, sizeof(list) - used, "%s127.0.0.1:%d", k ? "," : "", ports[k]);
+	bool rogue = i == NODES;
+	snprintf(out, len,
+		 "[pool]\nstaging_bytes = 64M\n[peers]\nlisten = 127.0.0.1:%d\npeers = %s\nreplicas = 1\n"
+		 "cert = %s/%s.crt\nkey = %s/%s.key\nca = %s/%s.crt\ntimeout_ms = 3000\n%s",
+		 ports[i], list, certs, rogue ? "rogue" : "node", certs, rogue ? "rogue" : "node", certs,
+		 rogue ? "rogue-ca" : "ca", extra ? extra : "");
+}
+
+struct cluster {
+	struct dctx n[NODES + 1];
+	char conf[NODES + 1][1024];
+};
+
+/* Nodes 0..n-1 on one store; extra[i] more config for node i (or NULL). */
+static void cluster_start(struct cluster *c, int n, const char *const *extra)
+{
+	for (int i = 0; i <= NODES; i++)
+		ports[i] = free_port();
+	for (int i = 0; i < n; i++) {
+		h_init(&c->n[i]);
+		if (i > 0)
+			snprintf(c->n[i].store, sizeof(c->n[i].store), "%s", c->n[0].store);
+		peers_conf(c->conf[i], sizeof(c->conf[i]), i, n, extra ? extra[i] : NULL);
+		h_start(&c->n[i], c->conf[i]);
+	}
+}
+
+static void cluster_stop(struct cluster *c, int n)
+{
+	for (int i = n - 1; i >= 0; i--)
+		h_cleanup(&c->n[i]);
+}
+
+/* The node that holds node i's replicas: the next port in sorted order of
+ * "127.0.0.1:PORT" names (the ring compares names as strings). */
+static int successor(int i, int n)
+{
+	char names[NODES][32];
+	int order[NODES];
+	for (int k = 0; k < n; k++) {
+		snprintf(names[k], sizeof(names[k]), "127.0.0.1:%d", ports[k]);
+		order[k] = k;
+	}
+	for (int a = 0; a < n; a++)
+		for (int b = a + 1; b < n; b++)
+			if (strcmp(names[order[b]], names[order[a]]) < 0) {
+				int t = order[a];
+				order[a] = order[b];
+				order[b] = t;
+			}
+	for (int k = 0; k < n; k++)
+		if (order[k] == i)
+			return order[(k + 1) % n];
+	return -1;
+}
+
+static void fill(uint8_t *p, size_t n, uint64_t seed)
+{
+	for (size_t i = 0; i < n; i += 8) {
+		uint64_t v = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed * 0xBF58476D1CE4E5B9ull;
+		memcpy(p + i, &v, n - i < 8 ? n - i : 8);
+	}
+}
+
+struct rank_client {
+	ckpt_client *c;
+	ckpt_buffer *b;
+	ckpt_tensor t;
+	uint64_t shape[1];
+	size_t n;
+};
+
+static void rc_open(struct dctx *d, struct rank_client *rc, const char *job, uint32_t rank, uint32_t world, size_t n)
+{
+	memset(rc, 0, sizeof(*rc));
+	ckpt_hello h = { .job = job, .rank = rank, .world_size = world, .attempt_id = "p" };
+	int r = ckpt_connect(d->sock, &h, &rc->c);
+	if (r < 0)
+		fail_msg("connect: %s (%s)", ckpt_strerror(r), ckpt_errmsg());
+	assert_int_equal(ckpt_buffer_alloc(rc->c, n, &rc->b), 0);
+	rc->n = n;
+	rc->shape[0] = n;
+	rc->t = (ckpt_tensor){ .name = "blob", .dtype = CKPT_U8, .ndim = 1, .global_shape = rc->shape,
+			       .buffer = rc->b, .nbytes = n };
+	/* Each rank's own box of one global tensor. */
+	static uint64_t gshape[64][1], off[64][1], len[64][1];
+	gshape[rank][0] = n * world;
+	off[rank][0] = n * rank;
+	len[rank][0] = n;
+	rc->t.global_shape = gshape[rank];
+	rc->t.box_offsets = off[rank];
+	rc->t.box_lengths = len[rank];
+}
+
+static void rc_close(struct rank_client *rc)
+{
+	ckpt_buffer_free(rc->b);
+	ckpt_close(rc->c);
+}
+
+static ckpt_future *rc_save(struct rank_client *rc, uint64_t step, uint32_t rank, int tier)
+{
+	fill(ckpt_buffer_data(rc->b), rc->n, step * 1000 + rank);
+	ckpt_save_opts o = { .tier = tier };
+	ckpt_future *f = NULL;
+	int r = ckpt_save_ex(rc->c, step, &rc->t, 1, "x", 1, &o, &f);
+	if (r < 0)
+		fail_msg("save: %s (%s)", ckpt_strerror(r), ckpt_errmsg());
+	return f;
+}
+
+/* Load step; checked bit-exact; its source (and peer) copied out. */
+static void rc_load(struct rank_client *rc, uint64_t step, uint32_t rank, char *src, size_t srclen, char *peer,
+		    size_t peerlen)
+{
+	memset(ckpt_buffer_data(rc->b), 0, rc->n);
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_load(rc->c, (int64_t)step, &rc->t, 1, &f), 0);
+	int r = ckpt_future_wait(f, CKPT_LOADED, 60000);
+	if (r != 0)
+		fail_msg("load %llu: %s (%s)", (unsigned long long)step, ckpt_strerror(r), ckpt_future_message(f));
+	uint8_t *want = malloc(rc->n);
+	fill(want, rc->n, step * 1000 + rank);
+	assert_memory_equal(ckpt_buffer_data(rc->b), want, rc->n);
+	free(want);
+	snprintf(src, srclen, "%s", ckpt_future_source(f));
+	if (peer)
+		snprintf(peer, peerlen, "%s", ckpt_future_peer(f));
+	ckpt_future_free(f);
+}
+
+static size_t held_all(struct dctx *d, const char *job, ckpt_held_info **v)
+{
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(d->sock, NULL, &c), 0);
+	size_t n = 0;
+	assert_int_equal(ckpt_held(c, job, 1, v, &n), 0);
+	ckpt_close(c);
+	return n;
+}
+
+/* A replicated save is kept, then replicated to the next node, which
+ * holds it (counted in the metrics of both). */
+static void test_replicated_save_held_by_next_node(void **state)
+{
+	(void)state;
+	struct cluster c;
+	cluster_start(&c, NODES, NULL);
+	struct rank_client rc;
+	rc_open(&c.n[0], &rc, "rep", 0, 1, 3 * MIB + 5);
+	ckpt_future *f = rc_save(&rc, 5, 0, CKPT_TIER_REPLICATED);
+	assert_int_equal(ckpt_future_wait(f, CKPT_KEPT, 30000), 0);
+	int r = ckpt_future_wait(f, CKPT_REPLICATED, 30000);
+	if (r != 0)
+		fail_msg("replicated: %s (%s)", ckpt_strerror(r), ckpt_future_message(f));
+	assert_int_equal(ckpt_future_replicas(f), 1);
+	ckpt_future_free(f);
+	int s = successor(0, NODES);
+	ckpt_held_info *h = NULL;
+	assert_int_equal(held_all(&c.n[s], "rep", &h), 1);
+	assert_int_equal(h[0].step, 5);
+	assert_int_equal(h[0].bytes, 3 * MIB + 5);
+	free(h);
+	int other = 3 - s; /* neither 0 nor s */
+	assert_int_equal(held_all(&c.n[other], "rep", &h), 0);
+	free(h);
+	assert_true(h_metric(&c.n[0], "ckptd_peer_replicated_bytes_total") >= 3 * MIB);
+	assert_int_equal(h_metric(&c.n[s], "ckptd_peer_replicas_held"), 1);
+	/* The replica is the peer's, not its own: ckptctl persist there does
+	 * not write it. */
+	ckpt_client *ctl = NULL;
+	assert_int_equal(ckpt_connect(c.n[s].sock, NULL, &ctl), 0);
+	ckpt_future *p = NULL;
+	assert_int_equal(ckpt_persist(ctl, "rep", 5, &p), 0);
+	assert_int_equal(ckpt_future_wait(p, CKPT_DURABLE, 10000), -ENOENT);
+	ckpt_future_free(p);
+	ckpt_close(ctl);
+	rc_close(&rc);
+	cluster_stop(&c, NODES);
+}
+
+/* Three ranks, one per node, save step 6 durable and step 7 replicated.
+ * Node 0's trainer and daemon are SIGKILLed; a fresh daemon with an empty
+ * pool takes its place, and rank 0 restores step 7 from its peer, bit-exact,
+ * while the other ranks restore it from their own memory. */
+static void test_killed_node_restores_from_peer(void **state)
+{
+	(void)state;
+	struct cluster c;
+	cluster_start(&c, NODES, NULL);
+	const size_t n = 5 * MIB;
+	int pipefd[2];
+	assert_int_equal(pipe(pipefd), 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		/* Node 0's trainer: save, wait until replicated, then die. */
+		struct rank_client rc;
+		rc_open(&c.n[0], &rc, "kill", 0, NODES, n);
+		ckpt_future *f = rc_save(&rc, 6, 0, CKPT_TIER_DURABLE);
+		if (ckpt_future_wait(f, CKPT_DURABLE, 30000) != 0)
+			_exit(3);
+		f = rc_save(&rc, 7, 0, CKPT_TIER_REPLICATED);
+		if (ckpt_future_wait(f, CKPT_REPLICATED, 30000) != 0)
+			_exit(4);
+		if (write(pipefd[1], "r", 1) != 1)
+			_exit(5);
+		raise(SIGKILL);
+		_exit(6);
+	}
+	close(pipefd[1]);
+	struct rank_client others[NODES];
+	for (int i = 1; i < NODES; i++) {
+		rc_open(&c.n[i], &others[i], "kill", (uint32_t)i, NODES, n);
+		ckpt_future *f = rc_save(&others[i], 6, (uint32_t)i, CKPT_TIER_DURABLE);
+		assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 30000), 0);
+		ckpt_future_free(f);
+		f = rc_save(&others[i], 7, (uint32_t)i, CKPT_TIER_REPLICATED);
+		assert_int_equal(ckpt_future_wait(f, CKPT_REPLICATED, 30000), 0);
+		ckpt_future_free(f);
+	}
+	char ch = 0;
+	assert_int_equal(read(pipefd[0], &ch, 1), 1);
+	close(pipefd[0]);
+	int st = 0;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFSIGNALED(st));
+	kill(c.n[0].pid, SIGKILL);
+	waitpid(c.n[0].pid, NULL, 0);
+	c.n[0].pid = -1;
+	/* The replacement: same name, same store, an empty pool. */
+	h_start(&c.n[0], c.conf[0]);
+	struct rank_client rc;
+	rc_open(&c.n[0], &rc, "kill", 0, NODES, n);
+	/* What it could restore: nothing of its own; step 7 from its peer. */
+	ckpt_held_info *h = NULL;
+	size_t nh = 0;
+	assert_int_equal(ckpt_held(rc.c, NULL, 0, &h, &nh), 0);
+	assert_int_equal(nh, 1);
+	assert_int_equal(h[0].step, 7);
+	char want_peer[64];
+	snprintf(want_peer, sizeof(want_peer), "127.0.0.1:%d", ports[successor(0, NODES)]);
+	assert_string_equal(h[0].peer, want_peer);
+	free(h);
+	char src[16], peer[128];
+	rc_load(&rc, 7, 0, src, sizeof(src), peer, sizeof(peer));
+	assert_string_equal(src, "peer");
+	assert_string_equal(peer, want_peer);
+	assert_int_equal(h_metric(&c.n[0], "ckptd_restores_from_peers_total"), 1);
+	/* Now held here again: a second load is from memory. */
+	rc_load(&rc, 7, 0, src, sizeof(src), NULL, 0);
+	assert_string_equal(src, "memory");
+	for (int i = 1; i < NODES; i++) {
+		rc_load(&others[i], 7, (uint32_t)i, src, sizeof(src), NULL, 0);
+		assert_string_equal(src, "memory");
+	}
+	/* Storage has step 6 only; it restores too. */
+	rc_load(&rc, 6, 0, src, sizeof(src), NULL, 0);
+	assert_string_equal(src, "storage");
+	rc_close(&rc);
+	for (int i = 1; i < NODES; i++)
+		rc_close(&others[i]);
+	cluster_stop(&c, NODES);
+}
+
+/* A daemon whose certificate another CA signed cannot replicate to the
+ * nodes, and they refuse it (and count it); nothing else is harmed. */
+static void test_wrong_certificate_refused(void **state)
+{
+	(void)state;
+	struct cluster c;
+	cluster_start(&c, 2, NULL);
+	h_init(&c.n[NODES]);
+	snprintf(c.n[NODES].store, sizeof(c.n[NODES].store), "%s", c.n[0].store);
+	char conf[1024];
+	/* The rogue's ring: the two nodes and itself. */
+	char list_extra[64];
+	snprintf(list_extra, sizeof(list_extra), "127.0.0.1:%d", ports[NODES]);
+	peers_conf(conf, sizeof(conf), NODES, 2, NULL);
+	char *pl = strstr(conf, "peers = ");
+	assert_non_null(pl);
+	char *eol = strchr(pl, '\n');
+	char tail[900];
+	snprintf(tail, sizeof(tail), "%s", eol);
+	snprintf(eol, sizeof(conf) - (size_t)(eol - conf), ",%s%s", list_extra, tail);
+	h_start(&c.n[NODES], conf);
+	struct rank_client rc;
+	rc_open(&c.n[NODES], &rc, "rogue", 0, 1, MIB);
+	ckpt_future *f = rc_save(&rc, 1, 0, CKPT_TIER_REPLICATED);
+	assert_int_equal(ckpt_future_wait(f, CKPT_KEPT, 30000), 0);
+	int r = ckpt_future_wait(f, CKPT_REPLICATED, 30000);
+	assert_true(r < 0);
+	assert_non_null(strstr(ckpt_future_message(f), "replicated to 0 of 1 peers"));
+	ckpt_future_free(f);
+	uint64_t refused = h_metric(&c.n[0], "ckptd_peer_link_errors_total") +
+			   h_metric(&c.n[1], "ckptd_peer_link_errors_total");
+	assert_true(refused >= 1);
+	ckpt_held_info *h = NULL;
+	assert_int_equal(held_all(&c.n[0], "rogue", &h), 0);
+	free(h);
+	assert_int_equal(held_all(&c.n[1], "rogue", &h), 0);
+	free(h);
+	h_assert_serves(&c.n[0]);
+	h_assert_serves(&c.n[1]);
+	rc_close(&rc);
+	h_cleanup(&c.n[NODES]);
+	cluster_stop(&c, 2);
+}
+
+/* The peer is stopped (SIGSTOP) while a save goes to it, then killed: the
+ * save is kept, reported not replicated with the reason, and persisted
+ * later. A peer that never answers (stopped) times out the same way. */
+static void test_peer_dies_mid_transfer(void **state)
+{
+	(void)state;
+	struct cluster c;
+	cluster_start(&c, 2, NULL);
+	int s = successor(0, 2);
+	struct rank_client rc;
+	rc_open(&c.n[0], &rc, "mid", 0, 1, 24 * MIB);
+	kill(c.n[s].pid, SIGSTOP);
+	ckpt_future *f = rc_save(&rc, 1, 0, CKPT_TIER_REPLICATED);
+	assert_int_equal(ckpt_future_wait(f, CKPT_STAGED, 30000), 0);
+	assert_int_equal(ckpt_future_wait(f, CKPT_KEPT, 30000), 0);
+	usleep(300 * 1000); /* the transfer has begun: it waits on the stopped peer */
+	assert_int_equal(ckpt_future_poll(f, CKPT_REPLICATED), 0);
+	kill(c.n[s].pid, SIGKILL);
+	waitpid(c.n[s].pid, NULL, 0);
+	c.n[s].pid = -1;
+	int r = ckpt_future_wait(f, CKPT_REPLICATED, 30000);
+	assert_true(r < 0);
+	assert_non_null(strstr(ckpt_future_message(f), "replicated to 0 of 1 peers"));
+	ckpt_future_free(f);
+	/* Kept all the same, and persisted. */
+	ckpt_future *p = NULL;
+	assert_int_equal(ckpt_persist(rc.c, NULL, 1, &p), 0);
+	assert_int_equal(ckpt_future_wait(p, CKPT_DURABLE, 30000), 0);
+	ckpt_future_free(p);
+	/* A peer that never answers: the timeout (3 s here). */
+	h_start(&c.n[s], c.conf[s]);
+	kill(c.n[s].pid, SIGSTOP);
+	f = rc_save(&rc, 2, 0, CKPT_TIER_REPLICATED);
+	assert_int_equal(ckpt_future_wait(f, CKPT_KEPT, 30000), 0);
+	r = ckpt_future_wait(f, CKPT_REPLICATED, 30000);
+	assert_true(r < 0);
+	if (strstr(ckpt_future_message(f), "timed out") == NULL)
+		fail_msg("%s", ckpt_future_message(f));
+	ckpt_future_free(f);
+	kill(c.n[s].pid, SIGCONT);
+	h_assert_serves(&c.n[0]);
+	rc_close(&rc);
+	cluster_stop(&c, 2);
+}
+
+/* The peer's replica share (2 MiB) is full: a 4 MiB replica is refused,
+ * saying so; the save is kept. */
+static void test_replica_share_full(void **state)
+{
+	(void)state;
+	struct cluster c;
+	const char *extra[NODES] = { "share = 2M\n", "share = 2M\n", NULL };
+	cluster_start(&c, 2, extra);
+	struct rank_client rc;
+	rc_open(&c.n[0], &rc, "share", 0, 1, 4 * MIB);
+	ckpt_future *f = rc_save(&rc, 1, 0, CKPT_TIER_REPLICATED);
+	assert_int_equal(ckpt_future_wait(f, CKPT_KEPT, 30000), 0);
+	assert_int_equal(ckpt_future_wait(f, CKPT_REPLICATED, 30000), -ENOSPC);
+	assert_non_null(strstr(ckpt_future_message(f), "replica share"));
+	ckpt_future_free(f);
+	char src[16];
+	rc_load(&rc, 1, 0, src, sizeof(src), NULL, 0);
+	assert_string_equal(src, "memory");
+	rc_close(&rc);
+	cluster_stop(&c, 2);
+}
+
+/* Bytes that are not TLS, a TLS hello cut short, and a connection left
+ * open are refused or time out; the daemon serves on, and replication
+ * still works. */
+static void test_garbage_on_the_peer_port(void **state)
+{
+	(void)state;
+	struct cluster c;
+	cluster_start(&c, 2, NULL);
+	int s = successor(0, 2);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)ports[s]),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	const char *junk[] = { "GET / HTTP/1.1\r\nHost: x\r\n\r\n", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+			       "\x00\x00\x00\x05hello" };
+	for (size_t i = 0; i < sizeof(junk) / sizeof(junk[0]); i++) {
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+		assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+		assert_true(write(fd, junk[i], strlen(junk[i]) ? strlen(junk[i]) : 9) > 0);
+		usleep(100 * 1000);
+		close(fd);
+	}
+	int idle = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(connect(idle, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	h_assert_serves(&c.n[s]);
+	struct rank_client rc;
+	rc_open(&c.n[0], &rc, "junk", 0, 1, MIB);
+	ckpt_future *f = rc_save(&rc, 1, 0, CKPT_TIER_REPLICATED);
+	assert_int_equal(ckpt_future_wait(f, CKPT_REPLICATED, 30000), 0);
+	ckpt_future_free(f);
+	assert_true(h_metric(&c.n[s], "ckptd_peer_link_errors_total") >= 2);
+	close(idle);
+	h_assert_serves(&c.n[s]);
+	rc_close(&rc);
+	cluster_stop(&c, 2);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_replicated_save_held_by_next_node),
+		cmocka_unit_test(test_killed_node_restores_from_peer),
+		cmocka_unit_test(test_wrong_certificate_refused),
+		cmocka_unit_test(test_peer_dies_mid_transfer),
+		cmocka_unit_test(test_replica_share_full),
+		cmocka_unit_test(test_garbage_on_the_peer_port),
+	};
+	return cmocka_run_group_tests(tests, make_certs, drop_certs);
+}
