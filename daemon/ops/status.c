@@ -108,7 +108,8 @@ const struct status_col status_cols[ST_NCOLS] = {
 			     METRIC | LINE, "ckptd_held_copies" },
 	[ST_PEER_BYTES_SENT] = { "peer_bytes_sent", "Bytes of replicas sent to peers, and of copies handed back.",
 				 ST_COUNTER, ST_UNIT_BYTES, METRIC, "ckptd_peer_replicated_bytes_total" },
-	[ST_PEER_BYTES_RECEIVED] = { "peer_bytes_received", "Bytes of replicas received from peers, and of copies "
+	[ST_PEER_BYTES_RECEIVED] = { "peer_bytes_received",
+				     "Bytes of replicas received from peers, and of copies "
 				     "brought back from them.",
 				     ST_COUNTER, ST_UNIT_BYTES, METRIC, "ckptd_peer_received_bytes_total" },
 	[ST_PEER_REPLICAS_HELD] = { "peer_replicas_held", "Replicas held for peers.", ST_GAUGE, ST_UNIT_COUNT, METRIC,
