@@ -25,6 +25,7 @@
 #define PEER_PROTOCOL_VERSION 1
 #define MAX_CONNS 64
 #define FRAME_MAX (MANIFEST_MAX_BYTES + 4096)
+#define HOLDERS 64 /* (job, rank) -> the peer holding its copies, remembered */
 
 /* A function run on the loop for a peer thread, which waits for it. */
 struct call {
@@ -65,6 +66,12 @@ struct peer {
 	int conn_fds[MAX_CONNS];         /* served now, shut at stop */
 	unsigned nconns;
 	int sender_fd; /* the sender's connection now, or -1 */
+	struct {
+		char job[129];
+		uint32_t rank;
+		char peer[RING_NAME_MAX];
+	} holders[HOLDERS]; /* holder_get, holder_set; under mu */
+	size_t next_holder;
 };
 
 /* ---- the loop bridge ---- */
@@ -701,14 +708,17 @@ static void *acceptor_main(void *arg)
 
 /* ---- the ring, now ---- */
 
-/* This node's successors in the ring of [peers] peers and what dns
- * resolves to. Returns how many, their names in out (max of them). */
-static size_t successors(struct peer *p, char (*out)[RING_NAME_MAX], size_t max, char *why, size_t whylen)
+/* The other nodes of the ring of [peers] peers and what dns resolves
+ * to, in ring order after this one, at most max (this node's replicas go
+ * to the first [peers] replicas of them). Returns how many, in *out
+ * (malloc'd); 0 with why when none. */
+static size_t ring_now(struct peer *p, size_t max, char (**out)[RING_NAME_MAX], char *why, size_t whylen)
 {
 	const struct config *c = &p->d->cfg;
 	char *extra[256] = { NULL };
 	size_t nextra = 0;
 	char host[256], port[16];
+	*out = NULL;
 	if (c->peer_dns[0] && link_split(c->peer_dns, host, sizeof(host), port, sizeof(port)) == 0) {
 		struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
 		if (getaddrinfo(host, port, &hints, &res) == 0) {
@@ -731,10 +741,14 @@ static size_t successors(struct peer *p, char (*out)[RING_NAME_MAX], size_t max,
 	struct ring r;
 	size_t n = 0;
 	if (ring_build(&r, p->self, c->peer_list, (const char *const *)extra, nextra) == 0) {
-		const char *names[16];
-		n = ring_successors(&r, p->self, c->peer_replicas, names, max < 16 ? max : 16);
-		for (size_t i = 0; i < n; i++)
-			snprintf(out[i], RING_NAME_MAX, "%s", names[i]);
+		const char **names = calloc(r.n ? r.n : 1, sizeof(*names));
+		*out = calloc(r.n ? r.n : 1, sizeof(**out));
+		if (names && *out) {
+			n = ring_successors(&r, p->self, max > UINT32_MAX ? UINT32_MAX : (uint32_t)max, names, r.n);
+			for (size_t i = 0; i < n; i++)
+				snprintf((*out)[i], RING_NAME_MAX, "%s", names[i]);
+		}
+		free(names);
 		ring_free(&r);
 	} else {
 		snprintf(why, whylen, "the [peers] list is not valid");
@@ -743,7 +757,37 @@ static size_t successors(struct peer *p, char (*out)[RING_NAME_MAX], size_t max,
 		free(extra[i]);
 	if (n == 0 && why[0] == '\0')
 		snprintf(why, whylen, "no peer besides this node in the ring");
+	if (n == 0) {
+		free(*out);
+		*out = NULL;
+	}
 	return n;
+}
+
+/* The peer that last said it holds copies of (job, rank) (peer_list), or
+ * "" : a node that came back under another name finds its copies by
+ * asking around once, then goes straight there. */
+static void holder_get(struct peer *p, const char *job, uint32_t rank, char *out, size_t len)
+{
+	out[0] = '\0';
+	pthread_mutex_lock(&p->mu);
+	for (size_t i = 0; i < HOLDERS; i++)
+		if (p->holders[i].job[0] && p->holders[i].rank == rank && strcmp(p->holders[i].job, job) == 0)
+			snprintf(out, len, "%s", p->holders[i].peer);
+	pthread_mutex_unlock(&p->mu);
+}
+
+static void holder_set(struct peer *p, const char *job, uint32_t rank, const char *peer)
+{
+	pthread_mutex_lock(&p->mu);
+	size_t at = p->next_holder++ % HOLDERS;
+	for (size_t i = 0; i < HOLDERS; i++)
+		if (p->holders[i].rank == rank && strcmp(p->holders[i].job, job) == 0)
+			at = i;
+	snprintf(p->holders[at].job, sizeof(p->holders[at].job), "%s", job);
+	snprintf(p->holders[at].peer, sizeof(p->holders[at].peer), "%s", peer);
+	p->holders[at].rank = rank;
+	pthread_mutex_unlock(&p->mu);
 }
 
 static int say_hello(struct peer *p, struct link *l)
@@ -835,9 +879,9 @@ static int put_one(struct peer *p, const struct save *sv, const uint8_t *mb, siz
 static void replicate(struct peer *p, struct job *j)
 {
 	struct save *sv = j->sv;
-	char targets[16][RING_NAME_MAX];
+	char(*targets)[RING_NAME_MAX] = NULL;
 	char why[300] = "";
-	size_t n = successors(p, targets, 16, why, sizeof(why));
+	size_t n = ring_now(p, p->d->cfg.peer_replicas, &targets, why, sizeof(why));
 	j->want = p->d->cfg.peer_replicas;
 	uint8_t *mb = NULL;
 	size_t ml = 0;
@@ -862,6 +906,7 @@ static void replicate(struct peer *p, struct job *j)
 		}
 	}
 	free(mb);
+	free(targets);
 	if (j->copies < j->want) {
 		if (j->status == 0)
 			j->status = -EHOSTUNREACH;
@@ -996,74 +1041,99 @@ static int fetch_from(struct peer *p, const char *name, const char *job, uint64_
 	return r;
 }
 
-/* daemon.peer_fetch: ask this node's successors in turn. */
+/* daemon.peer_fetch: the peer that last listed copies of (job, rank),
+ * then this node's successors, in turn. */
 static int peer_fetch(struct daemon *d, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
 		      struct save **out, char *why, size_t whylen)
 {
 	struct peer *p = d->peer;
-	char targets[16][RING_NAME_MAX];
+	char(*ring)[RING_NAME_MAX] = NULL;
+	char known[RING_NAME_MAX];
 	why[0] = '\0';
-	size_t n = successors(p, targets, 16, why, whylen);
+	holder_get(p, job, rank, known, sizeof(known));
+	size_t n = ring_now(p, d->cfg.peer_replicas, &ring, why, whylen);
 	int r = -ENOENT;
 	size_t used = 0;
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i <= n; i++) {
+		const char *name = i == 0 ? known : ring[i - 1];
+		if (name[0] == '\0' || (i > 0 && strcmp(name, known) == 0))
+			continue;
 		char one[300] = "";
-		r = fetch_from(p, targets[i], job, step, rank, world_size, out, one, sizeof(one));
+		r = fetch_from(p, name, job, step, rank, world_size, out, one, sizeof(one));
 		if (r == 0)
-			return 0;
+			break;
 		used += (size_t)snprintf(why + used, used < whylen ? whylen - used : 0, "%s%s: %s", used ? "; " : "",
-					 targets[i], one);
+					 name, one);
 	}
+	free(ring);
 	return r;
 }
 
-/* daemon.peer_list: the copies of (job, rank) this node's successors hold. */
+/* The copies of (job, rank) that peer name holds, appended to *v. -errno
+ * when it could not be asked. */
+static int list_one(struct peer *p, const char *name, const char *job, uint32_t rank, struct peer_copy **v, size_t *k)
+{
+	struct link l;
+	char err[300];
+	int r = open_link(p, name, &l, err, sizeof(err));
+	if (r < 0)
+		return r;
+	Ckpt__ReplicaList q = CKPT__REPLICA_LIST__INIT;
+	q.job = (char *)job;
+	q.rank = rank;
+	Ckpt__PeerFrame f = CKPT__PEER_FRAME__INIT;
+	f.body_case = CKPT__PEER_FRAME__BODY_LIST;
+	f.list = &q;
+	Ckpt__PeerFrame *in = NULL;
+	r = link_send(&l, &f);
+	if (r == 0)
+		r = link_recv(&l, FRAME_MAX, &in);
+	if (r == 0 && in->body_case != CKPT__PEER_FRAME__BODY_LIST_REPLY)
+		r = -EPROTO;
+	if (r == 0) {
+		const Ckpt__ReplicaListReply *rep = in->list_reply;
+		struct peer_copy *nv = realloc(*v, (*k + rep->n_held + 1) * sizeof(**v));
+		if (nv == NULL)
+			r = -ENOMEM;
+		for (size_t j = 0; nv && j < rep->n_held; j++) {
+			const Ckpt__HeldCopy *h = rep->held[j];
+			struct peer_copy *c = &nv[(*k)++];
+			memset(c, 0, sizeof(*c));
+			snprintf(c->peer, sizeof(c->peer), "%s", name);
+			snprintf(c->job, sizeof(c->job), "%s", h->job);
+			snprintf(c->attempt, sizeof(c->attempt), "%s", h->attempt_id);
+			c->rank = h->rank;
+			c->world_size = h->world_size;
+			c->step = h->step;
+			c->bytes = h->bytes;
+			c->tier = (int)h->tier;
+			c->durable = h->durable;
+		}
+		if (nv)
+			*v = nv;
+	}
+	if (in)
+		ckpt__peer_frame__free_unpacked(in, NULL);
+	link_close(&l);
+	return r;
+}
+
+/* daemon.peer_list: the copies of (job, rank) the peers hold: asked of
+ * this node's successors first, then of the rest of the ring in order,
+ * until one holds some (a node's copies are all on its successors; a node
+ * that came back under another name finds them further on, once). */
 static int peer_list(struct daemon *d, const char *job, uint32_t rank, struct peer_copy **out, size_t *nout)
 {
 	struct peer *p = d->peer;
-	char targets[16][RING_NAME_MAX];
+	char(*ring)[RING_NAME_MAX] = NULL;
 	char why[300] = "";
-	size_t n = successors(p, targets, 16, why, sizeof(why));
+	size_t n = ring_now(p, RING_MAX, &ring, why, sizeof(why));
 	struct peer_copy *v = NULL;
 	size_t k = 0;
-	for (size_t i = 0; i < n; i++) {
-		struct link l;
-		char err[300];
-		if (open_link(p, targets[i], &l, err, sizeof(err)) < 0)
-			continue;
-		Ckpt__ReplicaList q = CKPT__REPLICA_LIST__INIT;
-		q.job = (char *)job;
-		q.rank = rank;
-		Ckpt__PeerFrame f = CKPT__PEER_FRAME__INIT;
-		f.body_case = CKPT__PEER_FRAME__BODY_LIST;
-		f.list = &q;
-		Ckpt__PeerFrame *in = NULL;
-		if (link_send(&l, &f) == 0 && link_recv(&l, FRAME_MAX, &in) == 0 &&
-		    in->body_case == CKPT__PEER_FRAME__BODY_LIST_REPLY) {
-			const Ckpt__ReplicaListReply *rep = in->list_reply;
-			struct peer_copy *nv = realloc(v, (k + rep->n_held + 1) * sizeof(*v));
-			if (nv != NULL) {
-				v = nv;
-				for (size_t j = 0; j < rep->n_held; j++) {
-					const Ckpt__HeldCopy *h = rep->held[j];
-					struct peer_copy *c = &v[k++];
-					memset(c, 0, sizeof(*c));
-					snprintf(c->peer, sizeof(c->peer), "%s", targets[i]);
-					snprintf(c->job, sizeof(c->job), "%s", h->job);
-					snprintf(c->attempt, sizeof(c->attempt), "%s", h->attempt_id);
-					c->rank = h->rank;
-					c->world_size = h->world_size;
-					c->step = h->step;
-					c->bytes = h->bytes;
-					c->tier = (int)h->tier;
-					c->durable = h->durable;
-				}
-			}
-		}
-		if (in)
-			ckpt__peer_frame__free_unpacked(in, NULL);
-		link_close(&l);
-	}
+	for (size_t i = 0; i < n && k == 0; i++)
+		if (list_one(p, ring[i], job, rank, &v, &k) == 0 && k > 0)
+			holder_set(p, job, rank, ring[i]);
+	free(ring);
 	*out = v;
 	*nout = k;
 	return 0;

@@ -350,6 +350,8 @@ struct step_req {
 	char attempt[ATTEMPT_MAX_LEN + 1]; /* verify of one rank: its manifest's name */
 	uint32_t world_size;
 	bool found;           /* verify of one rank: its manifest was there */
+	uint32_t world_size_asked; /* show of one rank: the session's world size */
+	struct save *fetched;      /* show of one rank: its copy from a peer (show_run), pinned */
 	uint64_t shard_bytes; /* ... and what it says */
 	int64_t created_ns;
 	/* verify */
@@ -647,14 +649,38 @@ static void verify_reply(struct bgreq *b)
 		 q->ok ? "ok" : "FAILED", q->bytes_checked, q->nproblems);
 }
 
+/* A show of one rank's manifest of a step that is not in storage: with
+ * peer replication, this rank's copy is brought back from the peers that
+ * hold this node's replicas (README "Tiers"), and held here, so that the
+ * load after the show reads it from memory. */
 static void show_run(struct bgreq *b)
 {
-	scan_one((struct step_req *)b, true);
+	struct step_req *q = (struct step_req *)b;
+	if (scan_one(q, true) != -ENOENT || !q->one_rank || b->d->peer_fetch == NULL)
+		return;
+	char why[300];
+	if (q->have_cs) {
+		catalog_step_free(&q->cs);
+		q->have_cs = false;
+	}
+	if (b->d->peer_fetch(b->d, q->job, q->step, q->rank, q->world_size_asked, &q->fetched, why, sizeof(why)) ==
+	    0) {
+		b->status = 0;
+		b->msg[0] = '\0';
+	} else {
+		size_t n = strlen(b->msg);
+		snprintf(b->msg + n, sizeof(b->msg) - n, "; nor from the peers (%.200s)", why);
+	}
 }
 
 static void show_reply(struct bgreq *b)
 {
 	struct step_req *q = (struct step_req *)b;
+	if (q->fetched) {
+		if (!show_held(b->session, b->req_id, q->job, q->step, true, q->rank))
+			session_reply(b->session, b->req_id, -ENOENT, "the copy from the peer is gone again");
+		return;
+	}
 	struct catalog_group *g = &q->cs.groups[q->cs.best];
 	Ckpt__StepInfo si;
 	Ckpt__Manifest **ms = calloc(g->world_size, sizeof(*ms));
@@ -694,6 +720,16 @@ static void show_reply(struct bgreq *b)
 static void step_destroy(struct bgreq *b)
 {
 	struct step_req *q = (struct step_req *)b;
+	if (q->fetched) { /* pinned by peer_fetch; held on */
+		struct save **one = malloc(sizeof(*one));
+		if (one) {
+			one[0] = q->fetched;
+			memtier_unpin(one, 1);
+		} else if (--q->fetched->readers == 0 && q->fetched->drop_pending) {
+			save_release(q->fetched);
+		}
+		save_admit_waiting(b->d);
+	}
 	if (q->have_cs)
 		catalog_step_free(&q->cs);
 	for (size_t i = 0; i < q->nproblems; i++)
@@ -726,6 +762,7 @@ static void step_start(struct session *s, uint64_t req_id, const char *name, uin
 	q->one_rank = one_rank;
 	q->rank = rank;
 	q->world_size = world_size;
+	q->world_size_asked = s->world_size;
 	q->base.run = verify ? verify_run : show_run;
 	q->base.reply = verify ? verify_reply : show_reply;
 	q->base.destroy = step_destroy;

@@ -351,8 +351,97 @@ static void test_killed_node_restores_from_peer(void **state)
 	rc_load(&rc, 6, 0, src, sizeof(src), NULL, 0);
 	assert_string_equal(src, "storage");
 	rc_close(&rc);
+	/* Again, the way ckpt.torch restores: it shows its rank's manifest
+	 * first, which brings the copy back from the peer; the load then
+	 * reads memory. */
+	kill(c.n[0].pid, SIGKILL);
+	waitpid(c.n[0].pid, NULL, 0);
+	c.n[0].pid = -1;
+	h_start(&c.n[0], c.conf[0]);
+	rc_open(&c.n[0], &rc, "kill", 0, NODES, n);
+	ckpt_step_detail *det = NULL;
+	int r = ckpt_show_rank(rc.c, "kill", 7, 0, &det);
+	if (r < 0)
+		fail_msg("show: %s (%s)", ckpt_strerror(r), ckpt_errmsg());
+	assert_int_equal(det->ntensors, 1);
+	assert_string_equal(det->info.tier, "replicated");
+	ckpt_step_detail_free(det);
+	rc_load(&rc, 7, 0, src, sizeof(src), NULL, 0);
+	assert_string_equal(src, "memory");
+	assert_int_equal(h_metric(&c.n[0], "ckptd_restores_from_peers_total"), 1);
+	/* A step nobody has: not found, saying where it looked. */
+	r = ckpt_show_rank(rc.c, "kill", 99, 0, &det);
+	assert_int_equal(r, -ENOENT);
+	assert_non_null(strstr(ckpt_errmsg(), "nor from the peers"));
+	rc_close(&rc);
 	for (int i = 1; i < NODES; i++)
 		rc_close(&others[i]);
+	cluster_stop(&c, NODES);
+}
+
+/* A port free now, as close below want as can be found (so that its name
+ * sorts right before want's in the ring). */
+static int free_port_below(int want)
+{
+	for (int port = want - 1; port > want - 50 && port > 1024; port--) {
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		int ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+		close(fd);
+		if (ok)
+			return port;
+	}
+	return -1;
+}
+
+/* Node 0 is lost and replaced by a node of another name, placed in the
+ * ring right before it, so that its successor is the dead node: it finds
+ * its rank's copy by asking the rest of the ring, then restores it. */
+static void test_replacement_under_another_name(void **state)
+{
+	(void)state;
+	struct cluster c;
+	cluster_start(&c, NODES, NULL);
+	struct rank_client rc;
+	rc_open(&c.n[0], &rc, "moved", 0, 1, 2 * MIB);
+	ckpt_future *f = rc_save(&rc, 3, 0, CKPT_TIER_REPLICATED);
+	assert_int_equal(ckpt_future_wait(f, CKPT_REPLICATED, 30000), 0);
+	ckpt_future_free(f);
+	rc_close(&rc);
+	kill(c.n[0].pid, SIGKILL);
+	waitpid(c.n[0].pid, NULL, 0);
+	c.n[0].pid = -1;
+	int port = free_port_below(ports[0]);
+	if (port < 0)
+		skip();
+	ports[NODES] = port;
+	struct dctx fresh;
+	h_init(&fresh);
+	snprintf(fresh.store, sizeof(fresh.store), "%s", c.n[0].store);
+	char conf[1024], list[256];
+	snprintf(list, sizeof(list), "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", ports[0], ports[1],
+		 ports[2], port);
+	snprintf(conf, sizeof(conf),
+		 "[pool]\nstaging_bytes = 64M\n[peers]\nlisten = 127.0.0.1:%d\npeers = %s\nreplicas = 1\n"
+		 "cert = %s/node.crt\nkey = %s/node.key\nca = %s/ca.crt\ntimeout_ms = 3000\n",
+		 port, list, certs, certs, certs);
+	h_start(&fresh, conf);
+	rc_open(&fresh, &rc, "moved", 0, 1, 2 * MIB);
+	ckpt_held_info *h = NULL;
+	size_t nh = 0;
+	assert_int_equal(ckpt_held(rc.c, NULL, 0, &h, &nh), 0);
+	assert_int_equal(nh, 1);
+	char want_peer[64];
+	snprintf(want_peer, sizeof(want_peer), "127.0.0.1:%d", ports[successor(0, NODES)]);
+	assert_string_equal(h[0].peer, want_peer);
+	free(h);
+	char src[16], peer[128];
+	rc_load(&rc, 3, 0, src, sizeof(src), peer, sizeof(peer));
+	assert_string_equal(src, "peer");
+	assert_string_equal(peer, want_peer);
+	rc_close(&rc);
+	h_cleanup(&fresh);
 	cluster_stop(&c, NODES);
 }
 
@@ -507,6 +596,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_replicated_save_held_by_next_node),
 		cmocka_unit_test(test_killed_node_restores_from_peer),
+		cmocka_unit_test(test_replacement_under_another_name),
 		cmocka_unit_test(test_wrong_certificate_refused),
 		cmocka_unit_test(test_peer_dies_mid_transfer),
 		cmocka_unit_test(test_replica_share_full),

@@ -222,3 +222,34 @@ def test_dcp_memory_tier_and_path_checkpoint_id(daemon, tmp_path):
         res = torch.load(f"{out}.{rank}")
         assert res == {"ok": True, "stored_before": False}, (rank, res)
     assert os.path.isdir(os.path.join(daemon.store, "tdcp", "step-000000000040"))
+
+
+def _certs(d):
+    ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+    cmd = (f"cd {d} && openssl req -x509 {ec} -keyout ca.key -out ca.crt -days 2 -subj /CN=t-ca && "
+           f"openssl req {ec} -keyout node.key -out node.csr -subj /CN=peer && "
+           "openssl x509 -req -in node.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out node.crt -days 2")
+    subprocess.run(cmd, shell=True, check=True, capture_output=True)
+
+
+def test_replacement_node_restores_latest_from_its_peer(daemon_factory, tmp_path):
+    """Two daemons replicate to each other; one is SIGKILLed and replaced by
+    a fresh one (empty pool): Checkpointer.load() of "latest" finds the
+    memory step on the peer and restores it from there."""
+    _certs(tmp_path)
+    ports = [_free_port(), _free_port()]
+    conf = ["[peers]\nlisten = 127.0.0.1:%d\npeers = 127.0.0.1:%d,127.0.0.1:%d\ncert = %s/node.crt\n"
+            "key = %s/node.key\nca = %s/ca.crt\ntimeout_ms = 5000\n" % (ports[i], ports[0], ports[1], tmp_path,
+                                                                         tmp_path, tmp_path) for i in range(2)]
+    ds = [daemon_factory(conf[i]) for i in range(2)]
+    with ckpt.torch.Checkpointer("tpeer", socket=ds[0].sock) as cp:
+        cp.save(_sd(1), 1).result(30)
+        f = cp.save(_sd(2), 2, tier="replicated")
+        assert f.result(30) > 0 and f.replicated.result(30) == f.kept.result()
+    ds[0].stop(signal.SIGKILL)
+    ds[0].start()                                        # same config: same name in the ring
+    with ckpt.torch.Checkpointer("tpeer", socket=ds[0].sock) as cp:
+        [h] = cp.client.held()
+        assert h["step"] == 2 and h["peer"] == "127.0.0.1:%d" % ports[1]
+        sd = _sd(0)
+        assert cp.load(sd)[0] == 2 and _same(sd, _sd(2))

@@ -33,7 +33,7 @@ def test_spread_keys_restore_and_delete(moto, bucket, tmp_path, proxy):
     ls = d.ctl("ls", "sp")
     # Size "-" (the listing has no shard sizes), the time saved and age from
     # the manifests' listing, and step 2 marked the latest.
-    assert re.search(r"sp +2\* yes +3/3 +- +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d +\d+s +default", ls), ls
+    assert re.search(r"sp +2\* yes +durable +3/3 +- +\d{4}-\d\d-\d\d \d\d:\d\d:\d\d +\d+s +default", ls), ls
     show = d.ctl("show", "sp", "2")
     # show reads the manifests, so it has the bytes the listing lacks.
     assert re.match(r"sp step 2: complete, 3/3 ranks, [0-9.]+ MiB, attempt default", show), show

@@ -71,6 +71,7 @@ class _HeldInfo(ctypes.Structure):
         ("attempt_id", ctypes.c_char * 128),
         ("tier", ctypes.c_int),
         ("durable", ctypes.c_int),
+        ("peer", ctypes.c_char * 128),
     ]
 
 
@@ -152,6 +153,7 @@ def _load():
         "ckpt_future_step": (u64, [vp]),
         "ckpt_future_extra": (vp, [vp, ctypes.POINTER(sz)]),
         "ckpt_future_source": (ctypes.c_char_p, [vp]),
+        "ckpt_future_peer": (ctypes.c_char_p, [vp]),
         "ckpt_future_tensor_source": (ctypes.c_char_p, [vp, sz, ctypes.POINTER(ctypes.c_char_p)]),
         "ckpt_future_set_callback": (i, [vp, FUTURE_CB, vp]),
         "ckpt_future_free": (None, [vp]),

@@ -200,7 +200,8 @@ class _NativeFuture:
                 per[nm.value.decode()] = s.decode()
                 i += 1
             return {"step": lib.ckpt_future_step(self._h), "bytes": lib.ckpt_future_bytes(self._h),
-                    "extra": extra, "source": src, "sources": per}
+                    "extra": extra, "source": src, "sources": per,
+                    "peer": (lib.ckpt_future_peer(self._h) or b"").decode()}
         return lib.ckpt_future_bytes(self._h)
 
     def _on_phase(self, fut, phase, status, user):
@@ -440,8 +441,9 @@ class Client:
         """The copies this node's daemon holds in memory of job (default:
         this client's), for this client's rank (or every rank): dicts with
         job, rank, world_size, step, bytes, attempt_id, tier ("durable",
-        "memory", "replicated") and durable (in storage too). No storage
-        request."""
+        "memory", "replicated"), durable (in storage too) and peer ("", or
+        the peer daemon that holds this node's replica of it, with peer
+        replication). No storage request."""
         out = ctypes.POINTER(_HeldInfo)()
         n = ctypes.c_size_t()
         rc = lib.ckpt_held(self._handle(), job.encode() if job else None, 1 if all_ranks else 0,
@@ -450,7 +452,8 @@ class Client:
             raise _error(rc, what="held")
         res = [{"job": out[i].job.decode(), "rank": out[i].rank, "world_size": out[i].world_size,
                 "step": out[i].step, "bytes": out[i].bytes, "attempt_id": out[i].attempt_id.decode(),
-                "tier": TIER_NAMES.get(out[i].tier, "?"), "durable": bool(out[i].durable)}
+                "tier": TIER_NAMES.get(out[i].tier, "?"), "durable": bool(out[i].durable),
+                "peer": out[i].peer.decode()}
                for i in range(n.value)]
         if out:
             libc.free(ctypes.cast(out, ctypes.c_void_p))
