@@ -349,10 +349,10 @@ struct step_req {
 	uint32_t rank;
 	char attempt[ATTEMPT_MAX_LEN + 1]; /* verify of one rank: its manifest's name */
 	uint32_t world_size;
-	bool found;           /* verify of one rank: its manifest was there */
+	bool found;                /* verify of one rank: its manifest was there */
 	uint32_t world_size_asked; /* show of one rank: the session's world size */
 	struct save *fetched;      /* show of one rank: its copy from a peer (show_run), pinned */
-	uint64_t shard_bytes; /* ... and what it says */
+	uint64_t shard_bytes;      /* ... and what it says */
 	int64_t created_ns;
 	/* verify */
 	bool ok;
@@ -663,8 +663,7 @@ static void show_run(struct bgreq *b)
 		catalog_step_free(&q->cs);
 		q->have_cs = false;
 	}
-	if (b->d->peer_fetch(b->d, q->job, q->step, q->rank, q->world_size_asked, &q->fetched, why, sizeof(why)) ==
-	    0) {
+	if (b->d->peer_fetch(b->d, q->job, q->step, q->rank, q->world_size_asked, &q->fetched, why, sizeof(why)) == 0) {
 		b->status = 0;
 		b->msg[0] = '\0';
 	} else {
