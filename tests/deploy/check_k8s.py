@@ -114,6 +114,24 @@ check("deploy/k8s-gke is the base with the gke-gpu component",
 ns = find("Namespace", "ckptd-system")
 check("the agent's namespace admits its privileged pods (Pod Security)",
       ns and ns["metadata"].get("labels", {}).get("pod-security.kubernetes.io/enforce") == "privileged")
+# Peer replication (README "Tiers").
+svc = find("Service", "ckptd-peers")
+check("a headless Service ckptd-peers selects the ckptd pods, not-ready ones too",
+      svc and svc["spec"].get("clusterIP") == "None" and svc["spec"].get("publishNotReadyAddresses") is True
+      and all(ds["spec"]["template"]["metadata"]["labels"].get(k) == v for k, v in svc["spec"]["selector"].items()))
+check("the peers port is the container's and the Service's",
+      port_names.get("peers") == 7070 and any(p.get("targetPort") == "peers" and p.get("port") == 7070
+                                                for p in svc["spec"]["ports"]))
+check("the config's [peers] dns is the Service's name and port, listen the port",
+      "dns = ckptd-peers.ckptd-system.svc.cluster.local:7070" in conf and "listen = 0.0.0.0:7070" in conf)
+check("each pod advertises its own address (POD_IP from the downward API)",
+      "peers.advertise=$(POD_IP):7070" in ctr["args"]
+      and any(e["name"] == "POD_IP" and e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "status.podIP"
+              for e in ctr.get("env", [])))
+tls = vols.get(mounts.get("/etc/ckptd-peer"), {})
+check("the peers' certificates from the Secret ckptd-peer-tls, optional, where [peers] reads them",
+      tls.get("secret", {}).get("secretName") == "ckptd-peer-tls" and tls["secret"].get("optional") is True
+      and all(f"/etc/ckptd-peer/{f}" in conf for f in ("tls.crt", "tls.key", "ca.crt")))
 kust = find("Kustomization")
 check("kustomization resources exist", kust and all(os.path.exists(os.path.join(k8s, r)) for r in kust["resources"]))
 check("Dockerfile is multi-stage on Debian 12",
