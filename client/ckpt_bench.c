@@ -11,6 +11,13 @@
  * adds 1x (momentum), adam 2x (two moments). Layers are dealt round-robin
  * to ranks.
  *
+ * --mode tiers (README "Tiers") times, side by side in each round, a
+ * durable, a memory and a replicated save of the same state (the stall
+ * and the time to durable, kept and replicated), then loads of the step
+ * from the daemon's memory, from storage, and, through a second daemon
+ * (--restore-socket: another node, which holds nothing of the job), from
+ * the memory of the peer holding the replica.
+ *
  * Output: a markdown table on stdout and, with --json FILE, {config,
  * results}: save_stall_s, save_durable_s, load_memory_s, load_storage_s
  * (each median and p90 over rounds; a round's time is its slowest rank's),
@@ -42,7 +49,7 @@
 #define VOCAB 50257ull
 
 struct opts {
-	const char *socket, *job, *storage, *json, *mode, *optimizer;
+	const char *socket, *job, *storage, *json, *mode, *optimizer, *restore_socket;
 	uint64_t size_mb, layers;
 	unsigned ranks, saves, loads, threads;
 };
@@ -52,6 +59,11 @@ struct shared {
 	pthread_barrier_t bar;
 	double stall[MAX_RANKS][MAX_ROUNDS], durable[MAX_RANKS][MAX_ROUNDS];
 	double loadmem[MAX_RANKS][MAX_ROUNDS], loadsto[MAX_RANKS][MAX_ROUNDS];
+	/* --mode tiers: the memory and replicated saves' stall and time to
+	 * kept or replicated; loads from a peer's memory */
+	double stall_mem[MAX_RANKS][MAX_ROUNDS], kept[MAX_RANKS][MAX_ROUNDS];
+	double stall_rep[MAX_RANKS][MAX_ROUNDS], replicated[MAX_RANKS][MAX_ROUNDS];
+	double loadpeer[MAX_RANKS][MAX_ROUNDS];
 	double memcpy_s[MAX_RANKS];
 	uint64_t bytes[MAX_RANKS];
 	int failed;
@@ -111,6 +123,8 @@ static unsigned opt_mult(const struct opts *o)
 }
 
 static double memcpy_time(uint8_t *dst, const uint8_t *src, size_t n, unsigned threads);
+static void rank_tiers(const struct opts *o, struct shared *sh, unsigned r, ckpt_tensor *t, size_t k, ckpt_client *c,
+		       uint8_t *data, uint64_t total);
 
 static void rank_agent(const struct opts *o, struct shared *sh, unsigned r)
 {
@@ -160,6 +174,12 @@ static void rank_agent(const struct opts *o, struct shared *sh, unsigned r)
 		fail(sh, "rank %u: mmap: %s", r, strerror(errno));
 	sh->memcpy_s[r] = memcpy_time(dst, data, total, o->threads);
 	munmap(dst, total ? total : 4096);
+	if (o->restore_socket) {
+		rank_tiers(o, sh, r, t, k, c, data, total);
+		ckpt_buffer_free(b);
+		ckpt_close(c);
+		return;
+	}
 	for (unsigned s = 0; s < o->saves; s++) {
 		pthread_barrier_wait(&sh->bar);
 		ckpt_future *f = NULL;
@@ -196,6 +216,106 @@ static void rank_agent(const struct opts *o, struct shared *sh, unsigned r)
 	}
 	ckpt_buffer_free(b);
 	ckpt_close(c);
+}
+
+/* One save of step at tier, timed: the stall (to staged) into *stall,
+ * the time to its last phase (durable, kept, replicated) into *done. */
+static void timed_save(struct shared *sh, unsigned r, ckpt_client *c, uint64_t step, ckpt_tensor *t, size_t k, int tier,
+		       double *stall, double *done)
+{
+	ckpt_save_opts so = { .tier = tier };
+	ckpt_future *f = NULL;
+	double t0 = now_s();
+	int e = ckpt_save_ex(c, step, t, k, NULL, 0, &so, &f);
+	if (e < 0)
+		fail(sh, "rank %u: save: %s (%s)", r, ckpt_strerror(e), ckpt_errmsg());
+	e = ckpt_future_wait(f, CKPT_STAGED, -1);
+	*stall = now_s() - t0;
+	if (e == 0)
+		e = ckpt_future_wait(f,
+				     tier == CKPT_TIER_DURABLE  ? CKPT_DURABLE
+				     : tier == CKPT_TIER_MEMORY ? CKPT_KEPT
+								: CKPT_REPLICATED,
+				     -1);
+	*done = now_s() - t0;
+	if (e < 0)
+		fail(sh, "rank %u: save %" PRIu64 ": %s (%s)", r, step, ckpt_strerror(e), ckpt_future_message(f));
+	ckpt_future_free(f);
+}
+
+/* A load of step into t, timed; its source must be want. */
+static double timed_load(struct shared *sh, unsigned r, ckpt_client *c, uint64_t step, ckpt_tensor *t, size_t k,
+			 unsigned flags, const char *want)
+{
+	ckpt_future *f = NULL;
+	double t0 = now_s();
+	int e = ckpt_load_ex(c, (int64_t)step, t, k, flags, &f);
+	if (e == 0)
+		e = ckpt_future_wait(f, CKPT_LOADED, -1);
+	double dt = now_s() - t0;
+	if (e < 0)
+		fail(sh, "rank %u: load of step %" PRIu64 ": %s (%s)", r, step, ckpt_strerror(e),
+		     f ? ckpt_future_message(f) : "");
+	if (strcmp(ckpt_future_source(f), want) != 0)
+		fail(sh, "rank %u: load of step %" PRIu64 " came from %s, not %s", r, step, ckpt_future_source(f),
+		     want);
+	ckpt_future_free(f);
+	return dt;
+}
+
+/* --mode tiers: each round a durable, a memory and a replicated save,
+ * then the replicated step from this daemon's memory, the durable one
+ * from storage, and the replicated one through the restore daemon, which
+ * brings it from the peer that holds it. */
+static void rank_tiers(const struct opts *o, struct shared *sh, unsigned r, ckpt_tensor *t, size_t k, ckpt_client *c,
+		       uint8_t *data, uint64_t total)
+{
+	ckpt_hello h = { .job = o->job, .rank = r, .world_size = o->ranks };
+	ckpt_client *rc = NULL;
+	int e = ckpt_connect(o->restore_socket, &h, &rc);
+	if (e < 0)
+		fail(sh, "rank %u: connect %s: %s (%s)", r, o->restore_socket, ckpt_strerror(e), ckpt_errmsg());
+	ckpt_buffer *rb = NULL;
+	e = ckpt_buffer_alloc(rc, total ? total : 4096, &rb);
+	if (e < 0)
+		fail(sh, "rank %u: restore buffer: %s (%s)", r, ckpt_strerror(e), ckpt_errmsg());
+	static ckpt_tensor rt[1 << 16];
+	for (size_t i = 0; i < k; i++) {
+		rt[i] = t[i];
+		rt[i].buffer = rb;
+	}
+	for (unsigned s = 0; s < o->saves; s++) {
+		uint64_t base = 3 * (uint64_t)s;
+		pthread_barrier_wait(&sh->bar);
+		timed_save(sh, r, c, base + 1, t, k, CKPT_TIER_DURABLE, &sh->stall[r][s], &sh->durable[r][s]);
+		data[s % (total ? total : 1)] ^= 1;
+		pthread_barrier_wait(&sh->bar);
+		timed_save(sh, r, c, base + 2, t, k, CKPT_TIER_MEMORY, &sh->stall_mem[r][s], &sh->kept[r][s]);
+		data[s % (total ? total : 1)] ^= 1;
+		pthread_barrier_wait(&sh->bar);
+		timed_save(sh, r, c, base + 3, t, k, CKPT_TIER_REPLICATED, &sh->stall_rep[r][s], &sh->replicated[r][s]);
+		pthread_barrier_wait(&sh->bar);
+		sh->loadmem[r][s] = timed_load(sh, r, c, base + 3, t, k, 0, "memory");
+		pthread_barrier_wait(&sh->bar);
+		sh->loadsto[r][s] = timed_load(sh, r, c, base + 1, t, k, CKPT_LOAD_STORAGE_ONLY, "storage");
+		/* Another node: what it can restore (its peers, asked once), then
+		 * the load, which brings the copy from the peer that holds it. */
+		ckpt_held_info *held = NULL;
+		size_t nh = 0;
+		e = ckpt_held(rc, NULL, 0, &held, &nh);
+		bool found = false;
+		for (size_t i = 0; e == 0 && i < nh; i++)
+			found |= held[i].step == base + 3 && held[i].peer[0];
+		free(held);
+		if (!found)
+			fail(sh, "rank %u: the restore daemon finds no peer holding step %" PRIu64, r, base + 3);
+		pthread_barrier_wait(&sh->bar);
+		sh->loadpeer[r][s] = timed_load(sh, r, rc, base + 3, rt, k, 0, "peer");
+		if (memcmp(ckpt_buffer_data(rb), data, total) != 0)
+			fail(sh, "rank %u: the copy from the peer differs from what was saved", r);
+	}
+	ckpt_buffer_free(rb);
+	ckpt_close(rc);
 }
 
 static void rank_direct(const struct opts *o, struct shared *sh, unsigned r)
@@ -342,7 +462,11 @@ static void usage(FILE *f)
 		"      --saves S            save rounds, 1 to %d (default 3)\n"
 		"      --loads N            load rounds from memory and from storage, 0 to %d (default 2)\n"
 		"      --threads T          memcpy threads for the copy baseline, 1 to 64 (default 2)\n"
-		"      --mode agent|direct  through ckptd, or each rank writes its state itself (default agent)\n"
+		"      --mode agent|direct|tiers  through ckptd, or each rank writes its state itself (default\n"
+		"                           agent); tiers: durable, memory and replicated saves, and loads from\n"
+		"                           memory, storage and a peer, side by side (README \"Tiers\")\n"
+		"      --restore-socket PATH  tiers: a second ckptd, on another node of the same [peers]\n"
+		"                           ring, that restores from the peer holding the replica\n"
 		"      --storage URL        file:///path: where direct mode writes (needed there)\n"
 		"      --json FILE          also write {config, results} as JSON to FILE\n"
 		"  -V, --version            print the version and the commit, exit\n"
@@ -388,6 +512,7 @@ static int parse_opts(int argc, char **argv, struct opts *out)
 		{ "optimizer", required_argument, NULL, 'o' },
 		{ "mode", required_argument, NULL, 'M' },
 		{ "storage", required_argument, NULL, 'u' },
+		{ "restore-socket", required_argument, NULL, 'R' },
 		{ "json", required_argument, NULL, 'j' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
@@ -407,6 +532,7 @@ static int parse_opts(int argc, char **argv, struct opts *out)
 		case 'o': o.optimizer = optarg; break;
 		case 'M': o.mode = optarg; break;
 		case 'u': o.storage = optarg; break;
+		case 'R': o.restore_socket = optarg; break;
 		case 'j': o.json = optarg; break;
 		case 'V': printf("ckpt-bench %s (commit %s)\n", CKPT_VERSION, CKPT_COMMIT); return 0;
 		case 'h': usage(stdout); return 0;
@@ -416,6 +542,17 @@ static int parse_opts(int argc, char **argv, struct opts *out)
 	if (optind < argc) {
 		fprintf(stderr, "ckpt-bench: unexpected argument '%s'\n", argv[optind]);
 		return 2;
+	}
+	bool tiers = !strcmp(o.mode, "tiers");
+	if (tiers && !o.restore_socket) {
+		fprintf(stderr, "ckpt-bench: --mode tiers needs --restore-socket\n");
+		return 2;
+	}
+	if (tiers) {
+		o.mode = "agent"; /* through ckptd; rank_agent goes to rank_tiers */
+		o.loads = o.saves;
+	} else {
+		o.restore_socket = NULL;
 	}
 	bool agent = !strcmp(o.mode, "agent");
 	if ((!agent && strcmp(o.mode, "direct")) || !o.ranks || o.ranks > MAX_RANKS || !o.saves ||
@@ -507,6 +644,23 @@ int main(int argc, char **argv)
 	printf("| %s | %.0f MiB%s | %u | %.3f / %.3f s | %.3f / %.3f s | %s | %.3f s | %.0f |\n", o.mode, mb,
 	       strcmp(o.optimizer, "none") ? (strcmp(o.optimizer, "adam") ? " (sgd)" : " (adam)") : "", o.ranks, sm, sp,
 	       dm, dp, lm, lsm, dm > 0 ? mb / dm : 0);
+	if (o.restore_socket) {
+		double a[2], b[2], c2[2], d2[2], e2[2];
+		stats(sh->stall_mem, o.ranks, o.saves, &a[0], &a[1]);
+		stats(sh->kept, o.ranks, o.saves, &b[0], &b[1]);
+		stats(sh->stall_rep, o.ranks, o.saves, &c2[0], &c2[1]);
+		stats(sh->replicated, o.ranks, o.saves, &d2[0], &d2[1]);
+		stats(sh->loadpeer, o.ranks, o.saves, &e2[0], &e2[1]);
+		printf("\n| tier | stall (med/p90) | to durable / kept / replicated (med/p90) |\n|---|---|---|\n");
+		printf("| durable | %.3f / %.3f s | %.3f / %.3f s |\n", sm, sp, dm, dp);
+		printf("| memory | %.3f / %.3f s | %.3f / %.3f s |\n", a[0], a[1], b[0], b[1]);
+		printf("| replicated | %.3f / %.3f s | %.3f / %.3f s |\n", c2[0], c2[1], d2[0], d2[1]);
+		printf("\n| restore from | median | p90 | MiB/s |\n|---|---|---|---|\n");
+		printf("| local memory | %.3f s | %.3f s | %.0f |\n", lmm, lmp, lmm > 0 ? mb / lmm : 0);
+		printf("| a peer's memory (another node) | %.3f s | %.3f s | %.0f |\n", e2[0], e2[1],
+		       e2[0] > 0 ? mb / e2[0] : 0);
+		printf("| storage | %.3f s | %.3f s | %.0f |\n", lsm, lsp, lsm > 0 ? mb / lsm : 0);
+	}
 	if (agent)
 		printf("staging %.0f%% and load from memory %.0f%% of memcpy (%u threads, %.3f s per rank); "
 		       "daemon cpu %.2f s, peak rss %.0f MiB\n",
@@ -532,6 +686,19 @@ int main(int argc, char **argv)
 		if (agent) {
 			json_object_object_add(res, "staging_vs_memcpy", json_object_new_double(mc / sm));
 			json_object_object_add(res, "load_memory_vs_memcpy", json_object_new_double(mc / lmm));
+		}
+		if (o.restore_socket) {
+			double m2, p2;
+			stats(sh->stall_mem, o.ranks, o.saves, &m2, &p2);
+			json_object_object_add(res, "memory_stall_s", stat_obj(m2, p2));
+			stats(sh->kept, o.ranks, o.saves, &m2, &p2);
+			json_object_object_add(res, "memory_kept_s", stat_obj(m2, p2));
+			stats(sh->stall_rep, o.ranks, o.saves, &m2, &p2);
+			json_object_object_add(res, "replicated_stall_s", stat_obj(m2, p2));
+			stats(sh->replicated, o.ranks, o.saves, &m2, &p2);
+			json_object_object_add(res, "replicated_s", stat_obj(m2, p2));
+			stats(sh->loadpeer, o.ranks, o.saves, &m2, &p2);
+			json_object_object_add(res, "load_peer_s", stat_obj(m2, p2));
 		}
 		json_object_object_add(res, "daemon_cpu_s", json_object_new_double(cpu));
 		json_object_object_add(res, "daemon_peak_rss_mb", json_object_new_double(rss));

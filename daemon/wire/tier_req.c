@@ -141,13 +141,14 @@ void held_start(struct session *s, uint64_t req_id, const Ckpt__HeldRequest *m)
 		session_reply(s, req_id, -EINVAL, "a control session has no rank: ask for all_ranks");
 		return;
 	}
-	/* The peers hold nothing newer than this node's own copies (theirs
-	 * came from here): they are asked only by a rank with none (a node
-	 * that lost its pool). */
+	/* The peers hold nothing newer than the copies this node saved
+	 * (theirs came from here): they are asked only by a rank with none
+	 * (a node that lost its pool, or that only brought copies back). */
 	bool own = false;
 	struct save *sv;
 	TAILQ_FOREACH (sv, &s->d->held, hlink)
-		own |= !sv->durable && !sv->replica && sv->rank == s->rank && strcmp(sv->job, job) == 0;
+		own |= !sv->durable && !sv->replica && !sv->from_peer && sv->rank == s->rank &&
+		       strcmp(sv->job, job) == 0;
 	if (m->all_ranks || s->d->peer_list == NULL || own) {
 		held_answer(s, req_id, job, m->all_ranks, s->rank, NULL, 0);
 		return;
