@@ -1294,9 +1294,9 @@ void peer_stop(struct daemon *d)
 	/* Jobs the sender did not finish: unpinned by nobody (the copies are
 	 * dropped at exit with the memory tier). */
 	d->peer = NULL;
-	if (left) {
-		log_warn("peers: %u connection(s) still closing at stop", p->nconns);
-		return; /* their threads still hold p */
-	}
-	uv_close((uv_handle_t *)&p->async, async_closed);
+	if (left)
+		log_warn("peers: %u connection(s) still closing at stop; left to the exit", p->nconns);
+	/* Closed either way, or the loop would never end; p is freed once no
+	 * thread can hold it (those left see stopping and touch only p). */
+	uv_close((uv_handle_t *)&p->async, left ? NULL : async_closed);
 }

@@ -269,6 +269,9 @@ static void test_replicated_save_held_by_next_node(void **state)
 	ckpt_future_free(p);
 	ckpt_close(ctl);
 	rc_close(&rc);
+	/* A stop drains and exits 0 with peers on, holder and sender alike. */
+	assert_int_equal(h_stop(&c.n[s]), 0);
+	assert_int_equal(h_stop(&c.n[0]), 0);
 	cluster_stop(&c, NODES);
 }
 
