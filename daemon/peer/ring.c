@@ -40,7 +40,9 @@ int ring_build(struct ring *r, const char *self, const char *list, const char *c
 {
 	memset(r, 0, sizeof(*r));
 	size_t cap = 0;
-	int e = self && self[0] ? add(r, &cap, self, strlen(self)) : -EINVAL;
+	int e = self ? add(r, &cap, self, strlen(self)) : -EINVAL;
+	if (e == 0 && r->n == 0)
+		e = -EINVAL; /* self is blank */
 	for (const char *p = list ? list : ""; e == 0 && *p;) {
 		const char *comma = strchr(p, ',');
 		size_t len = comma ? (size_t)(comma - p) : strlen(p);

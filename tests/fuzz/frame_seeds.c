@@ -1,10 +1,11 @@
-/* Writes the seed corpus of fuzz-frame: one file per request a client
+/* Writes the seed corpus of fuzz-frame (and fuzz-peer's, beside it): one file per request a client
  * sends (Hello, RegisterBuffer, Save, Load, the catalogue's requests, a
  * table, the tiers' requests), and one stream of several frames. Built with the harnesses:
  *   B/tests/fuzz/frame-seeds tests/fuzz/corpus/frame */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "wire.h"
 
@@ -28,6 +29,76 @@ static void emit(const char *name, Ckpt__Frame **fs, size_t n)
 		free(buf);
 	}
 	fclose(f);
+}
+
+/* A PeerFrame as fuzz-peer reads it (no length prefix), into DIR/../peer. */
+static void emit_peer(const char *name, const Ckpt__PeerFrame *f)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/../peer", dir);
+	mkdir(path, 0755);
+	snprintf(path, sizeof(path), "%s/../peer/%s", dir, name);
+	FILE *out = fopen(path, "wb");
+	if (out == NULL) {
+		perror(path);
+		exit(1);
+	}
+	size_t n = ckpt__peer_frame__get_packed_size(f);
+	uint8_t *buf = malloc(n ? n : 1);
+	if (buf == NULL)
+		exit(1);
+	ckpt__peer_frame__pack(f, buf);
+	fwrite(buf, 1, n, out);
+	free(buf);
+	fclose(out);
+}
+
+/* Peer seeds: a hello, and a put of a one-tensor manifest. */
+static void peer_seeds(void)
+{
+	Ckpt__PeerHello h = CKPT__PEER_HELLO__INIT;
+	h.protocol_version = 1;
+	h.node = "10.0.0.5:7070";
+	Ckpt__PeerFrame fh = CKPT__PEER_FRAME__INIT;
+	fh.body_case = CKPT__PEER_FRAME__BODY_HELLO;
+	fh.hello = &h;
+	emit_peer("hello", &fh);
+	uint64_t shape[1] = { 4 };
+	uint32_t crc[1] = { 0 };
+	Ckpt__ManifestTensor t = CKPT__MANIFEST_TENSOR__INIT;
+	Ckpt__ManifestTensor *tp[1] = { &t };
+	t.name = "w";
+	t.dtype = CKPT__DTYPE__F32;
+	t.n_global_shape = 1;
+	t.global_shape = shape;
+	t.nbytes = 16;
+	Ckpt__Manifest m = CKPT__MANIFEST__INIT;
+	m.format_version = 1;
+	m.job = "llama";
+	m.step = 7;
+	m.world_size = 1;
+	m.attempt_id = "default";
+	m.shard_name = "rank-00000-of-00001.default.0000000000000000.shard";
+	m.shard_bytes = 16;
+	m.chunk_bytes = 1 << 20;
+	m.n_chunk_crc32c = 1;
+	m.chunk_crc32c = crc;
+	m.n_tensors = 1;
+	m.tensors = tp;
+	size_t n = ckpt__manifest__get_packed_size(&m);
+	uint8_t *mb = malloc(n);
+	if (mb == NULL)
+		exit(1);
+	ckpt__manifest__pack(&m, mb);
+	Ckpt__ReplicaPut put = CKPT__REPLICA_PUT__INIT;
+	put.manifest.data = mb;
+	put.manifest.len = n;
+	put.tier = CKPT__TIER__TIER_REPLICATED;
+	Ckpt__PeerFrame fp = CKPT__PEER_FRAME__INIT;
+	fp.body_case = CKPT__PEER_FRAME__BODY_PUT;
+	fp.put = &put;
+	emit_peer("put", &fp);
+	free(mb);
 }
 
 int main(int argc, char **argv)
@@ -161,5 +232,6 @@ int main(int argc, char **argv)
 	emit("tiers", tiers, 4);
 	Ckpt__Frame *stream[4] = { &fh, &fr, &fs, &fl };
 	emit("stream", stream, 4);
+	peer_seeds();
 	return 0;
 }

@@ -66,6 +66,7 @@ static void test_alone_and_bad_names(void **state)
 	longname[sizeof(longname) - 1] = '\0';
 	assert_int_equal(ring_build(&r, "me:1", longname, NULL, 0), -EINVAL);
 	assert_int_equal(ring_build(&r, "", "a:1", NULL, 0), -EINVAL);
+	assert_int_equal(ring_build(&r, " \t", "a:1", NULL, 0), -EINVAL);
 	assert_null(r.names);
 }
 
