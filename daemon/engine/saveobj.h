@@ -98,6 +98,7 @@ struct save {
 	 * own copy brought back from the peer named peer for a restore. */
 	bool replica, from_peer;
 	char peer[128];
+	char replicated_to[256]; /* a replicated save: the peers that hold it, comma-separated */
 	char job[129], attempt[129];
 	uint32_t rank, world_size;
 	uint64_t step;

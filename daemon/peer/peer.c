@@ -99,6 +99,7 @@ static void on_async(uv_async_t *a)
 	while (done) {
 		struct job *next = done->next;
 		struct save *sv = done->sv;
+		snprintf(sv->replicated_to, sizeof(sv->replicated_to), "%s", done->peers); /* before strtok */
 		if (--sv->readers == 0 && sv->drop_pending) {
 			save_release(sv);
 			save_admit_waiting(d);

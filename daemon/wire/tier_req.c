@@ -312,8 +312,11 @@ int list_held(struct bgreq *b, const char *job, Ckpt__StepInfo **v, size_t *n)
 		*v = nv;
 		Ckpt__StepInfo *si = &nv[*n];
 		ckpt__step_info__init(si);
-		char where[96];
+		char where[400];
 		where_of(where, sizeof(where), here, sv->world_size, false);
+		if (sv->replicated_to[0]) /* this rank's replicas: the node's go to the same peers */
+			snprintf(where + strlen(where), sizeof(where) - strlen(where), "; replicas on %s",
+				 sv->replicated_to);
 		si->job = strdup(sv->job + b->strip);
 		si->attempt_id = strdup(sv->attempt);
 		si->where = strdup(where);

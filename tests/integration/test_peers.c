@@ -258,6 +258,19 @@ static void test_replicated_save_held_by_next_node(void **state)
 	assert_int_equal(held_all(&c.n[other], "rep", &h), 0);
 	free(h);
 	assert_true(h_metric(&c.n[0], "ckptd_peer_replicated_bytes_total") >= 3 * MIB);
+	/* ckptctl ls says where the copies are. */
+	ckpt_step_info *steps = NULL;
+	size_t ns = 0;
+	ckpt_client *lc = NULL;
+	assert_int_equal(ckpt_connect(c.n[0].sock, NULL, &lc), 0);
+	assert_int_equal(ckpt_list(lc, "rep", &steps, &ns), 0);
+	assert_int_equal(ns, 1);
+	char where[128];
+	snprintf(where, sizeof(where), "memory here: 1 of 1 ranks; replicas on 127.0.0.1:%d", ports[s]);
+	assert_string_equal(steps[0].where, where);
+	assert_string_equal(steps[0].tier, "replicated");
+	free(steps);
+	ckpt_close(lc);
 	assert_int_equal(h_metric(&c.n[s], "ckptd_peer_replicas_held"), 1);
 	/* The replica is the peer's, not its own: ckptctl persist there does
 	 * not write it. */
