@@ -678,6 +678,8 @@ const struct config_key config_keys[] = {
 	    .help = "tests only: pause in each manifest fetch of the cache"),
 	KEY("debug", "corrupt_held", cfg_bool, debug_corrupt_held, CFG_RESTART | CFG_DEBUG,
 	    .help = "tests only: flip one byte of each copy the memory tier keeps"),
+	KEY("debug", "corrupt_replica", cfg_bool, debug_corrupt_replica, CFG_RESTART | CFG_DEBUG,
+	    .help = "tests only: flip one byte of each replica sent to a peer, on the wire"),
 };
 const size_t config_nkeys = sizeof(config_keys) / sizeof(config_keys[0]);
 

@@ -194,6 +194,8 @@ struct config {
 	uint32_t debug_manifest_delay_ms;
 	/* testing only: flip one byte of each copy the memory tier keeps */
 	bool debug_corrupt_held;
+	/* testing only: flip one byte of each replica sent to a peer, on the way */
+	bool debug_corrupt_replica;
 };
 
 /* One config key: a row of config_keys[] or config_job_keys[] (config.c),

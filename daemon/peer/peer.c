@@ -387,11 +387,25 @@ static void list_on_loop(struct daemon *d, void *arg)
 
 /* ---- a shard on the wire ---- */
 
-/* Send sv's shard from the pool (sv pinned). */
-static int send_shard(struct link *l, const struct save *sv)
+/* Send sv's shard from the pool (sv pinned); corrupt: its first byte
+ * flipped on the wire ([debug] corrupt_replica: the receiver's CRC check
+ * must refuse it). */
+static int send_shard(struct link *l, const struct save *sv, bool corrupt)
 {
 	const struct pool *pool = &sv->d->pool;
-	for (uint32_t c = 0; c < sv->nchunks; c++) {
+	uint32_t c = 0;
+	if (corrupt && sv->nchunks > 0 && sv->shard_bytes > 0) {
+		const uint8_t *first = pool_span_ptr(pool, sv->chunks[0]);
+		uint8_t b = first[0] ^ 0x5a;
+		uint64_t len = sv->shard_bytes < pool->chunk_bytes ? sv->shard_bytes : pool->chunk_bytes;
+		int r = link_write(l, &b, 1);
+		if (r == 0)
+			r = link_write(l, first + 1, len - 1);
+		if (r < 0)
+			return r;
+		c = 1;
+	}
+	for (; c < sv->nchunks; c++) {
 		uint64_t left = sv->shard_bytes - (uint64_t)c * pool->chunk_bytes;
 		int r = link_write(l, pool_span_ptr(pool, sv->chunks[c]),
 				   left < pool->chunk_bytes ? left : pool->chunk_bytes);
@@ -553,7 +567,7 @@ static bool serve_get(struct peer *p, struct link *l, const Ckpt__ReplicaGet *g)
 	}
 	int r = link_send(l, &out);
 	if (r == 0 && f.sv && mb) {
-		r = send_shard(l, f.sv);
+		r = send_shard(l, f.sv, false);
 		if (r == 0)
 			count(&p->d->stats.peer_bytes_sent, f.sv->shard_bytes);
 	}
@@ -855,7 +869,7 @@ static int put_one(struct peer *p, const struct save *sv, const uint8_t *mb, siz
 		ckpt__peer_frame__free_unpacked(in, NULL);
 	in = NULL;
 	if (r == 0)
-		r = send_shard(&l, sv);
+		r = send_shard(&l, sv, p->d->cfg.debug_corrupt_replica);
 	if (r == 0)
 		r = link_recv(&l, 64 << 10, &in);
 	if (r == 0 && in->body_case != CKPT__PEER_FRAME__BODY_ACK)

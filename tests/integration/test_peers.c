@@ -572,6 +572,30 @@ static void test_replica_share_full(void **state)
 	cluster_stop(&c, 2);
 }
 
+/* A replica damaged on the way ([debug] corrupt_replica on the sender) is
+ * refused by its CRC32C on arrival: not held, and the save reported not
+ * replicated, naming the chunk. */
+static void test_replica_damaged_on_the_way(void **state)
+{
+	(void)state;
+	struct cluster c;
+	const char *extra[NODES] = { "[debug]\ncorrupt_replica = true\n", NULL, NULL };
+	cluster_start(&c, 2, extra);
+	int s = successor(0, 2);
+	struct rank_client rc;
+	rc_open(&c.n[0], &rc, "bad", 0, 1, 2 * MIB);
+	ckpt_future *f = rc_save(&rc, 1, 0, CKPT_TIER_REPLICATED);
+	assert_int_equal(ckpt_future_wait(f, CKPT_KEPT, 30000), 0);
+	assert_int_equal(ckpt_future_wait(f, CKPT_REPLICATED, 30000), -EIO);
+	assert_non_null(strstr(ckpt_future_message(f), "failed its CRC32C on arrival"));
+	ckpt_future_free(f);
+	ckpt_held_info *h = NULL;
+	assert_int_equal(held_all(&c.n[s], "bad", &h), 0);
+	free(h);
+	rc_close(&rc);
+	cluster_stop(&c, 2);
+}
+
 /* Bytes that are not TLS, a TLS hello cut short, and a connection left
  * open are refused or time out; the daemon serves on, and replication
  * still works. */
@@ -616,6 +640,7 @@ int main(void)
 		cmocka_unit_test(test_wrong_certificate_refused),
 		cmocka_unit_test(test_peer_dies_mid_transfer),
 		cmocka_unit_test(test_replica_share_full),
+		cmocka_unit_test(test_replica_damaged_on_the_way),
 		cmocka_unit_test(test_garbage_on_the_peer_port),
 	};
 	return cmocka_run_group_tests(tests, make_certs, drop_certs);
