@@ -99,7 +99,7 @@ static void on_async(uv_async_t *a)
 	while (done) {
 		struct job *next = done->next;
 		struct save *sv = done->sv;
-		snprintf(sv->replicated_to, sizeof(sv->replicated_to), "%s", done->peers); /* before strtok */
+		snprintf(sv->replicated_to, sizeof(sv->replicated_to), "%s", done->peers); /* before strtok_r */
 		if (--sv->readers == 0 && sv->drop_pending) {
 			save_release(sv);
 			save_admit_waiting(d);
@@ -108,7 +108,8 @@ static void on_async(uv_async_t *a)
 			Ckpt__SaveReplicated ev = CKPT__SAVE_REPLICATED__INIT;
 			char *names[16];
 			size_t n = 0;
-			for (char *t = strtok(done->peers, ","); t && n < 16; t = strtok(NULL, ","))
+			char *save = NULL;
+			for (char *t = strtok_r(done->peers, ",", &save); t && n < 16; t = strtok_r(NULL, ",", &save))
 				names[n++] = t;
 			ev.copies = done->copies;
 			ev.n_peers = n;
