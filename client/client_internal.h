@@ -23,6 +23,7 @@ _Static_assert(CKPT_PROTOCOL_VERSION == WIRE_PROTOCOL_VERSION,
 	       "ckpt.h and proto/wire.h disagree on the protocol version");
 _Static_assert(CKPT_CAP_CUDA == WIRE_CAP_CUDA, "ckpt.h and proto/wire.h disagree on CKPT_CAP_CUDA");
 _Static_assert(CKPT_CAP_TABLES == WIRE_CAP_TABLES, "ckpt.h and proto/wire.h disagree on CKPT_CAP_TABLES");
+_Static_assert(CKPT_CAP_TIERS == WIRE_CAP_TIERS, "ckpt.h and proto/wire.h disagree on CKPT_CAP_TIERS");
 #define CLIENT_SAME_DTYPE(x) ((int)CKPT_##x == (int)CKPT__DTYPE__##x)
 _Static_assert(CLIENT_SAME_DTYPE(F32) && CLIENT_SAME_DTYPE(F16) && CLIENT_SAME_DTYPE(BF16) && CLIENT_SAME_DTYPE(F64) &&
 		       CLIENT_SAME_DTYPE(I8) && CLIENT_SAME_DTYPE(U8) && CLIENT_SAME_DTYPE(I16) &&

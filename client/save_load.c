@@ -161,6 +161,10 @@ int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors, size
 		client_set_errmsgf("unknown tier %d", opts->tier);
 		return -EINVAL;
 	}
+	if (opts && opts->tier != CKPT_TIER_DURABLE && !(c->capabilities & CKPT_CAP_TIERS)) {
+		client_set_errmsg("this ckptd has no tiers (an older version): only durable saves");
+		return -ENOTSUP;
+	}
 	r = tensors_build(c, tensors, ntensors, &ts);
 	if (r < 0)
 		return r;

@@ -162,6 +162,10 @@ int ckpt_save_table_ex(ckpt_client *c, uint64_t step, const ckpt_table *t, const
 		client_set_errmsgf("unknown tier %d", tier);
 		return -EINVAL;
 	}
+	if (tier != CKPT_TIER_DURABLE && !(c->capabilities & CKPT_CAP_TIERS)) {
+		client_set_errmsg("this ckptd has no tiers (an older version): only durable saves");
+		return -ENOTSUP;
+	}
 	if (t->client != c) {
 		client_set_errmsg("the table belongs to another client");
 		return -EINVAL;

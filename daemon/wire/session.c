@@ -302,7 +302,7 @@ void session_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 	Ckpt__HelloReply rep = CKPT__HELLO_REPLY__INIT;
 	rep.protocol_version = WIRE_PROTOCOL_VERSION;
 	rep.session_id = s->id;
-	rep.capabilities = (s->d->cuda ? WIRE_CAP_CUDA : 0) | WIRE_CAP_TABLES;
+	rep.capabilities = (s->d->cuda ? WIRE_CAP_CUDA : 0) | WIRE_CAP_TABLES | WIRE_CAP_TIERS;
 	rep.limits = &lim;
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_HELLO_REPLY;

@@ -168,6 +168,7 @@ static void test_memory_save_kept_not_stored(void **state)
 	h_start(&d, NULL);
 	struct rank_client rc;
 	rc_open(&d, &rc, "mem", 0, 1, 3 * MIB + 77, NULL);
+	assert_true(ckpt_capabilities(rc.c) & CKPT_CAP_TIERS);
 	ckpt_future *f = rc_save_tier(&rc, 10, CKPT_TIER_MEMORY);
 	assert_int_equal(ckpt_future_wait(f, CKPT_STAGED, 30000), 0);
 	assert_int_equal(ckpt_future_wait(f, CKPT_KEPT, 30000), 0);

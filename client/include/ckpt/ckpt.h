@@ -31,6 +31,7 @@ extern "C" {
 /* HelloReply capability bits. */
 #define CKPT_CAP_CUDA 1u   /* the daemon imports CUDA buffers */
 #define CKPT_CAP_TABLES 2u /* tensor tables (ckpt_table_create) */
+#define CKPT_CAP_TIERS 4u  /* memory and replicated saves, ckpt_persist, ckpt_held */
 
 typedef struct ckpt_client ckpt_client;
 typedef struct ckpt_buffer ckpt_buffer;
