@@ -25,7 +25,8 @@
 #define PEER_PROTOCOL_VERSION 1
 #define MAX_CONNS 64
 #define FRAME_MAX (MANIFEST_MAX_BYTES + 4096)
-#define HOLDERS 64 /* (job, rank) -> the peer holding its copies, remembered */
+#define HOLDERS 256 /* (job, rank) -> the peer holding its copies, remembered */
+#define SWEPT 64    /* jobs whose holders were asked of the whole ring (sweep) */
 
 /* A function run on the loop for a peer thread, which waits for it. */
 struct call {
@@ -72,6 +73,11 @@ struct peer {
 		char peer[RING_NAME_MAX];
 	} holders[HOLDERS]; /* holder_get, holder_set; under mu */
 	size_t next_holder;
+	struct {
+		char job[129];
+		int state; /* 1: being swept; 2: swept */
+	} swept[SWEPT];    /* sweep; under mu */
+	size_t next_swept;
 };
 
 /* ---- the loop bridge ---- */
@@ -348,6 +354,7 @@ static void unpin_on_loop(struct daemon *d, void *arg)
 struct listing {
 	const char *job;
 	uint32_t rank;
+	bool all_ranks;
 	Ckpt__HeldCopy *v;
 	size_t n;
 	char (*jobs)[129];
@@ -360,7 +367,7 @@ static void list_on_loop(struct daemon *d, void *arg)
 	size_t n = 0;
 	struct save *sv;
 	TAILQ_FOREACH (sv, &d->held, hlink)
-		if (sv->rank == l->rank && strcmp(sv->job, l->job) == 0)
+		if ((l->all_ranks || sv->rank == l->rank) && strcmp(sv->job, l->job) == 0)
 			n++;
 	l->v = calloc(n ? n : 1, sizeof(*l->v));
 	l->jobs = calloc(n ? n : 1, sizeof(*l->jobs));
@@ -368,7 +375,7 @@ static void list_on_loop(struct daemon *d, void *arg)
 	if (l->v == NULL || l->jobs == NULL || l->attempts == NULL)
 		return;
 	TAILQ_FOREACH (sv, &d->held, hlink) {
-		if (sv->rank != l->rank || strcmp(sv->job, l->job) != 0 || sv->drop_pending)
+		if ((!l->all_ranks && sv->rank != l->rank) || strcmp(sv->job, l->job) != 0 || sv->drop_pending)
 			continue;
 		Ckpt__HeldCopy *h = &l->v[l->n];
 		ckpt__held_copy__init(h);
@@ -580,7 +587,7 @@ static bool serve_get(struct peer *p, struct link *l, const Ckpt__ReplicaGet *g)
 
 static bool serve_list(struct peer *p, struct link *l, const Ckpt__ReplicaList *q)
 {
-	struct listing ls = { .job = q->job, .rank = q->rank };
+	struct listing ls = { .job = q->job, .rank = q->rank, .all_ranks = q->all_ranks };
 	if (loop_call(p, list_on_loop, &ls) < 0)
 		return false;
 	Ckpt__HeldCopy **ptrs = calloc(ls.n ? ls.n : 1, sizeof(*ptrs));
@@ -1087,7 +1094,8 @@ static int peer_fetch(struct daemon *d, const char *job, uint64_t step, uint32_t
 
 /* The copies of (job, rank) that peer name holds, appended to *v. -errno
  * when it could not be asked. */
-static int list_one(struct peer *p, const char *name, const char *job, uint32_t rank, struct peer_copy **v, size_t *k)
+static int list_one(struct peer *p, const char *name, const char *job, uint32_t rank, bool all_ranks,
+		    struct peer_copy **v, size_t *k)
 {
 	struct link l;
 	char err[300];
@@ -1097,6 +1105,7 @@ static int list_one(struct peer *p, const char *name, const char *job, uint32_t 
 	Ckpt__ReplicaList q = CKPT__REPLICA_LIST__INIT;
 	q.job = (char *)job;
 	q.rank = rank;
+	q.all_ranks = all_ranks;
 	Ckpt__PeerFrame f = CKPT__PEER_FRAME__INIT;
 	f.body_case = CKPT__PEER_FRAME__BODY_LIST;
 	f.list = &q;
@@ -1134,22 +1143,76 @@ static int list_one(struct peer *p, const char *name, const char *job, uint32_t 
 	return r;
 }
 
+/* Ask every peer of the ring, once per job in this daemon's life (the
+ * ranks of this node share it: the first sweeps, the others wait), which
+ * ranks' copies of job it holds, and remember the holders. */
+static void sweep(struct peer *p, const char *job)
+{
+	pthread_mutex_lock(&p->mu);
+	size_t at = SWEPT;
+	for (size_t i = 0; i < SWEPT; i++)
+		if (strcmp(p->swept[i].job, job) == 0)
+			at = i;
+	if (at < SWEPT) {
+		while (p->swept[at].state == 1 && !p->stopping)
+			pthread_cond_wait(&p->cv, &p->mu);
+		pthread_mutex_unlock(&p->mu);
+		return;
+	}
+	at = p->next_swept++ % SWEPT;
+	snprintf(p->swept[at].job, sizeof(p->swept[at].job), "%s", job);
+	p->swept[at].state = 1;
+	pthread_mutex_unlock(&p->mu);
+	char(*ring)[RING_NAME_MAX] = NULL;
+	char why[300] = "";
+	size_t n = ring_now(p, RING_MAX, &ring, why, sizeof(why));
+	size_t asked = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct peer_copy *v = NULL;
+		size_t k = 0;
+		if (list_one(p, ring[i], job, 0, true, &v, &k) == 0)
+			asked++;
+		for (size_t j = 0; j < k; j++)
+			holder_set(p, job, v[j].rank, ring[i]);
+		free(v);
+	}
+	free(ring);
+	log_info("peers: asked %zu of %zu peers which copies of %s they hold (once)", asked, n, job);
+	pthread_mutex_lock(&p->mu);
+	p->swept[at].state = 2;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+}
+
 /* daemon.peer_list: the copies of (job, rank) the peers hold: asked of
- * this node's successors first, then of the rest of the ring in order,
- * until one holds some (a node's copies are all on its successors; a node
- * that came back under another name finds them further on, once). */
+ * the peer that last said it holds them, then of this node's successors
+ * (where a node's copies go), and only then, once per job in this
+ * daemon's life, of the whole ring (a node that came back under another
+ * name: sweep). So a rank asks at most 1 + K peers, flat in the ring's
+ * size, but for that one sweep per job per daemon (ring size requests,
+ * shared by the node's ranks). */
 static int peer_list(struct daemon *d, const char *job, uint32_t rank, struct peer_copy **out, size_t *nout)
 {
 	struct peer *p = d->peer;
 	char(*ring)[RING_NAME_MAX] = NULL;
-	char why[300] = "";
-	size_t n = ring_now(p, RING_MAX, &ring, why, sizeof(why));
+	char why[300] = "", known[RING_NAME_MAX];
 	struct peer_copy *v = NULL;
 	size_t k = 0;
+	holder_get(p, job, rank, known, sizeof(known));
+	if (known[0])
+		(void)list_one(p, known, job, rank, false, &v, &k);
+	size_t n = k ? 0 : ring_now(p, d->cfg.peer_replicas, &ring, why, sizeof(why));
 	for (size_t i = 0; i < n && k == 0; i++)
-		if (list_one(p, ring[i], job, rank, &v, &k) == 0 && k > 0)
+		if (strcmp(ring[i], known) != 0 && list_one(p, ring[i], job, rank, false, &v, &k) == 0 && k > 0)
 			holder_set(p, job, rank, ring[i]);
 	free(ring);
+	if (k == 0) {
+		sweep(p, job);
+		char found[RING_NAME_MAX];
+		holder_get(p, job, rank, found, sizeof(found));
+		if (found[0] && strcmp(found, known) != 0)
+			(void)list_one(p, found, job, rank, false, &v, &k);
+	}
 	*out = v;
 	*nout = k;
 	return 0;
