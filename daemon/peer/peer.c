@@ -431,6 +431,7 @@ static int recv_shard(struct link *l, struct save *sv, const Ckpt__Manifest *m, 
 	uint64_t mcb = m->chunk_bytes, mpos = 0;
 	uint32_t mcrc = 0;
 	size_t mi = 0;
+	int bad = 0;
 	for (uint32_t c = 0; c < sv->nchunks; c++) {
 		uint64_t left = sv->shard_bytes - (uint64_t)c * pool->chunk_bytes;
 		uint64_t len = left < pool->chunk_bytes ? left : pool->chunk_bytes;
@@ -448,10 +449,12 @@ static int recv_shard(struct link *l, struct save *sv, const Ckpt__Manifest *m, 
 			mpos += n;
 			uint64_t shard_at = (uint64_t)c * pool->chunk_bytes + at;
 			if (mpos == mcb || shard_at == sv->shard_bytes) {
-				if (mcrc != m->chunk_crc32c[mi]) {
+				/* Read on to the end all the same: the stream must stay
+				 * in step for the answer. */
+				if (mcrc != m->chunk_crc32c[mi] && bad == 0) {
 					snprintf(why, whylen, "chunk %zu of the shard failed its CRC32C on arrival",
 						 mi);
-					return -EIO;
+					bad = -EIO;
 				}
 				mi++;
 				mpos = 0;
@@ -459,7 +462,7 @@ static int recv_shard(struct link *l, struct save *sv, const Ckpt__Manifest *m, 
 			}
 		}
 	}
-	return 0;
+	return bad;
 }
 
 static void count(atomic_uint_fast64_t *c, uint64_t n)
