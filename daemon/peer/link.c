@@ -2,6 +2,7 @@
 #include "link.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -158,6 +159,31 @@ static int handshake_failed(SSL *ssl, int ret, char *err, size_t errlen, const c
 	return -ECONNABORTED;
 }
 
+/* TLS on the connected socket fd, as its client or its server; fd is
+ * l's on success and closed on failure. */
+static int handshake(SSL_CTX *ctx, int fd, bool client, uint32_t timeout_ms, struct link *l, const char *what,
+		     char *err, size_t errlen)
+{
+	set_timeouts(fd, timeout_ms);
+	SSL *ssl = SSL_new(ctx);
+	if (ssl == NULL || SSL_set_fd(ssl, fd) != 1) {
+		ssl_why(err, errlen, "SSL_new");
+		SSL_free(ssl);
+		close(fd);
+		return -ENOMEM;
+	}
+	int ret = client ? SSL_connect(ssl) : SSL_accept(ssl);
+	if (ret != 1) {
+		int r = handshake_failed(ssl, ret, err, errlen, what);
+		SSL_free(ssl);
+		close(fd);
+		return r;
+	}
+	l->fd = fd;
+	l->ssl = ssl;
+	return 0;
+}
+
 int link_connect(const struct link_tls *t, const char *hostport, uint32_t timeout_ms, struct link *l, char *err,
 		 size_t errlen)
 {
@@ -182,50 +208,16 @@ int link_connect(const struct link_tls *t, const char *hostport, uint32_t timeou
 		snprintf(err, errlen, "connecting to %s: %s", hostport, strerror(-fd));
 		return fd;
 	}
-	set_timeouts(fd, timeout_ms);
-	SSL *ssl = SSL_new(t->client);
-	if (ssl == NULL || SSL_set_fd(ssl, fd) != 1) {
-		ssl_why(err, errlen, "SSL_new");
-		SSL_free(ssl);
-		close(fd);
-		return -ENOMEM;
-	}
-	int ret = SSL_connect(ssl);
-	if (ret != 1) {
-		char what[300];
-		snprintf(what, sizeof(what), "TLS with %s", hostport);
-		int r = handshake_failed(ssl, ret, err, errlen, what);
-		SSL_free(ssl);
-		close(fd);
-		return r;
-	}
-	l->fd = fd;
-	l->ssl = ssl;
-	return 0;
+	char what[300];
+	snprintf(what, sizeof(what), "TLS with %s", hostport);
+	return handshake(t->client, fd, true, timeout_ms, l, what, err, errlen);
 }
 
 int link_accept(const struct link_tls *t, int fd, uint32_t timeout_ms, struct link *l, char *err, size_t errlen)
 {
 	l->fd = -1;
 	l->ssl = NULL;
-	set_timeouts(fd, timeout_ms);
-	SSL *ssl = SSL_new(t->server);
-	if (ssl == NULL || SSL_set_fd(ssl, fd) != 1) {
-		ssl_why(err, errlen, "SSL_new");
-		SSL_free(ssl);
-		close(fd);
-		return -ENOMEM;
-	}
-	int ret = SSL_accept(ssl);
-	if (ret != 1) {
-		int r = handshake_failed(ssl, ret, err, errlen, "TLS with a peer");
-		SSL_free(ssl);
-		close(fd);
-		return r;
-	}
-	l->fd = fd;
-	l->ssl = ssl;
-	return 0;
+	return handshake(t->server, fd, false, timeout_ms, l, "TLS with a peer", err, errlen);
 }
 
 void link_close(struct link *l)

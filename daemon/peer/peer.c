@@ -24,6 +24,7 @@
 
 #define PEER_PROTOCOL_VERSION 1
 #define MAX_CONNS 64
+#define MAX_REPLICAS 16 /* [peers] replicas: SaveReplicated names at most this many peers */
 #define FRAME_MAX (MANIFEST_MAX_BYTES + 4096)
 #define HOLDERS 256 /* (job, rank) -> the peer holding its copies, remembered */
 #define SWEPT 64    /* jobs whose holders were asked of the whole ring (sweep) */
@@ -1272,6 +1273,10 @@ int peer_start(struct daemon *d, char *err, size_t errlen)
 			 "unauthenticated)");
 		log_warn("peers: %s", d->peer_why);
 		return 0;
+	}
+	if (c->peer_replicas < 1 || c->peer_replicas > MAX_REPLICAS) {
+		snprintf(err, errlen, "[peers] replicas = %u: want 1 to %d", c->peer_replicas, MAX_REPLICAS);
+		return -EINVAL;
 	}
 	struct peer *p = calloc(1, sizeof(*p));
 	if (p == NULL) {

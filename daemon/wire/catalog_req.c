@@ -850,13 +850,7 @@ static void resolve_destroy(struct bgreq *b)
 void resolve_start(struct session *s, uint64_t req_id, const Ckpt__ResolveRequest *m)
 {
 	char job[129];
-	if (m->job[0] == '\0' && s->job[0] == '\0') {
-		session_reply(s, req_id, -EINVAL, "resolve needs a job (this session said none in Hello)");
-		return;
-	}
-	if (m->job[0] == '\0')
-		snprintf(job, sizeof(job), "%s", s->job); /* kept already */
-	else if (!job_arg(s, req_id, m->job, true, job, sizeof(job)))
+	if (!session_request_job(s, req_id, m->job, "resolve", job, sizeof(job)))
 		return;
 	struct resolve_req *q = calloc(1, sizeof(*q));
 	if (q == NULL) {

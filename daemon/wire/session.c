@@ -679,6 +679,25 @@ size_t session_job_strip(const struct session *s)
 	return s->tenant >= 0 ? strlen(s->d->cfg.tenants[s->tenant].name) + 1 : 0;
 }
 
+bool session_request_job(struct session *s, uint64_t req_id, const char *name, const char *what, char *out,
+			 size_t outlen)
+{
+	char why[256];
+	if (name[0] == '\0') {
+		if (s->job[0] == '\0') {
+			session_reply(s, req_id, -EINVAL, "%s needs a job (this session said none in Hello)", what);
+			return false;
+		}
+		snprintf(out, outlen, "%s", s->job); /* kept already */
+		return true;
+	}
+	if (session_job(s, name, out, outlen, why, sizeof(why)) < 0) {
+		session_reply(s, req_id, -EINVAL, "%s", why);
+		return false;
+	}
+	return true;
+}
+
 int session_job(const struct session *s, const char *name, char *out, size_t outlen, char *err, size_t errlen)
 {
 	const struct config *c = &s->d->cfg;

@@ -80,6 +80,11 @@ int session_start(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid, int
  * err saying why. Another tenant's job cannot be named at all, so its
  * errors are those of a job that does not exist. */
 int session_job(const struct session *s, const char *name, char *out, size_t outlen, char *err, size_t errlen);
+/* The job a request names (session_job), or the session's own when it
+ * names none: true with it in out; false when refused (answered: a
+ * control session must name one; what says which request). */
+bool session_request_job(struct session *s, uint64_t req_id, const char *name, const char *what, char *out,
+			 size_t outlen);
 /* How many leading bytes of a kept job name the client does not see
  * ("TENANT/" for a tenant's session; 0 for admins and without tenants). */
 size_t session_job_strip(const struct session *s);

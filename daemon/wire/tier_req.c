@@ -19,26 +19,6 @@ static const char *const tier_word[] = {
 	[TIER_DURABLE] = "durable", [TIER_MEMORY] = "memory", [TIER_REPLICATED] = "replicated"
 };
 
-/* The job a request names, or the session's own when it names none. */
-static bool request_job(struct session *s, uint64_t req_id, const char *name, const char *what, char *out,
-			size_t outlen)
-{
-	char why[256];
-	if (name[0] == '\0') {
-		if (s->job[0] == '\0') {
-			session_reply(s, req_id, -EINVAL, "%s needs a job (this session said none in Hello)", what);
-			return false;
-		}
-		snprintf(out, outlen, "%s", s->job); /* kept already */
-		return true;
-	}
-	if (session_job(s, name, out, outlen, why, sizeof(why)) < 0) {
-		session_reply(s, req_id, -EINVAL, "%s", why);
-		return false;
-	}
-	return true;
-}
-
 static void held_copy_fill(Ckpt__HeldCopy *h, const struct save *sv, size_t strip)
 {
 	ckpt__held_copy__init(h);
@@ -135,7 +115,7 @@ static void held_destroy(struct bgreq *b)
 void held_start(struct session *s, uint64_t req_id, const Ckpt__HeldRequest *m)
 {
 	char job[129];
-	if (!request_job(s, req_id, m->job, "held", job, sizeof(job)))
+	if (!session_request_job(s, req_id, m->job, "held", job, sizeof(job)))
 		return;
 	if (!m->all_ranks && s->job[0] == '\0') {
 		session_reply(s, req_id, -EINVAL, "a control session has no rank: ask for all_ranks");
@@ -169,7 +149,7 @@ void held_start(struct session *s, uint64_t req_id, const Ckpt__HeldRequest *m)
 void persist_request(struct session *s, uint64_t req_id, const Ckpt__PersistRequest *m)
 {
 	char job[129];
-	if (!request_job(s, req_id, m->job, "persist", job, sizeof(job)))
+	if (!session_request_job(s, req_id, m->job, "persist", job, sizeof(job)))
 		return;
 	struct requester rq = session_requester(s, req_id);
 	persist_start(s->d, &rq, job, m->step);
