@@ -161,6 +161,10 @@ struct daemon {
 	int (*peer_fetch)(struct daemon *d, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
 			  struct save **out, char *why, size_t whylen);
 	int (*peer_list)(struct daemon *d, const char *job, uint32_t rank, struct peer_copy **out, size_t *n);
+	/* Threadpool: the extra state of (job, step, rank)'s copy a peer
+	 * holds, without its shard (*extra malloc'd). */
+	int (*peer_extra)(struct daemon *d, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
+			  uint8_t **extra, size_t *len, char *why, size_t whylen);
 };
 
 /* Work that a drain waits for (a save, a load, a catalogue request) ended.

@@ -38,6 +38,9 @@ struct load_req {
 #define SRC_STORAGE 2u
 #define SRC_PEER 4u /* a copy brought back from a peer for this load */
 
+#define PIN_DURABLE 1u /* the copy was in storage when pinned (held_copy) */
+#define PIN_FETCHED 2u /* brought from a peer by this load (fetch_copy) */
+
 struct load {
 	TAILQ_ENTRY(load) link; /* daemon.loads */
 	struct daemon *d;
@@ -52,12 +55,12 @@ struct load {
 	struct load_req **by_name;
 	struct save **pinned; /* memory-tier copies of the job, pinned */
 	size_t npinned;
-	bool *pin_durable;          /* pinned[i] was in storage when pinned (held_copy) */
-	bool memory_only;           /* the step is held here in memory only: no storage (load_memory) */
-	bool peer_slot;             /* pinned[] has room for one more: a copy from a peer (from_peers) */
-	bool storage_only;          /* Load.storage_only: neither memory nor peers */
-	char peer[128];             /* the peer a copy came from, for Loaded.peer; or why none came */
-	const struct save *fetched; /* the copy from_peers brought for this load */
+	uint8_t *pin_flags; /* PIN_*, of pinned[i] */
+	bool memory_only;   /* the step is held here in memory only: no storage (load_copies) */
+	bool ask_peers;     /* a named step: copies may come from the peers (fetch_copy) */
+	bool storage_only;  /* Load.storage_only: neither memory nor peers */
+	char peer[128];     /* the peers copies came from, for Loaded.peer */
+	char peer_why[200]; /* why the peers gave none */
 	uv_work_t work;
 	/* results */
 	const struct save *bad_held; /* a held copy whose crc did not match */
@@ -78,7 +81,7 @@ static void load_free(struct load *ld)
 	free(ld->reqs);
 	free(ld->by_name);
 	free(ld->extra);
-	free(ld->pin_durable);
+	free(ld->pin_flags);
 	free(ld);
 }
 
@@ -286,7 +289,7 @@ static const struct save *held_copy(const struct load *ld, const Ckpt__Manifest 
 {
 	for (size_t i = 0; i < ld->npinned; i++) {
 		const struct save *sv = ld->pinned[i];
-		if (!ld->pin_durable[i])
+		if (!(ld->pin_flags[i] & PIN_DURABLE))
 			continue;
 		/* The shard's name is fresh per save: a step deleted and saved
 		 * again (on any node) names another shard than the copy held. */
@@ -299,8 +302,9 @@ static const struct save *held_copy(const struct load *ld, const Ckpt__Manifest 
 }
 
 /* Add the plan for saved tensor t meeting hits/cuts; account coverage. */
-static int plan_tensor(struct exec *ex, const char *key, const struct save *held, const Ckpt__ManifestTensor *t,
-		       const struct box *saved, struct load_req **hits, const struct box *cuts, size_t nh)
+static int plan_tensor(struct exec *ex, const char *key, const struct save *held, unsigned src,
+		       const Ckpt__ManifestTensor *t, const struct box *saved, struct load_req **hits,
+		       const struct box *cuts, size_t nh)
 {
 	struct load *ld = ex->ld;
 	if (ex->nplans == ex->cap) {
@@ -349,7 +353,7 @@ static int plan_tensor(struct exec *ex, const char *key, const struct save *held
 		q->applied = na;
 		q->applied[q->napplied++] = cuts[i];
 		q->covered += box_volume(&cuts[i]);
-		q->sources |= held ? (held == ld->fetched ? SRC_PEER : SRC_MEMORY) : SRC_STORAGE;
+		q->sources |= src;
 		ld->bytes += box_volume(&cuts[i]) * p->es;
 		if (held)
 			ld->bytes_memory += box_volume(&cuts[i]) * p->es;
@@ -361,6 +365,10 @@ static int plan_tensor(struct exec *ex, const char *key, const struct save *held
 static int plan_manifest(struct exec *ex, const Ckpt__Manifest *m, const char *key, const struct save *held)
 {
 	struct load *ld = ex->ld;
+	unsigned src = held ? SRC_MEMORY : SRC_STORAGE;
+	for (size_t i = 0; i < ld->npinned && held; i++)
+		if (ld->pinned[i] == held && (ld->pin_flags[i] & PIN_FETCHED))
+			src = SRC_PEER;
 	struct load_req **hits = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*hits));
 	struct box *cuts = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*cuts));
 	int r = 0;
@@ -406,7 +414,7 @@ static int plan_manifest(struct exec *ex, const Ckpt__Manifest *m, const char *k
 				hits[nh++] = q;
 		}
 		if (r == 0 && nh > 0)
-			r = plan_tensor(ex, key, held, t, &saved, hits, cuts, nh);
+			r = plan_tensor(ex, key, held, src, t, &saved, hits, cuts, nh);
 	}
 out:
 	free(hits);
@@ -567,70 +575,165 @@ static void check_covered(struct load *ld, uint64_t step)
 	}
 }
 
-/* A step held here in memory only (README "Tiers"): planned from the
- * pinned copies' own manifests, this rank's first (or the saved rank at
- * its place, resharding), read from the pool; no storage request. It
- * restores only what the copies held by this daemon cover. */
-static void load_memory(struct load *ld)
+/* Room in pinned[] for one more copy. */
+static int pin_room(struct load *ld)
 {
-	struct save **copies = calloc(ld->npinned ? ld->npinned : 1, sizeof(*copies));
-	Ckpt__Manifest *views = calloc(ld->npinned ? ld->npinned : 1, sizeof(*views));
-	char(*keys)[200] = calloc(ld->npinned ? ld->npinned : 1, sizeof(*keys));
+	struct save **np = realloc(ld->pinned, (ld->npinned + 1) * sizeof(*np));
+	if (np)
+		ld->pinned = np;
+	uint8_t *nf = np ? realloc(ld->pin_flags, ld->npinned + 1) : NULL;
+	if (nf)
+		ld->pin_flags = nf;
+	return np && nf ? 0 : fail(ld, -ENOMEM, "out of memory");
+}
+
+/* Saved rank r's copy (of world ws) brought back from the peers that hold
+ * it (peer.h), into the pool and pinned for this load; NULL when it
+ * cannot come (ld->peer_why says why). */
+static struct save *fetch_copy(struct load *ld, uint32_t r, uint32_t ws)
+{
+	struct daemon *d = ld->d;
+	if (d->peer_fetch == NULL || !ld->ask_peers || ld->storage_only || pin_room(ld) < 0)
+		return NULL;
+	struct save *sv = NULL;
+	char why[400];
+	if (d->peer_fetch(d, ld->job, ld->step, r, ws, &sv, why, sizeof(why)) < 0) {
+		snprintf(ld->peer_why, sizeof(ld->peer_why), "rank %u: %s", r, why);
+		return NULL;
+	}
+	ld->pinned[ld->npinned] = sv;
+	ld->pin_flags[ld->npinned] = PIN_FETCHED;
+	ld->npinned++;
+	/* Loaded.peer: the peers the copies came from. */
+	if (strstr(ld->peer, sv->peer) == NULL) {
+		size_t n = strlen(ld->peer);
+		snprintf(ld->peer + n, sizeof(ld->peer) - n, "%s%s", n ? "," : "", sv->peer);
+	}
+	return sv;
+}
+
+/* Saved rank r's copy of the step (world ws): held here, else from the
+ * peers; NULL if neither. */
+static struct save *copy_of(struct load *ld, uint32_t r, uint32_t ws)
+{
+	for (size_t i = 0; i < ld->npinned; i++) {
+		struct save *sv = ld->pinned[i];
+		if (sv->step == ld->step && sv->rank == r && sv->world_size == ws)
+			return sv;
+	}
+	return fetch_copy(ld, r, ws);
+}
+
+/* The world size the step was saved at, as the peers know it: in the
+ * common case (a replacement node, the same world size) this rank's copy
+ * comes back at once; resharding, their lists of this rank's copies, or
+ * of rank 0's (a world that grew), say it. 0: the peers have no copy of
+ * the step. */
+static uint32_t peer_world(struct load *ld)
+{
+	struct daemon *d = ld->d;
+	if (d->peer_fetch == NULL || !ld->ask_peers || ld->storage_only)
+		return 0;
+	if (fetch_copy(ld, ld->rank, ld->world_size))
+		return ld->world_size;
+	uint32_t ws = 0;
+	for (int k = 0; k < 2 && ws == 0 && d->peer_list && ld->status == 0; k++) {
+		struct peer_copy *v = NULL;
+		size_t n = 0;
+		if (d->peer_list(d, ld->job, k == 0 ? ld->rank : 0, &v, &n) == 0)
+			for (size_t i = 0; i < n; i++)
+				if (v[i].step == ld->step && v[i].world_size > 0)
+					ws = v[i].world_size;
+		free(v);
+	}
+	return ws;
+}
+
+/* A step not in storage, restored from copies in memory (README "Tiers"):
+ * those held here, and those the peers hold (a replacement node's ranks,
+ * or saved ranks of other nodes when resharding), brought back as
+ * needed. Planned from the copies' own manifests, in the order load_run
+ * reads manifests: the saved rank at this rank's place first, then the
+ * next ones until the request is covered; read from the pool. No storage
+ * request; peer requests per copy: each_holder (peer.c). The extra state
+ * is own's (this rank's, or rank 0's for a rank the save did not have),
+ * as from storage; from a peer's manifest alone when own's shard is not
+ * needed. */
+static void load_copies(struct load *ld, uint32_t ws)
+{
+	Ckpt__Manifest *views = calloc(ws, sizeof(*views));
+	char(*keys)[200] = calloc(ws, sizeof(*keys));
 	struct exec ex = { .ld = ld };
 	pthread_mutex_init(&ex.mu, NULL);
-	size_t n = 0, nviews = 0;
-	if (copies == NULL || views == NULL || keys == NULL) {
-		fail(ld, -ENOMEM, "out of memory");
+	size_t nviews = 0;
+	const struct save *own_copy = NULL, *first_copy = NULL;
+	if (ws == 0 || views == NULL || keys == NULL) {
+		fail(ld, ws ? -ENOMEM : -ENOENT, ws ? "out of memory" : "no copy of the step is held");
 		goto out;
 	}
-	for (size_t i = 0; i < ld->npinned; i++)
-		if (ld->pinned[i]->step == ld->step)
-			copies[n++] = ld->pinned[i]; /* durable ones too: every copy held here */
-	/* Own rank first, as load_run does with manifests. */
-	uint32_t ws = n ? copies[0]->world_size : 1;
-	uint32_t want = ld->world_size != ws && ld->rank < ld->world_size
-				? (uint32_t)((uint64_t)ld->rank * ws / ld->world_size)
-				: ld->rank;
-	for (size_t i = 1; i < n; i++)
-		if (copies[i]->rank == want) {
-			struct save *t = copies[0];
-			copies[0] = copies[i];
-			copies[i] = t;
+	ld->loaded_step = ld->step;
+	uint32_t own = ld->rank < ws ? ld->rank : 0;
+	uint32_t first = ws != ld->world_size && ld->rank < ld->world_size
+				 ? (uint32_t)((uint64_t)ld->rank * ws / ld->world_size)
+				 : own;
+	char missing[160] = "";
+	size_t nmissing = 0;
+	for (uint32_t i = 0; i < ws && ld->status == 0 && (i == 0 || !all_covered(ld)); i++) {
+		uint32_t r = (first + i) % ws;
+		struct save *sv = copy_of(ld, r, ws);
+		if (sv == NULL) {
+			nmissing += (size_t)snprintf(missing + nmissing,
+						     nmissing < sizeof(missing) ? sizeof(missing) - nmissing : 0,
+						     "%s%u", nmissing ? "," : "", r);
+			continue;
 		}
-	for (size_t i = 0; i < n && ld->status == 0 && (i == 0 || !all_covered(ld)); i++) {
-		if (save_manifest_view(copies[i], &views[nviews], "", 0) < 0) {
+		if (save_manifest_view(sv, &views[nviews], "", 0) < 0) {
 			fail(ld, -ENOMEM, "out of memory");
 			break;
 		}
 		nviews++;
-		snprintf(keys[i], sizeof(keys[i]), "%s step %" PRIu64 " rank %u (memory only)", ld->job, ld->step,
-			 copies[i]->rank);
-		plan_manifest(&ex, &views[nviews - 1], keys[i], copies[i]);
+		if (first_copy == NULL)
+			first_copy = sv;
+		if (r == own)
+			own_copy = sv;
+		snprintf(keys[i], sizeof(keys[i]), "%s step %" PRIu64 " rank %u (memory only)", ld->job, ld->step, r);
+		plan_manifest(&ex, &views[nviews - 1], keys[i], sv);
 	}
-	ld->loaded_step = ld->step;
 	if (ld->status == 0 && !all_covered(ld)) {
-		char ranks[160] = "";
-		size_t used = 0;
-		for (size_t i = 0; i < n && used + 12 < sizeof(ranks); i++)
-			used += (size_t)snprintf(ranks + used, sizeof(ranks) - used, "%s%u", i ? "," : "",
-						 copies[i]->rank);
 		check_covered(ld, ld->step);
 		char why[sizeof(ld->msg)];
 		snprintf(why, sizeof(why),
-			 "%s; step %" PRIu64 " is in memory only, and this ckptd holds ranks %s of it", ld->msg,
-			 ld->step, ranks);
+			 "%s; step %" PRIu64 " is in memory only, and neither this ckptd nor %s holds "
+			 "saved rank(s) %s of it%s%s%s",
+			 ld->msg, ld->step, ld->ask_peers && ld->d->peer_fetch ? "its peers" : "(no peers asked)",
+			 missing, ld->peer_why[0] ? " (" : "", ld->peer_why, ld->peer_why[0] ? ")" : "");
 		snprintf(ld->msg, sizeof(ld->msg), "%s", why);
 	}
 	if (ld->status == 0)
 		execute(&ex, ld->d->cfg.copy_threads);
-	if (ld->status == 0 && n > 0 && copies[0]->extra_len) {
-		ld->extra = malloc(copies[0]->extra_len);
-		if (ld->extra == NULL) {
+	if (ld->status == 0 && own_copy == NULL) {
+		for (size_t i = 0; i < ld->npinned && own_copy == NULL; i++)
+			if (ld->pinned[i]->step == ld->step && ld->pinned[i]->rank == own &&
+			    ld->pinned[i]->world_size == ws)
+				own_copy = ld->pinned[i];
+	}
+	/* Without peers to ask, own's or else the first copy's (as before). */
+	if (own_copy == NULL && (ld->d->peer_extra == NULL || !ld->ask_peers))
+		own_copy = first_copy;
+	if (ld->status == 0 && own_copy && own_copy->extra_len) {
+		ld->extra = malloc(own_copy->extra_len);
+		if (ld->extra == NULL)
 			fail(ld, -ENOMEM, "out of memory");
-		} else {
-			memcpy(ld->extra, copies[0]->extra, copies[0]->extra_len);
-			ld->extra_len = copies[0]->extra_len;
-		}
+		else
+			memcpy(ld->extra, own_copy->extra, own_copy->extra_len);
+		ld->extra_len = ld->extra ? own_copy->extra_len : 0;
+	} else if (ld->status == 0 && own_copy == NULL) {
+		char why[300];
+		int r = ld->d->peer_extra(ld->d, ld->job, ld->step, own, ws, &ld->extra, &ld->extra_len, why,
+					  sizeof(why));
+		if (r < 0)
+			fail(ld, r, "step %" PRIu64 " of job '%s': the extra state of rank %u: %s", ld->step, ld->job,
+			     own, why);
 	}
 out:
 	exec_free(&ex);
@@ -638,32 +741,6 @@ out:
 		save_manifest_view_free(&views[i]);
 	free(views);
 	free(keys);
-	free(copies);
-}
-
-/* A named step neither held here nor (complete) in storage: this rank's
- * copy from the peers that hold this node's replicas (README "Tiers"),
- * brought into the pool and pinned for this load (in the slot load_start
- * kept); true if one came. Otherwise ld->peer says why, for the error. */
-static bool from_peers(struct load *ld)
-{
-	struct daemon *d = ld->d;
-	if (d->peer_fetch == NULL || !ld->peer_slot || ld->storage_only)
-		return false;
-	struct save *sv = NULL;
-	char why[400];
-	int r = d->peer_fetch(d, ld->job, ld->step, ld->rank, ld->world_size, &sv, why, sizeof(why));
-	if (r < 0) {
-		snprintf(ld->peer, sizeof(ld->peer), "; nor from the peers (%.100s)", why);
-		return false;
-	}
-	ld->pinned[ld->npinned] = sv;
-	ld->pin_durable[ld->npinned] = false;
-	ld->npinned++;
-	ld->peer_slot = false;
-	ld->fetched = sv;
-	snprintf(ld->peer, sizeof(ld->peer), "%s", sv->peer);
-	return true;
 }
 
 /* Which step: "latest" is decided from listings and pinned (catalog.h);
@@ -679,7 +756,11 @@ static void load_run(uv_work_t *w)
 {
 	struct load *ld = w->data;
 	if (ld->memory_only) {
-		load_memory(ld);
+		uint32_t ws = 0;
+		for (size_t i = 0; i < ld->npinned && ws == 0; i++)
+			if (ld->pinned[i]->step == ld->step && !(ld->pin_flags[i] & PIN_DURABLE))
+				ws = ld->pinned[i]->world_size;
+		load_copies(ld, ws);
 		return;
 	}
 	struct store *st = daemon_store_of(ld->d, ld->job);
@@ -699,15 +780,17 @@ static void load_run(uv_work_t *w)
 		}
 	} else {
 		r = catalog_resolve_step(st, ld->job, ld->step, &cs);
-		if ((r == -ENOENT || (r == 0 && !catalog_step_complete(&cs))) && from_peers(ld)) {
+		uint32_t ws = r == -ENOENT || (r == 0 && !catalog_step_complete(&cs)) ? peer_world(ld) : 0;
+		if (ws > 0) {
 			if (r == 0)
 				catalog_step_free(&cs);
-			load_memory(ld);
+			load_copies(ld, ws);
 			return;
 		}
 		if (r < 0) {
-			fail(ld, r, "step %" PRIu64 " of job '%s': %s%s", ld->step, ld->job,
-			     r == -ENOENT ? "not found" : store_error(r), ld->peer);
+			fail(ld, r, "step %" PRIu64 " of job '%s': %s%s%.200s%s", ld->step, ld->job,
+			     r == -ENOENT ? "not found" : store_error(r),
+			     ld->peer_why[0] ? "; nor from the peers (" : "", ld->peer_why, ld->peer_why[0] ? ")" : "");
 			return;
 		}
 		if (!catalog_step_complete(&cs)) {
@@ -920,20 +1003,16 @@ void load_start(struct daemon *d, const struct requester *rq, const Ckpt__Load *
 	d->nloads++;
 	if (!m->storage_only)
 		ld->npinned = memtier_pin(d, ld->job, &ld->pinned);
-	/* One more slot: a named step not held here may come from a peer. */
-	ld->pin_durable = calloc(ld->npinned + 1, sizeof(*ld->pin_durable));
-	struct save **slot = ld->pin_durable ? realloc(ld->pinned, (ld->npinned + 1) * sizeof(*slot)) : NULL;
-	if (slot) {
-		ld->pinned = slot;
-		ld->peer_slot = !m->latest && d->peer_fetch != NULL;
-	}
-	if (ld->pin_durable == NULL) {
+	/* A named step not held here may come from the peers (fetch_copy). */
+	ld->ask_peers = !m->latest && d->peer_fetch != NULL;
+	ld->pin_flags = calloc(ld->npinned + 1, sizeof(*ld->pin_flags));
+	if (ld->pin_flags == NULL) {
 		memtier_unpin(ld->pinned, ld->npinned);
 		ld->pinned = NULL;
 		ld->npinned = 0;
 	}
 	for (size_t i = 0; i < ld->npinned; i++) {
-		ld->pin_durable[i] = ld->pinned[i]->durable;
+		ld->pin_flags[i] = ld->pinned[i]->durable ? PIN_DURABLE : 0;
 		/* A named step held here, in memory only: restored from there. */
 		ld->memory_only |= !m->latest && !ld->pinned[i]->durable && ld->pinned[i]->step == m->step;
 	}

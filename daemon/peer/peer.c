@@ -26,8 +26,9 @@
 #define MAX_CONNS 64
 #define MAX_REPLICAS 16 /* [peers] replicas: SaveReplicated names at most this many peers */
 #define FRAME_MAX (MANIFEST_MAX_BYTES + 4096)
-#define HOLDERS 256 /* (job, rank) -> the peer holding its copies, remembered */
-#define SWEPT 64    /* jobs whose holders were asked of the whole ring (sweep) */
+#define JOBS 64                 /* jobs whose copies' holders are remembered (holder_get, sweep) */
+#define HOLDER_RANKS (1u << 20) /* ranks remembered per job */
+#define NAMES 65536             /* peer names remembered (struct peer.names) */
 
 /* A function run on the loop for a peer thread, which waits for it. */
 struct call {
@@ -68,17 +69,18 @@ struct peer {
 	int conn_fds[MAX_CONNS];         /* served now, shut at stop */
 	unsigned nconns;
 	int sender_fd; /* the sender's connection now, or -1 */
-	struct {
+	/* Where each rank's copies of a job are (holder_get, holder_set,
+	 * sweep), under mu: per job, rank -> 1 + an index in names (0:
+	 * unknown), so a job of 4096 ranks costs 16 KiB, whatever its ring. */
+	struct holders {
 		char job[129];
-		uint32_t rank;
-		char peer[RING_NAME_MAX];
-	} holders[HOLDERS]; /* holder_get, holder_set; under mu */
-	size_t next_holder;
-	struct {
-		char job[129];
-		int state; /* 1: being swept; 2: swept */
-	} swept[SWEPT];    /* sweep; under mu */
-	size_t next_swept;
+		int swept; /* 0: not yet; 1: being swept; 2: swept */
+		uint32_t n;
+		uint32_t *at;
+	} jobs[JOBS];
+	size_t next_job;
+	char (*names)[RING_NAME_MAX];
+	uint32_t nnames, names_cap;
 };
 
 /* ---- the loop bridge ---- */
@@ -578,7 +580,7 @@ static bool serve_get(struct peer *p, struct link *l, const Ckpt__ReplicaGet *g)
 		data.manifest.len = ml;
 	}
 	int r = link_send(l, &out);
-	if (r == 0 && f.sv && mb) {
+	if (r == 0 && f.sv && mb && !g->manifest_only) {
 		r = send_shard(l, f.sv, false);
 		if (r == 0)
 			count(&p->d->stats.peer_bytes_sent, f.sv->shard_bytes);
@@ -791,29 +793,80 @@ static size_t ring_now(struct peer *p, size_t max, char (**out)[RING_NAME_MAX], 
 	return n;
 }
 
-/* The peer that last said it holds copies of (job, rank) (peer_list), or
- * "" : a node that came back under another name finds its copies by
- * asking around once, then goes straight there. */
+/* The remembered holders of job (under mu), made if make (another job's
+ * place taken, the oldest not being swept); NULL if none. */
+static struct holders *holders_of(struct peer *p, const char *job, bool make)
+{
+	for (size_t i = 0; i < JOBS; i++)
+		if (p->jobs[i].job[0] && strcmp(p->jobs[i].job, job) == 0)
+			return &p->jobs[i];
+	if (!make)
+		return NULL;
+	for (size_t k = 0; k < JOBS; k++) {
+		struct holders *h = &p->jobs[p->next_job++ % JOBS];
+		if (h->swept == 1)
+			continue;
+		free(h->at);
+		memset(h, 0, sizeof(*h));
+		snprintf(h->job, sizeof(h->job), "%s", job);
+		return h;
+	}
+	return NULL;
+}
+
+/* The peer that last said it holds copies of (job, rank) (peer_list,
+ * sweep), or "" : a node that came back under another name, or a load
+ * that reshards (it needs other ranks' copies, held by other nodes'
+ * successors), finds the copies by asking around once, then goes
+ * straight there. */
 static void holder_get(struct peer *p, const char *job, uint32_t rank, char *out, size_t len)
 {
 	out[0] = '\0';
 	pthread_mutex_lock(&p->mu);
-	for (size_t i = 0; i < HOLDERS; i++)
-		if (p->holders[i].job[0] && p->holders[i].rank == rank && strcmp(p->holders[i].job, job) == 0)
-			snprintf(out, len, "%s", p->holders[i].peer);
+	struct holders *h = holders_of(p, job, false);
+	if (h && rank < h->n && h->at[rank])
+		snprintf(out, len, "%s", p->names[h->at[rank] - 1]);
 	pthread_mutex_unlock(&p->mu);
+}
+
+/* 1 + the index of name in p->names, added if new; 0 when full. */
+static uint32_t name_index(struct peer *p, const char *name)
+{
+	for (uint32_t i = 0; i < p->nnames; i++)
+		if (strcmp(p->names[i], name) == 0)
+			return i + 1;
+	if (p->nnames == p->names_cap) {
+		uint32_t nc = p->names_cap ? 2 * p->names_cap : 16;
+		void *nv = nc <= NAMES ? realloc(p->names, nc * sizeof(*p->names)) : NULL;
+		if (nv == NULL)
+			return 0;
+		p->names = nv;
+		p->names_cap = nc;
+	}
+	snprintf(p->names[p->nnames], sizeof(p->names[0]), "%s", name);
+	return ++p->nnames;
 }
 
 static void holder_set(struct peer *p, const char *job, uint32_t rank, const char *peer)
 {
+	if (rank >= HOLDER_RANKS)
+		return;
 	pthread_mutex_lock(&p->mu);
-	size_t at = p->next_holder++ % HOLDERS;
-	for (size_t i = 0; i < HOLDERS; i++)
-		if (p->holders[i].rank == rank && strcmp(p->holders[i].job, job) == 0)
-			at = i;
-	snprintf(p->holders[at].job, sizeof(p->holders[at].job), "%s", job);
-	snprintf(p->holders[at].peer, sizeof(p->holders[at].peer), "%s", peer);
-	p->holders[at].rank = rank;
+	struct holders *h = holders_of(p, job, true);
+	uint32_t idx = name_index(p, peer);
+	if (h && idx && rank >= h->n) {
+		uint32_t nn = h->n ? h->n : 64;
+		while (nn <= rank)
+			nn *= 2;
+		uint32_t *na = realloc(h->at, nn * sizeof(*na));
+		if (na) {
+			memset(na + h->n, 0, (nn - h->n) * sizeof(*na));
+			h->at = na;
+			h->n = nn;
+		}
+	}
+	if (h && idx && rank < h->n)
+		h->at[rank] = idx;
 	pthread_mutex_unlock(&p->mu);
 }
 
@@ -996,52 +1049,75 @@ static void on_replicate(struct daemon *d, struct save *sv)
 
 /* ---- restoring from peers (a load's threadpool thread) ---- */
 
-static int fetch_from(struct peer *p, const char *name, const char *job, uint64_t step, uint32_t rank,
-		      uint32_t world_size, struct save **out, char *why, size_t whylen)
+/* Ask peer name for its copy of (job, step, rank) of world_size: 0 with
+ * the link open, and its manifest (checked) in *m, the shard (unless
+ * manifest_only) to read next; -errno and why. */
+static int ask_copy(struct peer *p, const char *name, const Ckpt__ReplicaGet *g, struct link *l, Ckpt__Manifest **m,
+		    char *why, size_t whylen)
 {
-	struct daemon *d = p->d;
-	struct link l;
-	int r = open_link(p, name, &l, why, whylen);
+	*m = NULL;
+	int r = open_link(p, name, l, why, whylen);
 	if (r < 0)
 		return r;
-	Ckpt__ReplicaGet g = CKPT__REPLICA_GET__INIT;
-	g.job = (char *)job;
-	g.step = step;
-	g.rank = rank;
-	g.world_size = world_size;
 	Ckpt__PeerFrame f = CKPT__PEER_FRAME__INIT;
 	f.body_case = CKPT__PEER_FRAME__BODY_GET;
-	f.get = &g;
+	f.get = (Ckpt__ReplicaGet *)g;
 	Ckpt__PeerFrame *in = NULL;
-	Ckpt__Manifest *m = NULL;
-	struct save *sv = NULL;
-	r = link_send(&l, &f);
+	r = link_send(l, &f);
 	if (r == 0)
-		r = link_recv(&l, FRAME_MAX, &in);
+		r = link_recv(l, FRAME_MAX, &in);
 	if (r == 0 && in->body_case != CKPT__PEER_FRAME__BODY_DATA)
 		r = -EPROTO;
 	if (r == 0 && in->data->status != 0) {
 		r = wire_errno(in->data->status);
 		snprintf(why, whylen, "%s", in->data->message);
 	} else if (r == 0) {
-		r = manifest_decode(in->data->manifest.data, in->data->manifest.len, &m, why, whylen);
-		if (r == 0 && (strcmp(m->job, job) != 0 || m->step != step || m->rank != rank)) {
+		r = manifest_decode(in->data->manifest.data, in->data->manifest.len, m, why, whylen);
+		if (r == 0 && (strcmp((*m)->job, g->job) != 0 || (*m)->step != g->step || (*m)->rank != g->rank ||
+			       (*m)->world_size != g->world_size)) {
 			r = -EBADMSG;
 			snprintf(why, whylen, "it answered with another copy");
 		}
 	}
+	if (in)
+		ckpt__peer_frame__free_unpacked(in, NULL);
+	if (r < 0) {
+		if (*m)
+			ckpt__manifest__free_unpacked(*m, NULL);
+		*m = NULL;
+		link_close(l);
+	}
+	return r;
+}
+
+struct fetch {
+	Ckpt__ReplicaGet g;
+	struct save *sv; /* fetch_from */
+	uint8_t *extra;  /* extra_from */
+	size_t extra_len;
+};
+
+/* The copy from peer name, into the pool, held and pinned. */
+static int fetch_from(struct peer *p, const char *name, void *arg, char *why, size_t whylen)
+{
+	struct fetch *ft = arg;
+	struct daemon *d = p->d;
+	struct link l;
+	Ckpt__Manifest *m = NULL;
+	struct save *sv = NULL;
+	int r = ask_copy(p, name, &ft->g, &l, &m, why, whylen);
+	if (r < 0)
+		return r;
 	struct reserve rs = { 0 };
-	if (r == 0) {
-		sv = save_from_manifest(d, m, CKPT__TIER__TIER_REPLICATED);
-		r = sv ? loop_call(p, reserve_on_loop, (rs.sv = sv, &rs)) : -ENOMEM;
-		if (r == 0 && rs.status < 0) {
-			r = rs.status;
-			snprintf(why, whylen, "%s", rs.msg);
-		}
-		if (r < 0 && sv) {
-			save_free(sv);
-			sv = NULL;
-		}
+	sv = save_from_manifest(d, m, CKPT__TIER__TIER_REPLICATED);
+	r = sv ? loop_call(p, reserve_on_loop, (rs.sv = sv, &rs)) : -ENOMEM;
+	if (r == 0 && rs.status < 0) {
+		r = rs.status;
+		snprintf(why, whylen, "%s", rs.msg);
+	}
+	if (r < 0 && sv) {
+		save_free(sv);
+		sv = NULL;
 	}
 	if (r == 0)
 		r = recv_shard(&l, sv, m, why, whylen);
@@ -1055,44 +1131,105 @@ static int fetch_from(struct peer *p, const char *name, const char *job, uint64_
 	}
 	if (r < 0 && why[0] == '\0')
 		snprintf(why, whylen, "%s", strerror(-r));
-	if (in)
-		ckpt__peer_frame__free_unpacked(in, NULL);
-	if (m)
-		ckpt__manifest__free_unpacked(m, NULL);
+	ckpt__manifest__free_unpacked(m, NULL);
 	link_close(&l);
 	if (r == 0) {
 		count(&d->stats.peer_bytes_received, sv->shard_bytes);
 		count(&d->stats.peer_restores, 1);
-		*out = sv;
+		ft->sv = sv;
 	}
 	return r;
 }
 
-/* daemon.peer_fetch: the peer that last listed copies of (job, rank),
- * then this node's successors, in turn. */
-static int peer_fetch(struct daemon *d, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
-		      struct save **out, char *why, size_t whylen)
+/* The copy's extra state only, from peer name (its manifest; no shard). */
+static int extra_from(struct peer *p, const char *name, void *arg, char *why, size_t whylen)
 {
-	struct peer *p = d->peer;
+	struct fetch *ft = arg;
+	struct link l;
+	Ckpt__Manifest *m = NULL;
+	int r = ask_copy(p, name, &ft->g, &l, &m, why, whylen);
+	if (r < 0)
+		return r;
+	ft->extra_len = m->extra_state.len;
+	ft->extra = malloc(m->extra_state.len ? m->extra_state.len : 1);
+	if (ft->extra)
+		memcpy(ft->extra, m->extra_state.data, m->extra_state.len);
+	else
+		r = -ENOMEM;
+	ckpt__manifest__free_unpacked(m, NULL);
+	link_close(&l);
+	return r;
+}
+
+static void sweep(struct peer *p, const char *job);
+
+/* fn on the peers likeliest to hold (job, rank)'s copies, in turn, until
+ * one works: the one that last said it holds them, then this node's
+ * successors (where its own ranks' copies go), then, when neither has
+ * them, the holder the whole ring names (sweep: once per job in this
+ * daemon's life). So a copy costs 1 + K peer requests at most, flat in
+ * the ring's size, but for that one sweep per job, which a node that came
+ * back under another name, or a load that reshards (other nodes' ranks'
+ * copies), needs. why: each peer asked, and its answer. */
+static int each_holder(struct peer *p, const char *job, uint32_t rank,
+		       int (*fn)(struct peer *p, const char *name, void *arg, char *why, size_t whylen), void *arg,
+		       char *why, size_t whylen)
+{
 	char(*ring)[RING_NAME_MAX] = NULL;
-	char known[RING_NAME_MAX];
+	char known[RING_NAME_MAX], found[RING_NAME_MAX];
 	why[0] = '\0';
 	holder_get(p, job, rank, known, sizeof(known));
-	size_t n = ring_now(p, d->cfg.peer_replicas, &ring, why, whylen);
+	size_t n = ring_now(p, p->d->cfg.peer_replicas, &ring, why, whylen);
+	size_t used = strlen(why);
 	int r = -ENOENT;
-	size_t used = 0;
-	for (size_t i = 0; i <= n; i++) {
-		const char *name = i == 0 ? known : ring[i - 1];
+	for (size_t i = 0; i <= n + 1 && r < 0; i++) {
+		const char *name = i == 0 ? known : i <= n ? ring[i - 1] : found;
+		if (i == n + 1) { /* neither: the whole ring, once per job */
+			sweep(p, job);
+			holder_get(p, job, rank, found, sizeof(found));
+			for (size_t k = 0; k < n && found[0]; k++)
+				if (strcmp(found, ring[k]) == 0)
+					found[0] = '\0';
+		}
 		if (name[0] == '\0' || (i > 0 && strcmp(name, known) == 0))
 			continue;
 		char one[300] = "";
-		r = fetch_from(p, name, job, step, rank, world_size, out, one, sizeof(one));
-		if (r == 0)
-			break;
-		used += (size_t)snprintf(why + used, used < whylen ? whylen - used : 0, "%s%s: %s", used ? "; " : "",
-					 name, one);
+		r = fn(p, name, arg, one, sizeof(one));
+		if (r < 0)
+			used += (size_t)snprintf(why + used, used < whylen ? whylen - used : 0, "%s%s: %s",
+						 used ? "; " : "", name, one);
 	}
 	free(ring);
+	return r;
+}
+
+/* daemon.peer_fetch (each_holder). */
+static int peer_fetch(struct daemon *d, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
+		      struct save **out, char *why, size_t whylen)
+{
+	struct fetch ft = { .g = CKPT__REPLICA_GET__INIT };
+	ft.g.job = (char *)job;
+	ft.g.step = step;
+	ft.g.rank = rank;
+	ft.g.world_size = world_size;
+	int r = each_holder(d->peer, job, rank, fetch_from, &ft, why, whylen);
+	*out = ft.sv;
+	return r;
+}
+
+/* daemon.peer_extra (each_holder): a copy's extra state, no shard. */
+static int peer_extra(struct daemon *d, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
+		      uint8_t **extra, size_t *len, char *why, size_t whylen)
+{
+	struct fetch ft = { .g = CKPT__REPLICA_GET__INIT };
+	ft.g.job = (char *)job;
+	ft.g.step = step;
+	ft.g.rank = rank;
+	ft.g.world_size = world_size;
+	ft.g.manifest_only = true;
+	int r = each_holder(d->peer, job, rank, extra_from, &ft, why, whylen);
+	*extra = ft.extra;
+	*len = ft.extra_len;
 	return r;
 }
 
@@ -1153,19 +1290,14 @@ static int list_one(struct peer *p, const char *name, const char *job, uint32_t 
 static void sweep(struct peer *p, const char *job)
 {
 	pthread_mutex_lock(&p->mu);
-	size_t at = SWEPT;
-	for (size_t i = 0; i < SWEPT; i++)
-		if (strcmp(p->swept[i].job, job) == 0)
-			at = i;
-	if (at < SWEPT) {
-		while (p->swept[at].state == 1 && !p->stopping)
+	struct holders *h = holders_of(p, job, true);
+	if (h == NULL || h->swept != 0) {
+		while (h && h->swept == 1 && strcmp(h->job, job) == 0 && !p->stopping)
 			pthread_cond_wait(&p->cv, &p->mu);
 		pthread_mutex_unlock(&p->mu);
 		return;
 	}
-	at = p->next_swept++ % SWEPT;
-	snprintf(p->swept[at].job, sizeof(p->swept[at].job), "%s", job);
-	p->swept[at].state = 1;
+	h->swept = 1; /* not taken by another job until swept */
 	pthread_mutex_unlock(&p->mu);
 	char(*ring)[RING_NAME_MAX] = NULL;
 	char why[300] = "";
@@ -1183,7 +1315,7 @@ static void sweep(struct peer *p, const char *job)
 	free(ring);
 	log_info("peers: asked %zu of %zu peers which copies of %s they hold (once)", asked, n, job);
 	pthread_mutex_lock(&p->mu);
-	p->swept[at].state = 2;
+	h->swept = 2;
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 }
@@ -1318,6 +1450,7 @@ int peer_start(struct daemon *d, char *err, size_t errlen)
 	}
 	d->on_replicate = on_replicate;
 	d->peer_fetch = peer_fetch;
+	d->peer_extra = peer_extra;
 	d->peer_list = peer_list;
 	log_info("peers: listening on %s as %s, %u replica(s) per save, TLS with client certificates", c->peer_listen,
 		 p->self, c->peer_replicas);
@@ -1328,6 +1461,9 @@ static void async_closed(uv_handle_t *h)
 {
 	struct peer *p = h->data;
 	link_tls_fini(&p->tls);
+	for (size_t i = 0; i < JOBS; i++)
+		free(p->jobs[i].at);
+	free(p->names);
 	pthread_mutex_destroy(&p->mu);
 	pthread_cond_destroy(&p->cv);
 	free(p);
@@ -1340,6 +1476,7 @@ void peer_stop(struct daemon *d)
 		return;
 	d->on_replicate = NULL;
 	d->peer_fetch = NULL;
+	d->peer_extra = NULL;
 	d->peer_list = NULL;
 	pthread_mutex_lock(&p->mu);
 	p->stopping = true;

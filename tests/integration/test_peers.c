@@ -461,6 +461,122 @@ static void test_replacement_under_another_name(void **state)
 	cluster_stop(&c, NODES);
 }
 
+/* One rank's piece [off, off + len) of the global tensor "blob" of
+ * 4 x 2 MiB that ranks 0..3 of step 4 saved, each its quarter filled with
+ * fill(seed 4000 + rank). */
+#define RS_PART (2 * MIB)
+static void rs_expected(uint8_t *out, uint64_t off, uint64_t len)
+{
+	uint8_t *part = malloc(RS_PART);
+	for (uint32_t r = 0; r < 4; r++) {
+		uint64_t lo = (uint64_t)r * RS_PART, hi = lo + RS_PART;
+		uint64_t a = off > lo ? off : lo, b = off + len < hi ? off + len : hi;
+		if (a >= b)
+			continue;
+		fill(part, RS_PART, 4000 + r);
+		memcpy(out + (a - off), part + (a - lo), b - a);
+	}
+	free(part);
+}
+
+/* Rank rank of world world loads its even share of "blob" at step 4 from
+ * node d; checked bit-exact; its source and extra state copied out. */
+static void rs_load(struct dctx *d, uint32_t rank, uint32_t world, char *src, size_t srclen, char *extra,
+		    size_t extralen, char *peer, size_t peerlen)
+{
+	ckpt_hello h = { .job = "reshard", .rank = rank, .world_size = world, .attempt_id = "q" };
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(d->sock, &h, &c), 0);
+	uint64_t len = 4 * RS_PART / world, gshape[1] = { 4 * RS_PART }, off[1] = { rank * len }, lens[1] = { len };
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, len, &b), 0);
+	ckpt_tensor t = { .name = "blob", .dtype = CKPT_U8, .ndim = 1, .global_shape = gshape, .box_offsets = off,
+			  .box_lengths = lens, .buffer = b, .nbytes = len };
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_load(c, 4, &t, 1, &f), 0);
+	int r = ckpt_future_wait(f, CKPT_LOADED, 60000);
+	if (r != 0)
+		fail_msg("rank %u of %u: %s (%s)", rank, world, ckpt_strerror(r), ckpt_future_message(f));
+	uint8_t *want = malloc(len);
+	rs_expected(want, off[0], len);
+	assert_memory_equal(ckpt_buffer_data(b), want, len);
+	free(want);
+	snprintf(src, srclen, "%s", ckpt_future_source(f));
+	snprintf(peer, peerlen, "%s", ckpt_future_peer(f) ? ckpt_future_peer(f) : "");
+	size_t n = 0;
+	const void *x = ckpt_future_extra(f, &n);
+	snprintf(extra, extralen, "%.*s", (int)n, x ? (const char *)x : "");
+	ckpt_future_free(f);
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+}
+
+/* Resharding from peer copies: four ranks on three nodes (rank r on node
+ * r % 3) save step 4 replicated, nothing in storage. Node 0 is SIGKILLed
+ * and replaced by an empty daemon, where a world of two ranks restores:
+ * each brings back the saved ranks its share needs (two each) from the
+ * peers that hold them, wherever they are in the ring, bit-exact, and
+ * gets its own rank's extra state (rank 1: from a peer's manifest alone,
+ * its shard not needed). Then a world of eight on node 1 (which holds
+ * rank 1's copy and others' replicas) restores too. */
+static void test_reshard_from_peers(void **state)
+{
+	(void)state;
+	struct cluster c;
+	cluster_start(&c, NODES, NULL);
+	for (uint32_t r = 0; r < 4; r++) {
+		ckpt_hello h = { .job = "reshard", .rank = r, .world_size = 4, .attempt_id = "p" };
+		ckpt_client *cl = NULL;
+		assert_int_equal(ckpt_connect(c.n[r % NODES].sock, &h, &cl), 0);
+		ckpt_buffer *b = NULL;
+		assert_int_equal(ckpt_buffer_alloc(cl, RS_PART, &b), 0);
+		fill(ckpt_buffer_data(b), RS_PART, 4000 + r);
+		uint64_t gshape[1] = { 4 * RS_PART }, off[1] = { r * RS_PART }, lens[1] = { RS_PART };
+		ckpt_tensor t = { .name = "blob", .dtype = CKPT_U8, .ndim = 1, .global_shape = gshape,
+				  .box_offsets = off, .box_lengths = lens, .buffer = b, .nbytes = RS_PART };
+		char extra[16];
+		snprintf(extra, sizeof(extra), "rank-%u", r);
+		ckpt_save_opts o = { .tier = CKPT_TIER_REPLICATED };
+		ckpt_future *f = NULL;
+		assert_int_equal(ckpt_save_ex(cl, 4, &t, 1, extra, strlen(extra), &o, &f), 0);
+		int rr = ckpt_future_wait(f, CKPT_REPLICATED, 30000);
+		if (rr != 0)
+			fail_msg("rank %u: %s (%s)", r, ckpt_strerror(rr), ckpt_future_message(f));
+		ckpt_future_free(f);
+		ckpt_buffer_free(b);
+		ckpt_close(cl);
+	}
+	kill(c.n[0].pid, SIGKILL);
+	waitpid(c.n[0].pid, NULL, 0);
+	c.n[0].pid = -1;
+	h_start(&c.n[0], c.conf[0]);
+	char src[16], extra[32], peer[128];
+	/* Rank 1 of 2 first: saved ranks 2 and 3; its extra state is rank
+	 * 1's, whose shard it does not need. */
+	rs_load(&c.n[0], 1, 2, src, sizeof(src), extra, sizeof(extra), peer, sizeof(peer));
+	assert_string_equal(src, "peer");
+	assert_string_equal(extra, "rank-1");
+	assert_true(peer[0] != '\0');
+	assert_int_equal(h_metric(&c.n[0], "ckptd_restores_from_peers_total"), 2);
+	rs_load(&c.n[0], 0, 2, src, sizeof(src), extra, sizeof(extra), peer, sizeof(peer));
+	assert_string_equal(src, "peer");
+	assert_string_equal(extra, "rank-0");
+	assert_int_equal(h_metric(&c.n[0], "ckptd_restores_from_peers_total"), 4);
+	/* Every copy is here now: the same world again reads memory only. */
+	rs_load(&c.n[0], 1, 2, src, sizeof(src), extra, sizeof(extra), peer, sizeof(peer));
+	assert_string_equal(src, "memory");
+	assert_int_equal(h_metric(&c.n[0], "ckptd_restores_from_peers_total"), 4);
+	/* A world of eight on node 1: rank 1 of 4's own copy is held there,
+	 * the rest come from its peers. */
+	for (uint32_t r = 0; r < 8; r++) {
+		rs_load(&c.n[1], r, 8, src, sizeof(src), extra, sizeof(extra), peer, sizeof(peer));
+		char want[16];
+		snprintf(want, sizeof(want), "rank-%u", r < 4 ? r : 0);
+		assert_string_equal(extra, want);
+	}
+	cluster_stop(&c, NODES);
+}
+
 /* A daemon whose certificate another CA signed cannot replicate to the
  * nodes, and they refuse it (and count it); nothing else is harmed. */
 static void test_wrong_certificate_refused(void **state)
@@ -637,6 +753,7 @@ int main(void)
 		cmocka_unit_test(test_replicated_save_held_by_next_node),
 		cmocka_unit_test(test_killed_node_restores_from_peer),
 		cmocka_unit_test(test_replacement_under_another_name),
+		cmocka_unit_test(test_reshard_from_peers),
 		cmocka_unit_test(test_wrong_certificate_refused),
 		cmocka_unit_test(test_peer_dies_mid_transfer),
 		cmocka_unit_test(test_replica_share_full),
