@@ -357,8 +357,21 @@ class Reader(StorageReader):
         def first(n):
             shown[n] = cp.client.show(self.job, n)
         self._resolved = cp._resolve_step(self.step if self.step is not None else LATEST, pin=True, first=first)
-        _, tensors = shown.get(self._resolved) or cp.client.show(self.job, self._resolved)
         me = _identity(self.rank, self.world_size)[0]
+        if getattr(cp, "_in_every_memory", False):
+            # A step in memory only, on every rank's node and in no storage
+            # (README "Tiers"): no daemon holds every rank's manifest, so
+            # each rank shows its own, from its daemon's memory, and the
+            # ranks gather them (the size of DCP's own .metadata, as DCP
+            # reads it). A rank's load may then need pieces that other
+            # ranks saved (DCP saves replicated tensors once): its daemon
+            # brings those copies from the peers that hold them ([peers]).
+            mine = cp.client.show(self.job, self._resolved, rank=me)[1]
+            every = [None] * dist.get_world_size()
+            dist.all_gather_object(every, mine)
+            tensors = [t for part in every for t in part]
+        else:
+            _, tensors = shown.get(self._resolved) or cp.client.show(self.job, self._resolved)
         # This rank's own entries win (its pickled values may differ in size).
         tensors.sort(key=lambda t: (t["rank"] == me, t["rank"] == 0))
         md, storage = {}, {}

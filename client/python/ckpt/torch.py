@@ -527,6 +527,10 @@ class Checkpointer:
         want = LATEST if latest else int(step)
         held = self._held_steps()
         dist = torch.distributed
+        # Whether every rank holds the step decided in memory only (the
+        # same answer on every rank): ckpt.dcp then gathers its metadata
+        # from the ranks, as no node's daemon holds every rank's manifest.
+        self._in_every_memory = False
         if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
             # Alone, its own copies decide; ranks without a process group
             # cannot agree on memory steps, so they take storage's.
@@ -550,6 +554,7 @@ class Checkpointer:
             from .client import CkptError
             what = "the latest step" if latest else f"step {want}"
             raise CkptError(box[0][1], f"rank 0 could not decide {what}: {box[0][2]}")
+        self._in_every_memory = box[0][1] in common
         return box[0][1]
 
     def _decide(self, want, in_memory):
