@@ -27,6 +27,18 @@ TAILQ_HEAD(load_list, load);
 struct persist;
 TAILQ_HEAD(persist_list, persist);
 struct peer;
+/* The copy a peer_fetch asks for: (job, step, rank) of world_size; with
+ * attempt and shard_bytes (a step in storage), only that save's copy, held
+ * here as durable under shard_name (its name in storage); no_sweep: only
+ * the peers likeliest to hold it, never the whole ring. */
+struct peer_want {
+	const char *job;
+	uint64_t step;
+	uint32_t rank, world_size;
+	const char *attempt, *shard_name;
+	uint64_t shard_bytes;
+	bool no_sweep;
+};
 /* A copy a peer holds (peer_list). */
 struct peer_copy {
 	char peer[128];
@@ -158,8 +170,7 @@ struct daemon {
 	struct peer *peer;
 	char peer_why[160];
 	void (*on_replicate)(struct daemon *d, struct save *sv);
-	int (*peer_fetch)(struct daemon *d, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
-			  struct save **out, char *why, size_t whylen);
+	int (*peer_fetch)(struct daemon *d, const struct peer_want *w, struct save **out, char *why, size_t whylen);
 	int (*peer_list)(struct daemon *d, const char *job, uint32_t rank, struct peer_copy **out, size_t *n);
 	/* Threadpool: the extra state of (job, step, rank)'s copy a peer
 	 * holds, without its shard (*extra malloc'd). */

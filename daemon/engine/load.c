@@ -549,6 +549,43 @@ static bool all_covered(const struct load *ld)
 	return true;
 }
 
+/* The copy of manifest m's shard that a peer holds (a lost node's rank
+ * whose step was replicated, then persisted), when this daemon holds none:
+ * a load reads local memory, then peer memory, then storage, per shard.
+ * Only the peers likeliest to hold it are asked (the one that last said
+ * so, then this node's successors: 1 + K requests, no sweep of the ring),
+ * and only that save's copy (attempt, size, then every tensor's CRC32C)
+ * is taken; NULL: storage. */
+static struct save *fetch_one(struct load *ld, const struct peer_want *w);
+static const struct save *peer_copy(struct load *ld, const Ckpt__Manifest *m)
+{
+	struct peer_want w = { .job = ld->job,
+			       .step = m->step,
+			       .rank = m->rank,
+			       .world_size = m->world_size,
+			       .attempt = m->attempt_id,
+			       .shard_name = m->shard_name,
+			       .shard_bytes = m->shard_bytes,
+			       .no_sweep = true };
+	struct save *sv = fetch_one(ld, &w);
+	if (sv == NULL)
+		return NULL;
+	bool same = sv->ntensors == m->n_tensors;
+	for (size_t i = 0; same && i < m->n_tensors; i++)
+		same = sv->tensors[i].crc == m->tensors[i]->crc32c && sv->tensors[i].nbytes == m->tensors[i]->nbytes &&
+		       sv->tensors[i].shard_off == m->tensors[i]->shard_offset &&
+		       strcmp(sv->tensors[i].name, m->tensors[i]->name) == 0;
+	if (!same) {
+		log_warn("load: %s step %" PRIu64
+			 " rank %u: the copy from %s is not the one in storage; reading storage",
+			 ld->job, m->step, m->rank, sv->peer);
+		if (ld->bad_held == NULL)
+			ld->bad_held = sv; /* dropped when the load ends */
+		return NULL;
+	}
+	return sv;
+}
+
 /* Plan from rank's manifest (read once, kept in cs). */
 static int plan_rank(struct exec *ex, struct catalog_step *cs, uint32_t rank, char (*key)[768])
 {
@@ -561,7 +598,8 @@ static int plan_rank(struct exec *ex, struct catalog_step *cs, uint32_t rank, ch
 			    r == -EBADMSG ? err : store_error(r));
 	if (manifest_shard_of(m, *key, sizeof(*key)) < 0)
 		return fail(ld, -EBADMSG, "rank %u's manifest names no shard of its own", rank);
-	return plan_manifest(ex, m, *key, held_copy(ld, m));
+	const struct save *held = held_copy(ld, m);
+	return plan_manifest(ex, m, *key, held ? held : peer_copy(ld, m));
 }
 
 /* The requests not covered, as a failure. */
@@ -587,18 +625,18 @@ static int pin_room(struct load *ld)
 	return np && nf ? 0 : fail(ld, -ENOMEM, "out of memory");
 }
 
-/* Saved rank r's copy (of world ws) brought back from the peers that hold
- * it (peer.h), into the pool and pinned for this load; NULL when it
- * cannot come (ld->peer_why says why). */
-static struct save *fetch_copy(struct load *ld, uint32_t r, uint32_t ws)
+/* The copy w names, brought back from the peers that hold it (peer.h)
+ * into the pool and pinned for this load; NULL when it cannot come
+ * (ld->peer_why says why). */
+static struct save *fetch_one(struct load *ld, const struct peer_want *w)
 {
 	struct daemon *d = ld->d;
 	if (d->peer_fetch == NULL || !ld->ask_peers || ld->storage_only || pin_room(ld) < 0)
 		return NULL;
 	struct save *sv = NULL;
 	char why[400];
-	if (d->peer_fetch(d, ld->job, ld->step, r, ws, &sv, why, sizeof(why)) < 0) {
-		snprintf(ld->peer_why, sizeof(ld->peer_why), "rank %u: %s", r, why);
+	if (d->peer_fetch(d, w, &sv, why, sizeof(why)) < 0) {
+		snprintf(ld->peer_why, sizeof(ld->peer_why), "rank %u: %s", w->rank, why);
 		return NULL;
 	}
 	ld->pinned[ld->npinned] = sv;
@@ -610,6 +648,13 @@ static struct save *fetch_copy(struct load *ld, uint32_t r, uint32_t ws)
 		snprintf(ld->peer + n, sizeof(ld->peer) - n, "%s%s", n ? "," : "", sv->peer);
 	}
 	return sv;
+}
+
+/* Saved rank r's copy (of world ws) of a step not in storage, from the
+ * peers. */
+static struct save *fetch_copy(struct load *ld, uint32_t r, uint32_t ws)
+{
+	return fetch_one(ld, &(struct peer_want){ .job = ld->job, .step = ld->step, .rank = r, .world_size = ws });
 }
 
 /* Saved rank r's copy of the step (world ws): held here, else from the
@@ -1003,8 +1048,8 @@ void load_start(struct daemon *d, const struct requester *rq, const Ckpt__Load *
 	d->nloads++;
 	if (!m->storage_only)
 		ld->npinned = memtier_pin(d, ld->job, &ld->pinned);
-	/* A named step not held here may come from the peers (fetch_copy). */
-	ld->ask_peers = !m->latest && d->peer_fetch != NULL;
+	/* Copies not held here may come from the peers (fetch_one). */
+	ld->ask_peers = d->peer_fetch != NULL;
 	ld->pin_flags = calloc(ld->npinned + 1, sizeof(*ld->pin_flags));
 	if (ld->pin_flags == NULL) {
 		memtier_unpin(ld->pinned, ld->npinned);

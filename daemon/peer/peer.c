@@ -1,6 +1,7 @@
 /* Peer replication (peer.h): the service's threads, the loop bridge, and
  * the three exchanges (put a replica, get a copy back, list copies). */
 #include "peer.h"
+#include "clock.h"
 #include "crc32c.h"
 #include "daemon.h"
 #include "link.h"
@@ -29,6 +30,8 @@
 #define JOBS 64                 /* jobs whose copies' holders are remembered (holder_get, sweep) */
 #define HOLDER_RANKS (1u << 20) /* ranks remembered per job */
 #define NAMES 65536             /* peer names remembered (struct peer.names) */
+#define DOWN 64                 /* peers that timed out, remembered (open_link) */
+#define DOWN_NS (10ull * 1000 * 1000 * 1000)
 
 /* A function run on the loop for a peer thread, which waits for it. */
 struct call {
@@ -81,6 +84,16 @@ struct peer {
 	size_t next_job;
 	char (*names)[RING_NAME_MAX];
 	uint32_t nnames, names_cap;
+	/* Peers that did not answer (a connect or handshake that timed out,
+	 * or no route): skipped for DOWN_NS, so that a dead node's silence
+	 * costs one timeout, not one per request (a load tries its holders in
+	 * turn, then storage). Under mu. */
+	struct {
+		char name[RING_NAME_MAX];
+		uint64_t until_ns;
+		char why[160];
+	} down[DOWN];
+	size_t next_down;
 };
 
 /* ---- the loop bridge ---- */
@@ -304,7 +317,8 @@ static void release_on_loop(struct daemon *d, void *arg)
 
 struct commit {
 	struct save *sv;
-	bool pin; /* for a load: pinned before it is held */
+	bool pin;     /* for a load: pinned before it is held */
+	bool durable; /* a copy of a step in storage: held as durable */
 	int status;
 	char msg[200];
 };
@@ -321,7 +335,8 @@ static void commit_on_loop(struct daemon *d, void *arg)
 		save_admit_waiting(d);
 		return;
 	}
-	sv->state = SAVE_KEPT;
+	sv->state = c->durable ? SAVE_HELD : SAVE_KEPT;
+	sv->durable = c->durable;
 	sv->held_since_ns = clock_now_ns();
 	if (c->pin)
 		sv->readers++; /* trim may drop it: then it goes when the load unpins it */
@@ -885,7 +900,19 @@ static int say_hello(struct peer *p, struct link *l)
  * at stop when track. */
 static int open_link(struct peer *p, const char *name, struct link *l, char *why, size_t whylen)
 {
-	char err[300];
+	char err[300] = "";
+	uint64_t now = clock_now_ns();
+	pthread_mutex_lock(&p->mu);
+	for (size_t i = 0; i < DOWN; i++)
+		if (p->down[i].until_ns > now && strcmp(p->down[i].name, name) == 0) {
+			snprintf(why, whylen, "not asked again for %" PRIu64 " s: %s",
+				 (p->down[i].until_ns - now) / 1000000000 + 1, p->down[i].why);
+			pthread_mutex_unlock(&p->mu);
+			l->fd = -1;
+			l->ssl = NULL;
+			return -EHOSTDOWN;
+		}
+	pthread_mutex_unlock(&p->mu);
 	int r = link_connect(&p->tls, name, p->timeout_ms, l, err, sizeof(err));
 	if (r == 0)
 		r = say_hello(p, l);
@@ -893,6 +920,17 @@ static int open_link(struct peer *p, const char *name, struct link *l, char *why
 		snprintf(why, whylen, "%s", err);
 		link_close(l);
 		count(&p->d->stats.peer_link_errors, 1);
+	}
+	if (r == -ETIMEDOUT || r == -EHOSTUNREACH || r == -ENETUNREACH) {
+		pthread_mutex_lock(&p->mu);
+		size_t at = p->next_down++ % DOWN;
+		for (size_t i = 0; i < DOWN; i++)
+			if (strcmp(p->down[i].name, name) == 0)
+				at = i;
+		snprintf(p->down[at].name, sizeof(p->down[at].name), "%s", name);
+		snprintf(p->down[at].why, sizeof(p->down[at].why), "%s", err);
+		p->down[at].until_ns = clock_now_ns() + DOWN_NS;
+		pthread_mutex_unlock(&p->mu);
 	}
 	return r;
 }
@@ -1092,8 +1130,9 @@ static int ask_copy(struct peer *p, const char *name, const Ckpt__ReplicaGet *g,
 
 struct fetch {
 	Ckpt__ReplicaGet g;
-	struct save *sv; /* fetch_from */
-	uint8_t *extra;  /* extra_from */
+	const struct peer_want *w; /* fetch_from */
+	struct save *sv;           /* fetch_from */
+	uint8_t *extra;            /* extra_from */
 	size_t extra_len;
 };
 
@@ -1108,6 +1147,13 @@ static int fetch_from(struct peer *p, const char *name, void *arg, char *why, si
 	int r = ask_copy(p, name, &ft->g, &l, &m, why, whylen);
 	if (r < 0)
 		return r;
+	const struct peer_want *w = ft->w;
+	if (w->attempt && (strcmp(m->attempt_id, w->attempt) != 0 || m->shard_bytes != w->shard_bytes)) {
+		snprintf(why, whylen, "it holds another save of the step (attempt '%.60s')", m->attempt_id);
+		ckpt__manifest__free_unpacked(m, NULL);
+		link_close(&l);
+		return -ESTALE;
+	}
 	struct reserve rs = { 0 };
 	sv = save_from_manifest(d, m, CKPT__TIER__TIER_REPLICATED);
 	r = sv ? loop_call(p, reserve_on_loop, (rs.sv = sv, &rs)) : -ENOMEM;
@@ -1121,10 +1167,12 @@ static int fetch_from(struct peer *p, const char *name, void *arg, char *why, si
 	}
 	if (r == 0)
 		r = recv_shard(&l, sv, m, why, whylen);
-	struct commit c = { .sv = sv, .pin = true };
+	struct commit c = { .sv = sv, .pin = true, .durable = w->attempt != NULL };
 	if (r == 0) {
 		sv->from_peer = true;
 		snprintf(sv->peer, sizeof(sv->peer), "%s", name);
+		if (w->shard_name)
+			snprintf(sv->shard_name, sizeof(sv->shard_name), "%s", w->shard_name);
 		r = loop_call(p, commit_on_loop, &c);
 	} else if (sv) {
 		(void)loop_call(p, release_on_loop, sv);
@@ -1171,7 +1219,7 @@ static void sweep(struct peer *p, const char *job);
  * the ring's size, but for that one sweep per job, which a node that came
  * back under another name, or a load that reshards (other nodes' ranks'
  * copies), needs. why: each peer asked, and its answer. */
-static int each_holder(struct peer *p, const char *job, uint32_t rank,
+static int each_holder(struct peer *p, const char *job, uint32_t rank, bool no_sweep,
 		       int (*fn)(struct peer *p, const char *name, void *arg, char *why, size_t whylen), void *arg,
 		       char *why, size_t whylen)
 {
@@ -1182,7 +1230,7 @@ static int each_holder(struct peer *p, const char *job, uint32_t rank,
 	size_t n = ring_now(p, p->d->cfg.peer_replicas, &ring, why, whylen);
 	size_t used = strlen(why);
 	int r = -ENOENT;
-	for (size_t i = 0; i <= n + 1 && r < 0; i++) {
+	for (size_t i = 0; i <= n + (no_sweep ? 0 : 1) && r < 0; i++) {
 		const char *name = i == 0 ? known : i <= n ? ring[i - 1] : found;
 		if (i == n + 1) { /* neither: the whole ring, once per job */
 			sweep(p, job);
@@ -1204,15 +1252,14 @@ static int each_holder(struct peer *p, const char *job, uint32_t rank,
 }
 
 /* daemon.peer_fetch (each_holder). */
-static int peer_fetch(struct daemon *d, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
-		      struct save **out, char *why, size_t whylen)
+static int peer_fetch(struct daemon *d, const struct peer_want *w, struct save **out, char *why, size_t whylen)
 {
-	struct fetch ft = { .g = CKPT__REPLICA_GET__INIT };
-	ft.g.job = (char *)job;
-	ft.g.step = step;
-	ft.g.rank = rank;
-	ft.g.world_size = world_size;
-	int r = each_holder(d->peer, job, rank, fetch_from, &ft, why, whylen);
+	struct fetch ft = { .g = CKPT__REPLICA_GET__INIT, .w = w };
+	ft.g.job = (char *)w->job;
+	ft.g.step = w->step;
+	ft.g.rank = w->rank;
+	ft.g.world_size = w->world_size;
+	int r = each_holder(d->peer, w->job, w->rank, w->no_sweep, fetch_from, &ft, why, whylen);
 	*out = ft.sv;
 	return r;
 }
@@ -1227,7 +1274,7 @@ static int peer_extra(struct daemon *d, const char *job, uint64_t step, uint32_t
 	ft.g.rank = rank;
 	ft.g.world_size = world_size;
 	ft.g.manifest_only = true;
-	int r = each_holder(d->peer, job, rank, extra_from, &ft, why, whylen);
+	int r = each_holder(d->peer, job, rank, false, extra_from, &ft, why, whylen);
 	*extra = ft.extra;
 	*len = ft.extra_len;
 	return r;

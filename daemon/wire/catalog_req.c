@@ -663,7 +663,8 @@ static void show_run(struct bgreq *b)
 		catalog_step_free(&q->cs);
 		q->have_cs = false;
 	}
-	if (b->d->peer_fetch(b->d, q->job, q->step, q->rank, q->world_size_asked, &q->fetched, why, sizeof(why)) == 0) {
+	struct peer_want w = { .job = q->job, .step = q->step, .rank = q->rank, .world_size = q->world_size_asked };
+	if (b->d->peer_fetch(b->d, &w, &q->fetched, why, sizeof(why)) == 0) {
 		b->status = 0;
 		b->msg[0] = '\0';
 	} else {

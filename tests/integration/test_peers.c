@@ -461,6 +461,50 @@ static void test_replacement_under_another_name(void **state)
 	cluster_stop(&c, NODES);
 }
 
+/* A replicated step, persisted later, is in storage and in the peer's
+ * memory: a replacement node's load takes it from the peer (local memory,
+ * then peer memory, then storage, per shard), holds it as durable (no
+ * memory-only bytes), then serves it from its own memory. A step the
+ * peers never held comes from storage. */
+static void test_persisted_step_restores_from_peer_first(void **state)
+{
+	(void)state;
+	struct cluster c;
+	cluster_start(&c, NODES, NULL);
+	struct rank_client rc;
+	rc_open(&c.n[0], &rc, "pers", 0, 1, 3 * MIB);
+	ckpt_future *f = rc_save(&rc, 7, 0, CKPT_TIER_DURABLE);
+	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 30000), 0);
+	ckpt_future_free(f);
+	f = rc_save(&rc, 8, 0, CKPT_TIER_REPLICATED);
+	assert_int_equal(ckpt_future_wait(f, CKPT_REPLICATED, 30000), 0);
+	ckpt_future_free(f);
+	ckpt_future *p = NULL;
+	assert_int_equal(ckpt_persist(rc.c, "pers", 8, &p), 0);
+	assert_int_equal(ckpt_future_wait(p, CKPT_DURABLE, 30000), 0);
+	ckpt_future_free(p);
+	rc_close(&rc);
+	kill(c.n[0].pid, SIGKILL);
+	waitpid(c.n[0].pid, NULL, 0);
+	c.n[0].pid = -1;
+	h_start(&c.n[0], c.conf[0]);
+	rc_open(&c.n[0], &rc, "pers", 0, 1, 3 * MIB);
+	char src[16], peer[128], want_peer[64];
+	snprintf(want_peer, sizeof(want_peer), "127.0.0.1:%d", ports[successor(0, NODES)]);
+	rc_load(&rc, 8, 0, src, sizeof(src), peer, sizeof(peer));
+	assert_string_equal(src, "peer");
+	assert_string_equal(peer, want_peer);
+	assert_int_equal(h_metric(&c.n[0], "ckptd_restores_from_peers_total"), 1);
+	assert_int_equal(h_metric(&c.n[0], "ckptd_pool_memory_only_bytes"), 0);
+	rc_load(&rc, 8, 0, src, sizeof(src), NULL, 0);
+	assert_string_equal(src, "memory");
+	rc_load(&rc, 7, 0, src, sizeof(src), NULL, 0);
+	assert_string_equal(src, "storage");
+	assert_int_equal(h_metric(&c.n[0], "ckptd_restores_from_peers_total"), 1);
+	rc_close(&rc);
+	cluster_stop(&c, NODES);
+}
+
 /* One rank's piece [off, off + len) of the global tensor "blob" of
  * 4 x 2 MiB that ranks 0..3 of step 4 saved, each its quarter filled with
  * fill(seed 4000 + rank). */
@@ -660,6 +704,13 @@ static void test_peer_dies_mid_transfer(void **state)
 	if (strstr(ckpt_future_message(f), "timed out") == NULL)
 		fail_msg("%s", ckpt_future_message(f));
 	ckpt_future_free(f);
+	/* Its silence is remembered: the next save does not wait for it. */
+	f = rc_save(&rc, 3, 0, CKPT_TIER_REPLICATED);
+	assert_int_equal(ckpt_future_wait(f, CKPT_KEPT, 30000), 0);
+	assert_true(ckpt_future_wait(f, CKPT_REPLICATED, 30000) < 0);
+	if (strstr(ckpt_future_message(f), "not asked again") == NULL)
+		fail_msg("%s", ckpt_future_message(f));
+	ckpt_future_free(f);
 	kill(c.n[s].pid, SIGCONT);
 	h_assert_serves(&c.n[0]);
 	rc_close(&rc);
@@ -754,6 +805,7 @@ int main(void)
 		cmocka_unit_test(test_killed_node_restores_from_peer),
 		cmocka_unit_test(test_replacement_under_another_name),
 		cmocka_unit_test(test_reshard_from_peers),
+		cmocka_unit_test(test_persisted_step_restores_from_peer_first),
 		cmocka_unit_test(test_wrong_certificate_refused),
 		cmocka_unit_test(test_peer_dies_mid_transfer),
 		cmocka_unit_test(test_replica_share_full),
