@@ -32,6 +32,7 @@
 #define NAMES 65536             /* peer names remembered (struct peer.names) */
 #define DOWN 64                 /* peers that timed out, remembered (open_link) */
 #define DOWN_NS (10ull * 1000 * 1000 * 1000)
+#define RING_TTL_NS (5ull * 1000 * 1000 * 1000) /* the ring is built again after this (ring_now) */
 
 /* A function run on the loop for a peer thread, which waits for it. */
 struct call {
@@ -94,6 +95,11 @@ struct peer {
 		char why[160];
 	} down[DOWN];
 	size_t next_down;
+	/* The ring after this node (ring_now), and when it was built. */
+	char (*ring)[RING_NAME_MAX];
+	size_t nring;
+	uint64_t ring_at;
+	char ring_why[200];
 };
 
 /* ---- the loop bridge ---- */
@@ -753,10 +759,9 @@ static void *acceptor_main(void *arg)
 /* ---- the ring, now ---- */
 
 /* The other nodes of the ring of [peers] peers and what dns resolves
- * to, in ring order after this one, at most max (this node's replicas go
- * to the first [peers] replicas of them). Returns how many, in *out
- * (malloc'd); 0 with why when none. */
-static size_t ring_now(struct peer *p, size_t max, char (**out)[RING_NAME_MAX], char *why, size_t whylen)
+ * to, in ring order after this one, at most max. Returns how many, in
+ * *out (malloc'd); 0 with why when none. */
+static size_t ring_build_now(struct peer *p, size_t max, char (**out)[RING_NAME_MAX], char *why, size_t whylen)
 {
 	const struct config *c = &p->d->cfg;
 	char *extra[256] = { NULL };
@@ -805,6 +810,38 @@ static size_t ring_now(struct peer *p, size_t max, char (**out)[RING_NAME_MAX], 
 		free(*out);
 		*out = NULL;
 	}
+	return n;
+}
+
+/* ring_build_now's answer, at most RING_TTL_NS old: a load asks its
+ * copies' holders per shard, and the ring (a DNS lookup of every peer,
+ * sorted) does not change that fast. This node's replicas go to the
+ * first [peers] replicas of them. */
+static size_t ring_now(struct peer *p, size_t max, char (**out)[RING_NAME_MAX], char *why, size_t whylen)
+{
+	uint64_t now = clock_now_ns();
+	pthread_mutex_lock(&p->mu);
+	if (p->ring_at == 0 || now - p->ring_at > RING_TTL_NS) {
+		pthread_mutex_unlock(&p->mu);
+		char(*fresh)[RING_NAME_MAX] = NULL;
+		char fwhy[200] = "";
+		size_t n = ring_build_now(p, RING_MAX, &fresh, fwhy, sizeof(fwhy));
+		pthread_mutex_lock(&p->mu);
+		free(p->ring);
+		p->ring = fresh;
+		p->nring = n;
+		snprintf(p->ring_why, sizeof(p->ring_why), "%s", fwhy);
+		p->ring_at = now;
+	}
+	size_t n = p->nring < max ? p->nring : max;
+	*out = n ? malloc(n * sizeof(**out)) : NULL;
+	if (*out)
+		memcpy(*out, p->ring, n * sizeof(**out));
+	else
+		n = 0;
+	if (n == 0)
+		snprintf(why, whylen, "%s", p->ring_why[0] ? p->ring_why : "out of memory");
+	pthread_mutex_unlock(&p->mu);
 	return n;
 }
 
@@ -1511,6 +1548,7 @@ static void async_closed(uv_handle_t *h)
 	for (size_t i = 0; i < JOBS; i++)
 		free(p->jobs[i].at);
 	free(p->names);
+	free(p->ring);
 	pthread_mutex_destroy(&p->mu);
 	pthread_cond_destroy(&p->cv);
 	free(p);
