@@ -18,7 +18,7 @@
 
 /* One row per command: its arguments, what it does, and its handler. */
 struct opts {
-	int json, dry_run, jobs;
+	int json, dry_run, jobs, replicas;
 	const char *sock;
 };
 struct command {
@@ -44,7 +44,7 @@ static const struct command commands[] = {
 	{ "rm", "JOB STEP", "remove the step from storage", 2, 2, run_rm },
 	{ "persist", "JOB STEP",
 	  "upload the copies of STEP that this node's ckptd holds in memory only (memory and replicated saves); "
-	  "waits until they are durable",
+	  "waits until they are durable (--replicas: also those it holds for peers, a lost node's ranks)",
 	  2, 2, run_persist },
 	{ "resolve", "JOB [STEP]", "the step a restore loads (default: latest), pinned; hand it to every rank", 1, 2,
 	  run_resolve },
@@ -743,12 +743,12 @@ static int cmd_rm(ckpt_client *c, const char *job, uint64_t step, int json)
 	return 0;
 }
 
-static int cmd_persist(ckpt_client *c, const char *job, uint64_t step, int json)
+static int cmd_persist(ckpt_client *c, const char *job, uint64_t step, int replicas, int json)
 {
 	char what[400];
 	snprintf(what, sizeof(what), "persist %s %" PRIu64, job, step);
 	ckpt_future *f = NULL;
-	int r = ckpt_persist(c, job, step, &f);
+	int r = ckpt_persist_ex(c, job, step, replicas ? CKPT_PERSIST_REPLICAS : 0, &f);
 	if (r < 0)
 		die(what, r);
 	r = ckpt_future_wait(f, CKPT_DURABLE, -1);
@@ -868,7 +868,7 @@ static int run_rm(ckpt_client *c, char **a, int n, const struct opts *o)
 static int run_persist(ckpt_client *c, char **a, int n, const struct opts *o)
 {
 	(void)n;
-	return cmd_persist(c, a[0], parse_step(a[1]), o->json);
+	return cmd_persist(c, a[0], parse_step(a[1]), o->replicas, o->json);
 }
 static int run_resolve(ckpt_client *c, char **a, int n, const struct opts *o)
 {
@@ -887,13 +887,10 @@ static int run_metrics(ckpt_client *c, char **a, int n, const struct opts *o)
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{ "socket", required_argument, NULL, 's' },
-		{ "json", no_argument, NULL, 'J' },
-		{ "dry-run", no_argument, NULL, 'n' },
-		{ "jobs", required_argument, NULL, 'j' },
-		{ "version", no_argument, NULL, 'V' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		{ "socket", required_argument, NULL, 's' }, { "json", no_argument, NULL, 'J' },
+		{ "dry-run", no_argument, NULL, 'n' },      { "replicas", no_argument, NULL, 'R' },
+		{ "jobs", required_argument, NULL, 'j' },   { "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },         { NULL, 0, NULL, 0 },
 	};
 	const char *sock = getenv("CKPTD_SOCKET");
 	struct opts o = { .jobs = 4 };
@@ -906,6 +903,7 @@ int main(int argc, char **argv)
 		case 's': sock = optarg; break;
 		case 'J': o.json = 1; break;
 		case 'n': o.dry_run = 1; break;
+		case 'R': o.replicas = 1; break;
 		case 'j': {
 			char *end;
 			long v = strtol(optarg, &end, 10);

@@ -204,6 +204,11 @@ int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors, size
 
 int ckpt_persist(ckpt_client *c, const char *job, uint64_t step, ckpt_future **out)
 {
+	return ckpt_persist_ex(c, job, step, 0, out);
+}
+
+int ckpt_persist_ex(ckpt_client *c, const char *job, uint64_t step, unsigned flags, ckpt_future **out)
+{
 	if (out)
 		*out = NULL;
 	if (!c || !out) {
@@ -218,6 +223,7 @@ int ckpt_persist(ckpt_client *c, const char *job, uint64_t step, ckpt_future **o
 	Ckpt__PersistRequest m = CKPT__PERSIST_REQUEST__INIT;
 	m.job = (char *)(job ? job : "");
 	m.step = step;
+	m.replicas = (flags & CKPT_PERSIST_REPLICAS) != 0;
 	Ckpt__Frame req = CKPT__FRAME__INIT;
 	req.body_case = CKPT__FRAME__BODY_PERSIST;
 	req.persist = &m;

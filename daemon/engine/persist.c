@@ -87,6 +87,10 @@ static void tally(struct persist *p, const struct save *sv, int status, const ch
 
 static void on_persist_end(struct daemon *d, struct save *sv, int status, const char *why)
 {
+	/* A replica whose rank is in storage already (its origin, or another
+	 * holder, persisted it: the manifest is create-only) is durable. */
+	if (sv->replica && status == -EEXIST)
+		status = 0;
 	struct persist *p, *next;
 	for (p = TAILQ_FIRST(&d->persists); p; p = next) {
 		next = TAILQ_NEXT(p, link);
@@ -102,20 +106,22 @@ void persist_init(struct daemon *d)
 	d->on_persist_end = on_persist_end;
 }
 
-void persist_start(struct daemon *d, const struct requester *rq, const char *job, uint64_t step)
+void persist_start(struct daemon *d, const struct requester *rq, const char *job, uint64_t step, bool replicas)
 {
 	const struct requester_ops *ops = d->req_ops;
 	size_t n = 0;
 	struct save *sv;
-	/* This node's own copies: a replica held for a peer is its origin's
-	 * to persist. */
+	/* This node's own copies; a replica held for a peer is its origin's
+	 * to persist, unless asked (its origin is lost). */
 	TAILQ_FOREACH (sv, &d->held, hlink)
-		if (sv->step == step && !sv->replica && strcmp(sv->job, job) == 0)
+		if (sv->step == step && (replicas || !sv->replica) && strcmp(sv->job, job) == 0)
 			n++;
 	if (n == 0) {
 		ops->reply(rq->s, rq->req_id, -ENOENT,
-			   "no copy of this step is held in this ckptd's memory (a persist runs on the daemon that "
-			   "holds the copies: every node's ranks ask their own)");
+			   replicas ? "no copy of this step is held in this ckptd's memory, its own or for a peer"
+				    : "no copy of this step is held in this ckptd's memory (a persist runs on the "
+				      "daemon that holds the copies: every node's ranks ask their own; a lost "
+				      "node's replicas: persist --replicas on the node that holds them)");
 		return;
 	}
 	struct persist *p = calloc(1, sizeof(*p));
@@ -143,7 +149,7 @@ void persist_start(struct daemon *d, const struct requester *rq, const char *job
 	}
 	size_t nstart = 0;
 	TAILQ_FOREACH (sv, &d->held, hlink) {
-		if (sv->step != step || sv->replica || strcmp(sv->job, job) != 0)
+		if (sv->step != step || (sv->replica && !replicas) || strcmp(sv->job, job) != 0)
 			continue;
 		if (sv->durable) {
 			p->bytes += sv->shard_bytes;

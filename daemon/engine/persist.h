@@ -6,6 +6,7 @@
 #ifndef CKPTD_PERSIST_H
 #define CKPTD_PERSIST_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct daemon;
@@ -16,6 +17,6 @@ void persist_init(struct daemon *d);
 /* job as ckptd keeps it. Answers SaveDurable (the copies' bytes in all)
  * once every copy of (job, step) held here is durable, SaveFailed if one
  * could not be written, or a Reply: ENOENT when none is held here. */
-void persist_start(struct daemon *d, const struct requester *rq, const char *job, uint64_t step);
+void persist_start(struct daemon *d, const struct requester *rq, const char *job, uint64_t step, bool replicas);
 
 #endif

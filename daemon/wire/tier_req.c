@@ -152,7 +152,7 @@ void persist_request(struct session *s, uint64_t req_id, const Ckpt__PersistRequ
 	if (!session_request_job(s, req_id, m->job, "persist", job, sizeof(job)))
 		return;
 	struct requester rq = session_requester(s, req_id);
-	persist_start(s->d, &rq, job, m->step);
+	persist_start(s->d, &rq, job, m->step, m->replicas);
 }
 
 /* Copies of (job, step) held here: how many, and whether any is in

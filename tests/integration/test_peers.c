@@ -505,6 +505,66 @@ static void test_persisted_step_restores_from_peer_first(void **state)
 	cluster_stop(&c, NODES);
 }
 
+/* persist --replicas on a holder: a lost node's replicated step is
+ * uploaded from its replica, and restores from storage; a replica whose
+ * rank its origin persisted first counts as durable. */
+static void test_holder_persists_lost_nodes_replicas(void **state)
+{
+	(void)state;
+	struct cluster c;
+	cluster_start(&c, NODES, NULL);
+	int s = successor(0, NODES), other = 3 - s;
+	struct rank_client rc;
+	rc_open(&c.n[0], &rc, "lost", 0, 1, 3 * MIB + 11);
+	ckpt_future *f = rc_save(&rc, 10, 0, CKPT_TIER_REPLICATED);
+	assert_int_equal(ckpt_future_wait(f, CKPT_REPLICATED, 30000), 0);
+	ckpt_future_free(f);
+	f = rc_save(&rc, 11, 0, CKPT_TIER_REPLICATED);
+	assert_int_equal(ckpt_future_wait(f, CKPT_REPLICATED, 30000), 0);
+	ckpt_future_free(f);
+	/* The origin persists step 11 itself, then is lost. */
+	ckpt_future *p = NULL;
+	assert_int_equal(ckpt_persist(rc.c, "lost", 11, &p), 0);
+	assert_int_equal(ckpt_future_wait(p, CKPT_DURABLE, 30000), 0);
+	ckpt_future_free(p);
+	rc_close(&rc);
+	kill(c.n[0].pid, SIGKILL);
+	waitpid(c.n[0].pid, NULL, 0);
+	c.n[0].pid = -1;
+	ckpt_client *ctl = NULL;
+	assert_int_equal(ckpt_connect(c.n[s].sock, NULL, &ctl), 0);
+	assert_int_equal(ckpt_persist(ctl, "lost", 10, &p), 0);
+	assert_int_equal(ckpt_future_wait(p, CKPT_DURABLE, 10000), -ENOENT);
+	assert_non_null(strstr(ckpt_future_message(p), "--replicas"));
+	ckpt_future_free(p);
+	for (uint64_t step = 10; step <= 11; step++) {
+		assert_int_equal(ckpt_persist_ex(ctl, "lost", step, CKPT_PERSIST_REPLICAS, &p), 0);
+		int r = ckpt_future_wait(p, CKPT_DURABLE, 30000);
+		if (r != 0)
+			fail_msg("persist --replicas %llu: %s (%s)", (unsigned long long)step, ckpt_strerror(r),
+				 ckpt_future_message(p));
+		assert_int_equal(ckpt_future_bytes(p), 3 * MIB + 11);
+		ckpt_future_free(p);
+	}
+	ckpt_close(ctl);
+	/* Both steps are in storage: another node restores them from there. */
+	rc_open(&c.n[other], &rc, "lost", 0, 1, 3 * MIB + 11);
+	for (uint64_t step = 10; step <= 11; step++) {
+		memset(ckpt_buffer_data(rc.b), 0, rc.n);
+		ckpt_future *l = NULL;
+		assert_int_equal(ckpt_load_ex(rc.c, (int64_t)step, &rc.t, 1, CKPT_LOAD_STORAGE_ONLY, &l), 0);
+		assert_int_equal(ckpt_future_wait(l, CKPT_LOADED, 30000), 0);
+		assert_string_equal(ckpt_future_source(l), "storage");
+		uint8_t *want = malloc(rc.n);
+		fill(want, rc.n, step * 1000);
+		assert_memory_equal(ckpt_buffer_data(rc.b), want, rc.n);
+		free(want);
+		ckpt_future_free(l);
+	}
+	rc_close(&rc);
+	cluster_stop(&c, NODES);
+}
+
 /* One rank's piece [off, off + len) of the global tensor "blob" of
  * 4 x 2 MiB that ranks 0..3 of step 4 saved, each its quarter filled with
  * fill(seed 4000 + rank). */
@@ -806,6 +866,7 @@ int main(void)
 		cmocka_unit_test(test_replacement_under_another_name),
 		cmocka_unit_test(test_reshard_from_peers),
 		cmocka_unit_test(test_persisted_step_restores_from_peer_first),
+		cmocka_unit_test(test_holder_persists_lost_nodes_replicas),
 		cmocka_unit_test(test_wrong_certificate_refused),
 		cmocka_unit_test(test_peer_dies_mid_transfer),
 		cmocka_unit_test(test_replica_share_full),

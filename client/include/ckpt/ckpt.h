@@ -216,6 +216,12 @@ int ckpt_load_ex(ckpt_client *c, int64_t step, const ckpt_tensor *tensors, size_
  * the step. Every node's ranks ask their own daemon (ckpt.torch's
  * Checkpointer.persist does, on every rank). */
 int ckpt_persist(ckpt_client *c, const char *job, uint64_t step, ckpt_future **out);
+/* ckpt_persist with flags: CKPT_PERSIST_REPLICAS also uploads the copies
+ * of the step this daemon holds for its peers (a lost node's ranks: run
+ * it on the node that holds them); a rank its origin persisted already
+ * counts as durable. */
+#define CKPT_PERSIST_REPLICAS 1u
+int ckpt_persist_ex(ckpt_client *c, const char *job, uint64_t step, unsigned flags, ckpt_future **out);
 
 /* Wait until the future has reached phase (or failed). timeout_ms < 0 waits
  * forever. Returns 0, -ETIMEDOUT, or the failure (-errno) with its message in

@@ -139,6 +139,7 @@ def _load():
         "ckpt_save_table": (i, [vp, u64, vp, vp, sz, ctypes.POINTER(vp)]),
         "ckpt_save_table_ex": (i, [vp, u64, vp, vp, sz, ctypes.POINTER(_SaveOpts), ctypes.POINTER(vp)]),
         "ckpt_persist": (i, [vp, ctypes.c_char_p, u64, ctypes.POINTER(vp)]),
+        "ckpt_persist_ex": (i, [vp, ctypes.c_char_p, u64, ctypes.c_uint, ctypes.POINTER(vp)]),
         "ckpt_held": (i, [vp, ctypes.c_char_p, i, ctypes.POINTER(ctypes.POINTER(_HeldInfo)), ctypes.POINTER(sz)]),
         "ckpt_future_replicas": (ctypes.c_uint32, [vp]),
         "ckpt_table_free": (None, [vp]),

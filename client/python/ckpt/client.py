@@ -425,14 +425,17 @@ class Client:
             raise _error(rc, what=f"save step {step}")
         return SaveFuture(_NativeFuture(fut, _phases(t)), step, t)
 
-    def persist(self, step, job=None):
+    def persist(self, step, job=None, replicas=False):
         """Make step of job (default: this client's) durable: every copy of
         it this node's daemon holds in memory only is uploaded, and stays
         held. Returns a SaveFuture whose .durable (and result()) completes
         once all of them are, or raises (CkptError ENOENT when none is held
-        here). Every node's ranks ask their own daemon."""
+        here). Every node's ranks ask their own daemon. replicas=True also
+        uploads the copies it holds for peers (a lost node's ranks); a rank
+        already in storage counts as durable."""
         fut = ctypes.c_void_p()
-        rc = lib.ckpt_persist(self._handle(), job.encode() if job else None, int(step), ctypes.byref(fut))
+        rc = lib.ckpt_persist_ex(self._handle(), job.encode() if job else None, int(step), 1 if replicas else 0,
+                                 ctypes.byref(fut))
         if rc < 0:
             raise _error(rc, what=f"persist step {step}")
         return SaveFuture(_NativeFuture(fut, (CKPT_DURABLE,)), int(step))
