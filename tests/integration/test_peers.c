@@ -118,6 +118,14 @@ static void cluster_start(struct cluster *c, int n, const char *const *extra)
 	}
 }
 
+/* Node i's daemon SIGKILLed (its pool lost). */
+static void node_kill(struct cluster *c, int i)
+{
+	kill(c->n[i].pid, SIGKILL);
+	waitpid(c->n[i].pid, NULL, 0);
+	c->n[i].pid = -1;
+}
+
 static void cluster_stop(struct cluster *c, int n)
 {
 	for (int i = n - 1; i >= 0; i--)
@@ -200,6 +208,27 @@ static ckpt_future *rc_save(struct rank_client *rc, uint64_t step, uint32_t rank
 	if (r < 0)
 		fail_msg("save: %s (%s)", ckpt_strerror(r), ckpt_errmsg());
 	return f;
+}
+
+/* Save step at tier and wait until it reaches phase (0 expected). */
+static void rc_save_wait(struct rank_client *rc, uint64_t step, uint32_t rank, int tier, int phase)
+{
+	ckpt_future *f = rc_save(rc, step, rank, tier);
+	int r = ckpt_future_wait(f, phase, 30000);
+	if (r != 0)
+		fail_msg("save %llu: %s (%s)", (unsigned long long)step, ckpt_strerror(r), ckpt_future_message(f));
+	ckpt_future_free(f);
+}
+
+/* Persist step through c and wait until durable (0 expected). */
+static void persist_wait(ckpt_client *c, const char *job, uint64_t step, unsigned flags)
+{
+	ckpt_future *p = NULL;
+	assert_int_equal(ckpt_persist_ex(c, job, step, flags, &p), 0);
+	int r = ckpt_future_wait(p, CKPT_DURABLE, 30000);
+	if (r != 0)
+		fail_msg("persist %llu: %s (%s)", (unsigned long long)step, ckpt_strerror(r), ckpt_future_message(p));
+	ckpt_future_free(p);
 }
 
 /* Load step; checked bit-exact; its source (and peer) copied out. */
@@ -334,9 +363,7 @@ static void test_killed_node_restores_from_peer(void **state)
 	int st = 0;
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	assert_true(WIFSIGNALED(st));
-	kill(c.n[0].pid, SIGKILL);
-	waitpid(c.n[0].pid, NULL, 0);
-	c.n[0].pid = -1;
+	node_kill(&c, 0);
 	/* The replacement: same name, same store, an empty pool. */
 	h_start(&c.n[0], c.conf[0]);
 	struct rank_client rc;
@@ -370,9 +397,7 @@ static void test_killed_node_restores_from_peer(void **state)
 	/* Again, the way ckpt.torch restores: it shows its rank's manifest
 	 * first, which brings the copy back from the peer; the load then
 	 * reads memory. */
-	kill(c.n[0].pid, SIGKILL);
-	waitpid(c.n[0].pid, NULL, 0);
-	c.n[0].pid = -1;
+	node_kill(&c, 0);
 	h_start(&c.n[0], c.conf[0]);
 	rc_open(&c.n[0], &rc, "kill", 0, NODES, n);
 	ckpt_step_detail *det = NULL;
@@ -425,9 +450,7 @@ static void test_replacement_under_another_name(void **state)
 	assert_int_equal(ckpt_future_wait(f, CKPT_REPLICATED, 30000), 0);
 	ckpt_future_free(f);
 	rc_close(&rc);
-	kill(c.n[0].pid, SIGKILL);
-	waitpid(c.n[0].pid, NULL, 0);
-	c.n[0].pid = -1;
+	node_kill(&c, 0);
 	int port = free_port_below(ports[0]);
 	if (port < 0)
 		skip();
@@ -473,20 +496,11 @@ static void test_persisted_step_restores_from_peer_first(void **state)
 	cluster_start(&c, NODES, NULL);
 	struct rank_client rc;
 	rc_open(&c.n[0], &rc, "pers", 0, 1, 3 * MIB);
-	ckpt_future *f = rc_save(&rc, 7, 0, CKPT_TIER_DURABLE);
-	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 30000), 0);
-	ckpt_future_free(f);
-	f = rc_save(&rc, 8, 0, CKPT_TIER_REPLICATED);
-	assert_int_equal(ckpt_future_wait(f, CKPT_REPLICATED, 30000), 0);
-	ckpt_future_free(f);
-	ckpt_future *p = NULL;
-	assert_int_equal(ckpt_persist(rc.c, "pers", 8, &p), 0);
-	assert_int_equal(ckpt_future_wait(p, CKPT_DURABLE, 30000), 0);
-	ckpt_future_free(p);
+	rc_save_wait(&rc, 7, 0, CKPT_TIER_DURABLE, CKPT_DURABLE);
+	rc_save_wait(&rc, 8, 0, CKPT_TIER_REPLICATED, CKPT_REPLICATED);
+	persist_wait(rc.c, "pers", 8, 0);
 	rc_close(&rc);
-	kill(c.n[0].pid, SIGKILL);
-	waitpid(c.n[0].pid, NULL, 0);
-	c.n[0].pid = -1;
+	node_kill(&c, 0);
 	h_start(&c.n[0], c.conf[0]);
 	rc_open(&c.n[0], &rc, "pers", 0, 1, 3 * MIB);
 	char src[16], peer[128], want_peer[64];
@@ -516,36 +530,21 @@ static void test_holder_persists_lost_nodes_replicas(void **state)
 	int s = successor(0, NODES), other = 3 - s;
 	struct rank_client rc;
 	rc_open(&c.n[0], &rc, "lost", 0, 1, 3 * MIB + 11);
-	ckpt_future *f = rc_save(&rc, 10, 0, CKPT_TIER_REPLICATED);
-	assert_int_equal(ckpt_future_wait(f, CKPT_REPLICATED, 30000), 0);
-	ckpt_future_free(f);
-	f = rc_save(&rc, 11, 0, CKPT_TIER_REPLICATED);
-	assert_int_equal(ckpt_future_wait(f, CKPT_REPLICATED, 30000), 0);
-	ckpt_future_free(f);
+	rc_save_wait(&rc, 10, 0, CKPT_TIER_REPLICATED, CKPT_REPLICATED);
+	rc_save_wait(&rc, 11, 0, CKPT_TIER_REPLICATED, CKPT_REPLICATED);
 	/* The origin persists step 11 itself, then is lost. */
-	ckpt_future *p = NULL;
-	assert_int_equal(ckpt_persist(rc.c, "lost", 11, &p), 0);
-	assert_int_equal(ckpt_future_wait(p, CKPT_DURABLE, 30000), 0);
-	ckpt_future_free(p);
+	persist_wait(rc.c, "lost", 11, 0);
 	rc_close(&rc);
-	kill(c.n[0].pid, SIGKILL);
-	waitpid(c.n[0].pid, NULL, 0);
-	c.n[0].pid = -1;
+	node_kill(&c, 0);
 	ckpt_client *ctl = NULL;
 	assert_int_equal(ckpt_connect(c.n[s].sock, NULL, &ctl), 0);
+	ckpt_future *p = NULL;
 	assert_int_equal(ckpt_persist(ctl, "lost", 10, &p), 0);
 	assert_int_equal(ckpt_future_wait(p, CKPT_DURABLE, 10000), -ENOENT);
 	assert_non_null(strstr(ckpt_future_message(p), "--replicas"));
 	ckpt_future_free(p);
-	for (uint64_t step = 10; step <= 11; step++) {
-		assert_int_equal(ckpt_persist_ex(ctl, "lost", step, CKPT_PERSIST_REPLICAS, &p), 0);
-		int r = ckpt_future_wait(p, CKPT_DURABLE, 30000);
-		if (r != 0)
-			fail_msg("persist --replicas %llu: %s (%s)", (unsigned long long)step, ckpt_strerror(r),
-				 ckpt_future_message(p));
-		assert_int_equal(ckpt_future_bytes(p), 3 * MIB + 11);
-		ckpt_future_free(p);
-	}
+	for (uint64_t step = 10; step <= 11; step++)
+		persist_wait(ctl, "lost", step, CKPT_PERSIST_REPLICAS);
 	ckpt_close(ctl);
 	/* Both steps are in storage: another node restores them from there. */
 	rc_open(&c.n[other], &rc, "lost", 0, 1, 3 * MIB + 11);
@@ -650,9 +649,7 @@ static void test_reshard_from_peers(void **state)
 		ckpt_buffer_free(b);
 		ckpt_close(cl);
 	}
-	kill(c.n[0].pid, SIGKILL);
-	waitpid(c.n[0].pid, NULL, 0);
-	c.n[0].pid = -1;
+	node_kill(&c, 0);
 	h_start(&c.n[0], c.conf[0]);
 	char src[16], extra[32], peer[128];
 	/* Rank 1 of 2 first: saved ranks 2 and 3; its extra state is rank

@@ -232,16 +232,21 @@ def _certs(d):
     subprocess.run(cmd, shell=True, check=True, capture_output=True)
 
 
-def test_replacement_node_restores_latest_from_its_peer(daemon_factory, tmp_path):
-    """Two daemons replicate to each other; one is SIGKILLed and replaced by
-    a fresh one (empty pool): Checkpointer.load() of "latest" finds the
-    memory step on the peer and restores it from there."""
+def _two_peers(daemon_factory, tmp_path):
+    """Two daemons, each the other's peer (certificates made here)."""
     _certs(tmp_path)
     ports = [_free_port(), _free_port()]
     conf = ["[peers]\nlisten = 127.0.0.1:%d\npeers = 127.0.0.1:%d,127.0.0.1:%d\ncert = %s/node.crt\n"
             "key = %s/node.key\nca = %s/ca.crt\ntimeout_ms = 5000\n" % (ports[i], ports[0], ports[1], tmp_path,
                                                                          tmp_path, tmp_path) for i in range(2)]
-    ds = [daemon_factory(conf[i]) for i in range(2)]
+    return [daemon_factory(conf[i]) for i in range(2)], ports
+
+
+def test_replacement_node_restores_latest_from_its_peer(daemon_factory, tmp_path):
+    """Two daemons replicate to each other; one is SIGKILLed and replaced by
+    a fresh one (empty pool): Checkpointer.load() of "latest" finds the
+    memory step on the peer and restores it from there."""
+    ds, ports = _two_peers(daemon_factory, tmp_path)
     with ckpt.torch.Checkpointer("tpeer", socket=ds[0].sock) as cp:
         cp.save(_sd(1), 1).result(30)
         f = cp.save(_sd(2), 2, tier="replicated")
@@ -282,12 +287,7 @@ def test_dcp_memory_step_on_two_nodes(daemon_factory, tmp_path):
     memory only: no daemon holds both ranks' manifests, so the ranks gather
     the metadata, and the pieces a rank needs that the other saved come
     from its node's memory through the peers. Both restore exactly."""
-    _certs(tmp_path)
-    ports = [_free_port(), _free_port()]
-    conf = ["[peers]\nlisten = 127.0.0.1:%d\npeers = 127.0.0.1:%d,127.0.0.1:%d\ncert = %s/node.crt\n"
-            "key = %s/node.key\nca = %s/ca.crt\ntimeout_ms = 5000\n" % (ports[i], ports[0], ports[1], tmp_path,
-                                                                         tmp_path, tmp_path) for i in range(2)]
-    ds = [daemon_factory(conf[i]) for i in range(2)]
+    ds, ports = _two_peers(daemon_factory, tmp_path)
     out = str(tmp_path / "n")
     mp.spawn(_dcp_two_nodes, args=(2, _free_port(), [d.sock for d in ds], out), nprocs=2)
     for rank in range(2):
