@@ -439,3 +439,40 @@ void raw_register(int fd, uint64_t id, int memfd, uint64_t nbytes)
 {
 	assert_int_equal(raw_register_status(fd, id, memfd, nbytes, NULL), 0);
 }
+
+void h_fill(uint8_t *p, size_t n, uint64_t seed)
+{
+	for (size_t i = 0; i < n; i += 8) {
+		uint64_t v = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed * 0xBF58476D1CE4E5B9ull;
+		memcpy(p + i, &v, n - i < 8 ? n - i : 8);
+	}
+}
+
+void h_rank_open(struct dctx *d, struct h_rank *rc, const char *job, uint32_t rank, uint32_t world, size_t n,
+		 const char *attempt, const char *policy, bool boxed)
+{
+	memset(rc, 0, sizeof(*rc));
+	ckpt_hello h = { .job = job, .rank = rank, .world_size = world, .attempt_id = attempt, .policy = policy };
+	int r = ckpt_connect(d->sock, &h, &rc->c);
+	if (r < 0)
+		fail_msg("connect: %s (%s)", ckpt_strerror(r), ckpt_errmsg());
+	assert_int_equal(ckpt_buffer_alloc(rc->c, n, &rc->b), 0);
+	rc->n = n;
+	rc->shape[0] = boxed ? n * world : n;
+	snprintf(rc->name, sizeof(rc->name), boxed ? "blob" : "blob.%u", rank);
+	rc->t = (ckpt_tensor){
+		.name = rc->name, .dtype = CKPT_U8, .ndim = 1, .global_shape = rc->shape, .buffer = rc->b, .nbytes = n
+	};
+	if (boxed) {
+		rc->off[0] = (uint64_t)n * rank;
+		rc->len[0] = n;
+		rc->t.box_offsets = rc->off;
+		rc->t.box_lengths = rc->len;
+	}
+}
+
+void h_rank_close(struct h_rank *rc)
+{
+	ckpt_buffer_free(rc->b);
+	ckpt_close(rc->c);
+}

@@ -9,9 +9,10 @@
 #include <sys/types.h>
 
 #include "ckpt.pb-c.h"
+#include "ckpt/ckpt.h"
 
 struct dctx {
-	char dir[256];     /* temporary root: socket, store, state, log */
+	char dir[256]; /* temporary root: socket, store, state, log */
 	char sock[300];
 	char store[300];
 	pid_t pid;
@@ -78,5 +79,24 @@ int make_memfd(size_t n, int v);
 uint64_t h_metric(struct dctx *d, const char *name);
 
 void h_rank_object(const char *dir, uint32_t rank, uint32_t ws, const char *ext, char *out, size_t cap);
+
+/* n bytes of a pattern that seed decides. */
+void h_fill(uint8_t *p, size_t n, uint64_t seed);
+
+/* One rank's session with one u8 tensor of n bytes in a buffer of its
+ * own: "blob.<rank>", which only that rank saves (so ranks may differ in
+ * size), or with boxed, the rank's box [rank x n, n) of one global
+ * tensor "blob" of world x n bytes. */
+struct h_rank {
+	ckpt_client *c;
+	ckpt_buffer *b;
+	ckpt_tensor t;
+	uint64_t shape[1], off[1], len[1];
+	char name[32];
+	size_t n;
+};
+void h_rank_open(struct dctx *d, struct h_rank *rc, const char *job, uint32_t rank, uint32_t world, size_t n,
+		 const char *attempt, const char *policy, bool boxed);
+void h_rank_close(struct h_rank *rc);
 
 #endif

@@ -24,44 +24,15 @@
 
 #define MIB (1u << 20)
 
-static void fill(uint8_t *p, size_t n, uint64_t seed)
-{
-	for (size_t i = 0; i < n; i += 8) {
-		uint64_t v = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed * 0xBF58476D1CE4E5B9ull;
-		memcpy(p + i, &v, n - i < 8 ? n - i : 8);
-	}
-}
+#define fill h_fill
+#define rank_client h_rank
+#define rc_close h_rank_close
 
-/* One rank's session with one u8 tensor of n bytes, "blob.<rank>". */
-struct rank_client {
-	ckpt_client *c;
-	ckpt_buffer *b;
-	ckpt_tensor t;
-	uint64_t shape[1];
-	char name[32];
-	size_t n;
-};
-
+/* "blob.<rank>" (harness.h). */
 static void rc_open(struct dctx *d, struct rank_client *rc, const char *job, uint32_t rank, uint32_t world,
 		    size_t n, const char *policy)
 {
-	memset(rc, 0, sizeof(*rc));
-	ckpt_hello h = { .job = job, .rank = rank, .world_size = world, .attempt_id = "t", .policy = policy };
-	int r = ckpt_connect(d->sock, &h, &rc->c);
-	if (r < 0)
-		fail_msg("connect: %s (%s)", ckpt_strerror(r), ckpt_errmsg());
-	assert_int_equal(ckpt_buffer_alloc(rc->c, n, &rc->b), 0);
-	rc->n = n;
-	rc->shape[0] = n;
-	snprintf(rc->name, sizeof(rc->name), "blob.%u", rank);
-	rc->t = (ckpt_tensor){ .name = rc->name, .dtype = CKPT_U8, .ndim = 1, .global_shape = rc->shape,
-			       .buffer = rc->b, .nbytes = n };
-}
-
-static void rc_close(struct rank_client *rc)
-{
-	ckpt_buffer_free(rc->b);
-	ckpt_close(rc->c);
+	h_rank_open(d, rc, job, rank, world, n, "t", policy, false);
 }
 
 static ckpt_future *rc_save_tier(struct rank_client *rc, uint64_t step, int tier)
