@@ -40,8 +40,7 @@ static void answer(struct daemon *d, struct persist *p)
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	if (p->status == 0) {
 		char where[1024];
-		snprintf(where, sizeof(where), "%s/%s/step-%012" PRIu64, daemon_store_of(d, p->job)->url, p->job,
-			 p->step);
+		save_step_location(d, p->job, p->step, where, sizeof(where));
 		Ckpt__SaveDurable dur = CKPT__SAVE_DURABLE__INIT;
 		dur.bytes = p->bytes;
 		dur.location = where;

@@ -444,8 +444,7 @@ static void send_staged(struct save *sv)
 static void send_durable(struct save *sv)
 {
 	char where[1024];
-	snprintf(where, sizeof(where), "%s/%s/step-%012" PRIu64, daemon_store_of(sv->d, sv->job)->url, sv->job,
-		 sv->step);
+	save_step_location(sv->d, sv->job, sv->step, where, sizeof(where));
 	Ckpt__SaveDurable dur = CKPT__SAVE_DURABLE__INIT;
 	dur.bytes = sv->shard_bytes;
 	dur.location = where;

@@ -9,7 +9,9 @@
 #include "saveobj.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,6 +130,24 @@ int save_manifest_view(const struct save *sv, Ckpt__Manifest *m, const char *sha
 	m->n_tensors = n;
 	m->tensors = vm->ptrs;
 	return 0;
+}
+
+void save_held_view(const struct save *sv, Ckpt__HeldCopy *h, size_t strip)
+{
+	ckpt__held_copy__init(h);
+	h->job = (char *)sv->job + strip;
+	h->rank = sv->rank;
+	h->world_size = sv->world_size;
+	h->step = sv->step;
+	h->bytes = sv->shard_bytes;
+	h->attempt_id = (char *)sv->attempt;
+	h->tier = (Ckpt__Tier)sv->tier;
+	h->durable = sv->durable;
+}
+
+void save_step_location(struct daemon *d, const char *job, uint64_t step, char *out, size_t len)
+{
+	snprintf(out, len, "%s/%s/step-%012" PRIu64, daemon_store_of(d, job)->url, job, step);
 }
 
 void save_manifest_view_free(Ckpt__Manifest *m)

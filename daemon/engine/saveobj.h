@@ -147,6 +147,11 @@ void save_drop_events(struct save *sv);
  * memory-only copy has no shard name: "". */
 int save_manifest_view(const struct save *sv, Ckpt__Manifest *m, const char *shard_name, uint64_t created_unix_ns);
 void save_manifest_view_free(Ckpt__Manifest *m);
+/* sv as a HeldReply lists it (a view into sv; job from its strip'th
+ * byte: a tenant's own name). */
+void save_held_view(const struct save *sv, Ckpt__HeldCopy *h, size_t strip);
+/* Where step of job is in storage, for SaveDurable.location. */
+void save_step_location(struct daemon *d, const char *job, uint64_t step, char *out, size_t len);
 
 /* Bytes [off, off+len) of a held save's shard: a pointer into the pool when
  * they lie in one chunk, else copied into tmp. Thread-safe while pinned. */

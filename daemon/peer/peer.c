@@ -401,18 +401,13 @@ static void list_on_loop(struct daemon *d, void *arg)
 	TAILQ_FOREACH (sv, &d->held, hlink) {
 		if ((!l->all_ranks && sv->rank != l->rank) || strcmp(sv->job, l->job) != 0 || sv->drop_pending)
 			continue;
+		/* Copied: the reply is sent off the loop, when sv may be gone. */
 		Ckpt__HeldCopy *h = &l->v[l->n];
-		ckpt__held_copy__init(h);
+		save_held_view(sv, h, 0);
 		snprintf(l->jobs[l->n], sizeof(l->jobs[0]), "%s", sv->job);
 		snprintf(l->attempts[l->n], sizeof(l->attempts[0]), "%s", sv->attempt);
 		h->job = l->jobs[l->n];
 		h->attempt_id = l->attempts[l->n];
-		h->rank = sv->rank;
-		h->world_size = sv->world_size;
-		h->step = sv->step;
-		h->bytes = sv->shard_bytes;
-		h->tier = (Ckpt__Tier)sv->tier;
-		h->durable = sv->durable;
 		l->n++;
 	}
 }

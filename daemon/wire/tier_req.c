@@ -19,19 +19,6 @@ static const char *const tier_word[] = {
 	[TIER_DURABLE] = "durable", [TIER_MEMORY] = "memory", [TIER_REPLICATED] = "replicated"
 };
 
-static void held_copy_fill(Ckpt__HeldCopy *h, const struct save *sv, size_t strip)
-{
-	ckpt__held_copy__init(h);
-	h->job = (char *)sv->job + strip;
-	h->rank = sv->rank;
-	h->world_size = sv->world_size;
-	h->step = sv->step;
-	h->bytes = sv->shard_bytes;
-	h->attempt_id = (char *)sv->attempt;
-	h->tier = (Ckpt__Tier)sv->tier;
-	h->durable = sv->durable;
-}
-
 /* The HeldReply: this daemon's copies of job (for rank, or all ranks),
  * then the peers' (peer_copy, each naming its peer). */
 static void held_answer(struct session *s, uint64_t req_id, const char *job, bool all_ranks, uint32_t rank,
@@ -54,7 +41,7 @@ static void held_answer(struct session *s, uint64_t req_id, const char *job, boo
 	size_t strip = session_job_strip(s);
 	TAILQ_FOREACH (sv, &d->held, hlink)
 		if (strcmp(sv->job, job) == 0 && (all_ranks || sv->rank == rank)) {
-			held_copy_fill(&v[k], sv, strip);
+			save_held_view(sv, &v[k], strip);
 			p[k] = &v[k];
 			k++;
 		}
