@@ -156,16 +156,41 @@ static void copy_run(struct work_item *it)
 		pos = at + p->len;
 		if (t->buf->cuda)
 			continue;
-		for (uint64_t done = 0; done < p->len;) {
-			size_t n = p->len - done < COPY_BLOCK ? (size_t)(p->len - done) : COPY_BLOCK;
-			uint64_t from = t->buf_off + p->tensor_off + done;
-			int r = hostbuf_copy_out(t->buf, from, base + at + done, n, NULL);
+		/* A run: the next pieces of the same buffer that lie as they
+		 * will in the shard (ckpt.torch puts a plan's tensors in one
+		 * file in the shard's order), copied as one stream, gaps and
+		 * all; the shard's gaps are zeroed after. One copy, not one per
+		 * tensor: 10,000 tensors of 53 KB cost the copy loop about as
+		 * much as one of 512 MiB. */
+		uint64_t from = t->buf_off + p->tensor_off, len = p->len;
+		uint32_t last = k;
+		while (last + 1 < job->npieces) {
+			const struct save_piece *q = &sv->pieces[job->first_piece + last + 1];
+			const struct save_tensor *u = &sv->tensors[q->tensor];
+			uint64_t q_at = u->shard_off + q->tensor_off - chunk_start;
+			uint64_t q_from = u->buf_off + q->tensor_off;
+			if (u->buf != t->buf || q_from < from + len || q_at < at + len || q_from - from != q_at - at ||
+			    q_at - (at + len) >= SHARD_ALIGN)
+				break;
+			len = q_at + q->len - at;
+			last++;
+		}
+		for (uint64_t done = 0; done < len;) {
+			size_t n = len - done < COPY_BLOCK ? (size_t)(len - done) : COPY_BLOCK;
+			int r = hostbuf_copy_out(t->buf, from + done, base + at + done, n, NULL);
 			if (r < 0) {
 				job->err = r;
-				job->first_piece += k; /* name the tensor that failed */
+				job->first_piece += k; /* name the (first) tensor that failed */
 				return;
 			}
 			done += n;
+		}
+		for (; k < last; k++) { /* the gaps inside the run: zeroes, as between runs */
+			const struct save_piece *q = &sv->pieces[job->first_piece + k + 1];
+			uint64_t q_at = sv->tensors[q->tensor].shard_off + q->tensor_off - chunk_start;
+			if (q_at > pos)
+				memset(base + pos, 0, q_at - pos);
+			pos = q_at + q->len;
 		}
 	}
 	if (chunk_len > pos)

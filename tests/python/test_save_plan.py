@@ -174,3 +174,39 @@ def test_skeleton_with_a_bad_leaf_index_is_refused():
     skel = dump_skeleton({"x": _Leaf(3)})
     with pytest.raises(pickle.UnpicklingError, match="leaf 3"):
         load_meta(pickle.dumps({"skeleton": skel, "leaves": [1], "extra": None}))
+
+
+@pytest.mark.skipif(not ckpt.torch._CAN_SWAP, reason="this torch has no UntypedStorage._swap_data_ptr_")
+def test_plan_tensors_share_one_file_in_place(daemon):
+    """A plan's CPU storages move into one shared-memory file (one
+    registration, the shard's layout), in place: a parameter, a view of it
+    and the state dict's detached tensor stay one memory, tied weights stay
+    tied, and a tensor that leaves the dict lets its file go once no
+    tensor of the plan is in it."""
+    torch.manual_seed(3)
+    w = torch.nn.Parameter(torch.randn(7, 9))
+    view = w.data[2]
+    tied = {"emb": w, "head": w, "b": torch.randn(5), "odd": torch.randn(3, dtype=torch.float64)}
+    with ckpt.torch.Checkpointer("plan-arena", socket=daemon.sock) as cp:
+        cp.save({k: v.detach() for k, v in tied.items()}, 1).durable.result()
+        bufs = {s.buffer for s in cp._plan.specs}
+        assert len(bufs) == 1, "one registration for every storage of the plan"
+        offs = [s.offset for s in cp._plan.specs]
+        assert offs[0] == offs[1] and all(o % 64 == 0 for o in offs), offs
+        with torch.no_grad():
+            w.mul_(3)                      # through the parameter
+        assert torch.equal(view, w.data[2]) and view.data_ptr() == w.data_ptr() + 2 * 9 * 4
+        cp.save({k: v.detach() for k, v in tied.items()}, 2).durable.result()
+        with ckpt.torch.Checkpointer("plan-arena", socket=daemon.sock) as reader:
+            out, _ = restore(reader, {k: v.detach() for k, v in tied.items()}, 2)
+        assert same(out, {k: v.detach() for k, v in tied.items()})
+        arena = next(iter(cp._arena.values())).arena
+        nbufs = len(cp.client._buffers)
+        # "b" leaves: a new plan; the file stays (the others are in it).
+        cp.save({"emb": w.detach(), "odd": tied["odd"]}, 3).durable.result()
+        assert arena.n == 2 and len(cp.client._buffers) == nbufs
+        # Every tensor of the file leaves: it is unregistered.
+        cp.save({"new": torch.randn(4)}, 4).durable.result()
+        assert arena.n == 0 and arena.buf not in cp.client._buffers
+    # The tensors outlive the checkpointer and its file's registration.
+    assert torch.equal(view, w.detach()[2]) and torch.equal(w.detach().clone(), w.detach())
