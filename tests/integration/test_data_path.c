@@ -411,6 +411,72 @@ static void test_replicated_shards_load_whole(void **state)
 		fail_msg("load: %d %s", r, msg);
 }
 
+/* Tensors that lie in one buffer as they will in the shard (ckpt.torch's
+ * one file per plan) are copied as one run, gaps and all: the shard holds
+ * every tensor's bytes, and zeroes in the gaps whatever the buffer has
+ * there; it verifies and restores. */
+static void test_run_of_neighbours_in_one_buffer(void **state)
+{
+	(void)state;
+	ckpt_hello h = { .job = "runs", .rank = 0, .world_size = 1 };
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(D.sock, &h, &c), 0);
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, 1 << 20, &b), 0);
+	uint8_t *p = ckpt_buffer_data(b);
+	memset(p, 0xAB, 1 << 20);
+	/* Sizes 100, 50, 64 and 300000 at 0, 128, 192 and 256: the shard's
+	 * 64-byte layout; then one elsewhere in the buffer (a new run). */
+	static const uint64_t at[5] = { 0, 128, 192, 256, 900000 }, len[5] = { 100, 50, 64, 300000, 1000 };
+	uint64_t shape[5][1];
+	char names[5][8];
+	ckpt_tensor t[5];
+	for (int i = 0; i < 5; i++) {
+		for (uint64_t k = 0; k < len[i]; k++)
+			p[at[i] + k] = (uint8_t)(i * 37 + k * 7 + 1);
+		shape[i][0] = len[i];
+		snprintf(names[i], sizeof(names[i]), "t%d", i);
+		t[i] = (ckpt_tensor){ .name = names[i], .dtype = CKPT_U8, .ndim = 1, .global_shape = shape[i],
+				      .buffer = b, .offset = at[i], .nbytes = len[i] };
+	}
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_save(c, 1, t, 5, NULL, 0, &f), 0);
+	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 30000), 0);
+	ckpt_future_free(f);
+	char dir[600], path[700];
+	snprintf(dir, sizeof(dir), "%s/runs/step-000000000001", D.store);
+	h_rank_object(dir, 0, 1, "shard", path, sizeof(path));
+	FILE *fp = fopen(path, "rb");
+	assert_non_null(fp);
+	uint8_t *shard = malloc(302000);
+	size_t n = fread(shard, 1, 302000, fp);
+	fclose(fp);
+	assert_int_equal(n, 256 + 300000 + 32 + 1000); /* t4 at 300288 */
+	for (int i = 0; i < 4; i++)
+		assert_memory_equal(shard + at[i], p + at[i], len[i]);
+	assert_memory_equal(shard + 300288, p + 900000, 1000);
+	for (uint64_t k = 100; k < 128; k++)
+		assert_int_equal(shard[k], 0);
+	for (uint64_t k = 178; k < 192; k++)
+		assert_int_equal(shard[k], 0);
+	for (uint64_t k = 300256; k < 300288; k++)
+		assert_int_equal(shard[k], 0);
+	free(shard);
+	char cmd[900];
+	snprintf(cmd, sizeof(cmd), "'%s' --socket '%s' verify runs 1 > /dev/null", getenv("CKPTCTL_BIN"), D.sock);
+	assert_int_equal(system(cmd), 0);
+	memset(p, 0, 1 << 20);
+	assert_int_equal(ckpt_load(c, 1, t, 5, &f), 0);
+	assert_int_equal(ckpt_future_wait(f, CKPT_LOADED, 30000), 0);
+	ckpt_future_free(f);
+	for (int i = 0; i < 5; i++)
+		for (uint64_t k = 0; k < len[i]; k++)
+			if (p[at[i] + k] != (uint8_t)(i * 37 + k * 7 + 1))
+				fail_msg("t%d byte %llu", i, (unsigned long long)k);
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+}
+
 static void test_partial_overlap_refused(void **state)
 {
 	(void)state;
@@ -436,6 +502,7 @@ int main(void)
 		cmocka_unit_test(test_corrupt_shard_names_tensor),
 		cmocka_unit_test(test_replicated_shards_load_whole),
 		cmocka_unit_test(test_partial_overlap_refused),
+		cmocka_unit_test(test_run_of_neighbours_in_one_buffer),
 	};
 	return cmocka_run_group_tests_name("data_path", tests, group_setup, group_teardown);
 }
