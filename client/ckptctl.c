@@ -67,6 +67,7 @@ static void usage(FILE *f)
 		"  -s, --socket PATH        the daemon's socket (default $CKPTD_SOCKET, else %s)\n"
 		"      --json               JSON output, for scripts\n"
 		"      --dry-run            gc: say what would be removed, remove nothing\n"
+		"      --replicas           persist: also the copies held for peers (a lost node's ranks)\n"
 		"  -j, --jobs N             verify: ranks checked at once, 1 to 64 (default 4)\n"
 		"  -V, --version            print the version and the commit, exit\n"
 		"  -h, --help               this text\n",
