@@ -27,16 +27,17 @@ TAILQ_HEAD(load_list, load);
 struct persist;
 TAILQ_HEAD(persist_list, persist);
 struct peer;
+struct Ckpt__Manifest;
 /* The copy a peer_fetch asks for: (job, step, rank) of world_size; with
- * attempt and shard_bytes (a step in storage), only that save's copy, held
- * here as durable under shard_name (its name in storage); no_sweep: only
- * the peers likeliest to hold it, never the whole ring. */
+ * expect (the manifest of a step in storage), only that save's copy (the
+ * same attempt, size and tensors, every CRC32C), held here as durable
+ * under its shard's name in storage; no_sweep: only the peers likeliest
+ * to hold it, never the whole ring. */
 struct peer_want {
 	const char *job;
 	uint64_t step;
 	uint32_t rank, world_size;
-	const char *attempt, *shard_name;
-	uint64_t shard_bytes;
+	const struct Ckpt__Manifest *expect;
 	bool no_sweep;
 };
 /* A copy a peer holds (peer_list). */

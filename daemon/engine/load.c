@@ -554,8 +554,8 @@ static bool all_covered(const struct load *ld)
  * a load reads local memory, then peer memory, then storage, per shard.
  * Only the peers likeliest to hold it are asked (the one that last said
  * so, then this node's successors: 1 + K requests, no sweep of the ring),
- * and only that save's copy (attempt, size, then every tensor's CRC32C)
- * is taken; NULL: storage. */
+ * and only that save's copy (attempt, size, every tensor's CRC32C: peer.c
+ * checks before it sends the shard) is taken; NULL: storage. */
 static struct save *fetch_one(struct load *ld, const struct peer_want *w);
 static const struct save *peer_copy(struct load *ld, const Ckpt__Manifest *m)
 {
@@ -563,27 +563,9 @@ static const struct save *peer_copy(struct load *ld, const Ckpt__Manifest *m)
 			       .step = m->step,
 			       .rank = m->rank,
 			       .world_size = m->world_size,
-			       .attempt = m->attempt_id,
-			       .shard_name = m->shard_name,
-			       .shard_bytes = m->shard_bytes,
+			       .expect = m,
 			       .no_sweep = true };
-	struct save *sv = fetch_one(ld, &w);
-	if (sv == NULL)
-		return NULL;
-	bool same = sv->ntensors == m->n_tensors;
-	for (size_t i = 0; same && i < m->n_tensors; i++)
-		same = sv->tensors[i].crc == m->tensors[i]->crc32c && sv->tensors[i].nbytes == m->tensors[i]->nbytes &&
-		       sv->tensors[i].shard_off == m->tensors[i]->shard_offset &&
-		       strcmp(sv->tensors[i].name, m->tensors[i]->name) == 0;
-	if (!same) {
-		log_warn("load: %s step %" PRIu64
-			 " rank %u: the copy from %s is not the one in storage; reading storage",
-			 ld->job, m->step, m->rank, sv->peer);
-		if (ld->bad_held == NULL)
-			ld->bad_held = sv; /* dropped when the load ends */
-		return NULL;
-	}
-	return sv;
+	return fetch_one(ld, &w);
 }
 
 /* Plan from rank's manifest (read once, kept in cs). */

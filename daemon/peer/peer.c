@@ -1168,6 +1168,23 @@ struct fetch {
 	size_t extra_len;
 };
 
+/* A peer's copy (its manifest m) is the save whose manifest in storage is
+ * want: the same attempt and shard size, and the same tensors where they
+ * were, with the same CRC32C. */
+static bool same_save(const Ckpt__Manifest *m, const Ckpt__Manifest *want)
+{
+	if (strcmp(m->attempt_id, want->attempt_id) != 0 || m->shard_bytes != want->shard_bytes ||
+	    m->n_tensors != want->n_tensors)
+		return false;
+	for (size_t i = 0; i < m->n_tensors; i++) {
+		const Ckpt__ManifestTensor *a = m->tensors[i], *b = want->tensors[i];
+		if (a->crc32c != b->crc32c || a->nbytes != b->nbytes || a->shard_offset != b->shard_offset ||
+		    strcmp(a->name, b->name) != 0)
+			return false;
+	}
+	return true;
+}
+
 /* The copy from peer name, into the pool, held and pinned. */
 static int fetch_from(struct peer *p, const char *name, void *arg, char *why, size_t whylen)
 {
@@ -1180,7 +1197,7 @@ static int fetch_from(struct peer *p, const char *name, void *arg, char *why, si
 	if (r < 0)
 		return r;
 	const struct peer_want *w = ft->w;
-	if (w->attempt && (strcmp(m->attempt_id, w->attempt) != 0 || m->shard_bytes != w->shard_bytes)) {
+	if (w->expect && !same_save(m, w->expect)) {
 		snprintf(why, whylen, "it holds another save of the step (attempt '%.60s')", m->attempt_id);
 		ckpt__manifest__free_unpacked(m, NULL);
 		link_close(&l);
@@ -1199,12 +1216,12 @@ static int fetch_from(struct peer *p, const char *name, void *arg, char *why, si
 	}
 	if (r == 0)
 		r = recv_shard(&l, sv, m, why, whylen);
-	struct commit c = { .sv = sv, .pin = true, .durable = w->attempt != NULL };
+	struct commit c = { .sv = sv, .pin = true, .durable = w->expect != NULL };
 	if (r == 0) {
 		sv->from_peer = true;
 		snprintf(sv->peer, sizeof(sv->peer), "%s", name);
-		if (w->shard_name)
-			snprintf(sv->shard_name, sizeof(sv->shard_name), "%s", w->shard_name);
+		if (w->expect)
+			snprintf(sv->shard_name, sizeof(sv->shard_name), "%s", w->expect->shard_name);
 		r = loop_call(p, commit_on_loop, &c);
 	} else if (sv) {
 		(void)loop_call(p, release_on_loop, sv);
