@@ -1292,9 +1292,8 @@ static int each_holder(struct peer *p, const char *job, uint32_t rank, bool no_s
 			continue;
 		char one[300] = "";
 		r = fn(p, name, arg, one, sizeof(one));
-		if (r < 0)
-			used += (size_t)snprintf(why + used, used < whylen ? whylen - used : 0, "%s%s: %s",
-						 used ? "; " : "", name, one);
+		if (r < 0 && used + 1 < whylen)
+			used += (size_t)snprintf(why + used, whylen - used, "%s%s: %s", used ? "; " : "", name, one);
 	}
 	free(ring);
 	return r;
