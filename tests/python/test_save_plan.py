@@ -210,3 +210,23 @@ def test_plan_tensors_share_one_file_in_place(daemon):
         assert arena.n == 0 and arena.buf not in cp.client._buffers
     # The tensors outlive the checkpointer and its file's registration.
     assert torch.equal(view, w.detach()[2]) and torch.equal(w.detach().clone(), w.detach())
+
+
+def test_a_torch_that_will_not_swap_falls_back(daemon, monkeypatch):
+    """If this torch refuses to swap a storage's bytes, each storage is
+    shared on its own (as with torch before 2.15), and saves still work."""
+    def refuse(self, other):
+        raise RuntimeError("no swap here")
+    monkeypatch.setattr(torch.UntypedStorage, "_swap_data_ptr_", refuse, raising=False)
+    monkeypatch.setattr(ckpt.torch, "_CAN_SWAP", True)
+    sd = make_sd(12)
+    with ckpt.torch.Checkpointer("plan-noswap", socket=daemon.sock) as cp:
+        cp.save(sd, 1).durable.result()
+        assert cp._no_arena and len({s.buffer for s in cp._plan.specs}) == 12
+        with torch.no_grad():
+            for t in sd.values():
+                t.add_(1)
+        cp.save({k: v.detach() for k, v in sd.items()}, 2).durable.result()
+        with ckpt.torch.Checkpointer("plan-noswap", socket=daemon.sock) as reader:
+            out, _ = restore(reader, sd, 2)
+        assert same(out, sd)

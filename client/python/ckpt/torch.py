@@ -271,6 +271,7 @@ class Checkpointer:
         self._shared = {}
         # storage data_ptr -> _Slot, for storages moved into an arena (_bind)
         self._arena = {}
+        self._no_arena = False    # _arena_move failed once: share_memory_() only
         self._scratch = {}        # name -> Buffer for copied tensors
         self._cuda = None         # None: not tried; True: registering device memory works; False: copy
         self._cuda_regs = []      # this save's device registrations
@@ -340,7 +341,7 @@ class Checkpointer:
         # With a plan, storages not in an arena yet go into a new one
         # (_arena_move): key -> storage, and the specs waiting for it.
         to_arena, arena_specs = {}, {}
-        arena_ok = plan and _CAN_SWAP
+        arena_ok = plan and _CAN_SWAP and not self._no_arena
         for name, t in tensors:
             code = DTYPE_CODES[t.dtype]
             nbytes = t.numel() * t.element_size()
@@ -388,7 +389,14 @@ class Checkpointer:
                 buf = self._scratch_buffer(name, nbytes, plan)
                 specs.append(TensorSpec(name, code, t.shape, buf, 0, nbytes))
         if to_arena:
-            placed = self._arena_move(to_arena)
+            try:
+                placed = self._arena_move(to_arena)
+            except RuntimeError:
+                # This torch would not swap a storage's bytes: each storage
+                # is shared on its own from now on (those moved already
+                # are whole where they are, and move again).
+                self._no_arena = True
+                return self._bind(tensors, plan)
             for (old, _), (key, slot) in zip(to_arena.items(), placed.items()):
                 self._arena[key] = slot
                 used.add(key)
