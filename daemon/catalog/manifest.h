@@ -10,6 +10,8 @@
 
 #define MANIFEST_FORMAT_VERSION 1
 #define MANIFEST_MAX_BYTES (256u << 20)
+/* The largest world size: object names carry ranks in five digits. */
+#define MANIFEST_WORLD_MAX 99999u
 #define JOB_MAX_LEN 128
 #define ATTEMPT_MAX_LEN 128
 

@@ -669,7 +669,9 @@ static uint32_t peer_world(struct load *ld)
 		size_t n = 0;
 		if (d->peer_list(d, ld->job, k == 0 ? ld->rank : 0, &v, &n) == 0)
 			for (size_t i = 0; i < n; i++)
-				if (v[i].step == ld->step && v[i].world_size > 0)
+				/* A peer's word: only a world a save could have had. */
+				if (v[i].step == ld->step && v[i].world_size > 0 &&
+				    v[i].world_size <= MANIFEST_WORLD_MAX)
 					ws = v[i].world_size;
 		free(v);
 	}

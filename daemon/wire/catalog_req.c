@@ -746,7 +746,7 @@ static void step_start(struct session *s, uint64_t req_id, const char *name, uin
 	if (!job_arg(s, req_id, name, true, job, sizeof(job)))
 		return;
 	if (verify && one_rank &&
-	    (!manifest_name_valid(attempt, ATTEMPT_MAX_LEN) || world_size == 0 || world_size > 99999 ||
+	    (!manifest_name_valid(attempt, ATTEMPT_MAX_LEN) || world_size == 0 || world_size > MANIFEST_WORLD_MAX ||
 	     rank >= world_size)) {
 		session_reply(s, req_id, -EINVAL, "verify of one rank: want a valid attempt id and rank < world size");
 		return;

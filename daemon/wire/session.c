@@ -261,7 +261,7 @@ void session_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 			session_close(s, -EINVAL, "%s", why);
 			return;
 		}
-		if (h->world_size == 0 || h->world_size > 99999 || h->rank >= h->world_size) {
+		if (h->world_size == 0 || h->world_size > MANIFEST_WORLD_MAX || h->rank >= h->world_size) {
 			session_close(s, -EINVAL, "rank %u of world size %u is out of range (1..99999)", h->rank,
 				      h->world_size);
 			return;
