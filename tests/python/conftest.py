@@ -16,8 +16,9 @@ sys.path.insert(0, os.path.join(ROOT, "client", "python"))
 
 
 class Daemon:
-    def __init__(self, tmp, conf=""):
+    def __init__(self, tmp, conf="", staging="256M"):
         self.dir = tmp
+        self.staging = staging
         self.sock = os.path.join(tmp, "run", "ckptd.sock")
         self.store = os.path.join(tmp, "store")
         self.url = "file://" + self.store
@@ -29,7 +30,7 @@ class Daemon:
     def start(self):
         log = open(os.path.join(self.dir, "ckptd.log"), "a")
         self.proc = subprocess.Popen(
-            [os.environ["CKPTD_BIN"], "--socket", self.sock, "--storage", self.url, "--staging-bytes", "256M",
+            [os.environ["CKPTD_BIN"], "--socket", self.sock, "--storage", self.url, "--staging-bytes", self.staging,
              "--chunk-bytes", "4M", "--state-dir", os.path.join(self.dir, "state"), "--config", self.conf],
             stdout=log, stderr=log)
         for _ in range(600):
@@ -60,8 +61,8 @@ class Daemon:
 def daemon_factory():
     made = []
 
-    def make(conf=""):
-        d = Daemon(tempfile.mkdtemp(prefix="ckpt-py-"), conf)
+    def make(conf="", staging="256M"):
+        d = Daemon(tempfile.mkdtemp(prefix="ckpt-py-"), conf, staging)
         made.append(d)
         return d.start()
     yield make
