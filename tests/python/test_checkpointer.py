@@ -167,6 +167,39 @@ def test_non_contiguous_tensor_is_copied(daemon):
     assert torch.equal(out["x"], nc.contiguous())
 
 
+@pytest.mark.parametrize("code,stops", [(errno.EIO, True), (errno.ENODEV, True), (errno.E2BIG, False),
+                                        (errno.EINVAL, False)])
+def test_refused_cuda_registration_falls_back_to_a_copy(daemon, monkeypatch, code, stops):
+    """A CUDA registration the daemon refuses (a handle it cannot open, a
+    device it lacks, a VMM range over max_fds_per_frame pages, a fabric
+    handle) costs speed, not the save: the tensor is copied, with one
+    warning per reason. Refusals that would meet every tensor stop the
+    tries; the others refuse that tensor only. torch here has no CUDA, so
+    the registration is called as the save would, with a host tensor."""
+    calls = []
+
+    def refuse(self, ptr, nbytes):
+        calls.append(nbytes)
+        raise ckpt.CkptError(code, "refused for the test")
+    monkeypatch.setattr(ckpt.Client, "register_cuda", refuse)
+    with ckpt.torch.Checkpointer("cuda-refused", socket=daemon.sock) as cp:
+        t = torch.ones(1024)
+        with pytest.warns(RuntimeWarning, match="refused for the test"):
+            assert cp._cuda_buffer(t, {}) is None
+        assert cp._cuda is (False if stops else None)
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the same reason is not said twice
+            assert cp._cuda_buffer(torch.ones(16), {}) is None
+        assert calls == [4096, 64]
+    # A daemon that went away is not worked around.
+    monkeypatch.setattr(ckpt.Client, "register_cuda",
+                        lambda self, p, n: (_ for _ in ()).throw(ckpt.CkptError(errno.EPIPE, "gone")))
+    with ckpt.torch.Checkpointer("cuda-gone", socket=daemon.sock) as cp:
+        with pytest.raises(ckpt.CkptError, match="gone"):
+            cp._cuda_buffer(torch.ones(8), {})
+
+
 def test_unsupported_dtype_is_a_clear_error(daemon):
     with ckpt.torch.Checkpointer("dt", socket=daemon.sock) as cp:
         with pytest.raises(TypeError, match="complex64.*not supported"):

@@ -46,6 +46,11 @@ import torch
 from ._tree import DTYPE_CODES, TORCH_DTYPES, _Leaf, _materialize, _Ref, dump_skeleton, load_meta  # noqa: F401
 from .client import LATEST, CkptError, Client, DaemonUnavailable, TensorSpec
 
+# A CkptError with one of these means the daemon is gone, not that one
+# request was refused: raised, never worked around.
+_CONNECTION_ERRNOS = frozenset((errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.EBADF, errno.ECONNREFUSED,
+                                errno.ENOENT, errno.ECANCELED))
+
 __all__ = ["Checkpointer", "DTYPE_CODES", "DaemonUnavailable"]
 
 
@@ -275,6 +280,7 @@ class Checkpointer:
         self._scratch = {}        # name -> Buffer for copied tensors
         self._cuda = None         # None: not tried; True: registering device memory works; False: copy
         self._cuda_regs = []      # this save's device registrations
+        self._cuda_warned = set()  # errnos of refused CUDA registrations already warned about
         self._plan = None         # _Plan of the last save
         self._last_save = None    # SaveFuture of the last save (persist waits for it)
         _raise_nofile()
@@ -435,7 +441,6 @@ class Checkpointer:
         reuses addresses, so a registration is not kept across saves (the
         daemon still opens each cudaMalloc segment once). None when CUDA
         is off here or in the daemon: then the tensor is copied."""
-        from .client import CkptError
         st = t.untyped_storage()
         key = st.data_ptr()
         if key in cuda_bufs:
@@ -443,10 +448,24 @@ class Checkpointer:
         try:
             buf = self.client.register_cuda(key, st.nbytes())
         except CkptError as e:
-            import errno
-            if e.errno != errno.ENOTSUP:
+            if e.errno in _CONNECTION_ERRNOS:
                 raise
-            self._cuda = False
+            # The fast path is refused, the save is not: this tensor is
+            # copied (D2H here, then as host memory). Said once per reason.
+            # CUDA off here or in the daemon, a device the daemon lacks, or
+            # a handle it cannot open (legacy IPC without a shared PID
+            # namespace) would refuse every tensor: not tried again. A
+            # range the daemon cannot take in one registration (VMM memory
+            # over max_fds_per_frame pages, a fabric-handle allocation)
+            # refuses this tensor only.
+            if e.errno in (errno.ENOTSUP, errno.ENODEV, errno.EIO):
+                self._cuda = False
+            if e.errno != errno.ENOTSUP and e.errno not in self._cuda_warned:
+                self._cuda_warned.add(e.errno)
+                import warnings
+                warnings.warn(f"ckpt: CUDA tensor {tuple(t.shape)} not registered with ckptd ({e}); "
+                              f"copying {'every CUDA tensor' if self._cuda is False else 'such tensors'} "
+                              "through host memory instead (slower)", RuntimeWarning, stacklevel=4)
             return None
         self._cuda = True
         self._cuda_regs.append(buf)
