@@ -130,6 +130,46 @@ fail:
 	return -EINVAL;
 }
 
+/* One 64-bit step of a digest (splitmix64's finaliser over h ^ v). */
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+	h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+	h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+	h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+	return h ^ (h >> 31);
+}
+
+int ckpt_cuda_identity(uint64_t devptr, size_t nbytes, uint64_t *ident)
+{
+	if (!ident || nbytes == 0 || devptr == 0 || devptr + nbytes < devptr) {
+		client_set_errmsg("");
+		return -EINVAL;
+	}
+	int r = drv_ready(NULL);
+	if (r < 0)
+		return r;
+	uint64_t h = 0, at = devptr, end = devptr + nbytes;
+	while (at < end) {
+		CUdeviceptr s = 0;
+		size_t sz = 0;
+		unsigned long long id = 0;
+		CUresult cr = drv.cuPointerGetAttribute(&s, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, at);
+		if (cr == CUDA_SUCCESS)
+			cr = drv.cuPointerGetAttribute(&sz, CU_POINTER_ATTRIBUTE_RANGE_SIZE, at);
+		if (cr == CUDA_SUCCESS)
+			cr = drv.cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, at);
+		if (cr != CUDA_SUCCESS || sz == 0 || s + sz <= at) {
+			client_set_errmsgf("0x%llx is not mapped device memory (cuPointerGetAttribute: %s)",
+					   (unsigned long long)at, ename(cr));
+			return -EINVAL;
+		}
+		h = mix(mix(mix(h, s), sz), id);
+		at = s + sz;
+	}
+	*ident = h;
+	return 0;
+}
+
 int ckpt_register_cuda(ckpt_client *c, uint64_t devptr, size_t nbytes, ckpt_buffer **out)
 {
 	if (out)
@@ -184,6 +224,11 @@ int ckpt_register_cuda(ckpt_client *c, uint64_t devptr, size_t nbytes, ckpt_buff
 			client_set_errmsgf("cuIpcGetMemHandle failed: %s", ename(cr));
 			return -EIO;
 		}
+		/* Which allocation this is, so the daemon never serves it from
+		 * a mapping of a freed one with the same handle (0: unknown). */
+		unsigned long long id = 0;
+		if (drv.cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, start) == CUDA_SUCCESS)
+			rb.alloc_id = id;
 		rb.kind = CKPT__BUFFER_KIND__CUDA_IPC;
 		rb.ipc_handle.data = (uint8_t *)ih.reserved;
 		rb.ipc_handle.len = sizeof(ih.reserved);
@@ -417,6 +462,15 @@ int ckpt_register_cuda(ckpt_client *c, uint64_t devptr, size_t nbytes, ckpt_buff
 	(void)nbytes;
 	if (out)
 		*out = NULL;
+	client_set_errmsg("libckpt was built without CUDA headers");
+	return -ENOTSUP;
+}
+
+int ckpt_cuda_identity(uint64_t devptr, size_t nbytes, uint64_t *ident)
+{
+	(void)devptr;
+	(void)nbytes;
+	(void)ident;
 	client_set_errmsg("libckpt was built without CUDA headers");
 	return -ENOTSUP;
 }

@@ -29,11 +29,15 @@ struct cudadev {
 
 /* A legacy IPC mapping, shared by every registration of the same
  * allocation (cuIpcOpenMemHandle may open a handle only once per
- * context). */
+ * context): the same handle and the same allocation id. A handle alone
+ * is not enough: memory freed and allocated again can come back at the
+ * same address with the same handle bytes (the fake driver's do), and
+ * the old mapping would show the freed memory. */
 struct ipcmap {
 	struct ipcmap *next;
 	unsigned refs;
 	int dev;
+	uint64_t alloc_id; /* the trainer's CU_POINTER_ATTRIBUTE_BUFFER_ID; 0: unknown */
 	uint8_t handle[CUDA_IPC_BYTES];
 	CUdeviceptr base;
 	size_t size; /* of the allocation: registrations stay inside */
@@ -318,15 +322,15 @@ static struct cudabuf *buf_new(struct cuda *cu, int dev, uint64_t nbytes)
 	return b;
 }
 
-int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, uint64_t offset, uint64_t nbytes,
-		    struct cudabuf **out, char *err, size_t errlen)
+int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, uint64_t alloc_id, uint64_t offset,
+		    uint64_t nbytes, struct cudabuf **out, char *err, size_t errlen)
 {
 	int dev = use_dev(cu, uuid, err, errlen);
 	if (dev < 0)
 		return dev;
 	struct ipcmap *m;
 	for (m = cu->ipcmaps; m; m = m->next)
-		if (m->dev == dev && memcmp(m->handle, handle, CUDA_IPC_BYTES) == 0)
+		if (m->dev == dev && m->alloc_id == alloc_id && memcmp(m->handle, handle, CUDA_IPC_BYTES) == 0)
 			break;
 	if (m == NULL) {
 		m = calloc(1, sizeof(*m));
@@ -356,6 +360,7 @@ int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle,
 			return -EIO;
 		}
 		m->dev = dev;
+		m->alloc_id = alloc_id;
 		memcpy(m->handle, handle, CUDA_IPC_BYTES);
 		m->next = cu->ipcmaps;
 		cu->ipcmaps = m;
@@ -688,12 +693,13 @@ void cuda_describe(const struct cuda *cu, char *buf, size_t len)
 	(void)cu;
 	snprintf(buf, len, "off");
 }
-int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, uint64_t offset, uint64_t nbytes,
-		    struct cudabuf **out, char *err, size_t errlen)
+int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, uint64_t alloc_id, uint64_t offset,
+		    uint64_t nbytes, struct cudabuf **out, char *err, size_t errlen)
 {
 	(void)cu;
 	(void)uuid;
 	(void)handle;
+	(void)alloc_id;
 	(void)offset;
 	(void)nbytes;
 	(void)out;

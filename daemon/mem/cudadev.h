@@ -31,9 +31,12 @@ int cuda_register_pool(struct cuda *cu, void *base, size_t bytes, char *err, siz
 void cuda_describe(const struct cuda *cu, char *buf, size_t len);
 
 /* Import a trainer buffer. 0, or -errno with err saying what failed:
- * -ENODEV for a UUID no device here has, -EIO when the driver refuses. */
-int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, uint64_t offset, uint64_t nbytes,
-		    struct cudabuf **out, char *err, size_t errlen);
+ * -ENODEV for a UUID no device here has, -EIO when the driver refuses.
+ * Legacy IPC: one mapping per (device, handle, alloc_id), shared by
+ * refcount; alloc_id is the trainer's CU_POINTER_ATTRIBUTE_BUFFER_ID of
+ * the allocation (0: unknown). */
+int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle, uint64_t alloc_id, uint64_t offset,
+		    uint64_t nbytes, struct cudabuf **out, char *err, size_t errlen);
 /* Takes ownership of fds (closed in every case). */
 int cuda_import_vmm(struct cuda *cu, const uint8_t *uuid, int *fds, const uint64_t *sizes, size_t n, uint64_t offset,
 		    uint64_t nbytes, struct cudabuf **out, char *err, size_t errlen);

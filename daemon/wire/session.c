@@ -344,8 +344,8 @@ static int register_cuda(struct session *s, const Ckpt__RegisterBuffer *m, int *
 			snprintf(err, errlen, "offset + nbytes overflows");
 			return -ERANGE;
 		}
-		r = cuda_import_ipc(d->cuda, m->device_uuid.data, m->ipc_handle.data, m->offset, m->nbytes, &cb, err,
-				    errlen);
+		r = cuda_import_ipc(d->cuda, m->device_uuid.data, m->ipc_handle.data, m->alloc_id, m->offset, m->nbytes,
+				    &cb, err, errlen);
 	} else {
 		if (m->n_vmm_sizes == 0 || m->n_vmm_sizes != nfds) {
 			close_fds(fds, nfds);

@@ -61,8 +61,10 @@ struct region {
 	int kind; /* 0 cuMemAlloc, 1 IPC-opened, 2 VMM mapping */
 	int fd;   /* kinds 0 and 1 */
 	struct vmmh *h; /* kind 2 */
+	uint64_t id;    /* CU_POINTER_ATTRIBUTE_BUFFER_ID: never reused in a process */
 };
 static struct region *regions;
+static uint64_t next_region_id = 1;
 
 struct vmmh {
 	int fd;
@@ -288,7 +290,9 @@ static struct region *add_region(uintptr_t base, size_t size, int dev, int kind,
 	struct region *r = calloc(1, sizeof(*r));
 	if (r == NULL)
 		return NULL;
-	*r = (struct region){ .base = base, .size = size, .dev = dev, .kind = kind, .fd = fd, .h = h };
+	*r = (struct region){
+		.base = base, .size = size, .dev = dev, .kind = kind, .fd = fd, .h = h, .id = next_region_id++
+	};
 	r->next = regions;
 	regions = r;
 	return r;
@@ -363,6 +367,7 @@ API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdevic
 	case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = r->size; break;
 	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *(int *)data = r->kind == 0; break;
 	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = r->dev; break;
+	case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data = r->id; break;
 	default: res = CUDA_ERROR_INVALID_VALUE;
 	}
 	pthread_mutex_unlock(&mu);

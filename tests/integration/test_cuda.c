@@ -217,6 +217,67 @@ static void test_legacy_offsets_roundtrip(void **state)
 	h_cleanup(&d);
 }
 
+/* An allocation freed and made again while a registration of it lives
+ * (a caching allocator's empty_cache between two saves that keep their
+ * registrations): the fake driver gives the new one the same address and
+ * the same handle bytes (its handle names the memfd's number), the worst
+ * case a real driver may or may not produce. A daemon matching handles
+ * alone would copy from the freed memory's mapping; the allocation id
+ * (CU_POINTER_ATTRIBUTE_BUFFER_ID) tells them apart, and
+ * ckpt_cuda_identity tells the trainer that the old registration is stale. */
+static void test_realloc_with_the_same_handle_is_mapped_anew(void **state)
+{
+	(void)state;
+	struct dctx d;
+	start(&d, NULL, NULL);
+	ctx_current();
+	size_t n = 2 * MIB;
+	CUdeviceptr p, q;
+	assert_int_equal(cuMemAlloc(&p, n), CUDA_SUCCESS);
+	fill_sync(p, n, 21);
+	ckpt_client *c = connect_job(&d, "realloc");
+	uint64_t id1 = 0, id2 = 0, again = 0;
+	assert_int_equal(ckpt_cuda_identity(p, n, &id1), 0);
+	assert_int_equal(ckpt_cuda_identity(p, n, &again), 0);
+	assert_true(id1 == again);
+	ckpt_buffer *b1 = NULL, *b2 = NULL;
+	assert_int_equal(ckpt_register_cuda(c, p, n, &b1), 0);
+	uint64_t shape[1];
+	ckpt_tensor t = u8("w", shape, b1, 0, n);
+	save_ok(c, 1, &t, 1, NULL);
+	CUipcMemHandle h1, h2;
+	assert_int_equal(cuIpcGetMemHandle(&h1, p), CUDA_SUCCESS);
+
+	assert_int_equal(cuMemFree(p), CUDA_SUCCESS);
+	assert_int_equal(cuMemAlloc(&q, n), CUDA_SUCCESS);
+	assert_int_equal(cuIpcGetMemHandle(&h2, q), CUDA_SUCCESS);
+	if (q != p || memcmp(h1.reserved, h2.reserved, sizeof(h1.reserved)) != 0)
+		fail_msg("the fake driver no longer gives the same address and handle: the test proves nothing");
+	fill_sync(q, n, 22);
+	assert_int_equal(ckpt_cuda_identity(q, n, &id2), 0);
+	assert_true(id2 != id1);
+	/* Registered while the old registration still lives: a second mapping. */
+	assert_int_equal(ckpt_register_cuda(c, q, n, &b2), 0);
+	assert_int_equal(daemon_mappings(&d, "fakecuda-mem"), 2);
+	t.buffer = b2;
+	save_ok(c, 2, &t, 1, NULL);
+	fill_sync(q, n, 99);
+	load_ok(c, 2, &t, 1, 0, "memory");
+	assert_pattern(q, 0, n, 22);
+	ckpt_buffer_free(b1);
+	assert_int_equal(daemon_mappings(&d, "fakecuda-mem"), 1);
+	ckpt_buffer_free(b2);
+	assert_int_equal(daemon_mappings(&d, "fakecuda-mem"), 0);
+	/* Not device memory: refused, with the reason. */
+	uint64_t host = 0;
+	assert_int_equal(ckpt_cuda_identity((uint64_t)(uintptr_t)&host, 8, &id1), -EINVAL);
+	assert_non_null(strstr(ckpt_errmsg(), "not mapped device memory"));
+	ckpt_close(c);
+	assert_int_equal(cuMemFree(q), CUDA_SUCCESS);
+	assert_int_equal(h_stop(&d), 0);
+	h_cleanup(&d);
+}
+
 /* cuMemCreate chunks mapped back to back, as PyTorch's expandable
  * segments do; a tensor spanning all three. */
 static void test_vmm_roundtrip(void **state)
@@ -249,6 +310,13 @@ static void test_vmm_roundtrip(void **state)
 	if (r < 0)
 		fail_msg("register: %s (%s)", ckpt_strerror(r), ckpt_errmsg());
 	assert_int_equal(daemon_mappings(&d, "fakecuda-vmm"), 3);
+	/* The identity covers every chunk the range spans: another range
+	 * (chunks 1 and 2 only) has another. */
+	uint64_t id_all = 0, id_again = 0, id_part = 0;
+	assert_int_equal(ckpt_cuda_identity(va + MIB, 4 * MIB, &id_all), 0);
+	assert_int_equal(ckpt_cuda_identity(va + MIB, 4 * MIB, &id_again), 0);
+	assert_int_equal(ckpt_cuda_identity(va + gran, 2 * gran, &id_part), 0);
+	assert_true(id_all == id_again && id_all != id_part);
 	uint64_t s0[1];
 	ckpt_tensor t = u8("big", s0, b, 0, 4 * MIB);
 	save_ok(c, 5, &t, 1, NULL);
@@ -693,6 +761,7 @@ int main(int argc, char **argv)
 	snprintf(lib_env, sizeof(lib_env), "CKPT_CUDA_LIBRARY=%s", lib);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_legacy_offsets_roundtrip),
+		cmocka_unit_test(test_realloc_with_the_same_handle_is_mapped_anew),
 		cmocka_unit_test(test_vmm_roundtrip),
 		cmocka_unit_test(test_copy_waits_for_trainer_stream),
 		cmocka_unit_test(test_open_fails),

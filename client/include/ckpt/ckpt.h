@@ -160,6 +160,16 @@ int ckpt_cuda_available(char *why, size_t whylen);
  * the daemon's max_fds_per_frame. Restore writes into the memory with
  * H2D copies. */
 int ckpt_register_cuda(ckpt_client *c, uint64_t devptr, size_t nbytes, ckpt_buffer **out);
+/* The identity of the device memory behind [devptr, devptr+nbytes): a
+ * digest of the start, size and CU_POINTER_ATTRIBUTE_BUFFER_ID (unique in
+ * this process, never reused) of every allocation the range spans. A
+ * registration stays good for the same range while its identity is the
+ * same: memory freed and allocated again at the same address has another.
+ * Keep a registration across saves only with this check (ckpt.torch
+ * does); memory must not be freed while a save still reads it. 0, or
+ * -EINVAL when the range is not mapped device memory, -ENOTSUP without
+ * CUDA. */
+int ckpt_cuda_identity(uint64_t devptr, size_t nbytes, uint64_t *ident);
 
 typedef struct {
 	/* The CUstream whose work must finish before the daemon copies the
