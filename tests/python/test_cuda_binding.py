@@ -53,3 +53,104 @@ def test_register_save_restore(cuda):
         assert not bad, f"{len(bad)} sampled bytes differ"
         b.free()
     assert cu.cuMemFree_v2(ptr) == 0
+
+
+class _DeviceTensor:
+    """Just enough of a CUDA torch.Tensor for Checkpointer._bind: bytes of
+    fake-driver device memory (torch here has no CUDA)."""
+
+    class _Storage:
+        def __init__(self, ptr, n):
+            self.ptr, self.n = ptr, n
+
+        def data_ptr(self):
+            return self.ptr
+
+        def nbytes(self):
+            return self.n
+
+    class _Dev:
+        type = "cuda"
+
+    def __init__(self, ptr, n):
+        import torch
+        self.dtype, self.shape, self.device = torch.uint8, (n,), self._Dev()
+        self.storage = self._Storage(ptr, n)
+
+    def numel(self):
+        return self.shape[0]
+
+    def element_size(self):
+        return 1
+
+    def is_contiguous(self):
+        return True
+
+    def storage_offset(self):
+        return 0
+
+    def untyped_storage(self):
+        return self.storage
+
+
+def _mappings(d):
+    with open(f"/proc/{d.proc.pid}/maps") as f:
+        return len({line.split()[-1] for line in f if "fakecuda-mem" in line})
+
+
+def test_checkpointer_keeps_registrations_while_the_allocation_is_the_same(cuda, monkeypatch):
+    """ckpt.torch keeps a CUDA tensor's registration from one save to the
+    next while ckpt_cuda_identity says its memory is the same allocation:
+    no registration and no new mapping in the daemon per save. Freed and
+    allocated again at the same address (the fake driver also gives the
+    same handle bytes), it is registered again and the step holds the new
+    bytes; the stale registration is dropped after the new one is made."""
+    import ckpt
+    import ckpt.torch
+    d, cu = cuda
+    n = 1 << 20
+    ptr = ctypes.c_uint64()
+    assert cu.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(n)) == 0
+    assert cu.fakecuda_fill_async(ptr, ctypes.c_size_t(n), ctypes.c_ubyte(3), 0, None) == 0
+    assert cu.cuStreamSynchronize(None) == 0
+    registered = []
+    real = ckpt.Client.register_cuda
+
+    def counting(self, p, nbytes):
+        registered.append(p)
+        return real(self, p, nbytes)
+    monkeypatch.setattr(ckpt.Client, "register_cuda", counting)
+    host = (ctypes.c_ubyte * n)()
+
+    def saved_bytes(cp, step):
+        """Save the tensor as step, wipe it, restore it, read it back."""
+        t = _DeviceTensor(ptr.value, n)
+        specs = cp._bind([("w", t)])
+        cp.client.save(step, specs, cuda_stream=0).durable.result(30)
+        assert cu.fakecuda_fill_async(ptr, ctypes.c_size_t(n), ctypes.c_ubyte(0), 0, None) == 0
+        assert cu.cuStreamSynchronize(None) == 0
+        cp.client.load(cp._bind([("w", t)]), step).result(30)
+        assert cu.cuMemcpyDtoHAsync_v2(host, ptr, ctypes.c_size_t(n), None) == 0
+        assert cu.cuStreamSynchronize(None) == 0
+        return host
+
+    with ckpt.torch.Checkpointer("pycuda-keep", socket=d.sock) as cp:
+        got = saved_bytes(cp, 1)
+        assert got[4099] == cu.fakecuda_pattern(ctypes.c_ubyte(3), ctypes.c_size_t(4099))
+        assert registered == [ptr.value] and _mappings(d) == 1
+        saved_bytes(cp, 2)
+        assert registered == [ptr.value], "a later save registered the same allocation again"
+        assert _mappings(d) == 1
+
+        old = ptr.value
+        assert cu.cuMemFree_v2(ptr) == 0
+        assert cu.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(n)) == 0
+        assert ptr.value == old, "the fake driver gave another address: the test proves nothing"
+        assert cu.fakecuda_fill_async(ptr, ctypes.c_size_t(n), ctypes.c_ubyte(7), 0, None) == 0
+        assert cu.cuStreamSynchronize(None) == 0
+        got = saved_bytes(cp, 3)
+        assert registered == [old, old], "the new allocation was not registered again"
+        bad = [i for i in range(0, n, 4099) if got[i] != cu.fakecuda_pattern(ctypes.c_ubyte(7), ctypes.c_size_t(i))]
+        assert not bad, f"{len(bad)} sampled bytes are the freed allocation's"
+        assert _mappings(d) == 1, "the stale registration's mapping was kept"
+    assert cu.cuMemFree_v2(ptr) == 0

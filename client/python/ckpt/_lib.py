@@ -145,6 +145,7 @@ def _load():
         "ckpt_table_free": (None, [vp]),
         "ckpt_register_cuda": (i, [vp, u64, sz, ctypes.POINTER(vp)]),
         "ckpt_cuda_available": (i, [ctypes.c_char_p, sz]),
+        "ckpt_cuda_identity": (i, [u64, sz, ctypes.POINTER(u64)]),
         "ckpt_load": (i, [vp, ctypes.c_int64, ctypes.POINTER(_Tensor), sz, ctypes.POINTER(vp)]),
         "ckpt_future_wait": (i, [vp, i, i]),
         "ckpt_future_poll": (i, [vp, i]),

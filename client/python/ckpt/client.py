@@ -73,6 +73,18 @@ def cuda_available():
     return bool(ok), why.value.decode(errors="replace")
 
 
+def cuda_identity(ptr, nbytes):
+    """The identity of the device memory behind [ptr, ptr+nbytes): an int
+    that changes when any allocation the range spans is freed and made
+    again, even at the same address (ckpt_cuda_identity). CkptError(EINVAL)
+    for memory that is not mapped device memory, ENOTSUP without CUDA."""
+    out = ctypes.c_uint64()
+    rc = lib.ckpt_cuda_identity(int(ptr), nbytes, ctypes.byref(out))
+    if rc < 0:
+        raise _error(rc, what="CUDA identity")
+    return out.value
+
+
 class Buffer:
     """A host buffer registered with the daemon. For alloc()'d buffers,
     .view is a writable memoryview of its bytes."""

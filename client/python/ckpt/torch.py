@@ -44,7 +44,7 @@ import pickle
 import torch
 
 from ._tree import DTYPE_CODES, TORCH_DTYPES, _Leaf, _materialize, _Ref, dump_skeleton, load_meta  # noqa: F401
-from .client import LATEST, CkptError, Client, DaemonUnavailable, TensorSpec
+from .client import LATEST, CkptError, Client, DaemonUnavailable, TensorSpec, cuda_identity
 
 # A CkptError with one of these means the daemon is gone, not that one
 # request was refused: raised, never worked around.
@@ -279,7 +279,7 @@ class Checkpointer:
         self._no_arena = False    # _arena_move failed once: share_memory_() only
         self._scratch = {}        # name -> Buffer for copied tensors
         self._cuda = None         # None: not tried; True: registering device memory works; False: copy
-        self._cuda_regs = []      # this save's device registrations
+        self._cuda_regs = {}      # device registrations: (data_ptr, nbytes) -> (Buffer, identity)
         self._cuda_warned = set()  # errnos of refused CUDA registrations already warned about
         self._plan = None         # _Plan of the last save
         self._last_save = None    # SaveFuture of the last save (persist waits for it)
@@ -337,10 +337,11 @@ class Checkpointer:
         does the plan, unless plan (the plan is being made from these
         tensors)."""
         specs, used = [], set()
-        for b in self._cuda_regs:
-            b.free()
-        self._cuda_regs = []
-        cuda_bufs = {}
+        # Device registrations are kept from one bind to the next while the
+        # memory behind them is the same allocation (_cuda_buffer): those
+        # this bind does not take again are freed after its own are made,
+        # so a segment both name stays open in the daemon.
+        prev_cuda, self._cuda_regs = self._cuda_regs, {}
         # Storages to register, in one batch after the walk (one round trip
         # per 128: ckpt_buffer_register_fds): key -> [fd, size, ino, specs].
         todo = {}
@@ -352,7 +353,7 @@ class Checkpointer:
             code = DTYPE_CODES[t.dtype]
             nbytes = t.numel() * t.element_size()
             if t.device.type == "cuda" and t.is_contiguous() and nbytes and self._cuda is not False:
-                buf = self._cuda_buffer(t, cuda_bufs)
+                buf = self._cuda_buffer(t, prev_cuda)
                 if buf is not None:
                     specs.append(TensorSpec(name, code, t.shape, buf, t.storage_offset() * t.element_size(), nbytes))
                     continue
@@ -402,6 +403,7 @@ class Checkpointer:
                 # is shared on its own from now on (those moved already
                 # are whole where they are, and move again).
                 self._no_arena = True
+                self._cuda_regs.update(prev_cuda)
                 return self._bind(tensors, plan)
             for (old, _), (key, slot) in zip(to_arena.items(), placed.items()):
                 self._arena[key] = slot
@@ -409,6 +411,8 @@ class Checkpointer:
                 for spec in arena_specs[old]:
                     spec.buffer = slot.arena.buf
                     spec.offset += slot.off
+        for buf, _ in prev_cuda.values():
+            buf.free()  # saves in flight keep the daemon's own reference
         if todo:
             items = list(todo.items())
             bufs = self.client.register_fds([v[0] for _, v in items], [v[1] for _, v in items])
@@ -435,18 +439,33 @@ class Checkpointer:
             self._drop_plan()
         buf.free()
 
-    def _cuda_buffer(self, t, cuda_bufs):
+    def _cuda_buffer(self, t, prev):
         """Register a CUDA tensor's storage with the daemon (C API: legacy
-        IPC or VMM fds), once per storage per save: the caching allocator
-        reuses addresses, so a registration is not kept across saves (the
-        daemon still opens each cudaMalloc segment once). None when CUDA
-        is off here or in the daemon: then the tensor is copied."""
+        IPC or VMM fds), or take the registration of it that the last bind
+        made (prev: (data_ptr, nbytes) -> (Buffer, identity)) if the memory
+        behind it is still the same allocation: ckpt_cuda_identity, which
+        changes when the caching allocator frees a segment and makes
+        another at the same address. So a later save of the same tensors
+        costs no registration, and the daemon keeps its mappings open. None
+        when CUDA is off here or in the daemon, or the daemon refuses this
+        tensor: then it is copied."""
         st = t.untyped_storage()
-        key = st.data_ptr()
-        if key in cuda_bufs:
-            return cuda_bufs[key]
+        key = (st.data_ptr(), st.nbytes())
+        have = self._cuda_regs.get(key)
+        if have is not None:
+            return have[0]
         try:
-            buf = self.client.register_cuda(key, st.nbytes())
+            ident = cuda_identity(*key)
+        except CkptError:
+            ident = None  # the registration below says why, if it fails
+        have = prev.pop(key, None)
+        if have is not None:
+            if ident is not None and have[1] == ident:
+                self._cuda_regs[key] = have
+                return have[0]
+            prev[(key, "stale")] = have  # freed after this bind's own are made
+        try:
+            buf = self.client.register_cuda(*key)
         except CkptError as e:
             if e.errno in _CONNECTION_ERRNOS:
                 raise
@@ -468,8 +487,8 @@ class Checkpointer:
                               "through host memory instead (slower)", RuntimeWarning, stacklevel=4)
             return None
         self._cuda = True
-        self._cuda_regs.append(buf)
-        cuda_bufs[key] = buf
+        # Without an identity the registration is not kept past this bind.
+        self._cuda_regs[key] = (buf, ident if ident is not None else object())
         return buf
 
     def _scratch_buffer(self, name, nbytes, plan=False):
@@ -576,8 +595,8 @@ class Checkpointer:
         blob = pickle.dumps({"skeleton": p.skeleton, "leaves": leaves, "extra": extra},
                             protocol=pickle.HIGHEST_PROTOCOL)
         if p.cuda:
-            # Device registrations are per save (the caching allocator
-            # reuses addresses): a kept plan binds again.
+            # Device registrations are checked at every save (the caching
+            # allocator reuses addresses): a kept plan binds again.
             named = [(name, t) for (name, _), t in zip(p.named, tensors)]
             specs = p.specs if fresh else self._bind(named, plan=True)
             self._copy_in(named, specs)
