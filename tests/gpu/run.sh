@@ -41,6 +41,10 @@ if [ -f "$carried/COMMIT" ]; then
     chmod +x "$work/bin/$b"
   done
   export CKPT_LIB="$carried/pylib/libckpt.so"
+  if [ "$(cd "$root" && tests/gpu/sources-digest)" != "$(cat "$carried/SOURCES" 2>/dev/null)" ]; then
+    echo "run.sh: .gpu/ was built from other sources than these: run tests/gpu/device-prepare again" >&2
+    exit 1
+  fi
   echo "run.sh: the carried build of $(cat "$carried/COMMIT")"
 else
   build="$root/build-gpu"
