@@ -153,4 +153,11 @@ def test_checkpointer_keeps_registrations_while_the_allocation_is_the_same(cuda,
         bad = [i for i in range(0, n, 4099) if got[i] != cu.fakecuda_pattern(ctypes.c_ubyte(7), ctypes.c_size_t(i))]
         assert not bad, f"{len(bad)} sampled bytes are the freed allocation's"
         assert _mappings(d) == 1, "the stale registration's mapping was kept"
+        # A bind that fails part way (a tensor of a dtype ckpt cannot
+        # save) keeps what it had: the next one registers nothing again.
+        import torch
+        with pytest.raises(KeyError):
+            cp._bind([("z", torch.zeros(3, dtype=torch.complex64)), ("w", _DeviceTensor(ptr.value, n))])
+        saved_bytes(cp, 4)
+        assert registered == [old, old] and _mappings(d) == 1
     assert cu.cuMemFree_v2(ptr) == 0

@@ -349,52 +349,58 @@ class Checkpointer:
         # (_arena_move): key -> storage, and the specs waiting for it.
         to_arena, arena_specs = {}, {}
         arena_ok = plan and _CAN_SWAP and not self._no_arena
-        for name, t in tensors:
-            code = DTYPE_CODES[t.dtype]
-            nbytes = t.numel() * t.element_size()
-            if t.device.type == "cuda" and t.is_contiguous() and nbytes and self._cuda is not False:
-                buf = self._cuda_buffer(t, prev_cuda)
-                if buf is not None:
-                    specs.append(TensorSpec(name, code, t.shape, buf, t.storage_offset() * t.element_size(), nbytes))
-                    continue
-            if t.device.type == "cpu" and t.is_contiguous() and nbytes:
-                st = t.untyped_storage()
-                key = st.data_ptr()
-                slot = self._arena.get(key)
-                if slot is not None and slot.cdata == st._cdata:
+        try:
+            for name, t in tensors:
+                code = DTYPE_CODES[t.dtype]
+                nbytes = t.numel() * t.element_size()
+                if t.device.type == "cuda" and t.is_contiguous() and nbytes and self._cuda is not False:
+                    buf = self._cuda_buffer(t, prev_cuda)
+                    if buf is not None:
+                        off = t.storage_offset() * t.element_size()
+                        specs.append(TensorSpec(name, code, t.shape, buf, off, nbytes))
+                        continue
+                if t.device.type == "cpu" and t.is_contiguous() and nbytes:
+                    st = t.untyped_storage()
+                    key = st.data_ptr()
+                    slot = self._arena.get(key)
+                    if slot is not None and slot.cdata == st._cdata:
+                        used.add(key)
+                        specs.append(TensorSpec(name, code, t.shape, slot.arena.buf,
+                                                slot.off + t.storage_offset() * t.element_size(), nbytes))
+                        continue
+                    if arena_ok:
+                        spec = TensorSpec(name, code, t.shape, None, t.storage_offset() * t.element_size(), nbytes)
+                        specs.append(spec)
+                        if key not in to_arena:
+                            to_arena[key] = st
+                            arena_specs[key] = []
+                        arena_specs[key].append(spec)
+                        continue
+                    # In place (every alias sees it); the fd names the file.
+                    fd, size = st._share_fd_cpu_()[:2]
+                    key = st.data_ptr()
+                    ino = os.fstat(fd).st_ino
+                    cached = self._shared.get(key)
                     used.add(key)
-                    specs.append(TensorSpec(name, code, t.shape, slot.arena.buf,
-                                            slot.off + t.storage_offset() * t.element_size(), nbytes))
-                    continue
-                if arena_ok:
                     spec = TensorSpec(name, code, t.shape, None, t.storage_offset() * t.element_size(), nbytes)
                     specs.append(spec)
-                    if key not in to_arena:
-                        to_arena[key] = st
-                        arena_specs[key] = []
-                    arena_specs[key].append(spec)
-                    continue
-                # In place (every alias sees it); the fd names the file.
-                fd, size = st._share_fd_cpu_()[:2]
-                key = st.data_ptr()
-                ino = os.fstat(fd).st_ino
-                cached = self._shared.get(key)
-                used.add(key)
-                spec = TensorSpec(name, code, t.shape, None, t.storage_offset() * t.element_size(), nbytes)
-                specs.append(spec)
-                # A freed storage's address can be reused by a new one:
-                # the cache is valid only for the same file.
-                if key in todo:
-                    todo[key][3].append(spec)
-                elif cached is None or cached[1] != ino or cached[0].size != size:
-                    if cached is not None:
-                        self._release(self._shared.pop(key)[0], plan)
-                    todo[key] = [fd, size, ino, [spec]]
+                    # A freed storage's address can be reused by a new one:
+                    # the cache is valid only for the same file.
+                    if key in todo:
+                        todo[key][3].append(spec)
+                    elif cached is None or cached[1] != ino or cached[0].size != size:
+                        if cached is not None:
+                            self._release(self._shared.pop(key)[0], plan)
+                        todo[key] = [fd, size, ino, [spec]]
+                    else:
+                        spec.buffer = cached[0]
                 else:
-                    spec.buffer = cached[0]
-            else:
-                buf = self._scratch_buffer(name, nbytes, plan)
-                specs.append(TensorSpec(name, code, t.shape, buf, 0, nbytes))
+                    buf = self._scratch_buffer(name, nbytes, plan)
+                    specs.append(TensorSpec(name, code, t.shape, buf, 0, nbytes))
+        except BaseException:
+            # Kept for the next bind (freed then if not taken again).
+            self._cuda_regs.update(prev_cuda)
+            raise
         if to_arena:
             try:
                 placed = self._arena_move(to_arena)
