@@ -25,7 +25,7 @@
 #define DEFAULT_PEER_SHARE_PCT 25
 #define DEFAULT_PEER_TIMEOUT_MS 30000
 #define DEFAULT_MAX_FRAME_BYTES (4u << 20)
-#define DEFAULT_MAX_FDS_PER_FRAME 64 /* a CUDA VMM buffer sends one fd per chunk */
+#define DEFAULT_MAX_FDS_PER_FRAME 253 /* SCM_MAX_FD: a CUDA VMM buffer sends one fd per 20 MiB page */
 #define DEFAULT_MAX_SESSIONS 256
 #define DEFAULT_MAX_BUFFERS 16384
 #define DEFAULT_MAX_TENSORS 65536
