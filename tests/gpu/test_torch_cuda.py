@@ -176,3 +176,33 @@ def test_freed_and_reallocated_at_the_same_address(daemon_factory):
             # The pool keeps the newest durable step: step 1 is read back from storage.
             assert cp.last_load["source"] == ("memory" if step == 2 else "storage"), (step, cp.last_load)
             assert torch.equal(got["t"], torch.full((n,), want, device=DEVICE)), f"step {step}"
+
+
+def test_dcp_async_save_of_tensors_written_on_a_side_stream(daemon_factory):
+    """DCP async_save through ckpt.dcp.Writer, of CUDA tensors that kernels
+    on a non-default stream are still writing when async_save is called:
+    the daemon's copy waits for that stream (the current one at stage()),
+    and a DCP load restores every byte."""
+    import contextlib
+
+    import torch.distributed.checkpoint as dcp
+
+    import ckpt.dcp
+    d = daemon_factory(staging="1G")
+    n = (64 << 20) // 4
+    state = {f"w{i}": torch.zeros(n, device=DEVICE) for i in range(4)}
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+    side = torch.cuda.Stream() if DEVICE == "cuda" else None
+    with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+        for i, t in enumerate(state.values()):
+            for _ in range(20):  # enough queued work to be running still
+                t.add_(1.0)
+            t.mul_(i + 1)
+        r = dcp.async_save(state, storage_writer=ckpt.dcp.Writer("gpu-dcp", step=1, socket=d.sock))
+    (r.upload_completion if hasattr(r, "upload_completion") else r).result(300)
+    got = {k: torch.zeros(n, device=DEVICE) for k in state}
+    dcp.load(got, storage_reader=ckpt.dcp.Reader("gpu-dcp", step=1, socket=d.sock))
+    for i, k in enumerate(state):
+        assert torch.equal(got[k].cpu(), torch.full((n,), 20.0 * (i + 1))), k
+    ckpt.dcp.close_all()

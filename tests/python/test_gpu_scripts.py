@@ -24,7 +24,7 @@ def test_gpu_pytest_file_runs_on_cpu():
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", GPU],
                        capture_output=True, text=True, env=env(CKPT_GPU_TEST_DEVICE="cpu"), timeout=900, cwd=GPU)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "4 passed" in p.stdout and "skipped" not in p.stdout, p.stdout
+    assert "5 passed" in p.stdout and "skipped" not in p.stdout, p.stdout
 
 
 def test_gpu_bench_runs_on_cpu(daemon, tmp_path):

@@ -186,7 +186,13 @@ class Writer(StorageWriter, AsyncStager):
         cp._copy_in(tensors, specs)
         for s, (_, t, shape, offs) in zip(specs, items):
             s.shape, s.offsets, s.lengths = shape, offs, tuple(t.shape)
-        return (cp.client.save(int(self.step), specs, b"", tier=self.tier),
+        # CUDA tensors are copied by the daemon after the work queued on
+        # the current stream (the one the trainer wrote them on), as with
+        # Checkpointer.save; not the legacy default stream, which a
+        # non-blocking stream's writes would not order.
+        dev = next((t.device for _, t in tensors if t.is_cuda), None)
+        stream = torch.cuda.current_stream(dev).cuda_stream if dev is not None else None
+        return (cp.client.save(int(self.step), specs, b"", cuda_stream=stream, tier=self.tier),
                 {s.name: s.nbytes for s in specs})
 
     def persist(self, step=None):
