@@ -1,3 +1,4 @@
+#include "clock.h"
 #include "cudadev.h"
 #include "cudadrv.h"
 #include "log.h"
@@ -52,6 +53,12 @@ struct cudaev {
 	CUevent ev;
 };
 
+enum pin_state {
+	PIN_NONE,
+	PIN_RUNNING,
+	PIN_DONE
+};
+
 struct cuda {
 	struct cudadrv drv;
 	int ndev;
@@ -61,11 +68,23 @@ struct cuda {
 	struct cudaev *events;
 	void *pool_base;
 	size_t pool_bytes;
+	/* Pinning the pool (cuMemHostRegister) takes seconds for a large one:
+	 * a thread of its own does it, started when the first device is made
+	 * ready (it needs a context), so the loop never waits for it; copies
+	 * into and out of device memory wait (pin_wait) until it ends. The
+	 * fields below pin_mu are under it once that thread exists. */
+	pthread_t pin_thread;
+	bool pin_started;     /* loop thread only */
+	bool pin_thread_made; /* loop thread only: joined at close */
+	int pin_dev;
+	pthread_mutex_t pin_mu;
+	pthread_cond_t pin_cv;
+	enum pin_state pin_state;
 	bool pool_pinned;
 	char pool_err[160];
 };
 
-static int pin_pool(struct cuda *cu, char *err, size_t errlen);
+static void pin_start(struct cuda *cu, int dev);
 
 struct cudabuf {
 	struct cuda *cu;
@@ -143,6 +162,8 @@ struct cuda *cuda_open(unsigned nstreams, char *why, size_t whylen)
 		pthread_mutex_init(&dv->xfer_mu, NULL);
 		cu->ndev = i + 1;
 	}
+	pthread_mutex_init(&cu->pin_mu, NULL);
+	pthread_cond_init(&cu->pin_cv, NULL);
 	return cu;
 }
 
@@ -208,11 +229,8 @@ static int dev_ready(struct cuda *cu, int i, char *err, size_t errlen)
 		return -EIO;
 	}
 	dv->ready = true;
-	if (cu->pool_base && !cu->pool_pinned && !cu->pool_err[0]) {
-		char pe[200];
-		if (pin_pool(cu, pe, sizeof(pe)) < 0)
-			log_warn("CUDA: %s; staging copies from GPUs will be slower", pe);
-	}
+	if (cu->pool_base && !cu->pin_started)
+		pin_start(cu, i);
 	return 0;
 }
 
@@ -220,6 +238,8 @@ void cuda_close(struct cuda *cu)
 {
 	if (cu == NULL)
 		return;
+	if (cu->pin_thread_made)
+		pthread_join(cu->pin_thread, NULL);
 	if (cu->pool_pinned) {
 		for (int i = 0; i < cu->ndev; i++)
 			if (cu->devs[i].ctx) {
@@ -243,6 +263,8 @@ void cuda_close(struct cuda *cu)
 		if (dv->ctx)
 			cu->drv.cuDevicePrimaryCtxRelease(dv->dev);
 	}
+	pthread_mutex_destroy(&cu->pin_mu);
+	pthread_cond_destroy(&cu->pin_cv);
 	cudadrv_close(&cu->drv);
 	free(cu);
 }
@@ -267,6 +289,8 @@ int cuda_register_pool(struct cuda *cu, void *base, size_t bytes, char *err, siz
 	return 0;
 }
 
+/* Register the pool, in pieces; 0, or -EIO with err saying why (what was
+ * registered is unregistered again). The pin thread, with a context current. */
 static int pin_pool(struct cuda *cu, char *err, size_t errlen)
 {
 	void *base = cu->pool_base;
@@ -279,14 +303,67 @@ static int pin_pool(struct cuda *cu, char *err, size_t errlen)
 			char eb[64];
 			for (size_t k = 0; k < off; k += HOST_REGISTER_MAX)
 				cu->drv.cuMemHostUnregister((uint8_t *)base + k);
-			snprintf(cu->pool_err, sizeof(cu->pool_err), "cuMemHostRegister of %zu bytes failed: %s", n,
+			snprintf(err, errlen, "cuMemHostRegister of %zu bytes failed: %s", n,
 				 ename(cu, r, eb, sizeof(eb)));
-			snprintf(err, errlen, "%s", cu->pool_err);
 			return -EIO;
 		}
 	}
-	cu->pool_pinned = true;
 	return 0;
+}
+
+static void *pin_main(void *arg)
+{
+	struct cuda *cu = arg;
+	char err[160] = "";
+	uint64_t t0 = clock_now_ns();
+	CUresult cr = cu->drv.cuCtxSetCurrent(cu->devs[cu->pin_dev].ctx);
+	int r = -EIO;
+	if (cr != CUDA_SUCCESS) {
+		char eb[64];
+		snprintf(err, sizeof(err), "cuCtxSetCurrent for pinning failed: %s", ename(cu, cr, eb, sizeof(eb)));
+	} else {
+		r = pin_pool(cu, err, sizeof(err));
+	}
+	pthread_mutex_lock(&cu->pin_mu);
+	cu->pool_pinned = r == 0;
+	snprintf(cu->pool_err, sizeof(cu->pool_err), "%s", r == 0 ? "" : err);
+	cu->pin_state = PIN_DONE;
+	pthread_cond_broadcast(&cu->pin_cv);
+	pthread_mutex_unlock(&cu->pin_mu);
+	if (r < 0)
+		log_warn("CUDA: %s; staging copies from GPUs will be slower", err);
+	else
+		log_info("CUDA: pool of %zu MiB pinned in %" PRIu64 " ms", cu->pool_bytes >> 20,
+			 (clock_now_ns() - t0) / 1000000);
+	return NULL;
+}
+
+/* Start pinning the pool with device dev's context. Loop thread. */
+static void pin_start(struct cuda *cu, int dev)
+{
+	cu->pin_started = true;
+	cu->pin_dev = dev;
+	pthread_mutex_lock(&cu->pin_mu);
+	cu->pin_state = PIN_RUNNING;
+	pthread_mutex_unlock(&cu->pin_mu);
+	int r = pthread_create(&cu->pin_thread, NULL, pin_main, cu);
+	if (r == 0) {
+		cu->pin_thread_made = true;
+		return;
+	}
+	/* No thread: pin here, once. */
+	log_warn("CUDA: no thread for pinning the pool (%s): pinning it on the loop thread", strerror(r));
+	pin_main(cu);
+}
+
+/* Wait until the pool's pinning has ended (pinned or not): a copy started
+ * before would go through pageable memory. Copy and load threads. */
+static void pin_wait(struct cuda *cu)
+{
+	pthread_mutex_lock(&cu->pin_mu);
+	while (cu->pin_state == PIN_RUNNING)
+		pthread_cond_wait(&cu->pin_cv, &cu->pin_mu);
+	pthread_mutex_unlock(&cu->pin_mu);
 }
 
 void cuda_describe(const struct cuda *cu, char *buf, size_t len)
@@ -295,12 +372,16 @@ void cuda_describe(const struct cuda *cu, char *buf, size_t len)
 	cu->drv.cuDriverGetVersion(&v);
 	for (int i = 0; i < cu->ndev; i++)
 		ready += cu->devs[i].ready;
+	pthread_mutex_t *mu = (pthread_mutex_t *)&cu->pin_mu; /* the pin thread's fields */
+	pthread_mutex_lock(mu);
 	size_t o = (size_t)snprintf(buf, len, "on: %d device(s), %d in use, driver %d.%d, %s%s", cu->ndev, ready,
 				    v / 1000, (v % 1000) / 10,
-				    cu->pool_pinned   ? "pool pinned"
-				    : cu->pool_err[0] ? "pool NOT pinned: "
-						      : "pool pinned at first use",
-				    cu->pool_pinned ? "" : cu->pool_err);
+				    cu->pin_state == PIN_RUNNING ? "pool being pinned"
+				    : cu->pool_pinned            ? "pool pinned"
+				    : cu->pool_err[0]            ? "pool NOT pinned: "
+								 : "pool pinned at first use",
+				    cu->pool_pinned || cu->pin_state == PIN_RUNNING ? "" : cu->pool_err);
+	pthread_mutex_unlock(mu);
 	for (int i = 0; i < cu->ndev && o < len; i++) {
 		int b = atomic_load(&cu->devs[i].broken);
 		if (b) {
@@ -564,6 +645,7 @@ const uint8_t *cuda_event_uuid(const struct cudaev *e)
 
 void cuda_batch_begin(struct cuda_batch *bt, struct cuda *cu, unsigned worker)
 {
+	pin_wait(cu);
 	bt->cu = cu;
 	bt->worker = worker % cu->nstreams;
 	bt->devmask = 0;
@@ -637,6 +719,7 @@ static int xfer(const struct cudabuf *b, uint64_t off, void *host, size_t len, b
 	struct cudadev *dv = &cu->devs[b->dev];
 	if (off > b->nbytes || len > b->nbytes - off)
 		return -ERANGE;
+	pin_wait(cu);
 	pthread_mutex_lock(&dv->xfer_mu);
 	CUresult r = cu->drv.cuCtxSetCurrent(dv->ctx);
 	if (r == CUDA_SUCCESS)

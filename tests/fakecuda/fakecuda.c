@@ -19,6 +19,7 @@
  *   FAKECUDA_FAIL_COPY_AFTER=N  D2H copies after the first N fail (CUDA_ERROR_ILLEGAL_ADDRESS)
  *   FAKECUDA_REQUIRE_PINNED=1   D2H copies into host memory that was not
  *                               cuMemHostRegister'ed fail
+ *   FAKECUDA_HOST_REGISTER_MS=N cuMemHostRegister takes N ms
  */
 #include <cuda.h>
 
@@ -618,6 +619,11 @@ API CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned int flags)
 	(void)flags;
 	if (p == NULL || n == 0)
 		return CUDA_ERROR_INVALID_VALUE;
+	/* A real driver takes about a second per tens of GiB: a test can say
+	 * how long (the range counts as pinned only after). */
+	const char *ms = getenv("FAKECUDA_HOST_REGISTER_MS");
+	if (ms && atoi(ms) > 0)
+		nanosleep(&(struct timespec){ atoi(ms) / 1000, (long)(atoi(ms) % 1000) * 1000000 }, NULL);
 	struct hostreg *h = calloc(1, sizeof(*h));
 	if (h == NULL)
 		return CUDA_ERROR_OUT_OF_MEMORY;

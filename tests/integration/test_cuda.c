@@ -181,14 +181,15 @@ static void test_legacy_offsets_roundtrip(void **state)
 		fail_msg("register: %s (%s)", ckpt_strerror(r), ckpt_errmsg());
 	assert_int_equal(ckpt_register_cuda(c, p + 2 * MIB + 4096, MIB, &b2), 0);
 	assert_int_equal(daemon_mappings(&d, "fakecuda-mem"), 1);
-	status_cuda(&d, cs, sizeof(cs));
-	if (strncmp(cs, "on: 1 device(s), 1 in use", 25) != 0 || !strstr(cs, ", pool pinned"))
-		fail_msg("status cuda: %s", cs);
 	uint64_t s0[1], s1[1], s2[1];
 	/* Three tensors at offsets, one of them straddling pool chunks. */
 	ckpt_tensor t[3] = { u8("w0", s0, b1, 0, 1000), u8("w1", s1, b1, 1000, MIB + 5000),
 			     u8("w2", s2, b2, 123, MIB - 123) };
 	save_ok(c, 1, t, 3, NULL);
+	/* The copies waited for the pool's pinning, which has ended. */
+	status_cuda(&d, cs, sizeof(cs));
+	if (strncmp(cs, "on: 1 device(s), 1 in use", 25) != 0 || !strstr(cs, ", pool pinned"))
+		fail_msg("status cuda: %s", cs);
 	assert_int_equal(count_steps(c, "legacy"), 1);
 
 	/* Wipe, restore from memory (H2D from the pool), check. */
@@ -211,6 +212,46 @@ static void test_legacy_offsets_roundtrip(void **state)
 	assert_int_equal(daemon_mappings(&d, "fakecuda-mem"), 1);
 	ckpt_buffer_free(b2);
 	assert_int_equal(daemon_mappings(&d, "fakecuda-mem"), 0);
+	ckpt_close(c);
+	assert_int_equal(cuMemFree(p), CUDA_SUCCESS);
+	assert_int_equal(h_stop(&d), 0);
+	h_cleanup(&d);
+}
+
+/* Pinning the pool takes seconds for a large one (here the fake driver's
+ * cuMemHostRegister takes 3 s): a thread does it, so the first
+ * registration returns and the daemon serves others meanwhile; the copies
+ * wait for it (FAKECUDA_REQUIRE_PINNED fails a copy into memory not yet
+ * pinned), and the step is whole. */
+static void test_pool_pinning_does_not_block_the_daemon(void **state)
+{
+	(void)state;
+	struct dctx d;
+	start(&d, "FAKECUDA_HOST_REGISTER_MS=3000", NULL);
+	ctx_current();
+	size_t n = 2 * MIB;
+	CUdeviceptr p;
+	assert_int_equal(cuMemAlloc(&p, n), CUDA_SUCCESS);
+	fill_sync(p, n, 31);
+	ckpt_client *c = connect_job(&d, "pinning");
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_register_cuda(c, p, n, &b), 0);
+	/* The registration is back before the pinning ends, and another
+	 * client (ckptctl) is answered meanwhile. */
+	char cs[256];
+	status_cuda(&d, cs, sizeof(cs));
+	if (!strstr(cs, "pool being pinned"))
+		fail_msg("status cuda right after the first registration: %s", cs);
+	uint64_t shape[1];
+	ckpt_tensor t = u8("w", shape, b, 0, n);
+	save_ok(c, 1, &t, 1, NULL);
+	status_cuda(&d, cs, sizeof(cs));
+	if (!strstr(cs, ", pool pinned"))
+		fail_msg("status cuda after the save: %s", cs);
+	fill_sync(p, n, 99);
+	load_ok(c, 1, &t, 1, 0, "memory");
+	assert_pattern(p, 0, n, 31);
+	ckpt_buffer_free(b);
 	ckpt_close(c);
 	assert_int_equal(cuMemFree(p), CUDA_SUCCESS);
 	assert_int_equal(h_stop(&d), 0);
@@ -762,6 +803,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_legacy_offsets_roundtrip),
 		cmocka_unit_test(test_realloc_with_the_same_handle_is_mapped_anew),
+		cmocka_unit_test(test_pool_pinning_does_not_block_the_daemon),
 		cmocka_unit_test(test_vmm_roundtrip),
 		cmocka_unit_test(test_copy_waits_for_trainer_stream),
 		cmocka_unit_test(test_open_fails),
