@@ -170,6 +170,33 @@ int ckpt_cuda_identity(uint64_t devptr, size_t nbytes, uint64_t *ident)
 	return 0;
 }
 
+int ckpt_cuda_allocation(uint64_t devptr, uint64_t *start, uint64_t *size)
+{
+	if (!start || !size || devptr == 0) {
+		client_set_errmsg("");
+		return -EINVAL;
+	}
+	int r = drv_ready(NULL);
+	if (r < 0)
+		return r;
+	CUdeviceptr s = 0;
+	size_t sz = 0;
+	int legacy = 0;
+	CUresult cr = drv.cuPointerGetAttribute(&s, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, devptr);
+	if (cr == CUDA_SUCCESS)
+		cr = drv.cuPointerGetAttribute(&sz, CU_POINTER_ATTRIBUTE_RANGE_SIZE, devptr);
+	if (cr == CUDA_SUCCESS)
+		cr = drv.cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, devptr);
+	if (cr != CUDA_SUCCESS || sz == 0) {
+		client_set_errmsgf("0x%llx is not device memory (cuPointerGetAttribute: %s)",
+				   (unsigned long long)devptr, ename(cr));
+		return -EINVAL;
+	}
+	*start = s;
+	*size = sz;
+	return legacy ? 1 : 0;
+}
+
 int ckpt_register_cuda(ckpt_client *c, uint64_t devptr, size_t nbytes, ckpt_buffer **out)
 {
 	if (out)
@@ -471,6 +498,15 @@ int ckpt_cuda_identity(uint64_t devptr, size_t nbytes, uint64_t *ident)
 	(void)devptr;
 	(void)nbytes;
 	(void)ident;
+	client_set_errmsg("libckpt was built without CUDA headers");
+	return -ENOTSUP;
+}
+
+int ckpt_cuda_allocation(uint64_t devptr, uint64_t *start, uint64_t *size)
+{
+	(void)devptr;
+	(void)start;
+	(void)size;
 	client_set_errmsg("libckpt was built without CUDA headers");
 	return -ENOTSUP;
 }

@@ -278,6 +278,9 @@ static void test_realloc_with_the_same_handle_is_mapped_anew(void **state)
 	fill_sync(p, n, 21);
 	ckpt_client *c = connect_job(&d, "realloc");
 	uint64_t id1 = 0, id2 = 0, again = 0;
+	uint64_t as = 0, asz = 0;
+	assert_int_equal(ckpt_cuda_allocation(p + 4096, &as, &asz), 1); /* legacy */
+	assert_true(as == p && asz == n);
 	assert_int_equal(ckpt_cuda_identity(p, n, &id1), 0);
 	assert_int_equal(ckpt_cuda_identity(p, n, &again), 0);
 	assert_true(id1 == again);
@@ -358,6 +361,10 @@ static void test_vmm_roundtrip(void **state)
 	assert_int_equal(ckpt_cuda_identity(va + MIB, 4 * MIB, &id_again), 0);
 	assert_int_equal(ckpt_cuda_identity(va + gran, 2 * gran, &id_part), 0);
 	assert_true(id_all == id_again && id_all != id_part);
+	/* A VMM allocation is one chunk, and not legacy: register the range. */
+	uint64_t as = 0, asz = 0;
+	assert_int_equal(ckpt_cuda_allocation(va + gran + 4096, &as, &asz), 0);
+	assert_true(as == va + gran && asz == gran);
 	uint64_t s0[1];
 	ckpt_tensor t = u8("big", s0, b, 0, 4 * MIB);
 	save_ok(c, 5, &t, 1, NULL);

@@ -185,6 +185,10 @@ def test_refused_cuda_registration_falls_back_to_a_copy(daemon, monkeypatch, cod
     # Not the driver: libckpt loads it once per process, and the fake
     # driver's tests (test_cuda_binding.py) need it loaded their way.
     monkeypatch.setattr(ckpt.torch, "cuda_identity", lambda ptr, n: 1)
+
+    def not_device_memory(ptr):
+        raise ckpt.CkptError(errno.EINVAL, "not device memory here")
+    monkeypatch.setattr(ckpt.torch, "cuda_allocation", not_device_memory)
     with ckpt.torch.Checkpointer("cuda-refused", socket=daemon.sock) as cp:
         t = torch.ones(1024)
         with pytest.warns(RuntimeWarning, match="refused for the test"):

@@ -76,6 +76,7 @@ class _DeviceTensor:
         import torch
         self.dtype, self.shape, self.device = torch.uint8, (n,), self._Dev()
         self.storage = self._Storage(ptr, n)
+        self.is_cuda = True
 
     def numel(self):
         return self.shape[0]
@@ -160,4 +161,48 @@ def test_checkpointer_keeps_registrations_while_the_allocation_is_the_same(cuda,
             cp._bind([("z", torch.zeros(3, dtype=torch.complex64)), ("w", _DeviceTensor(ptr.value, n))])
         saved_bytes(cp, 4)
         assert registered == [old, old] and _mappings(d) == 1
+    assert cu.cuMemFree_v2(ptr) == 0
+
+
+def test_checkpointer_registers_a_segment_once_for_all_its_tensors(cuda, monkeypatch):
+    """Tensors of one cudaMalloc allocation (a caching-allocator segment)
+    share one registration of the whole allocation, at their offsets in
+    it: a model's thousands of tensors cost a registration per segment,
+    and stay far under the daemon's max_buffers."""
+    import ckpt
+    import ckpt.torch
+    d, cu = cuda
+    n, k = 4 << 20, 8
+    ptr = ctypes.c_uint64()
+    assert cu.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(n)) == 0
+    assert cu.fakecuda_fill_async(ptr, ctypes.c_size_t(n), ctypes.c_ubyte(5), 0, None) == 0
+    assert cu.cuStreamSynchronize(None) == 0
+    assert ckpt.cuda_allocation(ptr.value + 4096) == (ptr.value, n, True)
+    registered = []
+    real = ckpt.Client.register_cuda
+
+    def counting(self, p, nbytes):
+        registered.append((p, nbytes))
+        return real(self, p, nbytes)
+    monkeypatch.setattr(ckpt.Client, "register_cuda", counting)
+    part = n // k
+    tensors = [(f"t{i}", _DeviceTensor(ptr.value + i * part, part - 64)) for i in range(k)]
+    with ckpt.torch.Checkpointer("pycuda-segment", socket=d.sock) as cp:
+        specs = cp._bind(tensors)
+        assert registered == [(ptr.value, n)]
+        assert len({id(s.buffer) for s in specs}) == 1
+        assert [s.offset for s in specs] == [i * part for i in range(k)]
+        cp.client.save(1, specs, cuda_stream=0).durable.result(30)
+        assert cu.fakecuda_fill_async(ptr, ctypes.c_size_t(n), ctypes.c_ubyte(0), 0, None) == 0
+        assert cu.cuStreamSynchronize(None) == 0
+        cp.client.load(cp._bind(tensors), 1).result(30)
+        assert registered == [(ptr.value, n)]
+        host = (ctypes.c_ubyte * n)()
+        assert cu.cuMemcpyDtoHAsync_v2(host, ptr, ctypes.c_size_t(n), None) == 0
+        assert cu.cuStreamSynchronize(None) == 0
+        for i in range(k):
+            for off in (i * part, i * part + part - 65):
+                assert host[off] == cu.fakecuda_pattern(ctypes.c_ubyte(5), ctypes.c_size_t(off)), (i, off)
+            gap = i * part + part - 1  # between the tensors: not saved, so still the wipe's pattern
+            assert host[gap] == cu.fakecuda_pattern(ctypes.c_ubyte(0), ctypes.c_size_t(gap)), i
     assert cu.cuMemFree_v2(ptr) == 0

@@ -170,6 +170,12 @@ int ckpt_register_cuda(ckpt_client *c, uint64_t devptr, size_t nbytes, ckpt_buff
  * -EINVAL when the range is not mapped device memory, -ENOTSUP without
  * CUDA. */
 int ckpt_cuda_identity(uint64_t devptr, size_t nbytes, uint64_t *ident);
+/* The allocation holding devptr: its start and size. 1 for a cudaMalloc
+ * (legacy IPC) allocation, which one registration of [start, start+size)
+ * serves for every tensor in it; 0 for other device memory (VMM: one
+ * allocation per mapped page, so register the tensor's own range); or
+ * -EINVAL when devptr is not device memory, -ENOTSUP without CUDA. */
+int ckpt_cuda_allocation(uint64_t devptr, uint64_t *start, uint64_t *size);
 
 typedef struct {
 	/* The CUstream whose work must finish before the daemon copies the

@@ -11,7 +11,8 @@ ckpt.Client is the raw binding; ckpt.dcp has a torch.distributed.checkpoint
 StorageWriter/StorageReader; ckpt.format reads a step without the daemon.
 """
 __all__ = ["Client", "Buffer", "TensorSpec", "SaveFuture", "LoadFuture", "CkptError", "DaemonUnavailable",
-           "Superseded", "NotReplicated", "LATEST", "default_socket", "cuda_available", "cuda_identity"]
+           "Superseded", "NotReplicated", "LATEST", "default_socket", "cuda_available", "cuda_identity",
+           "cuda_allocation"]
 
 
 def __getattr__(name):

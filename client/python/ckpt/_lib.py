@@ -146,6 +146,7 @@ def _load():
         "ckpt_register_cuda": (i, [vp, u64, sz, ctypes.POINTER(vp)]),
         "ckpt_cuda_available": (i, [ctypes.c_char_p, sz]),
         "ckpt_cuda_identity": (i, [u64, sz, ctypes.POINTER(u64)]),
+        "ckpt_cuda_allocation": (i, [u64, ctypes.POINTER(u64), ctypes.POINTER(u64)]),
         "ckpt_load": (i, [vp, ctypes.c_int64, ctypes.POINTER(_Tensor), sz, ctypes.POINTER(vp)]),
         "ckpt_future_wait": (i, [vp, i, i]),
         "ckpt_future_poll": (i, [vp, i]),

@@ -85,6 +85,18 @@ def cuda_identity(ptr, nbytes):
     return out.value
 
 
+def cuda_allocation(ptr):
+    """(start, size, legacy) of the device allocation holding ptr
+    (ckpt_cuda_allocation): legacy is True for cudaMalloc memory, which
+    one registration of the whole allocation serves, False for VMM memory.
+    CkptError(EINVAL) for memory that is not device memory."""
+    start, size = ctypes.c_uint64(), ctypes.c_uint64()
+    rc = lib.ckpt_cuda_allocation(int(ptr), ctypes.byref(start), ctypes.byref(size))
+    if rc < 0:
+        raise _error(rc, what="CUDA allocation")
+    return start.value, size.value, rc == 1
+
+
 class Buffer:
     """A host buffer registered with the daemon. For alloc()'d buffers,
     .view is a writable memoryview of its bytes."""

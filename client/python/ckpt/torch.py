@@ -44,7 +44,7 @@ import pickle
 import torch
 
 from ._tree import DTYPE_CODES, TORCH_DTYPES, _Leaf, _materialize, _Ref, dump_skeleton, load_meta  # noqa: F401
-from .client import LATEST, CkptError, Client, DaemonUnavailable, TensorSpec, cuda_identity
+from .client import LATEST, CkptError, Client, DaemonUnavailable, TensorSpec, cuda_allocation, cuda_identity
 
 # A CkptError with one of these means the daemon is gone, not that one
 # request was refused: raised, never worked around.
@@ -279,7 +279,7 @@ class Checkpointer:
         self._no_arena = False    # _arena_move failed once: share_memory_() only
         self._scratch = {}        # name -> Buffer for copied tensors
         self._cuda = None         # None: not tried; True: registering device memory works; False: copy
-        self._cuda_regs = {}      # device registrations: (data_ptr, nbytes) -> (Buffer, identity)
+        self._cuda_regs = {}      # device registrations: (start, nbytes) -> (Buffer, identity)
         self._cuda_warned = set()  # errnos of refused CUDA registrations already warned about
         self._plan = None         # _Plan of the last save
         self._last_save = None    # SaveFuture of the last save (persist waits for it)
@@ -354,9 +354,10 @@ class Checkpointer:
                 code = DTYPE_CODES[t.dtype]
                 nbytes = t.numel() * t.element_size()
                 if t.device.type == "cuda" and t.is_contiguous() and nbytes and self._cuda is not False:
-                    buf = self._cuda_buffer(t, prev_cuda)
-                    if buf is not None:
-                        off = t.storage_offset() * t.element_size()
+                    got = self._cuda_buffer(t, prev_cuda)
+                    if got is not None:
+                        buf, base = got
+                        off = base + t.storage_offset() * t.element_size()
                         specs.append(TensorSpec(name, code, t.shape, buf, off, nbytes))
                         continue
                 if t.device.type == "cpu" and t.is_contiguous() and nbytes:
@@ -446,29 +447,39 @@ class Checkpointer:
         buf.free()
 
     def _cuda_buffer(self, t, prev):
-        """Register a CUDA tensor's storage with the daemon (C API: legacy
-        IPC or VMM fds), or take the registration of it that the last bind
-        made (prev: (data_ptr, nbytes) -> (Buffer, identity)) if the memory
-        behind it is still the same allocation: ckpt_cuda_identity, which
-        changes when the caching allocator frees a segment and makes
+        """(Buffer, offset of the tensor's storage in it) for a CUDA tensor:
+        a registration with the daemon (C API: legacy IPC or VMM fds) of
+        the whole cudaMalloc allocation holding the storage (one for every
+        tensor of a caching-allocator segment: a model of 50,000 tensors
+        stays far under max_buffers), or of the storage's own range for
+        VMM memory (expandable segments map one allocation per page).
+        Taken from the last bind (prev: key -> (Buffer, identity)) if the
+        memory behind it is still the same allocation: ckpt_cuda_identity,
+        which changes when the caching allocator frees a segment and makes
         another at the same address. So a later save of the same tensors
         costs no registration, and the daemon keeps its mappings open. None
         when CUDA is off here or in the daemon, or the daemon refuses this
         tensor: then it is copied."""
         st = t.untyped_storage()
-        key = (st.data_ptr(), st.nbytes())
+        ptr, n = st.data_ptr(), st.nbytes()
+        try:
+            start, size, legacy = cuda_allocation(ptr)
+            key = (start, size) if legacy else (ptr, n)
+        except CkptError:
+            key = (ptr, n)  # the registration below says why, if it fails
+        base = ptr - key[0]
         have = self._cuda_regs.get(key)
         if have is not None:
-            return have[0]
+            return have[0], base
         try:
             ident = cuda_identity(*key)
         except CkptError:
-            ident = None  # the registration below says why, if it fails
+            ident = None
         have = prev.pop(key, None)
         if have is not None:
             if ident is not None and have[1] == ident:
                 self._cuda_regs[key] = have
-                return have[0]
+                return have[0], base
             prev[(key, "stale")] = have  # freed after this bind's own are made
         try:
             buf = self.client.register_cuda(*key)
@@ -495,7 +506,7 @@ class Checkpointer:
         self._cuda = True
         # Without an identity the registration is not kept past this bind.
         self._cuda_regs[key] = (buf, ident if ident is not None else object())
-        return buf
+        return buf, base
 
     def _scratch_buffer(self, name, nbytes, plan=False):
         have = self._scratch.get(name)
