@@ -15,6 +15,7 @@ its checks passed."""
 import json
 import sys
 import time
+import warnings
 
 import torch
 
@@ -155,6 +156,9 @@ def cmd_load(sock, job, step, ref, device):
 
 
 def main(argv):
+    # A CUDA tensor copied around a refused registration is a finding here,
+    # not a slow path to accept quietly.
+    warnings.filterwarnings("error", message="ckpt:", category=RuntimeWarning)
     cmd, sock, job, step, arg, device = argv[1:7]
     return {"save": cmd_save, "hang": cmd_hang, "load": cmd_load}[cmd](sock, job, int(step), arg, device)
 
