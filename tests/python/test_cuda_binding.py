@@ -143,14 +143,21 @@ def test_checkpointer_keeps_registrations_while_the_allocation_is_the_same(cuda,
         assert registered == [ptr.value], "a later save registered the same allocation again"
         assert _mappings(d) == 1
 
+        # A kept plan naming this registration holds while the allocation
+        # is the same, and not once it is freed and made again.
+        plan = ckpt.torch._Plan()
+        plan.cuda_regs = dict(cp._cuda_regs)
+        assert cp._cuda_plan_holds(plan)
         old = ptr.value
         assert cu.cuMemFree_v2(ptr) == 0
         assert cu.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(n)) == 0
         assert ptr.value == old, "the fake driver gave another address: the test proves nothing"
         assert cu.fakecuda_fill_async(ptr, ctypes.c_size_t(n), ctypes.c_ubyte(7), 0, None) == 0
         assert cu.cuStreamSynchronize(None) == 0
+        assert not cp._cuda_plan_holds(plan)
         got = saved_bytes(cp, 3)
         assert registered == [old, old], "the new allocation was not registered again"
+        assert not cp._cuda_plan_holds(plan), "a plan naming the dropped registration still holds"
         bad = [i for i in range(0, n, 4099) if got[i] != cu.fakecuda_pattern(ctypes.c_ubyte(7), ctypes.c_size_t(i))]
         assert not bad, f"{len(bad)} sampled bytes are the freed allocation's"
         assert _mappings(d) == 1, "the stale registration's mapping was kept"
@@ -195,8 +202,23 @@ def test_checkpointer_registers_a_segment_once_for_all_its_tensors(cuda, monkeyp
         cp.client.save(1, specs, cuda_stream=0).durable.result(30)
         assert cu.fakecuda_fill_async(ptr, ctypes.c_size_t(n), ctypes.c_ubyte(0), 0, None) == 0
         assert cu.cuStreamSynchronize(None) == 0
+        # A later bind of the same tensors: one identity check for the
+        # allocation, no lookup of where each tensor lies, no registration.
+        calls = {"identity": 0, "allocation": 0}
+        real_identity, real_allocation = ckpt.torch.cuda_identity, ckpt.torch.cuda_allocation
+
+        def identity(*a):
+            calls["identity"] += 1
+            return real_identity(*a)
+
+        def allocation(*a):
+            calls["allocation"] += 1
+            return real_allocation(*a)
+        monkeypatch.setattr(ckpt.torch, "cuda_identity", identity)
+        monkeypatch.setattr(ckpt.torch, "cuda_allocation", allocation)
         cp.client.load(cp._bind(tensors), 1).result(30)
         assert registered == [(ptr.value, n)]
+        assert calls == {"identity": 1, "allocation": 0}, calls
         host = (ctypes.c_ubyte * n)()
         assert cu.cuMemcpyDtoHAsync_v2(host, ptr, ctypes.c_size_t(n), None) == 0
         assert cu.cuStreamSynchronize(None) == 0

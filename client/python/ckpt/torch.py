@@ -46,6 +46,15 @@ import torch
 from ._tree import DTYPE_CODES, TORCH_DTYPES, _Leaf, _materialize, _Ref, dump_skeleton, load_meta  # noqa: F401
 from .client import LATEST, CkptError, Client, DaemonUnavailable, TensorSpec, cuda_allocation, cuda_identity
 
+def _cuda_identity_or_none(key):
+    """ckpt_cuda_identity of a registration's range, or None when it is no
+    longer mapped device memory (then nothing matches it)."""
+    try:
+        return cuda_identity(*key)
+    except CkptError:
+        return None
+
+
 # A CkptError with one of these means the daemon is gone, not that one
 # request was refused: raised, never worked around.
 _CONNECTION_ERRNOS = frozenset((errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.EBADF, errno.ECONNREFUSED,
@@ -173,9 +182,12 @@ class _Plan:
     """What a save of one state dict's shape reuses while its tensors stay
     where they are: the names and skeleton, the specs and registrations
     (holding the CPU storages, so no other tensor can take their
-    addresses), and the daemon's tensor table (None for CUDA tensors, whose
-    registrations are made per save, and from a daemon without tables)."""
-    __slots__ = ("sig", "fp", "skeleton", "named", "specs", "table", "storages", "scratch", "cuda")
+    addresses), and the daemon's tensor table (None for CUDA tensors, and
+    from a daemon without tables). cuda_regs: the CUDA registrations the
+    specs name, {key: (Buffer, identity)}; the caching allocator can free
+    and remake a segment under a kept plan, so they are checked again at
+    every save (Checkpointer._cuda_plan_holds)."""
+    __slots__ = ("sig", "fp", "skeleton", "named", "specs", "table", "storages", "scratch", "cuda", "cuda_regs")
 
     def drop(self):
         if self.table is not None:
@@ -280,6 +292,7 @@ class Checkpointer:
         self._scratch = {}        # name -> Buffer for copied tensors
         self._cuda = None         # None: not tried; True: registering device memory works; False: copy
         self._cuda_regs = {}      # device registrations: (start, nbytes) -> (Buffer, identity)
+        self._cuda_where = {}     # (storage data_ptr, nbytes) -> (its registration's key, offset in it)
         self._cuda_warned = set()  # errnos of refused CUDA registrations already warned about
         self._plan = None         # _Plan of the last save
         self._last_save = None    # SaveFuture of the last save (persist waits for it)
@@ -461,20 +474,34 @@ class Checkpointer:
         when CUDA is off here or in the daemon, or the daemon refuses this
         tensor: then it is copied."""
         st = t.untyped_storage()
-        ptr, n = st.data_ptr(), st.nbytes()
+        where = (st.data_ptr(), st.nbytes())
+        # Fast path, a later save: where this storage lay last time, and
+        # the registration of that allocation, taken again after one
+        # identity check per allocation (not per tensor) per bind.
+        got = self._cuda_where.get(where)
+        if got is not None:
+            key, base = got
+            have = self._cuda_regs.get(key)
+            if have is not None:
+                return have[0], base
+            have = prev.get(key)
+            if have is not None and have[1] == _cuda_identity_or_none(key):
+                self._cuda_regs[key] = prev.pop(key)
+                return have[0], base
+        ptr, n = where
         try:
             start, size, legacy = cuda_allocation(ptr)
             key = (start, size) if legacy else (ptr, n)
         except CkptError:
             key = (ptr, n)  # the registration below says why, if it fails
         base = ptr - key[0]
+        if len(self._cuda_where) > 4 * len(self._cuda_regs) + 4096:
+            self._cuda_where.clear()  # storages long gone
+        self._cuda_where[where] = (key, base)
         have = self._cuda_regs.get(key)
         if have is not None:
             return have[0], base
-        try:
-            ident = cuda_identity(*key)
-        except CkptError:
-            ident = None
+        ident = _cuda_identity_or_none(key)
         have = prev.pop(key, None)
         if have is not None:
             if ident is not None and have[1] == ident:
@@ -507,6 +534,18 @@ class Checkpointer:
         # Without an identity the registration is not kept past this bind.
         self._cuda_regs[key] = (buf, ident if ident is not None else object())
         return buf, base
+
+    def _cuda_plan_holds(self, p):
+        """Whether a kept plan's CUDA registrations are still this
+        Checkpointer's (no bind, a load's, dropped them) and still of the
+        same allocations: one ckpt_cuda_identity per allocation, not one
+        lookup per tensor (the plan's fingerprint already said that every
+        tensor is where it was)."""
+        for key, (buf, ident) in p.cuda_regs.items():
+            now = self._cuda_regs.get(key)
+            if now is None or now[0] is not buf or _cuda_identity_or_none(key) != ident:
+                return False
+        return True
 
     def _scratch_buffer(self, name, nbytes, plan=False):
         have = self._scratch.get(name)
@@ -549,6 +588,7 @@ class Checkpointer:
         p.sig, p.named, p.table = sig, named, None
         p.skeleton = dump_skeleton(tree)
         p.specs = self._bind(named, plan=True)
+        p.cuda_regs = dict(self._cuda_regs)
         ts = [t for _, t in named]
         # After _bind: sharing moved storages, and with them data_ptr.
         p.fp = _fingerprint(ts)
@@ -613,9 +653,13 @@ class Checkpointer:
                             protocol=pickle.HIGHEST_PROTOCOL)
         if p.cuda:
             # Device registrations are checked at every save (the caching
-            # allocator reuses addresses): a kept plan binds again.
+            # allocator reuses addresses): a kept plan whose registrations
+            # no longer hold binds again.
             named = [(name, t) for (name, _), t in zip(p.named, tensors)]
-            specs = p.specs if fresh else self._bind(named, plan=True)
+            if not fresh and not self._cuda_plan_holds(p):
+                p.specs = self._bind(named, plan=True)
+                p.cuda_regs = dict(self._cuda_regs)
+            specs = p.specs
             self._copy_in(named, specs)
             dev = next(t.device for t in tensors if t.is_cuda)
             stream = torch.cuda.current_stream(dev).cuda_stream
