@@ -76,7 +76,12 @@ start_daemon() {
     --state-dir "$work/$name/state" --staging-bytes "$staging" --chunk-bytes 64M --log-level info "$@" \
     2>"$work/$name.log" &
   daemon_pid=$!
-  for _ in $(seq 300); do [ -S "$work/$name.sock" ] && break; sleep 0.2; done
+  # (a large pool is pre-faulted before the socket appears)
+  for _ in $(seq 900); do
+    [ -S "$work/$name.sock" ] && break
+    kill -0 "$daemon_pid" 2>/dev/null || { echo "ckptd exited:"; tail -5 "$work/$name.log"; break; }
+    sleep 0.2
+  done
   "$work/bin/ckptctl" --socket "$work/$name.sock" status | grep -E "^cuda" || true
 }
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader 2>/dev/null || true
