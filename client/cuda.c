@@ -79,6 +79,13 @@ static void close_fds(int *fds, size_t n)
 			close(fds[i]);
 }
 
+/* The start and size of the allocation holding p. */
+static CUresult alloc_range(CUdeviceptr p, CUdeviceptr *start, size_t *size)
+{
+	CUresult r = drv.cuPointerGetAttribute(start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p);
+	return r == CUDA_SUCCESS ? drv.cuPointerGetAttribute(size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p) : r;
+}
+
 /* The mapped VMM allocations [devptr, devptr+nbytes) spans: an fd and a
  * size each. */
 static int vmm_export(CUdeviceptr start, CUdeviceptr devptr, size_t nbytes, int *fds, uint64_t *sizes, size_t cap,
@@ -90,9 +97,7 @@ static int vmm_export(CUdeviceptr start, CUdeviceptr devptr, size_t nbytes, int 
 		CUdeviceptr s = 0;
 		size_t sz = 0;
 		CUmemGenericAllocationHandle h;
-		CUresult r = drv.cuPointerGetAttribute(&s, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, at);
-		if (r == CUDA_SUCCESS)
-			r = drv.cuPointerGetAttribute(&sz, CU_POINTER_ATTRIBUTE_RANGE_SIZE, at);
+		CUresult r = alloc_range(at, &s, &sz);
 		if (r != CUDA_SUCCESS || sz == 0) {
 			client_set_errmsgf("device range at offset %llu is not mapped device memory: %s",
 					   (unsigned long long)(at - devptr), ename(r));
@@ -153,9 +158,7 @@ int ckpt_cuda_identity(uint64_t devptr, size_t nbytes, uint64_t *ident)
 		CUdeviceptr s = 0;
 		size_t sz = 0;
 		unsigned long long id = 0;
-		CUresult cr = drv.cuPointerGetAttribute(&s, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, at);
-		if (cr == CUDA_SUCCESS)
-			cr = drv.cuPointerGetAttribute(&sz, CU_POINTER_ATTRIBUTE_RANGE_SIZE, at);
+		CUresult cr = alloc_range(at, &s, &sz);
 		if (cr == CUDA_SUCCESS)
 			cr = drv.cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, at);
 		if (cr != CUDA_SUCCESS || sz == 0 || s + sz <= at) {
@@ -182,9 +185,7 @@ int ckpt_cuda_allocation(uint64_t devptr, uint64_t *start, uint64_t *size)
 	CUdeviceptr s = 0;
 	size_t sz = 0;
 	int legacy = 0;
-	CUresult cr = drv.cuPointerGetAttribute(&s, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, devptr);
-	if (cr == CUDA_SUCCESS)
-		cr = drv.cuPointerGetAttribute(&sz, CU_POINTER_ATTRIBUTE_RANGE_SIZE, devptr);
+	CUresult cr = alloc_range(devptr, &s, &sz);
 	if (cr == CUDA_SUCCESS)
 		cr = drv.cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, devptr);
 	if (cr != CUDA_SUCCESS || sz == 0) {
@@ -211,9 +212,7 @@ int ckpt_register_cuda(ckpt_client *c, uint64_t devptr, size_t nbytes, ckpt_buff
 	CUdeviceptr start = 0;
 	size_t size = 0;
 	int legacy = 0, ordinal = -1;
-	CUresult cr = drv.cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, devptr);
-	if (cr == CUDA_SUCCESS)
-		cr = drv.cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, devptr);
+	CUresult cr = alloc_range(devptr, &start, &size);
 	if (cr == CUDA_SUCCESS)
 		cr = drv.cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, devptr);
 	if (cr == CUDA_SUCCESS)
