@@ -16,7 +16,9 @@
 # here when it is not there.
 #   tests/gpu/run.sh [--bench] [SIZE_MB=1024] [ROUNDS=3]
 # Environment: GIB (bench state, default 10), TENSORS (default 2000),
-# BENCH_ROUNDS (default 3), ONLY (roundtrip,pytest,bench: a subset).
+# BENCH_ROUNDS (default 3), ONLY (roundtrip,pytest,bench: a subset),
+# STORE_ROOT (where the daemons' storage and the bench's files go, default
+# a temporary folder; /dev/shm keeps a slow disk out of the timings).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bench=0
@@ -65,14 +67,15 @@ stop_daemon() {
     daemon_pid=
   fi
 }
-trap 'stop_daemon; rm -rf "$work"' EXIT
-# start_daemon NAME STAGING [--set ...]: a ckptd on $work/NAME.sock
+trap 'stop_daemon; rm -rf "$work" ${STORE_ROOT:+"$STORE_ROOT/rt" "$STORE_ROOT/bench" "$STORE_ROOT/bench-files"}' EXIT
+# start_daemon NAME STAGING [--set ...]: a ckptd on $work/NAME.sock, its
+# storage in $STORE_ROOT/NAME (default $work)
 start_daemon() {
-  local name=$1 staging=$2
+  local name=$1 staging=$2 store="${STORE_ROOT:-$work}/$1/store"
   shift 2
-  rm -rf "${work:?}/$name"
-  mkdir -p "$work/$name"
-  "$work/bin/ckptd" --socket "$work/$name.sock" --storage "file://$work/$name/store" \
+  rm -rf "${work:?}/$name" "$store"
+  mkdir -p "$work/$name" "$(dirname "$store")"
+  "$work/bin/ckptd" --socket "$work/$name.sock" --storage "file://$store" \
     --state-dir "$work/$name/state" --staging-bytes "$staging" --chunk-bytes 64M --log-level info "$@" \
     2>"$work/$name.log" &
   daemon_pid=$!
@@ -114,7 +117,7 @@ if [[ ,$only, == *,bench,* ]]; then
   echo "== bench: ${gib} GiB in ${TENSORS:-2000} tensors"
   start_daemon bench "$(python3 -c "print(int(($gib * 2 + 1) * 1024))")M" --set retention.keep_last=1
   rc=0
-  python3 "$root/tests/gpu/bench.py" --socket "$work/bench.sock" --dir "$work/bench-files" --gib "$gib" \
+  python3 "$root/tests/gpu/bench.py" --socket "$work/bench.sock" --dir "${STORE_ROOT:-$work}/bench-files" --gib "$gib" \
     --tensors "${TENSORS:-2000}" --rounds "${BENCH_ROUNDS:-3}" || rc=$?
   grep -E "CUDA|pool|error" "$work/bench.log" | head -8
   stop_daemon
