@@ -165,8 +165,17 @@ def main():
     # allocates what it keeps.
     fwd_bwd()
     opt.step()
-    for m in modes:
-        run(m)
+    for m in list(modes):
+        try:
+            run(m)
+        except Exception as e:
+            if m.startswith("ckpt"):
+                raise
+            # A baseline this torch cannot run (torch 2.11's DefaultStager
+            # fails on CPU tensors): said, and left out.
+            print(f"{m} failed, left out: {type(e).__name__}: {e}")
+            modes.remove(m)
+            pending.pop(m, None)
     res = {m: {"total": [], "blocked": [], "per_ckpt": []} for m in modes}
     for r in range(a.rounds):
         order = modes[r % len(modes):] + modes[:r % len(modes)]
