@@ -43,6 +43,10 @@ if [ -f "$carried/COMMIT" ]; then
     chmod +x "$work/bin/$b"
   done
   export CKPT_LIB="$carried/pylib/libckpt.so"
+  # Python processes (pytest, the trainers, the bench) find libckpt's one
+  # library there (this machine has no libprotobuf-c); pylib holds nothing
+  # else, so torch keeps the machine's own libraries.
+  export LD_LIBRARY_PATH="$carried/pylib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   if [ "$(cd "$root" && tests/gpu/sources-digest)" != "$(cat "$carried/SOURCES" 2>/dev/null)" ]; then
     echo "run.sh: .gpu/ was built from other sources than these: run tests/gpu/device-prepare again" >&2
     exit 1
