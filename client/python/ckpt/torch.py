@@ -46,6 +46,16 @@ import torch
 from ._tree import DTYPE_CODES, TORCH_DTYPES, _Leaf, _materialize, _Ref, dump_skeleton, load_meta  # noqa: F401
 from .client import LATEST, CkptError, Client, DaemonUnavailable, TensorSpec, cuda_allocation, cuda_identity
 
+def cuda_stream(tensors):
+    """The stream a save of tensors names for its CUDA ones (an int, or
+    None without any): the current stream of their device, the one the
+    trainer wrote them on. The daemon's copies wait for the work queued on
+    it; the legacy default stream would not order a non-blocking stream's
+    writes."""
+    dev = next((t.device for t in tensors if t.is_cuda), None)
+    return torch.cuda.current_stream(dev).cuda_stream if dev is not None else None
+
+
 def _cuda_identity_or_none(key):
     """ckpt_cuda_identity of a registration's range, or None when it is no
     longer mapped device memory (then nothing matches it)."""
@@ -475,39 +485,16 @@ class Checkpointer:
         tensor: then it is copied."""
         st = t.untyped_storage()
         where = (st.data_ptr(), st.nbytes())
-        # Fast path, a later save: where this storage lay last time, and
-        # the registration of that allocation, taken again after one
-        # identity check per allocation (not per tensor) per bind.
+        # A later save: where this storage lay last time, and that
+        # allocation's registration if it still holds (one identity check
+        # per allocation, not per tensor). Else where it lies now.
         got = self._cuda_where.get(where)
-        if got is not None:
-            key, base = got
-            have = self._cuda_regs.get(key)
-            if have is not None:
-                return have[0], base
-            have = prev.get(key)
-            if have is not None and have[1] == _cuda_identity_or_none(key):
-                self._cuda_regs[key] = prev.pop(key)
-                return have[0], base
-        ptr, n = where
-        try:
-            start, size, legacy = cuda_allocation(ptr)
-            key = (start, size) if legacy else (ptr, n)
-        except CkptError:
-            key = (ptr, n)  # the registration below says why, if it fails
-        base = ptr - key[0]
-        if len(self._cuda_where) > 4 * len(self._cuda_regs) + 4096:
-            self._cuda_where.clear()  # storages long gone
-        self._cuda_where[where] = (key, base)
-        have = self._cuda_regs.get(key)
-        if have is not None:
-            return have[0], base
+        if got is None or not self._cuda_taken(got[0], prev):
+            got = self._cuda_locate(where)
+        key, base = got
+        if self._cuda_taken(key, prev):
+            return self._cuda_regs[key][0], base
         ident = _cuda_identity_or_none(key)
-        have = prev.pop(key, None)
-        if have is not None:
-            if ident is not None and have[1] == ident:
-                self._cuda_regs[key] = have
-                return have[0], base
-            prev[(key, "stale")] = have  # freed after this bind's own are made
         try:
             buf = self.client.register_cuda(*key)
         except CkptError as e:
@@ -534,6 +521,37 @@ class Checkpointer:
         # Without an identity the registration is not kept past this bind.
         self._cuda_regs[key] = (buf, ident if ident is not None else object())
         return buf, base
+
+    def _cuda_locate(self, where):
+        """(registration key, offset in it) for a storage (data_ptr,
+        nbytes): its whole allocation for cudaMalloc memory, else its own
+        range; remembered for the next bind."""
+        ptr, n = where
+        try:
+            start, size, legacy = cuda_allocation(ptr)
+            key = (start, size) if legacy else where
+        except CkptError:
+            key = where  # the registration says why, if it fails
+        if len(self._cuda_where) > 4 * len(self._cuda_regs) + 4096:
+            self._cuda_where.clear()  # storages long gone
+        got = self._cuda_where[where] = (key, ptr - key[0])
+        return got
+
+    def _cuda_taken(self, key, prev):
+        """Whether this bind has a registration for key: made already, or
+        the last bind's (prev) taken again because ckpt_cuda_identity says
+        the memory is still the same allocation. A stale one stays in prev,
+        freed after this bind's own are made."""
+        if key in self._cuda_regs:
+            return True
+        have = prev.pop(key, None)
+        if have is None:
+            return False
+        if have[1] == _cuda_identity_or_none(key):
+            self._cuda_regs[key] = have
+            return True
+        prev[(key, "stale")] = have
+        return False
 
     def _cuda_plan_holds(self, p):
         """Whether a kept plan's CUDA registrations are still this
@@ -661,9 +679,8 @@ class Checkpointer:
                 p.cuda_regs = dict(self._cuda_regs)
             specs = p.specs
             self._copy_in(named, specs)
-            dev = next(t.device for t in tensors if t.is_cuda)
-            stream = torch.cuda.current_stream(dev).cuda_stream
-            return self._track(SaveFuture(self.client.save(step, specs, blob, cuda_stream=stream, tier=tier), step))
+            return self._track(SaveFuture(self.client.save(step, specs, blob, cuda_stream=cuda_stream(tensors),
+                                                           tier=tier), step))
         for i in p.scratch:
             s = p.specs[i]
             if s.nbytes:
