@@ -57,7 +57,7 @@ from torch.distributed.checkpoint.staging import AsyncStager
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 
 from .client import LATEST, TensorSpec
-from .torch import DTYPE_CODES, TORCH_DTYPES, Checkpointer, resolve_rank
+from .torch import DTYPE_CODES, TORCH_DTYPES, Checkpointer, cuda_stream, resolve_rank
 
 __all__ = ["Writer", "Reader", "step_of"]
 
@@ -186,12 +186,7 @@ class Writer(StorageWriter, AsyncStager):
         cp._copy_in(tensors, specs)
         for s, (_, t, shape, offs) in zip(specs, items):
             s.shape, s.offsets, s.lengths = shape, offs, tuple(t.shape)
-        # CUDA tensors are copied by the daemon after the work queued on
-        # the current stream (the one the trainer wrote them on), as with
-        # Checkpointer.save; not the legacy default stream, which a
-        # non-blocking stream's writes would not order.
-        dev = next((t.device for _, t in tensors if t.is_cuda), None)
-        stream = torch.cuda.current_stream(dev).cuda_stream if dev is not None else None
+        stream = cuda_stream([t for _, t in tensors])  # as Checkpointer.save
         return (cp.client.save(int(self.step), specs, b"", cuda_stream=stream, tier=self.tier),
                 {s.name: s.nbytes for s in specs})
 
