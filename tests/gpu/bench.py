@@ -148,31 +148,29 @@ def main():
         shutil.rmtree(path, ignore_errors=True)
         return path
 
-    def dcp_plain():
-        path = fresh("dcp")
+    def dcp_save(name, make_writer=None, **kw):
+        """One DCP async_save into a fresh folder; its stall: until it
+        returns, and with asynchronous staging until staging_completion
+        (the tensors may change only then)."""
+        path = fresh(name)
+        if make_writer is not None:
+            kw["storage_writer"] = make_writer(path)
         t0 = time.perf_counter()
-        r = dcp.async_save(state, checkpoint_id=path)
-        dt = time.perf_counter() - t0
-        finish(r)
-        return dt
-
-    def dcp_pinned():
-        path = fresh("dcp_pinned_step")
-        t0 = time.perf_counter()
-        r = dcp.async_save(state, storage_writer=pinned_writer, checkpoint_id=path)
-        dt = time.perf_counter() - t0
-        finish(r)
-        return dt
-
-    def dcp_stager():
-        path = fresh("dcp_stager")
-        t0 = time.perf_counter()
-        r = dcp.async_save(state, storage_writer=dcp.FileSystemWriter(path), async_stager=stager)
+        r = dcp.async_save(state, checkpoint_id=path, **kw)
         if hasattr(r, "staging_completion"):
             r.staging_completion.result()
         dt = time.perf_counter() - t0
         finish(r)
         return dt
+
+    def dcp_plain():
+        return dcp_save("dcp")
+
+    def dcp_pinned():
+        return dcp_save("dcp_pinned_step", make_writer=lambda _: pinned_writer)
+
+    def dcp_stager():
+        return dcp_save("dcp_stager", make_writer=dcp.FileSystemWriter, async_stager=stager)
 
     fns = {"ckpt": ckpt_save, "torch_save": torch_save, "dcp": dcp_plain, "dcp_pinned": dcp_pinned,
            "dcp_stager": dcp_stager}
