@@ -72,7 +72,8 @@ struct cuda {
 	 * a thread of its own does it, started when the first device is made
 	 * ready (it needs a context), so the loop never waits for it; copies
 	 * into and out of device memory wait (pin_wait) until it ends. The
-	 * fields below pin_mu are under it once that thread exists. */
+	 * fields below pin_mu are under it once that thread exists; the pool
+	 * is pinned when pin_state is PIN_DONE and pool_err is empty. */
 	pthread_t pin_thread;
 	bool pin_started;     /* loop thread only */
 	bool pin_thread_made; /* loop thread only: joined at close */
@@ -80,7 +81,6 @@ struct cuda {
 	pthread_mutex_t pin_mu;
 	pthread_cond_t pin_cv;
 	enum pin_state pin_state;
-	bool pool_pinned;
 	char pool_err[160];
 };
 
@@ -240,7 +240,7 @@ void cuda_close(struct cuda *cu)
 		return;
 	if (cu->pin_thread_made)
 		pthread_join(cu->pin_thread, NULL);
-	if (cu->pool_pinned) {
+	if (cu->pin_state == PIN_DONE && !cu->pool_err[0]) { /* pinned (the pin thread has ended) */
 		for (int i = 0; i < cu->ndev; i++)
 			if (cu->devs[i].ctx) {
 				cu->drv.cuCtxSetCurrent(cu->devs[i].ctx);
@@ -325,7 +325,6 @@ static void *pin_main(void *arg)
 		r = pin_pool(cu, err, sizeof(err));
 	}
 	pthread_mutex_lock(&cu->pin_mu);
-	cu->pool_pinned = r == 0;
 	snprintf(cu->pool_err, sizeof(cu->pool_err), "%s", r == 0 ? "" : err);
 	cu->pin_state = PIN_DONE;
 	pthread_cond_broadcast(&cu->pin_cv);
@@ -374,13 +373,12 @@ void cuda_describe(const struct cuda *cu, char *buf, size_t len)
 		ready += cu->devs[i].ready;
 	pthread_mutex_t *mu = (pthread_mutex_t *)&cu->pin_mu; /* the pin thread's fields */
 	pthread_mutex_lock(mu);
+	const char *pool = cu->pin_state == PIN_NONE      ? "pool pinned at first use"
+			   : cu->pin_state == PIN_RUNNING ? "pool being pinned"
+			   : cu->pool_err[0]              ? "pool NOT pinned: "
+							  : "pool pinned";
 	size_t o = (size_t)snprintf(buf, len, "on: %d device(s), %d in use, driver %d.%d, %s%s", cu->ndev, ready,
-				    v / 1000, (v % 1000) / 10,
-				    cu->pin_state == PIN_RUNNING ? "pool being pinned"
-				    : cu->pool_pinned            ? "pool pinned"
-				    : cu->pool_err[0]            ? "pool NOT pinned: "
-								 : "pool pinned at first use",
-				    cu->pool_pinned || cu->pin_state == PIN_RUNNING ? "" : cu->pool_err);
+				    v / 1000, (v % 1000) / 10, pool, cu->pin_state == PIN_DONE ? cu->pool_err : "");
 	pthread_mutex_unlock(mu);
 	for (int i = 0; i < cu->ndev && o < len; i++) {
 		int b = atomic_load(&cu->devs[i].broken);
