@@ -22,7 +22,12 @@
  * results}: save_stall_s, save_durable_s, load_memory_s, load_storage_s
  * (each median and p90 over rounds; a round's time is its slowest rank's),
  * throughput_mb_s, memcpy_mb_s, daemon_cpu_s, daemon_peak_rss_mb. Only the
- * public libckpt API is used. */
+ * public libckpt API is used.
+ *
+ * Checkpoints are never overwritten, so each run saves as a job of its
+ * own, bench-<unix time>-<pid>, and runs again against the same daemon and
+ * storage. A --job the user names is checked first: if it holds any step
+ * this run would save, ckpt-bench says so and what to do, saving nothing. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -453,7 +458,9 @@ static void usage(FILE *f)
 		"Times saves, loads from the daemon's memory and loads from storage of R trainer\n"
 		"ranks, through ckptd (--mode agent) or written by each rank itself (--mode direct).\n\n"
 		"  -s, --socket PATH        ckptd's socket (default $CKPTD_SOCKET, else %s)\n"
-		"      --job NAME           the job the ranks save as (default bench)\n"
+		"      --job NAME           the job the ranks save as (default bench-<unix time>-<pid>, a\n"
+		"                           fresh job each run); it must hold none of the steps this run\n"
+		"                           saves (1 to S; tiers: 1 to 3S): checkpoints are never overwritten\n"
 		"      --size-mb M          M MB of float32 parameters per job (default 256)\n"
 		"      --layers L           instead: a GPT-like model of L layers (hidden 224, vocabulary\n"
 		"                           50257): 45 MB of embedding plus 2.41 MB per layer\n"
@@ -491,7 +498,7 @@ static uint64_t number(const char *opt, const char *v, uint64_t lo, uint64_t hi)
 /* The options into *out: -1 to go on, else the exit status. */
 static int parse_opts(int argc, char **argv, struct opts *out)
 {
-	struct opts o = { .job = "bench",
+	struct opts o = { .job = NULL,
 			  .mode = "agent",
 			  .optimizer = "none",
 			  .size_mb = 256,
@@ -562,8 +569,49 @@ static int parse_opts(int argc, char **argv, struct opts *out)
 		usage(stderr);
 		return 2;
 	}
+	if (!o.job) {
+		/* a fresh job each run: a second run against the same storage
+		 * would otherwise find its steps saved already */
+		static char fresh[64];
+		snprintf(fresh, sizeof(fresh), "bench-%lld-%ld", (long long)time(NULL), (long)getpid());
+		o.job = fresh;
+	}
 	*out = o;
 	return -1;
+}
+
+/* An agent run saves steps 1 to last of o->job: 1, after saying which and
+ * what to do, when the job holds any of them already (in storage, or in
+ * daemons' memory), else 0. A listing that fails is only warned about: the
+ * saves then say what is wrong. */
+static int job_taken(ckpt_client *ctl, const struct opts *o, uint64_t last)
+{
+	ckpt_step_info *v = NULL;
+	size_t n = 0;
+	int e = ckpt_list(ctl, o->job, &v, &n);
+	if (e < 0) {
+		fprintf(stderr, "ckpt-bench: warning: listing job '%s': %s (%s)\n", o->job, ckpt_strerror(e),
+			ckpt_errmsg());
+		return 0;
+	}
+	uint64_t taken = 0;
+	size_t ntaken = 0;
+	for (size_t i = 0; i < n; i++)
+		if (v[i].step >= 1 && v[i].step <= last) {
+			if (!ntaken || v[i].step < taken)
+				taken = v[i].step;
+			ntaken++;
+		}
+	free(v);
+	if (!ntaken)
+		return 0;
+	fprintf(stderr,
+		"ckpt-bench: job '%s' already has step %" PRIu64 " (%zu of the steps 1 to %" PRIu64
+		" this run saves), and checkpoints are never overwritten. Leave out --job (each run then saves as a"
+		" fresh job, bench-<unix time>-<pid>), name a job not used yet, or remove those steps first:"
+		" 'ckptctl ls %s' lists them, 'ckptctl rm %s STEP' removes one.\n",
+		o->job, taken, ntaken, last, o->job, o->job);
+	return 1;
 }
 
 int main(int argc, char **argv)
@@ -592,6 +640,10 @@ int main(int argc, char **argv)
 		int e = ckpt_connect(o.socket, NULL, &ctl);
 		if (e < 0) {
 			fprintf(stderr, "ckpt-bench: connect %s: %s (%s)\n", o.socket, ckpt_strerror(e), ckpt_errmsg());
+			return 1;
+		}
+		if (job_taken(ctl, &o, o.restore_socket ? 3 * (uint64_t)o.saves : o.saves)) {
+			ckpt_close(ctl);
 			return 1;
 		}
 		ckpt_status(ctl, &before);
@@ -661,15 +713,19 @@ int main(int argc, char **argv)
 		       e2[0] > 0 ? mb / e2[0] : 0);
 		printf("| storage | %.3f s | %.3f s | %.0f |\n", lsm, lsp, lsm > 0 ? mb / lsm : 0);
 	}
-	if (agent)
+	if (agent) {
+		printf("saved as job '%s', steps 1 to %u (ckptctl ls %s lists them)\n", o.job,
+		       o.restore_socket ? 3 * o.saves : o.saves, o.job);
 		printf("staging %.0f%% and load from memory %.0f%% of memcpy (%u threads, %.3f s per rank); "
 		       "daemon cpu %.2f s, peak rss %.0f MiB\n",
 		       100 * mc / sm, 100 * mc / lmm, o.threads, mc, cpu, rss);
+	}
 
 	if (o.json) {
 		json_object *root = json_object_new_object(), *cfg = json_object_new_object(),
 			    *res = json_object_new_object();
 		json_object_object_add(cfg, "mode", json_object_new_string(o.mode));
+		json_object_object_add(cfg, "job", json_object_new_string(o.job));
 		json_object_object_add(cfg, "size_mb", json_object_new_double(mb));
 		json_object_object_add(cfg, "layers", json_object_new_uint64(o.layers));
 		json_object_object_add(cfg, "ranks", json_object_new_int((int)o.ranks));
