@@ -39,8 +39,11 @@ static int run_persist(ckpt_client *c, char **a, int n, const struct opts *o);
 static const struct command commands[] = {
 	{ "status", "", "sessions, pool, memory tier, in-flight saves, totals", 0, 0, run_status },
 	{ "ls", "[JOB]", "steps of JOB (or every job): size, time saved, age; * marks the latest", 0, 1, run_ls },
-	{ "show", "JOB STEP", "tensors, dtypes, shapes, boxes, ranks, bytes", 2, 2, run_show },
-	{ "verify", "JOB STEP", "re-read every rank's shard from storage and check every crc32c", 2, 2, run_verify },
+	{ "show", "JOB STEP", "tensors, dtypes, shapes, boxes, ranks, bytes (STEP: a number, or latest)", 2, 2,
+	  run_show },
+	{ "verify", "JOB STEP",
+	  "re-read every rank's shard from storage and check every crc32c (STEP: a number, or latest)", 2, 2,
+	  run_verify },
 	{ "rm", "JOB STEP", "remove the step from storage", 2, 2, run_rm },
 	{ "persist", "JOB STEP",
 	  "upload the copies of STEP that this node's ckptd holds in memory only (memory and replicated saves); "
@@ -453,17 +456,61 @@ static void dims(char *buf, size_t len, const uint64_t *v, uint32_t n)
 		snprintf(buf + off, len - off, "]");
 }
 
-static uint64_t parse_step(const char *s)
+/* Steps fit an int64_t (the API's CKPT_LATEST is -1). */
+static bool step_number(const char *s, uint64_t *out)
 {
 	char *end = NULL;
 	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);
-	/* Steps fit an int64_t (the API's CKPT_LATEST is -1). */
-	if (!*s || *end || s[0] == '-' || errno || v > INT64_MAX) {
+	if (!*s || *end || s[0] == '-' || errno || v > INT64_MAX)
+		return false;
+	*out = v;
+	return true;
+}
+
+static uint64_t parse_step(const char *s)
+{
+	uint64_t v;
+	if (!step_number(s, &v)) {
 		fprintf(stderr, "ckptctl: '%s' is not a step number\n", s);
 		exit(2);
 	}
 	return v;
+}
+
+/* A STEP that may be "latest" (show, verify, resolve): CKPT_LATEST, else
+ * the number. rm and persist take numbers only: "latest" moves while a
+ * job runs, and removing whatever it is now is no operator's intent. */
+static int64_t parse_step_or_latest(const char *s)
+{
+	uint64_t v;
+	if (strcmp(s, "latest") == 0)
+		return CKPT_LATEST;
+	if (!step_number(s, &v)) {
+		fprintf(stderr, "ckptctl: '%s' is not a step number (nor 'latest')\n", s);
+		exit(2);
+	}
+	return (int64_t)v;
+}
+
+/* The step show and verify read: a number as given, or for "latest" the
+ * one a restore of latest loads, decided as ckptctl resolve decides it
+ * (ckpt_resolve: the highest complete step in storage). The choice goes
+ * to stderr, so that stdout (--json too) has the form a number gives. */
+static uint64_t step_of(ckpt_client *c, const char *cmd, const char *job, const char *arg)
+{
+	int64_t step = parse_step_or_latest(arg);
+	if (step != CKPT_LATEST)
+		return (uint64_t)step;
+	ckpt_step_info info;
+	int r = ckpt_resolve(c, job, CKPT_LATEST, &info);
+	if (r < 0) {
+		char what[400];
+		snprintf(what, sizeof(what), "%s %s latest", cmd, job);
+		die(what, r);
+	}
+	fprintf(stderr, "ckptctl: %s latest: step %" PRIu64 " (the latest complete step in storage)\n", job, info.step);
+	return info.step;
 }
 
 static int cmd_show(ckpt_client *c, const char *job, uint64_t step, int json)
@@ -783,7 +830,7 @@ static int cmd_resolve(ckpt_client *c, const char *job, const char *step_arg, in
 {
 	char what[400];
 	ckpt_step_info info;
-	int64_t step = step_arg ? (int64_t)parse_step(step_arg) : CKPT_LATEST;
+	int64_t step = step_arg ? parse_step_or_latest(step_arg) : CKPT_LATEST;
 	int r = ckpt_resolve(c, job, step, &info);
 	if (r < 0) {
 		snprintf(what, sizeof(what), "resolve %s %s", job, step_arg ? step_arg : "latest");
@@ -854,12 +901,12 @@ static int run_ls(ckpt_client *c, char **a, int n, const struct opts *o)
 static int run_show(ckpt_client *c, char **a, int n, const struct opts *o)
 {
 	(void)n;
-	return cmd_show(c, a[0], parse_step(a[1]), o->json);
+	return cmd_show(c, a[0], step_of(c, "show", a[0], a[1]), o->json);
 }
 static int run_verify(ckpt_client *c, char **a, int n, const struct opts *o)
 {
 	(void)n;
-	return cmd_verify(c, a[0], parse_step(a[1]), o);
+	return cmd_verify(c, a[0], step_of(c, "verify", a[0], a[1]), o);
 }
 static int run_rm(ckpt_client *c, char **a, int n, const struct opts *o)
 {

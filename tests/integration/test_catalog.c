@@ -450,9 +450,10 @@ static void test_show_and_verify(void **state)
 }
 
 /* ckptctl ls marks each job's latest complete step (not a higher incomplete
- * one) and gives the time saved and the age; verify checks every rank, one
- * or several at once, with the same result; options go before or after
- * the command, and bad ones exit 2. */
+ * one) and gives the time saved and the age; show and verify take
+ * "latest" for that step; verify checks every rank, one or several at
+ * once, with the same result; options go before or after the command, and
+ * bad ones exit 2. */
 static void test_ctl_ls_and_parallel_verify(void **state)
 {
 	(void)state;
@@ -506,6 +507,35 @@ static void test_ctl_ls_and_parallel_verify(void **state)
 	assert_non_null(strstr(out, " 3* "));
 	assert_null(strstr(out, " 4* "));
 	assert_null(strstr(out, " 2* "));
+	/* STEP "latest": the step a restore of latest loads (3, not the
+	 * incomplete 4), said on stderr; stdout as for the number. */
+	assert_int_equal(ctl_run("show lsj latest 2>&1", out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "lsj latest: step 3 "));
+	assert_non_null(strstr(out, "lsj step 3: complete"));
+	assert_int_equal(ctl_run("show --json lsj latest 2>/dev/null", out, sizeof(out)), 0);
+	a = json_tokener_parse(out);
+	assert_non_null(a);
+	json_object *jv;
+	assert_true(json_object_object_get_ex(a, "step", &jv));
+	assert_int_equal(json_object_get_int64(jv), 3);
+	json_object_put(a);
+	assert_int_equal(ctl_run("verify lsj latest 2>&1", out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "lsj latest: step 3 "));
+	assert_non_null(strstr(out, "lsj step 3: OK"));
+	assert_int_equal(ctl_run("show lsj 2", out, sizeof(out)), 0); /* numbers as before */
+	assert_non_null(strstr(out, "lsj step 2: complete"));
+	/* A job without a complete step: the daemon's reason, exit 1. */
+	assert_int_equal(ctl_run("show nosuchjob latest 2>&1", out, sizeof(out)), 1);
+	assert_non_null(strstr(out, "show nosuchjob latest"));
+	assert_non_null(strstr(out, "job 'nosuchjob' has no complete step"));
+	assert_int_equal(ctl_run("verify nosuchjob latest 2>&1", out, sizeof(out)), 1);
+	assert_non_null(strstr(out, "has no complete step"));
+	assert_int_equal(ctl_run("show lsj newest 2>&1", out, sizeof(out)), 2);
+	assert_non_null(strstr(out, "'newest' is not a step number (nor 'latest')"));
+	assert_int_equal(ctl_run("rm lsj latest 2>/dev/null", out, sizeof(out)), 2); /* rm: numbers only */
+	/* resolve takes it too, as it takes no step at all. */
+	assert_int_equal(ctl_run("resolve lsj latest", out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "lsj step 3 attempt g"));
 
 	/* rs step 1 has 4 ranks: one at a time and four at once agree. */
 	uint64_t bytes[2];
