@@ -343,6 +343,16 @@ static int cmd_ls(ckpt_client *c, const char *job, int json)
 		snprintf(what, sizeof(what), "ls%s%s", job ? " " : "", job ? job : "");
 		die(what, r);
 	}
+	/* A job with no steps is most often a mistyped name: a header alone
+	 * and exit 0 would read as "nothing saved yet". --json still prints
+	 * its (empty) array, so that what reads stdout parses. */
+	if (job && n == 0) {
+		if (json)
+			puts("[]");
+		fprintf(stderr, "ckptctl: job '%s' has no steps (ckptctl ls lists every job)\n", job);
+		free(v);
+		return 1;
+	}
 	if (n > 1)
 		qsort(v, n, sizeof(*v), step_cmp);
 	bool *latest = calloc(n ? n : 1, sizeof(*latest));

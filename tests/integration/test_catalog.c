@@ -393,6 +393,29 @@ static void steps_of(const char *job, uint64_t *out, size_t *n)
 	ckpt_close(c);
 }
 
+/* First in the group, on the empty store: ls of every job says nothing
+ * is there and exits 0; ls of a job with no steps (a mistyped name, most
+ * often) says so on stderr and exits 1, with --json an empty array. */
+static void test_ctl_ls_empty(void **state)
+{
+	(void)state;
+	static char out[1 << 16];
+	assert_int_equal(ctl_run("ls", out, sizeof(out)), 0);
+	assert_int_equal(ctl_run("ls --json", out, sizeof(out)), 0);
+	json_object *a = json_tokener_parse(out);
+	assert_non_null(a);
+	assert_int_equal(json_object_array_length(a), 0);
+	json_object_put(a);
+	assert_int_equal(ctl_run("ls nosuchjob 2>&1", out, sizeof(out)), 1);
+	assert_non_null(strstr(out, "ckptctl: job 'nosuchjob' has no steps (ckptctl ls lists every job)"));
+	assert_null(strstr(out, "STEP")); /* no header without rows */
+	assert_int_equal(ctl_run("ls --json nosuchjob 2>/dev/null", out, sizeof(out)), 1);
+	a = json_tokener_parse(out);
+	assert_non_null(a);
+	assert_int_equal(json_object_array_length(a), 0);
+	json_object_put(a);
+}
+
 static void test_show_and_verify(void **state)
 {
 	(void)state;
@@ -507,6 +530,8 @@ static void test_ctl_ls_and_parallel_verify(void **state)
 	assert_non_null(strstr(out, " 3* "));
 	assert_null(strstr(out, " 4* "));
 	assert_null(strstr(out, " 2* "));
+	assert_int_equal(ctl_run("ls lsx 2>&1", out, sizeof(out)), 1); /* not a prefix match */
+	assert_non_null(strstr(out, "job 'lsx' has no steps"));
 	/* STEP "latest": the step a restore of latest loads (3, not the
 	 * incomplete 4), said on stderr; stdout as for the number. */
 	assert_int_equal(ctl_run("show lsj latest 2>&1", out, sizeof(out)), 0);
@@ -845,6 +870,7 @@ static void test_planted_bad_manifests_fail_loudly(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ctl_ls_empty),
 		cmocka_unit_test(test_reshard_from_memory_and_storage),
 		cmocka_unit_test(test_planner_errors),
 		cmocka_unit_test(test_show_and_verify),
