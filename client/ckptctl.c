@@ -560,16 +560,30 @@ static int cmd_show(ckpt_client *c, const char *job, uint64_t step, int json)
 		printf("%s step %" PRIu64 ": %s, %" PRIu32 "/%" PRIu32 " ranks, %s, attempt %s\n", d->info.job,
 		       d->info.step, d->info.complete ? "complete" : "INCOMPLETE", d->info.ranks_present,
 		       d->info.world_size, human_bytes(d->info.bytes, sz, sizeof(sz)), d->info.attempt_id);
-		printf("%5s  %-32s %-6s %-16s %-16s %-16s %10s\n", "RANK", "TENSOR", "DTYPE", "SHAPE", "OFFSETS",
-		       "LENGTHS", "BYTES");
+		/* The name last, the other columns as wide as their widest
+		 * entry: names run long (Lightning's callback state keys hold
+		 * a dict's repr), and a name column as wide as the longest
+		 * would pad every row past the terminal's width. */
+		char sh[96], of[96], ln[96];
+		int sw = (int)strlen("SHAPE"), ow = (int)strlen("OFFSETS"), lw = (int)strlen("LENGTHS");
 		for (size_t i = 0; i < d->ntensors; i++) {
 			const ckpt_tensor_info *t = &d->tensors[i];
-			char sh[96], of[96], ln[96];
 			dims(sh, sizeof(sh), t->global_shape, t->ndim);
 			dims(of, sizeof(of), t->box_offsets, t->ndim);
 			dims(ln, sizeof(ln), t->box_lengths, t->ndim);
-			printf("%5" PRIu32 "  %-32s %-6s %-16s %-16s %-16s %10s\n", t->rank, t->name,
-			       dtype_name(t->dtype), sh, of, ln, human_bytes(t->nbytes, sz, sizeof(sz)));
+			sw = (int)strlen(sh) > sw ? (int)strlen(sh) : sw;
+			ow = (int)strlen(of) > ow ? (int)strlen(of) : ow;
+			lw = (int)strlen(ln) > lw ? (int)strlen(ln) : lw;
+		}
+		printf("%5s  %-6s %-*s %-*s %-*s %10s  %s\n", "RANK", "DTYPE", sw, "SHAPE", ow, "OFFSETS", lw,
+		       "LENGTHS", "BYTES", "TENSOR");
+		for (size_t i = 0; i < d->ntensors; i++) {
+			const ckpt_tensor_info *t = &d->tensors[i];
+			dims(sh, sizeof(sh), t->global_shape, t->ndim);
+			dims(of, sizeof(of), t->box_offsets, t->ndim);
+			dims(ln, sizeof(ln), t->box_lengths, t->ndim);
+			printf("%5" PRIu32 "  %-6s %-*s %-*s %-*s %10s  %s\n", t->rank, dtype_name(t->dtype), sw, sh,
+			       ow, of, lw, ln, human_bytes(t->nbytes, sz, sizeof(sz)), t->name);
 		}
 	}
 	ckpt_step_detail_free(d);

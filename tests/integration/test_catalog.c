@@ -472,6 +472,74 @@ static void test_show_and_verify(void **state)
 	assert_int_equal(ctl_run("show nosuchjob 1 2>/dev/null", out, sizeof(out)), 1);
 }
 
+/* ckptctl show keeps its columns in line whatever the names: Lightning's
+ * callback state keys run past any fixed width. The name comes last and
+ * starts under "TENSOR" in every row, each dtype under "DTYPE", and the
+ * columns before the name are as wide as their widest entry (a 4-D shape
+ * included). */
+static void test_ctl_show_long_names(void **state)
+{
+	(void)state;
+	static const char *const names[] = {
+		"callbacks/ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 8, "
+		"'every_n_epochs': 0, 'train_time_interval': None}/best_model_path",
+		"w",
+		"gr\xc3\xb6\xc3\x9f" /* ß, then e */ "e/\xc3\xa4",
+		"layers.0.attention.wq.weight",
+	};
+	enum {
+		NT = sizeof(names) / sizeof(names[0])
+	};
+	ckpt_hello h = { .job = "longnames", .rank = 0, .world_size = 1, .attempt_id = "g" };
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(D.sock, &h, &c), 0);
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, 4096 * NT, &b), 0);
+	uint64_t shape[NT][4] = { { 1 }, { 4096 }, { 2, 2048 }, { 4, 4, 4, 64 } };
+	uint32_t ndim[NT] = { 1, 1, 2, 4 };
+	uint64_t nbytes[NT] = { 1, 4096, 4096, 4096 };
+	ckpt_tensor t[NT];
+	for (size_t i = 0; i < NT; i++)
+		t[i] = (ckpt_tensor){ .name = names[i],
+				      .dtype = CKPT_U8,
+				      .ndim = ndim[i],
+				      .global_shape = shape[i],
+				      .buffer = b,
+				      .offset = 4096 * i,
+				      .nbytes = nbytes[i] };
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_save(c, 1, t, NT, NULL, 0, &f), 0);
+	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), 0);
+	ckpt_future_free(f);
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+
+	static char out[1 << 16];
+	assert_int_equal(ctl_run("show longnames 1", out, sizeof(out)), 0);
+	char *line = strchr(out, '\n'); /* past "longnames step 1: ..." */
+	assert_non_null(line);
+	line++;
+	const char *dt = strstr(line, "DTYPE"), *tn = strstr(line, "TENSOR");
+	assert_non_null(dt);
+	assert_non_null(tn);
+	assert_non_null(strstr(line, "[4,4,4,64] [0,0,0,0] [4,4,4,64]")); /* no column runs into the next */
+	size_t dcol = (size_t)(dt - line), tcol = (size_t)(tn - line), rows = 0;
+	bool seen[NT] = { false };
+	for (char *nl; (nl = strchr(line, '\n')) != NULL; line = nl + 1, rows++) {
+		*nl = '\0';
+		if ((size_t)(nl - line) <= tcol || line[tcol - 1] != ' ' || line[tcol] == ' ')
+			fail_msg("row %zu: no name starting at column %zu: %s", rows, tcol, line);
+		if (strncmp(line + dcol, rows ? "u8 " : "DTYPE", rows ? 3 : 5) != 0)
+			fail_msg("row %zu: no dtype at column %zu: %s", rows, dcol, line);
+		for (size_t i = 0; i < NT && rows; i++)
+			seen[i] |= strcmp(line + tcol, names[i]) == 0;
+	}
+	assert_int_equal(rows, 1 + NT);
+	for (size_t i = 0; i < NT; i++)
+		if (!seen[i])
+			fail_msg("no row names '%s' whole at column %zu", names[i], tcol);
+}
+
 /* ckptctl ls marks each job's latest complete step (not a higher incomplete
  * one) and gives the time saved and the age; show and verify take
  * "latest" for that step; verify checks every rank, one or several at
@@ -875,6 +943,7 @@ int main(void)
 		cmocka_unit_test(test_planner_errors),
 		cmocka_unit_test(test_show_and_verify),
 		cmocka_unit_test(test_ctl_ls_and_parallel_verify),
+		cmocka_unit_test(test_ctl_show_long_names),
 		cmocka_unit_test(test_retention_after_durable),
 		cmocka_unit_test(test_gc_dry_run_and_rm),
 		cmocka_unit_test(test_example_restores_at_other_world_size),
