@@ -309,7 +309,7 @@ static void list_destroy(struct bgreq *b)
  * none and not required); false if refused (answered). */
 static bool job_arg(struct session *s, uint64_t req_id, const char *job, bool required, char *out, size_t outlen)
 {
-	char why[256];
+	char why[512];
 	out[0] = '\0';
 	if (!required && job[0] == '\0')
 		return true;

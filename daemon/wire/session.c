@@ -255,7 +255,7 @@ void session_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 			      WIRE_PROTOCOL_VERSION);
 		return;
 	}
-	char job[sizeof(s->job)], why[256];
+	char job[sizeof(s->job)], why[512];
 	if (h->job[0] != '\0') {
 		if (session_job(s, h->job, job, sizeof(job), why, sizeof(why)) < 0) {
 			session_close(s, -EINVAL, "%s", why);
@@ -682,7 +682,7 @@ size_t session_job_strip(const struct session *s)
 bool session_request_job(struct session *s, uint64_t req_id, const char *name, const char *what, char *out,
 			 size_t outlen)
 {
-	char why[256];
+	char why[512];
 	if (name[0] == '\0') {
 		if (s->job[0] == '\0') {
 			session_reply(s, req_id, -EINVAL, "%s needs a job (this session said none in Hello)", what);
@@ -698,6 +698,10 @@ bool session_request_job(struct session *s, uint64_t req_id, const char *name, c
 	return true;
 }
 
+/* What a job name may be, for every refusal of one: a client that only
+ * hears "invalid" cannot tell which character, or the name, is at fault. */
+#define JOB_RULE "1-%d characters of [A-Za-z0-9._-], not starting with '.' and without '..'"
+
 int session_job(const struct session *s, const char *name, char *out, size_t outlen, char *err, size_t errlen)
 {
 	const struct config *c = &s->d->cfg;
@@ -705,10 +709,8 @@ int session_job(const struct session *s, const char *name, char *out, size_t out
 	const char *slash = strchr(name, '/');
 	if (slash == NULL || tenant) {
 		if (!manifest_name_valid(name, JOB_MAX_LEN)) {
-			snprintf(err, errlen,
-				 "job name '%.64s' must be 1-%d characters of [A-Za-z0-9._-], not starting with '.' "
-				 "and without '..'",
-				 name, JOB_MAX_LEN);
+			snprintf(err, errlen, "job name '%.64s' must be " JOB_RULE "%s", name, JOB_MAX_LEN,
+				 tenant && slash ? " (a tenant's session names its jobs without 'TENANT/')" : "");
 			return -EINVAL;
 		}
 		int n = tenant ? snprintf(out, outlen, "%s/%s", tenant, name) : snprintf(out, outlen, "%s", name);
@@ -724,9 +726,24 @@ int session_job(const struct session *s, const char *name, char *out, size_t out
 	for (size_t i = 0; i < c->ntenants; i++)
 		known |= strlen(c->tenants[i].name) == (size_t)(slash - name) &&
 			 strncmp(c->tenants[i].name, name, (size_t)(slash - name)) == 0;
-	if (!known || !manifest_job_valid(name) || strlen(name) >= outlen) {
-		snprintf(err, errlen, "invalid job name '%.64s'%s", name,
-			 c->ntenants ? " (want NAME, or TENANT/NAME of a configured tenant)" : "");
+	if (c->ntenants == 0) {
+		snprintf(err, errlen,
+			 "job name '%.64s' must be " JOB_RULE
+			 " (TENANT/NAME only for an admin, of a configured tenant; this ckptd has no tenants)",
+			 name, JOB_MAX_LEN);
+		return -EINVAL;
+	}
+	if (!known) {
+		snprintf(err, errlen,
+			 "job name '%.64s' must be NAME, " JOB_RULE
+			 ", or TENANT/NAME of a configured tenant ('%.*s' is none)",
+			 name, JOB_MAX_LEN, (int)(slash - name < 33 ? slash - name : 33), name);
+		return -EINVAL;
+	}
+	if (!manifest_job_valid(name) || strlen(name) >= outlen) {
+		snprintf(err, errlen,
+			 "job name '%.64s' must be TENANT/NAME, at most %d characters in all, with NAME " JOB_RULE,
+			 name, JOB_MAX_LEN, JOB_MAX_LEN);
 		return -EINVAL;
 	}
 	snprintf(out, outlen, "%s", name);

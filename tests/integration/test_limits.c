@@ -99,6 +99,33 @@ static void test_job_name_with_dotdot(void **state)
 	close(fd);
 }
 
+/* A job name with a slash, on a ckptd without tenants: the refusal says
+ * the job name is at fault and what one may be (it said only "invalid
+ * job name"), in Hello and in a request naming the job. */
+static void test_job_name_with_slash(void **state)
+{
+	(void)state;
+	static const char *const want[] = {
+		"job name 'team/llama' must be 1-128 characters of [A-Za-z0-9._-], not starting with '.' and "
+		"without '..'",
+		"TENANT/NAME only for an admin, of a configured tenant; this ckptd has no tenants",
+	};
+	ckpt_hello h = { .job = "team/llama", .rank = 0, .world_size = 1 };
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(D.sock, &h, &c), -EINVAL);
+	for (size_t i = 0; i < 2; i++)
+		if (strstr(ckpt_errmsg(), want[i]) == NULL)
+			fail_msg("Hello as team/llama: '%s', want '%s'", ckpt_errmsg(), want[i]);
+	assert_int_equal(ckpt_connect(D.sock, NULL, &c), 0);
+	ckpt_step_info *v = NULL;
+	size_t n = 0;
+	assert_int_equal(ckpt_list(c, "team/llama", &v, &n), -EINVAL);
+	for (size_t i = 0; i < 2; i++)
+		if (strstr(ckpt_errmsg(), want[i]) == NULL)
+			fail_msg("ls team/llama: '%s', want '%s'", ckpt_errmsg(), want[i]);
+	ckpt_close(c);
+}
+
 /* Connections that never send Hello used to hold every slot forever. */
 static void test_hello_timeout(void **state)
 {
@@ -285,10 +312,10 @@ static void test_fd_exhaustion_backs_off(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_job_name_with_dotdot),         cmocka_unit_test(test_hello_timeout),
-		cmocka_unit_test(test_idle_timeout_spares_trainers), cmocka_unit_test(test_sessions_per_uid),
-		cmocka_unit_test(test_registered_bytes_cap),         cmocka_unit_test(test_same_file_mapped_once),
-		cmocka_unit_test(test_fd_exhaustion_backs_off),
+		cmocka_unit_test(test_job_name_with_dotdot),  cmocka_unit_test(test_job_name_with_slash),
+		cmocka_unit_test(test_hello_timeout),         cmocka_unit_test(test_idle_timeout_spares_trainers),
+		cmocka_unit_test(test_sessions_per_uid),      cmocka_unit_test(test_registered_bytes_cap),
+		cmocka_unit_test(test_same_file_mapped_once), cmocka_unit_test(test_fd_exhaustion_backs_off),
 	};
 	return cmocka_run_group_tests_name("limits", tests, group_setup, group_teardown);
 }

@@ -152,9 +152,12 @@ static void tenant_checks(const char *who, const char *sock, const char *mine, u
 	ckpt_step_info si;
 	r = ckpt_resolve(c, "llama", (int64_t)theirs, &si);
 	CHECK(r == -ENOENT, "%s: resolve of another tenant's step: %d, want ENOENT", who, r);
-	/* Naming another tenant's job outright is not a name at all. */
+	/* Naming another tenant's job outright is not a name at all; the
+	 * refusal says how a tenant names its jobs. */
 	r = ckpt_list(c, "team-a/llama", &(ckpt_step_info *){ NULL }, &(size_t){ 0 });
-	CHECK(r == -EINVAL, "%s: ls team-a/llama: %d, want EINVAL", who, r);
+	CHECK(r == -EINVAL && strstr(ckpt_errmsg(), "job name 'team-a/llama' must be 1-128 characters of") &&
+		      strstr(ckpt_errmsg(), "a tenant's session names its jobs without 'TENANT/'"),
+	      "%s: ls team-a/llama: %d (%s), want EINVAL naming the rule", who, r, ckpt_errmsg());
 	ckpt_gc_entry *gv = NULL;
 	size_t gn = 0;
 	r = ckpt_gc(c, NULL, 1, &gv, &gn);
@@ -342,6 +345,16 @@ int main(void)
 	ckpt_client *c = NULL;
 	CHECK(ckpt_connect(D.sock, NULL, &c) == 0, "admin: connect");
 	CHECK(c && ckpt_delete(c, "team-b/llama", 7) == 0, "admin: rm team-b/llama 7: %s", ckpt_errmsg());
+	/* An admin's TENANT/NAME that is not one: the refusal names the rule
+	 * and, when it is the tenant, that it is not configured. */
+	int r = c ? ckpt_list(c, "team-z/llama", &(ckpt_step_info *){ NULL }, &(size_t){ 0 }) : 0;
+	CHECK(r == -EINVAL && strstr(ckpt_errmsg(), "job name 'team-z/llama' must be NAME, 1-128 characters of") &&
+		      strstr(ckpt_errmsg(), "or TENANT/NAME of a configured tenant ('team-z' is none)"),
+	      "admin: ls team-z/llama: %d (%s), want EINVAL naming the tenant", r, ckpt_errmsg());
+	r = c ? ckpt_list(c, "team-a/.llama", &(ckpt_step_info *){ NULL }, &(size_t){ 0 }) : 0;
+	CHECK(r == -EINVAL && strstr(ckpt_errmsg(), "job name 'team-a/.llama' must be TENANT/NAME") &&
+		      strstr(ckpt_errmsg(), "not starting with '.'"),
+	      "admin: ls team-a/.llama: %d (%s), want EINVAL naming the rule", r, ckpt_errmsg());
 	if (c)
 		ckpt_close(c);
 	exists("team-b/llama/step-000000000007", false);
