@@ -1,0 +1,40 @@
+"""pyproject.toml's extras: pip install 'ckptd[torch]', 'ckptd[lightning]'
+and 'ckptd[hf]' bring what ckpt.torch / ckpt.dcp, ckpt.lightning and
+ckpt.hf import."""
+import os
+import re
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib", reason="tomllib is in Python 3.11+")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _extras():
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)["project"]["optional-dependencies"]
+
+
+def _names(reqs):
+    """The distribution names of requirement strings, lowercased."""
+    return {re.match(r"[A-Za-z0-9._-]+", r.strip()).group(0).lower() for r in reqs}
+
+
+@pytest.mark.parametrize("extra, wanted", [
+    ("torch", {"torch"}),
+    ("lightning", {"torch", "lightning"}),
+    ("hf", {"torch", "transformers", "accelerate"}),
+])
+def test_extra_requires(extra, wanted):
+    extras = _extras()
+    assert extra in extras, sorted(extras)
+    assert _names(extras[extra]) == wanted, extras[extra]
+
+
+def test_extras_pin_torch_alike():
+    """Every extra asks for the same torch as the torch extra."""
+    extras = _extras()
+    torch_req = [r for r in extras["torch"] if _names([r]) == {"torch"}]
+    for name in ("lightning", "hf"):
+        assert [r for r in extras[name] if _names([r]) == {"torch"}] == torch_req, extras[name]
