@@ -16,8 +16,10 @@ __all__ = ["Client", "Buffer", "TensorSpec", "SaveFuture", "LoadFuture", "CkptEr
 
 
 def __getattr__(name):
-    """The binding's names, loaded on first use: import ckpt.format needs
-    no libckpt."""
+    """Module attribute lookup (PEP 562): a name in __all__ is returned from
+    ckpt.client, imported on first use (which loads libckpt), so that
+    import ckpt and import ckpt.format need no library. Raises
+    AttributeError for any other name."""
     if name in __all__:
         from . import client
         return getattr(client, name)

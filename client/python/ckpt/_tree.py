@@ -14,6 +14,7 @@ import pickle
 
 import torch
 
+# torch dtype -> ckptd's dtype name ("f32", ...); TORCH_DTYPES: the reverse.
 DTYPE_CODES = {
     torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
     torch.int8: "i8", torch.uint8: "u8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64",
@@ -54,11 +55,16 @@ class _Leaf:
 
 class _SkeletonPickler(pickle.Pickler):
     def persistent_id(self, obj):
+        """pickle hook: a _Leaf's index as its persistent id; None (pickled
+        as usual) for anything else."""
         return obj.i if type(obj) is _Leaf else None
 
 
 def dump_skeleton(tree):
-    """The tree (with _Ref and _Leaf in it) as skeleton bytes."""
+    """Pickle tree (a state dict's tree with _Ref in place of its tensors
+    and _Leaf in place of its other leaves) with the highest protocol,
+    each _Leaf as a persistent id (its index in the step's leaves).
+    Returns the skeleton bytes; pickle's errors raise."""
     buf = io.BytesIO()
     _SkeletonPickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(tree)
     return buf.getvalue()
@@ -74,20 +80,29 @@ class _Unpickler(pickle.Unpickler):
         self._leaves = leaves
 
     def find_class(self, module, name):
+        """pickle hook: ckpt.torch._Ref is this module's _Ref (no import of
+        ckpt.torch); any other class as pickle finds it."""
         if module == "ckpt.torch" and name == "_Ref":
             return _Ref
         return super().find_class(module, name)
 
     def persistent_load(self, pid):
+        """pickle hook: the leaf at index pid of the leaves given; raises
+        pickle.UnpicklingError when none were given or pid is no index."""
         if self._leaves is None or not isinstance(pid, int) or not 0 <= pid < len(self._leaves):
             raise pickle.UnpicklingError(f"skeleton leaf {pid!r} is not in the step's leaves")
         return self._leaves[pid]
 
 
 def load_meta(blob):
-    """(tree, extra) from a step's extra state; (None, None) for one that is
-    no Checkpointer's (DCP saves carry none). Unpickles: read only
-    checkpoints you trust."""
+    """Decode a step's extra state: blob, the bytes a Checkpointer save
+    stores (the module's text says what). Returns (tree, extra): the state
+    dict's tree with _Ref in place of its tensors (_materialize puts them
+    in) and the extra the save was given; (None, None) for an empty blob
+    or one in no Checkpointer's layout (DCP saves carry none). A blob that
+    does not unpickle raises pickle's errors (pickle.UnpicklingError for a
+    skeleton leaf missing from leaves). Unpickles: read only checkpoints
+    you trust."""
     if not blob:
         return None, None
     meta = _Unpickler(blob).load()

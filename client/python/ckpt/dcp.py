@@ -68,9 +68,12 @@ _STEP_NAME = re.compile(r"^(?:(?:global_)?step|checkpoint|ckpt)?[-_]?(\d+)$")
 
 
 def step_of(checkpoint_id):
-    """The step a DCP checkpoint_id names: an int; a string of digits; or a
-    path (str or os.PathLike, a URL too) whose last part is step-N, step_N,
-    stepN, global_stepN, checkpoint-N or N. ValueError otherwise."""
+    """The step a DCP checkpoint_id names, as an int. checkpoint_id: an int
+    of 0 or more (not a bool); or a str or os.PathLike (a path or a URL)
+    whose last part, trailing '/' dropped, is N, or step, global_step,
+    checkpoint or ckpt, then '-', '_' or nothing, then N (step-100,
+    global_step100, checkpoint-100). Raises ValueError for anything else
+    (a bool, a negative int, another type, another name)."""
     if isinstance(checkpoint_id, bool):
         raise ValueError(f"checkpoint_id {checkpoint_id!r} is not a step")
     if isinstance(checkpoint_id, int):
@@ -112,7 +115,9 @@ def _checkpointer(job, rank, world_size, socket, attempt_id, policy):
 
 
 def close_all():
-    """Disconnect the cached clients (tests, process exit)."""
+    """Close the Checkpointers that Writer and Reader objects share (their
+    connections to ckptd) and forget them: a later Writer or Reader
+    connects anew (tests, process exit). Returns None."""
     with _cache_lock:
         for cp in _cache.values():
             cp.close()
@@ -150,6 +155,22 @@ def _future_staging_supported():
 
 
 class Writer(StorageWriter, AsyncStager):
+    """A DCP StorageWriter and AsyncStager that saves each rank's tensors
+    (and its non-tensor values, as their torch.save bytes) to ckptd as step
+    step of job (the module's text shows how).
+
+    job: the job's name. step: the step to save, an int or a checkpoint_id
+    step_of() reads; None: the checkpoint_id dcp.save gives (reset()).
+    socket: ckptd's socket (default $CKPTD_SOCKET, else
+    /run/ckptd/ckptd.sock; ckpt.DaemonUnavailable at the first save when
+    ckptd is not there). rank, world_size: default the launcher's
+    (resolve_rank: ones given that disagree raise ValueError at the first
+    save). attempt_id, policy: as ckpt.torch.Checkpointer's. async_staging: stage() returns before ckptd has
+    staged (the module's text). tier: "durable", "memory" or "replicated"
+    (checked at the first save). Writers and Readers of one identity share
+    one Checkpointer, and so its connection and registrations. Raises
+    ValueError when step_of() reads no step from step."""
+
     # async_save never calls synchronize_staging() itself: with blocking
     # staging stage() has already waited, and with async_staging the
     # trainer waits where it chooses.
@@ -191,12 +212,19 @@ class Writer(StorageWriter, AsyncStager):
                 {s.name: s.nbytes for s in specs})
 
     def persist(self, step=None):
-        """Make a memory step durable (default: this Writer's step) on this
-        node's daemon (every rank calls it; ckpt.torch's Checkpointer.persist).
-        Returns a future whose result() waits for it."""
+        """Make a memory or replicated step durable on this node's daemon;
+        call it on every rank (ckpt.torch's Checkpointer.persist, which this
+        calls). step: an int or a checkpoint_id step_of() reads; default
+        this Writer's step, else the last step its shared Checkpointer saved
+        (ValueError when there is none). Returns a ckpt.torch SaveFuture
+        whose result() waits until the step is durable."""
         return self._cp().persist(self.step if step is None else step_of(step))
 
     def stage(self, state_dict):
+        """AsyncStager.stage: hand state_dict's tensors to ckptd as a save of
+        this Writer's step (ValueError without one, TypeError for a dtype
+        ckptd lacks). Returns state_dict once staged; with async_staging at
+        once, or a concurrent.futures.Future of it where torch takes one."""
         flat, _ = flatten_state_dict(state_dict)
         items = []
         for fqn, v in flat.items():
@@ -249,11 +277,15 @@ class Writer(StorageWriter, AsyncStager):
     # ---- StorageWriter ----
 
     def reset(self, checkpoint_id=None):
+        """StorageWriter.reset: a checkpoint_id (dcp.save's) sets the step
+        (step_of(); ValueError if it names none); None keeps it."""
         if checkpoint_id is not None:
             self.step = step_of(checkpoint_id)
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id):
+        """StorageWriter.validate_checkpoint_id: True when step_of() reads a
+        step from checkpoint_id, else False."""
         try:
             step_of(checkpoint_id)
             return True
@@ -261,15 +293,20 @@ class Writer(StorageWriter, AsyncStager):
             return False
 
     def set_up_storage_writer(self, is_coordinator, *args, **kwargs):
+        """StorageWriter hook: records is_coordinator; nothing to set up."""
         self.is_coordinator = is_coordinator
 
     def prepare_local_plan(self, plan):
+        """StorageWriter hook: returns plan unchanged."""
         return plan
 
     def prepare_global_plan(self, plans):
+        """StorageWriter hook: returns plans unchanged."""
         return plans
 
     def storage_meta(self):
+        """StorageWriter.storage_meta: a StorageMeta whose checkpoint_id is
+        the step as a str (None without a step)."""
         return StorageMeta(checkpoint_id=str(self.step) if self.step is not None else None)
 
     @staticmethod
@@ -285,6 +322,10 @@ class Writer(StorageWriter, AsyncStager):
         return got
 
     def write_data(self, plan, planner):
+        """StorageWriter.write_data: take the save stage() made of this step,
+        or start one now from the planner's data (dcp.save). Returns a torch
+        Future of plan's WriteResults, set once the save is durable (tier
+        durable) or kept in memory (memory, replicated), or failed."""
         staged = self._take_staged()
         if staged is None:
             # dcp.save without staging: hand the planner's data over now.
@@ -314,14 +355,27 @@ class Writer(StorageWriter, AsyncStager):
         return out
 
     def finish(self, metadata, results):
+        """StorageWriter.finish: nothing to write; the manifests are the
+        metadata."""
         # The manifests ckptd writes are the metadata; nothing else to do.
         pass
 
     def close(self):
+        """Nothing to release: the shared Checkpointer stays connected for
+        later saves (close_all() closes it)."""
         pass
 
 
 class Reader(StorageReader):
+    """A DCP StorageReader that loads a step of job from ckptd; the step's
+    manifests are DCP's metadata, so DCP's planner reshards (a step saved
+    by N ranks loads on M).
+
+    job: the job's name. step: "latest" (default; None and LATEST alike),
+    the newest step every rank can restore, decided in read_metadata();
+    else an int or a checkpoint_id step_of() reads (ValueError when it
+    reads none). socket, rank, world_size, attempt_id: as Writer's."""
+
     def __init__(self, job, step="latest", socket=None, rank=None, world_size=None, attempt_id=None):
         super().__init__()
         self.job, self.socket = job, socket
@@ -335,15 +389,22 @@ class Reader(StorageReader):
         return _checkpointer(self.job, rank, ws, self.socket, self.attempt_id, None)
 
     def reset(self, checkpoint_id=None):
+        """StorageReader.reset: a checkpoint_id (dcp.load's) sets the step
+        (step_of(); ValueError if it names none); the step resolved before
+        is forgotten."""
         if checkpoint_id is not None:
             self.step = step_of(checkpoint_id)
         self._resolved = None
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id):
+        """StorageReader.validate_checkpoint_id: as Writer's."""
         return Writer.validate_checkpoint_id(checkpoint_id)
 
     def read_metadata(self, *args, **kwargs):
+        """StorageReader.read_metadata: resolve the step (pinned; "latest"
+        agreed by every rank) and return DCP Metadata made from its
+        manifests; ckptd's errors (no such step, ...) raise."""
         cp = self._cp()
         # Every rank reads the metadata: they must agree on "latest", which
         # rank 0 resolves once and broadcasts (Checkpointer._resolve_step).
@@ -396,17 +457,24 @@ class Reader(StorageReader):
                         storage_meta=StorageMeta(checkpoint_id=str(self._resolved)))
 
     def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
+        """StorageReader hook: keeps metadata, and takes the step from its
+        checkpoint_id when read_metadata() did not resolve one here."""
         self.metadata = metadata
         if self._resolved is None:
             self._resolved = int(metadata.storage_meta.checkpoint_id)
 
     def prepare_local_plan(self, plan):
+        """StorageReader hook: returns plan unchanged."""
         return plan
 
     def prepare_global_plan(self, plans):
+        """StorageReader hook: returns plans unchanged."""
         return plans
 
     def read_data(self, plan, planner):
+        """StorageReader.read_data: load plan's items from ckptd in one load
+        and hand them to the planner (tensors copied into its targets, bytes
+        to load_bytes). Returns a completed torch Future; errors raise."""
         cp = self._cp()
         specs, total = [], 0
         for item in plan.items:

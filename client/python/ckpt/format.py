@@ -95,7 +95,15 @@ def _tensor(b):
 
 
 def read_manifest(data):
-    """Decode a manifest; ValueError if it is malformed."""
+    """Decode one rank's manifest (proto/ckpt.proto's Manifest, format
+    version 1) from data, its bytes. Returns a dict: format_version, job,
+    step, rank, world_size, attempt_id, created_unix_ns (only when the
+    manifest has it), shard_name, shard_dir ("" but with layout spread),
+    shard_bytes, chunk_bytes, chunk_crc32c (ints), extra_state (bytes) and
+    tensors, a list of dicts: name, dtype (ckptd's dtype code), global_shape,
+    box_offsets, box_lengths (the whole tensor when no box is saved),
+    shard_offset, nbytes, crc32c. Raises ValueError when data is malformed
+    or of another format version."""
     try:
         return _read_manifest(data)
     except (IndexError, struct.error, TypeError, UnicodeDecodeError) as e:
@@ -103,8 +111,12 @@ def read_manifest(data):
 
 
 def shard_key(job, m):
-    """The key of manifest m's shard: in its step's directory, or (layout
-    spread) in shards/<rank % 256 as 2 hex>/step-<12>/ under the job."""
+    """The storage key (under the store's root) of the shard of m, a
+    manifest of job as read_manifest returns it: job/step-<12 digits>/NAME,
+    or with layout spread job/shards/<rank % 256, 2 hex digits>/step-<12
+    digits>/NAME. Raises ValueError when its shard_name is not one of its
+    own rank's (rank-<5 digits>-of-....shard, no '/') or its shard_dir is
+    not its rank's spread directory."""
     if "/" in m["shard_name"] or not m["shard_name"].startswith(f"rank-{m['rank']:05d}-of-") \
             or not m["shard_name"].endswith(".shard"):
         raise ValueError(f"rank {m['rank']}: manifest names no shard of its own")
@@ -155,7 +167,9 @@ for _n in range(256):
 
 
 def crc32c_py(data, crc=0):
-    """CRC32C in pure Python (about 8 MiB/s): what crc32c falls back to."""
+    """CRC32C (Castagnoli) of data, bytes-like, in pure Python (about 8
+    MiB/s): what crc32c falls back to without a wheel. crc: the CRC of the
+    bytes before data, to go on from (0: none). Returns the CRC, an int."""
     crc ^= 0xFFFFFFFF
     t = _TABLE
     for b in data:
@@ -168,19 +182,31 @@ def _fast_crc32c():
     try:
         import google_crc32c
         if google_crc32c.implementation == "c":
-            return (lambda data, crc=0: google_crc32c.extend(crc, bytes(data) if isinstance(data, memoryview)
-                                                               else data)), "google-crc32c"
+            def crc32c(data, crc=0):
+                """CRC32C (Castagnoli) of data, bytes-like, by the
+                google-crc32c wheel. crc: the CRC of the bytes before data,
+                to go on from (0: none). Returns the CRC, an int."""
+                return google_crc32c.extend(crc, bytes(data) if isinstance(data, memoryview) else data)
+            return crc32c, "google-crc32c"
     except (ImportError, AttributeError):
         pass
     try:
         import crc32c as _c32
-        return (lambda data, crc=0: _c32.crc32c(data, crc)), "crc32c"
+
+        def crc32c(data, crc=0):
+            """CRC32C (Castagnoli) of data, bytes-like, by the crc32c wheel.
+            crc: the CRC of the bytes before data, to go on from (0: none).
+            Returns the CRC, an int."""
+            return _c32.crc32c(data, crc)
+        return crc32c, "crc32c"
     except (ImportError, AttributeError, TypeError):
         pass
     return None
 
 
 _fast = _fast_crc32c()
+# crc32c(data, crc=0): a wheel's when one is installed, else crc32c_py;
+# CRC32C_IMPLEMENTATION names which ("google-crc32c", "crc32c", "python").
 crc32c = _fast[0] if _fast else crc32c_py
 CRC32C_IMPLEMENTATION = _fast[1] if _fast else "python"
 
@@ -204,6 +230,8 @@ class _FileStore:
         return out
 
     def read(self, key):
+        """The bytes of the file key (relative to the root); OSError if
+        it cannot be read."""
         with open(os.path.join(self.root, key), "rb") as f:
             return f.read()
 
@@ -227,6 +255,8 @@ class _S3Store:
         return f"{self.prefix}/{k}" if self.prefix else k
 
     def names(self, prefix):
+        """{name: mtime (ns)} directly under prefix: its objects, and its
+        sub-prefixes (mtime 0). FileNotFoundError when there is nothing."""
         p = self._key(prefix).rstrip("/") + "/"
         out = {}
         for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=p, Delimiter="/"):
@@ -239,6 +269,8 @@ class _S3Store:
         return out
 
     def read(self, key):
+        """The bytes of object key (under the URL's prefix); botocore's
+        errors raise."""
         return self.s3.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read()
 
 
@@ -326,7 +358,13 @@ def _groups(st, job, step):
 
 
 def list_steps(url, job):
-    """[(step, complete)] ascending."""
+    """The steps of job in the storage at url (file://, s3:// or gs://, as
+    the module's text says). Returns [(step, complete)] by ascending step;
+    complete: one attempt has every rank's manifest (the commit object's
+    attempt, when the step has one). Raises FileNotFoundError when the job
+    has nothing there, ValueError for another kind of URL or an invalid
+    commit object or manifest, and the store's own errors (OSError,
+    botocore's)."""
     st = _store(url)
     out = []
     for n in sorted(st.names(job)):
@@ -337,11 +375,18 @@ def list_steps(url, job):
 
 
 def load_step(url, job, step="latest", verify=True):
-    """The state dict of job/step (default: the latest complete step), every
-    tensor assembled to its global shape. The step's extra state is
-    unpickled: read only checkpoints you trust. Checkpointer saves come back with
-    their nesting and non-tensor values; DCP saves as a flat {fqn: value}.
-    verify checks every tensor's crc32c (CRC32C_IMPLEMENTATION says with what)."""
+    """The state dict of step of job in the storage at url (as list_steps),
+    read from every rank's shard, each tensor assembled on the CPU to its
+    global shape. step: a step number, or "latest" (or -1) for the newest
+    complete step. verify: check every tensor's crc32c
+    (CRC32C_IMPLEMENTATION says with what). Checkpointer saves come back
+    with their nesting and non-tensor values; DCP saves as a flat
+    {fqn: value}, each non-tensor value torch.load'ed from its bytes.
+    Raises FileNotFoundError when there is no complete step (or step is
+    not complete), ValueError for a manifest that is malformed or not the
+    one its name says, a short shard or a crc32c mismatch, and the store's
+    own errors. The step's extra state is unpickled: read only checkpoints
+    you trust."""
     import torch
 
     from ._dtypes import DTYPE_NAMES
