@@ -127,6 +127,27 @@ static const char *human_duration(uint64_t ns, char *buf, size_t len)
 	return buf;
 }
 
+static int64_t now_unix_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* "2026-11-24 10:00:00" (UTC), or "-" when unknown. */
+static const char *saved_time(int64_t ns, char *buf, size_t len)
+{
+	if (ns <= 0) {
+		snprintf(buf, len, "-");
+		return buf;
+	}
+	time_t t = (time_t)(ns / 1000000000);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
+	return buf;
+}
+
 static void json_put(json_object *o, const char *key, json_object *v)
 {
 	if (!v || json_object_object_add(o, key, v) != 0)
@@ -239,6 +260,25 @@ static int cmd_status(ckpt_client *c, int json)
 				die_oom();
 		}
 		json_put(o, "tenants", ten);
+		json_object *fails = json_object_new_array();
+		if (!fails)
+			die_oom();
+		for (uint32_t i = 0; i < st.nfailures && i < CKPT_STATUS_MAX_FAILURES; i++) {
+			const ckpt_failure_info *f = &st.failures[i];
+			json_object *e = json_object_new_object();
+			if (!e)
+				die_oom();
+			json_put(e, "job", json_object_new_string(f->job));
+			json_put(e, "step", json_object_new_uint64(f->step));
+			json_put(e, "rank", json_object_new_uint64(f->rank));
+			json_put(e, "error", json_object_new_string(ckpt_strerror(f->status)));
+			json_put(e, "message", json_object_new_string(f->message));
+			json_put(e, "failed_unix_ns", json_object_new_int64(f->unix_ns));
+			json_put(e, "failed", json_object_new_string(saved_time(f->unix_ns, a, sizeof(a))));
+			if (json_object_array_add(fails, e) != 0)
+				die_oom();
+		}
+		json_put(o, "last_failures", fails);
 		json_print(o);
 		json_object_put(o);
 		return 0;
@@ -252,6 +292,15 @@ static int cmd_status(ckpt_client *c, int json)
 	printf("%-16s %" PRIu32 " in flight, %" PRIu32 " waiting for pool\n", "saves now", st.inflight_saves,
 	       st.waiting_saves);
 	printf("%-16s %" PRIu64 " total, %" PRIu64 " failed\n", "saves", st.saves_total, st.saves_failed);
+	/* Why: the count alone sends the operator to the logs. */
+	int64_t now = now_unix_ns();
+	for (uint32_t i = 0; i < st.nfailures && i < CKPT_STATUS_MAX_FAILURES; i++) {
+		const ckpt_failure_info *f = &st.failures[i];
+		human_duration(now > f->unix_ns ? (uint64_t)(now - f->unix_ns) : 0, b, sizeof(b));
+		printf("%-16s %s UTC (%s ago) %s step %" PRIu64 " rank %" PRIu32 ": %s\n", i ? "" : "last failures",
+		       saved_time(f->unix_ns, a, sizeof(a)), b, f->job, f->step, f->rank,
+		       f->message[0] ? f->message : ckpt_strerror(f->status));
+	}
 	printf("%-16s %s staged, %s durable, %s restored\n", "bytes", human_bytes(st.bytes_staged, a, sizeof(a)),
 	       human_bytes(st.bytes_durable, b, sizeof(b)), human_bytes(st.bytes_restored, d, sizeof(d)));
 	printf("%-16s %" PRIu64 " superseded, %" PRIu64 " skipped\n", "", st.saves_superseded, st.saves_skipped);
@@ -290,27 +339,6 @@ static int step_cmp(const void *pa, const void *pb)
 }
 
 static json_object *json_step(const ckpt_step_info *v);
-
-static int64_t now_unix_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* "2026-11-24 10:00:00" (UTC), or "-" when unknown. */
-static const char *saved_time(int64_t ns, char *buf, size_t len)
-{
-	if (ns <= 0) {
-		snprintf(buf, len, "-");
-		return buf;
-	}
-	time_t t = (time_t)(ns / 1000000000);
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
-	return buf;
-}
 
 /* Steps sorted by job then step; latest[i]: v[i] is its job's highest
  * complete step, the one a restore of "latest" takes. */

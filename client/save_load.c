@@ -352,6 +352,16 @@ int ckpt_status(ckpt_client *c, ckpt_status_info *out)
 	for (size_t i = 0; i < s->n_recovered && i < CKPT_STATUS_MAX_RECOVERED; i++)
 		snprintf(out->recovered[out->nrecovered++], sizeof(out->recovered[0]), "%s",
 			 s->recovered[i] ? s->recovered[i] : "");
+	for (size_t i = 0; i < s->n_failures && i < CKPT_STATUS_MAX_FAILURES; i++) {
+		const Ckpt__SaveFailure *f = s->failures[i];
+		ckpt_failure_info *o = &out->failures[out->nfailures++];
+		snprintf(o->job, sizeof(o->job), "%s", f->job ? f->job : "");
+		o->step = f->step;
+		o->rank = f->rank;
+		o->status = wire_errno(f->status);
+		snprintf(o->message, sizeof(o->message), "%s", f->message ? f->message : "");
+		o->unix_ns = f->unix_ns;
+	}
 	snprintf(out->storage, sizeof(out->storage), "%s", s->storage ? s->storage : "");
 	snprintf(out->cuda, sizeof(out->cuda), "%s", s->cuda ? s->cuda : "");
 	ckpt__frame__free_unpacked(rep, NULL);

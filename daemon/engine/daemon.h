@@ -51,6 +51,19 @@ struct peer_copy {
 };
 
 #define RECOVERED_LIST 8
+#define FAILURE_LIST 5      /* failed saves kept for ckptctl status */
+#define FAILURE_MSG_MAX 200 /* bytes of each one's message kept */
+
+/* A failed save (save.c, enter_failed): what its trainer was told. */
+struct save_failure {
+	char job[129];
+	uint64_t step;
+	uint32_t rank;
+	int status;      /* 0 or -errno */
+	int64_t unix_ns; /* when */
+	char msg[FAILURE_MSG_MAX + 1];
+};
+
 #define STATS_MSG_SLOTS 64 /* Frame body cases; msgtab.c checks its rows fit */
 
 /* The caps on what a client can make the daemon hold (README "Limits"),
@@ -84,6 +97,13 @@ struct stats {
 	uint32_t recovered_files;                  /* removed at start after a crash */
 	uint32_t nrecovered;
 	char recovered[RECOVERED_LIST][1024]; /* what, for ckptctl status */
+	/* The last FAILURE_LIST failed saves, a ring: the newest is
+	 * failures[(nfailures - 1) % FAILURE_LIST]. Written by enter_failed
+	 * and read by status_snapshot, both on the loop thread (a save's state
+	 * changes only there: the copy and upload threads hand back through
+	 * their done callbacks), so no lock. */
+	struct save_failure failures[FAILURE_LIST];
+	uint64_t nfailures; /* recorded since start */
 };
 
 struct requester_ops;

@@ -776,11 +776,37 @@ int save_persist(struct save *sv)
 	return 0;
 }
 
+/* Kept for ckptctl status, whose count alone says nothing of why. A long
+ * message is cut at a character's start (a tensor's name in it may be
+ * UTF-8, and the reply's string must stay so) and ends in "...". */
+static void record_failure(struct daemon *d, const struct save *sv)
+{
+	struct save_failure *f = &d->stats.failures[d->stats.nfailures++ % FAILURE_LIST];
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	snprintf(f->job, sizeof(f->job), "%s", sv->job);
+	f->step = sv->step;
+	f->rank = sv->rank;
+	f->status = sv->status ? sv->status : -EIO; /* as send_failed tells it */
+	f->unix_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	size_t n = strlen(sv->msg);
+	if (n <= FAILURE_MSG_MAX) {
+		memcpy(f->msg, sv->msg, n + 1);
+		return;
+	}
+	n = FAILURE_MSG_MAX - 3;
+	while (n > 0 && ((unsigned char)sv->msg[n] & 0xc0) == 0x80)
+		n--;
+	memcpy(f->msg, sv->msg, n);
+	memcpy(f->msg + n, "...", 4);
+}
+
 static void enter_failed(struct save *sv, enum save_state old)
 {
 	struct daemon *d = sv->d;
 	struct log_ctx lctx = { .job = sv->job, .rank = sv->rank, .step = (int64_t)sv->step, .save_id = sv->id };
 	d->stats.saves_failed++;
+	record_failure(d, sv);
 	log_ctx_msg(LOG_LVL_WARN, &lctx, "save %" PRIu64 ": %s step %" PRIu64 " rank %u failed (was %s): %s", sv->id,
 		    sv->job, sv->step, sv->rank, state_name[old], sv->msg);
 	send_failed(sv);

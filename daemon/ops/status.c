@@ -5,6 +5,7 @@
 #include "mancache.h"
 #include "pool.h"
 #include "save.h"
+#include "wire.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -215,6 +216,15 @@ int status_snapshot(const struct daemon *d, struct status *st)
 	st->nrecovered = s->nrecovered;
 	for (uint32_t i = 0; i < s->nrecovered && i < RECOVERED_LIST; i++)
 		st->recovered[i] = (char *)s->recovered[i];
+	for (uint64_t k = 0; k < FAILURE_LIST && k < s->nfailures; k++) {
+		const struct save_failure *f = &s->failures[(s->nfailures - 1 - k) % FAILURE_LIST];
+		st->failures[st->nfailures++] = (struct status_failure){ .job = f->job,
+									 .msg = f->msg,
+									 .step = f->step,
+									 .rank = f->rank,
+									 .status = f->status,
+									 .unix_ns = f->unix_ns };
+	}
 	st->ntenants = (uint32_t)d->cfg.ntenants;
 	for (uint32_t i = 0; i < st->ntenants; i++)
 		st->tenants[i] = (struct status_tenant){ .name = d->cfg.tenants[i].name,
@@ -299,6 +309,28 @@ int status_reply_fill(const struct status *st, Ckpt__StatusReply *rep)
 		rep->n_tenants = st->ntenants;
 		rep->tenants = tp;
 	}
+	if (st->nfailures) {
+		void *fb = calloc(st->nfailures, sizeof(Ckpt__SaveFailure *) + sizeof(Ckpt__SaveFailure));
+		if (fb == NULL) {
+			status_reply_free(rep);
+			return -ENOMEM;
+		}
+		Ckpt__SaveFailure **fp = fb;
+		Ckpt__SaveFailure *sf = (Ckpt__SaveFailure *)(fp + st->nfailures);
+		for (uint32_t k = 0; k < st->nfailures; k++) {
+			const struct status_failure *x = &st->failures[k];
+			ckpt__save_failure__init(&sf[k]);
+			sf[k].job = (char *)x->job;
+			sf[k].step = x->step;
+			sf[k].rank = x->rank;
+			sf[k].status = wire_status(x->status);
+			sf[k].message = (char *)x->msg;
+			sf[k].unix_ns = x->unix_ns;
+			fp[k] = &sf[k];
+		}
+		rep->n_failures = st->nfailures;
+		rep->failures = fp;
+	}
 	/* One block: the pointers, then the copies. */
 	size_t n = st->nheld;
 	void *blk = calloc(n ? n : 1, sizeof(Ckpt__HeldCopy *) + sizeof(Ckpt__HeldCopy));
@@ -334,6 +366,9 @@ void status_reply_free(Ckpt__StatusReply *rep)
 	free(rep->tenants);
 	rep->tenants = NULL;
 	rep->n_tenants = 0;
+	free(rep->failures);
+	rep->failures = NULL;
+	rep->n_failures = 0;
 }
 
 void status_line_render(const struct status *st, char *buf, size_t len)

@@ -123,6 +123,14 @@ struct status_tenant {
 	uint64_t pool_bytes;
 };
 
+struct status_failure {
+	const char *job, *msg; /* borrowed from the daemon's stats */
+	uint64_t step;
+	uint32_t rank;
+	int status; /* 0 or -errno */
+	int64_t unix_ns;
+};
+
 struct status {
 	uint64_t v[ST_NCOLS];
 	struct histogram save_stall, save_durable;
@@ -137,6 +145,8 @@ struct status {
 	struct status_held *held; /* malloc'd */
 	uint32_t ntenants;
 	struct status_tenant tenants[CONFIG_MAX_TENANTS];
+	uint32_t nfailures;
+	struct status_failure failures[FAILURE_LIST]; /* the last failed saves, newest first */
 };
 
 /* Fill st from the daemon, each value computed once. Strings are borrowed:

@@ -81,9 +81,16 @@ static void m_persist(struct session *s, const Ckpt__Frame *f)
 	persist_request(s, f->req_id, f->persist);
 }
 
+/* A kept job name "TENANT/..." of tenant t (strip: strlen(t) + 1). */
+static bool tenant_job(const char *job, const char *t, size_t strip)
+{
+	return strncmp(job, t, strip - 1) == 0 && job[strip - 1] == '/';
+}
+
 /* What a tenant's session may see of the status (README "Tenants"): its
- * own row and held copies (under its own names), no other tenant's, and
- * no names of files recovered at start. Node-wide numbers stay. */
+ * own row, held copies and failed saves (under its own names; of the
+ * node's last few failures, those of its jobs), no other tenant's, and no
+ * names of files recovered at start. Node-wide numbers stay. */
 static void status_for_tenant(const struct session *s, struct status *st)
 {
 	const char *t = session_tenant_name(s);
@@ -91,11 +98,18 @@ static void status_for_tenant(const struct session *s, struct status *st)
 		return;
 	size_t strip = session_job_strip(s), w = 0;
 	for (uint32_t i = 0; i < st->nheld; i++)
-		if (strncmp(st->held[i].job, t, strip - 1) == 0 && st->held[i].job[strip - 1] == '/') {
+		if (tenant_job(st->held[i].job, t, strip)) {
 			st->held[w] = st->held[i];
 			st->held[w++].job += strip;
 		}
 	st->nheld = (uint32_t)w;
+	w = 0;
+	for (uint32_t i = 0; i < st->nfailures; i++)
+		if (tenant_job(st->failures[i].job, t, strip)) {
+			st->failures[w] = st->failures[i];
+			st->failures[w++].job += strip;
+		}
+	st->nfailures = (uint32_t)w;
 	st->tenants[0] = st->tenants[s->tenant];
 	st->ntenants = 1;
 	st->nrecovered = 0;

@@ -7,11 +7,14 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <inttypes.h>
+#include <json-c/json.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
@@ -33,8 +36,7 @@ static int save_blob(struct dctx *d, const char *job, uint64_t step, size_t n, c
 	assert_int_equal(ckpt_buffer_alloc(c, n, &b), 0);
 	fill(ckpt_buffer_data(b), n, step);
 	uint64_t shape[1] = { n };
-	ckpt_tensor t = { .name = "blob", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape,
-			  .buffer = b, .nbytes = n };
+	ckpt_tensor t = { .name = "blob", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b, .nbytes = n };
 	ckpt_future *f = NULL;
 	assert_int_equal(ckpt_save(c, step, &t, 1, NULL, 0, &f), 0);
 	int r = ckpt_future_wait(f, CKPT_DURABLE, 60000);
@@ -54,8 +56,7 @@ static int load_blob(struct dctx *d, const char *job, int64_t step, size_t n, ui
 	ckpt_buffer *b = NULL;
 	assert_int_equal(ckpt_buffer_alloc(c, n, &b), 0);
 	uint64_t shape[1] = { n };
-	ckpt_tensor t = { .name = "blob", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape,
-			  .buffer = b, .nbytes = n };
+	ckpt_tensor t = { .name = "blob", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b, .nbytes = n };
 	ckpt_future *f = NULL;
 	assert_int_equal(ckpt_load(c, step, &t, 1, &f), 0);
 	int r = ckpt_future_wait(f, CKPT_LOADED, 60000);
@@ -71,6 +72,19 @@ static int load_blob(struct dctx *d, const char *job, int64_t step, size_t n, ui
 	ckpt_buffer_free(b);
 	ckpt_close(c);
 	return r;
+}
+
+/* Run ckptctl against d (stderr with stdout); its exit status, output in out. */
+static int ctl_run(struct dctx *d, const char *args, char *out, size_t outlen)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd), "timeout 30 '%s' --socket '%s' %s 2>&1", getenv("CKPTCTL_BIN"), d->sock, args);
+	FILE *p = popen(cmd, "r");
+	assert_non_null(p);
+	size_t n = fread(out, 1, outlen - 1, p);
+	out[n] = '\0';
+	int st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 static void test_full_disk(void **state)
@@ -105,12 +119,93 @@ static void test_full_disk(void **state)
 	assert_int_equal(st.pool_used_bytes, st.pool_held_bytes);
 	assert_int_equal(st.pool_held_bytes, 1u << 20);
 	assert_int_equal(st.saves_failed, 1);
+	/* ... and status says why, not only how many. */
+	assert_int_equal(st.nfailures, 1);
+	assert_string_equal(st.failures[0].job, "disk");
+	assert_int_equal(st.failures[0].step, 2);
+	assert_int_equal(st.failures[0].rank, 0);
+	assert_int_equal(st.failures[0].status, -ENOSPC);
+	assert_string_equal(st.failures[0].message, msg);
+	int64_t age = (int64_t)time(NULL) - st.failures[0].unix_ns / 1000000000;
+	assert_true(age >= -5 && age < 600);
 	ckpt_close(c);
+	static char out[1 << 16];
+	assert_int_equal(ctl_run(&d, "status", out, sizeof(out)), 0);
+	char *row = strstr(out, "last failures");
+	if (row == NULL || strstr(row, " ago) disk step 2 rank 0: ") == NULL || strstr(row, "No space left") == NULL)
+		fail_msg("ckptctl status does not give the failure: %s", out);
+	assert_int_equal(ctl_run(&d, "status --json", out, sizeof(out)), 0);
+	json_object *o = json_tokener_parse(out), *a, *v;
+	assert_non_null(o);
+	assert_true(json_object_object_get_ex(o, "last_failures", &a));
+	assert_int_equal(json_object_array_length(a), 1);
+	json_object *e = json_object_array_get_idx(a, 0);
+	assert_true(json_object_object_get_ex(e, "job", &v));
+	assert_string_equal(json_object_get_string(v), "disk");
+	assert_true(json_object_object_get_ex(e, "step", &v));
+	assert_int_equal(json_object_get_int64(v), 2);
+	assert_true(json_object_object_get_ex(e, "message", &v));
+	assert_string_equal(json_object_get_string(v), msg);
+	assert_true(json_object_object_get_ex(e, "error", &v));
+	assert_string_equal(json_object_get_string(v), ckpt_strerror(-ENOSPC));
+	assert_true(json_object_object_get_ex(e, "failed_unix_ns", &v));
+	assert_int_equal(json_object_get_int64(v), st.failures[0].unix_ns);
+	json_object_put(o);
 	/* Step 1 still restores, and a save that fits still works. */
 	uint64_t got = 0;
 	assert_int_equal(load_blob(&d, "disk", CKPT_LATEST, 1u << 20, &got), 0);
 	assert_int_equal(got, 1);
 	assert_int_equal(save_blob(&d, "disk", 3, 1u << 20, msg, sizeof(msg)), 0);
+	h_assert_serves(&d);
+	assert_int_equal(h_stop(&d), 0);
+	h_cleanup(&d);
+}
+
+/* ckptctl status keeps the last five failed saves, newest first, each
+ * message cut to 200 bytes: here seven saves over the quota of a job
+ * whose 128-character name makes the message longer than that. */
+static void test_status_keeps_last_failures(void **state)
+{
+	(void)state;
+	struct dctx d;
+	h_init(&d);
+	h_start(&d, "[pool]\nquota = 4096\n");
+	char job[129];
+	memset(job, 'j', 128);
+	job[128] = '\0';
+	char msg[512];
+	for (uint64_t step = 1; step <= 7; step++)
+		assert_int_equal(save_blob(&d, job, step, 8192, msg, sizeof(msg)), -E2BIG);
+	assert_true(strlen(msg) > 200); /* what the trainer was told, whole */
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(d.sock, NULL, &c), 0);
+	ckpt_status_info st;
+	assert_int_equal(ckpt_status(c, &st), 0);
+	ckpt_close(c);
+	assert_int_equal(st.saves_failed, 7);
+	assert_int_equal(st.nfailures, 5);
+	for (uint32_t i = 0; i < 5; i++) {
+		const ckpt_failure_info *f = &st.failures[i];
+		assert_string_equal(f->job, job);
+		assert_int_equal(f->step, 7 - i);
+		assert_int_equal(f->status, -E2BIG);
+		size_t n = strlen(f->message);
+		if (n > 200 || n < 190 || strcmp(f->message + n - 3, "...") != 0 ||
+		    strncmp(f->message, msg, n - 3) != 0)
+			fail_msg("failure %u: '%s' (%zu bytes), want the first 197 bytes of '%s' and '...'", i,
+				 f->message, n, msg);
+		if (i > 0)
+			assert_true(f->unix_ns >= st.failures[i - 1].unix_ns - 1000000000); /* newest first */
+	}
+	static char out[1 << 16];
+	assert_int_equal(ctl_run(&d, "status", out, sizeof(out)), 0);
+	for (uint64_t step = 1; step <= 7; step++) {
+		char want[200];
+		snprintf(want, sizeof(want), "%s step %" PRIu64 " rank 0: save of 8192 bytes", job, step);
+		if ((strstr(out, want) != NULL) != (step >= 3))
+			fail_msg("ckptctl status: step %" PRIu64 " %s: %s", step, step >= 3 ? "missing" : "kept", out);
+	}
+	assert_true(strstr(out, "step 7 rank 0") < strstr(out, "step 3 rank 0"));
 	h_assert_serves(&d);
 	assert_int_equal(h_stop(&d), 0);
 	h_cleanup(&d);
@@ -134,8 +229,7 @@ static void test_killed_daemon_leaves_storage_consistent(void **state)
 	assert_int_equal(ckpt_buffer_alloc(c, n, &b), 0);
 	fill(ckpt_buffer_data(b), n, 2);
 	uint64_t shape[1] = { n };
-	ckpt_tensor t = { .name = "blob", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape,
-			  .buffer = b, .nbytes = n };
+	ckpt_tensor t = { .name = "blob", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b, .nbytes = n };
 	ckpt_future *f = NULL;
 	assert_int_equal(ckpt_save(c, 2, &t, 1, NULL, 0, &f), 0);
 	assert_int_equal(ckpt_future_wait(f, CKPT_STAGED, 60000), 0);
@@ -169,7 +263,6 @@ static void test_killed_daemon_leaves_storage_consistent(void **state)
 	h_cleanup(&d);
 }
 
-
 /* Pool admission with the block policy: a save that does not fit waits for
  * space and then proceeds; with a tiny admit timeout it fails with
  * ETIMEDOUT and a message, and the save holding the pool is unharmed. */
@@ -192,8 +285,9 @@ static void prepare_save(struct dctx *d, const char *job, uint64_t step, size_t 
 	fill(ckpt_buffer_data(p->b), n, step);
 	p->shape[0] = n;
 	p->step = step;
-	p->t = (ckpt_tensor){ .name = "blob", .dtype = CKPT_U8, .ndim = 1, .global_shape = p->shape,
-			      .buffer = p->b, .nbytes = n };
+	p->t = (ckpt_tensor){
+		.name = "blob", .dtype = CKPT_U8, .ndim = 1, .global_shape = p->shape, .buffer = p->b, .nbytes = n
+	};
 }
 
 static void start_save(struct pending_save *p)
@@ -265,6 +359,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_full_disk),
+		cmocka_unit_test(test_status_keeps_last_failures),
 		cmocka_unit_test(test_killed_daemon_leaves_storage_consistent),
 		cmocka_unit_test(test_admission_blocks_then_proceeds),
 		cmocka_unit_test(test_admission_timeout),

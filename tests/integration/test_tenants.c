@@ -241,7 +241,8 @@ int main(void)
 	snprintf(conf, sizeof(conf),
 		 "[tenant.team-a]\nuids = 2001\n[tenant.team-b]\nuids = 2002\n"
 		 "[tenant.team-c]\nsocket = %s\n[tenant.team-d]\nsocket = %s\nmax_registered_bytes = 8K\n"
-		 "[tenant.team-e]\nsocket = %s\n[tenant.team-f]\nsocket = %s\nstorage = file://%s\n",
+		 "[tenant.team-e]\nsocket = %s\n[job.team-e/llama]\nquota = 1K\n[tenant.team-f]\nsocket = %s\nstorage "
+		 "= file://%s\n",
 		 sock_c, sock_d, sock_e, sock_f, fstore);
 	h_start(&D, conf);
 	chmod(D.dir, 0755);
@@ -280,6 +281,9 @@ int main(void)
 	char none[64] = "x";
 	CHECK(list(sock_e, NULL, none, sizeof(none)) == 0 && none[0] == '\0', "team-e: ls: '%s' (%s)", none,
 	      ckpt_errmsg());
+	/* A save over its job's quota fails: status shows it to team-e by
+	 * its own name, to the admin by the kept one, to no other tenant. */
+	CHECK(save(sock_e, "llama", 9, 0xe9) == -E2BIG, "team-e: save 9 over the quota: %s", ckpt_errmsg());
 	/* The refused removals removed nothing. */
 	exists("team-a/llama/step-000000000001", true);
 	exists("team-b/llama/step-000000000007", true);
@@ -319,10 +323,21 @@ int main(void)
 	for (uint32_t i = 0; i < si.nheld; i++)
 		CHECK(strcmp(si.held[i].job, "llama") == 0 && si.held[i].step == 3,
 		      "team-c: status shows the held copy %s step %" PRIu64, si.held[i].job, si.held[i].step);
+	CHECK(si.nfailures == 0, "team-c: status shows %u failed saves, another tenant's", si.nfailures);
+	if (sc)
+		ckpt_close(sc);
+	sc = NULL;
+	CHECK(ckpt_connect(sock_e, NULL, &sc) == 0 && ckpt_status(sc, &si) == 0, "team-e: status: %s", ckpt_errmsg());
+	CHECK(si.nfailures == 1 && strcmp(si.failures[0].job, "llama") == 0 && si.failures[0].step == 9 &&
+		      si.failures[0].status == -E2BIG && strstr(si.failures[0].message, "quota"),
+	      "team-e: status shows %u failed saves, the first '%s' step %" PRIu64 " (%s)", si.nfailures,
+	      si.failures[0].job, si.failures[0].step, si.failures[0].message);
 	if (sc)
 		ckpt_close(sc);
 	CHECK(ckpt_connect(D.sock, NULL, &sc) == 0 && ckpt_status(sc, &si) == 0, "admin: status: %s", ckpt_errmsg());
 	CHECK(si.ntenants == 6, "admin: status shows %u tenants, want 6", si.ntenants);
+	CHECK(si.nfailures == 1 && strcmp(si.failures[0].job, "team-e/llama") == 0,
+	      "admin: status shows %u failed saves, the first '%s'", si.nfailures, si.failures[0].job);
 	bool other = false;
 	for (uint32_t i = 0; i < si.nheld; i++)
 		other |= strncmp(si.held[i].job, "team-b/", 7) == 0;

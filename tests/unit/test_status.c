@@ -3,6 +3,7 @@
  * STATUS= line. Every column gets a distinct value; each view must show it
  * where the column says it appears, and nowhere is a view left without its
  * column. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -40,6 +41,13 @@ static void fake_snapshot(struct status *st)
 	hist_observe(&st->save_stall, 0.003);
 	hist_observe(&st->save_durable, 2.0);
 	hist_observe(&st->save_durable, 20.0);
+	st->nfailures = 2;
+	st->failures[0] = (struct status_failure){
+		.job = "j", .msg = "newest", .step = 9, .rank = 1, .status = -ENOSPC, .unix_ns = 2000000000
+	};
+	st->failures[1] = (struct status_failure){
+		.job = "t/k", .msg = "older", .step = 8, .rank = 0, .status = -E2BIG, .unix_ns = 1000000000
+	};
 	st->backend = "file";
 	snprintf(st->storage, sizeof(st->storage), "file:///x");
 	snprintf(st->cuda, sizeof(st->cuda), "off: test");
@@ -114,7 +122,18 @@ static void test_reply_view(void **state)
 	}
 	assert_string_equal(rep.storage, "file:///x");
 	assert_string_equal(rep.cuda, "off: test");
+	/* The failed saves, in order, the errno positive as on the wire. */
+	assert_int_equal(rep.n_failures, 2);
+	assert_string_equal(rep.failures[0]->job, "j");
+	assert_string_equal(rep.failures[0]->message, "newest");
+	assert_int_equal(rep.failures[0]->step, 9);
+	assert_int_equal(rep.failures[0]->rank, 1);
+	assert_int_equal(rep.failures[0]->status, ENOSPC);
+	assert_int_equal(rep.failures[0]->unix_ns, 2000000000);
+	assert_string_equal(rep.failures[1]->job, "t/k");
+	assert_int_equal(rep.failures[1]->status, E2BIG);
 	status_reply_free(&rep);
+	assert_int_equal(rep.n_failures, 0);
 }
 
 /* The value of one series line "name{labels} value", or NAN. */
@@ -157,7 +176,9 @@ static void test_metric_view(void **state)
 			continue;
 		char want[256];
 		snprintf(want, sizeof(want), "# TYPE %s %s\n", c->metric,
-			 c->kind == ST_COUNTER ? "counter" : c->kind == ST_GAUGE ? "gauge" : "histogram");
+			 c->kind == ST_COUNTER ? "counter"
+			 : c->kind == ST_GAUGE ? "gauge"
+					       : "histogram");
 		if (strstr(text, want) == NULL)
 			fail_msg("column %s: no '%s' in the metrics", c->name, want);
 		double v = (double)st.v[i];

@@ -275,6 +275,7 @@ void ckpt_future_free(ckpt_future *f);
 #define CKPT_STATUS_MAX_HELD 64
 #define CKPT_STATUS_MAX_RECOVERED 8
 #define CKPT_STATUS_MAX_TENANTS 32
+#define CKPT_STATUS_MAX_FAILURES 5
 
 /* One tenant (README "Tenants"): an admin sees every one, a tenant its own. */
 typedef struct {
@@ -296,6 +297,16 @@ typedef struct {
 	char peer[128];
 } ckpt_held_info;
 
+/* A failed save (ckpt_status): what its trainer was told, and when. */
+typedef struct {
+	char job[256];
+	uint64_t step;
+	uint32_t rank;
+	int status;        /* negative errno */
+	char message[256]; /* the daemon keeps at most 200 bytes of it */
+	int64_t unix_ns;   /* when it failed, ns since the epoch */
+} ckpt_failure_info;
+
 typedef struct {
 	uint32_t sessions;
 	uint64_t pool_bytes, pool_used_bytes, pool_held_bytes, chunk_bytes;
@@ -316,6 +327,10 @@ typedef struct {
 	char recovered[CKPT_STATUS_MAX_RECOVERED][256];
 	uint32_t ntenants;
 	ckpt_tenant_info tenants[CKPT_STATUS_MAX_TENANTS];
+	/* The daemon's last failed saves, newest first (a tenant sees those of
+	 * its own jobs among them); saves_failed counts every one. */
+	uint32_t nfailures;
+	ckpt_failure_info failures[CKPT_STATUS_MAX_FAILURES];
 } ckpt_status_info;
 
 int ckpt_status(ckpt_client *c, ckpt_status_info *out);
