@@ -1089,11 +1089,6 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 			  tn, tc->name);
 		return;
 	}
-	if (tc && tc->quota_bytes && sv->shard_bytes > tc->quota_bytes) {
-		save_fail(sv, -E2BIG, "save of %" PRIu64 " bytes exceeds tenant '%s''s quota of %" PRIu64 " bytes",
-			  sv->shard_bytes, tc->name, tc->quota_bytes);
-		return;
-	}
 	struct save *o;
 	TAILQ_FOREACH (o, &d->saves, link) {
 		if (o->step == sv->step && o->rank == sv->rank && strcmp(o->job, sv->job) == 0) {
@@ -1120,6 +1115,12 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 			  "save of %" PRIu64 " bytes exceeds the quota of job '%s' (%" PRIu64
 			  " bytes); raise its quota",
 			  sv->shard_bytes, sv->job, sv->quota_bytes);
+		return;
+	}
+	/* Only now, with layout() done, is shard_bytes the save's size. */
+	if (tc && tc->quota_bytes && sv->shard_bytes > tc->quota_bytes) {
+		save_fail(sv, -E2BIG, "save of %" PRIu64 " bytes exceeds tenant '%s''s quota of %" PRIu64 " bytes",
+			  sv->shard_bytes, tc->name, tc->quota_bytes);
 		return;
 	}
 	TAILQ_INSERT_TAIL(&d->saves, sv, link);

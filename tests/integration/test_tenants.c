@@ -16,13 +16,14 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
 #include "harness.h"
 
 static struct dctx D;
-static char sock_c[400], sock_d[400], sock_e[400], sock_f[400], fstore[400];
+static char sock_c[400], sock_d[400], sock_e[400], sock_f[400], sock_g[400], fstore[400];
 static int failures;
 
 #define CHECK(cond, ...) \
@@ -236,14 +237,18 @@ int main(void)
 	snprintf(sock_d, sizeof(sock_d), "%s/td/ckptd.sock", D.dir);
 	snprintf(sock_e, sizeof(sock_e), "%s/te/ckptd.sock", D.dir);
 	snprintf(sock_f, sizeof(sock_f), "%s/tf/ckptd.sock", D.dir);
+	snprintf(sock_g, sizeof(sock_g), "%s/tg/ckptd.sock", D.dir);
 	snprintf(fstore, sizeof(fstore), "%s/fstore", D.dir);
 	char conf[2048];
+	/* admit_timeout_ms continues the harness's [pool]: long, so that a
+	 * save refused at once is told from one that waited for room. */
 	snprintf(conf, sizeof(conf),
+		 "admit_timeout_ms = 20000\n"
 		 "[tenant.team-a]\nuids = 2001\n[tenant.team-b]\nuids = 2002\n"
 		 "[tenant.team-c]\nsocket = %s\n[tenant.team-d]\nsocket = %s\nmax_registered_bytes = 8K\n"
 		 "[tenant.team-e]\nsocket = %s\n[job.team-e/llama]\nquota = 1K\n[tenant.team-f]\nsocket = %s\nstorage "
-		 "= file://%s\n",
-		 sock_c, sock_d, sock_e, sock_f, fstore);
+		 "= file://%s\n[tenant.team-g]\nsocket = %s\nquota = 1K\n",
+		 sock_c, sock_d, sock_e, sock_f, fstore, sock_g);
 	h_start(&D, conf);
 	chmod(D.dir, 0755);
 	char rundir[400];
@@ -335,7 +340,7 @@ int main(void)
 	if (sc)
 		ckpt_close(sc);
 	CHECK(ckpt_connect(D.sock, NULL, &sc) == 0 && ckpt_status(sc, &si) == 0, "admin: status: %s", ckpt_errmsg());
-	CHECK(si.ntenants == 6, "admin: status shows %u tenants, want 6", si.ntenants);
+	CHECK(si.ntenants == 7, "admin: status shows %u tenants, want 7", si.ntenants);
 	CHECK(si.nfailures == 1 && strcmp(si.failures[0].job, "team-e/llama") == 0,
 	      "admin: status shows %u failed saves, the first '%s'", si.nfailures, si.failures[0].job);
 	bool other = false;
@@ -373,6 +378,23 @@ int main(void)
 	if (c)
 		ckpt_close(c);
 	exists("team-b/llama/step-000000000007", false);
+
+	/* A save bigger than its tenant's whole quota can never be admitted:
+	 * it fails at once with E2BIG naming that quota, not after waiting
+	 * admit_timeout_ms (20 s) for room that will never come. */
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	r = save(sock_g, "llama", 11, 0x9b);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	CHECK(r == -E2BIG && strstr(ckpt_errmsg(), "exceeds tenant 'team-g''s quota of 1024 bytes"),
+	      "team-g: save of 4K over its tenant's 1K quota: %d (%s), want E2BIG naming the tenant's quota", r,
+	      ckpt_errmsg());
+	CHECK(secs < 5.0, "team-g: the save over its tenant's quota took %.1f s to fail (admit_timeout_ms is 20 s)",
+	      secs);
+	CHECK(list(sock_g, NULL, got, sizeof(got)) == 0 && got[0] == '\0', "team-g: ls after the refused save: '%s'",
+	      got);
+	exists("team-g", false);
 
 	h_assert_serves(&D);
 	h_cleanup(&D);
