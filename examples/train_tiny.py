@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Train a small MLP on CPU and checkpoint it through ckptd every K steps,
-asynchronously: the loop waits only for "staged", and only just before
-optimizer.step(), the first write to the saved tensors, so ckptd's copy
-overlaps the next step's forward and backward.
+asynchronously: with overlap=opt, save() returns at once and the
+optimizer's step() waits for "staged" (a step pre-hook), the first write to
+the saved tensors, so ckptd's copy overlaps the next step's forward and
+backward.
 
     python examples/train_tiny.py --socket /run/ckptd/ckptd.sock --job tiny --steps 50 --every 10
     python examples/train_tiny.py ... --resume      # continue from the latest checkpoint
@@ -39,7 +40,7 @@ def main():
     torch.manual_seed(a.seed)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    cp = ckpt.torch.Checkpointer(a.job, socket=a.socket, fallback_dir=a.fallback_dir)
+    cp = ckpt.torch.Checkpointer(a.job, socket=a.socket, fallback_dir=a.fallback_dir, overlap=opt)
     start = 0
     if a.resume:
         state = {"model": model.state_dict(), "optim": opt.state_dict()}
@@ -50,22 +51,19 @@ def main():
         start = step
         src = getattr(cp, "last_load", {}).get("source", "fallback")
         print(f"resumed from step {step} (source: {src})", flush=True)
-    pending = unstaged = None
+    pending = None
     for step in range(start + 1, a.steps + 1):
         x, y = batch(a.seed, step)
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
-        if unstaged is not None:
-            unstaged.staged.result()  # the stall: the saved tensors change from here on
-            unstaged = None
-        opt.step()
+        opt.step()  # waits for the last save's staged first: the stall
         print(f"step {step} loss {loss.item():.9f}", flush=True)
         if step % a.every == 0:
             if pending is not None:
                 pending.durable.result()  # at most one save in flight
                 print(f"durable {pending.step}", flush=True)
-            pending = unstaged = cp.save({"model": model.state_dict(), "optim": opt.state_dict()}, step,
+            pending = cp.save({"model": model.state_dict(), "optim": opt.state_dict()}, step,
                                          extra={"rng": torch.get_rng_state()})
     if pending is not None:
         pending.durable.result()

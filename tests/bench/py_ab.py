@@ -30,7 +30,8 @@ def main():
     a = ap.parse_args()
     n = a.size_mb * (1 << 20) // 4 // 8
     state = {f"layer{i}.weight": torch.randn(n) for i in range(8)}
-    cps = {"A": ckpt.torch.Checkpointer(a.job, socket=a.a), "B": ckpt.torch.Checkpointer(a.job, socket=a.b)}
+    cps = {"A": ckpt.torch.Checkpointer(a.job, socket=a.a, exist_ok=True),
+           "B": ckpt.torch.Checkpointer(a.job, socket=a.b, exist_ok=True)}
     res = {k: [] for k in cps}
     step = int(time.time())  # a fresh step number per run
     for r in range(a.rounds + 1):

@@ -217,7 +217,11 @@ def test_daemon_down(tmp_path):
     with pytest.raises(ckpt.DaemonUnavailable) as e:
         ckpt.torch.Checkpointer("down", socket=str(tmp_path / "none.sock"))
     assert e.value.errno == errno.ENOENT
-    assert "is ckptd running" in str(e.value)
+    msg = str(e.value)
+    # Says what is wrong and what to do, with the errno once.
+    assert "ckptd is not running at" in msg and "that socket does not exist" in msg, msg
+    assert "socket=" in msg and "$CKPTD_SOCKET" in msg and "ckptd --socket" in msg, msg
+    assert msg.count("[Errno") == 1, msg
     # The documented fallback: torch.save files in fallback_dir.
     m, opt = model_and_opt()
     cp = ckpt.torch.Checkpointer("down", socket=str(tmp_path / "none.sock"), fallback_dir=str(tmp_path / "fb"))

@@ -17,7 +17,8 @@ def test_per_rank_cap_refuses_a_save_beyond_it(daemon_factory):
     # Uploads take 1.5 s, so the first save is still in flight.
     d = daemon_factory("[limits]\nmax_inflight_saves = 1\n[debug]\nstore_delay_ms = 1500\n")
     t = torch.arange(4 << 20, dtype=torch.float32)  # 16 MiB: several chunks, so the delay applies
-    with ckpt.torch.Checkpointer("cap", socket=d.sock) as cp:
+    # overlap=True sends at once: the daemon refuses the second save.
+    with ckpt.torch.Checkpointer("cap", socket=d.sock, overlap=True) as cp:
         f1 = cp.save({"t": t}, 1)
         f1.staged.result(30)
         f2 = cp.save({"t": t}, 2)
@@ -28,6 +29,13 @@ def test_per_rank_cap_refuses_a_save_beyond_it(daemon_factory):
         f1.durable.result(60)
         # Once the first is durable, the rank may save again.
         cp.save({"t": t}, 3).durable.result(60)
+    # By default save() waits for room instead (backpressure), and learns
+    # the cap from the refusal: every save succeeds, one in flight at a time.
+    with ckpt.torch.Checkpointer("cap-wait", socket=d.sock) as cp:
+        futs = [cp.save({"t": t}, s) for s in (1, 2, 3)]
+        assert futs[0].durable.done() and futs[1].durable.done(), "save 3 was sent before 1 and 2 were durable"
+        assert cp._max_inflight == 1
+        assert [f.durable.result(60) for f in futs] == [t.nbytes] * 3
     # Another rank of the same job has a cap of its own.
     with ckpt.torch.Checkpointer("cap2", socket=d.sock, rank=0, world_size=2) as r0, \
             ckpt.torch.Checkpointer("cap2", socket=d.sock, rank=1, world_size=2) as r1:

@@ -6,6 +6,15 @@
  * daemon's own message for the last failed call on the calling thread.
  * The library never logs or prints.
  *
+ * The one rule of saving: ckpt_save() (and ckpt_save_ex, ckpt_save_table*)
+ * returns as soon as the request is sent, and the daemon then copies from
+ * the caller's buffers until the future reaches CKPT_STAGED. Do not write
+ * to a saved buffer before ckpt_future_wait(f, CKPT_STAGED, ...) returned 0
+ * (or the callback saw CKPT_STAGED): a write before then may land in the
+ * checkpoint, which would then hold neither that step's bytes nor the next
+ * step's, and nothing would say so. After staged the daemon works from its
+ * own copy; CKPT_DURABLE says the step is in storage.
+ *
  * Threads: a ckpt_client is safe to use from several threads at once. Each
  * client runs one reader thread that receives the daemon's replies and
  * pushed events (staged, durable, failed, loaded) and completes futures.
@@ -186,7 +195,9 @@ typedef struct {
 } ckpt_save_opts;
 
 /* Start saving step. Returns at once; the future reaches CKPT_STAGED and then
- * CKPT_DURABLE, or fails. extra is opaque state stored in the manifest. */
+ * CKPT_DURABLE, or fails. The tensors' buffers must not change before
+ * CKPT_STAGED (the rule at the top of this file). extra is opaque state
+ * stored in the manifest. */
 int ckpt_save(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors, size_t ntensors, const void *extra,
 	      size_t extra_len, ckpt_future **out);
 /* ckpt_save with options; opts may be NULL. */

@@ -113,6 +113,8 @@ class Buffer:
             self._arr = arr
 
     def free(self):
+        """Unregister the buffer (saves in flight keep the daemon's own
+        reference) and unmap it; idempotent."""
         if self._h:
             self.view = None
             self._arr = None
@@ -175,10 +177,35 @@ class Table:
         self.size = n
 
     def free(self):
+        """Drop the table in the daemon (ckpt_table_free); idempotent."""
         if self._h:
             lib.ckpt_table_free(self._h)
             self._h = None
             self._client._tables.discard(self)
+
+
+class PhaseFuture(concurrent.futures.Future):
+    """One phase of a save or load (staged, kept, replicated, durable,
+    loaded): a concurrent.futures.Future that also remembers whether its
+    outcome was seen, that is whether result() or exception() was called
+    once it had completed. ckpt.torch.Checkpointer raises, at the next
+    save, wait() or close(), the failures that nobody saw."""
+
+    seen = False
+
+    def result(self, timeout=None):
+        """concurrent.futures.Future.result, which also marks the outcome seen."""
+        try:
+            return super().result(timeout)
+        finally:
+            if self.done():
+                self.seen = True
+
+    def exception(self, timeout=None):
+        """concurrent.futures.Future.exception, which also marks the outcome seen."""
+        e = super().exception(timeout)
+        self.seen = True
+        return e
 
 
 _live = set()  # native futures not yet finished: they must outlive their callback
@@ -193,7 +220,7 @@ class _NativeFuture:
 
     def __init__(self, handle, phases):
         self._h = handle
-        self.futures = {p: concurrent.futures.Future() for p in phases}
+        self.futures = {p: PhaseFuture() for p in phases}
         for f in self.futures.values():
             f.set_running_or_notify_cancel()
         self._lock = threading.Lock()
@@ -305,11 +332,16 @@ class SaveFuture:
 
 
 class LoadFuture:
+    """.loaded, a concurrent.futures.Future of a load's result: a dict
+    with step, bytes, extra (the step's extra bytes), source ("memory",
+    "peer", "storage" or "mixed"), sources (per tensor) and peer."""
+
     def __init__(self, native):
         self._native = native
         self.loaded = native.futures[CKPT_LOADED]
 
     def result(self, timeout=None):
+        """Wait for the load; its result dict, or raise CkptError."""
         return self.loaded.result(timeout)
 
 
@@ -330,7 +362,36 @@ def _close_clients():
 
 
 def default_socket():
+    """The socket a Client uses without socket=: $CKPTD_SOCKET, else
+    /run/ckptd/ckptd.sock (the systemd unit's and the DaemonSet's)."""
     return os.environ.get("CKPTD_SOCKET") or "/run/ckptd/ckptd.sock"
+
+
+def _connect_error(rc, path, job, given):
+    """The error for a failed ckpt_connect, saying what is wrong and what
+    to do: no daemon (DaemonUnavailable: whether the socket file exists,
+    how to start one and how to point at another), no permission, or a
+    job name the daemon refused (the name's fault, not the socket's)."""
+    code = -rc
+    m = lib.ckpt_errmsg()
+    msg = m.decode() if m else ""
+    where = ("given as socket=" if given else "from $CKPTD_SOCKET" if os.environ.get("CKPTD_SOCKET")
+             else "the default path; $CKPTD_SOCKET is unset")
+    point = (f"start one for this machine (ckptd --socket {path} --storage file:///DIR --staging-bytes 2G "
+             "--state-dir DIR2) or point at a running one with socket=PATH or $CKPTD_SOCKET; "
+             "Checkpointer(..., fallback_dir=DIR) saves with torch.save instead")
+    if code in (_errno.ENOENT, _errno.ENOTDIR):
+        return DaemonUnavailable(code, f"ckptd is not running at {path} ({where}): that socket does not exist; "
+                                 + point)
+    if code == _errno.ECONNREFUSED:
+        return DaemonUnavailable(code, f"ckptd is not running at {path} ({where}): the socket file exists but "
+                                 "nothing listens on it (the daemon stopped or crashed); " + point)
+    if code == _errno.EINVAL and "job name" in msg:
+        return CkptError(code, f"job {job!r} refused by ckptd: {msg}")
+    if code == _errno.EACCES:
+        return CkptError(code, f"ckptd at {path} refused this process: {msg or 'permission denied'} "
+                         "(it admits its own uid and root unless allowed_uids/allowed_gids say more)")
+    return _error(rc, msg, what=f"connect {path}")
 
 
 class Client:
@@ -338,6 +399,12 @@ class Client:
 
     def __init__(self, socket=None, job=None, rank=0, world_size=1, local_rank=0, attempt_id=None,
                  policy=None):
+        """Connect to ckptd at socket (default $CKPTD_SOCKET, else
+        /run/ckptd/ckptd.sock) as rank of world_size of job (None: a
+        control session). Raises DaemonUnavailable when no ckptd listens
+        there (saying whether the socket exists and how to start or find
+        one), CkptError(EINVAL) for a job name the daemon refuses (naming
+        the rule), CkptError(EACCES) for a process it does not admit."""
         self.socket = socket or default_socket()
         self.job, self.rank, self.world_size = job, rank, world_size
         h = _Hello(job.encode() if job else None, rank, world_size, local_rank,
@@ -345,11 +412,7 @@ class Client:
         handle = ctypes.c_void_p()
         rc = lib.ckpt_connect(self.socket.encode(), ctypes.byref(h), ctypes.byref(handle))
         if rc < 0:
-            err = _error(rc, what=f"connect {self.socket}")
-            if -rc in (_errno.ENOENT, _errno.ECONNREFUSED, _errno.ENOTDIR):
-                raise DaemonUnavailable(err.errno, str(err)
-                                        + "; is ckptd running? (see ckpt.torch.Checkpointer(fallback_dir=))")
-            raise err
+            raise _connect_error(rc, self.socket, job, socket is not None)
         self._h = handle
         self._buffers = set()  # sets: 10,000 frees from a list cost 50 million compares
         self._tables = set()
@@ -361,6 +424,8 @@ class Client:
         return self._h
 
     def alloc(self, nbytes):
+        """A new sealed memfd of nbytes, mapped here and registered with
+        the daemon: a Buffer whose .view is writable."""
         out = ctypes.c_void_p()
         rc = lib.ckpt_buffer_alloc(self._handle(), nbytes, ctypes.byref(out))
         if rc < 0:
@@ -370,6 +435,8 @@ class Client:
         return b
 
     def register_fd(self, fd, nbytes):
+        """Register nbytes of a memfd or /dev/shm file the caller has (the
+        daemon keeps its own dup): a Buffer."""
         out = ctypes.c_void_p()
         rc = lib.ckpt_buffer_register_fd(self._handle(), fd, nbytes, ctypes.byref(out))
         if rc < 0:
@@ -487,6 +554,9 @@ class Client:
         return res
 
     def load(self, specs, step=LATEST):
+        """Load step (default: the latest complete one) into the buffers
+        the TensorSpecs name (their offsets and lengths: the box to read);
+        a LoadFuture."""
         arr, keep = _tensor_array(specs)
         fut = ctypes.c_void_p()
         rc = lib.ckpt_load(self._handle(), step, arr, len(specs), ctypes.byref(fut))
@@ -496,6 +566,10 @@ class Client:
         return LoadFuture(_NativeFuture(fut, (CKPT_LOADED,)))
 
     def list(self, job=None):
+        """The steps of job (default: every job) in storage and in this
+        daemon's memory: dicts with job, step, complete, bytes (None when
+        the listing does not say), ranks_present, world_size, attempt_id,
+        saved_unix_ns, tier and where ("storage" or "memory")."""
         out = ctypes.POINTER(_StepInfo)()
         n = ctypes.c_size_t()
         rc = lib.ckpt_list(self._handle(), job.encode() if job else None, ctypes.byref(out), ctypes.byref(n))

@@ -167,9 +167,13 @@ class Writer(StorageWriter, AsyncStager):
     (resolve_rank: ones given that disagree raise ValueError at the first
     save). attempt_id, policy: as ckpt.torch.Checkpointer's. async_staging: stage() returns before ckptd has
     staged (the module's text). tier: "durable", "memory" or "replicated"
-    (checked at the first save). Writers and Readers of one identity share
-    one Checkpointer, and so its connection and registrations. Raises
-    ValueError when step_of() reads no step from step."""
+    (checked at the first save). exist_ok: save into a job that has steps
+    though this process did not load from it (by default rank 0's first
+    save then raises CkptError EEXIST, as ckpt.torch.Checkpointer's;
+    loading through a Reader first continues the job). Writers and Readers
+    of one identity share one Checkpointer, and so its connection and
+    registrations. Raises ValueError when step_of() reads no step from
+    step."""
 
     # async_save never calls synchronize_staging() itself: with blocking
     # staging stage() has already waited, and with async_staging the
@@ -177,8 +181,9 @@ class Writer(StorageWriter, AsyncStager):
     _synchronize_after_execute = False
 
     def __init__(self, job, step=None, socket=None, rank=None, world_size=None, attempt_id=None, policy=None,
-                 async_staging=False, tier="durable"):
+                 async_staging=False, tier="durable", exist_ok=False):
         super().__init__()
+        self.exist_ok = exist_ok
         self.job, self.socket = job, socket
         self.step = None if step is None else step_of(step)
         self.tier = tier
@@ -202,6 +207,8 @@ class Writer(StorageWriter, AsyncStager):
         if self.step is None:
             raise ValueError("ckpt.dcp.Writer needs step= (or checkpoint_id=N with dcp.save)")
         cp = self._cp()
+        if not self.exist_ok and not cp._fresh_checked:
+            cp._check_fresh()
         tensors = [(n, t) for n, t, _, _ in items]
         specs = cp._bind(tensors)
         cp._copy_in(tensors, specs)

@@ -34,17 +34,20 @@ and creates tensors the given state dict lacks (a fresh optimizer's state).
 The extra state is unpickled on load: load only checkpoints you trust, as
 with torch.load(weights_only=False).
 """
+import concurrent.futures
 import errno
 import gc
 import mmap
 import operator
 import os
 import pickle
+import re
 
 import torch
 
 from ._tree import DTYPE_CODES, TORCH_DTYPES, _Leaf, _materialize, _Ref, dump_skeleton, load_meta  # noqa: F401
-from .client import LATEST, CkptError, Client, DaemonUnavailable, TensorSpec, cuda_allocation, cuda_identity
+from .client import (LATEST, CkptError, Client, DaemonUnavailable, Superseded, TensorSpec, cuda_allocation,
+                     cuda_identity)
 
 def cuda_stream(tensors):
     """The stream a save of tensors names for its CUDA ones (an int, or
@@ -224,6 +227,8 @@ class SaveFuture:
         self.durable = inner.durable
 
     def result(self, timeout=None):
+        """Wait until the save is safe at its tier (durable, or kept);
+        its bytes, or raise CkptError."""
         return self._inner.result(timeout)
 
     @property
@@ -270,21 +275,93 @@ def resolve_rank(rank=None, world_size=None):
     return rank, world_size, local if local is not None else 0
 
 
+# ckptd's refusal of a save over max_inflight_saves (daemon/engine/save.c).
+_INFLIGHT = re.compile(r"(\d+) saves of job .* are in flight \(max_inflight_saves")
+
+
+def _finished(f):
+    """Whether every phase of SaveFuture f (but replicated) is done."""
+    return all(x.done() for x in (f.staged, f.kept, f.durable) if x is not None)
+
+
+def _failure(fut):
+    """A completed future's exception, without marking it seen."""
+    return None if fut.cancelled() else concurrent.futures.Future.exception(fut, 0)
+
+
+# Jobs some Checkpointer of this process loaded (or tried to load) from,
+# as (socket, job): saving into them continues them (Checkpointer exist_ok).
+_resumed = set()
+
+# Layers whose train-mode forward changes saved tensors in place (running
+# statistics): with overlap=model, their forward waits for staged.
+_STAT_LAYERS = (torch.nn.modules.batchnorm._NormBase,)
+
+
 class Checkpointer:
+    """Saves and loads one job's state dicts through this node's ckptd.
+
+        cp = ckpt.torch.Checkpointer("llama")      # socket: $CKPTD_SOCKET or /run/ckptd/ckptd.sock
+        cp.save({"model": model.state_dict(), "optim": opt.state_dict()}, step)   # returns once staged
+        opt.step()                                  # safe: ckptd has its own copy
+        cp.close()                                  # waits until every save is durable; raises if one failed
+
+    save() returns once ckptd holds its own copy of the tensors (staged),
+    so the trainer may change them at once, and uploads in the background.
+    With overlap=, save() returns as soon as the request is sent and
+    ckptd's copy runs during the next forward and backward: see __init__.
+    A save that fails after save() returned raises at the next save(),
+    wait() or close().
+    """
+
     def __init__(self, job, rank=None, world_size=None, socket=None, attempt_id=None, policy=None,
-                 fallback_dir=None, *, alone=False):
-        """Connect to ckptd. rank and world_size come from the launcher
+                 fallback_dir=None, *, alone=False, overlap=False, exist_ok=False):
+        """Connect to ckptd as one rank of job.
+
+        job: the checkpoint's name, 1-128 characters of [A-Za-z0-9._-].
+        socket: ckptd's Unix socket; default $CKPTD_SOCKET, else
+        /run/ckptd/ckptd.sock. rank and world_size come from the launcher
         (torch.distributed when initialized, else RANK/WORLD_SIZE); given by
         hand they must agree with it (resolve_rank). If ckptd is not
-        running, raise ckpt.DaemonUnavailable, or with fallback_dir, fall
+        running, raise ckpt.DaemonUnavailable (saying whether the socket
+        exists and how to start or find ckptd), or with fallback_dir, fall
         back to torch.save/torch.load of one file per step there
         (synchronous: staged and durable complete together). alone: this
         process saves its steps by itself, as rank 0 of 1, whatever the
         launcher says (a state every rank holds alike, which rank 0 alone
-        writes: Lightning's and Hugging Face's checkpoints)."""
+        writes: Lightning's and Hugging Face's checkpoints). attempt_id,
+        policy: the session's attempt id (default from TORCHELASTIC_*) and
+        admission policy ("block", "skip", "coalesce"; README "Admission").
+
+        overlap: False (the default): save() returns once the state is
+        staged; the trainer may change its tensors at once. True: save()
+        returns once the request is sent, and the caller must wait for
+        fut.staged before it changes any saved tensor. An optimizer, a
+        module, or a list of them: as True, and the library waits for
+        staged itself before each change it can see: every optimizer's
+        step() (a step pre-hook) and the train-mode forward of every
+        normalization layer with running statistics in the modules (a
+        forward pre-hook); load() and close() wait too. Any other in-place
+        change to a saved tensor (an EMA update, clipping weights by hand,
+        load_state_dict, an optimizer not handed over) must still wait for
+        fut.staged.
+
+        exist_ok: by default the first save() into a job that already has
+        complete steps (in storage or in ckptd's memory) raises CkptError(EEXIST)
+        unless this process loaded from the job first (load(), or a
+        ckpt.dcp.Reader): a new run that reuses a job name fails at once,
+        not when its first step reaches storage. exist_ok=True saves
+        anyway (a step that exists still fails: steps are never
+        overwritten). Checked on rank 0 only: one listing per job."""
         rank, world_size, local_rank = (0, 1, 0) if alone else resolve_rank(rank, world_size)
         self.job, self.rank, self.world_size = job, rank, world_size
         self.fallback_dir = None
+        self.exist_ok = exist_ok
+        self._inflight = []       # SaveFutures whose failures are not yet reported (_check_saves)
+        self._unstaged = []       # SaveFutures saved with overlap, maybe not staged yet
+        self._hooks = []          # overlap's hook handles, removed by close()
+        self._fresh_checked = False
+        self._max_inflight = 4    # the daemon's max_inflight_saves (default), or what its refusal said
         try:
             self.client = Client(socket, job=job, rank=rank, world_size=world_size, local_rank=local_rank,
                                  attempt_id=attempt_id, policy=policy)
@@ -306,7 +383,109 @@ class Checkpointer:
         self._cuda_warned = set()  # errnos of refused CUDA registrations already warned about
         self._plan = None         # _Plan of the last save
         self._last_save = None    # SaveFuture of the last save (persist waits for it)
+        self.overlap = self._watch(overlap)
         _raise_nofile()
+
+    # ---- overlap: waiting for staged where the library can see a change ----
+
+    def _watch(self, overlap):
+        """Hook the optimizers and modules overlap names (see __init__);
+        returns whether save() overlaps."""
+        if overlap is None or overlap is False:
+            return False
+        if overlap is True:
+            return True
+        objs = list(overlap) if isinstance(overlap, (list, tuple, set)) else [overlap]
+        for o in objs:
+            if isinstance(o, torch.optim.Optimizer):
+                self._hooks.append(o.register_step_pre_hook(self._await_staged))
+            elif isinstance(o, torch.nn.Module):
+                for m in o.modules():
+                    if isinstance(m, _STAT_LAYERS) and m.track_running_stats:
+                        self._hooks.append(m.register_forward_pre_hook(self._await_staged_train))
+            else:
+                raise TypeError(f"overlap={o!r}: want True, False, a torch.optim.Optimizer, a torch.nn.Module "
+                                "or a list of them")
+        return True
+
+    def _await_staged(self, *_):
+        """Wait until every overlapped save is staged (its tensors may then
+        change). A staging failure is not raised here, in the middle of
+        the trainer's optimizer step or forward, but at the next save(),
+        wait() or close()."""
+        pending, self._unstaged = self._unstaged, []
+        if pending:
+            concurrent.futures.wait([f.staged for f in pending])
+
+    def _await_staged_train(self, module, _args):
+        if module.training and self._unstaged:
+            self._await_staged()
+
+    # ---- failures after save() returned ----
+
+    def _check_saves(self):
+        """Forget finished saves; raise the first failure of one nobody
+        has seen (its futures' result() or exception() not called), naming
+        the step. A save superseded under the coalesce policy, and one
+        that is kept but not replicated, are not failures."""
+        keep, failed = [], []
+        for f in self._inflight:
+            phases = [x for x in (f.staged, f.kept, f.durable) if x is not None]
+            bad = [x for x in phases if x.done() and _failure(x) is not None]
+            if bad:
+                err = _failure(bad[0])
+                # Seen once (a phase's result() raised it) is seen.
+                if not any(getattr(x, "seen", True) for x in bad) and not isinstance(err, Superseded):
+                    failed.append((f, err))
+                for x in phases:
+                    x.seen = True
+            elif not all(x.done() for x in phases):
+                keep.append(f)
+        self._inflight = keep
+        if failed:
+            f, err = failed[0]
+            more = f" (and {len(failed) - 1} later save(s) failed too)" if len(failed) > 1 else ""
+            raise CkptError(err.errno or errno.EIO,
+                            f"step {f.step} of job '{self.job}' was not saved: {err.strerror or err}{more}") from err
+
+    def wait(self, timeout=None):
+        """Wait until every save this Checkpointer started is safe at its
+        tier (durable, or kept for a memory save) and raise the first
+        failure nobody has seen (CkptError naming the step). TimeoutError
+        after timeout seconds."""
+        self._check_open()
+        last = []
+        for f in self._inflight:
+            last += [x for x in (f.staged, f.kept, f.durable) if x is not None]
+        _, pending = concurrent.futures.wait(last, timeout)
+        if pending:
+            raise TimeoutError(f"{len({id(f) for f in self._inflight})} save(s) of job '{self.job}' not finished "
+                               f"after {timeout} s")
+        self._check_saves()
+
+    def _check_fresh(self):
+        """The first save into a job with steps, by a process that did not
+        load from it, raises (exist_ok; rank 0 asks the daemon once)."""
+        self._fresh_checked = True
+        if self.exist_ok or self.rank != 0 or (self.client.socket, self.job) in _resumed:
+            return
+        try:
+            # Complete steps only: every rank's save of a step is in it, rank
+            # 0's too, so none is this run's (the other ranks' first saves
+            # may be listed already, incomplete).
+            steps = sorted({s["step"] for s in self.client.list(self.job) if s["job"] == self.job and s["complete"]})
+        except CkptError as e:
+            if e.errno in _CONNECTION_ERRNOS and e.errno != errno.ENOENT:
+                raise
+            return  # a job never seen: nothing to collide with
+        if steps:
+            have = (f"complete step {steps[0]}" if len(steps) == 1
+                    else f"{len(steps)} complete steps ({steps[0]} to {steps[-1]})")
+            raise CkptError(errno.EEXIST,
+                            f"job '{self.job}' already has {have} and this process has not loaded from it: "
+                            f"to resume, call load() before saving; to start afresh, use a new job name or "
+                            f"remove the old steps (ckptctl rm {self.job} STEP); to add steps anyway, "
+                            "Checkpointer(..., exist_ok=True)")
 
     # ---- registration ----
 
@@ -655,8 +834,15 @@ class Checkpointer:
             self._plan_for(state_dict)
 
     def save(self, state_dict, step, extra=None, tier="durable"):
-        """Start saving state_dict as step. Returns a SaveFuture; wait for
-        .staged before changing the tensors again. tier (README "Tiers"):
+        """Save state_dict (a tree of dicts, lists and tensors, with other
+        values pickled) as step, with extra (any picklable value, back from
+        load()). Returns a SaveFuture once ckptd has staged the tensors
+        (unless overlap: then once the request is sent; see __init__);
+        the upload goes on in the background: fut.durable, wait() or
+        close() say when it is in storage. Raises first the failure of an
+        earlier save nobody saw (CkptError naming its step), and
+        CkptError(EEXIST) at the first save into a job with steps that
+        this process did not load (exist_ok). tier (README "Tiers"):
         "durable" uploads it; "memory" keeps it in this node's ckptd only
         (cheap: no storage request; restored from there after a trainer
         crash; persist() makes it durable); "replicated" also in peer
@@ -666,6 +852,39 @@ class Checkpointer:
             if tier != "durable":
                 raise ValueError(f"tier {tier!r} needs ckptd; the torch.save fallback is durable only")
             return self._fallback_save(state_dict, step, extra)
+        self._check_saves()
+        if not self._fresh_checked:
+            self._check_fresh()
+        while True:
+            self._make_room()
+            fut = self._save(state_dict, step, extra, tier)
+            self._inflight.append(fut)
+            if self.overlap:
+                self._unstaged.append(fut)
+                return fut
+            try:
+                fut.staged.result()  # staged: the trainer may change the tensors
+                return fut
+            except CkptError as e:
+                self._inflight.pop()  # raised here: not again at the next call
+                m = _INFLIGHT.search(str(e)) if e.errno == errno.EBUSY else None
+                if m is None or not any(not _finished(f) for f in self._inflight):
+                    raise
+                # More saves in flight than the daemon takes: wait for ours.
+                self._max_inflight = max(1, int(m.group(1)))
+
+    def _make_room(self):
+        """Backpressure: while this rank has as many saves in flight as
+        the daemon admits (max_inflight_saves: 4 by default, or what its
+        refusal said), wait for the oldest to finish, rather than have
+        ckptd refuse the next with EBUSY."""
+        while True:
+            busy = [f for f in self._inflight if not _finished(f)]
+            if len(busy) < self._max_inflight:
+                return
+            concurrent.futures.wait([x for x in (busy[0].staged, busy[0].kept, busy[0].durable) if x is not None])
+
+    def _save(self, state_dict, step, extra, tier):
         p, tensors, leaves, fresh = self._plan_for(state_dict)
         blob = pickle.dumps({"skeleton": p.skeleton, "leaves": leaves, "extra": extra},
                             protocol=pickle.HIGHEST_PROTOCOL)
@@ -741,6 +960,7 @@ class Checkpointer:
         way (checked complete and pinned before any rank reads it). first(step),
         if given, runs on rank 0 before the broadcast (its errors are left
         to the other ranks' own calls)."""
+        _resumed.add((self.client.socket, self.job))  # loading: saves continue the job
         latest = step in ("latest", LATEST)
         if not latest and not pin:
             return int(step)
@@ -808,6 +1028,11 @@ class Checkpointer:
         self._check_open()
         if self.client is None:
             return self._fallback_load(state_dict, step)
+        # This Checkpointer's saves first: an overlapped one may still read
+        # these tensors, and "latest" includes the steps it just saved.
+        self._await_staged()
+        concurrent.futures.wait([x for f in self._inflight for x in (f.staged, f.kept, f.durable) if x is not None])
+        _resumed.add((self.client.socket, self.job))
         number = self._resolve_step(step)
         # This rank's manifest only (rank 0's past the saved world size):
         # one manifest read, not world_size of them.
@@ -822,8 +1047,13 @@ class Checkpointer:
         for name, info in by_name.items():
             t = have.get(name)
             want_dtype = TORCH_DTYPES[info["dtype"]]
-            if t is None or tuple(t.shape) != tuple(info["lengths"]) or t.dtype != want_dtype:
+            if t is None:
                 t = torch.empty(info["lengths"], dtype=want_dtype)
+            elif tuple(t.shape) != tuple(info["lengths"]) or t.dtype != want_dtype:
+                raise ValueError(f"tensor '{name}' of step {number} of job '{self.job}' was saved as "
+                                 f"{want_dtype} {list(info['lengths'])}, but the state dict's is {t.dtype} "
+                                 f"{list(t.shape)}: load into a state dict of the saved model's shape (or "
+                                 "without that key, to get a new tensor)")
             targets.append((name, t))
         specs = self._bind(targets)
         for s, (name, _) in zip(specs, targets):
@@ -874,8 +1104,29 @@ class Checkpointer:
 
     # ---- lifetime ----
 
-    def close(self):
-        """Disconnect. Tensors stay in (their own) shared memory."""
+    def close(self, wait=True):
+        """Wait until every save is safe at its tier (wait()), then
+        disconnect; raise the first failure nobody saw, after
+        disconnecting. wait=False disconnects at once: ckptd still
+        finishes the staged saves, but their failures are not reported
+        here. Tensors stay in (their own) shared memory."""
+        err = None
+        if self.client is not None:
+            try:
+                if wait:
+                    self.wait()
+                else:
+                    self._await_staged()
+            except CkptError as e:
+                err = e
+        for h in self._hooks:
+            h.remove()
+        self._hooks, self._unstaged, self._inflight = [], [], []
+        self._close()
+        if err is not None:
+            raise err
+
+    def _close(self):
         self._drop_plan()
         self._shared = {}
         self._arena = {}
@@ -888,8 +1139,9 @@ class Checkpointer:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, etype, *exc):
+        # Leaving on an exception: do not wait, nor hide it behind another.
+        self.close(wait=etype is None)
 
 
 def _merge(dst, tree, made):

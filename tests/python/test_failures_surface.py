@@ -1,0 +1,146 @@
+"""Issue 32: failures where the user is. A save that fails after save()
+returned raises in the trainer at the next save(), wait() or close(),
+naming its step, once; a new run that reuses a job name fails at its first
+save(); load into another shape raises; connection and job-name errors say
+what is wrong."""
+import concurrent.futures
+import errno
+import os
+
+import pytest
+import torch
+
+import ckpt.torch
+
+
+def state(seed=0):
+    torch.manual_seed(seed)
+    return {"w": torch.randn(64, 64), "b": torch.randn(64)}
+
+
+def test_duplicate_step_raises_at_next_save_naming_it(daemon):
+    sd = state()
+    cp = ckpt.torch.Checkpointer("dup", socket=daemon.sock)
+    cp.save(sd, 1).durable.result(30)
+    again = cp.save(sd, 1)  # staged; refused once it reaches storage
+    concurrent.futures.wait([again.durable], 30)  # not looking at its outcome
+    with pytest.raises(ckpt.CkptError) as e:
+        cp.save(sd, 2)
+    assert e.value.errno == errno.EEXIST
+    assert "step 1 of job 'dup' was not saved" in str(e.value), str(e.value)
+    assert str(e.value).count("[Errno") == 1
+    # Raised once: the next save and close go on.
+    cp.save(sd, 2)
+    cp.close()
+    with ckpt.Client(daemon.sock) as c:
+        assert sorted(s["step"] for s in c.list("dup") if s["complete"]) == [1, 2]
+
+
+def test_close_and_wait_raise_an_unseen_failure(daemon):
+    sd = state()
+    with ckpt.torch.Checkpointer("dup-close", socket=daemon.sock) as cp:
+        cp.save(sd, 1).durable.result(30)
+    cp = ckpt.torch.Checkpointer("dup-close", socket=daemon.sock, exist_ok=True)
+    cp.save(sd, 1)
+    with pytest.raises(ckpt.CkptError, match="step 1 of job 'dup-close' was not saved"):
+        cp.wait(30)
+    cp.save(sd, 1)
+    with pytest.raises(ckpt.CkptError, match="step 1 of job 'dup-close' was not saved"):
+        cp.close()
+    assert cp.client is None  # closed all the same
+
+
+def test_a_failure_seen_is_not_raised_again(daemon):
+    sd = state()
+    with ckpt.torch.Checkpointer("dup-seen", socket=daemon.sock) as cp:
+        cp.save(sd, 1).durable.result(30)
+        fut = cp.save(sd, 1)
+        with pytest.raises(ckpt.CkptError):
+            fut.durable.result(30)  # the caller saw it
+        cp.save(sd, 2)  # does not raise it again
+        cp.wait(30)
+
+
+def test_storage_error_raises_in_the_trainer(daemon):
+    sd = state()
+    with ckpt.torch.Checkpointer("broken", socket=daemon.sock) as cp:
+        cp.save(sd, 1).durable.result(30)
+        # The job's directory becomes a file: every later upload fails.
+        job_dir = os.path.join(daemon.store, "broken")
+        os.rename(job_dir, job_dir + ".gone")
+        with open(job_dir, "w") as f:
+            f.write("not a directory")
+        fut = cp.save(sd, 2)
+        concurrent.futures.wait([fut.durable], 60)
+        with pytest.raises(ckpt.CkptError, match="step 2 of job 'broken' was not saved"):
+            cp.save(sd, 3)
+        # Storage repaired: saving goes on.
+        os.remove(job_dir)
+        cp.save(sd, 3).durable.result(60)
+
+
+def test_reused_job_name_fails_at_first_save(daemon):
+    sd = state()
+    with ckpt.torch.Checkpointer("reuse", socket=daemon.sock) as cp:
+        for step in (1, 2, 3):
+            cp.save(sd, step)
+    # A new run, same job, no load: refused at once, saying what to do.
+    ckpt.torch._resumed.clear()  # as a new process
+    cp = ckpt.torch.Checkpointer("reuse", socket=daemon.sock)
+    with pytest.raises(ckpt.CkptError) as e:
+        cp.save(sd, 1)
+    msg = str(e.value)
+    assert e.value.errno == errno.EEXIST
+    assert "job 'reuse' already has 3 complete steps (1 to 3)" in msg, msg
+    assert "load()" in msg and "new job name" in msg and "ckptctl rm reuse" in msg and "exist_ok=True" in msg
+    cp.close()
+    # Resuming (load first) continues the job.
+    ckpt.torch._resumed.clear()
+    with ckpt.torch.Checkpointer("reuse", socket=daemon.sock) as cp:
+        got = state(1)
+        assert cp.load(got)[0] == 3
+        cp.save(got, 4)
+    # exist_ok=True adds steps without loading.
+    ckpt.torch._resumed.clear()
+    with ckpt.torch.Checkpointer("reuse", socket=daemon.sock, exist_ok=True) as cp:
+        cp.save(sd, 5)
+    with ckpt.Client(daemon.sock) as c:
+        assert sorted(s["step"] for s in c.list("reuse") if s["complete"]) == [1, 2, 3, 4, 5]
+
+
+def test_load_into_another_shape_raises_naming_the_tensor(daemon):
+    with ckpt.torch.Checkpointer("shape", socket=daemon.sock) as cp:
+        cp.save({"model": torch.nn.Linear(4, 2).state_dict()}, 1)
+        other = {"model": torch.nn.Linear(5, 2).state_dict()}
+        before = other["model"]["weight"].clone()
+        with pytest.raises(ValueError) as e:
+            cp.load(other)
+        assert "'model/weight'" in str(e.value) and "[2, 4]" in str(e.value) and "[2, 5]" in str(e.value)
+        assert torch.equal(other["model"]["weight"], before)  # nothing replaced
+        wrong_dtype = {"model": {k: v.double() for k, v in torch.nn.Linear(4, 2).state_dict().items()}}
+        with pytest.raises(ValueError, match="torch.float64"):
+            cp.load(wrong_dtype)
+
+
+def test_job_name_errors_blame_the_name(daemon):
+    for job in (".hidden", "a" * 300, "team/llama"):
+        with pytest.raises(ckpt.CkptError) as e:
+            ckpt.torch.Checkpointer(job, socket=daemon.sock)
+        msg = str(e.value)
+        assert e.value.errno == errno.EINVAL
+        assert "refused by ckptd" in msg and "[A-Za-z0-9._-]" in msg, msg
+        assert "connect" not in msg and msg.count("[Errno") == 1, msg
+
+
+def test_stale_socket_says_nothing_listens(tmp_path, monkeypatch):
+    import socket as socketlib
+    path = str(tmp_path / "stale.sock")
+    s = socketlib.socket(socketlib.AF_UNIX)
+    s.bind(path)
+    s.close()
+    monkeypatch.setenv("CKPTD_SOCKET", path)
+    with pytest.raises(ckpt.DaemonUnavailable) as e:
+        ckpt.torch.Checkpointer("x")
+    msg = str(e.value)
+    assert e.value.errno == errno.ECONNREFUSED
+    assert "nothing listens" in msg and "from $CKPTD_SOCKET" in msg, msg
