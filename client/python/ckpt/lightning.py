@@ -22,6 +22,8 @@ loads as one.
 Lightning saves on global rank 0 only (the state is the same on every rank),
 so the plugin saves as rank 0 of 1 whatever the launcher says.
 """
+import concurrent.futures
+import errno
 import json
 import os
 import threading
@@ -31,6 +33,7 @@ try:
 except ImportError:  # the older package name
     from pytorch_lightning.plugins.io import CheckpointIO
 
+from .client import CkptError
 from .torch import Checkpointer
 
 POINTER = "ckptd-step"
@@ -52,49 +55,156 @@ def read_pointer(path):
 
 
 class CkptdCheckpointIO(CheckpointIO):
-    def __init__(self, job, socket=None, attempt_id=None, remove_steps=True):
+    """Lightning's CheckpointIO through ckptd: each checkpoint is step
+    global_step of job, and its path holds a pointer file once durable
+    (module docstring)."""
+
+    def __init__(self, job, socket=None, attempt_id=None, remove_steps=True, exist_ok=False):
         """job: the ckptd job (its steps are the trainer's global steps);
-        remove_steps: remove_checkpoint also removes the step from ckptd
-        (ModelCheckpoint's save_top_k) when no other pointer names it."""
+        socket: ckptd's socket (default $CKPTD_SOCKET, else
+        /run/ckptd/ckptd.sock); remove_steps: a step no pointer names any
+        more (ModelCheckpoint's top-k removal, last.ckpt moving on) is
+        removed from ckptd too; exist_ok: save into a job that has steps
+        without resuming from it (by default the first save then raises:
+        a second run of the same script must resume, with
+        fit(ckpt_path=...), or use a new job name)."""
         super().__init__()
-        self.job, self.socket, self.attempt_id, self.remove_steps = job, socket, attempt_id, remove_steps
+        self.job, self.socket, self.attempt_id = job, socket, attempt_id
+        self.remove_steps, self.exist_ok = remove_steps, exist_ok
         self._cp = None
-        self._saves = {}  # step -> SaveFuture
         self._lock = threading.Lock()
+        self._saves = {}        # step -> SaveFuture of this process's saves (kept past teardown)
+        self._pointers = {}     # path -> step its pointer names, or will once the step is durable
+        self._dirs = set()      # directories holding this plugin's pointers
+        self._orphans = set()   # steps whose pointer went or was replaced: removed once none names them
+        self._reported = set()  # steps whose failure was raised already
+        self._torn_down = False
 
     def _checkpointer(self):
         if self._cp is None:
-            self._cp = Checkpointer(self.job, socket=self.socket, attempt_id=self.attempt_id, alone=True)
+            self._cp = Checkpointer(self.job, socket=self.socket, attempt_id=self.attempt_id, alone=True,
+                                    exist_ok=self.exist_ok)
         return self._cp
 
     def _write_pointer(self, path, step):
-        tmp = f"{path}.tmp.{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump({"format": POINTER, "job": self.job, "step": step}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-
-    def save_checkpoint(self, checkpoint, path, storage_options=None):
-        step = int(checkpoint.get("global_step", 0))
-        path = os.fspath(path)
-        d = os.path.dirname(path)
-        if d:
-            os.makedirs(d, exist_ok=True)
+        """Write path's pointer to step (fsync'd, then renamed over the
+        old one), unless path was removed or given another step since; the
+        step the old pointer named becomes an orphan. Runs on libckpt's
+        reader thread (the durable callback) or the trainer's."""
         with self._lock:
-            fut = self._saves.get(step)
-            if fut is None:
-                fut = self._checkpointer().save(checkpoint, step)
-                self._saves[step] = fut
-        fut.staged.result()  # the tensors may change again
+            if self._pointers.get(path) != step:
+                return
+            old = read_pointer(path)
+            if old == (self.job, step):
+                return  # written already (the callback, or _flush_pointers)
+            tmp = f"{path}.tmp.{os.getpid()}"
+            with open(tmp, "w") as f:
+                json.dump({"format": POINTER, "job": self.job, "step": step}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            if old is not None and old[0] == self.job and old[1] != step:
+                self._orphans.add(old[1])
 
-        def durable(f):
-            if f.exception() is None:
+    def _referenced(self, step):
+        """Whether a pointer on disk (in this plugin's directories) or one
+        still to be written names step, or a save of it is in flight."""
+        if step in self._pointers.values():
+            return True
+        fut = self._saves.get(step)
+        if fut is not None and not fut.durable.done():
+            return True
+        for d in self._dirs:
+            try:
+                names = os.listdir(d)
+            except OSError:
+                continue
+            for n in names:
+                if n.endswith(".tmp." + str(os.getpid())):
+                    continue
+                if read_pointer(os.path.join(d, n)) == (self.job, step):
+                    return True
+        return False
+
+    def _flush_pointers(self):
+        """Write the pointers of durable steps whose durable callback has
+        not run yet: a future's result() returns before its callbacks run,
+        and what _settle decides must see every pointer of a durable step."""
+        with self._lock:
+            items = list(self._pointers.items())
+        for path, step in items:
+            f = self._saves.get(step)
+            if f is not None and f.durable.done() and not f.durable.cancelled() and \
+                    concurrent.futures.Future.exception(f.durable, 0) is None:
                 self._write_pointer(path, step)
 
-        fut.durable.add_done_callback(durable)
+    def _settle(self):
+        """On the trainer's thread (a request to ckptd must not run on the
+        reader thread): raise the first failed save not raised yet, and
+        remove the orphan steps nothing names any more."""
+        self._flush_pointers()
+        with self._lock:
+            failed = [(s, f) for s, f in self._saves.items()
+                      if s not in self._reported and f.durable.done() and f.durable.exception() is not None]
+            self._reported.update(s for s, _ in failed)
+            for s, _ in failed:
+                self._saves.pop(s, None)
+                for path in [p for p, st in self._pointers.items() if st == s]:
+                    del self._pointers[path]
+            orphans = [s for s in self._orphans if not self._referenced(s)]
+            self._orphans.difference_update(orphans)
+            for s in orphans:
+                self._saves.pop(s, None)  # a later save of it saves anew
+        if self.remove_steps:
+            for s in orphans:
+                try:
+                    self._checkpointer().client.delete(s)
+                except OSError:
+                    pass  # gone already (retention), or never reached storage
+        if failed:
+            s, f = failed[0]
+            e = f.durable.exception()
+            raise CkptError(e.errno or errno.EIO, f"Lightning checkpoint step {s} of job '{self.job}' was not "
+                            f"saved: {e.strerror or e}") from e
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None):
+        """Save checkpoint as step global_step and return once staged (at
+        once when that step is saved already: Lightning's last.ckpt of a
+        step it just saved); the pointer at path is written once the step
+        is durable. After fit (teardown), wait until durable. Raises an
+        earlier save's failure first."""
+        step = int(checkpoint.get("global_step", 0))
+        path = os.path.abspath(os.fspath(path))
+        d = os.path.dirname(path)
+        os.makedirs(d, exist_ok=True)
+        self._settle()
+        with self._lock:
+            fut = self._saves.get(step)
+        if fut is None:
+            try:
+                fut = self._checkpointer().save(checkpoint, step)
+            except CkptError as e:
+                if e.errno == errno.EEXIST:
+                    raise CkptError(e.errno, f"{e.strerror}. With Lightning: trainer.fit(model, ckpt_path=PATH "
+                                    "of last.ckpt) resumes, or CkptdCheckpointIO(job, exist_ok=True)") from None
+                raise
+            with self._lock:
+                self._saves[step] = fut
+        with self._lock:
+            self._dirs.add(d)
+            self._pointers[path] = step
+        fut.durable.add_done_callback(lambda f: f.exception() is None and self._write_pointer(path, step))
+        if self._torn_down:
+            # Outside fit nothing waits for it later: now, and its error here.
+            try:
+                fut.durable.result()
+            finally:
+                self._settle()
 
     def load_checkpoint(self, path, map_location=None, weights_only=None):
+        """The checkpoint at path: the step its pointer names, loaded from
+        ckptd (this process then continues the job), or a regular
+        checkpoint file loaded with torch.load."""
         path = os.fspath(path)
         p = read_pointer(path)
         if p is None:  # a checkpoint written without ckptd
@@ -108,35 +218,36 @@ class CkptdCheckpointIO(CheckpointIO):
         return state
 
     def remove_checkpoint(self, path):
-        path = os.fspath(path)
-        p = read_pointer(path)
-        try:
-            os.remove(path)
-        except FileNotFoundError:
-            pass
-        if p is None or not self.remove_steps or p[0] != self.job:
-            return
-        d = os.path.dirname(path) or "."
-        for n in os.listdir(d):
-            if read_pointer(os.path.join(d, n)) == p:
-                return  # last.ckpt, or another name of the same step
+        """Remove path's pointer (or file); its step is removed from ckptd
+        too once no pointer names it and it is durable (remove_steps)."""
+        path = os.path.abspath(os.fspath(path))
         with self._lock:
-            fut = self._saves.pop(p[1], None)
-        if fut is not None and fut.durable.exception() is not None:
-            return  # it never became durable: nothing in ckptd to remove
-        try:
-            self._checkpointer().client.delete(p[1])
-        except OSError:
-            pass  # gone already (retention)
+            pending = self._pointers.pop(path, None)
+            p = read_pointer(path)
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+            for s in (pending, p[1] if p is not None and p[0] == self.job else None):
+                if s is not None:
+                    self._orphans.add(s)
+            self._dirs.add(os.path.dirname(path))
+        self._settle()
 
     def teardown(self):
+        """Wait until every step is durable (its pointers written), remove
+        the orphan steps, and raise the first failure not raised yet."""
         with self._lock:
             futs = list(self._saves.values())
-            self._saves = {}
         try:
             for f in futs:
-                f.durable.result()
+                try:
+                    f.durable.result()
+                except CkptError:
+                    pass  # raised by _settle, naming the step
+            self._settle()
         finally:
+            self._torn_down = True
             if self._cp is not None:
-                self._cp.close()
+                self._cp.close(wait=False)
                 self._cp = None

@@ -1,0 +1,117 @@
+"""Issue 32, Lightning: with the README's ModelCheckpoint(save_last=True),
+top-k removals and last.ckpt moving on leave no unreferenced step in
+ckptd; save_checkpoint to a path after fit writes its pointer; a second
+run of the same script fails at its first save, not at teardown; a save
+that fails raises in the trainer. In-process fits on CPU."""
+import os
+
+import pytest
+import torch
+
+L = pytest.importorskip("lightning")
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint  # noqa: E402
+
+import ckpt.lightning  # noqa: E402
+import ckpt.torch  # noqa: E402
+
+
+def break_dir(d):
+    """Make directory d (a job's in a file:// store) a file, at once,
+    whatever ckptd is writing in it: later uploads into it fail."""
+    for i in range(1000):
+        try:
+            if os.path.isdir(d):
+                os.rename(d, f"{d}.gone{i}")
+            os.close(os.open(d, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return
+        except OSError:
+            continue  # ckptd made it again meanwhile
+    raise RuntimeError(f"could not replace {d}")
+
+
+class Model(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(8, 1)
+
+    def training_step(self, batch, i):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def fit(daemon, job, ckdir, epochs=4, callbacks=(), ckpt_path=None, **mc):
+    torch.manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=8)  # 8 steps per epoch
+    io = ckpt.lightning.CkptdCheckpointIO(job, socket=daemon.sock)
+    trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, plugins=[io],
+                        callbacks=[ModelCheckpoint(dirpath=str(ckdir), save_last=True, **mc), *callbacks])
+    trainer.fit(Model(), loader, ckpt_path=ckpt_path)
+    return trainer
+
+
+def steps_in_ckptd(daemon, job):
+    with ckpt.Client(daemon.sock) as c:
+        return sorted(s["step"] for s in c.list(job))
+
+
+def pointed(ckdir):
+    return {n: ckpt.lightning.read_pointer(os.path.join(ckdir, n)) for n in sorted(os.listdir(ckdir))}
+
+
+def test_save_last_leaves_no_unreferenced_step(daemon, tmp_path):
+    ckdir = tmp_path / "ck"
+    trainer = fit(daemon, "lit-last", ckdir)
+    ptrs = pointed(ckdir)
+    assert ptrs["last.ckpt"] == ("lit-last", 32), ptrs
+    assert all(p is not None for p in ptrs.values()), ptrs
+    # Only what a pointer names is kept: 8, 16 and 24 were superseded.
+    assert steps_in_ckptd(daemon, "lit-last") == sorted({p[1] for p in ptrs.values()}) == [32]
+
+    # After fit, save_checkpoint to a path writes its pointer (the same step).
+    trainer.save_checkpoint(str(tmp_path / "manual.ckpt"))
+    assert ckpt.lightning.read_pointer(tmp_path / "manual.ckpt") == ("lit-last", 32)
+    assert steps_in_ckptd(daemon, "lit-last") == [32]
+
+
+def test_top_k_with_save_last_keeps_exactly_the_pointed_steps(daemon, tmp_path):
+    ckdir = tmp_path / "ck"
+    fit(daemon, "lit-topk", ckdir, epochs=5, save_top_k=2, monitor="step", mode="max")
+    ptrs = pointed(ckdir)
+    assert steps_in_ckptd(daemon, "lit-topk") == sorted({p[1] for p in ptrs.values()}) == [32, 40], ptrs
+
+
+def test_second_run_of_the_same_job_fails_at_its_first_save(daemon, tmp_path):
+    fit(daemon, "lit-again", tmp_path / "a", epochs=2)
+    ckpt.torch._resumed.clear()  # as a new process
+    seen = []
+
+    class Steps(Callback):
+        def on_train_batch_end(self, trainer, *a):
+            seen.append(trainer.global_step)
+    with pytest.raises(ckpt.CkptError) as e:
+        fit(daemon, "lit-again", tmp_path / "b", epochs=4, callbacks=[Steps()])
+    assert "already has" in str(e.value) and "ckpt_path" in str(e.value), str(e.value)
+    assert max(seen) == 8, "raised at the first save (step 8), not at the end"
+    # Resuming from last.ckpt continues the job.
+    ckpt.torch._resumed.clear()
+    fit(daemon, "lit-again", tmp_path / "a", epochs=3, ckpt_path=str(tmp_path / "a" / "last.ckpt"))
+    assert ckpt.lightning.read_pointer(tmp_path / "a" / "last.ckpt") == ("lit-again", 24)
+
+
+def test_a_failed_save_raises_in_the_trainer(daemon, tmp_path):
+    job_dir = os.path.join(daemon.store, "lit-fail")
+
+    class Break(Callback):
+        def on_train_epoch_start(self, trainer, module):
+            if trainer.current_epoch == 1:  # uploads from now on fail
+                break_dir(job_dir)
+    with pytest.raises(ckpt.CkptError, match=r"step (8|16) of job 'lit-fail' was not saved") as e:
+        fit(daemon, "lit-fail", tmp_path / "ck", epochs=4, callbacks=[Break()])
+    # Raised by a later save in the loop, not only at the end of fit.
+    assert any(f.name == "save_checkpoint" for f in e.traceback), e.traceback
+    os.remove(job_dir)
