@@ -45,12 +45,35 @@ class Kill(TrainerCallback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+def break_dir(d):
+    """Make directory d (a job's in a file:// store) a file, at once,
+    whatever ckptd is writing in it: later uploads into it fail."""
+    for i in range(1000):
+        try:
+            if os.path.isdir(d):
+                os.rename(d, f"{d}.gone{i}")
+            os.close(os.open(d, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return
+        except OSError:
+            continue  # ckptd made it again meanwhile
+    raise RuntimeError(f"could not replace {d}")
+
+
+class Break(TrainerCallback):
+    """With $HF_BREAK_DIR: at step 5, that directory (the job's in a
+    file:// store) becomes a file, so later uploads fail."""
+    def on_step_begin(self, args, state, control, **kw):
+        d = os.environ.get("HF_BREAK_DIR")
+        if d and state.global_step == 5:
+            break_dir(d)
+
+
 torch.manual_seed(0)
 args = TrainingArguments(output_dir=outdir, max_steps=int(max_steps), per_device_train_batch_size=4,
                          save_strategy="steps", save_steps=4, logging_steps=1000, report_to=[], use_cpu=True,
                          seed=0, disable_tqdm=True, dataloader_num_workers=0, learning_rate=0.01)
 trainer = Trainer(model=Model(), args=args, train_dataset=Data(),
-                  callbacks=[ckpt.hf.CkptdCallback(job, socket=sock), Kill()])
+                  callbacks=[ckpt.hf.CkptdCallback(job, socket=sock), Kill(), Break()])
 start = ckpt.hf.checkpoint_dir(job, outdir, socket=sock) if resume else None
 trainer.train(resume_from_checkpoint=start)
 torch.save({"weights": trainer.model.state_dict(), "optim": trainer.optimizer.state_dict(),

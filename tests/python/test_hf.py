@@ -5,6 +5,7 @@ latest step (written back as a checkpoint-8 directory for
 resume_from_checkpoint) and trains to 12. Both end with the same weights
 and optimizer state; no run wrote a checkpoint directory of its own."""
 import os
+import re
 import subprocess
 import sys
 import time
@@ -20,8 +21,8 @@ from conftest import same  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run(daemon, job, outdir, out, *extra):
-    env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "client", "python"))
+def run(daemon, job, outdir, out, *extra, env=None):
+    env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "client", "python"), **(env or {}))
     r = subprocess.run([sys.executable, os.path.join(HERE, "hf_train.py"), daemon.sock, job, str(outdir), "12",
                         str(out), *extra], env=env, capture_output=True, text=True, timeout=300)
     return r
@@ -47,3 +48,23 @@ def test_hf_trainer_resumes_from_ckptd_after_kill(daemon, tmp_path):
     assert resumed["global_step"] == straight["global_step"] == 12
     assert same(resumed["weights"], straight["weights"]), "weights differ after resuming"
     assert same(resumed["optim"], straight["optim"]), "optimizer state differs after resuming"
+
+
+def test_hf_second_run_of_the_same_job_fails_at_its_first_save(daemon, tmp_path):
+    """Issue 32: reusing a job name without resuming fails at once, saying
+    how to resume."""
+    assert run(daemon, "hf-again", tmp_path / "a", tmp_path / "a.pt").returncode == 0
+    r = run(daemon, "hf-again", tmp_path / "b", tmp_path / "b.pt")
+    assert r.returncode == 1, r.stderr[-4000:]
+    assert "job 'hf-again' already has 3 complete steps (4 to 12)" in r.stderr, r.stderr[-4000:]
+    assert "ckpt.hf.checkpoint_dir" in r.stderr and "exist_ok=True" in r.stderr
+    assert not os.path.exists(tmp_path / "b.pt")
+
+
+def test_hf_failed_save_raises_in_the_trainer(daemon, tmp_path):
+    """Issue 32: a save whose upload fails raises from trainer.train()."""
+    r = run(daemon, "hf-fail", tmp_path / "a", tmp_path / "a.pt",
+            env={"HF_BREAK_DIR": os.path.join(daemon.store, "hf-fail")})
+    assert r.returncode == 1, r.stderr[-4000:]
+    assert re.search(r"Trainer checkpoint step (4|8) of job 'hf-fail' was not saved", r.stderr), r.stderr[-4000:]
+    os.remove(os.path.join(daemon.store, "hf-fail"))

@@ -21,6 +21,8 @@ then resumes with its own code: weights, optimizer, scheduler, RNG, and the
 data it skips. Saves on the main process only (the state is the same on
 every rank), as rank 0 of 1.
 """
+import concurrent.futures
+import errno
 import json
 import os
 import random
@@ -30,7 +32,8 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from .torch import Checkpointer
+from .client import CkptError
+from .torch import Checkpointer, _resumed
 
 __all__ = ["CkptdCallback", "checkpoint_dir"]
 
@@ -51,15 +54,31 @@ def _state_json(state):
 
 
 class CkptdCallback(TrainerCallback):
-    def __init__(self, job, socket=None, attempt_id=None):
-        self.job, self.socket, self.attempt_id = job, socket, attempt_id
+    """A Trainer callback that saves the Trainer's checkpoints to ckptd as
+    step global_step of job, instead of checkpoint-N directories (module
+    docstring)."""
+
+    def __init__(self, job, socket=None, attempt_id=None, exist_ok=False):
+        """job: the ckptd job; socket: ckptd's socket (default
+        $CKPTD_SOCKET, else /run/ckptd/ckptd.sock); exist_ok: save into a
+        job that has steps without resuming from it (by default the first
+        save then raises, unless the training resumed: from
+        checkpoint_dir(), or from any checkpoint with a global step)."""
+        self.job, self.socket, self.attempt_id, self.exist_ok = job, socket, attempt_id, exist_ok
         self._cp = None
         self._futs = []
+        self._resumed = False
 
     def _checkpointer(self):
         if self._cp is None:
-            self._cp = Checkpointer(self.job, socket=self.socket, attempt_id=self.attempt_id, alone=True)
+            self._cp = Checkpointer(self.job, socket=self.socket, attempt_id=self.attempt_id, alone=True,
+                                    exist_ok=self.exist_ok or self._resumed)
         return self._cp
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        """A Trainer resumed from a checkpoint starts past step 0: its saves
+        continue the job."""
+        self._resumed = state.global_step > 0
 
     def _save(self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs):
         if not control.should_save:
@@ -67,42 +86,65 @@ class CkptdCallback(TrainerCallback):
         control.should_save = False  # ckptd has it: no checkpoint-N directory
         if not state.is_world_process_zero:
             return control
+        self._raise_failed()
         sd = {"model": model.state_dict()}
         if optimizer is not None:
             sd["optimizer"] = optimizer.state_dict()
         if lr_scheduler is not None:
             sd["scheduler"] = lr_scheduler.state_dict()
         extra = {"trainer_state": _state_json(state), "rng": _rng()}
-        fut = self._checkpointer().save(sd, state.global_step, extra=extra)
-        fut.staged.result()  # the tensors may change again
+        try:
+            fut = self._checkpointer().save(sd, state.global_step, extra=extra)  # returns once staged
+        except CkptError as e:
+            if e.errno == errno.EEXIST:
+                raise CkptError(e.errno, f"{e.strerror}. With the Trainer: train(resume_from_checkpoint="
+                                "ckpt.hf.checkpoint_dir(job, output_dir)) resumes, or CkptdCallback(job, "
+                                "exist_ok=True)") from None
+            raise
         self._futs.append(fut)
         return control
 
+    def _raise_failed(self):
+        """Raise the first failed save (one that did not become durable),
+        in the Trainer, naming its step."""
+        done = [f for f in self._futs if f.durable.done()]
+        self._futs = [f for f in self._futs if not f.durable.done()]
+        for f in done:
+            e = f.durable.exception()
+            if e is not None:
+                raise CkptError(e.errno or errno.EIO, f"Trainer checkpoint step {f.step} of job '{self.job}' "
+                                f"was not saved: {e.strerror or e}") from e
+
     def on_step_end(self, args, state, control, **kwargs):
+        """Save when the Trainer would (save_strategy "steps")."""
         return self._save(args, state, control, **kwargs)
 
     def on_epoch_end(self, args, state, control, **kwargs):
+        """Save when the Trainer would (save_strategy "epoch")."""
         return self._save(args, state, control, **kwargs)
 
     def on_train_end(self, args, state, control, **kwargs):
+        """Wait until every save is durable; raise the first failure."""
         try:
-            for f in self._futs:
-                f.durable.result()
+            concurrent.futures.wait([f.durable for f in self._futs])
+            self._raise_failed()
         finally:
             self._futs = []
             if self._cp is not None:
-                self._cp.close()
+                self._cp.close(wait=False)
                 self._cp = None
 
 
 def checkpoint_dir(job, output_dir, step="latest", socket=None):
     """Write step (default: the latest complete one) of job as a Trainer
     checkpoint directory under output_dir; its path, or None when the job
-    has no complete step."""
+    has no complete step. A CkptdCallback of the same job in this process
+    then continues the job (its first save does not raise EEXIST)."""
     with Checkpointer(job, socket=socket, alone=True) as cp:
         if step == "latest":
             done = [s["step"] for s in cp.client.list(job) if s["complete"]]
             if not done:
+                _resumed.add((cp.client.socket, job))  # asked to resume: continue the job
                 return None
         sd = {}
         got, extra = cp.load(sd, step=step)
