@@ -213,3 +213,32 @@ def test_dcp_retry_after_failed_staging(daemon):
         assert torch.equal(got["t"], small)
     finally:
         cd.close_all()
+
+
+def test_dcp_reused_job_fails_at_first_save_unless_loaded(daemon):
+    """Issue 32: a new run whose Writer saves into a job with complete steps
+    fails at its first save, saying what to do; after a Reader loaded from
+    the job, or with exist_ok=True, it saves."""
+    import ckpt
+    import ckpt.dcp as cd
+    import ckpt.torch
+    small = torch.arange(1000, dtype=torch.float32)
+    try:
+        dcp.save({"t": small}, storage_writer=cd.Writer("dcpagain", step=1, socket=daemon.sock))
+        cd.close_all()
+        ckpt.torch._resumed.clear()  # as a new process
+        # async_save stages on the trainer's thread: the CkptError itself.
+        with pytest.raises(ckpt.CkptError, match="job 'dcpagain' already has complete step 1") as e:
+            dcp.async_save({"t": small}, storage_writer=cd.Writer("dcpagain", step=2, socket=daemon.sock))
+        assert "exist_ok=True" in str(e.value)
+        # dcp.save reports it inside DCP's CheckpointException.
+        with pytest.raises(BaseException, match="dcpagain. already has complete step 1"):  # not an Exception
+            dcp.save({"t": small}, storage_writer=cd.Writer("dcpagain", step=2, socket=daemon.sock))
+        dcp.save({"t": small}, storage_writer=cd.Writer("dcpagain", step=2, socket=daemon.sock, exist_ok=True))
+        cd.close_all()
+        ckpt.torch._resumed.clear()
+        got = {"t": torch.zeros(1000, dtype=torch.float32)}
+        dcp.load(got, storage_reader=cd.Reader("dcpagain", socket=daemon.sock))
+        dcp.save({"t": small}, storage_writer=cd.Writer("dcpagain", step=3, socket=daemon.sock))
+    finally:
+        cd.close_all()

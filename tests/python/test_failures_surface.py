@@ -93,6 +93,8 @@ def test_reused_job_name_fails_at_first_save(daemon):
     assert e.value.errno == errno.EEXIST
     assert "job 'reuse' already has 3 complete steps (1 to 3)" in msg, msg
     assert "load()" in msg and "new job name" in msg and "ckptctl rm reuse" in msg and "exist_ok=True" in msg
+    with pytest.raises(ckpt.CkptError, match="already has"):
+        cp.save(sd, 1)  # asked again: a refusal is not forgotten
     cp.close()
     # Resuming (load first) continues the job.
     ckpt.torch._resumed.clear()

@@ -465,9 +465,11 @@ class Checkpointer:
 
     def _check_fresh(self):
         """The first save into a job with steps, by a process that did not
-        load from it, raises (exist_ok; rank 0 asks the daemon once)."""
-        self._fresh_checked = True
+        load from it, raises (exist_ok; rank 0 asks the daemon once it
+        answered: a refusal, or a listing that failed, asks again at the
+        next save)."""
         if self.exist_ok or self.rank != 0 or (self.client.socket, self.job) in _resumed:
+            self._fresh_checked = True
             return
         try:
             # Complete steps only: every rank's save of a step is in it, rank
@@ -477,7 +479,11 @@ class Checkpointer:
         except CkptError as e:
             if e.errno in _CONNECTION_ERRNOS and e.errno != errno.ENOENT:
                 raise
-            return  # a job never seen: nothing to collide with
+            # A job never seen (nothing to collide with), or storage that
+            # did not answer (not this save's to fail: asked again next time).
+            self._fresh_checked = e.errno == errno.ENOENT
+            return
+        self._fresh_checked = not steps
         if steps:
             have = (f"complete step {steps[0]}" if len(steps) == 1
                     else f"{len(steps)} complete steps ({steps[0]} to {steps[-1]})")
