@@ -54,6 +54,15 @@ def read_pointer(path):
     return None
 
 
+def _fsync_dir(d):
+    """Make the directory's entries (a rename, a removal) durable."""
+    fd = os.open(d or ".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class CkptdCheckpointIO(CheckpointIO):
     """Lightning's CheckpointIO through ckptd: each checkpoint is step
     global_step of job, and its path holds a pointer file once durable
@@ -103,6 +112,10 @@ class CkptdCheckpointIO(CheckpointIO):
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
+            # The rename reaches the disk before the old step can be
+            # removed: after a power cut the pointer never names a step
+            # that is gone.
+            _fsync_dir(os.path.dirname(path))
             if old is not None and old[0] == self.job and old[1] != step:
                 self._orphans.add(old[1])
 
@@ -226,6 +239,7 @@ class CkptdCheckpointIO(CheckpointIO):
             p = read_pointer(path)
             try:
                 os.remove(path)
+                _fsync_dir(os.path.dirname(path))  # gone for good before its step goes
             except FileNotFoundError:
                 pass
             for s in (pending, p[1] if p is not None and p[0] == self.job else None):
