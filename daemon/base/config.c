@@ -712,7 +712,7 @@ const struct config_key config_job_keys[JOB_KEY_COUNT] = {
 		.size = sizeof(((struct tenant_config *)0)->fld), .flags = CFG_RESTART, __VA_ARGS__ \
 	}
 
-/* [tenant.NAME] (README "Tenants"); read at start only. */
+/* [tenant.NAME] (docs/manual.md "Tenants"); read at start only. */
 const struct config_key config_tenant_keys[TENANT_KEY_COUNT] = {
 	[TENANT_KEY_UIDS] = TENANT_KEY("uids", cfg_ids, uids, SECOND(tenant_config, nuids),
 				       .help = "uids that are this tenant on the main socket"),

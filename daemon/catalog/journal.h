@@ -39,7 +39,7 @@ typedef void (*journal_recover_fn)(void *ctx, const char *what);
  * removal. Then empty the journal. Returns the number of files removed. */
 int journal_recover(struct journal *j, struct store *s, journal_recover_fn report, void *ctx);
 /* The same with each record's key in the store store_of(sctx, key) says
- * (a tenant's own storage: README "Tenants"). */
+ * (a tenant's own storage: docs/manual.md "Tenants"). */
 typedef struct store *(*journal_store_fn)(void *sctx, const char *key);
 int journal_recover_by(struct journal *j, journal_store_fn store_of, void *sctx, journal_recover_fn report, void *ctx);
 

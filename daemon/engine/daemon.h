@@ -66,7 +66,7 @@ struct save_failure {
 
 #define STATS_MSG_SLOTS 64 /* Frame body cases; msgtab.c checks its rows fit */
 
-/* The caps on what a client can make the daemon hold (README "Limits"),
+/* The caps on what a client can make the daemon hold (docs/manual.md "Limits"),
  * each counted when it refuses something: ckptd_refused_total{limit=}. */
 enum limit_kind {
 	LIMIT_FRAME_BYTES,      /* max_frame_bytes */
@@ -209,7 +209,7 @@ static inline void daemon_work_ended(struct daemon *d)
 }
 
 /* The storage a kept job name lives in: its tenant's own, or the main
- * one (README "Tenants"). */
+ * one (docs/manual.md "Tenants"). */
 static inline struct store *daemon_store_of(const struct daemon *d, const char *job)
 {
 	const struct tenant_config *t = config_tenant_of_job(&d->cfg, job);

@@ -2,7 +2,7 @@
  * the pool after its save ends, until a newer step of the same (job, rank)
  * replaces it or, for a durable copy, admission needs the space.
  *
- * Two kinds of copy are held (README "Tiers"):
+ * Two kinds of copy are held (docs/manual.md "Tiers"):
  * - durable ones (SAVE_HELD): also in storage, so dropping them loses
  *   nothing; admission reclaims them, oldest first;
  * - memory-only ones (SAVE_KEPT, a TIER_MEMORY or TIER_REPLICATED save):
@@ -58,7 +58,7 @@ void memtier_drop_corrupt(struct daemon *d, struct save *sv)
 /* Keep the newest copy of (job, rank) and, when that one is in memory
  * only, the newest before it: ranks that did not all finish the newest
  * step (a node lost mid-save) can still agree on the one before, from
- * memory (README "Tiers"). That one is reclaimable; every older copy goes
+ * memory (docs/manual.md "Tiers"). That one is reclaimable; every older copy goes
  * (one a persist uploads, once its upload ends: memtier_settle). */
 static void trim(struct daemon *d, const char *job, uint32_t rank)
 {

@@ -1,4 +1,4 @@
-/* One TLS connection between two daemons (README "Tiers"): mutual
+/* One TLS connection between two daemons (docs/manual.md "Tiers"): mutual
  * certificate authentication against the [peers] CA, PeerFrames framed
  * as on the socket (a 4-byte big-endian length), and raw shard bytes.
  * Blocking, with the [peers] timeout on every read and write; used by the

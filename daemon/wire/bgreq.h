@@ -18,7 +18,7 @@ struct bgreq {
 	struct session *session;
 	uint64_t req_id;
 	uv_work_t work;
-	/* The session's view (README "Tenants"), taken at start: its tenant
+	/* The session's view (docs/manual.md "Tenants"), taken at start: its tenant
 	 * (-1: none), admin, and how much of a kept job name it does not see. */
 	int tenant;
 	bool admin;

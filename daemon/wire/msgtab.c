@@ -87,7 +87,7 @@ static bool tenant_job(const char *job, const char *t, size_t strip)
 	return strncmp(job, t, strip - 1) == 0 && job[strip - 1] == '/';
 }
 
-/* What a tenant's session may see of the status (README "Tenants"): its
+/* What a tenant's session may see of the status (docs/manual.md "Tenants"): its
  * own row, held copies and failed saves (under its own names; of the
  * node's last few failures, those of its jobs), no other tenant's, and no
  * names of files recovered at start. Node-wide numbers stay. */

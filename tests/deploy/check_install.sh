@@ -34,7 +34,7 @@ check "ckptd(8)" has '/man/man8/ckptd\.8$'
 check "ckptctl(1)" has '/man/man1/ckptctl\.1$'
 check "ckptd.conf(5)" has '/man/man5/ckptd\.conf\.5$'
 check "the example config in etc and among the examples" bash -c "grep -Eq '/etc/ckptd/ckptd\.conf\.example$' <<<'$files' && grep -Eq '/share/doc/ckptd/examples/ckptd\.conf\.example$' <<<'$files'"
-check "LICENSE and README in the docs" bash -c "grep -Eq '/share/doc/ckptd/LICENSE$' <<<'$files' && grep -Eq '/share/doc/ckptd/README\.md$' <<<'$files'"
+check "LICENSE, README and the manual in the docs" bash -c "grep -Eq '/share/doc/ckptd/LICENSE$' <<<'$files' && grep -Eq '/share/doc/ckptd/README\.md$' <<<'$files' && grep -Eq '/share/doc/ckptd/manual\.md$' <<<'$files' && grep -Eq '/share/doc/ckptd/architecture\.md$' <<<'$files'"
 unit=$(grep -E '/systemd/system/ckptd\.service$' <<<"$files" | head -1)
 sbin=$(dirname "$(grep -E '/sbin/ckptd$' <<<"$files" | head -1)")
 check "the installed unit starts the installed ckptd" grep -q "^ExecStart=$sbin/ckptd " "$tmp$unit"

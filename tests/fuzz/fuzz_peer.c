@@ -1,4 +1,4 @@
-/* What a peer sends after its certificate passed (README "Tiers"): a
+/* What a peer sends after its certificate passed (docs/manual.md "Tiers"): a
  * PeerFrame, the manifest a ReplicaPut or ReplicaData carries (decoded and
  * checked as the receiver does), names for the ring, and HOST:PORT. */
 #include <stddef.h>

@@ -1,4 +1,4 @@
-"""Issue 32, Lightning: with the README's ModelCheckpoint(save_last=True),
+"""Issue 32, Lightning: with ckpt.lightning's example ModelCheckpoint(save_last=True),
 top-k removals and last.ckpt moving on leave no unreferenced step in
 ckptd; save_checkpoint to a path after fit writes its pointer; a second
 run of the same script fails at its first save, not at teardown; a save

@@ -1,4 +1,4 @@
-"""Tiers through the Python layer (README "Tiers"): memory saves through
+"""Tiers through the Python layer (docs/manual.md "Tiers"): memory saves through
 Checkpointer and ckpt.dcp, restore of the newest step every rank holds in
 memory, a trainer crash, persist, replicated saves without peers, and the
 checkpoint_id forms ckpt.dcp accepts."""
@@ -65,7 +65,7 @@ def test_table_plan_saves_in_memory_step_after_step(daemon):
         for step in range(1, 4):
             sd["w"].add_(1)
             cp.save(sd, step, tier="memory").result(30)
-        # The newest, and the one before it (README "Tiers").
+        # The newest, and the one before it (docs/manual.md "Tiers").
         assert sorted(h["step"] for h in cp.client.held()) == [2, 3]
         out = _sd(0)
         assert cp.load(out)[0] == 3 and torch.equal(out["w"], sd["w"])

@@ -870,7 +870,7 @@ static void test_journal_recovery_keeps_named_shard(void **state)
 	journal_close(j);
 }
 
-/* Temporary names carry the host (README "A daemon that dies"): recovery
+/* Temporary names carry the host (docs/manual.md "A daemon that dies"): recovery
  * removes this host's leftovers of a key and leaves another node's on the
  * same shared directory alone. */
 static void test_remove_temps_only_this_hosts(void **state)

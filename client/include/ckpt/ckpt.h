@@ -116,7 +116,7 @@ typedef enum {
 	CKPT_REPLICATED = 5,
 } ckpt_phase;
 
-/* Where a save's copy lives once it is safe (README "Tiers"). A memory
+/* Where a save's copy lives once it is safe (docs/manual.md "Tiers"). A memory
  * or replicated step is not in storage until ckpt_persist() names it;
  * its future ends at CKPT_KEPT (memory) or CKPT_REPLICATED, and waiting
  * for CKPT_DURABLE on it is -EINVAL. */
@@ -153,7 +153,7 @@ size_t ckpt_buffer_size(ckpt_buffer *b);
 /* Unregister and unmap. Accepts NULL. */
 void ckpt_buffer_free(ckpt_buffer *b);
 
-/* CUDA device buffers (README "CUDA"). libcuda is loaded at run time
+/* CUDA device buffers (docs/manual.md "CUDA"). libcuda is loaded at run time
  * (dlopen of $CKPT_CUDA_LIBRARY, else libcuda.so.1); nothing links it.
  *
  * 1 when this process can register device memory, else 0 with why
@@ -205,7 +205,7 @@ int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors, size
 		 size_t extra_len, const ckpt_save_opts *opts, ckpt_future **out);
 /* Tensor tables: a state dict saved again and again with the same
  * tensors in the same buffers is declared once, checked once by the
- * daemon, and each later save sends only its step (README "Python and
+ * daemon, and each later save sends only its step (docs/manual.md "Python and
  * PyTorch": the per-tensor cost). Host buffers only (-ENOTSUP for a CUDA
  * buffer: save those with ckpt_save_ex); -ENOTSUP too from a daemon
  * without CKPT_CAP_TABLES. The tensors array need not outlive the call.
@@ -288,7 +288,7 @@ void ckpt_future_free(ckpt_future *f);
 #define CKPT_STATUS_MAX_TENANTS 32
 #define CKPT_STATUS_MAX_FAILURES 5
 
-/* One tenant (README "Tenants"): an admin sees every one, a tenant its own. */
+/* One tenant (docs/manual.md "Tenants"): an admin sees every one, a tenant its own. */
 typedef struct {
 	char name[33];
 	uint32_t sessions, inflight_saves;
@@ -377,7 +377,7 @@ int ckpt_resolve(ckpt_client *c, const char *job, int64_t step, ckpt_step_info *
  * this session's rank's, or every rank's with all_ranks. With peer
  * replication, for this rank, also the copies the peers holding this
  * node's replicas have (->peer names each). No storage request: what a
- * restore could read (README "Tiers": ranks agree on a memory-only step
+ * restore could read (docs/manual.md "Tiers": ranks agree on a memory-only step
  * by gathering these). *out is malloc'd; free(). */
 int ckpt_held(ckpt_client *c, const char *job, int all_ranks, ckpt_held_info **out, size_t *count);
 
