@@ -279,9 +279,15 @@ def resolve_rank(rank=None, world_size=None):
 _INFLIGHT = re.compile(r"(\d+) saves of job .* are in flight \(max_inflight_saves")
 
 
+def _phases(f):
+    """The phases of SaveFuture f its tier reaches, but replicated (whose
+    failure leaves the save kept): staged, then kept or durable."""
+    return [x for x in (f.staged, f.kept, f.durable) if x is not None]
+
+
 def _finished(f):
     """Whether every phase of SaveFuture f (but replicated) is done."""
-    return all(x.done() for x in (f.staged, f.kept, f.durable) if x is not None)
+    return all(x.done() for x in _phases(f))
 
 
 def _failure(fut):
@@ -430,7 +436,7 @@ class Checkpointer:
         that is kept but not replicated, are not failures."""
         keep, failed = [], []
         for f in self._inflight:
-            phases = [x for x in (f.staged, f.kept, f.durable) if x is not None]
+            phases = _phases(f)
             bad = [x for x in phases if x.done() and _failure(x) is not None]
             if bad:
                 err = _failure(bad[0])
@@ -456,7 +462,7 @@ class Checkpointer:
         self._check_open()
         last = []
         for f in self._inflight:
-            last += [x for x in (f.staged, f.kept, f.durable) if x is not None]
+            last += _phases(f)
         _, pending = concurrent.futures.wait(last, timeout)
         if pending:
             raise TimeoutError(f"{len({id(f) for f in self._inflight})} save(s) of job '{self.job}' not finished "
@@ -888,7 +894,7 @@ class Checkpointer:
             busy = [f for f in self._inflight if not _finished(f)]
             if len(busy) < self._max_inflight:
                 return
-            concurrent.futures.wait([x for x in (busy[0].staged, busy[0].kept, busy[0].durable) if x is not None])
+            concurrent.futures.wait(_phases(busy[0]))
 
     def _save(self, state_dict, step, extra, tier):
         p, tensors, leaves, fresh = self._plan_for(state_dict)
@@ -1037,7 +1043,7 @@ class Checkpointer:
         # This Checkpointer's saves first: an overlapped one may still read
         # these tensors, and "latest" includes the steps it just saved.
         self._await_staged()
-        concurrent.futures.wait([x for f in self._inflight for x in (f.staged, f.kept, f.durable) if x is not None])
+        concurrent.futures.wait([x for f in self._inflight for x in _phases(f)])
         _resumed.add((self.client.socket, self.job))
         number = self._resolve_step(step)
         # This rank's manifest only (rank 0's past the saved world size):
