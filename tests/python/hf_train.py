@@ -11,6 +11,7 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 import ckpt.hf
+from faults import break_dir  # noqa: E402 (tests/python, this script's directory)
 
 sock, job, outdir, max_steps, out = sys.argv[1:6]
 resume = "resume" in sys.argv[6:]
@@ -43,20 +44,6 @@ class Kill(TrainerCallback):
     def on_step_end(self, args, state, control, **kw):
         if kill_at is not None and state.global_step == kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
-
-
-def break_dir(d):
-    """Make directory d (a job's in a file:// store) a file, at once,
-    whatever ckptd is writing in it: later uploads into it fail."""
-    for i in range(1000):
-        try:
-            if os.path.isdir(d):
-                os.rename(d, f"{d}.gone{i}")
-            os.close(os.open(d, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            return
-        except OSError:
-            continue  # ckptd made it again meanwhile
-    raise RuntimeError(f"could not replace {d}")
 
 
 class Break(TrainerCallback):

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import ckpt.torch
+from faults import break_dir
 
 
 def state(seed=0):
@@ -67,9 +68,7 @@ def test_storage_error_raises_in_the_trainer(daemon):
         cp.save(sd, 1).durable.result(30)
         # The job's directory becomes a file: every later upload fails.
         job_dir = os.path.join(daemon.store, "broken")
-        os.rename(job_dir, job_dir + ".gone")
-        with open(job_dir, "w") as f:
-            f.write("not a directory")
+        break_dir(job_dir)
         fut = cp.save(sd, 2)
         concurrent.futures.wait([fut.durable], 60)
         with pytest.raises(ckpt.CkptError, match="step 2 of job 'broken' was not saved"):
