@@ -100,7 +100,8 @@ class CkptdCallback(TrainerCallback):
                 raise CkptError(e.errno, f"{e.strerror}. With the Trainer: train(resume_from_checkpoint="
                                 "ckpt.hf.checkpoint_dir(job, output_dir)) resumes, or CkptdCallback(job, "
                                 "exist_ok=True)") from None
-            raise
+            raise CkptError(e.errno, f"Trainer checkpoint step {state.global_step} of job '{self.job}' was not "
+                            f"saved: {e.strerror}") from e
         self._futs.append(fut)
         return control
 

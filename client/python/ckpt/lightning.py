@@ -22,7 +22,6 @@ loads as one.
 Lightning saves on global rank 0 only (the state is the same on every rank),
 so the plugin saves as rank 0 of 1 whatever the launcher says.
 """
-import concurrent.futures
 import errno
 import json
 import os
@@ -34,7 +33,7 @@ except ImportError:  # the older package name
     from pytorch_lightning.plugins.io import CheckpointIO
 
 from .client import CkptError
-from .torch import Checkpointer
+from .torch import Checkpointer, _failure
 
 POINTER = "ckptd-step"
 
@@ -42,15 +41,19 @@ __all__ = ["CkptdCheckpointIO", "read_pointer"]
 
 
 def read_pointer(path):
-    """(job, step) of a pointer file, or None if path is not one."""
+    """(job, step) of a pointer file, or None if path is not one (any
+    file of a checkpoint directory is read: a malformed one is not a
+    pointer, never an error)."""
     try:
         with open(path, "rb") as f:
             head = f.read(4096)
         p = json.loads(head)
+        if isinstance(p, dict) and p.get("format") == POINTER and isinstance(p.get("job"), str):
+            step = p.get("step")
+            if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+                return p["job"], step
     except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    if isinstance(p, dict) and p.get("format") == POINTER:
-        return p["job"], int(p["step"])
+        pass
     return None
 
 
@@ -119,25 +122,22 @@ class CkptdCheckpointIO(CheckpointIO):
             if old is not None and old[0] == self.job and old[1] != step:
                 self._orphans.add(old[1])
 
-    def _referenced(self, step):
-        """Whether a pointer on disk (in this plugin's directories) or one
-        still to be written names step, or a save of it is in flight."""
-        if step in self._pointers.values():
-            return True
-        fut = self._saves.get(step)
-        if fut is not None and not fut.durable.done():
-            return True
+    def _named_steps(self):
+        """The steps of this job something still names: a pointer on disk
+        (in this plugin's directories; each file read once), one still to
+        be written, or a save in flight."""
+        named = set(self._pointers.values())
+        named.update(s for s, f in self._saves.items() if not f.durable.done())
         for d in self._dirs:
             try:
                 names = os.listdir(d)
             except OSError:
                 continue
             for n in names:
-                if n.endswith(".tmp." + str(os.getpid())):
-                    continue
-                if read_pointer(os.path.join(d, n)) == (self.job, step):
-                    return True
-        return False
+                p = None if n.endswith(".tmp." + str(os.getpid())) else read_pointer(os.path.join(d, n))
+                if p is not None and p[0] == self.job:
+                    named.add(p[1])
+        return named
 
     def _flush_pointers(self):
         """Write the pointers of durable steps whose durable callback has
@@ -147,8 +147,7 @@ class CkptdCheckpointIO(CheckpointIO):
             items = list(self._pointers.items())
         for path, step in items:
             f = self._saves.get(step)
-            if f is not None and f.durable.done() and not f.durable.cancelled() and \
-                    concurrent.futures.Future.exception(f.durable, 0) is None:
+            if f is not None and f.durable.done() and _failure(f.durable) is None:
                 self._write_pointer(path, step)
 
     def _settle(self):
@@ -157,6 +156,11 @@ class CkptdCheckpointIO(CheckpointIO):
         remove the orphan steps nothing names any more."""
         self._flush_pointers()
         with self._lock:
+            # Orphans first: a save still in flight is named, so every
+            # orphan's save is done before the failures are looked at (one
+            # that failed meanwhile is reported, never dropped unseen).
+            named = self._named_steps() if self._orphans else set()
+            orphans = [s for s in self._orphans if s not in named]
             failed = [(s, f) for s, f in self._saves.items()
                       if s not in self._reported and f.durable.done() and f.durable.exception() is not None]
             self._reported.update(s for s, _ in failed)
@@ -164,7 +168,6 @@ class CkptdCheckpointIO(CheckpointIO):
                 self._saves.pop(s, None)
                 for path in [p for p, st in self._pointers.items() if st == s]:
                     del self._pointers[path]
-            orphans = [s for s in self._orphans if not self._referenced(s)]
             self._orphans.difference_update(orphans)
             for s in orphans:
                 self._saves.pop(s, None)  # a later save of it saves anew
@@ -200,7 +203,8 @@ class CkptdCheckpointIO(CheckpointIO):
                 if e.errno == errno.EEXIST:
                     raise CkptError(e.errno, f"{e.strerror}. With Lightning: trainer.fit(model, ckpt_path=PATH "
                                     "of last.ckpt) resumes, or CkptdCheckpointIO(job, exist_ok=True)") from None
-                raise
+                raise CkptError(e.errno, f"Lightning checkpoint step {step} of job '{self.job}' was not saved: "
+                                f"{e.strerror}") from e
             with self._lock:
                 self._saves[step] = fut
         with self._lock:
