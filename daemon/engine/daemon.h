@@ -90,6 +90,7 @@ struct stats {
 	uint64_t reclaimed_bytes;
 	/* peers (daemon/peer/): counted on its threads */
 	atomic_uint_fast64_t peer_bytes_sent, peer_bytes_received, peer_link_errors, peer_restores;
+	atomic_uint_fast64_t held_copies_failed; /* a load's copy in memory failed its crc (load.c) */
 	uint64_t store_retries, store_failures;
 	struct histogram stall_hist, durable_hist;
 	uint64_t requests[STATS_MSG_SLOTS];        /* received, by Frame body case (msgtab.c) */

@@ -59,6 +59,7 @@ struct load {
 	bool memory_only;   /* the step is held here in memory only: no storage (load_copies) */
 	bool ask_peers;     /* a named step: copies may come from the peers (fetch_copy) */
 	bool storage_only;  /* Load.storage_only: neither memory nor peers */
+	bool no_copies;     /* a copy failed its crc: planned again from storage alone (load_run) */
 	char peer[128];     /* the peers copies came from, for Loaded.peer */
 	char peer_why[200]; /* why the peers gave none */
 	uv_work_t work;
@@ -319,7 +320,10 @@ static int plan_tensor(struct exec *ex, const char *key, const struct save *held
 	memset(p, 0, sizeof(*p));
 	p->t = t;
 	p->held = held;
-	p->verify = ld->d->cfg.verify_held;
+	/* Bytes that came from a peer, a replica put here by one included,
+	 * are checked whatever [pool] verify_held says: for a step in
+	 * storage, against the stored manifest's CRC32C. */
+	p->verify = ld->d->cfg.verify_held || src == SRC_PEER || (held && held->replica);
 	p->key = key;
 	p->saved = *saved;
 	p->es = tensor_dtype_size(t->dtype);
@@ -580,6 +584,8 @@ static int plan_rank(struct exec *ex, struct catalog_step *cs, uint32_t rank, ch
 			    r == -EBADMSG ? err : store_error(r));
 	if (manifest_shard_of(m, *key, sizeof(*key)) < 0)
 		return fail(ld, -EBADMSG, "rank %u's manifest names no shard of its own", rank);
+	if (ld->no_copies)
+		return plan_manifest(ex, m, *key, NULL);
 	const struct save *held = held_copy(ld, m);
 	return plan_manifest(ex, m, *key, held ? held : peer_copy(ld, m));
 }
@@ -772,6 +778,37 @@ out:
 	free(keys);
 }
 
+/* Plan the pinned step cs from its manifests and execute the plan. The
+ * manifest likeliest to hold what this rank asks for first, and
+ * replicated tensors then need one read only: at the same world size its
+ * own; resharding N -> M, the saved rank at the same place in the order
+ * (rank * N / M), which holds this rank's share when the layout follows
+ * the rank order (rows, flat FSDP shards, blocks along one dimension), so
+ * a rank reads about N/M + 1 manifests, not every one before its share.
+ * The others follow in order until all is covered. */
+static void plan_stored(struct load *ld, struct catalog_step *cs)
+{
+	struct catalog_group *g = &cs->groups[cs->best];
+	char(*keys)[768] = calloc(g->world_size, sizeof(*keys));
+	struct exec ex = { .ld = ld };
+	pthread_mutex_init(&ex.mu, NULL);
+	if (keys == NULL)
+		fail(ld, -ENOMEM, "out of memory");
+	uint32_t own = ld->rank < g->world_size ? ld->rank : 0;
+	uint32_t first = own;
+	if (ld->world_size != g->world_size && ld->rank < ld->world_size)
+		first = (uint32_t)((uint64_t)ld->rank * g->world_size / ld->world_size);
+	if (ld->status == 0)
+		plan_rank(&ex, cs, first, &keys[0]);
+	for (uint32_t i = 1; i < g->world_size && ld->status == 0 && !all_covered(ld); i++)
+		plan_rank(&ex, cs, (first + i) % g->world_size, &keys[i]);
+	check_covered(ld, cs->step);
+	if (ld->status == 0)
+		execute(&ex, ld->d->cfg.copy_threads);
+	exec_free(&ex);
+	free(keys);
+}
+
 /* Which step: "latest" is decided from listings and pinned (catalog.h);
  * a storage error fails the load, it never falls back to an older step.
  * Then this rank's own manifest, and its shard. Other ranks' manifests
@@ -787,7 +824,8 @@ static void load_run(uv_work_t *w)
 	if (ld->memory_only) {
 		uint32_t ws = 0;
 		for (size_t i = 0; i < ld->npinned && ws == 0; i++)
-			if (ld->pinned[i]->step == ld->step && !(ld->pin_flags[i] & PIN_DURABLE))
+			if (ld->pinned[i]->step == ld->step && !(ld->pin_flags[i] & PIN_DURABLE) &&
+			    !ld->pinned[i]->replica)
 				ws = ld->pinned[i]->world_size;
 		load_copies(ld, ws);
 		return;
@@ -835,31 +873,29 @@ static void load_run(uv_work_t *w)
 	cs.cache = ld->d->mancache;
 	struct catalog_group *g = &cs.groups[cs.best];
 	ld->loaded_step = cs.step;
-	char(*keys)[768] = calloc(g->world_size, sizeof(*keys));
-	struct exec ex = { .ld = ld };
-	pthread_mutex_init(&ex.mu, NULL);
-	if (keys == NULL)
-		fail(ld, -ENOMEM, "out of memory");
-	/* The manifest likeliest to hold what this rank asks for first, and
-	 * replicated tensors then need one read only: at the same world size
-	 * its own; resharding N -> M, the saved rank at the same place in the
-	 * order (rank * N / M), which holds this rank's share when the layout
-	 * follows the rank order (rows, flat FSDP shards, blocks along one
-	 * dimension), so a rank reads about N/M + 1 manifests, not every one
-	 * before its share. The others follow in order until all is covered. */
+	plan_stored(ld, &cs);
+	/* A copy in memory (held here, or a peer's) that failed its check
+	 * against the stored manifest: dropped (load_done), and the step read
+	 * from storage alone at once, never from that copy or peer again. */
+	if (ld->status == -EIO && ld->bad_held) {
+		const struct save *bad = ld->bad_held;
+		log_warn("load: %s step %" PRIu64 " rank %u: %s (%s%s); reading the step from storage instead", ld->job,
+			 cs.step, ld->rank, ld->msg, bad->from_peer ? "a copy from peer " : "a copy held here",
+			 bad->from_peer ? bad->peer : "");
+		atomic_fetch_add_explicit(&ld->d->stats.held_copies_failed, 1, memory_order_relaxed);
+		for (size_t i = 0; i < ld->nreqs; i++) {
+			ld->reqs[i].covered = 0;
+			ld->reqs[i].napplied = 0;
+			ld->reqs[i].sources = 0;
+		}
+		ld->bytes = ld->bytes_memory = 0;
+		ld->peer[0] = '\0';
+		ld->status = 0;
+		ld->msg[0] = '\0';
+		ld->no_copies = true;
+		plan_stored(ld, &cs);
+	}
 	uint32_t own = ld->rank < g->world_size ? ld->rank : 0;
-	uint32_t first = own;
-	if (ld->world_size != g->world_size && ld->rank < ld->world_size)
-		first = (uint32_t)((uint64_t)ld->rank * g->world_size / ld->world_size);
-	if (ld->status == 0)
-		plan_rank(&ex, &cs, first, &keys[0]);
-	for (uint32_t i = 1; i < g->world_size && ld->status == 0 && !all_covered(ld); i++)
-		plan_rank(&ex, &cs, (first + i) % g->world_size, &keys[i]);
-	check_covered(ld, cs.step);
-	if (ld->status == 0)
-		execute(&ex, ld->d->cfg.copy_threads);
-	exec_free(&ex);
-	free(keys);
 	/* The extra state is own's (rank 0's for ranks the save did not
 	 * have), read here if the plan did not need it. */
 	const Ckpt__Manifest *m = NULL;
@@ -1042,8 +1078,11 @@ void load_start(struct daemon *d, const struct requester *rq, const Ckpt__Load *
 	}
 	for (size_t i = 0; i < ld->npinned; i++) {
 		ld->pin_flags[i] = ld->pinned[i]->durable ? PIN_DURABLE : 0;
-		/* A named step held here, in memory only: restored from there. */
-		ld->memory_only |= !m->latest && !ld->pinned[i]->durable && ld->pinned[i]->step == m->step;
+		/* A named step held here in memory only, by a copy of this
+		 * node's own: restored from there (a replica held for a peer
+		 * never decides it: memtier.h). */
+		ld->memory_only |= !m->latest && !ld->pinned[i]->durable && !ld->pinned[i]->replica &&
+				   ld->pinned[i]->step == m->step;
 	}
 	r = uv_queue_work(d->loop, &ld->work, load_run, load_done);
 	if (r == 0)

@@ -55,27 +55,53 @@ void memtier_drop_corrupt(struct daemon *d, struct save *sv)
 		}
 }
 
-/* Keep the newest copy of (job, rank) and, when that one is in memory
+/* Copies of one (job, rank) form two groups that never touch each other
+ * (docs/manual.md "Tiers", "Peers"): this node's own (saved here, or
+ * brought back from a peer for a restore), and the replicas held for each
+ * peer. A replica never replaces, evicts or outranks one of this node's
+ * copies, whatever its step or attempt, and a replica from one peer never
+ * one from another. */
+struct group {
+	char job[129];
+	uint32_t rank;
+	bool replica;
+	char peer[128]; /* a replica's: the peer it is held for */
+};
+
+static void group_of(const struct save *sv, struct group *g)
+{
+	snprintf(g->job, sizeof(g->job), "%s", sv->job);
+	g->rank = sv->rank;
+	g->replica = sv->replica;
+	snprintf(g->peer, sizeof(g->peer), "%s", sv->replica ? sv->peer : "");
+}
+
+static bool in_group(const struct save *sv, const struct group *g)
+{
+	return sv->rank == g->rank && sv->replica == g->replica && strcmp(sv->job, g->job) == 0 &&
+	       (!g->replica || strcmp(sv->peer, g->peer) == 0);
+}
+
+/* Keep the newest copy of the group and, when that one is in memory
  * only, the newest before it: ranks that did not all finish the newest
  * step (a node lost mid-save) can still agree on the one before, from
  * memory (docs/manual.md "Tiers"). That one is reclaimable; every older copy goes
  * (one a persist uploads, once its upload ends: memtier_settle). */
-static void trim(struct daemon *d, const char *job, uint32_t rank)
+static void trim(struct daemon *d, const struct group *g)
 {
 	struct save *newest = NULL, *prev = NULL, *o, *next;
 	TAILQ_FOREACH (o, &d->held, hlink)
-		if (o->rank == rank && strcmp(o->job, job) == 0 && (newest == NULL || o->step >= newest->step))
+		if (in_group(o, g) && (newest == NULL || o->step >= newest->step))
 			newest = o; /* a step saved again: the later copy */
 	if (newest == NULL)
 		return;
 	if (!newest->durable)
 		TAILQ_FOREACH (o, &d->held, hlink)
-			if (o->rank == rank && o->step < newest->step && strcmp(o->job, job) == 0 &&
-			    (prev == NULL || o->step >= prev->step))
+			if (o->step < newest->step && in_group(o, g) && (prev == NULL || o->step >= prev->step))
 				prev = o;
 	for (o = TAILQ_FIRST(&d->held); o; o = next) {
 		next = TAILQ_NEXT(o, hlink);
-		if (o != newest && o != prev && !o->persisting && o->rank == rank && strcmp(o->job, job) == 0)
+		if (o != newest && o != prev && !o->persisting && in_group(o, g))
 			drop(d, o, "newer steps of the same job and rank are held");
 	}
 }
@@ -88,16 +114,18 @@ void memtier_hold(struct daemon *d, struct save *sv)
 	TAILQ_INSERT_TAIL(&d->held, sv, hlink);
 	sv->in_held = true;
 	d->nheld++;
-	char job[sizeof(sv->job)];
-	snprintf(job, sizeof(job), "%s", sv->job); /* sv may go */
-	trim(d, job, sv->rank);
+	struct group g;
+	group_of(sv, &g); /* sv may go */
+	trim(d, &g);
 }
 
 struct save *memtier_newer(struct daemon *d, const struct save *sv)
 {
 	struct save *o;
+	struct group g;
+	group_of(sv, &g);
 	TAILQ_FOREACH (o, &d->held, hlink)
-		if (o->rank == sv->rank && o->step > sv->step && strcmp(o->job, sv->job) == 0)
+		if (o->step > sv->step && in_group(o, &g))
 			return o;
 	return NULL;
 }
@@ -105,9 +133,9 @@ struct save *memtier_newer(struct daemon *d, const struct save *sv)
 void memtier_settle(struct daemon *d, struct save *sv)
 {
 	assert(sv->in_held && !sv->persisting);
-	char job[sizeof(sv->job)];
-	snprintf(job, sizeof(job), "%s", sv->job); /* sv may go */
-	trim(d, job, sv->rank);
+	struct group g;
+	group_of(sv, &g); /* sv may go */
+	trim(d, &g);
 }
 
 /* What admission may drop: a copy no load reads that is a replica held
@@ -149,12 +177,28 @@ void memtier_reclaim(struct daemon *d, uint32_t whole, uint32_t tail_slots)
 		}
 }
 
+/* Whether this node holds a copy of its own of (job, rank), at any step:
+ * then that rank is this node's, and no replica stands in for it. */
+static bool own_rank(struct daemon *d, const char *job, uint32_t rank)
+{
+	const struct save *o;
+	TAILQ_FOREACH (o, &d->held, hlink)
+		if (!o->replica && o->rank == rank && strcmp(o->job, job) == 0)
+			return true;
+	return false;
+}
+
+static bool loadable(struct daemon *d, const struct save *sv, const char *job)
+{
+	return strcmp(sv->job, job) == 0 && (!sv->replica || !own_rank(d, job, sv->rank));
+}
+
 size_t memtier_pin(struct daemon *d, const char *job, struct save ***out)
 {
 	size_t n = 0;
 	struct save *sv;
 	TAILQ_FOREACH (sv, &d->held, hlink)
-		if (strcmp(sv->job, job) == 0)
+		if (loadable(d, sv, job))
 			n++;
 	*out = NULL;
 	if (n == 0)
@@ -164,12 +208,17 @@ size_t memtier_pin(struct daemon *d, const char *job, struct save ***out)
 		return 0; /* the load then reads storage only */
 	size_t k = 0;
 	TAILQ_FOREACH (sv, &d->held, hlink)
-		if (strcmp(sv->job, job) == 0) {
+		if (loadable(d, sv, job)) {
 			sv->readers++;
 			v[k++] = sv;
 		}
 	*out = v;
 	return k;
+}
+
+bool memtier_loadable(struct daemon *d, const struct save *sv)
+{
+	return loadable(d, sv, sv->job);
 }
 
 void memtier_unpin(struct save **pinned, size_t n)
@@ -199,11 +248,14 @@ uint64_t memtier_kept_bytes(const struct daemon *d, uint32_t *count)
 
 struct save *memtier_find(struct daemon *d, const char *job, uint64_t step, uint32_t rank)
 {
-	struct save *sv;
+	struct save *sv, *own = NULL;
 	TAILQ_FOREACH (sv, &d->held, hlink)
-		if (sv->step == step && sv->rank == rank && strcmp(sv->job, job) == 0)
-			return sv;
-	return NULL;
+		if (sv->step == step && sv->rank == rank && strcmp(sv->job, job) == 0) {
+			if (sv->replica)
+				return sv;
+			own = sv;
+		}
+	return own;
 }
 
 void memtier_clear(struct daemon *d)

@@ -122,6 +122,10 @@ const struct status_col status_cols[ST_NCOLS] = {
 	[ST_PEER_LINK_ERRORS] = { "peer_link_errors",
 				  "Peer connections that failed or were refused (certificates, timeouts, garbage).",
 				  ST_COUNTER, ST_UNIT_COUNT, METRIC, "ckptd_peer_link_errors_total" },
+	[ST_HELD_COPIES_FAILED] = { "held_copies_failed",
+				    "Copies in memory (held here, or a peer's) that failed their CRC32C on restore: "
+				    "dropped, and the step read from storage.",
+				    ST_COUNTER, ST_UNIT_COUNT, METRIC, "ckptd_memory_copies_failed_total" },
 	[ST_REQUESTS] = { "requests", "Requests received, by message.", ST_COUNTER, ST_UNIT_COUNT, METRIC,
 			  "ckptd_requests_total", .per_message = true },
 	[ST_REFUSED_FRAME_BYTES] = { "refused_frame_bytes", "Requests and connections refused or closed by a limit.",
@@ -202,6 +206,7 @@ int status_snapshot(const struct daemon *d, struct status *st)
 	v[ST_PEER_BYTES_RECEIVED] = atomic_load(&d->stats.peer_bytes_received);
 	v[ST_PEER_RESTORES] = atomic_load(&d->stats.peer_restores);
 	v[ST_PEER_LINK_ERRORS] = atomic_load(&d->stats.peer_link_errors);
+	v[ST_HELD_COPIES_FAILED] = atomic_load(&d->stats.held_copies_failed);
 	memcpy(st->requests, s->requests, sizeof(st->requests));
 	memcpy(st->request_name, s->request_name, sizeof(st->request_name));
 

@@ -19,6 +19,17 @@ static const char *const tier_word[] = {
 	[TIER_DURABLE] = "durable", [TIER_MEMORY] = "memory", [TIER_REPLICATED] = "replicated"
 };
 
+/* Whether held copy sv is in a HeldReply of job: every copy, replicas
+ * held for peers included, for all ranks (ckptctl); for one rank, those
+ * its restore may read (memtier_loadable: a replica held for a peer never
+ * stands in for this node's own copies of the rank). */
+static bool listed(struct daemon *d, const struct save *sv, const char *job, bool all_ranks, uint32_t rank)
+{
+	if (strcmp(sv->job, job) != 0)
+		return false;
+	return all_ranks || (sv->rank == rank && memtier_loadable(d, sv));
+}
+
 /* The HeldReply: this daemon's copies of job (for rank, or all ranks),
  * then the peers' (peer_copy, each naming its peer). */
 static void held_answer(struct session *s, uint64_t req_id, const char *job, bool all_ranks, uint32_t rank,
@@ -28,7 +39,7 @@ static void held_answer(struct session *s, uint64_t req_id, const char *job, boo
 	size_t n = npc, k = 0;
 	struct save *sv;
 	TAILQ_FOREACH (sv, &d->held, hlink)
-		if (strcmp(sv->job, job) == 0 && (all_ranks || sv->rank == rank))
+		if (listed(d, sv, job, all_ranks, rank))
 			n++;
 	Ckpt__HeldCopy *v = calloc(n ? n : 1, sizeof(*v));
 	Ckpt__HeldCopy **p = calloc(n ? n : 1, sizeof(*p));
@@ -40,7 +51,7 @@ static void held_answer(struct session *s, uint64_t req_id, const char *job, boo
 	}
 	size_t strip = session_job_strip(s);
 	TAILQ_FOREACH (sv, &d->held, hlink)
-		if (strcmp(sv->job, job) == 0 && (all_ranks || sv->rank == rank)) {
+		if (listed(d, sv, job, all_ranks, rank)) {
 			save_held_view(sv, &v[k], strip);
 			p[k] = &v[k];
 			k++;

@@ -54,16 +54,17 @@ static int make_certs(void **state)
 	if (mkdtemp(certs) == NULL)
 		return -1;
 	const char *ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-	int r = sh("cd '%s' && "
-		   "openssl req -x509 %s -keyout ca.key -out ca.crt -days 2 -subj /CN=ckpt-test-ca 2>/dev/null && "
-		   "openssl req %s -keyout node.key -out node.csr -subj /CN=ckptd-peer 2>/dev/null && "
-		   "openssl x509 -req -in node.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out node.crt -days 2 "
-		   "2>/dev/null && "
-		   "openssl req -x509 %s -keyout rogue-ca.key -out rogue-ca.crt -days 2 -subj /CN=rogue-ca 2>/dev/null && "
-		   "openssl req %s -keyout rogue.key -out rogue.csr -subj /CN=ckptd-peer 2>/dev/null && "
-		   "openssl x509 -req -in rogue.csr -CA rogue-ca.crt -CAkey rogue-ca.key -CAcreateserial -out rogue.crt "
-		   "-days 2 2>/dev/null",
-		   certs, ec, ec, ec, ec);
+	int r = sh(
+		"cd '%s' && "
+		"openssl req -x509 %s -keyout ca.key -out ca.crt -days 2 -subj /CN=ckpt-test-ca 2>/dev/null && "
+		"openssl req %s -keyout node.key -out node.csr -subj /CN=ckptd-peer 2>/dev/null && "
+		"openssl x509 -req -in node.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out node.crt -days 2 "
+		"2>/dev/null && "
+		"openssl req -x509 %s -keyout rogue-ca.key -out rogue-ca.crt -days 2 -subj /CN=rogue-ca 2>/dev/null && "
+		"openssl req %s -keyout rogue.key -out rogue.csr -subj /CN=ckptd-peer 2>/dev/null && "
+		"openssl x509 -req -in rogue.csr -CA rogue-ca.crt -CAkey rogue-ca.key -CAcreateserial -out rogue.crt "
+		"-days 2 2>/dev/null",
+		certs, ec, ec, ec, ec);
 	return r == 0 ? 0 : -1;
 }
 
@@ -838,6 +839,132 @@ static void test_garbage_on_the_peer_port(void **state)
 	cluster_stop(&c, 2);
 }
 
+/* peer_rogue (a peer with a certificate the CA signed) run with args;
+ * its exit status, its output in out (may be NULL). */
+static int rogue(char *out, size_t outlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int rogue(char *out, size_t outlen, const char *fmt, ...)
+{
+	const char *bin = getenv("PEER_ROGUE_BIN");
+	assert_non_null(bin);
+	char args[1024], cmd[1400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof(cmd), "'%s' %s 2>&1", bin, args);
+	FILE *f = popen(cmd, "r");
+	assert_non_null(f);
+	char buf[4096];
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	int st = pclose(f);
+	if (out)
+		snprintf(out, outlen, "%s", buf);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Put a rogue replica of job's (step, rank 0 of 1) of n bytes on node i,
+ * said to come from the node named from: filled by seed, its tensor
+ * claiming claim's CRC. Expected to be held (ack 0). */
+static void rogue_put(int i, int from, const char *job, uint64_t step, size_t n, uint64_t seed, uint64_t claim)
+{
+	char out[1024];
+	int r = rogue(out, sizeof(out), "put 127.0.0.1:%d '%s' 127.0.0.1:%d %s %llu 0 1 %zu %llu %llu", ports[i], certs,
+		      ports[from], job, (unsigned long long)step, n, (unsigned long long)seed,
+		      (unsigned long long)claim);
+	if (r != 0)
+		fail_msg("rogue put of %s step %llu: %s", job, (unsigned long long)step, out);
+}
+
+/* Load step expecting failure; its status. */
+static int rc_load_fails(struct rank_client *rc, uint64_t step, char *msg, size_t msglen)
+{
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_load(rc->c, (int64_t)step, &rc->t, 1, &f), 0);
+	int r = ckpt_future_wait(f, CKPT_LOADED, 60000);
+	snprintf(msg, msglen, "%s", ckpt_future_message(f));
+	ckpt_future_free(f);
+	return r;
+}
+
+/* A node's own data is its own: replicas a peer with a valid certificate
+ * puts for this node's own (job, rank), at its steps or newer, with other
+ * bytes and matching CRCs, are held apart from the node's copies. They
+ * never replace one (a memory-only step and a durable one loaded by
+ * number restore the node's bytes), never evict one (two tiny puts of
+ * newer steps leave the memory-only step that is the only copy), never
+ * refuse one of the rank's later saves, and never stand in for the rank
+ * (its held list and a load of the injected step do not see them). */
+static void test_replica_never_replaces_own_copy(void **state)
+{
+	(void)state;
+	struct cluster c;
+	cluster_start(&c, 2, NULL);
+	struct rank_client rc;
+	rc_open(&c.n[0], &rc, "mine", 0, 1, MIB);
+	char src[16], msg[512];
+	rc_save_wait(&rc, 10, 0, CKPT_TIER_MEMORY, CKPT_KEPT);
+	rogue_put(0, 1, "mine", 10, MIB, 0xbad, 0xbad);
+	rc_load(&rc, 10, 0, src, sizeof(src), NULL, 0);
+	assert_string_equal(src, "memory");
+	/* Newer steps, tiny: the memory-only step 10 is the only copy. */
+	rogue_put(0, 1, "mine", 11, 4096, 0xbad, 0xbad);
+	rogue_put(0, 1, "mine", 12, 4096, 0xbad, 0xbad);
+	rc_load(&rc, 10, 0, src, sizeof(src), NULL, 0);
+	assert_string_equal(src, "memory");
+	ckpt_held_info *h = NULL;
+	size_t nh = 0;
+	assert_int_equal(ckpt_held(rc.c, "mine", 0, &h, &nh), 0);
+	assert_int_equal(nh, 1);
+	assert_int_equal(h[0].step, 10);
+	free(h);
+	assert_int_equal(held_all(&c.n[0], "mine", &h), 3); /* ckptctl sees all */
+	free(h);
+	int r = rc_load_fails(&rc, 12, msg, sizeof(msg));
+	if (r != -ENOENT)
+		fail_msg("load of a step only a rogue replica has: %d (%s)", r, msg);
+	/* A durable step loaded by number. */
+	rc_save_wait(&rc, 30, 0, CKPT_TIER_DURABLE, CKPT_DURABLE);
+	rogue_put(0, 1, "mine", 30, MIB, 0xbad, 0xbad);
+	rc_load(&rc, 30, 0, src, sizeof(src), NULL, 0);
+	/* A later save of the rank is not refused as older than a replica. */
+	rogue_put(0, 1, "mine", 100, 4096, 0xbad, 0xbad);
+	rc_save_wait(&rc, 31, 0, CKPT_TIER_MEMORY, CKPT_KEPT);
+	rc_load(&rc, 31, 0, src, sizeof(src), NULL, 0);
+	assert_string_equal(src, "memory");
+	rc_close(&rc);
+	cluster_stop(&c, 2);
+}
+
+/* Bytes from a peer for a step in storage are checked against the stored
+ * manifest whatever [pool] verify_held says: a holder whose copy of the
+ * step claims the stored CRC over other bytes (its chunk CRCs match them)
+ * is caught, and the replacement node reads the step from storage at
+ * once, bit-exact, the bad copy counted. */
+static void test_peer_bytes_proven_against_storage(void **state)
+{
+	(void)state;
+	struct cluster c;
+	const char *extra[NODES] = { "[pool]\nverify_held = false\n", NULL, NULL };
+	cluster_start(&c, 2, extra);
+	struct rank_client rc;
+	rc_open(&c.n[0], &rc, "proof", 0, 1, 2 * MIB);
+	rc_save_wait(&rc, 7, 0, CKPT_TIER_DURABLE, CKPT_DURABLE);
+	rc_close(&rc);
+	rogue_put(successor(0, 2), 0, "proof", 7, 2 * MIB, 0xbad, 7000);
+	node_kill(&c, 0);
+	h_start(&c.n[0], c.conf[0]);
+	rc_open(&c.n[0], &rc, "proof", 0, 1, 2 * MIB);
+	char src[16];
+	for (int i = 0; i < 2; i++) {
+		rc_load(&rc, 7, 0, src, sizeof(src), NULL, 0);
+		assert_string_equal(src, "storage");
+		assert_int_equal(h_metric(&c.n[0], "ckptd_memory_copies_failed_total"), (uint64_t)i + 1);
+	}
+	rc_close(&rc);
+	cluster_stop(&c, 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -852,6 +979,8 @@ int main(void)
 		cmocka_unit_test(test_replica_share_full),
 		cmocka_unit_test(test_replica_damaged_on_the_way),
 		cmocka_unit_test(test_garbage_on_the_peer_port),
+		cmocka_unit_test(test_replica_never_replaces_own_copy),
+		cmocka_unit_test(test_peer_bytes_proven_against_storage),
 	};
 	return cmocka_run_group_tests(tests, make_certs, drop_certs);
 }

@@ -1,0 +1,236 @@
+/* A peer that speaks ckptd's peer protocol (proto PeerFrame over TLS,
+ * daemon/peer/link.h) as an attacker would: with a certificate the peers'
+ * CA signed (a compromised node, or any pod that can read the Secret) it
+ * puts replicas of its own making and asks for copies; with none, it
+ * holds connections open. test_peers.c runs it; every address is one the
+ * test made.
+ *
+ *   peer_rogue put  HOST:PORT CERTDIR NODE JOB STEP RANK WORLD NBYTES SEED [CLAIM]
+ *       a ReplicaPut from "NODE" of one u8 tensor "blob" of NBYTES bytes
+ *       (rank RANK's box of a [NBYTES * WORLD] tensor, attempt "p", as
+ *       harness.h saves it), filled by h_fill(SEED), with matching chunk
+ *       CRCs; the tensor's CRC32C is that of h_fill(CLAIM) (default SEED):
+ *       a manifest that says "the genuine save" over other bytes.
+ *       Prints "ready S MSG" and "ack S MSG"; exit 0 if both are 0.
+ *   peer_rogue get  HOST:PORT CERTDIR JOB STEP RANK WORLD
+ *       a ReplicaGet; prints "data S BYTES CRC32C MSG"; exit 0 if S is 0.
+ *   peer_rogue list HOST:PORT CERTDIR JOB
+ *       a ReplicaList of every rank; prints "held STEP RANK WORLD BYTES"
+ *       per copy and "listed N".
+ *
+ * CERTDIR holds ca.crt, node.crt and node.key. */
+#include "crc32c.h"
+#include "link.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK (1u << 20)
+
+static void fill(uint8_t *p, size_t n, uint64_t seed) /* h_fill (harness.c) */
+{
+	for (size_t i = 0; i < n; i += 8) {
+		uint64_t v = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed * 0xBF58476D1CE4E5B9ull;
+		memcpy(p + i, &v, n - i < 8 ? n - i : 8);
+	}
+}
+
+static int open_peer(const char *hostport, const char *dir, const char *node, struct link *l)
+{
+	char cert[512], key[512], ca[512], err[300];
+	snprintf(cert, sizeof(cert), "%s/node.crt", dir);
+	snprintf(key, sizeof(key), "%s/node.key", dir);
+	snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
+	static struct link_tls tls;
+	int r = link_tls_init(&tls, cert, key, ca, err, sizeof(err));
+	if (r == 0)
+		r = link_connect(&tls, hostport, 5000, l, err, sizeof(err));
+	if (r < 0) {
+		fprintf(stderr, "peer_rogue: %s: %s\n", hostport, err);
+		return r;
+	}
+	Ckpt__PeerHello h = CKPT__PEER_HELLO__INIT;
+	h.protocol_version = 1;
+	h.node = (char *)node;
+	Ckpt__PeerFrame f = CKPT__PEER_FRAME__INIT;
+	f.body_case = CKPT__PEER_FRAME__BODY_HELLO;
+	f.hello = &h;
+	return link_send(l, &f);
+}
+
+static int put(const char *hp, const char *dir, const char *node, const char *job, uint64_t step, uint32_t rank,
+	       uint32_t world, uint64_t n, uint64_t seed, uint64_t claim)
+{
+	uint8_t *buf = malloc(n ? n : 1);
+	uint64_t nchunks = (n + CHUNK - 1) / CHUNK;
+	uint32_t *crcs = calloc(nchunks ? nchunks : 1, sizeof(*crcs));
+	if (buf == NULL || crcs == NULL)
+		return 2;
+	fill(buf, n, seed);
+	for (uint64_t c = 0; c < nchunks; c++)
+		crcs[c] = crc32c_update(0, buf + c * CHUNK, n - c * CHUNK < CHUNK ? n - c * CHUNK : CHUNK);
+	uint64_t gshape = n * world, off = n * rank, len = n;
+	Ckpt__ManifestTensor t = CKPT__MANIFEST_TENSOR__INIT;
+	t.name = (char *)"blob";
+	t.dtype = CKPT__DTYPE__U8;
+	t.n_global_shape = 1;
+	t.global_shape = &gshape;
+	t.n_box_offsets = 1;
+	t.box_offsets = &off;
+	t.n_box_lengths = 1;
+	t.box_lengths = &len;
+	t.nbytes = n;
+	fill(buf, n, claim);
+	t.crc32c = crc32c_update(0, buf, n);
+	fill(buf, n, seed);
+	Ckpt__ManifestTensor *tp = &t;
+	char shard[256];
+	snprintf(shard, sizeof(shard), "rank-%05u-of-%05u.p.0000000000000000.shard", rank, world);
+	Ckpt__Manifest m = CKPT__MANIFEST__INIT;
+	m.format_version = 1;
+	m.job = (char *)job;
+	m.step = step;
+	m.rank = rank;
+	m.world_size = world;
+	m.attempt_id = (char *)"p";
+	m.shard_name = shard;
+	m.shard_dir = (char *)"";
+	m.shard_bytes = n;
+	m.chunk_bytes = CHUNK;
+	m.n_chunk_crc32c = nchunks;
+	m.chunk_crc32c = crcs;
+	m.n_tensors = 1;
+	m.tensors = &tp;
+	size_t ml = ckpt__manifest__get_packed_size(&m);
+	uint8_t *mb = malloc(ml ? ml : 1);
+	ckpt__manifest__pack(&m, mb);
+	struct link l;
+	if (open_peer(hp, dir, node, &l) < 0)
+		return 1;
+	Ckpt__ReplicaPut p = CKPT__REPLICA_PUT__INIT;
+	p.manifest.data = mb;
+	p.manifest.len = ml;
+	p.tier = CKPT__TIER__TIER_REPLICATED;
+	Ckpt__PeerFrame f = CKPT__PEER_FRAME__INIT;
+	f.body_case = CKPT__PEER_FRAME__BODY_PUT;
+	f.put = &p;
+	Ckpt__PeerFrame *in = NULL;
+	int r = link_send(&l, &f);
+	if (r == 0)
+		r = link_recv(&l, 1 << 16, &in);
+	if (r < 0 || in->body_case != CKPT__PEER_FRAME__BODY_READY) {
+		printf("ready: %s\n", r < 0 ? strerror(-r) : "another message");
+		return 1;
+	}
+	printf("ready %d %s\n", in->ready->status, in->ready->message);
+	int st = in->ready->status;
+	ckpt__peer_frame__free_unpacked(in, NULL);
+	if (st != 0)
+		return 1;
+	r = link_write(&l, buf, n);
+	if (r == 0)
+		r = link_recv(&l, 1 << 16, &in);
+	if (r < 0 || in->body_case != CKPT__PEER_FRAME__BODY_ACK) {
+		printf("ack: %s\n", r < 0 ? strerror(-r) : "another message");
+		return 1;
+	}
+	printf("ack %d %s\n", in->ack->status, in->ack->message);
+	st = in->ack->status;
+	ckpt__peer_frame__free_unpacked(in, NULL);
+	link_close(&l);
+	free(buf);
+	free(crcs);
+	free(mb);
+	return st == 0 ? 0 : 1;
+}
+
+static int get(const char *hp, const char *dir, const char *job, uint64_t step, uint32_t rank, uint32_t world)
+{
+	struct link l;
+	if (open_peer(hp, dir, "127.0.0.1:1", &l) < 0)
+		return 1;
+	Ckpt__ReplicaGet g = CKPT__REPLICA_GET__INIT;
+	g.job = (char *)job;
+	g.step = step;
+	g.rank = rank;
+	g.world_size = world;
+	Ckpt__PeerFrame f = CKPT__PEER_FRAME__INIT;
+	f.body_case = CKPT__PEER_FRAME__BODY_GET;
+	f.get = &g;
+	Ckpt__PeerFrame *in = NULL;
+	int r = link_send(&l, &f);
+	if (r == 0)
+		r = link_recv(&l, 256u << 20, &in);
+	if (r < 0 || in->body_case != CKPT__PEER_FRAME__BODY_DATA) {
+		printf("data: %s\n", r < 0 ? strerror(-r) : "another message");
+		return 1;
+	}
+	int st = in->data->status;
+	uint64_t n = 0;
+	uint32_t crc = 0;
+	if (st == 0) {
+		Ckpt__Manifest *m = ckpt__manifest__unpack(NULL, in->data->manifest.len, in->data->manifest.data);
+		if (m == NULL)
+			return 1;
+		n = m->shard_bytes;
+		uint8_t *buf = malloc(n ? n : 1);
+		if (buf == NULL || link_read(&l, buf, n) < 0)
+			return 1;
+		crc = crc32c_update(0, buf, n);
+		free(buf);
+		ckpt__manifest__free_unpacked(m, NULL);
+	}
+	printf("data %d %llu %08x %s\n", st, (unsigned long long)n, crc, in->data->message);
+	ckpt__peer_frame__free_unpacked(in, NULL);
+	link_close(&l);
+	return st == 0 ? 0 : 1;
+}
+
+static int list(const char *hp, const char *dir, const char *job)
+{
+	struct link l;
+	if (open_peer(hp, dir, "127.0.0.1:1", &l) < 0)
+		return 1;
+	Ckpt__ReplicaList q = CKPT__REPLICA_LIST__INIT;
+	q.job = (char *)job;
+	q.all_ranks = 1;
+	Ckpt__PeerFrame f = CKPT__PEER_FRAME__INIT;
+	f.body_case = CKPT__PEER_FRAME__BODY_LIST;
+	f.list = &q;
+	Ckpt__PeerFrame *in = NULL;
+	int r = link_send(&l, &f);
+	if (r == 0)
+		r = link_recv(&l, 256u << 20, &in);
+	if (r < 0 || in->body_case != CKPT__PEER_FRAME__BODY_LIST_REPLY) {
+		printf("list: %s\n", r < 0 ? strerror(-r) : "another message");
+		return 1;
+	}
+	for (size_t i = 0; i < in->list_reply->n_held; i++) {
+		const Ckpt__HeldCopy *h = in->list_reply->held[i];
+		printf("held %llu %u %u %llu\n", (unsigned long long)h->step, h->rank, h->world_size,
+		       (unsigned long long)h->bytes);
+	}
+	printf("listed %zu\n", in->list_reply->n_held);
+	ckpt__peer_frame__free_unpacked(in, NULL);
+	link_close(&l);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if ((argc == 11 || argc == 12) && strcmp(argv[1], "put") == 0)
+		return put(argv[2], argv[3], argv[4], argv[5], strtoull(argv[6], NULL, 10),
+			   (uint32_t)strtoul(argv[7], NULL, 10), (uint32_t)strtoul(argv[8], NULL, 10),
+			   strtoull(argv[9], NULL, 10), strtoull(argv[10], NULL, 10),
+			   strtoull(argv[argc == 12 ? 11 : 10], NULL, 10));
+	if (argc == 8 && strcmp(argv[1], "get") == 0)
+		return get(argv[2], argv[3], argv[4], strtoull(argv[5], NULL, 10), (uint32_t)strtoul(argv[6], NULL, 10),
+			   (uint32_t)strtoul(argv[7], NULL, 10));
+	if (argc == 5 && strcmp(argv[1], "list") == 0)
+		return list(argv[2], argv[3], argv[4]);
+	fprintf(stderr, "usage: see the comment at the top of peer_rogue.c\n");
+	return 2;
+}
