@@ -82,8 +82,20 @@ enum limit_kind {
 	LIMIT_N
 };
 
+/* The caps on what peers can make the daemon hold (docs/manual.md "Peers"),
+ * counted on the peer threads: ckptd_refused_total{limit="peer_..."}. */
+enum peer_limit_kind {
+	PEER_LIMIT_HANDSHAKES,  /* [peers] max_handshakes: the oldest handshake closed for a new one */
+	PEER_LIMIT_CONNECTIONS, /* [peers] max_connections */
+	PEER_LIMIT_PER_ADDRESS, /* [peers] max_per_address */
+	PEER_LIMIT_REPLICAS,    /* [peers] max_replicas */
+	PEER_LIMIT_DEADLINE,    /* [peers] timeout_ms and min_rate: a handshake or frame not done in time */
+	PEER_LIMIT_N
+};
+
 struct stats {
 	uint64_t refused[LIMIT_N];
+	atomic_uint_fast64_t peer_refused[PEER_LIMIT_N];
 	uint64_t saves_total, saves_failed, saves_superseded, saves_skipped;
 	uint64_t bytes_staged, bytes_durable, bytes_restored, bytes_restored_memory;
 	uint64_t restores_from_memory, restores_from_storage;

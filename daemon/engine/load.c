@@ -38,8 +38,9 @@ struct load_req {
 #define SRC_STORAGE 2u
 #define SRC_PEER 4u /* a copy brought back from a peer for this load */
 
-#define PIN_DURABLE 1u /* the copy was in storage when pinned (held_copy) */
-#define PIN_FETCHED 2u /* brought from a peer by this load (fetch_copy) */
+#define PIN_DURABLE 1u    /* the copy was in storage when pinned (held_copy) */
+#define PIN_FETCHED 2u    /* brought from a peer by this load (fetch_copy) */
+#define COPY_MISSES_MAX 8 /* saved ranks of a memory-only step found nowhere, before a load gives up */
 
 struct load {
 	TAILQ_ENTRY(load) link; /* daemon.loads */
@@ -713,6 +714,7 @@ static void load_copies(struct load *ld, uint32_t ws)
 				 : own;
 	char missing[160] = "";
 	size_t nmissing = 0;
+	unsigned misses = 0;
 	for (uint32_t i = 0; i < ws && ld->status == 0 && (i == 0 || !all_covered(ld)); i++) {
 		uint32_t r = (first + i) % ws;
 		struct save *sv = copy_of(ld, r, ws);
@@ -720,6 +722,14 @@ static void load_copies(struct load *ld, uint32_t ws)
 			nmissing += (size_t)snprintf(missing + nmissing,
 						     nmissing < sizeof(missing) ? sizeof(missing) - nmissing : 0,
 						     "%s%u", nmissing ? "," : "", r);
+			/* A world size a peer claimed (peer_world) is not asked
+			 * for rank after rank: a rank needs N/M + 1 copies. */
+			if (++misses == COPY_MISSES_MAX) {
+				nmissing += (size_t)snprintf(
+					missing + nmissing, nmissing < sizeof(missing) ? sizeof(missing) - nmissing : 0,
+					" (no more asked)");
+				break;
+			}
 			continue;
 		}
 		if (save_manifest_view(sv, &views[nviews], "", 0) < 0) {

@@ -123,6 +123,7 @@ struct save {
 	uint32_t jobs_left;
 	uint8_t *extra;
 	size_t extra_len;
+	uint64_t meta_bytes;    /* a copy from a peer: its extra state and tensor table, beside the pool (peer.c) */
 	struct cudaev **events; /* the trainer's, one per device; while staging */
 	size_t nevents;
 

@@ -115,8 +115,9 @@ const struct status_col status_cols[ST_NCOLS] = {
 				     ST_COUNTER, ST_UNIT_BYTES, METRIC, "ckptd_peer_received_bytes_total" },
 	[ST_PEER_REPLICAS_HELD] = { "peer_replicas_held", "Replicas held for peers.", ST_GAUGE, ST_UNIT_COUNT, METRIC,
 				    "ckptd_peer_replicas_held" },
-	[ST_PEER_REPLICA_BYTES] = { "peer_replica_bytes", "Pool bytes of the replicas held for peers.", ST_GAUGE,
-				    ST_UNIT_BYTES, METRIC, "ckptd_peer_replica_bytes" },
+	[ST_PEER_REPLICA_BYTES] = { "peer_replica_bytes",
+				    "Bytes of the replicas held for peers: pool, extra state and tensor tables.",
+				    ST_GAUGE, ST_UNIT_BYTES, METRIC, "ckptd_peer_replica_bytes" },
 	[ST_PEER_RESTORES] = { "peer_restores", "Copies brought back from peers for restores.", ST_COUNTER,
 			       ST_UNIT_COUNT, METRIC, "ckptd_restores_from_peers_total" },
 	[ST_PEER_LINK_ERRORS] = { "peer_link_errors",
@@ -149,6 +150,16 @@ const struct status_col status_cols[ST_NCOLS] = {
 				      "ckptd_refused_total", "limit=\"idle_timeout\"" },
 	[ST_REFUSED_FD_EXHAUSTED] = { "refused_fd_exhausted", "Refused by a limit.", ST_COUNTER, ST_UNIT_COUNT, METRIC,
 				      "ckptd_refused_total", "limit=\"fd_exhausted\"" },
+	[ST_REFUSED_PEER_HANDSHAKES] = { "refused_peer_handshakes", "Refused by a limit.", ST_COUNTER, ST_UNIT_COUNT,
+					 METRIC, "ckptd_refused_total", "limit=\"peer_handshakes\"" },
+	[ST_REFUSED_PEER_CONNECTIONS] = { "refused_peer_connections", "Refused by a limit.", ST_COUNTER, ST_UNIT_COUNT,
+					  METRIC, "ckptd_refused_total", "limit=\"peer_connections\"" },
+	[ST_REFUSED_PEER_PER_ADDRESS] = { "refused_peer_per_address", "Refused by a limit.", ST_COUNTER, ST_UNIT_COUNT,
+					  METRIC, "ckptd_refused_total", "limit=\"peer_per_address\"" },
+	[ST_REFUSED_PEER_REPLICAS] = { "refused_peer_replicas", "Refused by a limit.", ST_COUNTER, ST_UNIT_COUNT,
+				       METRIC, "ckptd_refused_total", "limit=\"peer_replicas\"" },
+	[ST_REFUSED_PEER_DEADLINE] = { "refused_peer_deadline", "Refused by a limit.", ST_COUNTER, ST_UNIT_COUNT,
+				       METRIC, "ckptd_refused_total", "limit=\"peer_deadline\"" },
 };
 
 int status_snapshot(const struct daemon *d, struct status *st)
@@ -173,6 +184,10 @@ int status_snapshot(const struct daemon *d, struct status *st)
 	for (int i = 0; i < LIMIT_N; i++)
 		v[ST_REFUSED_FRAME_BYTES + i] = s->refused[i];
 	_Static_assert(ST_REFUSED_FD_EXHAUSTED - ST_REFUSED_FRAME_BYTES + 1 == LIMIT_N, "one column per limit");
+	for (int i = 0; i < PEER_LIMIT_N; i++)
+		v[ST_REFUSED_PEER_HANDSHAKES + i] = atomic_load(&s->peer_refused[i]);
+	_Static_assert(ST_REFUSED_PEER_DEADLINE - ST_REFUSED_PEER_HANDSHAKES + 1 == PEER_LIMIT_N,
+		       "one column per peer limit");
 	v[ST_SAVES_SUPERSEDED] = s->saves_superseded;
 	v[ST_SAVES_SKIPPED] = s->saves_skipped;
 	v[ST_SAVES_FAILED_OTHER] = s->saves_failed - s->saves_superseded - s->saves_skipped;
@@ -253,7 +268,7 @@ int status_snapshot(const struct daemon *d, struct status *st)
 			v[ST_POOL_MEMORY_ONLY_BYTES] += sv->pool_bytes;
 		if (sv->replica) {
 			v[ST_PEER_REPLICAS_HELD]++;
-			v[ST_PEER_REPLICA_BYTES] += sv->pool_bytes;
+			v[ST_PEER_REPLICA_BYTES] += sv->pool_bytes + sv->meta_bytes;
 		}
 		if (st->held == NULL || st->nheld == d->nheld)
 			continue;

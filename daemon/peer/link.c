@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/err.h>
@@ -99,13 +100,70 @@ int link_split(const char *hostport, char *host, size_t hostlen, char *port, siz
 	return 0;
 }
 
-static void set_timeouts(int fd, uint32_t ms)
+static uint64_t now_ms(void)
 {
-	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* When an exchange of n bytes that starts now must be over: the timeout,
+ * plus n at the least rate. */
+static uint64_t deadline_for(const struct link *l, size_t n)
+{
+	uint64_t rate = l->min_rate ? l->min_rate : LINK_MIN_RATE;
+	return now_ms() + l->timeout_ms + (uint64_t)n * 1000 / rate;
+}
+
+/* Non-blocking, so that every wait is a poll with what is left of its
+ * deadline (a peer that sends one byte a second cannot stretch it). */
+static void set_nonblocking(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+	fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* Wait until fd is ready for events, or deadline: 0, -ETIMEDOUT, -errno. */
+static int wait_fd(int fd, short events, uint64_t deadline)
+{
+	for (;;) {
+		uint64_t now = now_ms();
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		struct pollfd p = { .fd = fd, .events = events };
+		uint64_t left = deadline - now;
+		int r = poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left);
+		if (r > 0)
+			return 0; /* ready, or an error or hang-up the next call reports */
+		if (r == 0)
+			return -ETIMEDOUT;
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
+/* After an SSL call on fd returned ret <= 0: 1 to call it again (it could
+ * go on before deadline), or why it cannot (-ETIMEDOUT, -EPIPE at a
+ * clean end, -errno, -EPROTO). */
+static int ssl_again(SSL *ssl, int fd, int ret, uint64_t deadline)
+{
+	int e = SSL_get_error(ssl, ret);
+	int se = errno;
+	if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+		int r = wait_fd(fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline);
+		return r == 0 ? 1 : r;
+	}
+	if (e == SSL_ERROR_ZERO_RETURN) {
+		ERR_clear_error();
+		return -EPIPE;
+	}
+	if (e == SSL_ERROR_SYSCALL) {
+		ERR_clear_error();
+		return ret == 0 || se == 0 ? -EPIPE : -se;
+	}
+	return -EPROTO; /* the error queue says why (handshake_failed) */
 }
 
 /* A non-blocking connect to one address, waited for up to ms. */
@@ -119,33 +177,22 @@ static int connect_one(const struct addrinfo *ai, uint32_t ms)
 		close(fd);
 		return e;
 	}
-	struct pollfd p = { .fd = fd, .events = POLLOUT };
-	int r = poll(&p, 1, (int)ms);
+	int r = wait_fd(fd, POLLOUT, now_ms() + ms);
 	int soerr = 0;
 	socklen_t sl = sizeof(soerr);
-	if (r == 0) {
-		close(fd);
-		return -ETIMEDOUT;
-	}
 	if (r < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 || soerr != 0) {
 		close(fd);
-		return soerr ? -soerr : -ECONNREFUSED;
+		return r < 0 ? r : soerr ? -soerr : -ECONNREFUSED;
 	}
-	int fl = fcntl(fd, F_GETFL);
-	fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
 	return fd;
 }
 
 /* The handshake's failure in words: the verify result says more than the
  * error queue when a certificate was refused. */
-static int handshake_failed(SSL *ssl, int ret, char *err, size_t errlen, const char *what)
+static int handshake_failed(SSL *ssl, int r, char *err, size_t errlen, const char *what, uint32_t timeout_ms)
 {
-	int e = errno, se = SSL_get_error(ssl, ret);
-	/* A read or write that hit SO_RCVTIMEO/SO_SNDTIMEO: the socket BIO
-	 * takes EAGAIN for "retry". */
-	if (se == SSL_ERROR_WANT_READ || se == SSL_ERROR_WANT_WRITE ||
-	    (se == SSL_ERROR_SYSCALL && (e == EAGAIN || e == EWOULDBLOCK))) {
-		snprintf(err, errlen, "%s: timed out ([peers] timeout_ms)", what);
+	if (r == -ETIMEDOUT) {
+		snprintf(err, errlen, "%s: timed out after %u ms ([peers] timeout_ms)", what, timeout_ms);
 		ERR_clear_error();
 		return -ETIMEDOUT;
 	}
@@ -155,37 +202,58 @@ static int handshake_failed(SSL *ssl, int ret, char *err, size_t errlen, const c
 		ERR_clear_error();
 		return -EACCES;
 	}
+	if (r == -EPIPE || r == -ECONNRESET) {
+		snprintf(err, errlen, "%s: the connection closed", what);
+		ERR_clear_error();
+		return -ECONNABORTED;
+	}
 	ssl_why(err, errlen, what);
 	return -ECONNABORTED;
 }
 
-/* TLS on the connected socket fd, as its client or its server; fd is
- * l's on success and closed on failure. */
-static int handshake(SSL_CTX *ctx, int fd, bool client, uint32_t timeout_ms, struct link *l, const char *what,
-		     char *err, size_t errlen)
+/* TLS on the connected socket fd, as its client or its server, all of it
+ * within timeout_ms; fd is l's on success; on failure the client closes
+ * it, the server leaves it to its caller. */
+static int handshake(SSL_CTX *ctx, int fd, bool client, uint32_t timeout_ms, uint64_t min_rate, struct link *l,
+		     const char *what, char *err, size_t errlen)
 {
-	set_timeouts(fd, timeout_ms);
+	set_nonblocking(fd);
 	SSL *ssl = SSL_new(ctx);
 	if (ssl == NULL || SSL_set_fd(ssl, fd) != 1) {
 		ssl_why(err, errlen, "SSL_new");
 		SSL_free(ssl);
-		close(fd);
+		if (client)
+			close(fd);
 		return -ENOMEM;
 	}
-	int ret = client ? SSL_connect(ssl) : SSL_accept(ssl);
-	if (ret != 1) {
-		int r = handshake_failed(ssl, ret, err, errlen, what);
+	uint64_t deadline = now_ms() + timeout_ms;
+	int r;
+	for (;;) {
+		int ret = client ? SSL_connect(ssl) : SSL_accept(ssl);
+		if (ret == 1) {
+			r = 0;
+			break;
+		}
+		r = ssl_again(ssl, fd, ret, deadline);
+		if (r < 0)
+			break;
+	}
+	if (r < 0) {
+		r = handshake_failed(ssl, r, err, errlen, what, timeout_ms);
 		SSL_free(ssl);
-		close(fd);
+		if (client)
+			close(fd);
 		return r;
 	}
 	l->fd = fd;
 	l->ssl = ssl;
+	l->timeout_ms = timeout_ms;
+	l->min_rate = min_rate;
 	return 0;
 }
 
-int link_connect(const struct link_tls *t, const char *hostport, uint32_t timeout_ms, struct link *l, char *err,
-		 size_t errlen)
+int link_connect(const struct link_tls *t, const char *hostport, uint32_t timeout_ms, uint64_t min_rate, struct link *l,
+		 char *err, size_t errlen)
 {
 	char host[256], port[16];
 	l->fd = -1;
@@ -210,14 +278,15 @@ int link_connect(const struct link_tls *t, const char *hostport, uint32_t timeou
 	}
 	char what[300];
 	snprintf(what, sizeof(what), "TLS with %s", hostport);
-	return handshake(t->client, fd, true, timeout_ms, l, what, err, errlen);
+	return handshake(t->client, fd, true, timeout_ms, min_rate, l, what, err, errlen);
 }
 
-int link_accept(const struct link_tls *t, int fd, uint32_t timeout_ms, struct link *l, char *err, size_t errlen)
+int link_accept(const struct link_tls *t, int fd, uint32_t timeout_ms, uint64_t min_rate, struct link *l, char *err,
+		size_t errlen)
 {
 	l->fd = -1;
 	l->ssl = NULL;
-	return handshake(t->server, fd, false, timeout_ms, l, "TLS with a peer", err, errlen);
+	return handshake(t->server, fd, false, timeout_ms, min_rate, l, "TLS with a peer", err, errlen);
 }
 
 void link_close(struct link *l)
@@ -232,45 +301,35 @@ void link_close(struct link *l)
 	l->fd = -1;
 }
 
-static int io_error(SSL *ssl, int ret)
-{
-	int e = SSL_get_error(ssl, ret);
-	ERR_clear_error();
-	if (e == SSL_ERROR_ZERO_RETURN)
-		return -EPIPE;
-	if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
-		return -ETIMEDOUT; /* SO_RCVTIMEO/SO_SNDTIMEO: EAGAIN, which the BIO takes for "retry" */
-	if (e == SSL_ERROR_SYSCALL)
-		return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : errno ? -errno : -EPIPE;
-	return -EPROTO;
-}
-
-int link_write(struct link *l, const void *buf, size_t n)
-{
-	const uint8_t *p = buf;
-	while (n > 0) {
-		int k = n > (1u << 30) ? (1 << 30) : (int)n;
-		int w = SSL_write(l->ssl, p, k);
-		if (w <= 0)
-			return io_error(l->ssl, w);
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
-int link_read(struct link *l, void *buf, size_t n)
+/* n bytes through SSL_write or SSL_read by deadline. */
+static int io(struct link *l, void *buf, size_t n, bool write, uint64_t deadline)
 {
 	uint8_t *p = buf;
 	while (n > 0) {
 		int k = n > (1u << 30) ? (1 << 30) : (int)n;
-		int r = SSL_read(l->ssl, p, k);
-		if (r <= 0)
-			return io_error(l->ssl, r);
-		p += r;
-		n -= (size_t)r;
+		int got = write ? SSL_write(l->ssl, p, k) : SSL_read(l->ssl, p, k);
+		if (got <= 0) {
+			int r = ssl_again(l->ssl, l->fd, got, deadline);
+			if (r < 0) {
+				ERR_clear_error();
+				return r;
+			}
+			continue;
+		}
+		p += got;
+		n -= (size_t)got;
 	}
 	return 0;
+}
+
+int link_write(struct link *l, const void *buf, size_t n)
+{
+	return io(l, (void *)buf, n, true, deadline_for(l, n));
+}
+
+int link_read(struct link *l, void *buf, size_t n)
+{
+	return io(l, buf, n, false, deadline_for(l, n));
 }
 
 int link_send(struct link *l, const Ckpt__PeerFrame *f)
@@ -294,16 +353,34 @@ int link_send(struct link *l, const Ckpt__PeerFrame *f)
 int link_recv(struct link *l, size_t max, Ckpt__PeerFrame **out)
 {
 	uint8_t hdr[4];
-	int r = link_read(l, hdr, 4);
+	int r = io(l, hdr, 4, false, deadline_for(l, 0));
 	if (r < 0)
 		return r;
 	size_t len = (size_t)hdr[0] << 24 | (size_t)hdr[1] << 16 | (size_t)hdr[2] << 8 | hdr[3];
 	if (len > max)
 		return -EMSGSIZE;
-	uint8_t *buf = malloc(len ? len : 1);
+	/* The whole frame by one deadline, into a buffer that grows with what
+	 * arrives (to twice it at most), not with what the header claims. */
+	uint64_t deadline = deadline_for(l, len);
+	size_t cap = len < LINK_RECV_STEP ? len : LINK_RECV_STEP, have = 0;
+	uint8_t *buf = malloc(cap ? cap : 1);
 	if (buf == NULL)
 		return -ENOMEM;
-	r = link_read(l, buf, len);
+	while (r == 0 && have < len) {
+		if (have == cap) {
+			size_t nc = cap * 2 < len ? cap * 2 : len;
+			uint8_t *nb = realloc(buf, nc);
+			if (nb == NULL) {
+				r = -ENOMEM;
+				break;
+			}
+			buf = nb;
+			cap = nc;
+		}
+		r = io(l, buf + have, cap - have, false, deadline);
+		if (r == 0)
+			have = cap;
+	}
 	if (r == 0) {
 		*out = ckpt__peer_frame__unpack(NULL, len, buf);
 		if (*out == NULL)

@@ -1,8 +1,10 @@
 /* One TLS connection between two daemons (docs/manual.md "Tiers"): mutual
  * certificate authentication against the [peers] CA, PeerFrames framed
  * as on the socket (a 4-byte big-endian length), and raw shard bytes.
- * Blocking, with the [peers] timeout on every read and write; used by the
- * peer threads only (peer.c), never by the loop. */
+ * Every exchange has a deadline: the handshake [peers] timeout_ms; a frame
+ * or a write or read of n bytes, timeout_ms plus n at [peers] min_rate,
+ * from its start, however the bytes trickle in. Used by the peer threads
+ * only (peer.c), never by the loop. */
 #ifndef CKPTD_LINK_H
 #define CKPTD_LINK_H
 
@@ -10,6 +12,9 @@
 #include <stdint.h>
 
 #include "ckpt.pb-c.h"
+
+#define LINK_MIN_RATE (8u << 20)   /* bytes a second, when min_rate is 0 */
+#define LINK_RECV_STEP (64u << 10) /* a frame's buffer grows from this, as bytes arrive */
 
 struct ssl_ctx_st;
 struct ssl_st;
@@ -25,23 +30,29 @@ int link_tls_init(struct link_tls *t, const char *cert, const char *key, const c
 void link_tls_fini(struct link_tls *t);
 
 struct link {
-	int fd;
+	int fd; /* non-blocking */
 	struct ssl_st *ssl;
+	uint32_t timeout_ms;
+	uint64_t min_rate; /* bytes a second; 0: LINK_MIN_RATE */
 };
 
 /* Connect to "HOST:PORT" ("[V6]:PORT" too) and handshake, within
- * timeout_ms each. 0, or -errno with err saying why (refused, timed out,
- * the peer's certificate). */
-int link_connect(const struct link_tls *t, const char *hostport, uint32_t timeout_ms, struct link *l, char *err,
-		 size_t errlen);
-/* The server side of an accepted socket (it becomes l's). */
-int link_accept(const struct link_tls *t, int fd, uint32_t timeout_ms, struct link *l, char *err, size_t errlen);
+ * timeout_ms each; later exchanges by their deadlines (above). 0, or
+ * -errno with err saying why (refused, timed out, the peer's
+ * certificate). */
+int link_connect(const struct link_tls *t, const char *hostport, uint32_t timeout_ms, uint64_t min_rate, struct link *l,
+		 char *err, size_t errlen);
+/* The server side of an accepted socket (it becomes l's; on failure the
+ * caller closes it), the handshake within timeout_ms. */
+int link_accept(const struct link_tls *t, int fd, uint32_t timeout_ms, uint64_t min_rate, struct link *l, char *err,
+		size_t errlen);
 void link_close(struct link *l);
 
 int link_send(struct link *l, const Ckpt__PeerFrame *f);
 /* The next frame, at most max bytes: 0 and *out (free with
  * ckpt__peer_frame__free_unpacked), -EPIPE at a clean end, -EMSGSIZE,
- * -EBADMSG, or the read's error. */
+ * -EBADMSG, -ETIMEDOUT (no frame began within timeout_ms, or it did not
+ * end by its deadline), or the read's error. */
 int link_recv(struct link *l, size_t max, Ckpt__PeerFrame **out);
 int link_write(struct link *l, const void *buf, size_t n);
 int link_read(struct link *l, void *buf, size_t n);

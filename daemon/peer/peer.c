@@ -24,13 +24,13 @@
 #include <unistd.h>
 
 #define PEER_PROTOCOL_VERSION 1
-#define MAX_CONNS 64
-#define MAX_REPLICAS 16 /* [peers] replicas: SaveReplicated names at most this many peers */
-#define FRAME_MAX (MANIFEST_MAX_BYTES + 4096)
-#define JOBS 64                 /* jobs whose copies' holders are remembered (holder_get, sweep) */
-#define HOLDER_RANKS (1u << 20) /* ranks remembered per job */
-#define NAMES 65536             /* peer names remembered (struct peer.names) */
-#define DOWN 64                 /* peers that timed out, remembered (open_link) */
+#define MAX_REPLICAS 16             /* [peers] replicas: SaveReplicated names at most this many peers */
+#define LIST_MAX 768                /* copies in one ReplicaListReply (a node holds tens of one job's) */
+#define LIST_REPLY_MAX (256u << 10) /* bytes of one: 768 copies of the longest names fit */
+#define JOBS 64                     /* jobs whose copies' holders are remembered (holder_get, sweep) */
+#define HOLDER_RANKS (1u << 20)     /* ranks remembered per job */
+#define NAMES 65536                 /* peer names remembered (struct peer.names) */
+#define DOWN 64                     /* peers that timed out, remembered (open_link) */
 #define DOWN_NS (10ull * 1000 * 1000 * 1000)
 #define RING_TTL_NS (5ull * 1000 * 1000 * 1000) /* the ring is built again after this (ring_now) */
 
@@ -70,9 +70,20 @@ struct peer {
 	struct call *calls, **calls_tail;
 	struct job *queue, **queue_tail; /* for the sender */
 	struct job *done;                /* for the loop */
-	int conn_fds[MAX_CONNS];         /* served now, shut at stop */
-	unsigned nconns;
-	int sender_fd; /* the sender's connection now, or -1 */
+	/* Connections served now (shut at stop), under mu: max_handshakes
+	 * not yet authenticated plus max_connections peers. A connection
+	 * holds its slot until its thread ends (conn_forget). */
+	struct slot {
+		int fd;            /* -1: free */
+		bool authed;       /* past its handshake and PeerHello */
+		bool evicted;      /* shut to make room: its thread is ending */
+		uint64_t since_ns; /* accepted */
+		char host[48];     /* its address */
+	} * slots;
+	unsigned nslots, nconns;
+	uint64_t gate_ns[PEER_LIMIT_N + 1]; /* the last refusal logged, per kind (gate) */
+	uint64_t gated[PEER_LIMIT_N + 1];   /* refusals not logged since */
+	int sender_fd;                      /* the sender's connection now, or -1 */
 	/* Where each rank's copies of a job are (holder_get, holder_set,
 	 * sweep), under mu: per job, rank -> 1 + an index in names (0:
 	 * unknown), so a job of 4096 ranks costs 16 KiB, whatever its ring. */
@@ -101,6 +112,23 @@ struct peer {
 	uint64_t ring_at;
 	char ring_why[200];
 };
+
+static void count(atomic_uint_fast64_t *c, uint64_t n)
+{
+	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+/* The largest frame a peer may send: a manifest (ReplicaPut, or the
+ * ReplicaData of a get) of a save this node's own limits allow. A save
+ * request fits [limits] max_frame_bytes (its names and shapes); the
+ * manifest adds offsets and CRCs per tensor and per chunk, and the extra
+ * state. So a peer's frame is about 9 MiB at the defaults, not the 256
+ * MiB a manifest may be in storage, and it is read into a buffer that
+ * grows as bytes arrive (link.h). */
+static size_t frame_max(const struct config *c)
+{
+	return (size_t)c->max_frame_bytes + c->max_extra_state + (size_t)c->max_tensors * 64 + (64u << 10);
+}
 
 /* ---- the loop bridge ---- */
 
@@ -246,6 +274,9 @@ static struct save *save_from_manifest(struct daemon *d, const Ckpt__Manifest *m
 		st->nbytes = t->nbytes;
 		st->crc = t->crc32c;
 	}
+	sv->meta_bytes = (uint64_t)sv->ntensors * sizeof(*sv->tensors) + m->extra_state.len;
+	for (size_t i = 0; i < sv->ntensors; i++)
+		sv->meta_bytes += strlen(sv->tensors[i].name) + 1;
 	if (m->extra_state.len) {
 		sv->extra = malloc(m->extra_state.len);
 		if (sv->extra == NULL) {
@@ -267,14 +298,27 @@ struct reserve {
 	char msg[200];
 };
 
-static uint64_t replica_bytes(struct daemon *d)
+/* What the replicas held for peers hold now: bytes (of the pool, and of
+ * extra state and tensor tables beside it) and how many. */
+static uint64_t replica_bytes(struct daemon *d, uint32_t *count)
 {
 	uint64_t n = 0;
+	uint32_t k = 0;
 	struct save *o;
 	TAILQ_FOREACH (o, &d->held, hlink)
-		if (o->replica)
-			n += o->pool_bytes;
+		if (o->replica) {
+			n += o->pool_bytes + o->meta_bytes;
+			k++;
+		}
+	*count = k;
 	return n;
+}
+
+static bool over_share(struct daemon *d, const struct save *sv, uint64_t share)
+{
+	uint32_t k;
+	uint64_t n = replica_bytes(d, &k);
+	return n + sv->pool_bytes + sv->meta_bytes > share || k + 1 > d->cfg.peer_max_replicas;
 }
 
 static void reserve_on_loop(struct daemon *d, void *arg)
@@ -286,14 +330,24 @@ static void reserve_on_loop(struct daemon *d, void *arg)
 		if (share == 0)
 			share = d->pool.bytes / 100 *
 				(d->cfg.peer_share_pct ? d->cfg.peer_share_pct : DEFAULT_PEER_SHARE_PCT);
-		/* Within the share: the oldest replicas no load reads go first. */
+		/* Within the share and the count: the oldest replicas no load
+		 * reads go first. */
 		struct save *o, *next;
-		for (o = TAILQ_FIRST(&d->held); o && replica_bytes(d) + sv->pool_bytes > share; o = next) {
+		for (o = TAILQ_FIRST(&d->held); o && over_share(d, sv, share); o = next) {
 			next = TAILQ_NEXT(o, hlink);
 			if (o->replica && o->readers == 0)
 				memtier_drop(d, o, "the replica share is needed for a newer replica");
 		}
-		if (replica_bytes(d) + sv->pool_bytes > share) {
+		uint32_t k;
+		uint64_t held = replica_bytes(d, &k);
+		if (k + 1 > d->cfg.peer_max_replicas) {
+			rs->status = -ENOSPC;
+			count(&d->stats.peer_refused[PEER_LIMIT_REPLICAS], 1);
+			snprintf(rs->msg, sizeof(rs->msg),
+				 "%u replicas are held for peers ([peers] max_replicas), all of them being read", k);
+			return;
+		}
+		if (held + sv->pool_bytes + sv->meta_bytes > share) {
 			rs->status = -ENOSPC;
 			snprintf(rs->msg, sizeof(rs->msg),
 				 "the replica share of %" PRIu64 " MiB is full ([peers] share) with copies being read",
@@ -391,16 +445,21 @@ static void list_on_loop(struct daemon *d, void *arg)
 	size_t n = 0;
 	struct save *sv;
 	TAILQ_FOREACH (sv, &d->held, hlink)
-		if ((l->all_ranks || sv->rank == l->rank) && strcmp(sv->job, l->job) == 0)
+		if ((l->all_ranks || sv->rank == l->rank) && strcmp(sv->job, l->job) == 0 && n < LIST_MAX)
 			n++;
 	l->v = calloc(n ? n : 1, sizeof(*l->v));
 	l->jobs = calloc(n ? n : 1, sizeof(*l->jobs));
 	l->attempts = calloc(n ? n : 1, sizeof(*l->attempts));
 	if (l->v == NULL || l->jobs == NULL || l->attempts == NULL)
 		return;
-	TAILQ_FOREACH (sv, &d->held, hlink) {
+	/* Newest first: what a load asks for, when there are more than
+	 * LIST_MAX. */
+	TAILQ_FOREACH_REVERSE(sv, &d->held, save_list, hlink)
+	{
 		if ((!l->all_ranks && sv->rank != l->rank) || strcmp(sv->job, l->job) != 0 || sv->drop_pending)
 			continue;
+		if (l->n == n)
+			break;
 		/* Copied: the reply is sent off the loop, when sv may be gone. */
 		Ckpt__HeldCopy *h = &l->v[l->n];
 		save_held_view(sv, h, 0);
@@ -482,11 +541,6 @@ static int recv_shard(struct link *l, struct save *sv, const Ckpt__Manifest *m, 
 		}
 	}
 	return bad;
-}
-
-static void count(atomic_uint_fast64_t *c, uint64_t n)
-{
-	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
 }
 
 /* ---- serving a peer ---- */
@@ -631,20 +685,139 @@ static bool serve_list(struct peer *p, struct link *l, const Ckpt__ReplicaList *
 
 struct conn {
 	struct peer *p;
-	int fd;
+	int fd, slot;
 	char addr[64];
 };
 
-static void conn_forget(struct peer *p, int fd)
+/* The connection in slot i ends: its slot is free (before its socket is
+ * closed, so that no one shuts a number reused meanwhile). */
+static void conn_forget(struct peer *p, int i)
 {
 	pthread_mutex_lock(&p->mu);
-	for (unsigned i = 0; i < p->nconns; i++)
-		if (p->conn_fds[i] == fd) {
-			p->conn_fds[i] = p->conn_fds[--p->nconns];
-			break;
-		}
+	p->slots[i].fd = -1;
+	p->nconns--;
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
+}
+
+/* Whether to log a refusal of kind now (under mu): one line a second per
+ * kind at most, saying how many were not logged since, so that a flood
+ * of connections is counted (the metric) without flooding the log. */
+static bool gate(struct peer *p, int kind, uint64_t *skipped)
+{
+	uint64_t now = clock_now_ns();
+	if (p->gate_ns[kind] && now - p->gate_ns[kind] < 1000000000ull) {
+		p->gated[kind]++;
+		return false;
+	}
+	p->gate_ns[kind] = now;
+	*skipped = p->gated[kind];
+	p->gated[kind] = 0;
+	return true;
+}
+
+static void refuse(struct peer *p, enum peer_limit_kind kind)
+{
+	count(&p->d->stats.peer_refused[kind], 1);
+}
+
+/* Count the slots of connections not shut to make room: not yet
+ * authenticated, authenticated, and from host (under mu). */
+static void slot_counts(const struct peer *p, const char *host, unsigned *hand, unsigned *authed, unsigned *from)
+{
+	*hand = *authed = *from = 0;
+	for (unsigned i = 0; i < p->nslots; i++) {
+		const struct slot *sl = &p->slots[i];
+		if (sl->fd < 0 || sl->evicted)
+			continue;
+		*hand += !sl->authed;
+		*authed += sl->authed;
+		*from += host && strcmp(sl->host, host) == 0;
+	}
+}
+
+/* The slot (its index) for a connection from host just accepted (under
+ * mu), or -1 with why. An address with [peers] max_per_address
+ * authenticated peers gets no more. Connections still in their handshake
+ * make room for a new one: an address at max_per_address gives up its
+ * own oldest, else, at max_handshakes, the oldest of all is shut; so
+ * connections that never finish a handshake cannot keep a peer out.
+ * max_connections is checked once authenticated (conn_authed). */
+static int slot_take(struct peer *p, int fd, const char *host, char *why, size_t whylen)
+{
+	const struct config *c = &p->d->cfg;
+	unsigned hand, authed, from, authed_from = 0;
+	slot_counts(p, host, &hand, &authed, &from);
+	for (unsigned i = 0; i < p->nslots; i++)
+		authed_from += p->slots[i].fd >= 0 && p->slots[i].authed && strcmp(p->slots[i].host, host) == 0;
+	uint64_t skipped = 0;
+	if (authed_from >= c->peer_max_per_address) {
+		refuse(p, PEER_LIMIT_PER_ADDRESS);
+		if (gate(p, PEER_LIMIT_PER_ADDRESS, &skipped))
+			snprintf(why, whylen, "%u peers from it at once already ([peers] max_per_address)%s",
+				 authed_from, skipped ? " (and more refused, not logged)" : "");
+		return -1;
+	}
+	/* Room among the handshakes: an address at its cap gives up its own
+	 * oldest, else the oldest of all gives way. */
+	bool mine = from >= c->peer_max_per_address;
+	if (mine || hand >= c->peer_max_handshakes) {
+		struct slot *old = NULL;
+		for (unsigned i = 0; i < p->nslots; i++) {
+			struct slot *sl = &p->slots[i];
+			if (sl->fd >= 0 && !sl->authed && !sl->evicted && (!mine || strcmp(sl->host, host) == 0) &&
+			    (old == NULL || sl->since_ns < old->since_ns))
+				old = sl;
+		}
+		if (old) {
+			refuse(p, mine ? PEER_LIMIT_PER_ADDRESS : PEER_LIMIT_HANDSHAKES);
+			if (gate(p, PEER_LIMIT_HANDSHAKES, &skipped))
+				log_warn("peers: closed a connection from %s still in its handshake after %" PRIu64
+					 " ms, for a new one: %u at once ([peers] %s)%s",
+					 old->host, (clock_now_ns() - old->since_ns) / 1000000, mine ? from : hand,
+					 mine ? "max_per_address" : "max_handshakes",
+					 skipped ? " (more since, not logged)" : "");
+			old->evicted = true;
+			shutdown(old->fd, SHUT_RDWR);
+		}
+	}
+	for (unsigned i = 0; i < p->nslots; i++)
+		if (p->slots[i].fd < 0) {
+			struct slot *sl = &p->slots[i];
+			memset(sl, 0, sizeof(*sl));
+			sl->fd = fd;
+			sl->since_ns = clock_now_ns();
+			snprintf(sl->host, sizeof(sl->host), "%s", host);
+			p->nconns++;
+			return (int)i;
+		}
+	/* Every slot is taken by connections still closing. */
+	refuse(p, PEER_LIMIT_HANDSHAKES);
+	if (gate(p, PEER_LIMIT_HANDSHAKES, &skipped))
+		snprintf(why, whylen, "%u connections at once already", p->nslots);
+	return -1;
+}
+
+/* The connection on fd authenticated (its certificate, then PeerHello):
+ * false when [peers] max_connections peers are served already. */
+static bool conn_authed(struct peer *p, int slot, const char *from)
+{
+	pthread_mutex_lock(&p->mu);
+	unsigned hand, authed, n;
+	slot_counts(p, NULL, &hand, &authed, &n);
+	bool ok = authed < p->d->cfg.peer_max_connections;
+	uint64_t skipped = 0;
+	if (ok)
+		p->slots[slot].authed = true;
+	if (!ok) {
+		refuse(p, PEER_LIMIT_CONNECTIONS);
+		if (gate(p, PEER_LIMIT_CONNECTIONS, &skipped))
+			log_warn("peers: closed a connection from %s: %u peers served at once already ([peers] "
+				 "max_connections)%s",
+				 from, authed, skipped ? " (more since, not logged)" : "");
+	}
+	pthread_mutex_unlock(&p->mu);
+	return ok;
 }
 
 static void *serve_conn(void *arg)
@@ -654,12 +827,22 @@ static void *serve_conn(void *arg)
 	int fd = cn->fd;
 	struct link l;
 	char err[300];
-	int r = link_accept(&p->tls, fd, p->timeout_ms, &l, err, sizeof(err));
+	uint64_t skipped = 0;
+	int r = link_accept(&p->tls, fd, p->timeout_ms, p->d->cfg.peer_min_rate, &l, err, sizeof(err));
 	if (r < 0) {
-		/* link_accept closed fd */
-		log_warn("peers: refused a connection from %s: %s", cn->addr, err);
-		count(&p->d->stats.peer_link_errors, 1);
-		conn_forget(p, fd);
+		pthread_mutex_lock(&p->mu);
+		bool evicted = p->slots[cn->slot].evicted;
+		bool say = !evicted && gate(p, PEER_LIMIT_N, &skipped);
+		pthread_mutex_unlock(&p->mu);
+		if (r == -ETIMEDOUT)
+			refuse(p, PEER_LIMIT_DEADLINE);
+		if (say)
+			log_warn("peers: refused a connection from %s: %s%s", cn->addr, err,
+				 skipped ? " (more since, not logged)" : "");
+		if (!evicted)
+			count(&p->d->stats.peer_link_errors, 1);
+		conn_forget(p, cn->slot);
+		close(fd);
 		free(cn);
 		return NULL;
 	}
@@ -670,19 +853,26 @@ static void *serve_conn(void *arg)
 	    f->hello->protocol_version == PEER_PROTOCOL_VERSION && f->hello->node[0] &&
 	    strlen(f->hello->node) < sizeof(from)) {
 		snprintf(from, sizeof(from), "%s", f->hello->node);
-	} else if (r == 0) {
-		log_warn("peers: %s did not open with a PeerHello of version %d; closed", cn->addr,
-			 PEER_PROTOCOL_VERSION);
+	} else {
+		log_warn("peers: %s did not open with a PeerHello of version %d%s; closed", cn->addr,
+			 PEER_PROTOCOL_VERSION, r == -ETIMEDOUT ? " in time ([peers] timeout_ms)" : "");
 		count(&p->d->stats.peer_link_errors, 1);
+		if (r == -ETIMEDOUT)
+			refuse(p, PEER_LIMIT_DEADLINE);
 	}
 	if (f)
 		ckpt__peer_frame__free_unpacked(f, NULL);
-	bool go = from[0] != '\0';
+	bool go = from[0] != '\0' && conn_authed(p, cn->slot, from);
 	while (go) {
 		f = NULL;
-		r = link_recv(&l, FRAME_MAX, &f);
-		if (r < 0)
+		r = link_recv(&l, frame_max(&p->d->cfg), &f);
+		if (r < 0) {
+			/* The peer's end, or an idle link it left; a frame it began and
+			 * did not finish by its deadline is a refusal. */
+			if (r != -EPIPE && r != -ETIMEDOUT)
+				count(&p->d->stats.peer_link_errors, 1);
 			break;
+		}
 		switch (f->body_case) {
 		case CKPT__PEER_FRAME__BODY_PUT: go = serve_put(p, &l, f->put, from); break;
 		case CKPT__PEER_FRAME__BODY_GET: go = serve_get(p, &l, f->get); break;
@@ -694,7 +884,7 @@ static void *serve_conn(void *arg)
 		}
 		ckpt__peer_frame__free_unpacked(f, NULL);
 	}
-	conn_forget(p, fd);
+	conn_forget(p, cn->slot);
 	link_close(&l);
 	free(cn);
 	return NULL;
@@ -721,30 +911,31 @@ static void *acceptor_main(void *arg)
 			continue;
 		}
 		struct conn *cn = calloc(1, sizeof(*cn));
-		char host[48] = "?", serv[16] = "";
+		char host[48] = "?", serv[16] = "", why[200] = "";
 		getnameinfo((struct sockaddr *)&sa, sl, host, sizeof(host), serv, sizeof(serv),
 			    NI_NUMERICHOST | NI_NUMERICSERV);
 		pthread_mutex_lock(&p->mu);
-		bool room = cn && p->nconns < MAX_CONNS;
-		if (room)
-			p->conn_fds[p->nconns++] = fd;
+		int slot = cn ? slot_take(p, fd, host, why, sizeof(why)) : -1;
 		pthread_mutex_unlock(&p->mu);
 		pthread_t t;
 		pthread_attr_t at;
 		pthread_attr_init(&at);
 		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-		if (room) {
+		if (slot >= 0) {
 			cn->p = p;
 			cn->fd = fd;
+			cn->slot = slot;
 			snprintf(cn->addr, sizeof(cn->addr), "%s:%s", host, serv);
 			if (pthread_create(&t, &at, serve_conn, cn) != 0) {
-				conn_forget(p, fd);
-				room = false;
+				conn_forget(p, slot);
+				snprintf(why, sizeof(why), "cannot start a thread for it");
+				slot = -1;
 			}
 		}
 		pthread_attr_destroy(&at);
-		if (!room) {
-			log_warn("peers: refused a connection from %s: %u at once already", host, MAX_CONNS);
+		if (slot < 0) {
+			if (why[0])
+				log_warn("peers: refused a connection from %s: %s", host, why);
 			close(fd);
 			free(cn);
 		}
@@ -945,7 +1136,7 @@ static int open_link(struct peer *p, const char *name, struct link *l, char *why
 			return -EHOSTDOWN;
 		}
 	pthread_mutex_unlock(&p->mu);
-	int r = link_connect(&p->tls, name, p->timeout_ms, l, err, sizeof(err));
+	int r = link_connect(&p->tls, name, p->timeout_ms, p->d->cfg.peer_min_rate, l, err, sizeof(err));
 	if (r == 0)
 		r = say_hello(p, l);
 	if (r < 0) {
@@ -1135,7 +1326,7 @@ static int ask_copy(struct peer *p, const char *name, const Ckpt__ReplicaGet *g,
 	Ckpt__PeerFrame *in = NULL;
 	r = link_send(l, &f);
 	if (r == 0)
-		r = link_recv(l, FRAME_MAX, &in);
+		r = link_recv(l, frame_max(&p->d->cfg), &in);
 	if (r == 0 && in->body_case != CKPT__PEER_FRAME__BODY_DATA)
 		r = -EPROTO;
 	if (r == 0 && in->data->status != 0) {
@@ -1348,7 +1539,7 @@ static int list_one(struct peer *p, const char *name, const char *job, uint32_t 
 	Ckpt__PeerFrame *in = NULL;
 	r = link_send(&l, &f);
 	if (r == 0)
-		r = link_recv(&l, FRAME_MAX, &in);
+		r = link_recv(&l, LIST_REPLY_MAX, &in);
 	if (r == 0 && in->body_case != CKPT__PEER_FRAME__BODY_LIST_REPLY)
 		r = -EPROTO;
 	if (r == 0) {
@@ -1505,6 +1696,12 @@ int peer_start(struct daemon *d, char *err, size_t errlen)
 		snprintf(err, errlen, "[peers] replicas = %u: want 1 to %d", c->peer_replicas, MAX_REPLICAS);
 		return -EINVAL;
 	}
+	if (c->peer_max_connections < 1 || c->peer_max_handshakes < 1 || c->peer_max_per_address < 1 ||
+	    c->peer_max_connections > 65536 || c->peer_max_handshakes > 65536) {
+		snprintf(err, errlen,
+			 "[peers] max_connections, max_handshakes and max_per_address: want 1 or more (at most 65536)");
+		return -EINVAL;
+	}
 	struct peer *p = calloc(1, sizeof(*p));
 	if (p == NULL) {
 		snprintf(err, errlen, "out of memory");
@@ -1513,6 +1710,15 @@ int peer_start(struct daemon *d, char *err, size_t errlen)
 	p->d = d;
 	p->listen_fd = -1;
 	p->sender_fd = -1;
+	p->nslots = c->peer_max_handshakes + c->peer_max_connections;
+	p->slots = calloc(p->nslots, sizeof(*p->slots));
+	if (p->slots == NULL) {
+		free(p);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (unsigned i = 0; i < p->nslots; i++)
+		p->slots[i].fd = -1;
 	p->timeout_ms = c->peer_timeout_ms ? c->peer_timeout_ms : DEFAULT_PEER_TIMEOUT_MS;
 	p->calls_tail = &p->calls;
 	p->queue_tail = &p->queue;
@@ -1528,6 +1734,7 @@ int peer_start(struct daemon *d, char *err, size_t errlen)
 		link_tls_fini(&p->tls);
 		pthread_mutex_destroy(&p->mu);
 		pthread_cond_destroy(&p->cv);
+		free(p->slots);
 		free(p);
 		return r;
 	}
@@ -1556,6 +1763,7 @@ static void async_closed(uv_handle_t *h)
 {
 	struct peer *p = h->data;
 	link_tls_fini(&p->tls);
+	free(p->slots);
 	for (size_t i = 0; i < JOBS; i++)
 		free(p->jobs[i].at);
 	free(p->names);
@@ -1582,8 +1790,9 @@ void peer_stop(struct daemon *d)
 	p->calls = NULL;
 	p->calls_tail = &p->calls;
 	(void)c;
-	for (unsigned i = 0; i < p->nconns; i++)
-		shutdown(p->conn_fds[i], SHUT_RDWR);
+	for (unsigned i = 0; i < p->nslots; i++)
+		if (p->slots[i].fd >= 0)
+			shutdown(p->slots[i].fd, SHUT_RDWR);
 	if (p->sender_fd >= 0)
 		shutdown(p->sender_fd, SHUT_RDWR);
 	pthread_cond_broadcast(&p->cv);

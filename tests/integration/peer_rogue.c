@@ -12,20 +12,38 @@
  *       CRCs; the tensor's CRC32C is that of h_fill(CLAIM) (default SEED):
  *       a manifest that says "the genuine save" over other bytes.
  *       Prints "ready S MSG" and "ack S MSG"; exit 0 if both are 0.
+ *       With ROGUE_EXTRA=N in the environment, N bytes of extra state.
  *   peer_rogue get  HOST:PORT CERTDIR JOB STEP RANK WORLD
  *       a ReplicaGet; prints "data S BYTES CRC32C MSG"; exit 0 if S is 0.
  *   peer_rogue list HOST:PORT CERTDIR JOB
  *       a ReplicaList of every rank; prints "held STEP RANK WORLD BYTES"
  *       per copy and "listed N".
+ *   peer_rogue drip HOST:PORT N SECONDS
+ *       no certificate: N connections that each send a TLS record header,
+ *       then one byte each half second for SECONDS. Prints "open K" (how
+ *       many the server has not closed by then); exit 0.
+ *   peer_rogue frame HOST:PORT CERTDIR CLAIM INTERVAL_MS SECONDS
+ *       with a certificate: PeerHello, then a frame header claiming CLAIM
+ *       bytes and one byte every INTERVAL_MS. Prints "closed after MS" when
+ *       the server closes it, or "open" after SECONDS; exit 0.
  *
  * CERTDIR holds ca.crt, node.crt and node.key. */
 #include "crc32c.h"
 #include "link.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/ssl.h>
 
 #define CHUNK (1u << 20)
 
@@ -46,7 +64,7 @@ static int open_peer(const char *hostport, const char *dir, const char *node, st
 	static struct link_tls tls;
 	int r = link_tls_init(&tls, cert, key, ca, err, sizeof(err));
 	if (r == 0)
-		r = link_connect(&tls, hostport, 5000, l, err, sizeof(err));
+		r = link_connect(&tls, hostport, 5000, 0, l, err, sizeof(err));
 	if (r < 0) {
 		fprintf(stderr, "peer_rogue: %s: %s\n", hostport, err);
 		return r;
@@ -103,6 +121,10 @@ static int put(const char *hp, const char *dir, const char *node, const char *jo
 	m.chunk_crc32c = crcs;
 	m.n_tensors = 1;
 	m.tensors = &tp;
+	const char *ex = getenv("ROGUE_EXTRA");
+	size_t exn = ex ? strtoull(ex, NULL, 10) : 0;
+	m.extra_state.len = exn;
+	m.extra_state.data = calloc(exn ? exn : 1, 1);
 	size_t ml = ckpt__manifest__get_packed_size(&m);
 	uint8_t *mb = malloc(ml ? ml : 1);
 	ckpt__manifest__pack(&m, mb);
@@ -218,9 +240,94 @@ static int list(const char *hp, const char *dir, const char *job)
 	return 0;
 }
 
+static uint64_t ms_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Whether the server closed fd (EOF or an error on a read that does not
+ * wait). */
+static int closed(int fd)
+{
+	char b;
+	ssize_t r = recv(fd, &b, 1, MSG_DONTWAIT);
+	return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+static int drip(const char *hp, int n, int seconds)
+{
+	const char *colon = strrchr(hp, ':');
+	if (colon == NULL)
+		return 2;
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1)) };
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	int *fds = calloc((size_t)n, sizeof(int));
+	const uint8_t hdr[5] = { 0x16, 0x03, 0x01, 0x02, 0x00 }; /* a handshake record of 512 bytes, to come */
+	for (int i = 0; i < n; i++) {
+		fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+		if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+		    send(fds[i], hdr, sizeof(hdr), MSG_NOSIGNAL) != sizeof(hdr)) {
+			if (fds[i] >= 0)
+				close(fds[i]);
+			fds[i] = -1;
+		}
+	}
+	for (int t = 0; t < 2 * seconds; t++) {
+		usleep(500 * 1000);
+		for (int i = 0; i < n; i++)
+			if (fds[i] >= 0 && (closed(fds[i]) || send(fds[i], "x", 1, MSG_NOSIGNAL) != 1)) {
+				close(fds[i]);
+				fds[i] = -1;
+			}
+	}
+	int open = 0;
+	for (int i = 0; i < n; i++)
+		open += fds[i] >= 0 && !closed(fds[i]);
+	printf("open %d\n", open);
+	return 0;
+}
+
+static int frame(const char *hp, const char *dir, uint32_t claim, int interval_ms, int seconds)
+{
+	struct link l;
+	if (open_peer(hp, dir, "127.0.0.1:1", &l) < 0)
+		return 1;
+	uint8_t hdr[4] = { (uint8_t)(claim >> 24), (uint8_t)(claim >> 16), (uint8_t)(claim >> 8), (uint8_t)claim };
+	uint64_t t0 = ms_now();
+	if (link_write(&l, hdr, 4) < 0) {
+		printf("closed after %llu\n", (unsigned long long)(ms_now() - t0));
+		return 0;
+	}
+	while (ms_now() - t0 < (uint64_t)seconds * 1000) {
+		struct pollfd pf = { .fd = l.fd, .events = POLLIN };
+		if (poll(&pf, 1, interval_ms) > 0) { /* the server's close_notify, or its end */
+			char b;
+			int r = SSL_read(l.ssl, &b, 1);
+			if (r <= 0 && SSL_get_error(l.ssl, r) != SSL_ERROR_WANT_READ) {
+				printf("closed after %llu\n", (unsigned long long)(ms_now() - t0));
+				return 0;
+			}
+		}
+		int w = SSL_write(l.ssl, "x", 1);
+		if (w <= 0 && SSL_get_error(l.ssl, w) != SSL_ERROR_WANT_WRITE) {
+			printf("closed after %llu\n", (unsigned long long)(ms_now() - t0));
+			return 0;
+		}
+	}
+	printf("open\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	signal(SIGPIPE, SIG_IGN);
+	if (argc == 5 && strcmp(argv[1], "drip") == 0)
+		return drip(argv[2], atoi(argv[3]), atoi(argv[4]));
+	if (argc == 7 && strcmp(argv[1], "frame") == 0)
+		return frame(argv[2], argv[3], (uint32_t)strtoul(argv[4], NULL, 10), atoi(argv[5]), atoi(argv[6]));
 	if ((argc == 11 || argc == 12) && strcmp(argv[1], "put") == 0)
 		return put(argv[2], argv[3], argv[4], argv[5], strtoull(argv[6], NULL, 10),
 			   (uint32_t)strtoul(argv[7], NULL, 10), (uint32_t)strtoul(argv[8], NULL, 10),

@@ -965,6 +965,99 @@ static void test_peer_bytes_proven_against_storage(void **state)
 	cluster_stop(&c, 2);
 }
 
+/* 64 connections with no certificate that send a TLS record header and
+ * then a byte every half second, as the replicated save starts: the
+ * handshake has one deadline (3 s here), the dripping connections may
+ * hold max_handshakes slots at most, the oldest giving way to a new one,
+ * so the save's own connection gets through and the step is replicated;
+ * every dripping connection is closed within its deadline. */
+static void test_dripping_connections_do_not_stop_replication(void **state)
+{
+	(void)state;
+	struct cluster c;
+	cluster_start(&c, 2, NULL);
+	int s = successor(0, 2);
+	const char *bin = getenv("PEER_ROGUE_BIN");
+	char cmd[512], out[256] = "";
+	snprintf(cmd, sizeof(cmd), "'%s' drip 127.0.0.1:%d 64 7", bin, ports[s]);
+	FILE *drip = popen(cmd, "r");
+	assert_non_null(drip);
+	usleep(500 * 1000); /* all 64 are open and dripping */
+	struct rank_client rc;
+	rc_open(&c.n[0], &rc, "drip", 0, 1, 2 * MIB);
+	ckpt_future *f = rc_save(&rc, 1, 0, CKPT_TIER_REPLICATED);
+	int r = ckpt_future_wait(f, CKPT_REPLICATED, 20000);
+	if (r != 0)
+		fail_msg("replicated: %s (%s)", ckpt_strerror(r), ckpt_future_message(f));
+	ckpt_future_free(f);
+	size_t n = fread(out, 1, sizeof(out) - 1, drip);
+	out[n] = '\0';
+	pclose(drip);
+	assert_string_equal(out, "open 0\n");
+	/* On loopback the drippers and the peer share one address: its cap
+	 * ([peers] max_per_address) is met first. */
+	assert_true(h_metric(&c.n[s], "ckptd_refused_total{limit=\"peer_handshakes\"}") +
+			    h_metric(&c.n[s], "ckptd_refused_total{limit=\"peer_per_address\"}") >=
+		    48);
+	assert_true(h_metric(&c.n[s], "ckptd_refused_total{limit=\"peer_deadline\"}") >= 1);
+	h_assert_serves(&c.n[s]);
+	rc_close(&rc);
+	cluster_stop(&c, 2);
+}
+
+/* A peer with a valid certificate that begins a frame and drips it is cut
+ * at the frame's deadline (timeout_ms 3 s + its bytes at min_rate); one
+ * that claims a frame larger than a manifest this node's limits allow is
+ * closed at once, nothing buffered. */
+static void test_peer_frames_have_deadlines_and_bounds(void **state)
+{
+	(void)state;
+	struct cluster c;
+	cluster_start(&c, 2, NULL);
+	char out[256];
+	assert_int_equal(rogue(out, sizeof(out), "frame 127.0.0.1:%d '%s' 1000 200 10", ports[0], certs), 0);
+	unsigned ms = 0;
+	if (sscanf(out, "closed after %u", &ms) != 1 || ms < 2500 || ms > 6000)
+		fail_msg("a dripped frame: %s", out);
+	assert_int_equal(rogue(out, sizeof(out), "frame 127.0.0.1:%d '%s' 200000000 200 10", ports[0], certs), 0);
+	if (sscanf(out, "closed after %u", &ms) != 1 || ms > 1000)
+		fail_msg("a frame of 200 MB: %s", out);
+	assert_true(h_metric(&c.n[0], "ckptd_peer_link_errors_total") >= 1);
+	h_assert_serves(&c.n[0]);
+	cluster_stop(&c, 2);
+}
+
+/* Replicas' extra state counts in the share, and their number is capped
+ * ([peers] max_replicas): puts of tiny shards (a pool slot each) with
+ * 1 MB of extra state each hold at most the share (2 of them in 2500K),
+ * status counts the extra state, and the oldest give way; tiny replicas
+ * without extra state stop at the count. Ranks differ, so that none
+ * trims another. */
+static void test_replica_extra_state_and_count_are_capped(void **state)
+{
+	(void)state;
+	struct cluster c;
+	const char *extra[NODES] = { "share = 2500K\nmax_replicas = 3\n", NULL, NULL };
+	cluster_start(&c, 2, extra);
+	char o[512];
+	for (int rank = 0; rank < 4; rank++)
+		assert_int_equal(rogue(o, sizeof(o), "put 127.0.0.1:%d '%s' 127.0.0.1:%d xs 1 %d 8 4096 1", ports[0],
+				       certs, ports[1], rank),
+				 0);
+	assert_int_equal(h_metric(&c.n[0], "ckptd_peer_replicas_held"), 3);
+	assert_true(setenv("ROGUE_EXTRA", "1000000", 1) == 0);
+	for (int rank = 0; rank < 4; rank++)
+		assert_int_equal(rogue(o, sizeof(o), "put 127.0.0.1:%d '%s' 127.0.0.1:%d xt 1 %d 8 4096 1", ports[0],
+				       certs, ports[1], rank),
+				 0);
+	unsetenv("ROGUE_EXTRA");
+	uint64_t held = h_metric(&c.n[0], "ckptd_peer_replicas_held");
+	uint64_t b = h_metric(&c.n[0], "ckptd_peer_replica_bytes");
+	if (held != 2 || b < 2000000 || b > 2500 * 1024)
+		fail_msg("%llu replicas held, %llu bytes", (unsigned long long)held, (unsigned long long)b);
+	cluster_stop(&c, 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -981,6 +1074,9 @@ int main(void)
 		cmocka_unit_test(test_garbage_on_the_peer_port),
 		cmocka_unit_test(test_replica_never_replaces_own_copy),
 		cmocka_unit_test(test_peer_bytes_proven_against_storage),
+		cmocka_unit_test(test_dripping_connections_do_not_stop_replication),
+		cmocka_unit_test(test_peer_frames_have_deadlines_and_bounds),
+		cmocka_unit_test(test_replica_extra_state_and_count_are_capped),
 	};
 	return cmocka_run_group_tests(tests, make_certs, drop_certs);
 }
