@@ -128,9 +128,12 @@ static int put(const char *hp, const char *dir, const char *node, const char *jo
 	size_t ml = ckpt__manifest__get_packed_size(&m);
 	uint8_t *mb = malloc(ml ? ml : 1);
 	ckpt__manifest__pack(&m, mb);
+	free(m.extra_state.data);
+	free(crcs);
+	int st = 1;
 	struct link l;
 	if (open_peer(hp, dir, node, &l) < 0)
-		return 1;
+		goto out;
 	Ckpt__ReplicaPut p = CKPT__REPLICA_PUT__INIT;
 	p.manifest.data = mb;
 	p.manifest.len = ml;
@@ -144,26 +147,30 @@ static int put(const char *hp, const char *dir, const char *node, const char *jo
 		r = link_recv(&l, 1 << 16, &in);
 	if (r < 0 || in->body_case != CKPT__PEER_FRAME__BODY_READY) {
 		printf("ready: %s\n", r < 0 ? strerror(-r) : "another message");
-		return 1;
+		goto close;
 	}
 	printf("ready %d %s\n", in->ready->status, in->ready->message);
-	int st = in->ready->status;
+	st = in->ready->status;
 	ckpt__peer_frame__free_unpacked(in, NULL);
+	in = NULL;
 	if (st != 0)
-		return 1;
+		goto close;
+	st = 1;
 	r = link_write(&l, buf, n);
 	if (r == 0)
 		r = link_recv(&l, 1 << 16, &in);
 	if (r < 0 || in->body_case != CKPT__PEER_FRAME__BODY_ACK) {
 		printf("ack: %s\n", r < 0 ? strerror(-r) : "another message");
-		return 1;
+		goto close;
 	}
 	printf("ack %d %s\n", in->ack->status, in->ack->message);
 	st = in->ack->status;
-	ckpt__peer_frame__free_unpacked(in, NULL);
+close:
+	if (in)
+		ckpt__peer_frame__free_unpacked(in, NULL);
 	link_close(&l);
+out:
 	free(buf);
-	free(crcs);
 	free(mb);
 	return st == 0 ? 0 : 1;
 }
@@ -285,6 +292,7 @@ static int drip(const char *hp, int n, int seconds)
 	int open = 0;
 	for (int i = 0; i < n; i++)
 		open += fds[i] >= 0 && !closed(fds[i]);
+	free(fds);
 	printf("open %d\n", open);
 	return 0;
 }
@@ -298,6 +306,7 @@ static int frame(const char *hp, const char *dir, uint32_t claim, int interval_m
 	uint64_t t0 = ms_now();
 	if (link_write(&l, hdr, 4) < 0) {
 		printf("closed after %llu\n", (unsigned long long)(ms_now() - t0));
+		link_close(&l);
 		return 0;
 	}
 	while (ms_now() - t0 < (uint64_t)seconds * 1000) {
@@ -307,16 +316,19 @@ static int frame(const char *hp, const char *dir, uint32_t claim, int interval_m
 			int r = SSL_read(l.ssl, &b, 1);
 			if (r <= 0 && SSL_get_error(l.ssl, r) != SSL_ERROR_WANT_READ) {
 				printf("closed after %llu\n", (unsigned long long)(ms_now() - t0));
+				link_close(&l);
 				return 0;
 			}
 		}
 		int w = SSL_write(l.ssl, "x", 1);
 		if (w <= 0 && SSL_get_error(l.ssl, w) != SSL_ERROR_WANT_WRITE) {
 			printf("closed after %llu\n", (unsigned long long)(ms_now() - t0));
+			link_close(&l);
 			return 0;
 		}
 	}
 	printf("open\n");
+	link_close(&l);
 	return 0;
 }
 
