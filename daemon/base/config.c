@@ -671,6 +671,11 @@ const struct config_key config_keys[] = {
 	    .help = "connections still in their TLS handshake at once; the oldest gives way to a new one"),
 	KEY("peers", "max_per_address", cfg_u32, peer_max_per_address, CFG_RESTART, .def = DEFAULT_PEER_MAX_PER_ADDRESS,
 	    .help = "peer connections from one address at once"),
+	KEY("peers", "verify_names", cfg_bool, peer_verify_names, CFG_RESTART,
+	    .help = "a peer's certificate must name the HOST it advertises (an IP or DNS subjectAltName), both ways"),
+	KEY("peers", "serve_own", cfg_bool, peer_serve_own, CFG_RESTART,
+	    .help = "peers may read this node's own copies (memory-only steps resharded across nodes), not only the "
+		    "replicas it holds for them"),
 	KEY("peers", "max_replicas", cfg_u32, peer_max_replicas, CFG_RESTART, .def = DEFAULT_PEER_MAX_REPLICAS,
 	    .help = "replicas held for peers at once (their bytes are capped by share)"),
 

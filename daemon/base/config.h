@@ -198,6 +198,8 @@ struct config {
 	uint32_t peer_max_handshakes;  /* connections not yet authenticated at once (the oldest gives way) */
 	uint32_t peer_max_per_address; /* connections from one address at once */
 	uint32_t peer_max_replicas;    /* replicas held for peers */
+	bool peer_verify_names;        /* a peer's certificate must name its HOST (both ways) */
+	bool peer_serve_own;           /* peers may read this node's own copies, not only its replicas */
 	/* testing only: sleep this long in the middle of every shard write */
 	uint32_t debug_store_delay_ms;
 	/* testing only: sleep this long in every manifest fetch of the cache */

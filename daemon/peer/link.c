@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <arpa/inet.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 static void ssl_why(char *err, size_t errlen, const char *what)
 {
@@ -214,11 +216,21 @@ static int handshake_failed(SSL *ssl, int r, char *err, size_t errlen, const cha
 /* TLS on the connected socket fd, as its client or its server, all of it
  * within timeout_ms; fd is l's on success; on failure the client closes
  * it, the server leaves it to its caller. */
-static int handshake(SSL_CTX *ctx, int fd, bool client, uint32_t timeout_ms, uint64_t min_rate, struct link *l,
+static int handshake(SSL_CTX *ctx, int fd, const char *name, uint32_t timeout_ms, uint64_t min_rate, struct link *l,
 		     const char *what, char *err, size_t errlen)
 {
+	bool client = name != NULL;
 	set_nonblocking(fd);
 	SSL *ssl = SSL_new(ctx);
+	/* The server's certificate must name the host dialled ([peers]
+	 * verify_names): an IP address, or a DNS name. */
+	struct in6_addr a6;
+	bool ip = name && (inet_pton(AF_INET, name, &a6) == 1 || inet_pton(AF_INET6, name, &a6) == 1);
+	if (ssl && name && name[0] &&
+	    (ip ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name) != 1 : SSL_set1_host(ssl, name) != 1)) {
+		SSL_free(ssl);
+		ssl = NULL;
+	}
 	if (ssl == NULL || SSL_set_fd(ssl, fd) != 1) {
 		ssl_why(err, errlen, "SSL_new");
 		SSL_free(ssl);
@@ -278,7 +290,7 @@ int link_connect(const struct link_tls *t, const char *hostport, uint32_t timeou
 	}
 	char what[300];
 	snprintf(what, sizeof(what), "TLS with %s", hostport);
-	return handshake(t->client, fd, true, timeout_ms, min_rate, l, what, err, errlen);
+	return handshake(t->client, fd, t->verify_names ? host : "", timeout_ms, min_rate, l, what, err, errlen);
 }
 
 int link_accept(const struct link_tls *t, int fd, uint32_t timeout_ms, uint64_t min_rate, struct link *l, char *err,
@@ -286,7 +298,22 @@ int link_accept(const struct link_tls *t, int fd, uint32_t timeout_ms, uint64_t 
 {
 	l->fd = -1;
 	l->ssl = NULL;
-	return handshake(t->server, fd, false, timeout_ms, min_rate, l, "TLS with a peer", err, errlen);
+	return handshake(t->server, fd, NULL, timeout_ms, min_rate, l, "TLS with a peer", err, errlen);
+}
+
+bool link_peer_named(const struct link *l, const char *hostport)
+{
+	char host[256], port[16];
+	if (l->ssl == NULL || link_split(hostport, host, sizeof(host), port, sizeof(port)) < 0)
+		return false;
+	X509 *cert = SSL_get1_peer_certificate(l->ssl);
+	if (cert == NULL)
+		return false;
+	struct in6_addr a6;
+	bool ip = inet_pton(AF_INET, host, &a6) == 1 || inet_pton(AF_INET6, host, &a6) == 1;
+	bool ok = ip ? X509_check_ip_asc(cert, host, 0) == 1 : X509_check_host(cert, host, 0, 0, NULL) == 1;
+	X509_free(cert);
+	return ok;
 }
 
 void link_close(struct link *l)

@@ -8,6 +8,7 @@
 #ifndef CKPTD_LINK_H
 #define CKPTD_LINK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,12 +22,14 @@ struct ssl_st;
 
 struct link_tls {
 	struct ssl_ctx_st *server, *client;
+	bool verify_names; /* link_connect checks the server's certificate names the HOST it dialled */
 };
 
 /* Both contexts from the PEM files: our certificate and key, and the CA
  * every peer's certificate must chain to (TLS 1.2 at least; a peer
  * without a certificate is refused). 0, or -errno with err. */
 int link_tls_init(struct link_tls *t, const char *cert, const char *key, const char *ca, char *err, size_t errlen);
+
 void link_tls_fini(struct link_tls *t);
 
 struct link {
@@ -47,6 +50,10 @@ int link_connect(const struct link_tls *t, const char *hostport, uint32_t timeou
 int link_accept(const struct link_tls *t, int fd, uint32_t timeout_ms, uint64_t min_rate, struct link *l, char *err,
 		size_t errlen);
 void link_close(struct link *l);
+/* Whether the peer's certificate on l names HOST of hostport ("HOST:PORT"):
+ * an IP address or DNS subjectAltName (or, for DNS, the common name when
+ * it has none), as TLS clients check a server's. */
+bool link_peer_named(const struct link *l, const char *hostport);
 
 int link_send(struct link *l, const Ckpt__PeerFrame *f);
 /* The next frame, at most max bytes: 0 and *out (free with

@@ -414,6 +414,8 @@ static void find_on_loop(struct daemon *d, void *arg)
 {
 	struct find *f = arg;
 	struct save *sv = memtier_find(d, f->job, f->step, f->rank);
+	if (sv && !sv->replica && !d->cfg.peer_serve_own)
+		sv = NULL; /* this node's own copy: not a peer's to read */
 	if (sv && sv->world_size == f->world_size && !sv->drop_pending) {
 		sv->readers++;
 		f->sv = sv;
@@ -439,13 +441,21 @@ struct listing {
 	char (*attempts)[129];
 };
 
+/* Whether a peer may see held copy sv: a replica held for a peer, or,
+ * with [peers] serve_own, this node's own copies too. */
+static bool served(const struct daemon *d, const struct save *sv)
+{
+	return sv->replica || d->cfg.peer_serve_own;
+}
+
 static void list_on_loop(struct daemon *d, void *arg)
 {
 	struct listing *l = arg;
 	size_t n = 0;
 	struct save *sv;
 	TAILQ_FOREACH (sv, &d->held, hlink)
-		if ((l->all_ranks || sv->rank == l->rank) && strcmp(sv->job, l->job) == 0 && n < LIST_MAX)
+		if ((l->all_ranks || sv->rank == l->rank) && strcmp(sv->job, l->job) == 0 && served(d, sv) &&
+		    n < LIST_MAX)
 			n++;
 	l->v = calloc(n ? n : 1, sizeof(*l->v));
 	l->jobs = calloc(n ? n : 1, sizeof(*l->jobs));
@@ -456,7 +466,8 @@ static void list_on_loop(struct daemon *d, void *arg)
 	 * LIST_MAX. */
 	TAILQ_FOREACH_REVERSE(sv, &d->held, save_list, hlink)
 	{
-		if ((!l->all_ranks && sv->rank != l->rank) || strcmp(sv->job, l->job) != 0 || sv->drop_pending)
+		if ((!l->all_ranks && sv->rank != l->rank) || strcmp(sv->job, l->job) != 0 || sv->drop_pending ||
+		    !served(d, sv))
 			continue;
 		if (l->n == n)
 			break;
@@ -563,8 +574,29 @@ static void reply_status(struct link *l, Ckpt__PeerFrame__BodyCase body, int sta
 	(void)link_send(l, &f);
 }
 
-/* ReplicaPut: check, reserve within the share, receive, hold. false:
- * the connection cannot go on. */
+static size_t ring_now(struct peer *p, size_t max, char (**out)[RING_NAME_MAX], char *why, size_t whylen);
+
+/* Whether this node holds from's replicas: from is one of its [peers]
+ * replicas (K) predecessors in the ring, as from's own ring_now puts it
+ * (ring_now lists the others in ring order after this node, so from's
+ * successors include this node when from is among the last K). */
+static bool holder_for(struct peer *p, const char *from)
+{
+	char(*ring)[RING_NAME_MAX] = NULL;
+	char why[200] = "";
+	size_t n = ring_now(p, RING_MAX, &ring, why, sizeof(why));
+	size_t k = p->d->cfg.peer_replicas;
+	bool ok = false;
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(ring[i], from) == 0)
+			ok = n <= k || i >= n - k;
+	free(ring);
+	return ok;
+}
+
+/* ReplicaPut: check, reserve within the share, receive, hold. Only from
+ * a peer whose replicas go here (holder_for). false: the connection
+ * cannot go on. */
 static bool serve_put(struct peer *p, struct link *l, const Ckpt__ReplicaPut *put, const char *from)
 {
 	struct daemon *d = p->d;
@@ -575,6 +607,13 @@ static bool serve_put(struct peer *p, struct link *l, const Ckpt__ReplicaPut *pu
 		r = -E2BIG;
 		snprintf(why, sizeof(why), "%zu tensors or %zu bytes of extra state: over this node's limits",
 			 m->n_tensors, m->extra_state.len);
+	}
+	if (r == 0 && !holder_for(p, from)) {
+		r = -EPERM;
+		snprintf(why, sizeof(why),
+			 "%s is not one of the %u peers before this node in its ring ([peers] replicas): its replicas "
+			 "go to other nodes",
+			 from, d->cfg.peer_replicas);
 	}
 	struct save *sv = r == 0 ? save_from_manifest(d, m, (int)put->tier) : NULL;
 	if (r == 0 && sv == NULL) {
@@ -862,6 +901,14 @@ static void *serve_conn(void *arg)
 	}
 	if (f)
 		ckpt__peer_frame__free_unpacked(f, NULL);
+	/* The name it gives is its certificate's ([peers] verify_names): a
+	 * peer speaks, and puts replicas, only as itself. */
+	if (from[0] && p->d->cfg.peer_verify_names && !link_peer_named(&l, from)) {
+		log_warn("peers: %s said it is %s, which its certificate does not name ([peers] verify_names); closed",
+			 cn->addr, from);
+		count(&p->d->stats.peer_link_errors, 1);
+		from[0] = '\0';
+	}
 	bool go = from[0] != '\0' && conn_authed(p, cn->slot, from);
 	while (go) {
 		f = NULL;
@@ -1726,6 +1773,7 @@ int peer_start(struct daemon *d, char *err, size_t errlen)
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
 	int r = link_tls_init(&p->tls, c->peer_cert, c->peer_key, c->peer_ca, err, errlen);
+	p->tls.verify_names = c->peer_verify_names;
 	if (r == 0) {
 		r = listen_on(c->peer_listen, err, errlen);
 		p->listen_fd = r;

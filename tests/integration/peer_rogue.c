@@ -27,7 +27,8 @@
  *       bytes and one byte every INTERVAL_MS. Prints "closed after MS" when
  *       the server closes it, or "open" after SECONDS; exit 0.
  *
- * CERTDIR holds ca.crt, node.crt and node.key. */
+ * CERTDIR holds ca.crt, node.crt and node.key (ROGUE_CERT=NAME in the
+ * environment: NAME.crt and NAME.key instead). */
 #include "crc32c.h"
 #include "link.h"
 
@@ -58,8 +59,9 @@ static void fill(uint8_t *p, size_t n, uint64_t seed) /* h_fill (harness.c) */
 static int open_peer(const char *hostport, const char *dir, const char *node, struct link *l)
 {
 	char cert[512], key[512], ca[512], err[300];
-	snprintf(cert, sizeof(cert), "%s/node.crt", dir);
-	snprintf(key, sizeof(key), "%s/node.key", dir);
+	const char *name = getenv("ROGUE_CERT") ? getenv("ROGUE_CERT") : "node";
+	snprintf(cert, sizeof(cert), "%s/%s.crt", dir, name);
+	snprintf(key, sizeof(key), "%s/%s.key", dir, name);
 	snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
 	static struct link_tls tls;
 	int r = link_tls_init(&tls, cert, key, ca, err, sizeof(err));

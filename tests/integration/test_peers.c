@@ -63,8 +63,13 @@ static int make_certs(void **state)
 		"openssl req -x509 %s -keyout rogue-ca.key -out rogue-ca.crt -days 2 -subj /CN=rogue-ca 2>/dev/null && "
 		"openssl req %s -keyout rogue.key -out rogue.csr -subj /CN=ckptd-peer 2>/dev/null && "
 		"openssl x509 -req -in rogue.csr -CA rogue-ca.crt -CAkey rogue-ca.key -CAcreateserial -out rogue.crt "
-		"-days 2 2>/dev/null",
-		certs, ec, ec, ec, ec);
+		"-days 2 2>/dev/null && "
+		/* Certificates that name their host ([peers] verify_names). */
+		"for n in 1 2; do echo subjectAltName=IP:127.0.0.$n > ip$n.ext && "
+		"openssl req %s -keyout ip$n.key -out ip$n.csr -subj /CN=ckptd-peer-$n 2>/dev/null && "
+		"openssl x509 -req -in ip$n.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out ip$n.crt -days 2 "
+		"-extfile ip$n.ext 2>/dev/null || exit 1; done",
+		certs, ec, ec, ec, ec, ec);
 	return r == 0 ? 0 : -1;
 }
 
@@ -603,7 +608,10 @@ static void test_reshard_from_peers(void **state)
 {
 	(void)state;
 	struct cluster c;
-	cluster_start(&c, NODES, NULL);
+	/* The replica of the killed node's successor's rank died with it:
+	 * that rank's own copy is read from its node ([peers] serve_own). */
+	const char *own[NODES] = { "serve_own = true\n", "serve_own = true\n", "serve_own = true\n" };
+	cluster_start(&c, NODES, own);
 	for (uint32_t r = 0; r < 4; r++) {
 		ckpt_hello h = { .job = "reshard", .rank = r, .world_size = 4, .attempt_id = "p" };
 		ckpt_client *cl = NULL;
@@ -1058,6 +1066,85 @@ static void test_replica_extra_state_and_count_are_capped(void **state)
 	cluster_stop(&c, 2);
 }
 
+/* Only replicas are served to peers: a peer with a valid certificate
+ * asking for a node's own memory-only step (another tenant's, say) gets
+ * nothing, by ReplicaGet or ReplicaList; a replica the node holds for a
+ * peer is served (to the node that lost it). A peer that puts replicas
+ * must be one whose replicas go to this node: one that is not among its
+ * ring predecessors is refused. */
+static void test_own_copies_not_served_to_peers(void **state)
+{
+	(void)state;
+	struct cluster c;
+	cluster_start(&c, 2, NULL);
+	struct rank_client rc;
+	rc_open(&c.n[0], &rc, "secret", 0, 1, MIB);
+	rc_save_wait(&rc, 5, 0, CKPT_TIER_MEMORY, CKPT_KEPT);
+	rc_close(&rc);
+	char out[1024];
+	assert_int_equal(rogue(out, sizeof(out), "get 127.0.0.1:%d '%s' secret 5 0 1", ports[0], certs), 1);
+	if (strncmp(out, "data 2 0 ", 9) != 0)
+		fail_msg("a node's own copy asked for: %s", out);
+	assert_int_equal(rogue(out, sizeof(out), "list 127.0.0.1:%d '%s' secret", ports[0], certs), 0);
+	assert_string_equal(out, "listed 0\n");
+	/* Node 1's replicated step, held on node 0 for it. */
+	rc_open(&c.n[1], &rc, "shared", 0, 1, MIB);
+	rc_save_wait(&rc, 1, 0, CKPT_TIER_REPLICATED, CKPT_REPLICATED);
+	rc_close(&rc);
+	assert_int_equal(rogue(out, sizeof(out), "get 127.0.0.1:%d '%s' shared 1 0 1", ports[0], certs), 0);
+	assert_int_equal(strncmp(out, "data 0 1048576 ", 15), 0);
+	/* Not a ring predecessor of node 0. */
+	assert_int_equal(rogue(out, sizeof(out), "put 127.0.0.1:%d '%s' 127.0.0.1:1 secret 6 0 1 4096 1", ports[0],
+			       certs),
+			 1);
+	if (strstr(out, "not one of the 1 peers before this node") == NULL)
+		fail_msg("a put from outside the ring: %s", out);
+	cluster_stop(&c, 2);
+}
+
+/* [peers] verify_names: a peer's certificate must name the host it
+ * advertises, both ways. Nodes with certificates for 127.0.0.1 replicate;
+ * a peer whose valid certificate names 127.0.0.2 cannot speak as a node
+ * of 127.0.0.1 (its put is closed after PeerHello), nor can one whose
+ * certificate names no host. */
+static void test_names_bound_to_certificates(void **state)
+{
+	(void)state;
+	struct dctx n[2];
+	int port[2] = { free_port(), free_port() };
+	char conf[2][1024];
+	for (int i = 0; i < 2; i++) {
+		h_init(&n[i]);
+		if (i > 0)
+			snprintf(n[i].store, sizeof(n[i].store), "%s", n[0].store);
+		snprintf(conf[i], sizeof(conf[i]),
+			 "[pool]\nstaging_bytes = 64M\n[peers]\nlisten = 127.0.0.1:%d\npeers = 127.0.0.1:%d,127.0.0.1:%d\n"
+			 "replicas = 1\ncert = %s/ip1.crt\nkey = %s/ip1.key\nca = %s/ca.crt\ntimeout_ms = 3000\n"
+			 "verify_names = true\n",
+			 port[i], port[0], port[1], certs, certs, certs);
+		h_start(&n[i], conf[i]);
+	}
+	struct rank_client rc;
+	rc_open(&n[0], &rc, "named", 0, 1, MIB);
+	rc_save_wait(&rc, 1, 0, CKPT_TIER_REPLICATED, CKPT_REPLICATED);
+	rc_close(&rc);
+	char out[1024];
+	assert_true(setenv("ROGUE_CERT", "ip2", 1) == 0);
+	int r = rogue(out, sizeof(out), "put 127.0.0.1:%d '%s' 127.0.0.1:%d named 9 0 1 4096 1", port[0], certs,
+		      port[1]);
+	unsetenv("ROGUE_CERT");
+	assert_int_equal(r, 1);
+	assert_null(strstr(out, "ack 0"));
+	r = rogue(out, sizeof(out), "put 127.0.0.1:%d '%s' 127.0.0.1:%d named 9 0 1 4096 1", port[0], certs, port[1]);
+	assert_int_equal(r, 1);
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "grep -c 'which its certificate does not name' '%s/ckptd.log' | grep -qx 2", n[0].dir);
+	assert_int_equal(system(cmd), 0);
+	h_assert_serves(&n[0]);
+	h_cleanup(&n[1]);
+	h_cleanup(&n[0]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1077,6 +1164,8 @@ int main(void)
 		cmocka_unit_test(test_dripping_connections_do_not_stop_replication),
 		cmocka_unit_test(test_peer_frames_have_deadlines_and_bounds),
 		cmocka_unit_test(test_replica_extra_state_and_count_are_capped),
+		cmocka_unit_test(test_own_copies_not_served_to_peers),
+		cmocka_unit_test(test_names_bound_to_certificates),
 	};
 	return cmocka_run_group_tests(tests, make_certs, drop_certs);
 }

@@ -232,13 +232,15 @@ def _certs(d):
     subprocess.run(cmd, shell=True, check=True, capture_output=True)
 
 
-def _two_peers(daemon_factory, tmp_path):
-    """Two daemons, each the other's peer (certificates made here)."""
+def _two_peers(daemon_factory, tmp_path, serve_own=False):
+    """Two daemons, each the other's peer (certificates made here); with
+    serve_own, each may read the other's own copies ([peers] serve_own)."""
     _certs(tmp_path)
     ports = [_free_port(), _free_port()]
     conf = ["[peers]\nlisten = 127.0.0.1:%d\npeers = 127.0.0.1:%d,127.0.0.1:%d\ncert = %s/node.crt\n"
-            "key = %s/node.key\nca = %s/ca.crt\ntimeout_ms = 5000\n" % (ports[i], ports[0], ports[1], tmp_path,
-                                                                         tmp_path, tmp_path) for i in range(2)]
+            "key = %s/node.key\nca = %s/ca.crt\ntimeout_ms = 5000\nserve_own = %s\n"
+            % (ports[i], ports[0], ports[1], tmp_path, tmp_path, tmp_path, "true" if serve_own else "false")
+            for i in range(2)]
     return [daemon_factory(conf[i]) for i in range(2)], ports
 
 
@@ -286,8 +288,9 @@ def test_dcp_memory_step_on_two_nodes(daemon_factory, tmp_path):
     """Two ranks on two daemons (peers of each other) save with ckpt.dcp in
     memory only: no daemon holds both ranks' manifests, so the ranks gather
     the metadata, and the pieces a rank needs that the other saved come
-    from its node's memory through the peers. Both restore exactly."""
-    ds, ports = _two_peers(daemon_factory, tmp_path)
+    from its node's memory through the peers ([peers] serve_own: a memory
+    step is each node's own copy, not a replica). Both restore exactly."""
+    ds, ports = _two_peers(daemon_factory, tmp_path, serve_own=True)
     out = str(tmp_path / "n")
     mp.spawn(_dcp_two_nodes, args=(2, _free_port(), [d.sock for d in ds], out), nprocs=2)
     for rank in range(2):
