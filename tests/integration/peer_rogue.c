@@ -27,6 +27,13 @@
  *       bytes and one byte every INTERVAL_MS. Prints "closed after MS" when
  *       the server closes it, or "open" after SECONDS; exit 0.
  *
+ *   peer_rogue serve PORT CERTDIR SECONDS STEP WORLD N
+ *       a peer that listens on 127.0.0.1:PORT for SECONDS and lies: every
+ *       ReplicaList is answered with N copies of step STEP claiming world
+ *       size WORLD (N empty entries past the first: a reply of 2 bytes
+ *       per copy), every ReplicaGet with "no copy", every ReplicaPut
+ *       refused. Prints "served K" (requests answered).
+ *
  * CERTDIR holds ca.crt, node.crt and node.key (ROGUE_CERT=NAME in the
  * environment: NAME.crt and NAME.key instead). */
 #include "crc32c.h"
@@ -334,12 +341,98 @@ static int frame(const char *hp, const char *dir, uint32_t claim, int interval_m
 	return 0;
 }
 
+static int serve(int port, const char *dir, int seconds, uint64_t step, uint32_t world, size_t n)
+{
+	char cert[512], key[512], ca[512], err[300];
+	snprintf(cert, sizeof(cert), "%s/node.crt", dir);
+	snprintf(key, sizeof(key), "%s/node.key", dir);
+	snprintf(ca, sizeof(ca), "%s/ca.crt", dir);
+	struct link_tls tls = { 0 };
+	if (link_tls_init(&tls, cert, key, ca, err, sizeof(err)) < 0)
+		return 1;
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int one = 1;
+	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(lfd, 16) < 0)
+		return 1;
+	Ckpt__HeldCopy *v = calloc(n ? n : 1, sizeof(*v));
+	Ckpt__HeldCopy **pv = calloc(n ? n : 1, sizeof(*pv));
+	for (size_t i = 0; i < n; i++) {
+		ckpt__held_copy__init(&v[i]);
+		pv[i] = &v[i];
+	}
+	unsigned served = 0;
+	uint64_t end = ms_now() + (uint64_t)seconds * 1000;
+	while (ms_now() < end) {
+		struct pollfd pf = { .fd = lfd, .events = POLLIN };
+		if (poll(&pf, 1, 100) <= 0)
+			continue;
+		int fd = accept(lfd, NULL, NULL);
+		struct link l;
+		if (fd < 0)
+			continue;
+		if (link_accept(&tls, fd, 3000, 0, &l, err, sizeof(err)) < 0) {
+			close(fd);
+			continue;
+		}
+		Ckpt__PeerFrame *in = NULL;
+		while (link_recv(&l, 1 << 20, &in) == 0) {
+			Ckpt__PeerFrame out = CKPT__PEER_FRAME__INIT;
+			Ckpt__ReplicaListReply rep = CKPT__REPLICA_LIST_REPLY__INIT;
+			Ckpt__ReplicaData data = CKPT__REPLICA_DATA__INIT;
+			Ckpt__ReplicaReady rd = CKPT__REPLICA_READY__INIT;
+			bool answer = true;
+			if (in->body_case == CKPT__PEER_FRAME__BODY_LIST) {
+				if (n > 0) {
+					v[0].job = in->list->job;
+					v[0].rank = in->list->rank;
+					v[0].step = step;
+					v[0].world_size = world;
+					v[0].attempt_id = (char *)"p";
+				}
+				rep.n_held = n;
+				rep.held = pv;
+				out.body_case = CKPT__PEER_FRAME__BODY_LIST_REPLY;
+				out.list_reply = &rep;
+			} else if (in->body_case == CKPT__PEER_FRAME__BODY_GET) {
+				data.status = 2;
+				data.message = (char *)"no copy of it is held here";
+				out.body_case = CKPT__PEER_FRAME__BODY_DATA;
+				out.data = &data;
+			} else if (in->body_case == CKPT__PEER_FRAME__BODY_PUT) {
+				rd.status = 28;
+				rd.message = (char *)"full";
+				out.body_case = CKPT__PEER_FRAME__BODY_READY;
+				out.ready = &rd;
+			} else {
+				answer = false; /* the hello */
+			}
+			if (answer && link_send(&l, &out) == 0)
+				served++;
+			ckpt__peer_frame__free_unpacked(in, NULL);
+			in = NULL;
+		}
+		link_close(&l);
+	}
+	close(lfd);
+	free(v);
+	free(pv);
+	link_tls_fini(&tls);
+	printf("served %u\n", served);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	signal(SIGPIPE, SIG_IGN);
 	if (argc == 5 && strcmp(argv[1], "drip") == 0)
 		return drip(argv[2], atoi(argv[3]), atoi(argv[4]));
+	if (argc == 8 && strcmp(argv[1], "serve") == 0)
+		return serve(atoi(argv[2]), argv[3], atoi(argv[4]), strtoull(argv[5], NULL, 10),
+			     (uint32_t)strtoul(argv[6], NULL, 10), strtoull(argv[7], NULL, 10));
 	if (argc == 7 && strcmp(argv[1], "frame") == 0)
 		return frame(argv[2], argv[3], (uint32_t)strtoul(argv[4], NULL, 10), atoi(argv[5]), atoi(argv[6]));
 	if ((argc == 11 || argc == 12) && strcmp(argv[1], "put") == 0)

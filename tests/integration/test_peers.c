@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
@@ -1145,6 +1146,65 @@ static void test_names_bound_to_certificates(void **state)
 	h_cleanup(&n[0]);
 }
 
+/* A peer that lies in its answers (peer_rogue serve, node 0's successor):
+ * a world size of 2000 it claims for a memory-only step is not asked for
+ * rank by rank (the load gives up after 8 saved ranks found nowhere, in
+ * seconds); a list reply of 2,000,000 copies (4 MB of empty entries) is
+ * refused at its header, not decoded into a gigabyte. */
+static void test_lying_peer_is_bounded(void **state)
+{
+	(void)state;
+	struct dctx n;
+	int port[2] = { free_port(), free_port() };
+	char conf[1024];
+	h_init(&n);
+	snprintf(conf, sizeof(conf),
+		 "[pool]\nstaging_bytes = 64M\n[peers]\nlisten = 127.0.0.1:%d\npeers = 127.0.0.1:%d,127.0.0.1:%d\n"
+		 "replicas = 1\ncert = %s/node.crt\nkey = %s/node.key\nca = %s/ca.crt\ntimeout_ms = 3000\n",
+		 port[0], port[0], port[1], certs, certs, certs);
+	h_start(&n, conf);
+	const char *bin = getenv("PEER_ROGUE_BIN");
+	char cmd[600], out[256];
+	snprintf(cmd, sizeof(cmd), "'%s' serve %d '%s' 6 50 2000 1", bin, port[1], certs);
+	FILE *liar = popen(cmd, "r");
+	assert_non_null(liar);
+	usleep(300 * 1000);
+	struct rank_client rc;
+	rc_open(&n, &rc, "lie", 0, 1, MIB);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	char msg[512];
+	int r = rc_load_fails(&rc, 50, msg, sizeof(msg));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	if (r != -ENOENT || strstr(msg, "no more asked") == NULL || s > 5)
+		fail_msg("a claimed world of 2000: %d in %.1f s (%s)", r, s, msg);
+	rc_close(&rc);
+	size_t k = fread(out, 1, sizeof(out) - 1, liar);
+	out[k] = '\0';
+	pclose(liar);
+	snprintf(cmd, sizeof(cmd), "'%s' serve %d '%s' 4 50 2000 2000000", bin, port[1], certs);
+	liar = popen(cmd, "r");
+	assert_non_null(liar);
+	usleep(300 * 1000);
+	rc_open(&n, &rc, "lie", 0, 1, MIB);
+	ckpt_held_info *h = NULL;
+	size_t nh = 0;
+	assert_int_equal(ckpt_held(rc.c, NULL, 0, &h, &nh), 0);
+	assert_int_equal(nh, 0);
+	free(h);
+	rc_close(&rc);
+	uint64_t rss = h_metric(&n, "ckptd_peak_rss_bytes");
+	if (rss > 400u * MIB)
+		fail_msg("peak RSS %llu MiB after a 4 MB list reply", (unsigned long long)(rss >> 20));
+	char log[600];
+	snprintf(log, sizeof(log), "grep -q 'no more asked' '%s/ckptd.log'", n.dir);
+	assert_int_equal(system(log), 0);
+	pclose(liar);
+	h_assert_serves(&n);
+	h_cleanup(&n);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1166,6 +1226,7 @@ int main(void)
 		cmocka_unit_test(test_replica_extra_state_and_count_are_capped),
 		cmocka_unit_test(test_own_copies_not_served_to_peers),
 		cmocka_unit_test(test_names_bound_to_certificates),
+		cmocka_unit_test(test_lying_peer_is_bounded),
 	};
 	return cmocka_run_group_tests(tests, make_certs, drop_certs);
 }
