@@ -620,6 +620,13 @@ int ckpt_connect(const char *socket_path, const ckpt_hello *hello, ckpt_client *
 	h.local_rank = hello ? hello->local_rank : 0;
 	h.attempt_id = attempt;
 	h.policy = (char *)(hello && hello->policy ? hello->policy : "");
+	/* The job's secret, from the environment (docs/manual.md "Peers"):
+	 * its replicas are sealed with it. */
+	const char *key = h.job[0] ? getenv("CKPT_JOB_KEY") : NULL;
+	if (key && key[0]) {
+		h.job_key.data = (uint8_t *)key;
+		h.job_key.len = strlen(key);
+	}
 	req.body_case = CKPT__FRAME__BODY_HELLO;
 	req.hello = &h;
 	r = client_call(c, &req, -1, &rep);

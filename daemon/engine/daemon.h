@@ -39,6 +39,10 @@ struct peer_want {
 	uint32_t rank, world_size;
 	const struct Ckpt__Manifest *expect;
 	bool no_sweep;
+	/* The asking rank's job key (32 bytes, from its trainer's secret:
+	 * seal.h), or NULL: a sealed copy is opened with it, and with it an
+	 * unsealed copy is refused. */
+	const uint8_t *key;
 };
 /* A copy a peer holds (peer_list). */
 struct peer_copy {
@@ -208,8 +212,11 @@ struct daemon {
 	int (*peer_list)(struct daemon *d, const char *job, uint32_t rank, struct peer_copy **out, size_t *n);
 	/* Threadpool: the extra state of (job, step, rank)'s copy a peer
 	 * holds, without its shard (*extra malloc'd). */
-	int (*peer_extra)(struct daemon *d, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
-			  uint8_t **extra, size_t *len, char *why, size_t whylen);
+	int (*peer_extra)(struct daemon *d, const struct peer_want *w, uint8_t **extra, size_t *len, char *why,
+			  size_t whylen);
+	/* Loop (a session's Hello): the key of job's replicas from the secret
+	 * its trainer gave (CKPT_JOB_KEY; daemon/peer/seal.h). 0 or -errno. */
+	int (*job_key)(const void *secret, size_t len, const char *job, uint8_t key[32]);
 };
 
 /* Work that a drain waits for (a save, a load, a catalogue request) ended.

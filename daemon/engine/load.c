@@ -62,6 +62,8 @@ struct load {
 	bool storage_only;  /* Load.storage_only: neither memory nor peers */
 	bool no_copies;     /* a copy failed its crc: planned again from storage alone (load_run) */
 	char peer[128];     /* the peers copies came from, for Loaded.peer */
+	bool has_key;       /* the session's job key (requester.h): copies from peers are sealed with it */
+	uint8_t key[32];
 	char peer_why[200]; /* why the peers gave none */
 	uv_work_t work;
 	/* results */
@@ -84,6 +86,7 @@ static void load_free(struct load *ld)
 	free(ld->by_name);
 	free(ld->extra);
 	free(ld->pin_flags);
+	explicit_bzero(ld->key, sizeof(ld->key));
 	free(ld);
 }
 
@@ -569,7 +572,8 @@ static const struct save *peer_copy(struct load *ld, const Ckpt__Manifest *m)
 			       .rank = m->rank,
 			       .world_size = m->world_size,
 			       .expect = m,
-			       .no_sweep = true };
+			       .no_sweep = true,
+			       .key = ld->has_key ? ld->key : NULL };
 	return fetch_one(ld, &w);
 }
 
@@ -643,7 +647,11 @@ static struct save *fetch_one(struct load *ld, const struct peer_want *w)
  * peers. */
 static struct save *fetch_copy(struct load *ld, uint32_t r, uint32_t ws)
 {
-	return fetch_one(ld, &(struct peer_want){ .job = ld->job, .step = ld->step, .rank = r, .world_size = ws });
+	return fetch_one(ld, &(struct peer_want){ .job = ld->job,
+						  .step = ld->step,
+						  .rank = r,
+						  .world_size = ws,
+						  .key = ld->has_key ? ld->key : NULL });
 }
 
 /* Saved rank r's copy of the step (world ws): held here, else from the
@@ -774,8 +782,12 @@ static void load_copies(struct load *ld, uint32_t ws)
 		ld->extra_len = ld->extra ? own_copy->extra_len : 0;
 	} else if (ld->status == 0 && own_copy == NULL) {
 		char why[300];
-		int r = ld->d->peer_extra(ld->d, ld->job, ld->step, own, ws, &ld->extra, &ld->extra_len, why,
-					  sizeof(why));
+		struct peer_want w = { .job = ld->job,
+				       .step = ld->step,
+				       .rank = own,
+				       .world_size = ws,
+				       .key = ld->has_key ? ld->key : NULL };
+		int r = ld->d->peer_extra(ld->d, &w, &ld->extra, &ld->extra_len, why, sizeof(why));
 		if (r < 0)
 			fail(ld, r, "step %" PRIu64 " of job '%s': the extra state of rank %u: %s", ld->step, ld->job,
 			     own, why);
@@ -1065,6 +1077,10 @@ void load_start(struct daemon *d, const struct requester *rq, const Ckpt__Load *
 	ld->latest = m->latest;
 	ld->step = m->step;
 	ld->storage_only = m->storage_only;
+	if (rq->job_key) {
+		memcpy(ld->key, rq->job_key, sizeof(ld->key));
+		ld->has_key = true;
+	}
 	char err[512];
 	int r = plan(ld, rq->s, m, err, sizeof(err));
 	if (r < 0) {

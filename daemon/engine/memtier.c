@@ -190,7 +190,9 @@ static bool own_rank(struct daemon *d, const char *job, uint32_t rank)
 
 static bool loadable(struct daemon *d, const struct save *sv, const char *job)
 {
-	return strcmp(sv->job, job) == 0 && (!sv->replica || !own_rank(d, job, sv->rank));
+	/* A sealed replica is ciphertext here: a load opens it only as a
+	 * peer's copy (peer_fetch), with its job's key. */
+	return strcmp(sv->job, job) == 0 && (!sv->replica || (sv->seal == NULL && !own_rank(d, job, sv->rank)));
 }
 
 size_t memtier_pin(struct daemon *d, const char *job, struct save ***out)

@@ -108,13 +108,23 @@ void persist_init(struct daemon *d)
 void persist_start(struct daemon *d, const struct requester *rq, const char *job, uint64_t step, bool replicas)
 {
 	const struct requester_ops *ops = d->req_ops;
-	size_t n = 0;
+	size_t n = 0, sealed = 0;
 	struct save *sv;
 	/* This node's own copies; a replica held for a peer is its origin's
-	 * to persist, unless asked (its origin is lost). */
+	 * to persist, unless asked (its origin is lost), and never a sealed
+	 * one (its bytes are ciphertext to this node: seal.h). */
 	TAILQ_FOREACH (sv, &d->held, hlink)
-		if (sv->step == step && (replicas || !sv->replica) && strcmp(sv->job, job) == 0)
-			n++;
+		if (sv->step == step && (replicas || !sv->replica) && strcmp(sv->job, job) == 0) {
+			n += sv->seal == NULL;
+			sealed += sv->seal != NULL;
+		}
+	if (n == 0 && sealed > 0) {
+		ops->reply(rq->s, rq->req_id, -EACCES,
+			   "the replicas of this step held here are sealed with their job's key (CKPT_JOB_KEY): "
+			   "only a node whose trainer gives the key can restore them, and this one cannot persist "
+			   "them");
+		return;
+	}
 	if (n == 0) {
 		ops->reply(rq->s, rq->req_id, -ENOENT,
 			   replicas ? "no copy of this step is held in this ckptd's memory, its own or for a peer"
@@ -148,7 +158,7 @@ void persist_start(struct daemon *d, const struct requester *rq, const char *job
 	}
 	size_t nstart = 0;
 	TAILQ_FOREACH (sv, &d->held, hlink) {
-		if (sv->step != step || (sv->replica && !replicas) || strcmp(sv->job, job) != 0)
+		if (sv->step != step || (sv->replica && !replicas) || sv->seal || strcmp(sv->job, job) != 0)
 			continue;
 		if (sv->durable) {
 			p->bytes += sv->shard_bytes;

@@ -23,7 +23,8 @@ struct requester {
 	uint64_t req_id;
 	const char *job, *attempt; /* "" job: a control session */
 	uint32_t rank, world_size;
-	int policy; /* enum admit_policy from Hello, or -1 */
+	int policy;             /* enum admit_policy from Hello, or -1 */
+	const uint8_t *job_key; /* 32 bytes (daemon.job_key), or NULL: the job's replicas are not sealed */
 };
 
 /* Every status here is 0 or -errno (proto/wire.h converts it for the wire). */

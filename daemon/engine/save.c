@@ -1044,6 +1044,10 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 	d->req_ops->save_attach(rq->s, sv);
 	snprintf(sv->job, sizeof(sv->job), "%s", rq->job);
 	snprintf(sv->attempt, sizeof(sv->attempt), "%s", rq->attempt);
+	if (rq->job_key) { /* its replicas are sealed (daemon/peer/seal.h) */
+		memcpy(sv->key, rq->job_key, sizeof(sv->key));
+		sv->has_key = true;
+	}
 	sv->rank = rq->rank;
 	sv->world_size = rq->world_size;
 	sv->step = m->step;

@@ -52,6 +52,8 @@ void save_free(struct save *sv)
 	free(sv->chunk_crc);
 	free(sv->jobs);
 	free(sv->extra);
+	free(sv->seal);
+	explicit_bzero(sv->key, sizeof(sv->key));
 	free(sv);
 }
 

@@ -10,6 +10,7 @@
 #include "requester.h"
 #include "ring.h"
 #include "save.h"
+#include "seal.h"
 #include "tensor.h"
 #include "wire.h"
 
@@ -23,7 +24,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define PEER_PROTOCOL_VERSION 1
+#define PEER_PROTOCOL_VERSION 1 /* a PeerHello's; 2: it may put sealed replicas (seal.h) */
+#define PEER_PROTOCOL_SEALED 2
 #define MAX_REPLICAS 16             /* [peers] replicas: SaveReplicated names at most this many peers */
 #define LIST_MAX 768                /* copies in one ReplicaListReply (a node holds tens of one job's) */
 #define LIST_REPLY_MAX (256u << 10) /* bytes of one: 768 copies of the longest names fit */
@@ -208,8 +210,10 @@ static int loop_call(struct peer *p, void (*fn)(struct daemon *d, void *arg), vo
 
 /* A save's manifest as a peer gets it: a shard name of the save's own
  * rank (none exists: the copy is in memory only), so that the receiver's
- * manifest_check holds. */
-static int pack_manifest(const struct save *sv, uint8_t **out, size_t *len)
+ * manifest_check holds. Public: what a holder of a sealed replica sees
+ * (seal.h): no tensors, no extra state, and no CRC of its bytes (one
+ * zero per SEAL_CHUNK piece). */
+static int pack_manifest(const struct save *sv, bool public, uint8_t **out, size_t *len)
 {
 	char key[768];
 	if (manifest_shard_key(key, sizeof(key), sv->job, sv->step, sv->rank, sv->world_size, sv->attempt, 0, false) <
@@ -220,12 +224,248 @@ static int pack_manifest(const struct save *sv, uint8_t **out, size_t *len)
 	if (r < 0)
 		return r;
 	m.shard_dir = (char *)""; /* the name above is the step directory's */
+	uint32_t *zeros = NULL;
+	size_t nt = m.n_tensors;
+	if (public) {
+		zeros = calloc(seal_pieces(sv->shard_bytes) + 1, sizeof(*zeros));
+		m.n_tensors = 0;
+		m.extra_state.len = 0;
+		m.chunk_bytes = SEAL_CHUNK;
+		m.n_chunk_crc32c = seal_pieces(sv->shard_bytes);
+		m.chunk_crc32c = zeros;
+	}
 	*len = ckpt__manifest__get_packed_size(&m);
-	*out = malloc(*len ? *len : 1);
+	*out = public && zeros == NULL ? NULL : malloc(*len ? *len : 1);
 	if (*out)
 		ckpt__manifest__pack(&m, *out);
+	m.n_tensors = nt;
 	save_manifest_view_free(&m);
+	free(zeros);
 	return *out ? 0 : -ENOMEM;
+}
+
+/* ---- sealed replicas (seal.h) ---- */
+
+/* A sealed replica's parts as sent: its public manifest, the nonce, the
+ * associated data, and the whole manifest sealed (ciphertext, tag). */
+struct sealing {
+	bool on;
+	uint8_t nonce[SEAL_NONCE_BYTES];
+	char aad[400];
+	size_t aadlen;
+	uint8_t *sm; /* sealed manifest */
+	size_t smlen;
+};
+
+static int sealing_aad(struct sealing *z, const char *job, uint64_t step, uint32_t rank, uint32_t world,
+		       const char *attempt, uint64_t shard_bytes)
+{
+	int n = seal_aad(z->aad, sizeof(z->aad), job, step, rank, world, attempt, shard_bytes);
+	if (n < 0)
+		return n;
+	z->aadlen = (size_t)n;
+	return 0;
+}
+
+/* Seal sv's manifest mb (ml bytes) with sv's job key. */
+static int seal_manifest(const struct save *sv, const uint8_t *mb, size_t ml, struct sealing *z)
+{
+	int r = seal_nonce(z->nonce);
+	if (r == 0)
+		r = sealing_aad(z, sv->job, sv->step, sv->rank, sv->world_size, sv->attempt, sv->shard_bytes);
+	if (r < 0)
+		return r;
+	z->sm = malloc(ml + SEAL_TAG_BYTES);
+	if (z->sm == NULL)
+		return -ENOMEM;
+	z->smlen = ml + SEAL_TAG_BYTES;
+	z->on = true;
+	return seal_piece(sv->key, z->nonce, SEAL_MANIFEST_INDEX, z->aad, z->aadlen, mb, z->sm, ml, z->sm + ml, true);
+}
+
+/* The whole manifest of a sealed copy whose public manifest is pub,
+ * opened with key: the same job, step, rank, world size, attempt and
+ * size as pub says, and checked as any. 0 and *out; -EBADMSG and why
+ * (malformed, another key, or altered). */
+static int open_manifest(const Ckpt__Manifest *pub, const ProtobufCBinaryData *nonce, const ProtobufCBinaryData *sm,
+			 const uint8_t *key, struct sealing *z, Ckpt__Manifest **out, char *why, size_t whylen)
+{
+	*out = NULL;
+	if (nonce->len != SEAL_NONCE_BYTES || sm->len < SEAL_TAG_BYTES || sm->len > MANIFEST_MAX_BYTES) {
+		snprintf(why, whylen, "a sealed copy with a malformed seal");
+		return -EBADMSG;
+	}
+	memcpy(z->nonce, nonce->data, SEAL_NONCE_BYTES);
+	if (sealing_aad(z, pub->job, pub->step, pub->rank, pub->world_size, pub->attempt_id, pub->shard_bytes) < 0) {
+		snprintf(why, whylen, "names too long");
+		return -EBADMSG;
+	}
+	z->on = true;
+	size_t n = sm->len - SEAL_TAG_BYTES;
+	uint8_t *buf = malloc(n ? n : 1);
+	if (buf == NULL) {
+		snprintf(why, whylen, "out of memory");
+		return -ENOMEM;
+	}
+	uint8_t tag[SEAL_TAG_BYTES];
+	memcpy(tag, sm->data + n, SEAL_TAG_BYTES);
+	int r = seal_piece(key, z->nonce, SEAL_MANIFEST_INDEX, z->aad, z->aadlen, sm->data, buf, n, tag, false);
+	if (r < 0) {
+		free(buf);
+		snprintf(why, whylen,
+			 "its sealed manifest does not open with this job's key (CKPT_JOB_KEY): sealed with another "
+			 "key, or altered");
+		return -EBADMSG;
+	}
+	r = manifest_decode(buf, n, out, why, whylen);
+	explicit_bzero(buf, n);
+	free(buf);
+	if (r == 0 && (strcmp((*out)->job, pub->job) != 0 || (*out)->step != pub->step || (*out)->rank != pub->rank ||
+		       (*out)->world_size != pub->world_size || strcmp((*out)->attempt_id, pub->attempt_id) != 0 ||
+		       (*out)->shard_bytes != pub->shard_bytes)) {
+		ckpt__manifest__free_unpacked(*out, NULL);
+		*out = NULL;
+		snprintf(why, whylen, "its sealed manifest is another copy's");
+		r = -EBADMSG;
+	}
+	return r;
+}
+
+/* Copy n bytes into sv's pool chunks at shard offset off. */
+static void shard_write(struct save *sv, uint64_t off, const uint8_t *src, uint64_t n)
+{
+	const struct pool *pool = &sv->d->pool;
+	uint64_t cb = pool->chunk_bytes;
+	for (uint64_t done = 0; done < n;) {
+		uint64_t c = (off + done) / cb, in = (off + done) % cb;
+		uint64_t k = cb - in < n - done ? cb - in : n - done;
+		memcpy(pool_span_ptr(pool, sv->chunks[c]) + in, src + done, k);
+		done += k;
+	}
+}
+
+/* sv's pool chunks' CRC32C into chunk_crc; with m, each of m's chunks
+ * checked against it (recv_shard does both as bytes arrive). */
+static int shard_crcs(struct save *sv, const Ckpt__Manifest *m, char *why, size_t whylen)
+{
+	const struct pool *pool = &sv->d->pool;
+	uint64_t cb = pool->chunk_bytes;
+	for (uint32_t c = 0; c < sv->nchunks; c++) {
+		uint64_t left = sv->shard_bytes - (uint64_t)c * cb;
+		sv->chunk_crc[c] = crc32c_update(0, pool_span_ptr(pool, sv->chunks[c]), left < cb ? left : cb);
+	}
+	if (m == NULL)
+		return 0;
+	uint8_t *tmp = malloc(m->chunk_bytes < sv->shard_bytes ? m->chunk_bytes
+			      : sv->shard_bytes                ? sv->shard_bytes
+							       : 1);
+	if (tmp == NULL) {
+		snprintf(why, whylen, "out of memory");
+		return -ENOMEM;
+	}
+	int r = 0;
+	for (size_t i = 0; i < m->n_chunk_crc32c && r == 0; i++) {
+		uint64_t off = (uint64_t)i * m->chunk_bytes;
+		uint64_t n = sv->shard_bytes - off < m->chunk_bytes ? sv->shard_bytes - off : m->chunk_bytes;
+		if (crc32c_update(0, save_shard_bytes(sv, off, n, tmp), n) != m->chunk_crc32c[i]) {
+			snprintf(why, whylen, "chunk %zu of the shard failed its CRC32C once opened", i);
+			r = -EIO;
+		}
+	}
+	free(tmp);
+	return r;
+}
+
+/* Send sv's shard sealed with its key: each SEAL_CHUNK piece's
+ * ciphertext, then its tag. */
+static int send_sealed(struct link *l, const struct save *sv, const struct sealing *z)
+{
+	uint8_t *tmp = malloc(SEAL_CHUNK), *ct = malloc(SEAL_CHUNK);
+	int r = tmp && ct ? 0 : -ENOMEM;
+	for (uint64_t i = 0; r == 0 && i < seal_pieces(sv->shard_bytes); i++) {
+		uint64_t off = i * SEAL_CHUNK;
+		uint64_t n = sv->shard_bytes - off < SEAL_CHUNK ? sv->shard_bytes - off : SEAL_CHUNK;
+		uint8_t tag[SEAL_TAG_BYTES];
+		r = seal_piece(sv->key, z->nonce, (uint32_t)i, z->aad, z->aadlen, save_shard_bytes(sv, off, n, tmp), ct,
+			       n, tag, true);
+		if (r == 0)
+			r = link_write(l, ct, n);
+		if (r == 0)
+			r = link_write(l, tag, SEAL_TAG_BYTES);
+	}
+	free(tmp);
+	free(ct);
+	return r;
+}
+
+/* Where a held sealed replica keeps each piece's tag, and its sealed
+ * manifest (save.seal: nonce, tags, sealed manifest). */
+static uint8_t *seal_tags(const struct save *sv)
+{
+	return sv->seal + SEAL_NONCE_BYTES;
+}
+
+static size_t seal_sm_off(const struct save *sv)
+{
+	return SEAL_NONCE_BYTES + seal_pieces(sv->shard_bytes) * SEAL_TAG_BYTES;
+}
+
+/* Send a sealed replica held here as it came: ciphertext from the pool,
+ * tags from its seal. */
+static int send_held_sealed(struct link *l, const struct save *sv)
+{
+	uint8_t *tmp = malloc(SEAL_CHUNK);
+	int r = tmp ? 0 : -ENOMEM;
+	for (uint64_t i = 0; r == 0 && i < seal_pieces(sv->shard_bytes); i++) {
+		uint64_t off = i * SEAL_CHUNK;
+		uint64_t n = sv->shard_bytes - off < SEAL_CHUNK ? sv->shard_bytes - off : SEAL_CHUNK;
+		r = link_write(l, save_shard_bytes(sv, off, n, tmp), n);
+		if (r == 0)
+			r = link_write(l, seal_tags(sv) + i * SEAL_TAG_BYTES, SEAL_TAG_BYTES);
+	}
+	free(tmp);
+	return r;
+}
+
+/* Receive a sealed shard: into sv's pool as it comes (a holder, key
+ * NULL: ciphertext, tags kept in sv->seal), or opened with key (a
+ * restore: every piece authenticated, then m's CRCs checked). */
+static int recv_sealed(struct link *l, struct save *sv, const Ckpt__Manifest *m, const uint8_t *key,
+		       const struct sealing *z, char *why, size_t whylen)
+{
+	uint8_t *buf = malloc(SEAL_CHUNK);
+	if (buf == NULL) {
+		snprintf(why, whylen, "out of memory");
+		return -ENOMEM;
+	}
+	int r = 0;
+	for (uint64_t i = 0; r == 0 && i < seal_pieces(sv->shard_bytes); i++) {
+		uint64_t off = i * SEAL_CHUNK;
+		uint64_t n = sv->shard_bytes - off < SEAL_CHUNK ? sv->shard_bytes - off : SEAL_CHUNK;
+		uint8_t tag[SEAL_TAG_BYTES];
+		r = link_read(l, buf, n);
+		if (r == 0)
+			r = link_read(l, tag, SEAL_TAG_BYTES);
+		if (r < 0) {
+			snprintf(why, whylen, "receiving the shard: %s", strerror(-r));
+			break;
+		}
+		if (key == NULL) {
+			memcpy(seal_tags(sv) + i * SEAL_TAG_BYTES, tag, SEAL_TAG_BYTES);
+		} else if (seal_piece(key, z->nonce, (uint32_t)i, z->aad, z->aadlen, buf, buf, n, tag, false) < 0) {
+			snprintf(why, whylen,
+				 "piece %" PRIu64
+				 " of the shard does not open with this job's key: altered, or another "
+				 "copy's",
+				 i);
+			r = -EIO;
+			break;
+		}
+		shard_write(sv, off, buf, n);
+	}
+	explicit_bzero(buf, SEAL_CHUNK);
+	free(buf);
+	return r < 0 ? r : shard_crcs(sv, key ? m : NULL, why, whylen);
 }
 
 /* A held-copy object for the manifest m (checked), its chunks not yet
@@ -608,6 +848,14 @@ static bool serve_put(struct peer *p, struct link *l, const Ckpt__ReplicaPut *pu
 		snprintf(why, sizeof(why), "%zu tensors or %zu bytes of extra state: over this node's limits",
 			 m->n_tensors, m->extra_state.len);
 	}
+	/* Sealed (seal.h): a public manifest, the rest sealed. */
+	bool sealed = put->seal_nonce.len > 0;
+	if (r == 0 && sealed &&
+	    (put->seal_nonce.len != SEAL_NONCE_BYTES || put->sealed_manifest.len < SEAL_TAG_BYTES || m->n_tensors ||
+	     m->extra_state.len || m->shard_bytes > d->pool.bytes)) {
+		r = -EBADMSG;
+		snprintf(why, sizeof(why), "a sealed replica whose seal or public manifest is malformed");
+	}
 	if (r == 0 && !holder_for(p, from)) {
 		r = -EPERM;
 		snprintf(why, sizeof(why),
@@ -619,6 +867,19 @@ static bool serve_put(struct peer *p, struct link *l, const Ckpt__ReplicaPut *pu
 	if (r == 0 && sv == NULL) {
 		r = -ENOMEM;
 		snprintf(why, sizeof(why), "out of memory");
+	}
+	if (r == 0 && sealed) {
+		sv->seal_len = SEAL_NONCE_BYTES + seal_pieces(m->shard_bytes) * SEAL_TAG_BYTES +
+			       put->sealed_manifest.len;
+		sv->seal = malloc(sv->seal_len);
+		if (sv->seal == NULL) {
+			r = -ENOMEM;
+			snprintf(why, sizeof(why), "out of memory");
+		} else {
+			memcpy(sv->seal, put->seal_nonce.data, SEAL_NONCE_BYTES);
+			memcpy(sv->seal + seal_sm_off(sv), put->sealed_manifest.data, put->sealed_manifest.len);
+			sv->meta_bytes += sv->seal_len;
+		}
 	}
 	struct reserve rs = { .sv = sv, .replica = true };
 	if (r == 0) {
@@ -640,7 +901,7 @@ static bool serve_put(struct peer *p, struct link *l, const Ckpt__ReplicaPut *pu
 		return r != -EBADMSG && r != -ESHUTDOWN;
 	}
 	reply_status(l, CKPT__PEER_FRAME__BODY_READY, 0, "");
-	r = recv_shard(l, sv, m, why, sizeof(why));
+	r = sealed ? recv_sealed(l, sv, NULL, NULL, NULL, why, sizeof(why)) : recv_shard(l, sv, m, why, sizeof(why));
 	struct commit c = { .sv = sv };
 	if (r == 0 && loop_call(p, commit_on_loop, &c) == 0) {
 		count(&d->stats.peer_bytes_received, sv->shard_bytes);
@@ -681,16 +942,22 @@ static bool serve_get(struct peer *p, struct link *l, const Ckpt__ReplicaGet *g)
 	if (f.sv == NULL) {
 		data.status = wire_status(-ENOENT);
 		data.message = (char *)"no copy of it is held here";
-	} else if (pack_manifest(f.sv, &mb, &ml) < 0) {
+	} else if (pack_manifest(f.sv, f.sv->seal != NULL, &mb, &ml) < 0) {
 		data.status = wire_status(-ENOMEM);
 		data.message = (char *)"out of memory";
 	} else {
 		data.manifest.data = mb;
 		data.manifest.len = ml;
+		if (f.sv->seal) { /* as it was put: its seal, then ciphertext and tags */
+			data.seal_nonce.data = f.sv->seal;
+			data.seal_nonce.len = SEAL_NONCE_BYTES;
+			data.sealed_manifest.data = f.sv->seal + seal_sm_off(f.sv);
+			data.sealed_manifest.len = f.sv->seal_len - seal_sm_off(f.sv);
+		}
 	}
 	int r = link_send(l, &out);
 	if (r == 0 && f.sv && mb && !g->manifest_only) {
-		r = send_shard(l, f.sv, false);
+		r = f.sv->seal ? send_held_sealed(l, f.sv) : send_shard(l, f.sv, false);
 		if (r == 0)
 			count(&p->d->stats.peer_bytes_sent, f.sv->shard_bytes);
 	}
@@ -889,8 +1156,9 @@ static void *serve_conn(void *arg)
 	char from[RING_NAME_MAX] = "";
 	r = link_recv(&l, 4096, &f);
 	if (r == 0 && f->body_case == CKPT__PEER_FRAME__BODY_HELLO &&
-	    f->hello->protocol_version == PEER_PROTOCOL_VERSION && f->hello->node[0] &&
-	    strlen(f->hello->node) < sizeof(from)) {
+	    (f->hello->protocol_version == PEER_PROTOCOL_VERSION ||
+	     f->hello->protocol_version == PEER_PROTOCOL_SEALED) &&
+	    f->hello->node[0] && strlen(f->hello->node) < sizeof(from)) {
 		snprintf(from, sizeof(from), "%s", f->hello->node);
 	} else {
 		log_warn("peers: %s did not open with a PeerHello of version %d%s; closed", cn->addr,
@@ -1155,10 +1423,10 @@ static void holder_set(struct peer *p, const char *job, uint32_t rank, const cha
 	pthread_mutex_unlock(&p->mu);
 }
 
-static int say_hello(struct peer *p, struct link *l)
+static int say_hello(struct peer *p, struct link *l, uint32_t version)
 {
 	Ckpt__PeerHello h = CKPT__PEER_HELLO__INIT;
-	h.protocol_version = PEER_PROTOCOL_VERSION;
+	h.protocol_version = version;
 	h.node = p->self;
 	Ckpt__PeerFrame f = CKPT__PEER_FRAME__INIT;
 	f.body_case = CKPT__PEER_FRAME__BODY_HELLO;
@@ -1166,9 +1434,10 @@ static int say_hello(struct peer *p, struct link *l)
 	return link_send(l, &f);
 }
 
-/* Connect to peer name and say hello; the socket is the sender's to shut
- * at stop when track. */
-static int open_link(struct peer *p, const char *name, struct link *l, char *why, size_t whylen)
+/* Connect to peer name and say hello, as version (PEER_PROTOCOL_SEALED
+ * only to put a sealed replica, so that older peers still take the
+ * rest). */
+static int open_link(struct peer *p, const char *name, uint32_t version, struct link *l, char *why, size_t whylen)
 {
 	char err[300] = "";
 	uint64_t now = clock_now_ns();
@@ -1185,7 +1454,7 @@ static int open_link(struct peer *p, const char *name, struct link *l, char *why
 	pthread_mutex_unlock(&p->mu);
 	int r = link_connect(&p->tls, name, p->timeout_ms, p->d->cfg.peer_min_rate, l, err, sizeof(err));
 	if (r == 0)
-		r = say_hello(p, l);
+		r = say_hello(p, l, version);
 	if (r < 0) {
 		snprintf(why, whylen, "%s", err);
 		link_close(l);
@@ -1208,12 +1477,12 @@ static int open_link(struct peer *p, const char *name, struct link *l, char *why
 /* ---- replicating: the sender thread ---- */
 
 /* Put sv on the peer named name. 0, or -errno and why. */
-static int put_one(struct peer *p, const struct save *sv, const uint8_t *mb, size_t ml, const char *name, char *why,
-		   size_t whylen)
+static int put_one(struct peer *p, const struct save *sv, const uint8_t *mb, size_t ml, const struct sealing *z,
+		   const char *name, char *why, size_t whylen)
 {
 	struct link l;
 	char err[300] = "";
-	int r = open_link(p, name, &l, err, sizeof(err));
+	int r = open_link(p, name, z->on ? PEER_PROTOCOL_SEALED : PEER_PROTOCOL_VERSION, &l, err, sizeof(err));
 	if (r < 0) {
 		snprintf(why, whylen, "%s", err);
 		return r;
@@ -1225,6 +1494,12 @@ static int put_one(struct peer *p, const struct save *sv, const uint8_t *mb, siz
 	put.manifest.data = (uint8_t *)mb;
 	put.manifest.len = ml;
 	put.tier = (Ckpt__Tier)sv->tier;
+	if (z->on) {
+		put.seal_nonce.data = (uint8_t *)z->nonce;
+		put.seal_nonce.len = SEAL_NONCE_BYTES;
+		put.sealed_manifest.data = z->sm;
+		put.sealed_manifest.len = z->smlen;
+	}
 	Ckpt__PeerFrame f = CKPT__PEER_FRAME__INIT;
 	f.body_case = CKPT__PEER_FRAME__BODY_PUT;
 	f.put = &put;
@@ -1242,7 +1517,7 @@ static int put_one(struct peer *p, const struct save *sv, const uint8_t *mb, siz
 		ckpt__peer_frame__free_unpacked(in, NULL);
 	in = NULL;
 	if (r == 0)
-		r = send_shard(&l, sv, p->d->cfg.debug_corrupt_replica);
+		r = z->on ? send_sealed(&l, sv, z) : send_shard(&l, sv, p->d->cfg.debug_corrupt_replica);
 	if (r == 0)
 		r = link_recv(&l, 64 << 10, &in);
 	if (r == 0 && in->body_case != CKPT__PEER_FRAME__BODY_ACK)
@@ -1273,14 +1548,25 @@ static void replicate(struct peer *p, struct job *j)
 	j->want = p->d->cfg.peer_replicas;
 	uint8_t *mb = NULL;
 	size_t ml = 0;
-	if (n > 0 && pack_manifest(sv, &mb, &ml) < 0) {
+	struct sealing z = { 0 };
+	int pr = n > 0 ? pack_manifest(sv, false, &mb, &ml) : 0;
+	if (n > 0 && pr == 0 && sv->has_key) {
+		/* Sealed with its job's key (seal.h): the holders see the
+		 * public manifest only. */
+		pr = seal_manifest(sv, mb, ml, &z);
+		free(mb);
+		mb = NULL;
+		if (pr == 0)
+			pr = pack_manifest(sv, true, &mb, &ml);
+	}
+	if (pr < 0) {
 		n = 0;
-		snprintf(why, sizeof(why), "out of memory");
+		snprintf(why, sizeof(why), "%s", pr == -ENOMEM ? "out of memory" : "cannot seal it");
 	}
 	size_t used = 0, wused = 0;
 	for (size_t i = 0; i < n; i++) {
 		char one[300] = "";
-		int r = put_one(p, sv, mb, ml, targets[i], one, sizeof(one));
+		int r = put_one(p, sv, mb, ml, &z, targets[i], one, sizeof(one));
 		if (r == 0) {
 			j->copies++;
 			used += (size_t)snprintf(j->peers + used, used < sizeof(j->peers) ? sizeof(j->peers) - used : 0,
@@ -1294,6 +1580,7 @@ static void replicate(struct peer *p, struct job *j)
 		}
 	}
 	free(mb);
+	free(z.sm);
 	free(targets);
 	if (j->copies < j->want) {
 		if (j->status == 0)
@@ -1360,11 +1647,12 @@ static void on_replicate(struct daemon *d, struct save *sv)
 /* Ask peer name for its copy of (job, step, rank) of world_size: 0 with
  * the link open, and its manifest (checked) in *m, the shard (unless
  * manifest_only) to read next; -errno and why. */
-static int ask_copy(struct peer *p, const char *name, const Ckpt__ReplicaGet *g, struct link *l, Ckpt__Manifest **m,
-		    char *why, size_t whylen)
+static int ask_copy(struct peer *p, const char *name, const Ckpt__ReplicaGet *g, const uint8_t *key, struct link *l,
+		    Ckpt__Manifest **m, struct sealing *z, char *why, size_t whylen)
 {
 	*m = NULL;
-	int r = open_link(p, name, l, why, whylen);
+	z->on = false;
+	int r = open_link(p, name, PEER_PROTOCOL_VERSION, l, why, whylen);
 	if (r < 0)
 		return r;
 	Ckpt__PeerFrame f = CKPT__PEER_FRAME__INIT;
@@ -1386,6 +1674,24 @@ static int ask_copy(struct peer *p, const char *name, const Ckpt__ReplicaGet *g,
 			r = -EBADMSG;
 			snprintf(why, whylen, "it answered with another copy");
 		}
+		/* A job with a key takes sealed copies only, opened with it:
+		 * one that is not sealed, or does not open, is not its own. */
+		bool sealed = in->data->seal_nonce.len > 0;
+		if (r == 0 && sealed && key == NULL) {
+			r = -EACCES;
+			snprintf(why, whylen,
+				 "its copy is sealed with its job's key, which this rank did not give (CKPT_JOB_KEY)");
+		} else if (r == 0 && !sealed && key) {
+			r = -EACCES;
+			snprintf(why, whylen,
+				 "its copy is not sealed, and this job's ranks give a key (CKPT_JOB_KEY): not taken");
+		} else if (r == 0 && sealed) {
+			Ckpt__Manifest *whole = NULL;
+			r = open_manifest(*m, &in->data->seal_nonce, &in->data->sealed_manifest, key, z, &whole, why,
+					  whylen);
+			ckpt__manifest__free_unpacked(*m, NULL);
+			*m = whole;
+		}
 	}
 	if (in)
 		ckpt__peer_frame__free_unpacked(in, NULL);
@@ -1400,6 +1706,7 @@ static int ask_copy(struct peer *p, const char *name, const Ckpt__ReplicaGet *g,
 
 struct fetch {
 	Ckpt__ReplicaGet g;
+	const uint8_t *key;        /* the asking rank's job key, or NULL */
 	const struct peer_want *w; /* fetch_from */
 	struct save *sv;           /* fetch_from */
 	uint8_t *extra;            /* extra_from */
@@ -1431,7 +1738,8 @@ static int fetch_from(struct peer *p, const char *name, void *arg, char *why, si
 	struct link l;
 	Ckpt__Manifest *m = NULL;
 	struct save *sv = NULL;
-	int r = ask_copy(p, name, &ft->g, &l, &m, why, whylen);
+	struct sealing z = { 0 };
+	int r = ask_copy(p, name, &ft->g, ft->key, &l, &m, &z, why, whylen);
 	if (r < 0)
 		return r;
 	const struct peer_want *w = ft->w;
@@ -1453,7 +1761,7 @@ static int fetch_from(struct peer *p, const char *name, void *arg, char *why, si
 		sv = NULL;
 	}
 	if (r == 0)
-		r = recv_shard(&l, sv, m, why, whylen);
+		r = z.on ? recv_sealed(&l, sv, m, ft->key, &z, why, whylen) : recv_shard(&l, sv, m, why, whylen);
 	struct commit c = { .sv = sv, .pin = true, .durable = w->expect != NULL };
 	if (r == 0) {
 		sv->from_peer = true;
@@ -1482,7 +1790,8 @@ static int extra_from(struct peer *p, const char *name, void *arg, char *why, si
 	struct fetch *ft = arg;
 	struct link l;
 	Ckpt__Manifest *m = NULL;
-	int r = ask_copy(p, name, &ft->g, &l, &m, why, whylen);
+	struct sealing z = { 0 };
+	int r = ask_copy(p, name, &ft->g, ft->key, &l, &m, &z, why, whylen);
 	if (r < 0)
 		return r;
 	ft->extra_len = m->extra_state.len;
@@ -1540,7 +1849,7 @@ static int each_holder(struct peer *p, const char *job, uint32_t rank, bool no_s
 /* daemon.peer_fetch (each_holder). */
 static int peer_fetch(struct daemon *d, const struct peer_want *w, struct save **out, char *why, size_t whylen)
 {
-	struct fetch ft = { .g = CKPT__REPLICA_GET__INIT, .w = w };
+	struct fetch ft = { .g = CKPT__REPLICA_GET__INIT, .w = w, .key = w->key };
 	ft.g.job = (char *)w->job;
 	ft.g.step = w->step;
 	ft.g.rank = w->rank;
@@ -1551,16 +1860,16 @@ static int peer_fetch(struct daemon *d, const struct peer_want *w, struct save *
 }
 
 /* daemon.peer_extra (each_holder): a copy's extra state, no shard. */
-static int peer_extra(struct daemon *d, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
-		      uint8_t **extra, size_t *len, char *why, size_t whylen)
+static int peer_extra(struct daemon *d, const struct peer_want *w, uint8_t **extra, size_t *len, char *why,
+		      size_t whylen)
 {
-	struct fetch ft = { .g = CKPT__REPLICA_GET__INIT };
-	ft.g.job = (char *)job;
-	ft.g.step = step;
-	ft.g.rank = rank;
-	ft.g.world_size = world_size;
+	struct fetch ft = { .g = CKPT__REPLICA_GET__INIT, .key = w->key };
+	ft.g.job = (char *)w->job;
+	ft.g.step = w->step;
+	ft.g.rank = w->rank;
+	ft.g.world_size = w->world_size;
 	ft.g.manifest_only = true;
-	int r = each_holder(d->peer, job, rank, false, extra_from, &ft, why, whylen);
+	int r = each_holder(d->peer, w->job, w->rank, false, extra_from, &ft, why, whylen);
 	*extra = ft.extra;
 	*len = ft.extra_len;
 	return r;
@@ -1573,7 +1882,7 @@ static int list_one(struct peer *p, const char *name, const char *job, uint32_t 
 {
 	struct link l;
 	char err[300];
-	int r = open_link(p, name, &l, err, sizeof(err));
+	int r = open_link(p, name, PEER_PROTOCOL_VERSION, &l, err, sizeof(err));
 	if (r < 0)
 		return r;
 	Ckpt__ReplicaList q = CKPT__REPLICA_LIST__INIT;
@@ -1802,6 +2111,7 @@ int peer_start(struct daemon *d, char *err, size_t errlen)
 	d->peer_fetch = peer_fetch;
 	d->peer_extra = peer_extra;
 	d->peer_list = peer_list;
+	d->job_key = seal_derive;
 	log_info("peers: listening on %s as %s, %u replica(s) per save, TLS with client certificates", c->peer_listen,
 		 p->self, c->peer_replicas);
 	return 0;
@@ -1830,6 +2140,7 @@ void peer_stop(struct daemon *d)
 	d->peer_fetch = NULL;
 	d->peer_extra = NULL;
 	d->peer_list = NULL;
+	d->job_key = NULL;
 	pthread_mutex_lock(&p->mu);
 	p->stopping = true;
 	/* Waiting loop calls give up (-ESHUTDOWN); every socket is shut, so

@@ -663,7 +663,11 @@ static void show_run(struct bgreq *b)
 		catalog_step_free(&q->cs);
 		q->have_cs = false;
 	}
-	struct peer_want w = { .job = q->job, .step = q->step, .rank = q->rank, .world_size = q->world_size_asked };
+	struct peer_want w = { .job = q->job,
+			       .step = q->step,
+			       .rank = q->rank,
+			       .world_size = q->world_size_asked,
+			       .key = b->session->has_job_key ? b->session->job_key : NULL };
 	if (b->d->peer_fetch(b->d, &w, &q->fetched, why, sizeof(why)) == 0) {
 		b->status = 0;
 		b->msg[0] = '\0';

@@ -61,6 +61,7 @@ static void session_free(struct session *s)
 		close(s->fd);
 	free(s->fdq);
 	free(s->rbuf);
+	explicit_bzero(s->job_key, sizeof(s->job_key));
 	free(s);
 }
 
@@ -280,6 +281,20 @@ void session_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 			}
 			s->policy = (int)pol;
 		}
+		/* The job's secret seals its replicas; without peers there are
+		 * none to seal. */
+		if (h->job_key.len > 1024) {
+			session_close(s, -EINVAL, "job key (CKPT_JOB_KEY) of %zu bytes: at most 1024", h->job_key.len);
+			return;
+		}
+		if (h->job_key.len && s->d->job_key) {
+			int kr = s->d->job_key(h->job_key.data, h->job_key.len, job, s->job_key);
+			if (kr < 0) {
+				session_close(s, kr, "cannot derive the job's key: %s", strerror(-kr));
+				return;
+			}
+			s->has_job_key = true;
+		}
 		snprintf(s->job, sizeof(s->job), "%s", job);
 		snprintf(s->attempt, sizeof(s->attempt), "%s", att);
 		s->rank = h->rank;
@@ -287,9 +302,10 @@ void session_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 		s->local_rank = h->local_rank;
 	}
 	s->hello_done = true;
-	log_info("session %" PRIu64 ": pid %d uid %u%s%s%s job '%s' rank %u/%u attempt '%s'", s->id, (int)s->pid,
+	log_info("session %" PRIu64 ": pid %d uid %u%s%s%s job '%s' rank %u/%u attempt '%s'%s", s->id, (int)s->pid,
 		 (unsigned)s->uid, s->tenant >= 0 ? " tenant '" : "", s->tenant >= 0 ? session_tenant_name(s) : "",
-		 s->tenant >= 0 ? "'" : (s->admin ? " admin" : ""), s->job, s->rank, s->world_size, s->attempt);
+		 s->tenant >= 0 ? "'" : (s->admin ? " admin" : ""), s->job, s->rank, s->world_size, s->attempt,
+		 s->has_job_key ? ", replicas sealed with its job key" : "");
 	const struct config *c = &s->d->cfg;
 	Ckpt__Limits lim = CKPT__LIMITS__INIT;
 	lim.max_frame_bytes = c->max_frame_bytes;
@@ -848,5 +864,6 @@ struct requester session_requester(struct session *s, uint64_t req_id)
 				   .attempt = s->attempt,
 				   .rank = s->rank,
 				   .world_size = s->world_size,
-				   .policy = s->policy };
+				   .policy = s->policy,
+				   .job_key = s->has_job_key ? s->job_key : NULL };
 }

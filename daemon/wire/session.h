@@ -51,6 +51,10 @@ struct session {
 	char attempt[129];
 	uint32_t rank, world_size, local_rank;
 	int policy; /* enum admit_policy from Hello, or -1 */
+	/* The key of the job's replicas, from the secret Hello gave
+	 * (daemon.job_key); wiped when the session goes. */
+	uint8_t job_key[32];
+	bool has_job_key;
 
 	uint8_t *rbuf;
 	size_t rlen, rcap;

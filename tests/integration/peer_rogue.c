@@ -14,7 +14,8 @@
  *       Prints "ready S MSG" and "ack S MSG"; exit 0 if both are 0.
  *       With ROGUE_EXTRA=N in the environment, N bytes of extra state.
  *   peer_rogue get  HOST:PORT CERTDIR JOB STEP RANK WORLD
- *       a ReplicaGet; prints "data S BYTES CRC32C MSG"; exit 0 if S is 0.
+ *       a ReplicaGet; prints "data S BYTES CRC32C [sealed] MSG" (the CRC of
+ *       the first BYTES bytes that follow); exit 0 if S is 0.
  *   peer_rogue list HOST:PORT CERTDIR JOB
  *       a ReplicaList of every rank; prints "held STEP RANK WORLD BYTES"
  *       per copy and "listed N".
@@ -220,7 +221,8 @@ static int get(const char *hp, const char *dir, const char *job, uint64_t step, 
 		free(buf);
 		ckpt__manifest__free_unpacked(m, NULL);
 	}
-	printf("data %d %llu %08x %s\n", st, (unsigned long long)n, crc, in->data->message);
+	printf("data %d %llu %08x %s%s\n", st, (unsigned long long)n, crc, in->data->seal_nonce.len ? "sealed " : "",
+	       in->data->message);
 	ckpt__peer_frame__free_unpacked(in, NULL);
 	link_close(&l);
 	return st == 0 ? 0 : 1;

@@ -1205,6 +1205,67 @@ static void test_lying_peer_is_bounded(void **state)
 	h_cleanup(&n);
 }
 
+/* Load step expecting failure: its message holds want. */
+static void rc_load_refused(struct rank_client *rc, uint64_t step, const char *want)
+{
+	char msg[512];
+	int r = rc_load_fails(rc, step, msg, sizeof(msg));
+	if (r == 0 || strstr(msg, want) == NULL)
+		fail_msg("load of step %llu: %d (%s), want a failure saying '%s'", (unsigned long long)step, r, msg,
+			 want);
+}
+
+/* A job whose trainers give a secret (CKPT_JOB_KEY) has its replicas
+ * sealed: the holder keeps ciphertext it cannot read, persist, or hand to
+ * a rank without the key; a replacement node whose rank gives the key
+ * restores the step bit-exact from it; one with another key, or none, is
+ * refused and says why; a replica put unsealed under the node's name (a
+ * peer with a valid certificate) is not taken by a rank with the key. */
+static void test_sealed_replicas(void **state)
+{
+	(void)state;
+	struct cluster c;
+	cluster_start(&c, 2, NULL);
+	int s = successor(0, 2);
+	assert_int_equal(setenv("CKPT_JOB_KEY", "tenant-a secret", 1), 0);
+	struct rank_client rc;
+	rc_open(&c.n[0], &rc, "sealed", 0, 1, 2 * MIB + 3);
+	rc_save_wait(&rc, 5, 0, CKPT_TIER_REPLICATED, CKPT_REPLICATED);
+	rc_close(&rc);
+	char out[1024];
+	assert_int_equal(rogue(out, sizeof(out), "get 127.0.0.1:%d '%s' sealed 5 0 1", ports[s], certs), 0);
+	if (strstr(out, " sealed ") == NULL)
+		fail_msg("the holder's copy: %s", out);
+	ckpt_client *ctl = NULL;
+	assert_int_equal(ckpt_connect(c.n[s].sock, NULL, &ctl), 0);
+	ckpt_future *p = NULL;
+	assert_int_equal(ckpt_persist_ex(ctl, "sealed", 5, CKPT_PERSIST_REPLICAS, &p), 0);
+	assert_int_equal(ckpt_future_wait(p, CKPT_DURABLE, 10000), -EACCES);
+	ckpt_future_free(p);
+	ckpt_close(ctl);
+	node_kill(&c, 0);
+	h_start(&c.n[0], c.conf[0]);
+	unsetenv("CKPT_JOB_KEY");
+	rc_open(&c.n[0], &rc, "sealed", 0, 1, 2 * MIB + 3);
+	rc_load_refused(&rc, 5, "sealed with its job's key");
+	rc_close(&rc);
+	assert_int_equal(setenv("CKPT_JOB_KEY", "another secret", 1), 0);
+	rc_open(&c.n[0], &rc, "sealed", 0, 1, 2 * MIB + 3);
+	rc_load_refused(&rc, 5, "does not open with this job's key");
+	rc_close(&rc);
+	assert_int_equal(setenv("CKPT_JOB_KEY", "tenant-a secret", 1), 0);
+	rc_open(&c.n[0], &rc, "sealed", 0, 1, 2 * MIB + 3);
+	char src[16], peer[128];
+	rc_load(&rc, 5, 0, src, sizeof(src), peer, sizeof(peer));
+	assert_string_equal(src, "peer");
+	/* Unsealed, under node 0's name, on its holder. */
+	rogue_put(s, 0, "sealed", 6, 2 * MIB + 3, 0xbad, 0xbad);
+	rc_load_refused(&rc, 6, "not sealed");
+	rc_close(&rc);
+	unsetenv("CKPT_JOB_KEY");
+	cluster_stop(&c, 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1227,6 +1288,7 @@ int main(void)
 		cmocka_unit_test(test_own_copies_not_served_to_peers),
 		cmocka_unit_test(test_names_bound_to_certificates),
 		cmocka_unit_test(test_lying_peer_is_bounded),
+		cmocka_unit_test(test_sealed_replicas),
 	};
 	return cmocka_run_group_tests(tests, make_certs, drop_certs);
 }

@@ -262,6 +262,28 @@ def test_replacement_node_restores_latest_from_its_peer(daemon_factory, tmp_path
         assert cp.load(sd)[0] == 2 and _same(sd, _sd(2))
 
 
+def test_sealed_replicas_through_checkpointer(daemon_factory, tmp_path, monkeypatch):
+    """CKPT_JOB_KEY seals a job's replicas (docs/manual.md "Peers"): a
+    replacement node's Checkpointer restores the step with the same
+    secret, and without it is refused, saying why."""
+    ds, ports = _two_peers(daemon_factory, tmp_path)
+    monkeypatch.setenv("CKPT_JOB_KEY", "team-a secret")
+    with ckpt.torch.Checkpointer("tseal", socket=ds[0].sock) as cp:
+        f = cp.save(_sd(3), 3, tier="replicated")
+        assert f.result(30) > 0 and f.replicated.result(30) == f.kept.result()
+    ds[0].stop(signal.SIGKILL)
+    ds[0].start()
+    monkeypatch.delenv("CKPT_JOB_KEY")
+    with ckpt.torch.Checkpointer("tseal", socket=ds[0].sock) as cp:
+        with pytest.raises(ckpt.CkptError) as e:
+            cp.load(_sd(0), step=3)
+        assert "sealed with its job's key" in str(e.value)
+    monkeypatch.setenv("CKPT_JOB_KEY", "team-a secret")
+    with ckpt.torch.Checkpointer("tseal", socket=ds[0].sock) as cp:
+        sd = _sd(0)
+        assert cp.load(sd, step=3)[0] == 3 and _same(sd, _sd(3))
+
+
 def _dcp_two_nodes(rank, world, port, socks, out):
     sys.path.insert(0, os.path.join(ROOT, "client", "python"))
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

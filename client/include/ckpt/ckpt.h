@@ -126,7 +126,11 @@ typedef enum {
 	CKPT_TIER_REPLICATED = 2, /* memory, and held by peer daemons too */
 } ckpt_tier;
 
-/* Connect and say hello. hello may be NULL for a control session. */
+/* Connect and say hello. hello may be NULL for a control session. With a
+ * job, CKPT_JOB_KEY in the environment (at most 1024 bytes, the same on
+ * every rank) seals the job's replicated copies in peers' memory, and a
+ * restore from peers takes only copies sealed with it (docs/manual.md
+ * "Peers"). */
 int ckpt_connect(const char *socket_path, const ckpt_hello *hello, ckpt_client **out);
 /* CKPT_CAP_* bits the daemon announced in its hello (0 for NULL). */
 uint64_t ckpt_capabilities(const ckpt_client *c);
