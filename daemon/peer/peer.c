@@ -1,6 +1,7 @@
 /* Peer replication (peer.h): the service's threads, the loop bridge, and
  * the three exchanges (put a replica, get a copy back, list copies). */
 #include "peer.h"
+#include "peer_msg.h"
 #include "clock.h"
 #include "crc32c.h"
 #include "daemon.h"
@@ -246,27 +247,6 @@ static int pack_manifest(const struct save *sv, bool public, uint8_t **out, size
 
 /* ---- sealed replicas (seal.h) ---- */
 
-/* A sealed replica's parts as sent: its public manifest, the nonce, the
- * associated data, and the whole manifest sealed (ciphertext, tag). */
-struct sealing {
-	bool on;
-	uint8_t nonce[SEAL_NONCE_BYTES];
-	char aad[400];
-	size_t aadlen;
-	uint8_t *sm; /* sealed manifest */
-	size_t smlen;
-};
-
-static int sealing_aad(struct sealing *z, const char *job, uint64_t step, uint32_t rank, uint32_t world,
-		       const char *attempt, uint64_t shard_bytes)
-{
-	int n = seal_aad(z->aad, sizeof(z->aad), job, step, rank, world, attempt, shard_bytes);
-	if (n < 0)
-		return n;
-	z->aadlen = (size_t)n;
-	return 0;
-}
-
 /* Seal sv's manifest mb (ml bytes) with sv's job key. */
 static int seal_manifest(const struct save *sv, const uint8_t *mb, size_t ml, struct sealing *z)
 {
@@ -281,54 +261,6 @@ static int seal_manifest(const struct save *sv, const uint8_t *mb, size_t ml, st
 	z->smlen = ml + SEAL_TAG_BYTES;
 	z->on = true;
 	return seal_piece(sv->key, z->nonce, SEAL_MANIFEST_INDEX, z->aad, z->aadlen, mb, z->sm, ml, z->sm + ml, true);
-}
-
-/* The whole manifest of a sealed copy whose public manifest is pub,
- * opened with key: the same job, step, rank, world size, attempt and
- * size as pub says, and checked as any. 0 and *out; -EBADMSG and why
- * (malformed, another key, or altered). */
-static int open_manifest(const Ckpt__Manifest *pub, const ProtobufCBinaryData *nonce, const ProtobufCBinaryData *sm,
-			 const uint8_t *key, struct sealing *z, Ckpt__Manifest **out, char *why, size_t whylen)
-{
-	*out = NULL;
-	if (nonce->len != SEAL_NONCE_BYTES || sm->len < SEAL_TAG_BYTES || sm->len > MANIFEST_MAX_BYTES) {
-		snprintf(why, whylen, "a sealed copy with a malformed seal");
-		return -EBADMSG;
-	}
-	memcpy(z->nonce, nonce->data, SEAL_NONCE_BYTES);
-	if (sealing_aad(z, pub->job, pub->step, pub->rank, pub->world_size, pub->attempt_id, pub->shard_bytes) < 0) {
-		snprintf(why, whylen, "names too long");
-		return -EBADMSG;
-	}
-	z->on = true;
-	size_t n = sm->len - SEAL_TAG_BYTES;
-	uint8_t *buf = malloc(n ? n : 1);
-	if (buf == NULL) {
-		snprintf(why, whylen, "out of memory");
-		return -ENOMEM;
-	}
-	uint8_t tag[SEAL_TAG_BYTES];
-	memcpy(tag, sm->data + n, SEAL_TAG_BYTES);
-	int r = seal_piece(key, z->nonce, SEAL_MANIFEST_INDEX, z->aad, z->aadlen, sm->data, buf, n, tag, false);
-	if (r < 0) {
-		free(buf);
-		snprintf(why, whylen,
-			 "its sealed manifest does not open with this job's key (CKPT_JOB_KEY): sealed with another "
-			 "key, or altered");
-		return -EBADMSG;
-	}
-	r = manifest_decode(buf, n, out, why, whylen);
-	explicit_bzero(buf, n);
-	free(buf);
-	if (r == 0 && (strcmp((*out)->job, pub->job) != 0 || (*out)->step != pub->step || (*out)->rank != pub->rank ||
-		       (*out)->world_size != pub->world_size || strcmp((*out)->attempt_id, pub->attempt_id) != 0 ||
-		       (*out)->shard_bytes != pub->shard_bytes)) {
-		ckpt__manifest__free_unpacked(*out, NULL);
-		*out = NULL;
-		snprintf(why, whylen, "its sealed manifest is another copy's");
-		r = -EBADMSG;
-	}
-	return r;
 }
 
 /* Copy n bytes into sv's pool chunks at shard offset off. */
@@ -842,20 +774,9 @@ static bool serve_put(struct peer *p, struct link *l, const Ckpt__ReplicaPut *pu
 	struct daemon *d = p->d;
 	Ckpt__Manifest *m = NULL;
 	char why[300];
-	int r = manifest_decode(put->manifest.data, put->manifest.len, &m, why, sizeof(why));
-	if (r == 0 && (m->n_tensors > d->cfg.max_tensors || m->extra_state.len > d->cfg.max_extra_state)) {
-		r = -E2BIG;
-		snprintf(why, sizeof(why), "%zu tensors or %zu bytes of extra state: over this node's limits",
-			 m->n_tensors, m->extra_state.len);
-	}
-	/* Sealed (seal.h): a public manifest, the rest sealed. */
-	bool sealed = put->seal_nonce.len > 0;
-	if (r == 0 && sealed &&
-	    (put->seal_nonce.len != SEAL_NONCE_BYTES || put->sealed_manifest.len < SEAL_TAG_BYTES || m->n_tensors ||
-	     m->extra_state.len || m->shard_bytes > d->pool.bytes)) {
-		r = -EBADMSG;
-		snprintf(why, sizeof(why), "a sealed replica whose seal or public manifest is malformed");
-	}
+	bool sealed = false;
+	struct put_limits lim = { d->cfg.max_tensors, d->cfg.max_extra_state, d->pool.bytes };
+	int r = peer_msg_put(put, &lim, &m, &sealed, why, sizeof(why));
 	if (r == 0 && !holder_for(p, from)) {
 		r = -EPERM;
 		snprintf(why, sizeof(why),
@@ -1668,30 +1589,7 @@ static int ask_copy(struct peer *p, const char *name, const Ckpt__ReplicaGet *g,
 		r = wire_errno(in->data->status);
 		snprintf(why, whylen, "%s", in->data->message);
 	} else if (r == 0) {
-		r = manifest_decode(in->data->manifest.data, in->data->manifest.len, m, why, whylen);
-		if (r == 0 && (strcmp((*m)->job, g->job) != 0 || (*m)->step != g->step || (*m)->rank != g->rank ||
-			       (*m)->world_size != g->world_size)) {
-			r = -EBADMSG;
-			snprintf(why, whylen, "it answered with another copy");
-		}
-		/* A job with a key takes sealed copies only, opened with it:
-		 * one that is not sealed, or does not open, is not its own. */
-		bool sealed = in->data->seal_nonce.len > 0;
-		if (r == 0 && sealed && key == NULL) {
-			r = -EACCES;
-			snprintf(why, whylen,
-				 "its copy is sealed with its job's key, which this rank did not give (CKPT_JOB_KEY)");
-		} else if (r == 0 && !sealed && key) {
-			r = -EACCES;
-			snprintf(why, whylen,
-				 "its copy is not sealed, and this job's ranks give a key (CKPT_JOB_KEY): not taken");
-		} else if (r == 0 && sealed) {
-			Ckpt__Manifest *whole = NULL;
-			r = open_manifest(*m, &in->data->seal_nonce, &in->data->sealed_manifest, key, z, &whole, why,
-					  whylen);
-			ckpt__manifest__free_unpacked(*m, NULL);
-			*m = whole;
-		}
+		r = peer_msg_data(in->data, g, key, z, m, why, whylen);
 	}
 	if (in)
 		ckpt__peer_frame__free_unpacked(in, NULL);

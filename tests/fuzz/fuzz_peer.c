@@ -1,12 +1,15 @@
-/* What a peer sends after its certificate passed (docs/manual.md "Tiers"): a
- * PeerFrame, the manifest a ReplicaPut or ReplicaData carries (decoded and
- * checked as the receiver does), names for the ring, and HOST:PORT. */
+/* What a peer sends after its certificate passed (docs/manual.md "Peers"): a
+ * PeerFrame; a ReplicaPut as a holder checks it (peer_msg_put), and a
+ * ReplicaData as a restoring rank takes it (peer_msg_data), with a job key
+ * (a sealed copy opened: seal.h) and without; names for the ring, and
+ * HOST:PORT. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "link.h"
 #include "manifest.h"
+#include "peer_msg.h"
 #include "ring.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -14,12 +17,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char err[256];
 	Ckpt__PeerFrame *f = ckpt__peer_frame__unpack(NULL, size, data);
 	if (f) {
-		const ProtobufCBinaryData *mb = f->body_case == CKPT__PEER_FRAME__BODY_PUT	 ? &f->put->manifest
-						: f->body_case == CKPT__PEER_FRAME__BODY_DATA ? &f->data->manifest
-											      : NULL;
 		Ckpt__Manifest *m = NULL;
-		if (mb && manifest_decode(mb->data, mb->len, &m, err, sizeof(err)) == 0)
-			ckpt__manifest__free_unpacked(m, NULL);
+		if (f->body_case == CKPT__PEER_FRAME__BODY_PUT) {
+			struct put_limits lim = { 65536, 1u << 20, 1ull << 30 };
+			bool sealed;
+			if (peer_msg_put(f->put, &lim, &m, &sealed, err, sizeof(err)) == 0)
+				ckpt__manifest__free_unpacked(m, NULL);
+		}
+		if (f->body_case == CKPT__PEER_FRAME__BODY_DATA) {
+			/* Asked for what its public manifest says, so that the
+			 * checks past the match run too. */
+			Ckpt__ReplicaGet g = CKPT__REPLICA_GET__INIT;
+			Ckpt__Manifest *pub = ckpt__manifest__unpack(NULL, f->data->manifest.len, f->data->manifest.data);
+			if (pub) {
+				g.job = pub->job;
+				g.step = pub->step;
+				g.rank = pub->rank;
+				g.world_size = pub->world_size;
+			} else {
+				g.job = (char *)"j";
+			}
+			static const uint8_t key[32] = { 1, 2, 3 };
+			for (int k = 0; k < 2; k++) {
+				struct sealing z = { 0 };
+				if (peer_msg_data(f->data, &g, k ? key : NULL, &z, &m, err, sizeof(err)) == 0)
+					ckpt__manifest__free_unpacked(m, NULL);
+			}
+			if (pub)
+				ckpt__manifest__free_unpacked(pub, NULL);
+		}
 		if (f->body_case == CKPT__PEER_FRAME__BODY_HELLO) {
 			struct ring r;
 			if (ring_build(&r, f->hello->node, f->hello->node, NULL, 0) == 0) {
