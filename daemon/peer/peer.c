@@ -582,11 +582,19 @@ struct find {
 	struct save *sv;
 };
 
+/* Whether a peer may see held copy sv: a replica held for a peer, or,
+ * with [peers] serve_own, this node's own copies too, but never a
+ * tenant's (they leave the node sealed, as replicas, or not at all). */
+static bool served(const struct daemon *d, const struct save *sv)
+{
+	return sv->replica || (d->cfg.peer_serve_own && config_tenant_of_job(&d->cfg, sv->job) == NULL);
+}
+
 static void find_on_loop(struct daemon *d, void *arg)
 {
 	struct find *f = arg;
 	struct save *sv = memtier_find(d, f->job, f->step, f->rank);
-	if (sv && !sv->replica && !d->cfg.peer_serve_own)
+	if (sv && !served(d, sv))
 		sv = NULL; /* this node's own copy: not a peer's to read */
 	if (sv && sv->world_size == f->world_size && !sv->drop_pending) {
 		sv->readers++;
@@ -613,12 +621,6 @@ struct listing {
 	char (*attempts)[129];
 };
 
-/* Whether a peer may see held copy sv: a replica held for a peer, or,
- * with [peers] serve_own, this node's own copies too. */
-static bool served(const struct daemon *d, const struct save *sv)
-{
-	return sv->replica || d->cfg.peer_serve_own;
-}
 
 static void list_on_loop(struct daemon *d, void *arg)
 {

@@ -1266,6 +1266,50 @@ static void test_sealed_replicas(void **state)
 	cluster_stop(&c, 2);
 }
 
+/* With tenants, a tenant's replicas leave the node sealed or not at all:
+ * a replicated save of a tenant's job whose trainer gives no key is kept
+ * and reported not replicated (EACCES, saying why); with a key it is
+ * replicated sealed. serve_own never serves a tenant's own copies. */
+static void test_tenant_replicas_are_sealed(void **state)
+{
+	(void)state;
+	struct cluster c;
+	char extra[2][256], tsock[2][128];
+	for (int i = 0; i < 2; i++) {
+		snprintf(tsock[i], sizeof(tsock[i]), "/tmp/ckpt-ta-%d-%d.sock", (int)getpid(), i);
+		snprintf(extra[i], sizeof(extra[i]), "serve_own = true\n[tenant.ta]\nsocket = %s\n", tsock[i]);
+	}
+	const char *ex[NODES] = { extra[0], extra[1], NULL };
+	cluster_start(&c, 2, ex);
+	struct dctx t = c.n[0];
+	snprintf(t.sock, sizeof(t.sock), "%s", tsock[0]);
+	struct rank_client rc;
+	rc_open(&t, &rc, "j", 0, 1, MIB);
+	ckpt_future *f = rc_save(&rc, 1, 0, CKPT_TIER_REPLICATED);
+	assert_int_equal(ckpt_future_wait(f, CKPT_KEPT, 30000), 0);
+	assert_int_equal(ckpt_future_wait(f, CKPT_REPLICATED, 30000), -EACCES);
+	if (strstr(ckpt_future_message(f), "sealed with its job's key") == NULL)
+		fail_msg("%s", ckpt_future_message(f));
+	ckpt_future_free(f);
+	rc_close(&rc);
+	char out[1024];
+	/* Its own copy, with serve_own: not served. */
+	assert_int_equal(rogue(out, sizeof(out), "get 127.0.0.1:%d '%s' ta/j 1 0 1", ports[0], certs), 1);
+	assert_int_equal(strncmp(out, "data 2 ", 7), 0);
+	assert_int_equal(setenv("CKPT_JOB_KEY", "ta secret", 1), 0);
+	rc_open(&t, &rc, "j", 0, 1, MIB);
+	rc_save_wait(&rc, 2, 0, CKPT_TIER_REPLICATED, CKPT_REPLICATED);
+	rc_close(&rc);
+	unsetenv("CKPT_JOB_KEY");
+	assert_int_equal(rogue(out, sizeof(out), "get 127.0.0.1:%d '%s' ta/j 2 0 1", ports[successor(0, 2)], certs),
+			 0);
+	if (strstr(out, " sealed ") == NULL)
+		fail_msg("the holder's copy: %s", out);
+	cluster_stop(&c, 2);
+	unlink(tsock[0]);
+	unlink(tsock[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1289,6 +1333,7 @@ int main(void)
 		cmocka_unit_test(test_names_bound_to_certificates),
 		cmocka_unit_test(test_lying_peer_is_bounded),
 		cmocka_unit_test(test_sealed_replicas),
+		cmocka_unit_test(test_tenant_replicas_are_sealed),
 	};
 	return cmocka_run_group_tests(tests, make_certs, drop_certs);
 }
