@@ -33,7 +33,10 @@
  *       ReplicaList is answered with N copies of step STEP claiming world
  *       size WORLD (N empty entries past the first: a reply of 2 bytes
  *       per copy), every ReplicaGet with "no copy", every ReplicaPut
- *       refused. Prints "served K" (requests answered).
+ *       refused. Prints "served K" (requests answered). With ROGUE_DRIP=1
+ *       in the environment it answers a ReplicaGet or ReplicaPut with a
+ *       frame header claiming 1000 bytes and then a byte every 200 ms,
+ *       until the asker hangs up.
  *
  * CERTDIR holds ca.crt, node.crt and node.key (ROGUE_CERT=NAME in the
  * environment: NAME.crt and NAME.key instead). */
@@ -410,6 +413,16 @@ static int serve(int port, const char *dir, int seconds, uint64_t step, uint32_t
 				out.ready = &rd;
 			} else {
 				answer = false; /* the hello */
+			}
+			if (answer && getenv("ROGUE_DRIP") && out.body_case != CKPT__PEER_FRAME__BODY_LIST_REPLY) {
+				const uint8_t hdr[4] = { 0, 0, 0x03, 0xe8 };
+				int w = link_write(&l, hdr, 4);
+				for (int k = 0; w == 0 && k < 150 && ms_now() < end; k++) {
+					usleep(200 * 1000);
+					w = link_write(&l, "x", 1);
+				}
+				served++;
+				answer = false;
 			}
 			if (answer && link_send(&l, &out) == 0)
 				served++;

@@ -1150,7 +1150,8 @@ static void test_names_bound_to_certificates(void **state)
  * a world size of 2000 it claims for a memory-only step is not asked for
  * rank by rank (the load gives up after 8 saved ranks found nowhere, in
  * seconds); a list reply of 2,000,000 copies (4 MB of empty entries) is
- * refused at its header, not decoded into a gigabyte. */
+ * refused at its header, not decoded into a gigabyte; answers dripped a
+ * byte at a time are cut at their deadline. */
 static void test_lying_peer_is_bounded(void **state)
 {
 	(void)state;
@@ -1200,6 +1201,32 @@ static void test_lying_peer_is_bounded(void **state)
 	char log[600];
 	snprintf(log, sizeof(log), "grep -q 'no more asked' '%s/ckptd.log'", n.dir);
 	assert_int_equal(system(log), 0);
+	pclose(liar);
+	/* A peer that drips its answers: a replicated save's put and a
+	 * restore's get are cut at their frame's deadline (3 s here), not
+	 * held for as long as it drips (30 s). */
+	assert_int_equal(setenv("ROGUE_DRIP", "1", 1), 0);
+	snprintf(cmd, sizeof(cmd), "'%s' serve %d '%s' 10 50 1 1", bin, port[1], certs);
+	liar = popen(cmd, "r");
+	unsetenv("ROGUE_DRIP");
+	assert_non_null(liar);
+	usleep(300 * 1000);
+	rc_open(&n, &rc, "drip", 0, 1, MIB);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	ckpt_future *f = rc_save(&rc, 1, 0, CKPT_TIER_REPLICATED);
+	assert_true(ckpt_future_wait(f, CKPT_REPLICATED, 30000) < 0);
+	ckpt_future_free(f);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	if (s > 8)
+		fail_msg("a put to a dripping peer ended after %.1f s", s);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	r = rc_load_fails(&rc, 70, msg, sizeof(msg));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	if (r == 0 || s > 8)
+		fail_msg("a restore from a dripping peer: %d after %.1f s (%s)", r, s, msg);
+	rc_close(&rc);
 	pclose(liar);
 	h_assert_serves(&n);
 	h_cleanup(&n);
