@@ -746,9 +746,10 @@ static void enter_kept(struct save *sv, enum save_state old)
 	if (sv->tier == TIER_REPLICATED && d->on_replicate && !sv->has_key &&
 	    config_tenant_of_job(&d->cfg, sv->job) != NULL) {
 		/* A tenant's replicas leave the node sealed, or not at all. */
-		send_replicated(sv, 0, -EACCES,
-				"not replicated: a tenant's replicas are sealed with its job's key, and its trainers gave "
-				"none (CKPT_JOB_KEY); the step is held in this daemon's memory only");
+		send_replicated(
+			sv, 0, -EACCES,
+			"not replicated: a tenant's replicas are sealed with its job's key, and its trainers gave "
+			"none (CKPT_JOB_KEY); the step is held in this daemon's memory only");
 	} else if (sv->tier == TIER_REPLICATED && d->on_replicate) {
 		d->on_replicate(d, sv); /* it sends SaveReplicated when its peers answered */
 	} else if (sv->tier == TIER_REPLICATED) {
