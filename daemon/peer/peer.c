@@ -621,7 +621,6 @@ struct listing {
 	char (*attempts)[129];
 };
 
-
 static void list_on_loop(struct daemon *d, void *arg)
 {
 	struct listing *l = arg;
@@ -1104,6 +1103,18 @@ static void *serve_conn(void *arg)
 	while (go) {
 		f = NULL;
 		r = link_recv(&l, frame_max(&p->d->cfg), &f);
+		if (r == -EMSGSIZE) {
+			uint64_t skipped = 0;
+			refuse(p, PEER_LIMIT_FRAME_BYTES);
+			pthread_mutex_lock(&p->mu);
+			bool say = gate(p, PEER_LIMIT_FRAME_BYTES, &skipped);
+			pthread_mutex_unlock(&p->mu);
+			if (say)
+				log_warn("peers: closed the connection of %s: a frame larger than %zu bytes, the "
+					 "largest "
+					 "manifest this node's [limits] allow%s",
+					 from, frame_max(&p->d->cfg), skipped ? " (more since, not logged)" : "");
+		}
 		if (r < 0) {
 			/* The peer's end, or an idle link it left; a frame it began and
 			 * did not finish by its deadline is a refusal. */
@@ -1585,6 +1596,12 @@ static int ask_copy(struct peer *p, const char *name, const Ckpt__ReplicaGet *g,
 	r = link_send(l, &f);
 	if (r == 0)
 		r = link_recv(l, frame_max(&p->d->cfg), &in);
+	if (r == -EMSGSIZE) {
+		refuse(p, PEER_LIMIT_FRAME_BYTES);
+		snprintf(why, whylen,
+			 "its answer is larger than %zu bytes, the largest manifest this node's [limits] allow",
+			 frame_max(&p->d->cfg));
+	}
 	if (r == 0 && in->body_case != CKPT__PEER_FRAME__BODY_DATA)
 		r = -EPROTO;
 	if (r == 0 && in->data->status != 0) {
@@ -1796,6 +1813,11 @@ static int list_one(struct peer *p, const char *name, const char *job, uint32_t 
 	r = link_send(&l, &f);
 	if (r == 0)
 		r = link_recv(&l, LIST_REPLY_MAX, &in);
+	if (r == -EMSGSIZE) {
+		refuse(p, PEER_LIMIT_FRAME_BYTES);
+		log_warn("peers: %s answered a list of %s with more than %u bytes; not read", name, job,
+			 LIST_REPLY_MAX);
+	}
 	if (r == 0 && in->body_case != CKPT__PEER_FRAME__BODY_LIST_REPLY)
 		r = -EPROTO;
 	if (r == 0) {

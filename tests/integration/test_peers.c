@@ -1031,6 +1031,7 @@ static void test_peer_frames_have_deadlines_and_bounds(void **state)
 	r = rogue(out, sizeof(out), "frame 127.0.0.1:%d '%s' 200000000 200 10", ports[0], certs);
 	if (r != 0 || sscanf(out, "closed after %u", &ms) != 1 || ms > 1000)
 		fail_msg("a frame of 200 MB: %s", out);
+	assert_int_equal(h_metric(&c.n[0], "ckptd_refused_total{limit=\"peer_frame_bytes\"}"), 1);
 	assert_true(h_metric(&c.n[0], "ckptd_peer_link_errors_total") >= 1);
 	h_assert_serves(&c.n[0]);
 	cluster_stop(&c, 2);
@@ -1195,6 +1196,7 @@ static void test_lying_peer_is_bounded(void **state)
 	assert_int_equal(nh, 0);
 	free(h);
 	rc_close(&rc);
+	assert_true(h_metric(&n, "ckptd_refused_total{limit=\"peer_frame_bytes\"}") >= 1);
 	uint64_t rss = h_metric(&n, "ckptd_peak_rss_bytes");
 	if (rss > 400u * MIB)
 		fail_msg("peak RSS %llu MiB after a 4 MB list reply", (unsigned long long)(rss >> 20));
