@@ -872,6 +872,36 @@ static int rogue(char *out, size_t outlen, const char *fmt, ...)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* peer_rogue with args in the background, its output discarded: its pid,
+ * to kill when the test is done with it (a lying peer serves for a fixed
+ * time otherwise). */
+static pid_t rogue_spawn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static pid_t rogue_spawn(const char *fmt, ...)
+{
+	const char *bin = getenv("PEER_ROGUE_BIN");
+	assert_non_null(bin);
+	char args[1024], cmd[1400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof(cmd), "exec '%s' %s >/dev/null 2>&1", bin, args);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	usleep(300 * 1000); /* listening */
+	return pid;
+}
+
+static void rogue_kill(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+}
+
 /* Put a rogue replica of job's (step, rank 0 of 1) of n bytes on node i,
  * said to come from the node named from: filled by seed, its tensor
  * claiming claim's CRC. Expected to be held (ack 0). */
@@ -988,7 +1018,7 @@ static void test_dripping_connections_do_not_stop_replication(void **state)
 	int s = successor(0, 2);
 	const char *bin = getenv("PEER_ROGUE_BIN");
 	char cmd[512], out[256] = "";
-	snprintf(cmd, sizeof(cmd), "'%s' drip 127.0.0.1:%d 64 7", bin, ports[s]);
+	snprintf(cmd, sizeof(cmd), "'%s' drip 127.0.0.1:%d 64 5", bin, ports[s]);
 	FILE *drip = popen(cmd, "r");
 	assert_non_null(drip);
 	usleep(500 * 1000); /* all 64 are open and dripping */
@@ -1162,15 +1192,10 @@ static void test_lying_peer_is_bounded(void **state)
 	h_init(&n);
 	snprintf(conf, sizeof(conf),
 		 "[pool]\nstaging_bytes = 64M\n[peers]\nlisten = 127.0.0.1:%d\npeers = 127.0.0.1:%d,127.0.0.1:%d\n"
-		 "replicas = 1\ncert = %s/node.crt\nkey = %s/node.key\nca = %s/ca.crt\ntimeout_ms = 3000\n",
+		 "replicas = 1\ncert = %s/node.crt\nkey = %s/node.key\nca = %s/ca.crt\ntimeout_ms = 1500\n",
 		 port[0], port[0], port[1], certs, certs, certs);
 	h_start(&n, conf);
-	const char *bin = getenv("PEER_ROGUE_BIN");
-	char cmd[600], out[256];
-	snprintf(cmd, sizeof(cmd), "'%s' serve %d '%s' 6 50 2000 1", bin, port[1], certs);
-	FILE *liar = popen(cmd, "r");
-	assert_non_null(liar);
-	usleep(300 * 1000);
+	pid_t liar = rogue_spawn("serve %d '%s' 30 50 2000 1", port[1], certs);
 	struct rank_client rc;
 	rc_open(&n, &rc, "lie", 0, 1, MIB);
 	struct timespec t0, t1;
@@ -1182,13 +1207,8 @@ static void test_lying_peer_is_bounded(void **state)
 	if (r != -ENOENT || strstr(msg, "no more asked") == NULL || s > 5)
 		fail_msg("a claimed world of 2000: %d in %.1f s (%s)", r, s, msg);
 	rc_close(&rc);
-	size_t k = fread(out, 1, sizeof(out) - 1, liar);
-	out[k] = '\0';
-	pclose(liar);
-	snprintf(cmd, sizeof(cmd), "'%s' serve %d '%s' 4 50 2000 2000000", bin, port[1], certs);
-	liar = popen(cmd, "r");
-	assert_non_null(liar);
-	usleep(300 * 1000);
+	rogue_kill(liar);
+	liar = rogue_spawn("serve %d '%s' 30 50 2000 2000000", port[1], certs);
 	rc_open(&n, &rc, "lie", 0, 1, MIB);
 	ckpt_held_info *h = NULL;
 	size_t nh = 0;
@@ -1203,16 +1223,13 @@ static void test_lying_peer_is_bounded(void **state)
 	char log[600];
 	snprintf(log, sizeof(log), "grep -q 'no more asked' '%s/ckptd.log'", n.dir);
 	assert_int_equal(system(log), 0);
-	pclose(liar);
+	rogue_kill(liar);
 	/* A peer that drips its answers: a replicated save's put and a
-	 * restore's get are cut at their frame's deadline (3 s here), not
+	 * restore's get are cut at their frame's deadline (1.5 s here), not
 	 * held for as long as it drips (30 s). */
 	assert_int_equal(setenv("ROGUE_DRIP", "1", 1), 0);
-	snprintf(cmd, sizeof(cmd), "'%s' serve %d '%s' 10 50 1 1", bin, port[1], certs);
-	liar = popen(cmd, "r");
+	liar = rogue_spawn("serve %d '%s' 30 50 1 1", port[1], certs);
 	unsetenv("ROGUE_DRIP");
-	assert_non_null(liar);
-	usleep(300 * 1000);
 	rc_open(&n, &rc, "drip", 0, 1, MIB);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	ckpt_future *f = rc_save(&rc, 1, 0, CKPT_TIER_REPLICATED);
@@ -1229,7 +1246,7 @@ static void test_lying_peer_is_bounded(void **state)
 	if (r == 0 || s > 8)
 		fail_msg("a restore from a dripping peer: %d after %.1f s (%s)", r, s, msg);
 	rc_close(&rc);
-	pclose(liar);
+	rogue_kill(liar);
 	h_assert_serves(&n);
 	h_cleanup(&n);
 }
