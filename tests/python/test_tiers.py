@@ -301,6 +301,10 @@ def _dcp_two_nodes(rank, world, port, socks, out):
         res = {"ok": torch.equal(got["model"]["w"], sd["model"]["w"]) and
                torch.equal(got["model"]["b"], sd["model"]["b"]) and got["extra"] == {"epoch": 7}}
         torch.save(res, f"{out}.{rank}")
+        # Both ranks leave together: a rank whose process group is torn
+        # down while the other still reads its pieces can take gloo down
+        # with it (SIGABRT, "terminate called without an active exception").
+        dist.barrier()
     finally:
         cd.close_all()
         dist.destroy_process_group()
