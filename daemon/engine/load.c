@@ -562,8 +562,8 @@ static bool all_covered(const struct load *ld)
  * a load reads local memory, then peer memory, then storage, per shard.
  * Only the peers likeliest to hold it are asked (the one that last said
  * so, then this node's successors: 1 + K requests, no sweep of the ring),
- * and only that save's copy (attempt, size, every tensor's CRC32C: peer.c
- * checks before it sends the shard) is taken; NULL: storage. */
+ * and only that save's copy (attempt, size, every tensor's CRC32C:
+ * peer_fetch.c checks before it reads the shard) is taken; NULL: storage. */
 static struct save *fetch_one(struct load *ld, const struct peer_want *w);
 static const struct save *peer_copy(struct load *ld, const Ckpt__Manifest *m)
 {
@@ -699,7 +699,7 @@ static uint32_t peer_world(struct load *ld)
  * needed. Planned from the copies' own manifests, in the order load_run
  * reads manifests: the saved rank at this rank's place first, then the
  * next ones until the request is covered; read from the pool. No storage
- * request; peer requests per copy: each_holder (peer.c). The extra state
+ * request; peer requests per copy: each_holder (peer_fetch.c). The extra state
  * is own's (this rank's, or rank 0's for a rank the save did not have),
  * as from storage; from a peer's manifest alone when own's shard is not
  * needed. */

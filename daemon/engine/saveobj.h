@@ -123,7 +123,7 @@ struct save {
 	uint32_t jobs_left;
 	uint8_t *extra;
 	size_t extra_len;
-	uint64_t meta_bytes; /* a copy from a peer: its extra state and tensor table, beside the pool (peer.c) */
+	uint64_t meta_bytes; /* a copy from a peer: its extra state and tensor table, beside the pool (peer_copy.c) */
 	/* Sealed replicas (daemon/peer/seal.h): a save of a job with a key
 	 * (its session's) seals its replicas with it; a replica held sealed
 	 * keeps its nonce, tags and sealed manifest in seal (meta_bytes

@@ -4,7 +4,7 @@
  * Every exchange has a deadline: the handshake [peers] timeout_ms; a frame
  * or a write or read of n bytes, timeout_ms plus n at [peers] min_rate,
  * from its start, however the bytes trickle in. Used by the peer threads
- * only (peer.c), never by the loop. */
+ * only (peer_int.h), never by the loop. */
 #ifndef CKPTD_LINK_H
 #define CKPTD_LINK_H
 

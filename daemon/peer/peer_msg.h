@@ -1,4 +1,4 @@
-/* What a peer's messages must be before a daemon acts on them (peer.c):
+/* What a peer's messages must be before a daemon acts on them (peer_serve.c, peer_fetch.c):
  * a ReplicaPut a holder takes, and the ReplicaData a restoring node takes
  * (docs/manual.md "Peers"). Pure: no I/O, no daemon state; fuzzed as the
  * peer sends them (tests/fuzz/fuzz_peer.c). */
