@@ -328,10 +328,44 @@ void link_close(struct link *l)
 	l->fd = -1;
 }
 
+void link_plain(struct link *l, int fd, uint32_t timeout_ms)
+{
+	set_nonblocking(fd);
+	l->fd = fd;
+	l->ssl = NULL;
+	l->timeout_ms = timeout_ms;
+	l->min_rate = 0;
+}
+
+/* n bytes on a link without TLS (link_plain) by deadline. */
+static int io_plain(struct link *l, uint8_t *p, size_t n, bool write, uint64_t deadline)
+{
+	while (n > 0) {
+		ssize_t got = write ? send(l->fd, p, n, MSG_NOSIGNAL) : read(l->fd, p, n);
+		if (got > 0) {
+			p += got;
+			n -= (size_t)got;
+			continue;
+		}
+		if (got == 0)
+			return -EPIPE;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -errno;
+		int r = wait_fd(l->fd, write ? POLLOUT : POLLIN, deadline);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
 /* n bytes through SSL_write or SSL_read by deadline. */
 static int io(struct link *l, void *buf, size_t n, bool write, uint64_t deadline)
 {
 	uint8_t *p = buf;
+	if (l->ssl == NULL)
+		return io_plain(l, p, n, write, deadline);
 	while (n > 0) {
 		int k = n > (1u << 30) ? (1 << 30) : (int)n;
 		int got = write ? SSL_write(l->ssl, p, k) : SSL_read(l->ssl, p, k);

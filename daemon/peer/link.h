@@ -49,6 +49,10 @@ int link_connect(const struct link_tls *t, const char *hostport, uint32_t timeou
  * caller closes it), the handshake within timeout_ms. */
 int link_accept(const struct link_tls *t, int fd, uint32_t timeout_ms, uint64_t min_rate, struct link *l, char *err,
 		size_t errlen);
+/* A link on the connected socket fd with no TLS at all: only the peer
+ * fuzz harness makes one (it serves frames through a socketpair); the
+ * daemon's links come from link_connect and link_accept, always TLS. */
+void link_plain(struct link *l, int fd, uint32_t timeout_ms);
 void link_close(struct link *l);
 /* Whether the peer's certificate on l names HOST of hostport ("HOST:PORT"):
  * an IP address or DNS subjectAltName (or, for DNS, the common name when
