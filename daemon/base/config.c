@@ -678,6 +678,11 @@ const struct config_key config_keys[] = {
 		    "replicas it holds for them"),
 	KEY("peers", "max_replicas", cfg_u32, peer_max_replicas, CFG_RESTART, .def = DEFAULT_PEER_MAX_REPLICAS,
 	    .help = "replicas held for peers at once (their bytes are capped by share)"),
+	KEY("peers", "max_list", cfg_u32, peer_max_list, CFG_RESTART, .def = DEFAULT_PEER_MAX_LIST,
+	    .help = "copies one list answer names, newest first; a peer's answer with more is not used"),
+	KEY("peers", "max_missing_ranks", cfg_u32, peer_max_missing_ranks, CFG_RESTART,
+	    .def = DEFAULT_PEER_MAX_MISSING_RANKS,
+	    .help = "saved ranks of a memory-only step a load asks the peers for in vain before it stops asking"),
 
 	KEY("log", "level", cfg_enum, log_level, 0, .def = LOG_LVL_INFO, NAMES(level_names), .flag = "log-level",
 	    .flag_arg = "LEVEL", .help = "error | warn | info | debug"),

@@ -29,6 +29,8 @@
 #define DEFAULT_PEER_MAX_HANDSHAKES 16
 #define DEFAULT_PEER_MAX_PER_ADDRESS 16
 #define DEFAULT_PEER_MAX_REPLICAS 4096
+#define DEFAULT_PEER_MAX_LIST 768 /* a node holds tens of copies of one job */
+#define DEFAULT_PEER_MAX_MISSING_RANKS 8
 #define DEFAULT_MAX_FRAME_BYTES (4u << 20)
 #define DEFAULT_MAX_FDS_PER_FRAME 253 /* SCM_MAX_FD: a CUDA VMM buffer sends one fd per 20 MiB page */
 #define DEFAULT_MAX_SESSIONS 256
@@ -190,16 +192,18 @@ struct config {
 	char peer_dns[256];       /* "NAME:PORT": every address NAME resolves to is a peer */
 	uint32_t peer_replicas;   /* K peers hold each replicated save */
 	char peer_cert[256], peer_key[256], peer_ca[256];
-	uint64_t peer_share_bytes;     /* of the pool, for replicas held for peers; */
-	uint32_t peer_share_pct;       /* or a share of it (neither: DEFAULT_PEER_SHARE_PCT) */
-	uint32_t peer_timeout_ms;      /* a connect, a handshake, a frame (plus its bytes at min_rate) */
-	uint64_t peer_min_rate;        /* bytes a second a transfer may not fall below */
-	uint32_t peer_max_connections; /* authenticated peer connections served at once */
-	uint32_t peer_max_handshakes;  /* connections not yet authenticated at once (the oldest gives way) */
-	uint32_t peer_max_per_address; /* connections from one address at once */
-	uint32_t peer_max_replicas;    /* replicas held for peers */
-	bool peer_verify_names;        /* a peer's certificate must name its HOST (both ways) */
-	bool peer_serve_own;           /* peers may read this node's own copies, not only its replicas */
+	uint64_t peer_share_bytes;       /* of the pool, for replicas held for peers; */
+	uint32_t peer_share_pct;         /* or a share of it (neither: DEFAULT_PEER_SHARE_PCT) */
+	uint32_t peer_timeout_ms;        /* a connect, a handshake, a frame (plus its bytes at min_rate) */
+	uint64_t peer_min_rate;          /* bytes a second a transfer may not fall below */
+	uint32_t peer_max_connections;   /* authenticated peer connections served at once */
+	uint32_t peer_max_handshakes;    /* connections not yet authenticated at once (the oldest gives way) */
+	uint32_t peer_max_per_address;   /* connections from one address at once */
+	uint32_t peer_max_replicas;      /* replicas held for peers */
+	uint32_t peer_max_list;          /* copies in one list answer, either way */
+	uint32_t peer_max_missing_ranks; /* ranks of a memory-only step asked of peers in vain before a load stops */
+	bool peer_verify_names;          /* a peer's certificate must name its HOST (both ways) */
+	bool peer_serve_own;             /* peers may read this node's own copies, not only its replicas */
 	/* testing only: sleep this long in the middle of every shard write */
 	uint32_t debug_store_delay_ms;
 	/* testing only: sleep this long in every manifest fetch of the cache */

@@ -94,7 +94,9 @@ enum peer_limit_kind {
 	PEER_LIMIT_PER_ADDRESS, /* [peers] max_per_address */
 	PEER_LIMIT_REPLICAS,    /* [peers] max_replicas */
 	PEER_LIMIT_DEADLINE,    /* [peers] timeout_ms and min_rate: a handshake or frame not done in time */
-	PEER_LIMIT_FRAME_BYTES, /* a peer's frame larger than a manifest this node's [limits] allow, or a list reply over 256 KiB */
+	PEER_LIMIT_FRAME_BYTES, /* a peer's frame larger than a manifest this node's [limits] allow */
+	PEER_LIMIT_LIST,        /* [peers] max_list: a peer's list answer over it, or with copies not asked for */
+	PEER_LIMIT_MISSING,     /* [peers] max_missing_ranks: a load stopped asking peers for a step's ranks */
 	PEER_LIMIT_N
 };
 

@@ -38,9 +38,8 @@ struct load_req {
 #define SRC_STORAGE 2u
 #define SRC_PEER 4u /* a copy brought back from a peer for this load */
 
-#define PIN_DURABLE 1u    /* the copy was in storage when pinned (held_copy) */
-#define PIN_FETCHED 2u    /* brought from a peer by this load (fetch_copy) */
-#define COPY_MISSES_MAX 8 /* saved ranks of a memory-only step found nowhere, before a load gives up */
+#define PIN_DURABLE 1u /* the copy was in storage when pinned (held_copy) */
+#define PIN_FETCHED 2u /* brought from a peer by this load (fetch_copy) */
 
 struct load {
 	TAILQ_ENTRY(load) link; /* daemon.loads */
@@ -732,10 +731,12 @@ static void load_copies(struct load *ld, uint32_t ws)
 						     "%s%u", nmissing ? "," : "", r);
 			/* A world size a peer claimed (peer_world) is not asked
 			 * for rank after rank: a rank needs N/M + 1 copies. */
-			if (++misses == COPY_MISSES_MAX) {
+			if (++misses == ld->d->cfg.peer_max_missing_ranks) {
+				atomic_fetch_add_explicit(&ld->d->stats.peer_refused[PEER_LIMIT_MISSING], 1,
+							  memory_order_relaxed);
 				nmissing += (size_t)snprintf(
 					missing + nmissing, nmissing < sizeof(missing) ? sizeof(missing) - nmissing : 0,
-					" (no more asked)");
+					" (no more asked: [peers] max_missing_ranks)");
 				break;
 			}
 			continue;

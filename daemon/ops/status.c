@@ -162,6 +162,10 @@ const struct status_col status_cols[ST_NCOLS] = {
 				       METRIC, "ckptd_refused_total", "limit=\"peer_deadline\"" },
 	[ST_REFUSED_PEER_FRAME_BYTES] = { "refused_peer_frame_bytes", "Refused by a limit.", ST_COUNTER, ST_UNIT_COUNT,
 					  METRIC, "ckptd_refused_total", "limit=\"peer_frame_bytes\"" },
+	[ST_REFUSED_PEER_LIST] = { "refused_peer_list", "Refused by a limit.", ST_COUNTER, ST_UNIT_COUNT, METRIC,
+				   "ckptd_refused_total", "limit=\"peer_list\"" },
+	[ST_REFUSED_PEER_MISSING] = { "refused_peer_missing_ranks", "Refused by a limit.", ST_COUNTER, ST_UNIT_COUNT,
+				      METRIC, "ckptd_refused_total", "limit=\"peer_missing_ranks\"" },
 };
 
 int status_snapshot(const struct daemon *d, struct status *st)
@@ -188,7 +192,7 @@ int status_snapshot(const struct daemon *d, struct status *st)
 	_Static_assert(ST_REFUSED_FD_EXHAUSTED - ST_REFUSED_FRAME_BYTES + 1 == LIMIT_N, "one column per limit");
 	for (int i = 0; i < PEER_LIMIT_N; i++)
 		v[ST_REFUSED_PEER_HANDSHAKES + i] = atomic_load(&s->peer_refused[i]);
-	_Static_assert(ST_REFUSED_PEER_FRAME_BYTES - ST_REFUSED_PEER_HANDSHAKES + 1 == PEER_LIMIT_N,
+	_Static_assert(ST_REFUSED_PEER_MISSING - ST_REFUSED_PEER_HANDSHAKES + 1 == PEER_LIMIT_N,
 		       "one column per peer limit");
 	v[ST_SAVES_SUPERSEDED] = s->saves_superseded;
 	v[ST_SAVES_SKIPPED] = s->saves_skipped;

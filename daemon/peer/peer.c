@@ -148,6 +148,10 @@ int peer_start(struct daemon *d, char *err, size_t errlen)
 		snprintf(err, errlen, "[peers] replicas = %u: want 1 to %d", c->peer_replicas, MAX_REPLICAS);
 		return -EINVAL;
 	}
+	if (c->peer_max_list < 1 || c->peer_max_list > 65536 || c->peer_max_missing_ranks < 1) {
+		snprintf(err, errlen, "[peers] max_list (1 to 65536) and max_missing_ranks: want 1 or more");
+		return -EINVAL;
+	}
 	if (c->peer_max_connections < 1 || c->peer_max_handshakes < 1 || c->peer_max_per_address < 1 ||
 	    c->peer_max_connections > 65536 || c->peer_max_handshakes > 65536) {
 		snprintf(err, errlen,

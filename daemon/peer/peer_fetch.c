@@ -244,16 +244,22 @@ static int list_one(struct peer *p, const char *name, const char *job, uint32_t 
 	f.body_case = CKPT__PEER_FRAME__BODY_LIST;
 	f.list = &q;
 	Ckpt__PeerFrame *in = NULL;
+	size_t max = (size_t)p->d->cfg.peer_max_list * LIST_ENTRY_BYTES + 4096;
 	r = link_send(&l, &f);
 	if (r == 0)
-		r = link_recv(&l, LIST_REPLY_MAX, &in);
+		r = link_recv(&l, max, &in);
 	if (r == -EMSGSIZE) {
-		refuse(p, PEER_LIMIT_FRAME_BYTES);
-		log_warn("peers: %s answered a list of %s with more than %u bytes; not read", name, job,
-			 LIST_REPLY_MAX);
+		refuse(p, PEER_LIMIT_LIST);
+		log_warn("peers: %s answered a list of %s with more than %zu bytes ([peers] max_list); not read", name,
+			 job, max);
 	}
 	if (r == 0 && in->body_case != CKPT__PEER_FRAME__BODY_LIST_REPLY)
 		r = -EPROTO;
+	char why[200];
+	if (r == 0 && (r = peer_msg_list(in->list_reply, &q, p->d->cfg.peer_max_list, why, sizeof(why))) < 0) {
+		refuse(p, PEER_LIMIT_LIST);
+		log_warn("peers: %s answered a list of %s with copies not asked for; not used: %s", name, job, why);
+	}
 	if (r == 0) {
 		const Ckpt__ReplicaListReply *rep = in->list_reply;
 		struct peer_copy *nv = realloc(*v, (*k + rep->n_held + 1) * sizeof(**v));

@@ -145,7 +145,7 @@ void hold_list(struct daemon *d, void *arg)
 	struct save *sv;
 	TAILQ_FOREACH (sv, &d->held, hlink)
 		if ((l->all_ranks || sv->rank == l->rank) && strcmp(sv->job, l->job) == 0 && served(d, sv) &&
-		    n < LIST_MAX)
+		    n < d->cfg.peer_max_list)
 			n++;
 	l->v = calloc(n ? n : 1, sizeof(*l->v));
 	l->jobs = calloc(n ? n : 1, sizeof(*l->jobs));
@@ -153,7 +153,7 @@ void hold_list(struct daemon *d, void *arg)
 	if (l->v == NULL || l->jobs == NULL || l->attempts == NULL)
 		return;
 	/* Newest first: what a load asks for, when there are more than
-	 * LIST_MAX. */
+	 * [peers] max_list. */
 	TAILQ_FOREACH_REVERSE(sv, &d->held, save_list, hlink)
 	{
 		if ((!l->all_ranks && sv->rank != l->rank) || strcmp(sv->job, l->job) != 0 || sv->drop_pending ||

@@ -30,13 +30,12 @@
 
 #define PEER_PROTOCOL_VERSION 1 /* a PeerHello's; 2: it may put sealed replicas (seal.h) */
 #define PEER_PROTOCOL_SEALED 2
-#define MAX_REPLICAS 16             /* [peers] replicas: SaveReplicated names at most this many peers */
-#define LIST_MAX 768                /* copies in one ReplicaListReply (a node holds tens of one job's) */
-#define LIST_REPLY_MAX (256u << 10) /* bytes of one: 768 copies of the longest names fit */
-#define JOBS 64                     /* jobs whose copies' holders are remembered (holder_get, sweep) */
-#define HOLDER_RANKS (1u << 20)     /* ranks remembered per job */
-#define NAMES 65536                 /* peer names remembered (struct peer.names) */
-#define DOWN 64                     /* peers that timed out, remembered (open_link) */
+#define MAX_REPLICAS 16         /* [peers] replicas: SaveReplicated names at most this many peers */
+#define LIST_ENTRY_BYTES 384    /* a ReplicaListReply's bytes per copy, at most ([peers] max_list) */
+#define JOBS 64                 /* jobs whose copies' holders are remembered (holder_get, sweep) */
+#define HOLDER_RANKS (1u << 20) /* ranks remembered per job */
+#define NAMES 65536             /* peer names remembered (struct peer.names) */
+#define DOWN 64                 /* peers that timed out, remembered (open_link) */
 #define DOWN_NS (10ull * 1000 * 1000 * 1000)
 #define RING_TTL_NS (5ull * 1000 * 1000 * 1000) /* the ring is built again after this (ring_now) */
 

@@ -126,3 +126,25 @@ int peer_msg_data(const Ckpt__ReplicaData *data, const Ckpt__ReplicaGet *g, cons
 	}
 	return r;
 }
+
+int peer_msg_list(const Ckpt__ReplicaListReply *rep, const Ckpt__ReplicaList *q, uint32_t max, char *why, size_t whylen)
+{
+	if (rep->n_held > max) {
+		snprintf(why, whylen, "%zu copies, over [peers] max_list (%u)", rep->n_held, max);
+		return -E2BIG;
+	}
+	for (size_t i = 0; i < rep->n_held; i++) {
+		const Ckpt__HeldCopy *h = rep->held[i];
+		if (strcmp(h->job, q->job) != 0 || (!q->all_ranks && h->rank != q->rank)) {
+			snprintf(why, whylen, "copy %zu is of another job or rank than asked", i);
+			return -EBADMSG;
+		}
+		if (h->world_size == 0 || h->world_size > MANIFEST_WORLD_MAX || h->rank >= h->world_size ||
+		    !manifest_name_valid(h->attempt_id, ATTEMPT_MAX_LEN)) {
+			snprintf(why, whylen, "copy %zu: rank %u of world size %u, or a malformed attempt id", i,
+				 h->rank, h->world_size);
+			return -EBADMSG;
+		}
+	}
+	return 0;
+}

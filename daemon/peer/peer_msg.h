@@ -52,4 +52,12 @@ int peer_msg_put(const Ckpt__ReplicaPut *put, const struct put_limits *lim, Ckpt
 int peer_msg_data(const Ckpt__ReplicaData *data, const Ckpt__ReplicaGet *g, const uint8_t *key, struct sealing *z,
 		  Ckpt__Manifest **m, char *why, size_t whylen);
 
+/* A ReplicaListReply that answers q: at most max copies, each of q's job
+ * (and q's rank unless all_ranks), a world size a save could have had, its
+ * rank within it, and a well-formed attempt id. A peer's answer is all or
+ * nothing: 0, or -E2BIG (over max) or -EBADMSG (a copy not asked for, or
+ * malformed) and why. */
+int peer_msg_list(const Ckpt__ReplicaListReply *rep, const Ckpt__ReplicaList *q, uint32_t max, char *why,
+		  size_t whylen);
+
 #endif

@@ -53,7 +53,7 @@ static void emit_peer(const char *name, const Ckpt__PeerFrame *f)
 	fclose(out);
 }
 
-/* Peer seeds: a hello, and a put of a one-tensor manifest. */
+/* Peer seeds: a hello, a put of a one-tensor manifest, and a list answer. */
 static void peer_seeds(void)
 {
 	Ckpt__PeerHello h = CKPT__PEER_HELLO__INIT;
@@ -99,6 +99,23 @@ static void peer_seeds(void)
 	fp.put = &put;
 	emit_peer("put", &fp);
 	free(mb);
+	Ckpt__HeldCopy c[2] = { CKPT__HELD_COPY__INIT, CKPT__HELD_COPY__INIT };
+	Ckpt__HeldCopy *cp[2] = { &c[0], &c[1] };
+	for (int i = 0; i < 2; i++) {
+		c[i].job = "llama";
+		c[i].rank = (uint32_t)i;
+		c[i].world_size = 2;
+		c[i].step = 7;
+		c[i].bytes = 16;
+		c[i].attempt_id = "default";
+	}
+	Ckpt__ReplicaListReply rep = CKPT__REPLICA_LIST_REPLY__INIT;
+	rep.n_held = 2;
+	rep.held = cp;
+	Ckpt__PeerFrame fl = CKPT__PEER_FRAME__INIT;
+	fl.body_case = CKPT__PEER_FRAME__BODY_LIST_REPLY;
+	fl.list_reply = &rep;
+	emit_peer("list_reply", &fl);
 }
 
 int main(int argc, char **argv)

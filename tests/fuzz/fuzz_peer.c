@@ -1,8 +1,8 @@
 /* What a peer sends after its certificate passed (docs/manual.md "Peers"): a
  * PeerFrame; a ReplicaPut as a holder checks it (peer_msg_put), and a
  * ReplicaData as a restoring rank takes it (peer_msg_data), with a job key
- * (a sealed copy opened: seal.h) and without; names for the ring, and
- * HOST:PORT. */
+ * (a sealed copy opened: seal.h) and without; a ReplicaListReply as an
+ * asking node takes it (peer_msg_list); names for the ring, and HOST:PORT. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -45,6 +45,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			}
 			if (pub)
 				ckpt__manifest__free_unpacked(pub, NULL);
+		}
+		if (f->body_case == CKPT__PEER_FRAME__BODY_LIST_REPLY) {
+			/* Asked for its first copy's job and rank, so that the
+			 * checks past the first run too. */
+			Ckpt__ReplicaList q = CKPT__REPLICA_LIST__INIT;
+			q.job = f->list_reply->n_held ? f->list_reply->held[0]->job : (char *)"j";
+			q.rank = f->list_reply->n_held ? f->list_reply->held[0]->rank : 0;
+			for (int all = 0; all < 2; all++) {
+				q.all_ranks = all;
+				(void)peer_msg_list(f->list_reply, &q, 768, err, sizeof(err));
+			}
 		}
 		if (f->body_case == CKPT__PEER_FRAME__BODY_HELLO) {
 			struct ring r;

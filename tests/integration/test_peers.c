@@ -1179,10 +1179,12 @@ static void test_names_bound_to_certificates(void **state)
 
 /* A peer that lies in its answers (peer_rogue serve, node 0's successor):
  * a world size of 2000 it claims for a memory-only step is not asked for
- * rank by rank (the load gives up after 8 saved ranks found nowhere, in
- * seconds); a list reply of 2,000,000 copies (4 MB of empty entries) is
- * refused at its header, not decoded into a gigabyte; answers dripped a
- * byte at a time are cut at their deadline. */
+ * rank by rank (the load gives up after [peers] max_missing_ranks saved
+ * ranks found nowhere, in seconds); a list reply of 2,000,000 copies (4 MB
+ * of empty entries) is refused at its header ([peers] max_list), not
+ * decoded into a gigabyte; one of 3 copies, 2 of them not of the job
+ * asked, is not used at all; answers dripped a byte at a time are cut at
+ * their deadline. */
 static void test_lying_peer_is_bounded(void **state)
 {
 	(void)state;
@@ -1192,9 +1194,11 @@ static void test_lying_peer_is_bounded(void **state)
 	h_init(&n);
 	snprintf(conf, sizeof(conf),
 		 "[pool]\nstaging_bytes = 64M\n[peers]\nlisten = 127.0.0.1:%d\npeers = 127.0.0.1:%d,127.0.0.1:%d\n"
-		 "replicas = 1\ncert = %s/node.crt\nkey = %s/node.key\nca = %s/ca.crt\ntimeout_ms = 1500\n",
+		 "replicas = 1\ncert = %s/node.crt\nkey = %s/node.key\nca = %s/ca.crt\ntimeout_ms = 1500\n"
+		 "max_missing_ranks = 4\n",
 		 port[0], port[0], port[1], certs, certs, certs);
 	h_start(&n, conf);
+	char log[600];
 	pid_t liar = rogue_spawn("serve %d '%s' 30 50 2000 1", port[1], certs);
 	struct rank_client rc;
 	rc_open(&n, &rc, "lie", 0, 1, MIB);
@@ -1204,8 +1208,11 @@ static void test_lying_peer_is_bounded(void **state)
 	int r = rc_load_fails(&rc, 50, msg, sizeof(msg));
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-	if (r != -ENOENT || strstr(msg, "no more asked") == NULL || s > 5)
+	if (r != -ENOENT || strstr(msg, "no more asked: [peers] max_missing_ranks") == NULL || s > 5)
 		fail_msg("a claimed world of 2000: %d in %.1f s (%s)", r, s, msg);
+	assert_int_equal(h_metric(&n, "ckptd_refused_total{limit=\"peer_missing_ranks\"}"), 1);
+	snprintf(log, sizeof(log), "grep -q 'no more asked: .peers. max_missing_ranks' '%s/ckptd.log'", n.dir);
+	assert_int_equal(system(log), 0);
 	rc_close(&rc);
 	rogue_kill(liar);
 	liar = rogue_spawn("serve %d '%s' 30 50 2000 2000000", port[1], certs);
@@ -1216,12 +1223,20 @@ static void test_lying_peer_is_bounded(void **state)
 	assert_int_equal(nh, 0);
 	free(h);
 	rc_close(&rc);
-	assert_true(h_metric(&n, "ckptd_refused_total{limit=\"peer_frame_bytes\"}") >= 1);
+	uint64_t lists = h_metric(&n, "ckptd_refused_total{limit=\"peer_list\"}");
+	assert_true(lists >= 1);
 	uint64_t rss = h_metric(&n, "ckptd_peak_rss_bytes");
 	if (rss > 400u * MIB)
 		fail_msg("peak RSS %llu MiB after a 4 MB list reply", (unsigned long long)(rss >> 20));
-	char log[600];
-	snprintf(log, sizeof(log), "grep -q 'no more asked' '%s/ckptd.log'", n.dir);
+	rogue_kill(liar);
+	liar = rogue_spawn("serve %d '%s' 30 50 2 3", port[1], certs);
+	rc_open(&n, &rc, "lie", 0, 1, MIB);
+	assert_int_equal(ckpt_held(rc.c, NULL, 0, &h, &nh), 0);
+	assert_int_equal(nh, 0); /* its one true-looking copy not used either */
+	free(h);
+	rc_close(&rc);
+	assert_true(h_metric(&n, "ckptd_refused_total{limit=\"peer_list\"}") > lists);
+	snprintf(log, sizeof(log), "grep -q 'with copies not asked for; not used' '%s/ckptd.log'", n.dir);
 	assert_int_equal(system(log), 0);
 	rogue_kill(liar);
 	/* A peer that drips its answers: a replicated save's put and a
