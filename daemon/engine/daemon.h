@@ -171,6 +171,11 @@ struct daemon {
 	uint32_t nuploading;
 	struct save_list held; /* the memory tier, oldest first */
 	uint32_t nheld;
+	/* Of them, replicas held for peers, and their pool bytes with their
+	 * extra state and tensor tables (memtier_hold, drop): the share is
+	 * checked per replica without a walk of the list. */
+	uint32_t nreplicas;
+	uint64_t replica_bytes;
 	struct journal *journal;
 	uv_timer_t admit_timer;
 	uint64_t next_save_id;

@@ -22,11 +22,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
 static void drop(struct daemon *d, struct save *sv, const char *why)
 {
 	TAILQ_REMOVE(&d->held, sv, hlink);
 	sv->in_held = false;
 	d->nheld--;
+	if (sv->replica) {
+		d->nreplicas--;
+		d->replica_bytes -= sv->pool_bytes + sv->meta_bytes;
+	}
 	if (sv->state == SAVE_KEPT)
 		log_info("memtier: dropping memory-only %s step %" PRIu64 " rank %u: %s", sv->job, sv->step, sv->rank,
 			 why);
@@ -114,6 +124,10 @@ void memtier_hold(struct daemon *d, struct save *sv)
 	TAILQ_INSERT_TAIL(&d->held, sv, hlink);
 	sv->in_held = true;
 	d->nheld++;
+	if (sv->replica) {
+		d->nreplicas++;
+		d->replica_bytes += sv->pool_bytes + sv->meta_bytes;
+	}
 	struct group g;
 	group_of(sv, &g); /* sv may go */
 	trim(d, &g);
@@ -177,50 +191,75 @@ void memtier_reclaim(struct daemon *d, uint32_t whole, uint32_t tail_slots)
 		}
 }
 
-/* Whether this node holds a copy of its own of (job, rank), at any step:
- * then that rank is this node's, and no replica stands in for it. */
-static bool own_rank(struct daemon *d, const char *job, uint32_t rank)
+/* The ranks of job this node holds copies of its own of, at any step,
+ * sorted (free it): those ranks are this node's, and no replica stands in
+ * for them. NULL with *n 0 when none (or out of memory: then replicas are
+ * not offered either). */
+static uint32_t *own_ranks(struct daemon *d, const char *job, size_t *n, bool *ok)
 {
+	size_t k = 0;
 	const struct save *o;
+	*n = 0;
+	*ok = true;
 	TAILQ_FOREACH (o, &d->held, hlink)
-		if (!o->replica && o->rank == rank && strcmp(o->job, job) == 0)
-			return true;
-	return false;
+		k += !o->replica && strcmp(o->job, job) == 0;
+	if (k == 0)
+		return NULL;
+	uint32_t *v = malloc(k * sizeof(*v));
+	if (v == NULL) {
+		*ok = false;
+		return NULL;
+	}
+	TAILQ_FOREACH (o, &d->held, hlink)
+		if (!o->replica && strcmp(o->job, job) == 0)
+			v[(*n)++] = o->rank;
+	qsort(v, *n, sizeof(*v), cmp_u32);
+	return v;
 }
 
-static bool loadable(struct daemon *d, const struct save *sv, const char *job)
+/* Whether a load of job may read sv, given own (own_ranks). A sealed
+ * replica is ciphertext here: a load opens it only with its job's key
+ * (peer_fetch). */
+static bool loadable(const struct save *sv, const char *job, const uint32_t *own, size_t nown, bool own_ok)
 {
-	/* A sealed replica is ciphertext here: a load opens it only as a
-	 * peer's copy (peer_fetch), with its job's key. */
-	return strcmp(sv->job, job) == 0 && (!sv->replica || (sv->seal == NULL && !own_rank(d, job, sv->rank)));
+	if (strcmp(sv->job, job) != 0)
+		return false;
+	if (!sv->replica)
+		return true;
+	return sv->seal == NULL && own_ok &&
+	       (nown == 0 || bsearch(&sv->rank, own, nown, sizeof(*own), cmp_u32) == NULL);
 }
 
 size_t memtier_pin(struct daemon *d, const char *job, struct save ***out)
 {
-	size_t n = 0;
+	size_t n = 0, nown;
+	bool ok;
+	uint32_t *own = own_ranks(d, job, &nown, &ok);
 	struct save *sv;
 	TAILQ_FOREACH (sv, &d->held, hlink)
-		if (loadable(d, sv, job))
+		if (loadable(sv, job, own, nown, ok))
 			n++;
 	*out = NULL;
-	if (n == 0)
-		return 0;
-	struct save **v = calloc(n, sizeof(*v));
-	if (v == NULL)
-		return 0; /* the load then reads storage only */
+	struct save **v = n ? calloc(n, sizeof(*v)) : NULL;
 	size_t k = 0;
 	TAILQ_FOREACH (sv, &d->held, hlink)
-		if (loadable(d, sv, job)) {
+		if (v && loadable(sv, job, own, nown, ok)) {
 			sv->readers++;
 			v[k++] = sv;
 		}
+	free(own);
 	*out = v;
-	return k;
+	return k; /* none when out of memory: the load then reads storage only */
 }
 
 bool memtier_loadable(struct daemon *d, const struct save *sv)
 {
-	return loadable(d, sv, sv->job);
+	size_t nown;
+	bool ok;
+	uint32_t *own = own_ranks(d, sv->job, &nown, &ok);
+	bool r = loadable(sv, sv->job, own, nown, ok);
+	free(own);
+	return r;
 }
 
 void memtier_unpin(struct save **pinned, size_t n)

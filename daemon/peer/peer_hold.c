@@ -16,16 +16,8 @@
  * extra state and tensor tables beside it) and how many. */
 static uint64_t replica_bytes(struct daemon *d, uint32_t *count)
 {
-	uint64_t n = 0;
-	uint32_t k = 0;
-	struct save *o;
-	TAILQ_FOREACH (o, &d->held, hlink)
-		if (o->replica) {
-			n += o->pool_bytes + o->meta_bytes;
-			k++;
-		}
-	*count = k;
-	return n;
+	*count = d->nreplicas;
+	return d->replica_bytes;
 }
 
 static bool over_share(struct daemon *d, const struct save *sv, uint64_t share)

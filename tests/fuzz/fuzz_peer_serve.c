@@ -8,7 +8,8 @@
  *
  * After each input, besides the sanitizers, it checks what a peer must
  * never do (docs/manual.md "Peers"): this node's own memory-only copy is
- * still held with the same bytes, and no copy is left pinned; once the
+ * still held with the same bytes, no copy is left pinned, and the share's
+ * running count (daemon.replica_bytes) is what the copies add up to; once the
  * replicas are dropped, the pool is as empty as before. And as it goes, it
  * checks that the own copy is never served: the loop calls that find and
  * list copies for a peer are wrapped (the link's --wrap) and abort if
@@ -311,9 +312,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	/* What no peer may do, whatever it sent. */
 	bool held = false;
+	uint32_t nrep = 0;
+	uint64_t rep_bytes = 0;
 	struct save *sv, *next;
 	TAILQ_FOREACH (sv, &D.held, hlink) {
 		held |= sv == own;
+		nrep += sv->replica;
+		rep_bytes += sv->replica ? sv->pool_bytes + sv->meta_bytes : 0;
 		if (sv->readers != 0 || sv->drop_pending)
 			abort(); /* a copy left pinned */
 		if (sv != own && !sv->replica)
@@ -321,6 +326,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (!held || own->state != SAVE_KEPT || shard_crc(own) != own_crc)
 		abort(); /* this node's own copy replaced, evicted or changed */
+	if (nrep != D.nreplicas || rep_bytes != D.replica_bytes)
+		abort(); /* the share's running count is off */
 	for (sv = TAILQ_FIRST(&D.held); sv; sv = next) {
 		next = TAILQ_NEXT(sv, hlink);
 		if (sv != own)
