@@ -80,36 +80,60 @@ static void shard_write(struct save *sv, uint64_t off, const uint8_t *src, uint6
 	}
 }
 
-/* sv's pool chunks' CRC32C into chunk_crc; with m, each of m's chunks
- * checked against it (peer_recv_shard does both as bytes arrive). */
-static int shard_crcs(struct save *sv, const Ckpt__Manifest *m, char *why, size_t whylen)
+/* A shard's CRC32Cs as its bytes arrive, in order: of each of sv's pool
+ * chunks (into chunk_crc), and, with m, of each of m's chunks, checked
+ * against m's (the first that fails is said in why; the bytes are read on
+ * to the end all the same, so that the stream stays in step). So each
+ * byte is read once, as it lands in the pool. */
+#define RECV_SLICE (1u << 20)
+
+struct crc_walk {
+	struct save *sv;
+	const Ckpt__Manifest *m;
+	uint64_t pos;  /* shard bytes so far */
+	uint32_t pcrc; /* of the pool chunk at pos */
+	uint64_t mpos; /* bytes into m's chunk at pos */
+	uint32_t mcrc;
+	size_t mi;
+	int bad;
+	char *why;
+	size_t whylen;
+};
+
+static void crc_walk(struct crc_walk *w, const uint8_t *p, uint64_t n)
 {
-	const struct pool *pool = &sv->d->pool;
-	uint64_t cb = pool->chunk_bytes;
-	for (uint32_t c = 0; c < sv->nchunks; c++) {
-		uint64_t left = sv->shard_bytes - (uint64_t)c * cb;
-		sv->chunk_crc[c] = crc32c_update(0, pool_span_ptr(pool, sv->chunks[c]), left < cb ? left : cb);
+	struct save *sv = w->sv;
+	uint64_t cb = sv->d->pool.chunk_bytes;
+	for (uint64_t at = 0; at < n;) {
+		uint64_t in = w->pos % cb, k = cb - in < n - at ? cb - in : n - at;
+		w->pcrc = crc32c_update(w->pcrc, p + at, k);
+		if (in + k == cb || w->pos + k == sv->shard_bytes) {
+			sv->chunk_crc[w->pos / cb] = w->pcrc;
+			w->pcrc = 0;
+		}
+		w->pos += k;
+		at += k;
 	}
+	const Ckpt__Manifest *m = w->m;
 	if (m == NULL)
-		return 0;
-	uint8_t *tmp = malloc(m->chunk_bytes < sv->shard_bytes ? m->chunk_bytes
-			      : sv->shard_bytes                ? sv->shard_bytes
-							       : 1);
-	if (tmp == NULL) {
-		snprintf(why, whylen, "out of memory");
-		return -ENOMEM;
-	}
-	int r = 0;
-	for (size_t i = 0; i < m->n_chunk_crc32c && r == 0; i++) {
-		uint64_t off = (uint64_t)i * m->chunk_bytes;
-		uint64_t n = sv->shard_bytes - off < m->chunk_bytes ? sv->shard_bytes - off : m->chunk_bytes;
-		if (crc32c_update(0, save_shard_bytes(sv, off, n, tmp), n) != m->chunk_crc32c[i]) {
-			snprintf(why, whylen, "chunk %zu of the shard failed its CRC32C once opened", i);
-			r = -EIO;
+		return;
+	uint64_t start = w->pos - n;
+	for (uint64_t at = 0; at < n;) {
+		uint64_t k = m->chunk_bytes - w->mpos < n - at ? m->chunk_bytes - w->mpos : n - at;
+		w->mcrc = crc32c_update(w->mcrc, p + at, k);
+		at += k;
+		w->mpos += k;
+		if (w->mpos == m->chunk_bytes || start + at == sv->shard_bytes) {
+			if (w->mi < m->n_chunk_crc32c && w->mcrc != m->chunk_crc32c[w->mi] && w->bad == 0) {
+				snprintf(w->why, w->whylen, "chunk %zu of the shard failed its CRC32C on arrival",
+					 w->mi);
+				w->bad = -EIO;
+			}
+			w->mi++;
+			w->mpos = 0;
+			w->mcrc = 0;
 		}
 	}
-	free(tmp);
-	return r;
 }
 
 /* Send sv's shard sealed with its key: each SEAL_CHUNK piece's
@@ -175,6 +199,8 @@ int peer_recv_sealed(struct link *l, struct save *sv, const Ckpt__Manifest *m, c
 		return -ENOMEM;
 	}
 	int r = 0;
+	/* Opened: the whole manifest's CRCs are checked as pieces open. */
+	struct crc_walk w = { .sv = sv, .m = key ? m : NULL, .why = why, .whylen = whylen };
 	for (uint64_t i = 0; r == 0 && i < seal_pieces(sv->shard_bytes); i++) {
 		uint64_t off = i * SEAL_CHUNK;
 		uint64_t n = sv->shard_bytes - off < SEAL_CHUNK ? sv->shard_bytes - off : SEAL_CHUNK;
@@ -198,10 +224,11 @@ int peer_recv_sealed(struct link *l, struct save *sv, const Ckpt__Manifest *m, c
 			break;
 		}
 		shard_write(sv, off, buf, n);
+		crc_walk(&w, buf, n);
 	}
 	explicit_bzero(buf, SEAL_CHUNK);
 	free(buf);
-	return r < 0 ? r : shard_crcs(sv, key ? m : NULL, why, whylen);
+	return r < 0 ? r : w.bad;
 }
 
 /* A held-copy object for the manifest m (checked), its chunks not yet
@@ -300,39 +327,21 @@ int peer_send_shard(struct link *l, const struct save *sv, bool corrupt)
 int peer_recv_shard(struct link *l, struct save *sv, const Ckpt__Manifest *m, char *why, size_t whylen)
 {
 	const struct pool *pool = &sv->d->pool;
-	uint64_t mcb = m->chunk_bytes, mpos = 0;
-	uint32_t mcrc = 0;
-	size_t mi = 0;
-	int bad = 0;
+	struct crc_walk w = { .sv = sv, .m = m, .why = why, .whylen = whylen };
 	for (uint32_t c = 0; c < sv->nchunks; c++) {
 		uint64_t left = sv->shard_bytes - (uint64_t)c * pool->chunk_bytes;
 		uint64_t len = left < pool->chunk_bytes ? left : pool->chunk_bytes;
 		uint8_t *buf = pool_span_ptr(pool, sv->chunks[c]);
-		int r = link_read(l, buf, len);
-		if (r < 0) {
-			snprintf(why, whylen, "receiving the shard: %s", strerror(-r));
-			return r;
-		}
-		sv->chunk_crc[c] = crc32c_update(0, buf, len);
-		for (uint64_t at = 0; at < len;) {
-			uint64_t n = mcb - mpos < len - at ? mcb - mpos : len - at;
-			mcrc = crc32c_update(mcrc, buf + at, n);
-			at += n;
-			mpos += n;
-			uint64_t shard_at = (uint64_t)c * pool->chunk_bytes + at;
-			if (mpos == mcb || shard_at == sv->shard_bytes) {
-				/* Read on to the end all the same: the stream must stay
-				 * in step for the answer. */
-				if (mcrc != m->chunk_crc32c[mi] && bad == 0) {
-					snprintf(why, whylen, "chunk %zu of the shard failed its CRC32C on arrival",
-						 mi);
-					bad = -EIO;
-				}
-				mi++;
-				mpos = 0;
-				mcrc = 0;
+		/* In slices, so that both CRCs read each slice from cache. */
+		for (uint64_t at = 0; at < len; at += RECV_SLICE) {
+			uint64_t n = len - at < RECV_SLICE ? len - at : RECV_SLICE;
+			int r = link_read(l, buf + at, n);
+			if (r < 0) {
+				snprintf(why, whylen, "receiving the shard: %s", strerror(-r));
+				return r;
 			}
+			crc_walk(&w, buf + at, n);
 		}
 	}
-	return bad;
+	return w.bad;
 }
