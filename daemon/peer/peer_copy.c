@@ -190,8 +190,35 @@ int peer_send_held_sealed(struct link *l, const struct save *sv)
 /* Receive a sealed shard: into sv's pool as it comes (a holder, key
  * NULL: ciphertext, tags kept in sv->seal), or opened with key (a
  * restore: every piece authenticated, then m's CRCs checked). */
-int peer_recv_sealed(struct link *l, struct save *sv, const Ckpt__Manifest *m, const uint8_t *key,
-		     const struct sealing *z, char *why, size_t whylen)
+/* Where a sealed shard's pieces come from: piece i (n bytes of
+ * ciphertext, then its tag) read into buf and tag. */
+struct pieces {
+	int (*next)(struct pieces *src, uint64_t i, uint8_t *buf, uint64_t n, uint8_t *tag);
+	struct link *l;          /* from a peer */
+	const struct save *held; /* from a sealed replica held here */
+};
+
+static int piece_from_link(struct pieces *src, uint64_t i, uint8_t *buf, uint64_t n, uint8_t *tag)
+{
+	(void)i;
+	int r = link_read(src->l, buf, n);
+	return r < 0 ? r : link_read(src->l, tag, SEAL_TAG_BYTES);
+}
+
+static int piece_from_held(struct pieces *src, uint64_t i, uint8_t *buf, uint64_t n, uint8_t *tag)
+{
+	const uint8_t *p = save_shard_bytes(src->held, i * SEAL_CHUNK, n, buf);
+	if (p != buf)
+		memcpy(buf, p, n);
+	memcpy(tag, seal_tags(src->held) + i * SEAL_TAG_BYTES, SEAL_TAG_BYTES);
+	return 0;
+}
+
+/* A sealed shard's pieces from src into sv: kept sealed (key NULL: a
+ * holder keeps ciphertext and tags), or each opened with key and z and
+ * m's CRCs checked as they open (a restore). */
+static int take_sealed(struct pieces *src, struct save *sv, const Ckpt__Manifest *m, const uint8_t *key,
+		       const struct sealing *z, char *why, size_t whylen)
 {
 	uint8_t *buf = malloc(SEAL_CHUNK);
 	if (buf == NULL) {
@@ -199,15 +226,12 @@ int peer_recv_sealed(struct link *l, struct save *sv, const Ckpt__Manifest *m, c
 		return -ENOMEM;
 	}
 	int r = 0;
-	/* Opened: the whole manifest's CRCs are checked as pieces open. */
 	struct crc_walk w = { .sv = sv, .m = key ? m : NULL, .why = why, .whylen = whylen };
 	for (uint64_t i = 0; r == 0 && i < seal_pieces(sv->shard_bytes); i++) {
 		uint64_t off = i * SEAL_CHUNK;
 		uint64_t n = sv->shard_bytes - off < SEAL_CHUNK ? sv->shard_bytes - off : SEAL_CHUNK;
 		uint8_t tag[SEAL_TAG_BYTES];
-		r = link_read(l, buf, n);
-		if (r == 0)
-			r = link_read(l, tag, SEAL_TAG_BYTES);
+		r = src->next(src, i, buf, n, tag);
 		if (r < 0) {
 			snprintf(why, whylen, "receiving the shard: %s", strerror(-r));
 			break;
@@ -229,6 +253,20 @@ int peer_recv_sealed(struct link *l, struct save *sv, const Ckpt__Manifest *m, c
 	explicit_bzero(buf, SEAL_CHUNK);
 	free(buf);
 	return r < 0 ? r : w.bad;
+}
+
+int peer_recv_sealed(struct link *l, struct save *sv, const Ckpt__Manifest *m, const uint8_t *key,
+		     const struct sealing *z, char *why, size_t whylen)
+{
+	struct pieces src = { .next = piece_from_link, .l = l };
+	return take_sealed(&src, sv, m, key, z, why, whylen);
+}
+
+int peer_open_held(const struct save *held, struct save *sv, const Ckpt__Manifest *m, const uint8_t *key,
+		   const struct sealing *z, char *why, size_t whylen)
+{
+	struct pieces src = { .next = piece_from_held, .held = held };
+	return take_sealed(&src, sv, m, key, z, why, whylen);
 }
 
 /* A held-copy object for the manifest m (checked), its chunks not yet

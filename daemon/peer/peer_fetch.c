@@ -81,28 +81,66 @@ static bool same_save(const Ckpt__Manifest *m, const Ckpt__Manifest *want)
 	return true;
 }
 
-/* The copy from peer name, into the pool, held and pinned. */
-static int fetch_from(struct peer *p, const char *name, void *arg, char *why, size_t whylen)
+/* A sealed replica of what ft asks for held here, pinned, and its whole
+ * manifest opened with ft's key (a rank of a job with a secret restoring
+ * another node's rank, resharding: the copy is ciphertext here, and no
+ * peer serves that node's own copy). 0, or -ENOENT (none, or no key),
+ * or why it does not open. */
+static int open_held(struct peer *p, struct fetch *ft, struct save **held, Ckpt__Manifest **m, struct sealing *z,
+		     char *why, size_t whylen)
 {
-	struct fetch *ft = arg;
-	struct daemon *d = p->d;
-	struct link l;
-	Ckpt__Manifest *m = NULL;
-	struct save *sv = NULL;
-	struct sealing z = { 0 };
-	int r = ask_copy(p, name, &ft->g, ft->key, &l, &m, &z, why, whylen);
-	if (r < 0)
+	*held = NULL;
+	*m = NULL;
+	if (ft->key == NULL)
+		return -ENOENT;
+	struct find f = { .job = ft->g.job, .step = ft->g.step, .rank = ft->g.rank, .world_size = ft->g.world_size };
+	if (peer_loop_call(p, hold_find, &f) < 0 || f.sv == NULL)
+		return -ENOENT;
+	if (!f.sv->replica || f.sv->seal == NULL) {
+		(void)peer_loop_call(p, hold_unpin, f.sv);
+		return -ENOENT;
+	}
+	/* As its holder would send it (peer_serve.c), checked as a peer's. */
+	uint8_t *mb = NULL;
+	size_t ml = 0;
+	int r = peer_pack_manifest(f.sv, true, &mb, &ml);
+	if (r == 0) {
+		Ckpt__ReplicaData data = CKPT__REPLICA_DATA__INIT;
+		data.manifest.data = mb;
+		data.manifest.len = ml;
+		data.seal_nonce.data = f.sv->seal;
+		data.seal_nonce.len = SEAL_NONCE_BYTES;
+		data.sealed_manifest.data = f.sv->seal + peer_seal_sm_off(f.sv);
+		data.sealed_manifest.len = f.sv->seal_len - peer_seal_sm_off(f.sv);
+		r = peer_msg_data(&data, &ft->g, ft->key, z, m, why, whylen);
+	} else {
+		snprintf(why, whylen, "out of memory");
+	}
+	free(mb);
+	if (r < 0) {
+		(void)peer_loop_call(p, hold_unpin, f.sv);
 		return r;
+	}
+	*held = f.sv;
+	return 0;
+}
+
+/* The copy whose manifest m (and seal z) came from a peer on l, or from
+ * a sealed replica held here: into the pool, held and pinned (ft->sv);
+ * name: where it came from. Frees m. */
+static int take_copy(struct peer *p, struct fetch *ft, Ckpt__Manifest *m, const struct sealing *z, struct link *l,
+		     const struct save *held, const char *name, char *why, size_t whylen)
+{
+	struct daemon *d = p->d;
 	const struct peer_want *w = ft->w;
 	if (w->expect && !same_save(m, w->expect)) {
 		snprintf(why, whylen, "it holds another save of the step (attempt '%.60s')", m->attempt_id);
 		ckpt__manifest__free_unpacked(m, NULL);
-		link_close(&l);
 		return -ESTALE;
 	}
 	struct reserve rs = { 0 };
-	sv = peer_save_from_manifest(d, m, CKPT__TIER__TIER_REPLICATED);
-	r = sv ? peer_loop_call(p, hold_reserve, (rs.sv = sv, &rs)) : -ENOMEM;
+	struct save *sv = peer_save_from_manifest(d, m, CKPT__TIER__TIER_REPLICATED);
+	int r = sv ? peer_loop_call(p, hold_reserve, (rs.sv = sv, &rs)) : -ENOMEM;
 	if (r == 0 && rs.status < 0) {
 		r = rs.status;
 		snprintf(why, whylen, "%s", rs.msg);
@@ -112,8 +150,9 @@ static int fetch_from(struct peer *p, const char *name, void *arg, char *why, si
 		sv = NULL;
 	}
 	if (r == 0)
-		r = z.on ? peer_recv_sealed(&l, sv, m, ft->key, &z, why, whylen)
-			 : peer_recv_shard(&l, sv, m, why, whylen);
+		r = held    ? peer_open_held(held, sv, m, ft->key, z, why, whylen)
+		    : z->on ? peer_recv_sealed(l, sv, m, ft->key, z, why, whylen)
+			    : peer_recv_shard(l, sv, m, why, whylen);
 	struct commit c = { .sv = sv, .pin = true, .durable = w->expect != NULL };
 	if (r == 0) {
 		sv->from_peer = true;
@@ -127,13 +166,55 @@ static int fetch_from(struct peer *p, const char *name, void *arg, char *why, si
 	if (r < 0 && why[0] == '\0')
 		snprintf(why, whylen, "%s", strerror(-r));
 	ckpt__manifest__free_unpacked(m, NULL);
-	link_close(&l);
 	if (r == 0) {
-		count(&d->stats.peer_bytes_received, sv->shard_bytes);
+		if (held == NULL)
+			count(&d->stats.peer_bytes_received, sv->shard_bytes);
 		count(&d->stats.peer_restores, 1);
 		ft->sv = sv;
 	}
 	return r;
+}
+
+/* The copy from peer name, into the pool, held and pinned. */
+static int fetch_from(struct peer *p, const char *name, void *arg, char *why, size_t whylen)
+{
+	struct fetch *ft = arg;
+	struct link l;
+	Ckpt__Manifest *m = NULL;
+	struct sealing z = { 0 };
+	int r = ask_copy(p, name, &ft->g, ft->key, &l, &m, &z, why, whylen);
+	if (r < 0)
+		return r;
+	r = take_copy(p, ft, m, &z, &l, NULL, name, why, whylen);
+	link_close(&l);
+	return r;
+}
+
+/* The copy opened from a sealed replica held here (open_held). */
+static int fetch_held(struct peer *p, struct fetch *ft, char *why, size_t whylen)
+{
+	struct save *held;
+	Ckpt__Manifest *m;
+	struct sealing z = { 0 };
+	int r = open_held(p, ft, &held, &m, &z, why, whylen);
+	if (r < 0)
+		return r;
+	char origin[sizeof(held->peer)];
+	snprintf(origin, sizeof(origin), "%s", held->peer);
+	r = take_copy(p, ft, m, &z, NULL, held, origin, why, whylen);
+	(void)peer_loop_call(p, hold_unpin, held);
+	return r;
+}
+
+/* m's extra state into ft. Frees m. */
+static int take_extra(struct fetch *ft, Ckpt__Manifest *m)
+{
+	ft->extra_len = m->extra_state.len;
+	ft->extra = malloc(m->extra_state.len ? m->extra_state.len : 1);
+	if (ft->extra)
+		memcpy(ft->extra, m->extra_state.data, m->extra_state.len);
+	ckpt__manifest__free_unpacked(m, NULL);
+	return ft->extra ? 0 : -ENOMEM;
 }
 
 /* The copy's extra state only, from peer name (its manifest; no shard). */
@@ -146,13 +227,7 @@ static int extra_from(struct peer *p, const char *name, void *arg, char *why, si
 	int r = ask_copy(p, name, &ft->g, ft->key, &l, &m, &z, why, whylen);
 	if (r < 0)
 		return r;
-	ft->extra_len = m->extra_state.len;
-	ft->extra = malloc(m->extra_state.len ? m->extra_state.len : 1);
-	if (ft->extra)
-		memcpy(ft->extra, m->extra_state.data, m->extra_state.len);
-	else
-		r = -ENOMEM;
-	ckpt__manifest__free_unpacked(m, NULL);
+	r = take_extra(ft, m);
 	link_close(&l);
 	return r;
 }
@@ -206,7 +281,10 @@ int peer_fetch(struct daemon *d, const struct peer_want *w, struct save **out, c
 	ft.g.step = w->step;
 	ft.g.rank = w->rank;
 	ft.g.world_size = w->world_size;
-	int r = each_holder(d->peer, w->job, w->rank, w->no_sweep, fetch_from, &ft, why, whylen);
+	/* A sealed replica held here first: no peer request. */
+	int r = fetch_held(d->peer, &ft, why, whylen);
+	if (r < 0)
+		r = each_holder(d->peer, w->job, w->rank, w->no_sweep, fetch_from, &ft, why, whylen);
 	*out = ft.sv;
 	return r;
 }
@@ -220,7 +298,16 @@ int peer_extra(struct daemon *d, const struct peer_want *w, uint8_t **extra, siz
 	ft.g.rank = w->rank;
 	ft.g.world_size = w->world_size;
 	ft.g.manifest_only = true;
-	int r = each_holder(d->peer, w->job, w->rank, false, extra_from, &ft, why, whylen);
+	struct save *held;
+	Ckpt__Manifest *m;
+	struct sealing z = { 0 };
+	int r = open_held(d->peer, &ft, &held, &m, &z, why, whylen);
+	if (r == 0) {
+		(void)peer_loop_call(d->peer, hold_unpin, held);
+		r = take_extra(&ft, m);
+	} else {
+		r = each_holder(d->peer, w->job, w->rank, false, extra_from, &ft, why, whylen);
+	}
 	*extra = ft.extra;
 	*len = ft.extra_len;
 	return r;

@@ -222,6 +222,9 @@ int peer_send_held_sealed(struct link *l, const struct save *sv);
  * with key and checked against m's CRCs (a restore). */
 int peer_recv_sealed(struct link *l, struct save *sv, const Ckpt__Manifest *m, const uint8_t *key,
 		     const struct sealing *z, char *why, size_t whylen);
+/* The same from a sealed replica held here (pinned), opened with key. */
+int peer_open_held(const struct save *held, struct save *sv, const Ckpt__Manifest *m, const uint8_t *key,
+		   const struct sealing *z, char *why, size_t whylen);
 
 /* ---- peer_serve.c ---- */
 

@@ -565,12 +565,12 @@ static void rs_expected(uint8_t *out, uint64_t off, uint64_t len)
 	free(part);
 }
 
-/* Rank rank of world world loads its even share of "blob" at step 4 from
- * node d; checked bit-exact; its source and extra state copied out. */
-static void rs_load(struct dctx *d, uint32_t rank, uint32_t world, char *src, size_t srclen, char *extra,
-		    size_t extralen, char *peer, size_t peerlen)
+/* Rank rank of world world of job loads its even share of "blob" at step
+ * 4 from node d; checked bit-exact; its source and extra state copied out. */
+static void rs_load_job(struct dctx *d, const char *job, uint32_t rank, uint32_t world, char *src, size_t srclen,
+			char *extra, size_t extralen, char *peer, size_t peerlen)
 {
-	ckpt_hello h = { .job = "reshard", .rank = rank, .world_size = world, .attempt_id = "q" };
+	ckpt_hello h = { .job = job, .rank = rank, .world_size = world, .attempt_id = "q" };
 	ckpt_client *c = NULL;
 	assert_int_equal(ckpt_connect(d->sock, &h, &c), 0);
 	uint64_t len = 4 * RS_PART / world, gshape[1] = { 4 * RS_PART }, off[1] = { rank * len }, lens[1] = { len };
@@ -597,26 +597,20 @@ static void rs_load(struct dctx *d, uint32_t rank, uint32_t world, char *src, si
 	ckpt_close(c);
 }
 
-/* Resharding from peer copies: four ranks on three nodes (rank r on node
- * r % 3) save step 4 replicated, nothing in storage. Node 0 is SIGKILLed
- * and replaced by an empty daemon, where a world of two ranks restores:
- * each brings back the saved ranks its share needs (two each) from the
- * peers that hold them, wherever they are in the ring, bit-exact, and
- * gets its own rank's extra state (rank 1: from a peer's manifest alone,
- * its shard not needed). Then a world of eight on node 1 (which holds
- * rank 1's copy and others' replicas) restores too. */
-static void test_reshard_from_peers(void **state)
+static void rs_load(struct dctx *d, uint32_t rank, uint32_t world, char *src, size_t srclen, char *extra,
+		    size_t extralen, char *peer, size_t peerlen)
 {
-	(void)state;
-	struct cluster c;
-	/* The replica of the killed node's successor's rank died with it:
-	 * that rank's own copy is read from its node ([peers] serve_own). */
-	const char *own[NODES] = { "serve_own = true\n", "serve_own = true\n", "serve_own = true\n" };
-	cluster_start(&c, NODES, own);
+	rs_load_job(d, "reshard", rank, world, src, srclen, extra, extralen, peer, peerlen);
+}
+
+/* Four ranks of job save step 4 replicated, rank r on node r % nodes,
+ * each its part of "blob" (rs_expected) and "rank-R" as extra state. */
+static void rs_save_all(struct cluster *c, int nodes, const char *job)
+{
 	for (uint32_t r = 0; r < 4; r++) {
-		ckpt_hello h = { .job = "reshard", .rank = r, .world_size = 4, .attempt_id = "p" };
+		ckpt_hello h = { .job = job, .rank = r, .world_size = 4, .attempt_id = "p" };
 		ckpt_client *cl = NULL;
-		assert_int_equal(ckpt_connect(c.n[r % NODES].sock, &h, &cl), 0);
+		assert_int_equal(ckpt_connect(c->n[r % nodes].sock, &h, &cl), 0);
 		ckpt_buffer *b = NULL;
 		assert_int_equal(ckpt_buffer_alloc(cl, RS_PART, &b), 0);
 		fill(ckpt_buffer_data(b), RS_PART, 4000 + r);
@@ -635,6 +629,25 @@ static void test_reshard_from_peers(void **state)
 		ckpt_buffer_free(b);
 		ckpt_close(cl);
 	}
+}
+
+/* Resharding from peer copies: four ranks on three nodes (rank r on node
+ * r % 3) save step 4 replicated, nothing in storage. Node 0 is SIGKILLed
+ * and replaced by an empty daemon, where a world of two ranks restores:
+ * each brings back the saved ranks its share needs (two each) from the
+ * peers that hold them, wherever they are in the ring, bit-exact, and
+ * gets its own rank's extra state (rank 1: from a peer's manifest alone,
+ * its shard not needed). Then a world of eight on node 1 (which holds
+ * rank 1's copy and others' replicas) restores too. */
+static void test_reshard_from_peers(void **state)
+{
+	(void)state;
+	struct cluster c;
+	/* The replica of the killed node's successor's rank died with it:
+	 * that rank's own copy is read from its node ([peers] serve_own). */
+	const char *own[NODES] = { "serve_own = true\n", "serve_own = true\n", "serve_own = true\n" };
+	cluster_start(&c, NODES, own);
+	rs_save_all(&c, NODES, "reshard");
 	node_kill(&c, 0);
 	h_start(&c.n[0], c.conf[0]);
 	char src[16], extra[32], peer[128];
@@ -1327,6 +1340,50 @@ static void test_sealed_replicas(void **state)
 	cluster_stop(&c, 2);
 }
 
+/* Resharding a sealed job on one node, nothing in storage and no
+ * serve_own: four ranks on two nodes save step 4 replicated with a
+ * secret, so each node holds its own ranks' copies and the other node's
+ * as sealed replicas. A world of one on node 1 restores the whole blob:
+ * its own ranks 1 and 3 from memory, ranks 0 and 2 opened from the sealed
+ * replicas it holds, with the ranks' key (no peer asked: node 0 serves no
+ * own copy), and rank 0's extra state from the sealed manifest. Without
+ * the key, first, it cannot (once opened, the copies are this node's own,
+ * in the clear, as the ranks' own saves are). */
+static void test_sealed_reshard_from_replicas_held_here(void **state)
+{
+	(void)state;
+	struct cluster c;
+	cluster_start(&c, 2, NULL);
+	int s = successor(0, 2);
+	assert_int_equal(setenv("CKPT_JOB_KEY", "reshard secret", 1), 0);
+	rs_save_all(&c, 2, "sealrs");
+	unsetenv("CKPT_JOB_KEY");
+	ckpt_hello h = { .job = "sealrs", .rank = 0, .world_size = 1, .attempt_id = "q" };
+	ckpt_client *cl = NULL;
+	assert_int_equal(ckpt_connect(c.n[s].sock, &h, &cl), 0);
+	ckpt_buffer *b = NULL;
+	uint64_t gshape[1] = { 4 * RS_PART };
+	assert_int_equal(ckpt_buffer_alloc(cl, 4 * RS_PART, &b), 0);
+	ckpt_tensor t = { .name = "blob", .dtype = CKPT_U8, .ndim = 1, .global_shape = gshape, .buffer = b,
+			  .nbytes = 4 * RS_PART };
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_load(cl, 4, &t, 1, &f), 0);
+	assert_true(ckpt_future_wait(f, CKPT_LOADED, 60000) < 0);
+	ckpt_future_free(f);
+	ckpt_buffer_free(b);
+	ckpt_close(cl);
+	assert_int_equal(setenv("CKPT_JOB_KEY", "reshard secret", 1), 0);
+	char src[16], extra[32], peer[128];
+	uint64_t got = h_metric(&c.n[s], "ckptd_peer_received_bytes_total");
+	rs_load_job(&c.n[s], "sealrs", 0, 1, src, sizeof(src), extra, sizeof(extra), peer, sizeof(peer));
+	assert_string_equal(src, "mixed");
+	assert_string_equal(extra, "rank-0");
+	assert_int_equal(h_metric(&c.n[s], "ckptd_restores_from_peers_total"), 2);
+	assert_int_equal(h_metric(&c.n[s], "ckptd_peer_received_bytes_total"), got); /* none over the network */
+	unsetenv("CKPT_JOB_KEY");
+	cluster_stop(&c, 2);
+}
+
 /* With tenants, a tenant's replicas leave the node sealed or not at all:
  * a replicated save of a tenant's job whose trainer gives no key is kept
  * and reported not replicated (EACCES, saying why); with a key it is
@@ -1394,6 +1451,7 @@ int main(void)
 		cmocka_unit_test(test_names_bound_to_certificates),
 		cmocka_unit_test(test_lying_peer_is_bounded),
 		cmocka_unit_test(test_sealed_replicas),
+		cmocka_unit_test(test_sealed_reshard_from_replicas_held_here),
 		cmocka_unit_test(test_tenant_replicas_are_sealed),
 	};
 	return cmocka_run_group_tests(tests, make_certs, drop_certs);
