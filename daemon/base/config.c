@@ -182,6 +182,11 @@ const struct tenant_config *config_tenant_of_job(const struct config *c, const c
 	return NULL;
 }
 
+bool config_sealed_only(const struct config *c, const char *job)
+{
+	return config_tenant_of_job(c, job) != NULL;
+}
+
 int config_parse_size(const char *s, uint64_t *out)
 {
 	char *end = NULL;

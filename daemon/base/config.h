@@ -276,6 +276,11 @@ void config_job_policy(const struct config *c, const char *job, uint64_t pool_by
 /* The tenant whose prefix a kept job name carries ("team-a/llama"), or
  * NULL (docs/manual.md "Tenants"). */
 const struct tenant_config *config_tenant_of_job(const struct config *c, const char *job);
+/* Whether job's copies leave this node sealed with its key or not at all
+ * (docs/manual.md "Peers"): a tenant's. The one place this is decided:
+ * a save without a key is then not replicated (save.c), and serve_own
+ * never serves its own copies (peer_hold.c). */
+bool config_sealed_only(const struct config *c, const char *job);
 /* Set one key as the ini file would ("section.key", value): the --set
  * flag. 0 or -errno with a message. */
 int config_set(struct config *c, const char *section_key, const char *value, char *err, size_t errlen);

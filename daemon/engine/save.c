@@ -743,9 +743,7 @@ static void enter_kept(struct save *sv, enum save_state old)
 		sv->id, sv->job, sv->step, sv->rank, sv->world_size, sv->tier == TIER_MEMORY ? "memory" : "replicated",
 		sv->shard_bytes, (double)(clock_now_ns() - sv->t_start) / 1e6);
 	send_kept(sv);
-	if (sv->tier == TIER_REPLICATED && d->on_replicate && !sv->has_key &&
-	    config_tenant_of_job(&d->cfg, sv->job) != NULL) {
-		/* A tenant's replicas leave the node sealed, or not at all. */
+	if (sv->tier == TIER_REPLICATED && d->on_replicate && !sv->has_key && config_sealed_only(&d->cfg, sv->job)) {
 		send_replicated(
 			sv, 0, -EACCES,
 			"not replicated: a tenant's replicas are sealed with its job's key, and its trainers gave "

@@ -106,7 +106,7 @@ void hold_commit(struct daemon *d, void *arg)
  * tenant's (they leave the node sealed, as replicas, or not at all). */
 static bool served(const struct daemon *d, const struct save *sv)
 {
-	return sv->replica || (d->cfg.peer_serve_own && config_tenant_of_job(&d->cfg, sv->job) == NULL);
+	return sv->replica || (d->cfg.peer_serve_own && !config_sealed_only(&d->cfg, sv->job));
 }
 
 void hold_find(struct daemon *d, void *arg)
