@@ -540,6 +540,12 @@ static const char *const log_format_names[] = {
 	[LOG_FORMAT_JSON] = "json",
 };
 
+static const char *const verify_names_names[] = {
+	[VERIFY_NAMES_OFF] = "false",
+	[VERIFY_NAMES_ON] = "true",
+	[VERIFY_NAMES_AUTO] = "auto",
+};
+
 static const char *const layout_names[] = {
 	[false] = "step",
 	[true] = "spread",
@@ -676,8 +682,10 @@ const struct config_key config_keys[] = {
 	    .help = "connections still in their TLS handshake at once; the oldest gives way to a new one"),
 	KEY("peers", "max_per_address", cfg_u32, peer_max_per_address, CFG_RESTART, .def = DEFAULT_PEER_MAX_PER_ADDRESS,
 	    .help = "peer connections from one address at once"),
-	KEY("peers", "verify_names", cfg_bool, peer_verify_names, CFG_RESTART,
-	    .help = "a peer's certificate must name the HOST it advertises (an IP or DNS subjectAltName), both ways"),
+	KEY("peers", "verify_names", cfg_enum, peer_verify_names, CFG_RESTART, .def = VERIFY_NAMES_AUTO,
+	    NAMES(verify_names_names),
+	    .help = "a peer's certificate must name the HOST it advertises (an IP or DNS subjectAltName), both ways: "
+		    "true | false | auto (true when this node's own certificate names its host)"),
 	KEY("peers", "serve_own", cfg_bool, peer_serve_own, CFG_RESTART,
 	    .help = "peers may read this node's own copies (memory-only steps resharded across nodes), not only the "
 		    "replicas it holds for them"),

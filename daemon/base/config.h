@@ -29,6 +29,11 @@
 #define DEFAULT_PEER_MAX_HANDSHAKES 16
 #define DEFAULT_PEER_MAX_PER_ADDRESS 16
 #define DEFAULT_PEER_MAX_REPLICAS 4096
+/* [peers] verify_names: false, true, or auto: true when this node's own
+ * certificate names its host (a certificate per node), else false. */
+#define VERIFY_NAMES_OFF 0
+#define VERIFY_NAMES_ON 1
+#define VERIFY_NAMES_AUTO 2
 #define DEFAULT_PEER_MAX_LIST 768 /* a node holds tens of copies of one job */
 #define DEFAULT_PEER_MAX_MISSING_RANKS 8
 #define DEFAULT_MAX_FRAME_BYTES (4u << 20)
@@ -202,7 +207,7 @@ struct config {
 	uint32_t peer_max_replicas;      /* replicas held for peers */
 	uint32_t peer_max_list;          /* copies in one list answer, either way */
 	uint32_t peer_max_missing_ranks; /* ranks of a memory-only step asked of peers in vain before a load stops */
-	bool peer_verify_names;          /* a peer's certificate must name its HOST (both ways) */
+	int peer_verify_names;           /* VERIFY_NAMES_*: a peer's certificate must name its HOST (both ways) */
 	bool peer_serve_own;             /* peers may read this node's own copies, not only its replicas */
 	/* testing only: sleep this long in the middle of every shard write */
 	uint32_t debug_store_delay_ms;

@@ -301,19 +301,28 @@ int link_accept(const struct link_tls *t, int fd, uint32_t timeout_ms, uint64_t 
 	return handshake(t->server, fd, NULL, timeout_ms, min_rate, l, "TLS with a peer", err, errlen);
 }
 
-bool link_peer_named(const struct link *l, const char *hostport)
+/* Whether cert names HOST of hostport, as TLS clients check a server's. */
+static bool cert_names(X509 *cert, const char *hostport)
 {
 	char host[256], port[16];
-	if (l->ssl == NULL || link_split(hostport, host, sizeof(host), port, sizeof(port)) < 0)
-		return false;
-	X509 *cert = SSL_get1_peer_certificate(l->ssl);
-	if (cert == NULL)
+	if (cert == NULL || link_split(hostport, host, sizeof(host), port, sizeof(port)) < 0)
 		return false;
 	struct in6_addr a6;
 	bool ip = inet_pton(AF_INET, host, &a6) == 1 || inet_pton(AF_INET6, host, &a6) == 1;
-	bool ok = ip ? X509_check_ip_asc(cert, host, 0) == 1 : X509_check_host(cert, host, 0, 0, NULL) == 1;
+	return ip ? X509_check_ip_asc(cert, host, 0) == 1 : X509_check_host(cert, host, 0, 0, NULL) == 1;
+}
+
+bool link_peer_named(const struct link *l, const char *hostport)
+{
+	X509 *cert = l->ssl ? SSL_get1_peer_certificate(l->ssl) : NULL;
+	bool ok = cert_names(cert, hostport);
 	X509_free(cert);
 	return ok;
+}
+
+bool link_tls_named(const struct link_tls *t, const char *hostport)
+{
+	return t->server && cert_names(SSL_CTX_get0_certificate(t->server), hostport);
 }
 
 void link_close(struct link *l)

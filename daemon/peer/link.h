@@ -59,6 +59,9 @@ void link_close(struct link *l);
  * it has none), as TLS clients check a server's. */
 bool link_peer_named(const struct link *l, const char *hostport);
 
+/* Whether this node's own certificate (t's) names HOST of hostport. */
+bool link_tls_named(const struct link_tls *t, const char *hostport);
+
 int link_send(struct link *l, const Ckpt__PeerFrame *f);
 /* The next frame, at most max bytes: 0 and *out (free with
  * ckpt__peer_frame__free_unpacked), -EPIPE at a clean end, -EMSGSIZE,

@@ -182,7 +182,11 @@ int peer_start(struct daemon *d, char *err, size_t errlen)
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
 	int r = link_tls_init(&p->tls, c->peer_cert, c->peer_key, c->peer_ca, err, errlen);
-	p->tls.verify_names = c->peer_verify_names;
+	/* auto: names are checked where certificates name their nodes (this
+	 * node's does), not where one certificate serves every node. */
+	bool own_named = r == 0 && link_tls_named(&p->tls, p->self);
+	p->tls.verify_names = c->peer_verify_names == VERIFY_NAMES_ON ||
+			      (c->peer_verify_names == VERIFY_NAMES_AUTO && own_named);
 	if (r == 0) {
 		r = listen_on(c->peer_listen, err, errlen);
 		p->listen_fd = r;
@@ -214,6 +218,16 @@ int peer_start(struct daemon *d, char *err, size_t errlen)
 	d->job_key = seal_derive;
 	log_info("peers: listening on %s as %s, %u replica(s) per save, TLS with client certificates", c->peer_listen,
 		 p->self, c->peer_replicas);
+	if (p->tls.verify_names)
+		log_info("peers: a peer speaks only under a name its certificate gives ([peers] verify_names = %s)",
+			 c->peer_verify_names == VERIFY_NAMES_ON ? "true" : "auto: this node's certificate names it");
+	else
+		log_warn(
+			"peers: names are not checked against certificates ([peers] verify_names = %s): any "
+			"certificate the CA signed may speak as any node; give each node a certificate naming its host",
+			c->peer_verify_names == VERIFY_NAMES_OFF
+				? "false"
+				: "auto, and this node's certificate does not name it");
 	return 0;
 }
 

@@ -416,7 +416,7 @@ static void *serve_conn(void *arg)
 		ckpt__peer_frame__free_unpacked(f, NULL);
 	/* The name it gives is its certificate's ([peers] verify_names): a
 	 * peer speaks, and puts replicas, only as itself. */
-	if (from[0] && p->d->cfg.peer_verify_names && !link_peer_named(&l, from)) {
+	if (from[0] && p->tls.verify_names && !link_peer_named(&l, from)) {
 		log_warn("peers: %s said it is %s, which its certificate does not name ([peers] verify_names); closed",
 			 cn->addr, from);
 		count(&p->d->stats.peer_link_errors, 1);

@@ -1155,10 +1155,13 @@ static void test_own_copies_not_served_to_peers(void **state)
 }
 
 /* [peers] verify_names: a peer's certificate must name the host it
- * advertises, both ways. Nodes with certificates for 127.0.0.1 replicate;
+ * advertises, both ways; by default (auto) wherever a node's own
+ * certificate names it. Nodes with certificates for 127.0.0.1 replicate;
  * a peer whose valid certificate names 127.0.0.2 cannot speak as a node
  * of 127.0.0.1 (its put is closed after PeerHello), nor can one whose
- * certificate names no host. */
+ * certificate names no host. With verify_names = false, or a certificate
+ * that names no node (one for all, as test_lying_peer_is_bounded's), the
+ * log says at start that names are not checked. */
 static void test_names_bound_to_certificates(void **state)
 {
 	(void)state;
@@ -1171,8 +1174,7 @@ static void test_names_bound_to_certificates(void **state)
 			snprintf(n[i].store, sizeof(n[i].store), "%s", n[0].store);
 		snprintf(conf[i], sizeof(conf[i]),
 			 "[pool]\nstaging_bytes = 64M\n[peers]\nlisten = 127.0.0.1:%d\npeers = 127.0.0.1:%d,127.0.0.1:%d\n"
-			 "replicas = 1\ncert = %s/ip1.crt\nkey = %s/ip1.key\nca = %s/ca.crt\ntimeout_ms = 3000\n"
-			 "verify_names = true\n",
+			 "replicas = 1\ncert = %s/ip1.crt\nkey = %s/ip1.key\nca = %s/ca.crt\ntimeout_ms = 3000\n",
 			 port[i], port[0], port[1], certs, certs, certs);
 		h_start(&n[i], conf[i]);
 	}
@@ -1191,6 +1193,22 @@ static void test_names_bound_to_certificates(void **state)
 	assert_int_equal(r, 1);
 	char cmd[600];
 	snprintf(cmd, sizeof(cmd), "grep -c 'which its certificate does not name' '%s/ckptd.log' | grep -qx 2", n[0].dir);
+	assert_int_equal(system(cmd), 0);
+	snprintf(cmd, sizeof(cmd), "grep -q 'verify_names = auto: this node.s certificate names it' '%s/ckptd.log'",
+		 n[0].dir);
+	assert_int_equal(system(cmd), 0);
+	/* Off by choice: the put under another's name is taken (it is node
+	 * 0's predecessor, 127.0.0.1:port[1]), and the log said so. */
+	h_stop(&n[0]);
+	char off[1100];
+	snprintf(off, sizeof(off), "%sverify_names = false\n", conf[0]);
+	h_start(&n[0], off);
+	assert_true(setenv("ROGUE_CERT", "ip2", 1) == 0);
+	r = rogue(out, sizeof(out), "put 127.0.0.1:%d '%s' 127.0.0.1:%d named 9 0 1 4096 1", port[0], certs, port[1]);
+	unsetenv("ROGUE_CERT");
+	assert_int_equal(r, 0);
+	snprintf(cmd, sizeof(cmd), "grep -q 'names are not checked against certificates (.peers. verify_names = false)' "
+		 "'%s/ckptd.log'", n[0].dir);
 	assert_int_equal(system(cmd), 0);
 	h_assert_serves(&n[0]);
 	h_cleanup(&n[1]);
@@ -1219,6 +1237,9 @@ static void test_lying_peer_is_bounded(void **state)
 		 port[0], port[0], port[1], certs, certs, certs);
 	h_start(&n, conf);
 	char log[600];
+	snprintf(log, sizeof(log), "grep -q 'verify_names = auto, and this node.s certificate does not name it' '%s/ckptd.log'",
+		 n.dir);
+	assert_int_equal(system(log), 0);
 	pid_t liar = rogue_spawn("serve %d '%s' 30 50 2000 1", port[1], certs);
 	struct rank_client rc;
 	rc_open(&n, &rc, "lie", 0, 1, MIB);
