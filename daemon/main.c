@@ -23,6 +23,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -233,6 +234,19 @@ static void on_sighup(uv_signal_t *h, int signum)
 	log_info("SIGHUP: configuration reloaded (log level %d, %zu job sections)", nc.log_level, nc.njobs);
 }
 
+static int on_temp_begin(void *ctx, const char *key, uint64_t *id)
+{
+	int r = journal_temp_begin(ctx, key, id);
+	if (r < 0)
+		log_warn("journal: recording the write of %s: %s", key, strerror(-r));
+	return r;
+}
+
+static void on_temp_end(void *ctx, uint64_t id)
+{
+	journal_temp_end(ctx, id);
+}
+
 static void on_upload(void *ctx, const char *key, const char *upload_id, int open)
 {
 	int r = journal_upload(ctx, key, upload_id, open != 0);
@@ -262,7 +276,23 @@ static int start_process(struct daemon *d)
 	}
 	/* A file size limit must fail the write (EFBIG), not kill the daemon. */
 	signal(SIGXFSZ, SIG_IGN);
-	if (mkdir(d->cfg.state_dir, 0700) != 0 && errno != EEXIST) {
+	if (mkdir(d->cfg.state_dir, 0700) == 0) {
+		/* Its name durable (the parent's fsync) before the journal in it
+		 * counts on it. */
+		char parent[1100];
+		snprintf(parent, sizeof(parent), "%s", d->cfg.state_dir);
+		char *slash = strrchr(parent, '/');
+		if (slash)
+			*(slash == parent ? slash + 1 : slash) = '\0';
+		int fd = open(slash ? parent : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0 || fsync(fd) != 0) {
+			log_err("state dir %s: making it durable: %s", d->cfg.state_dir, strerror(errno));
+			if (fd >= 0)
+				close(fd);
+			return -1;
+		}
+		close(fd);
+	} else if (errno != EEXIST) {
 		log_err("state dir %s: %s", d->cfg.state_dir, strerror(errno));
 		return -1;
 	}
@@ -351,6 +381,9 @@ static int start_storage(struct daemon *d)
 		s->file_mode = d->cfg.file_mode;
 		s->on_upload = on_upload;
 		s->on_upload_ctx = d->journal;
+		s->on_temp_begin = on_temp_begin;
+		s->on_temp_end = on_temp_end;
+		s->on_temp_ctx = d->journal;
 	}
 	int r = journal_recover_by(d->journal, store_of_key, d, on_recovered, d);
 	if (r < 0) {

@@ -359,7 +359,7 @@ static int write_commit(struct store *s, const char *job, const struct catalog_s
 		return -ENAMETOOLONG;
 	ckpt__step_commit__pack(&c, buf);
 	struct iovec iov = { buf, len };
-	return s->ops->create(s, key, &iov, 1, NULL);
+	return store_create_announced(s, key, &iov, 1);
 }
 
 int catalog_resolve_step(struct store *s, const char *job, uint64_t step, struct catalog_step *out)
@@ -714,7 +714,7 @@ static void write_index(struct store *s, const char *job, const struct catalog_s
 	ckpt__step_index__pack(&ix, buf);
 	struct iovec iov = { buf, len };
 	atomic_fetch_add(&index_puts, 1);
-	int r = s->ops->create(s, key, &iov, 1, NULL);
+	int r = store_create_announced(s, key, &iov, 1);
 	if (r == 0)
 		log_info("catalog: %s step %" PRIu64 ": index written (%u manifests, %zu bytes)", job, cs->step,
 			 g->world_size, len);

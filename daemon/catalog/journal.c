@@ -1,4 +1,5 @@
 #include "journal.h"
+#include "catalog.h"
 #include "log.h"
 #include "manifest.h"
 #include "store.h"
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define JOURNAL_MAX_BYTES (64u << 20)
@@ -20,8 +22,19 @@
 struct journal {
 	pthread_mutex_t mu;
 	int fd;
-	char path[1100];
+	char path[1100], dir[1024];
+	uint64_t next_removal;
 };
+
+static int fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int r = fsync(fd) == 0 ? 0 : -errno;
+	close(fd);
+	return r;
+}
 
 int journal_open(const char *state_dir, struct journal **out, char *err, size_t errlen)
 {
@@ -29,13 +42,22 @@ int journal_open(const char *state_dir, struct journal **out, char *err, size_t 
 	if (j == NULL)
 		return -ENOMEM;
 	snprintf(j->path, sizeof(j->path), "%s/journal", state_dir);
+	snprintf(j->dir, sizeof(j->dir), "%s", state_dir);
 	j->fd = open(j->path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-	if (j->fd < 0) {
-		int e = errno;
+	/* Its name durable before any record counts on it. */
+	int e = j->fd < 0 ? errno : -fsync_dir(state_dir);
+	if (e != 0) {
 		snprintf(err, errlen, "journal %s: %s", j->path, strerror(e));
+		if (j->fd >= 0)
+			close(j->fd);
 		free(j);
 		return -e;
 	}
+	/* Unique across restarts: a removal kept from an earlier run (its
+	 * storage unreachable) is never closed by a new one's F. */
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	j->next_removal = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 	pthread_mutex_init(&j->mu, NULL);
 	*out = j;
 	return 0;
@@ -77,6 +99,44 @@ int journal_end(struct journal *j, uint64_t id)
 	return append(j, line);
 }
 
+static bool has_space(const char *s);
+
+int journal_remove_begin(struct journal *j, const char *job, uint64_t step, uint64_t *id)
+{
+	char line[256];
+	if (has_space(job) || strlen(job) > 128)
+		return -EINVAL;
+	pthread_mutex_lock(&j->mu);
+	*id = j->next_removal++;
+	pthread_mutex_unlock(&j->mu);
+	snprintf(line, sizeof(line), "R %" PRIu64 " %s %" PRIu64 "\n", *id, job, step);
+	return append(j, line);
+}
+
+int journal_temp_begin(struct journal *j, const char *key, uint64_t *id)
+{
+	char line[1024];
+	if (has_space(key) || strlen(key) > 767)
+		return -EINVAL;
+	pthread_mutex_lock(&j->mu);
+	*id = j->next_removal++;
+	pthread_mutex_unlock(&j->mu);
+	snprintf(line, sizeof(line), "T %" PRIu64 " %s\n", *id, key);
+	return append(j, line);
+}
+
+void journal_temp_end(struct journal *j, uint64_t id)
+{
+	(void)journal_remove_end(j, id);
+}
+
+int journal_remove_end(struct journal *j, uint64_t id)
+{
+	char line[64];
+	snprintf(line, sizeof(line), "F %" PRIu64 "\n", id);
+	return append(j, line);
+}
+
 static bool has_space(const char *s)
 {
 	for (; *s; s++)
@@ -106,18 +166,29 @@ struct entry {
 	bool ended;
 };
 
+/* A step's removal (R, closed by F), or a write outside an upload (T,
+ * closed by F: key set, job empty). */
+struct removal {
+	uint64_t id, step;
+	char job[129], key[768];
+	bool ended;
+};
+
 /* The journal's records, as one parse of its text reads them. */
 struct records {
 	struct entry *v;
 	size_t n, cap;
 	struct upload *up;
 	size_t nup, upcap;
+	struct removal *rm;
+	size_t nrm, rmcap;
 };
 
 static void records_free(struct records *r)
 {
 	free(r->v);
 	free(r->up);
+	free(r->rm);
 }
 
 static bool grow(void **v, size_t n, size_t *cap, size_t first, size_t size)
@@ -133,16 +204,36 @@ static bool grow(void **v, size_t n, size_t *cap, size_t first, size_t size)
 	return true;
 }
 
-/* The one reader of the journal's lines (B, E, U, X, N: journal.h): B/E
- * pairs into r->v (unless uploads_only: compaction needs only U/X), U/X
- * pairs into r->up, each N line to report (if any). Anything else is a
+/* The one reader of the journal's lines (B, E, U, X, N, R, F: journal.h):
+ * B/E pairs into r->v (unless open_only: compaction needs only what may
+ * stay open, U/X and R/F), U/X pairs into r->up, R/F into r->rm, each N
+ * line to report (if any). Anything else is a
  * torn last line from the crash, and is ignored. 0, or -ENOMEM (then r
  * holds part of the journal: the caller must not act on it as a whole). */
-static int parse(char *text, struct records *r, bool uploads_only, journal_recover_fn report, void *ctx)
+static int parse(char *text, struct records *r, bool open_only, journal_recover_fn report, void *ctx)
 {
 	for (char *save = NULL, *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-		if (uploads_only && line[0] != 'U' && line[0] != 'X')
+		if (open_only && !strchr("UXRFT", line[0]))
 			continue;
+		if (line[0] == 'R' || line[0] == 'T') {
+			struct removal m = { 0 };
+			if (line[0] == 'R' && sscanf(line, "R %" SCNu64 " %128s %" SCNu64, &m.id, m.job, &m.step) != 3)
+				continue;
+			if (line[0] == 'T' && sscanf(line, "T %" SCNu64 " %767s", &m.id, m.key) != 2)
+				continue;
+			if (!grow((void **)&r->rm, r->nrm, &r->rmcap, 8, sizeof(*r->rm)))
+				return -ENOMEM;
+			r->rm[r->nrm++] = m;
+			continue;
+		}
+		if (line[0] == 'F') {
+			uint64_t id;
+			if (sscanf(line, "F %" SCNu64, &id) == 1)
+				for (size_t i = 0; i < r->nrm; i++)
+					if (r->rm[i].id == id)
+						r->rm[i].ended = true;
+			continue;
+		}
 		if (line[0] == 'B') {
 			struct entry e = { 0 };
 			if (sscanf(line, "B %" SCNu64 " %128s %767s %767s", &e.id, e.attempt, e.shard, e.man) != 4)
@@ -178,21 +269,58 @@ static int parse(char *text, struct records *r, bool uploads_only, journal_recov
 	return 0;
 }
 
-/* Empty the journal but for the uploads still open (their aborts failed):
- * they must not be forgotten. j->mu held. */
-static void truncate_keeping(struct journal *j, const struct upload *up, size_t n)
+/* Empty the journal but for what is still open: multipart uploads whose
+ * abort failed, and removals not finished; they must not be forgotten.
+ * With nothing to keep, a truncate (nothing is lost whenever it lands);
+ * else the kept lines go to a new file that replaces the journal by a
+ * rename (fsync'd, then its directory), so that a crash leaves the old
+ * journal or the new one, never an empty one. j->mu held. */
+static void rewrite_keeping(struct journal *j, const struct records *r)
 {
-	if (ftruncate(j->fd, 0) != 0)
-		return;
-	for (size_t i = 0; i < n; i++) {
-		if (up[i].ended)
-			continue;
+	size_t cap = 256, len = 0;
+	char *text = malloc(cap);
+	for (size_t i = 0; text && i < r->nup + r->nrm; i++) {
 		char line[2048];
-		int len = snprintf(line, sizeof(line), "U %s %s\n", up[i].id, up[i].key);
-		if (write(j->fd, line, (size_t)len) != len)
-			log_warn("journal %s: keeping open upload %s: %s", j->path, up[i].id, strerror(errno));
+		if (i < r->nup && r->up[i].ended)
+			continue;
+		if (i >= r->nup && r->rm[i - r->nup].ended)
+			continue;
+		const struct removal *m = i >= r->nup ? &r->rm[i - r->nup] : NULL;
+		int n = m == NULL   ? snprintf(line, sizeof(line), "U %s %s\n", r->up[i].id, r->up[i].key)
+			: m->key[0] ? snprintf(line, sizeof(line), "T %" PRIu64 " %s\n", m->id, m->key)
+				    : snprintf(line, sizeof(line), "R %" PRIu64 " %s %" PRIu64 "\n", m->id, m->job,
+					       m->step);
+		while (text && len + (size_t)n + 1 > cap)
+			text = realloc(text, cap *= 2);
+		if (text) {
+			memcpy(text + len, line, (size_t)n);
+			len += (size_t)n;
+		}
 	}
-	(void)fdatasync(j->fd);
+	if (text == NULL)
+		return; /* kept whole */
+	if (len == 0) {
+		if (ftruncate(j->fd, 0) == 0)
+			(void)fdatasync(j->fd);
+		free(text);
+		return;
+	}
+	char tmp[1200];
+	snprintf(tmp, sizeof(tmp), "%s.new", j->path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	bool ok = fd >= 0 && write(fd, text, len) == (ssize_t)len && fsync(fd) == 0;
+	if (fd >= 0)
+		close(fd);
+	int nfd = ok && rename(tmp, j->path) == 0 ? open(j->path, O_RDWR | O_APPEND | O_CLOEXEC) : -1;
+	if (nfd >= 0) {
+		(void)fsync_dir(j->dir);
+		close(j->fd);
+		j->fd = nfd;
+	} else {
+		log_warn("journal %s: compacting it: %s; kept whole", j->path, strerror(errno));
+		unlink(tmp);
+	}
+	free(text);
 }
 
 /* The whole journal, NUL-terminated, in *out (malloc'd): 0 or -errno. One
@@ -227,8 +355,8 @@ void journal_compact(struct journal *j)
 	char *text;
 	if (read_all(j, &text) == 0) {
 		struct records r = { 0 };
-		if (parse(text, &r, true, NULL, NULL) == 0) /* else keep it all: no open upload is forgotten */
-			truncate_keeping(j, r.up, r.nup);
+		if (parse(text, &r, true, NULL, NULL) == 0) /* else keep it all: nothing open is forgotten */
+			rewrite_keeping(j, &r);
 		records_free(&r);
 		free(text);
 	}
@@ -333,6 +461,47 @@ static int remove_unfinished(journal_store_fn store_of, void *sctx, const struct
 	return removed;
 }
 
+/* Finish the step removals a crash cut short (the step is not listed any
+ * more once its manifests went: its other objects would stay for ever);
+ * the count of steps finished. */
+static int finish_removals(journal_store_fn store_of, void *sctx, struct records *r, journal_recover_fn report,
+			   void *ctx)
+{
+	int done = 0;
+	for (size_t i = 0; i < r->nrm; i++) {
+		struct removal *m = &r->rm[i];
+		char dir[512];
+		if (!m->ended && m->key[0]) { /* a write outside an upload: its temporaries */
+			struct store *s = store_of(sctx, m->key);
+			int c = s->ops->remove_temps(s, m->key);
+			if (c >= 0)
+				m->ended = true;
+			if (c > 0) {
+				done += c;
+				char what[1024];
+				snprintf(what, sizeof(what), "%d temporary file(s) of %s", c, m->key);
+				report(ctx, what);
+			}
+			continue;
+		}
+		if (m->ended || manifest_step_dir(dir, sizeof(dir), m->job, m->step) < 0)
+			continue;
+		int e = catalog_delete_step(store_of(sctx, dir), NULL, m->job, m->step);
+		if (e < 0 && e != -ENOENT) {
+			log_warn("recovery: finishing the removal of %s step %" PRIu64 ": %s", m->job, m->step,
+				 store_error(e));
+			continue;
+		}
+		m->ended = true;
+		done++;
+		char what[600];
+		snprintf(what, sizeof(what), "the rest of %s step %" PRIu64 " (its removal was cut short)", m->job,
+			 m->step);
+		report(ctx, what);
+	}
+	return done;
+}
+
 static struct store *one_store(void *sctx, const char *key)
 {
 	(void)key;
@@ -359,10 +528,12 @@ int journal_recover_by(struct journal *j, journal_store_fn store_of, void *sctx,
 	}
 	int removed = abort_open_uploads(store_of, sctx, &r, report, ctx);
 	removed += remove_unfinished(store_of, sctx, &r, report, ctx);
-	/* Uploads whose abort failed (storage unreachable) stay for the next
-	 * start; the rest of the journal is done with. */
+	removed += finish_removals(store_of, sctx, &r, report, ctx);
+	/* Uploads whose abort failed, and removals that failed again
+	 * (storage unreachable), stay for the next start; the rest of the
+	 * journal is done with. */
 	pthread_mutex_lock(&j->mu);
-	truncate_keeping(j, r.up, r.nup);
+	rewrite_keeping(j, &r);
 	pthread_mutex_unlock(&j->mu);
 	records_free(&r);
 	return removed;

@@ -63,6 +63,14 @@ struct store {
 	 * Called on the uploading thread; may be NULL. */
 	void (*on_upload)(void *ctx, const char *key, const char *upload_id, int open);
 	void *on_upload_ctx;
+	/* Told before a write outside an upload (a step's commit or index:
+	 * store_create_announced) that key's temporary may be left by a crash
+	 * (begin: 0 and *id, or -errno: then the write is not made), and after
+	 * (end), so that the next start removes such leftovers (the journal).
+	 * May be NULL. */
+	int (*on_temp_begin)(void *ctx, const char *key, uint64_t *id);
+	void (*on_temp_end)(void *ctx, uint64_t id);
+	void *on_temp_ctx;
 	_Atomic unsigned long retries;           /* requests retried (object stores) */
 	_Atomic unsigned long long direct_bytes; /* written with O_DIRECT (file://) */
 };
@@ -87,6 +95,8 @@ struct store_scheme {
  * does not parse. */
 int64_t store_parse_time(const char *t);
 void store_free(struct store *s);
+/* ops->create of key, announced to on_temp_begin/on_temp_end when set. */
+int store_create_announced(struct store *s, const char *key, const struct iovec *iov, int iovcnt);
 void store_names_free(char **names, size_t n);
 void store_entries_free(struct store_entry *v, size_t n);
 /* Keep the names of v (which it frees): for list() built on a listing. */

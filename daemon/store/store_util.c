@@ -94,3 +94,17 @@ int64_t store_parse_time(const char *t)
 	}
 	return ns > 0 ? ns : 0;
 }
+
+int store_create_announced(struct store *s, const char *key, const struct iovec *iov, int iovcnt)
+{
+	uint64_t id = 0;
+	if (s->on_temp_begin) {
+		int r = s->on_temp_begin(s->on_temp_ctx, key, &id);
+		if (r < 0)
+			return r;
+	}
+	int r = s->ops->create(s, key, iov, iovcnt, NULL);
+	if (s->on_temp_end)
+		s->on_temp_end(s->on_temp_ctx, id);
+	return r;
+}

@@ -2,6 +2,7 @@
  * garbage collection under the retention policy (on demand, and after
  * every durable step). All of them read storage on the threadpool. */
 #include "catalog_req.h"
+#include "journal.h"
 #include "bgreq.h"
 #include "catalog.h"
 #include "crc32c.h"
@@ -927,6 +928,21 @@ struct del_req {
 	uint64_t step;
 };
 
+/* Remove job's step from st, journaled (journal_remove_begin): a crash
+ * part way is finished by the next start, so nothing of the step stays
+ * behind unlisted. Not journaled, not removed. */
+static int remove_step(struct daemon *d, struct store *st, const char *job, uint64_t step)
+{
+	uint64_t id = 0;
+	int r = d->journal ? journal_remove_begin(d->journal, job, step, &id) : 0;
+	if (r < 0)
+		return r;
+	r = catalog_delete_step(st, d->mancache, job, step);
+	if (r == 0 && d->journal)
+		(void)journal_remove_end(d->journal, id); /* else the next start finishes it */
+	return r;
+}
+
 static void del_run(struct bgreq *b)
 {
 	struct del_req *q = (struct del_req *)b;
@@ -947,7 +963,7 @@ static void del_run(struct bgreq *b)
 		bgreq_fail(b, r, "step %" PRIu64 " of job '%s' is being written", q->step, q->job);
 		return;
 	}
-	r = catalog_delete_step(st, b->d->mancache, q->job, q->step);
+	r = remove_step(b->d, st, q->job, q->step);
 	steplock_delete_end(q->job, q->step);
 	if (r < 0)
 		bgreq_fail(b, r, "removing step %" PRIu64 " of job '%s': %s", q->step, q->job, store_error(r));
@@ -1051,7 +1067,7 @@ static void gc_job_run(struct gc_work *g, const char *job, const struct retentio
 				log_info("gc: %s step %" PRIu64 " is being written now; kept", job, v[i].step);
 				continue;
 			}
-			int r = catalog_delete_step(st, g->d->mancache, job, v[i].step);
+			int r = remove_step(g->d, st, job, v[i].step);
 			steplock_delete_end(job, v[i].step);
 			if (r < 0) {
 				log_warn("gc: removing %s step %" PRIu64 ": %s", job, v[i].step, store_error(r));

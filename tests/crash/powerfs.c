@@ -304,22 +304,25 @@ static struct ent *ent_find(struct node *d, const char *name)
 }
 
 /* fsync of a directory: its entries as they are now (all), or, torn, each
- * difference by chance; written to the disk. */
+ * difference by chance; written to the disk. A name that now stands for
+ * another file (a rename over it) changes whole: it names the old file or
+ * the new one, never none, as on a journaling file system. */
 static void dir_sync(struct node *d, bool all, unsigned *rng)
 {
-	/* Names gone or changed. */
 	for (size_t i = 0; i < d->ndents;) {
 		struct dent *e = &d->dents[i];
 		struct ent *now = ent_find(d, e->name);
-		if ((now == NULL || now->node->ino != e->ino) && (all || rand_r(rng) % 2)) {
+		bool take = all || rand_r(rng) % 2;
+		if (now == NULL && take) { /* gone */
 			free(e->name);
 			d->dents[i] = d->dents[--d->ndents];
 			continue;
 		}
+		if (now && now->node->ino != e->ino && take) /* replaced */
+			*e = (struct dent){ e->name, now->node->ino, now->node->dir, now->node->mode & 07777 };
 		i++;
 	}
-	/* Names new. */
-	for (size_t i = 0; i < d->nents; i++) {
+	for (size_t i = 0; i < d->nents; i++) { /* new */
 		struct ent *e = &d->ents[i];
 		if (dent_find(d, e->name) || !(all || rand_r(rng) % 2))
 			continue;

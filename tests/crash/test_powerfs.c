@@ -298,6 +298,30 @@ static void test_torn_cut_whole_pages_by_seed(void **state)
 	assert_memory_equal(got[0], got[1], sizeof(got[0]));
 }
 
+/* A rename over a name, cut torn: the name stands for the old file or
+ * the new one, never for none (a journaling file system's rename), over
+ * many seeds. */
+static void test_torn_rename_over_keeps_the_name(void **state)
+{
+	(void)state;
+	char p[400], q[400], buf[16], prev = 'a';
+	put("t", "a", 1, true);
+	sync_dir("");
+	for (int seed = 1; seed <= 12; seed++) {
+		char next = (char)('a' + seed);
+		put("t.new", &next, 1, true);
+		path(p, sizeof(p), "t.new");
+		path(q, sizeof(q), "t");
+		assert_int_equal(rename(p, q), 0);
+		power_cycle((unsigned long long)seed);
+		assert_int_equal(get("t", buf, sizeof(buf)), 1);
+		if (buf[0] != prev && buf[0] != next)
+			fail_msg("seed %d: t holds '%c', neither '%c' nor '%c'", seed, buf[0], prev, next);
+		prev = buf[0];
+		assert_int_equal(ctl(NULL, 0, "sync"), 0);
+	}
+}
+
 /* A failed fsync loses what it was to write, and a retry that succeeds
  * does not bring it back (Linux's behaviour since 4.13). */
 static void test_failed_fsync_loses_data(void **state)
@@ -406,6 +430,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_rename_and_unlink_need_dir_fsync, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_directory_needs_its_parent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_torn_cut_whole_pages_by_seed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_torn_rename_over_keeps_the_name, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_failed_fsync_loses_data, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_enospc, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_armed_cut, setup, teardown),

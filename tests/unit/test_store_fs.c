@@ -870,6 +870,56 @@ static void test_journal_recovery_keeps_named_shard(void **state)
 	journal_close(j);
 }
 
+/* A step removal cut short (its R record and no F): the step's manifests
+ * went, a shard stayed, unlisted; the next start finishes it. The same
+ * for a commit's write cut short (T): its temporary goes. Compaction keeps
+ * what is unfinished, and drops what is finished. (tests/crash/run found
+ * the shard and the temporary that stayed for ever, seed 1.) */
+static void test_journal_finishes_cut_short_removal(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = f->s;
+	char dir[128], err[256], shard[256], path[512];
+	snprintf(dir, sizeof(dir), "%s/state", f->dir);
+	assert_int_equal(mkdir(dir, 0755), 0);
+	struct journal *j = NULL;
+	assert_int_equal(journal_open(dir, &j, err, sizeof(err)), 0);
+	assert_int_equal(manifest_shard_key(shard, sizeof(shard), "rm", 9, 1, 2, "a", 0x33, false), 0);
+	assert_int_equal(put_str(s, shard, "left behind"), 0);
+	uint64_t done, cut, commit;
+	/* A commit's write cut short: its temporary (this host's) stays. */
+	char host[256] = "", tmp[1024];
+	if (gethostname(host, sizeof(host) - 1) != 0 || !host[0])
+		snprintf(host, sizeof(host), "localhost");
+	for (char *c = host; *c; c++)
+		if (*c == '/' || *c == '.')
+			*c = '_';
+	assert_int_equal(put_str(s, "rm/step-000000000010/x", "x"), 0);
+	snprintf(tmp, sizeof(tmp), "%s/rm/step-000000000010/commit.tmp.%s.77.1", f->dir, host);
+	FILE *fp = fopen(tmp, "w");
+	assert_non_null(fp);
+	fclose(fp);
+	assert_int_equal(journal_temp_begin(j, "rm/step-000000000010/commit", &commit), 0);
+	assert_int_equal(journal_remove_begin(j, "rm", 8, &done), 0);
+	assert_int_equal(journal_remove_end(j, done), 0);
+	assert_int_equal(journal_remove_begin(j, "rm", 9, &cut), 0);
+	journal_compact(j);
+	snprintf(path, sizeof(path), "grep -c '^[RT] ' '%s/journal' | grep -qx 2", dir);
+	assert_int_equal(system(path), 0);
+	journal_close(j);
+	assert_int_equal(journal_open(dir, &j, err, sizeof(err)), 0); /* the next start */
+	int reported = 0;
+	assert_int_equal(journal_recover(j, s, count_report, &reported), 2);
+	assert_int_equal(reported, 2);
+	void *got = NULL;
+	size_t n = 0;
+	assert_int_equal(s->ops->get_all(s, shard, 1024, &got, &n), -ENOENT);
+	assert_int_not_equal(access(tmp, F_OK), 0);
+	snprintf(path, sizeof(path), "test ! -s '%s/journal'", dir);
+	assert_int_equal(system(path), 0);
+	journal_close(j);
+}
+
 /* Temporary names carry the host (docs/manual.md "A daemon that dies"): recovery
  * removes this host's leftovers of a key and leaves another node's on the
  * same shared directory alone. */
@@ -1032,6 +1082,7 @@ int main(void)
 		T(test_catalog_latest_list_error),
 		T(test_catalog_no_complete_step),
 		T(test_journal_recovery_keeps_named_shard),
+		T(test_journal_finishes_cut_short_removal),
 		T(test_remove_temps_only_this_hosts),
 		T(test_planted_fifo_refused),
 		T(test_symlinks_never_followed),
