@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 import torch
@@ -231,6 +232,46 @@ def test_daemon_down(tmp_path):
     sd = {"model": m2.state_dict()}
     assert cp.load(sd) == (7, {"a": 1})
     assert_same(m.state_dict(), sd["model"])
+
+
+def test_fallback_save_survives_power_cut(tmp_path):
+    """A fallback save reported durable is there after a power cut: on
+    powerfs, which keeps only what was fsync'd (tests/crash/README.md)."""
+    exe = os.environ.get("POWERFS_BIN")
+    if not exe or os.getuid() != 0 or not os.access("/dev/fuse", os.W_OK):
+        pytest.skip("needs powerfs (POWERFS_BIN), root and /dev/fuse")
+    disk, mnt, ctl = tmp_path / "disk", tmp_path / "mnt", str(tmp_path / "ctl")
+    disk.mkdir()
+    mnt.mkdir()
+
+    def mount():
+        dev = os.stat(mnt).st_dev
+        p = subprocess.Popen([exe, str(disk), str(mnt), ctl])
+        for _ in range(500):
+            if os.stat(mnt).st_dev != dev:
+                return p
+            time.sleep(0.01)
+        raise RuntimeError("powerfs did not mount")
+
+    def unmount(p):
+        subprocess.run(["umount", str(mnt)], check=False)
+        p.wait(10)
+
+    fs = mount()
+    try:
+        m, _ = model_and_opt()
+        cp = ckpt.torch.Checkpointer("cut", socket=str(tmp_path / "none.sock"), fallback_dir=str(mnt / "fb"))
+        assert cp.save({"model": m.state_dict()}, 3).durable.result() > 0
+        subprocess.run([exe, "--ctl", ctl, "cut"], check=True, capture_output=True)
+        unmount(fs)
+        fs = mount()
+        cp = ckpt.torch.Checkpointer("cut", socket=str(tmp_path / "none.sock"), fallback_dir=str(mnt / "fb"))
+        m2, _ = model_and_opt(seed=3)
+        sd = {"model": m2.state_dict()}
+        assert cp.load(sd)[0] == 3
+        assert_same(m.state_dict(), sd["model"])
+    finally:
+        unmount(fs)
 
 
 def test_standalone_reader(daemon):

@@ -304,6 +304,15 @@ _resumed = set()
 _STAT_LAYERS = (torch.nn.modules.batchnorm._NormBase,)
 
 
+
+def _fsync_dir(path):
+    """Make the names in directory path durable (its fsync)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
 class Checkpointer:
     """Saves and loads one job's state dicts through this node's ckptd.
 
@@ -377,6 +386,7 @@ class Checkpointer:
             self.client = None
             self.fallback_dir = fallback_dir
             os.makedirs(fallback_dir, exist_ok=True)
+            _fsync_dir(os.path.dirname(os.path.abspath(fallback_dir)))  # its name durable
         # shared storage data_ptr -> (its registered Buffer, the file's inode)
         self._shared = {}
         # storage data_ptr -> _Slot, for storages moved into an arena (_bind)
@@ -1093,8 +1103,16 @@ class Checkpointer:
             pass
         path = self._fallback_path(step)
         tmp = path + ".tmp"
-        torch.save({"state": state_dict, "extra": extra}, tmp)
+        # Durable as ckptd's own file:// writes are: the bytes fsync'd
+        # before the rename, and the directory after it, so that a power
+        # cut leaves the old step or the new one, never a torn or empty
+        # file under the step's name (docs/architecture.md "What is on disk").
+        with open(tmp, "wb") as f:
+            torch.save({"state": state_dict, "extra": extra}, f)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
+        _fsync_dir(self.fallback_dir)
         f = concurrent.futures.Future()
         f.set_result(os.path.getsize(path))
         d = _Done()
