@@ -290,8 +290,12 @@ static void rewrite_keeping(struct journal *j, const struct records *r)
 			: m->key[0] ? snprintf(line, sizeof(line), "T %" PRIu64 " %s\n", m->id, m->key)
 				    : snprintf(line, sizeof(line), "R %" PRIu64 " %s %" PRIu64 "\n", m->id, m->job,
 					       m->step);
-		while (text && len + (size_t)n + 1 > cap)
-			text = realloc(text, cap *= 2);
+		if (len + (size_t)n + 1 > cap) {
+			char *nt = realloc(text, cap = 2 * cap + (size_t)n);
+			if (nt == NULL)
+				free(text);
+			text = nt;
+		}
 		if (text) {
 			memcpy(text + len, line, (size_t)n);
 			len += (size_t)n;
@@ -305,19 +309,19 @@ static void rewrite_keeping(struct journal *j, const struct records *r)
 		free(text);
 		return;
 	}
+	/* Opened for the appends that follow too: once renamed, it is the
+	 * journal, with no open that could fail after the rename. */
 	char tmp[1200];
 	snprintf(tmp, sizeof(tmp), "%s.new", j->path);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	bool ok = fd >= 0 && write(fd, text, len) == (ssize_t)len && fsync(fd) == 0;
-	if (fd >= 0)
-		close(fd);
-	int nfd = ok && rename(tmp, j->path) == 0 ? open(j->path, O_RDWR | O_APPEND | O_CLOEXEC) : -1;
-	if (nfd >= 0) {
+	int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+	if (fd >= 0 && write(fd, text, len) == (ssize_t)len && fsync(fd) == 0 && rename(tmp, j->path) == 0) {
 		(void)fsync_dir(j->dir);
 		close(j->fd);
-		j->fd = nfd;
+		j->fd = fd;
 	} else {
 		log_warn("journal %s: compacting it: %s; kept whole", j->path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
 		unlink(tmp);
 	}
 	free(text);
