@@ -25,7 +25,9 @@ so the plugin saves as rank 0 of 1 whatever the launcher says.
 import errno
 import json
 import os
+import sys
 import threading
+import warnings
 
 try:
     from lightning.pytorch.plugins.io import CheckpointIO
@@ -254,7 +256,11 @@ class CkptdCheckpointIO(CheckpointIO):
 
     def teardown(self):
         """Wait until every step is durable (its pointers written), remove
-        the orphan steps, and raise the first failure not raised yet."""
+        the orphan steps, and raise the first failure not raised yet; but
+        when fit is ending on an exception already (Lightning tears down
+        while handling it), only warn of it, so that the first error is
+        the one the trainer sees."""
+        unwinding = sys.exc_info()[1] is not None
         with self._lock:
             futs = list(self._saves.values())
         try:
@@ -263,7 +269,12 @@ class CkptdCheckpointIO(CheckpointIO):
                     f.durable.result()
                 except CkptError:
                     pass  # raised by _settle, naming the step
-            self._settle()
+            try:
+                self._settle()
+            except CkptError as e:
+                if not unwinding:
+                    raise
+                warnings.warn(f"{e} (while fit was ending on an earlier error)", RuntimeWarning, stacklevel=2)
         finally:
             self._torn_down = True
             if self._cp is not None:
