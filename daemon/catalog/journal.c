@@ -212,6 +212,14 @@ static bool grow(void **v, size_t n, size_t *cap, size_t first, size_t size)
  * holds part of the journal: the caller must not act on it as a whole). */
 static int parse(char *text, struct records *r, bool open_only, journal_recover_fn report, void *ctx)
 {
+	/* A last line without its newline is a record the crash cut short: it
+	 * was never fsync'd, so nothing it announced was done; and read as a
+	 * whole one it could name another step ("R 7 job 1" of "... 12"). */
+	char *end = strrchr(text, '\n');
+	if (end)
+		end[1] = '\0';
+	else
+		text[0] = '\0';
 	for (char *save = NULL, *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		if (open_only && !strchr("UXRFT", line[0]))
 			continue;
@@ -488,7 +496,7 @@ static int finish_removals(journal_store_fn store_of, void *sctx, struct records
 			}
 			continue;
 		}
-		if (m->ended || manifest_step_dir(dir, sizeof(dir), m->job, m->step) < 0)
+		if (m->ended || !manifest_job_valid(m->job) || manifest_step_dir(dir, sizeof(dir), m->job, m->step) < 0)
 			continue;
 		int e = catalog_delete_step(store_of(sctx, dir), NULL, m->job, m->step);
 		if (e < 0 && e != -ENOENT) {

@@ -920,6 +920,33 @@ static void test_journal_finishes_cut_short_removal(void **state)
 	journal_close(j);
 }
 
+/* A last journal line the crash cut short (no newline) is not a record:
+ * "R <id> rt 1" torn from "... rt 12" must not remove step 1. */
+static void test_journal_torn_last_line_ignored(void **state)
+{
+	struct fixture *f = *state;
+	struct store *s = f->s;
+	char dir[128], err[256], shard[256], path[512];
+	snprintf(dir, sizeof(dir), "%s/state", f->dir);
+	assert_int_equal(mkdir(dir, 0755), 0);
+	assert_int_equal(manifest_shard_key(shard, sizeof(shard), "rt", 1, 0, 1, "a", 0x44, false), 0);
+	assert_int_equal(put_str(s, shard, "step 1 stays"), 0);
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	FILE *fp = fopen(path, "w");
+	assert_non_null(fp);
+	fputs("R 7 rt 1", fp); /* torn: no newline */
+	fclose(fp);
+	struct journal *j = NULL;
+	assert_int_equal(journal_open(dir, &j, err, sizeof(err)), 0);
+	int reported = 0;
+	assert_int_equal(journal_recover(j, s, count_report, &reported), 0);
+	void *got = NULL;
+	size_t n = 0;
+	assert_int_equal(s->ops->get_all(s, shard, 1024, &got, &n), 0);
+	free(got);
+	journal_close(j);
+}
+
 /* Temporary names carry the host (docs/manual.md "A daemon that dies"): recovery
  * removes this host's leftovers of a key and leaves another node's on the
  * same shared directory alone. */
@@ -1083,6 +1110,7 @@ int main(void)
 		T(test_catalog_no_complete_step),
 		T(test_journal_recovery_keeps_named_shard),
 		T(test_journal_finishes_cut_short_removal),
+		T(test_journal_torn_last_line_ignored),
 		T(test_remove_temps_only_this_hosts),
 		T(test_planted_fifo_refused),
 		T(test_symlinks_never_followed),
