@@ -12,15 +12,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Ask peer name for its copy of (job, step, rank) of world_size: 0 with
- * the link open, and its manifest (checked) in *m, the shard (unless
+struct fetch {
+	Ckpt__ReplicaGet g;
+	const uint8_t *key;        /* the asking rank's job key, or NULL */
+	const struct peer_want *w; /* fetch_from */
+	struct save *sv;           /* fetch_from */
+	uint8_t *extra;            /* extra_from */
+	size_t extra_len;
+	/* A peer skipped as down (peer_open_link); only those asked, down or
+	 * not (the second pass of peer_fetch). */
+	bool skipped, only_down;
+};
+
+/* Ask peer name for its copy of ft's (job, step, rank) of world_size: 0
+ * with the link open, and its manifest (checked) in *m, the shard (unless
  * manifest_only) to read next; -errno and why. */
-static int ask_copy(struct peer *p, const char *name, const Ckpt__ReplicaGet *g, const uint8_t *key, struct link *l,
-		    Ckpt__Manifest **m, struct sealing *z, char *why, size_t whylen)
+static int ask_copy(struct peer *p, const char *name, struct fetch *ft, struct link *l, Ckpt__Manifest **m,
+		    struct sealing *z, char *why, size_t whylen)
 {
 	*m = NULL;
 	z->on = false;
-	int r = peer_open_link(p, name, PEER_PROTOCOL_VERSION, l, why, whylen);
+	const Ckpt__ReplicaGet *g = &ft->g;
+	const uint8_t *key = ft->key;
+	if (ft->only_down && !peer_is_down(p, name)) {
+		snprintf(why, whylen, "asked already");
+		return -ENOENT;
+	}
+	int r = peer_open_link(p, name, PEER_PROTOCOL_VERSION, ft->only_down, l, why, whylen);
+	if (r == -EHOSTDOWN)
+		ft->skipped = true;
 	if (r < 0)
 		return r;
 	Ckpt__PeerFrame f = CKPT__PEER_FRAME__INIT;
@@ -54,15 +74,6 @@ static int ask_copy(struct peer *p, const char *name, const Ckpt__ReplicaGet *g,
 	}
 	return r;
 }
-
-struct fetch {
-	Ckpt__ReplicaGet g;
-	const uint8_t *key;        /* the asking rank's job key, or NULL */
-	const struct peer_want *w; /* fetch_from */
-	struct save *sv;           /* fetch_from */
-	uint8_t *extra;            /* extra_from */
-	size_t extra_len;
-};
 
 /* A peer's copy (its manifest m) is the save whose manifest in storage is
  * want: the same attempt and shard size, and the same tensors where they
@@ -182,7 +193,7 @@ static int fetch_from(struct peer *p, const char *name, void *arg, char *why, si
 	struct link l;
 	Ckpt__Manifest *m = NULL;
 	struct sealing z = { 0 };
-	int r = ask_copy(p, name, &ft->g, ft->key, &l, &m, &z, why, whylen);
+	int r = ask_copy(p, name, ft, &l, &m, &z, why, whylen);
 	if (r < 0)
 		return r;
 	r = take_copy(p, ft, m, &z, &l, NULL, name, why, whylen);
@@ -224,7 +235,7 @@ static int extra_from(struct peer *p, const char *name, void *arg, char *why, si
 	struct link l;
 	Ckpt__Manifest *m = NULL;
 	struct sealing z = { 0 };
-	int r = ask_copy(p, name, &ft->g, ft->key, &l, &m, &z, why, whylen);
+	int r = ask_copy(p, name, ft, &l, &m, &z, why, whylen);
 	if (r < 0)
 		return r;
 	r = take_extra(ft, m);
@@ -285,6 +296,14 @@ int peer_fetch(struct daemon *d, const struct peer_want *w, struct save **out, c
 	int r = fetch_held(d->peer, &ft, why, whylen);
 	if (r < 0)
 		r = each_holder(d->peer, w->job, w->rank, w->no_sweep, fetch_from, &ft, why, whylen);
+	/* A step in no storage has no other source: the holders skipped as
+	 * down (a link that flapped, a node that came back) are asked after
+	 * all, at the cost of their timeout, only by a load that would fail
+	 * without them. */
+	if (r < 0 && w->expect == NULL && ft.skipped) {
+		ft.only_down = true;
+		r = each_holder(d->peer, w->job, w->rank, true, fetch_from, &ft, why, whylen);
+	}
 	*out = ft.sv;
 	return r;
 }
@@ -320,7 +339,7 @@ static int list_one(struct peer *p, const char *name, const char *job, uint32_t 
 {
 	struct link l;
 	char err[300];
-	int r = peer_open_link(p, name, PEER_PROTOCOL_VERSION, &l, err, sizeof(err));
+	int r = peer_open_link(p, name, PEER_PROTOCOL_VERSION, false, &l, err, sizeof(err));
 	if (r < 0)
 		return r;
 	Ckpt__ReplicaList q = CKPT__REPLICA_LIST__INIT;
@@ -398,7 +417,7 @@ static void sweep(struct peer *p, const char *job)
 	}
 	free(ring);
 	log_info("peers: asked %zu of %zu peers which copies of %s they hold (once)", asked, n, job);
-	peer_sweep_end(p, h);
+	peer_sweep_end(p, h, asked == n);
 }
 
 /* daemon.peer_list: the copies of (job, rank) the peers hold: asked of

@@ -101,12 +101,22 @@ void hold_commit(struct daemon *d, void *arg)
 	memtier_hold(d, sv);
 }
 
-/* Whether a peer may see held copy sv: a replica held for a peer, or,
- * with [peers] serve_own, this node's own copies too, but never a
- * tenant's (they leave the node sealed, as replicas, or not at all). */
+/* Whether a peer may see held copy sv: a replica held for a peer; this
+ * node's own copy of a replicated save of a job without a secret (its
+ * bytes went to the successors in the clear, where any peer may read
+ * them: served here too, a resharding load still finds it once the
+ * successor holding its replica is lost), but not one of a job with a
+ * secret (its replicas leave sealed) nor one brought back from a peer
+ * (it may have come sealed); with [peers] serve_own, every own copy.
+ * Never a tenant's (they leave the node sealed, as replicas, or not at
+ * all). */
 static bool served(const struct daemon *d, const struct save *sv)
 {
-	return sv->replica || (d->cfg.peer_serve_own && !config_sealed_only(&d->cfg, sv->job));
+	if (sv->replica)
+		return true;
+	if (config_sealed_only(&d->cfg, sv->job))
+		return false;
+	return d->cfg.peer_serve_own || (sv->tier == TIER_REPLICATED && !sv->has_key && !sv->from_peer);
 }
 
 void hold_find(struct daemon *d, void *arg)

@@ -95,7 +95,8 @@ struct peer {
 	 * unknown), so a job of 4096 ranks costs 16 KiB, whatever its ring. */
 	struct holders {
 		char job[129];
-		int swept; /* 0: not yet; 1: being swept; 2: swept */
+		int swept;         /* 0: not yet; 1: being swept; 2: swept */
+		uint64_t again_ns; /* a sweep that missed a peer: not before */
 		uint32_t n;
 		uint32_t *at;
 	} jobs[JOBS];
@@ -243,10 +244,17 @@ void peer_holder_set(struct peer *p, const char *job, uint32_t rank, const char 
 /* A sweep of job's holders (peer_fetch.c) begins: its entry, or NULL when
  * job was swept already, or another thread swept it (waited for). */
 struct holders *peer_sweep_begin(struct peer *p, const char *job);
-void peer_sweep_end(struct peer *p, struct holders *h);
+/* whole: every peer of the ring answered; else the job may be swept
+ * again, DOWN_NS later (a peer cut off during the sweep holds copies no
+ * one else names). */
+void peer_sweep_end(struct peer *p, struct holders *h, bool whole);
 /* A link to peer name, hello said as version; a peer that timed out
- * lately is not tried again (-EHOSTDOWN). */
-int peer_open_link(struct peer *p, const char *name, uint32_t version, struct link *l, char *why, size_t whylen);
+ * lately is not tried again (-EHOSTDOWN), unless even_down (a restore
+ * that has nowhere else to go: peer_fetch.c), and once it answers such a
+ * link, it is asked again by all. */
+int peer_open_link(struct peer *p, const char *name, uint32_t version, bool even_down, struct link *l, char *why,
+		   size_t whylen);
+bool peer_is_down(struct peer *p, const char *name);
 
 /* ---- peer_send.c ---- */
 

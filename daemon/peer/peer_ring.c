@@ -125,7 +125,7 @@ struct holders *peer_sweep_begin(struct peer *p, const char *job)
 {
 	pthread_mutex_lock(&p->mu);
 	struct holders *h = holders_of(p, job, true);
-	if (h == NULL || h->swept != 0) {
+	if (h == NULL || h->swept != 0 || h->again_ns > clock_now_ns()) {
 		while (h && h->swept == 1 && strcmp(h->job, job) == 0 && !p->stopping)
 			pthread_cond_wait(&p->cv, &p->mu);
 		pthread_mutex_unlock(&p->mu);
@@ -136,10 +136,11 @@ struct holders *peer_sweep_begin(struct peer *p, const char *job)
 	return h;
 }
 
-void peer_sweep_end(struct peer *p, struct holders *h)
+void peer_sweep_end(struct peer *p, struct holders *h, bool whole)
 {
 	pthread_mutex_lock(&p->mu);
-	h->swept = 2;
+	h->swept = whole ? 2 : 0;
+	h->again_ns = whole ? 0 : clock_now_ns() + DOWN_NS;
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 }
@@ -211,15 +212,28 @@ static int say_hello(struct peer *p, struct link *l, uint32_t version)
 	return link_send(l, &f);
 }
 
+/* Peer name did not answer lately (peer_open_link skips it). */
+bool peer_is_down(struct peer *p, const char *name)
+{
+	uint64_t now = clock_now_ns();
+	bool down = false;
+	pthread_mutex_lock(&p->mu);
+	for (size_t i = 0; i < DOWN && !down; i++)
+		down = p->down[i].until_ns > now && strcmp(p->down[i].name, name) == 0;
+	pthread_mutex_unlock(&p->mu);
+	return down;
+}
+
 /* Connect to peer name and say hello, as version (PEER_PROTOCOL_SEALED
  * only to put a sealed replica, so that older peers still take the
  * rest). */
-int peer_open_link(struct peer *p, const char *name, uint32_t version, struct link *l, char *why, size_t whylen)
+int peer_open_link(struct peer *p, const char *name, uint32_t version, bool even_down, struct link *l, char *why,
+		   size_t whylen)
 {
 	char err[300] = "";
 	uint64_t now = clock_now_ns();
 	pthread_mutex_lock(&p->mu);
-	for (size_t i = 0; i < DOWN; i++)
+	for (size_t i = 0; i < DOWN && !even_down; i++)
 		if (p->down[i].until_ns > now && strcmp(p->down[i].name, name) == 0) {
 			snprintf(why, whylen, "not asked again for %" PRIu64 " s: %s",
 				 (p->down[i].until_ns - now) / 1000000000 + 1, p->down[i].why);
@@ -236,6 +250,13 @@ int peer_open_link(struct peer *p, const char *name, uint32_t version, struct li
 		snprintf(why, whylen, "%s", err);
 		link_close(l);
 		count(&p->d->stats.peer_link_errors, 1);
+	}
+	if (r == 0 && even_down) { /* it answers again: asked from now on */
+		pthread_mutex_lock(&p->mu);
+		for (size_t i = 0; i < DOWN; i++)
+			if (strcmp(p->down[i].name, name) == 0)
+				p->down[i].until_ns = 0;
+		pthread_mutex_unlock(&p->mu);
 	}
 	if (r == -ETIMEDOUT || r == -EHOSTUNREACH || r == -ENETUNREACH) {
 		pthread_mutex_lock(&p->mu);

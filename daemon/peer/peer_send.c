@@ -19,7 +19,8 @@ static int put_one(struct peer *p, const struct save *sv, const uint8_t *mb, siz
 {
 	struct link l;
 	char err[300] = "";
-	int r = peer_open_link(p, name, z->on ? PEER_PROTOCOL_SEALED : PEER_PROTOCOL_VERSION, &l, err, sizeof(err));
+	int r = peer_open_link(p, name, z->on ? PEER_PROTOCOL_SEALED : PEER_PROTOCOL_VERSION, false, &l, err,
+			       sizeof(err));
 	if (r < 0) {
 		snprintf(why, whylen, "%s", err);
 		return r;

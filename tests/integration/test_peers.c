@@ -406,7 +406,8 @@ static int free_port_below(int want)
 {
 	for (int port = want - 1; port > want - 50 && port > 1024; port--) {
 		int fd = socket(AF_INET, SOCK_STREAM, 0);
-		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+		struct sockaddr_in sa = { .sin_family = AF_INET,
+					  .sin_port = htons((uint16_t)port),
 					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 		int ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
 		close(fd);
@@ -583,8 +584,14 @@ static void rs_load_job(struct dctx *d, const char *job, uint32_t rank, uint32_t
 	uint64_t len = 4 * RS_PART / world, gshape[1] = { 4 * RS_PART }, off[1] = { rank * len }, lens[1] = { len };
 	ckpt_buffer *b = NULL;
 	assert_int_equal(ckpt_buffer_alloc(c, len, &b), 0);
-	ckpt_tensor t = { .name = "blob", .dtype = CKPT_U8, .ndim = 1, .global_shape = gshape, .box_offsets = off,
-			  .box_lengths = lens, .buffer = b, .nbytes = len };
+	ckpt_tensor t = { .name = "blob",
+			  .dtype = CKPT_U8,
+			  .ndim = 1,
+			  .global_shape = gshape,
+			  .box_offsets = off,
+			  .box_lengths = lens,
+			  .buffer = b,
+			  .nbytes = len };
 	ckpt_future *f = NULL;
 	assert_int_equal(ckpt_load(c, 4, &t, 1, &f), 0);
 	int r = ckpt_future_wait(f, CKPT_LOADED, 60000);
@@ -622,8 +629,14 @@ static void rs_save_all(struct cluster *c, int nodes, const char *job)
 		assert_int_equal(ckpt_buffer_alloc(cl, RS_PART, &b), 0);
 		fill(ckpt_buffer_data(b), RS_PART, 4000 + r);
 		uint64_t gshape[1] = { 4 * RS_PART }, off[1] = { r * RS_PART }, lens[1] = { RS_PART };
-		ckpt_tensor t = { .name = "blob", .dtype = CKPT_U8, .ndim = 1, .global_shape = gshape,
-				  .box_offsets = off, .box_lengths = lens, .buffer = b, .nbytes = RS_PART };
+		ckpt_tensor t = { .name = "blob",
+				  .dtype = CKPT_U8,
+				  .ndim = 1,
+				  .global_shape = gshape,
+				  .box_offsets = off,
+				  .box_lengths = lens,
+				  .buffer = b,
+				  .nbytes = RS_PART };
 		char extra[16];
 		snprintf(extra, sizeof(extra), "rank-%u", r);
 		ckpt_save_opts o = { .tier = CKPT_TIER_REPLICATED };
@@ -787,6 +800,48 @@ static void test_peer_dies_mid_transfer(void **state)
 	cluster_stop(&c, 2);
 }
 
+static int rc_load_fails(struct rank_client *rc, uint64_t step, char *msg, size_t msglen);
+
+/* A link that flapped (found by the chaos soak, tests/chaos/run): node 0
+ * is replaced while its holder is silent (stopped: it accepts the
+ * connection and never answers), so the replacement's restore of its
+ * replicated step, in no storage, times out and marks the holder down.
+ * The holder answers again: the next restore, within the 10 s a down
+ * peer is not asked, still asks it (a step in no storage has no other
+ * source) and restores bit-exact; and from then on the holder is asked
+ * by all again. */
+static void test_restore_right_after_holder_silence(void **state)
+{
+	(void)state;
+	struct cluster c;
+	cluster_start(&c, 2, NULL);
+	int s = successor(0, 2);
+	struct rank_client rc;
+	rc_open(&c.n[0], &rc, "flap", 0, 1, 2 * MIB);
+	rc_save_wait(&rc, 1, 0, CKPT_TIER_REPLICATED, CKPT_REPLICATED);
+	rc_close(&rc);
+	node_kill(&c, 0);
+	h_start(&c.n[0], c.conf[0]);
+	kill(c.n[s].pid, SIGSTOP);
+	rc_open(&c.n[0], &rc, "flap", 0, 1, 2 * MIB);
+	char msg[512];
+	assert_true(rc_load_fails(&rc, 1, msg, sizeof(msg)) < 0);
+	if (strstr(msg, "timed out") == NULL)
+		fail_msg("%s", msg);
+	kill(c.n[s].pid, SIGCONT);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	char src[16];
+	rc_load(&rc, 1, 0, src, sizeof(src), NULL, 0);
+	assert_string_equal(src, "peer");
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	assert_true(t1.tv_sec - t0.tv_sec < 10); /* within the down time */
+	/* Asked by all again: a replicated save goes to it at once. */
+	rc_save_wait(&rc, 2, 0, CKPT_TIER_REPLICATED, CKPT_REPLICATED);
+	rc_close(&rc);
+	cluster_stop(&c, 2);
+}
+
 /* The peer's replica share (2 MiB) is full: a 4 MiB replica is refused,
  * saying so; the save is kept. */
 static void test_replica_share_full(void **state)
@@ -842,7 +897,8 @@ static void test_garbage_on_the_peer_port(void **state)
 	struct cluster c;
 	cluster_start(&c, 2, NULL);
 	int s = successor(0, 2);
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)ports[s]),
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_port = htons((uint16_t)ports[s]),
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	const char *junk[] = { "GET / HTTP/1.1\r\nHost: x\r\n\r\n", "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
 			       "\x00\x00\x00\x05hello" };
@@ -1118,13 +1174,15 @@ static void test_replica_extra_state_and_count_are_capped(void **state)
 	cluster_stop(&c, 2);
 }
 
-/* Only replicas are served to peers: a peer with a valid certificate
- * asking for a node's own memory-only step (another tenant's, say) gets
- * nothing, by ReplicaGet or ReplicaList; a replica the node holds for a
- * peer is served (to the node that lost it). A peer that puts replicas
+/* What is served to peers: a peer with a valid certificate asking for a
+ * node's own memory-only step (another tenant's, say) gets nothing, by
+ * ReplicaGet or ReplicaList, nor for its own copy of a replicated step of
+ * a job with a secret; its own copy of a replicated step of a job
+ * without one is served (its bytes went to its successor in the clear),
+ * and a replica the node holds for a peer is (to the node that lost it). A peer that puts replicas
  * must be one whose replicas go to this node: one that is not among its
  * ring predecessors is refused. */
-static void test_own_copies_not_served_to_peers(void **state)
+static void test_own_copies_served_only_as_replicated(void **state)
 {
 	(void)state;
 	struct cluster c;
@@ -1139,6 +1197,22 @@ static void test_own_copies_not_served_to_peers(void **state)
 		fail_msg("a node's own copy asked for: %s", out);
 	assert_int_equal(rogue(out, sizeof(out), "list 127.0.0.1:%d '%s' secret", ports[0], certs), 0);
 	assert_string_equal(out, "listed 0\n");
+	/* Its own copy of a replicated save is served (its replica went to
+	 * the successor in the clear: a resharding load still finds it once
+	 * that successor is lost), but not one of a job with a secret. */
+	rc_open(&c.n[0], &rc, "clear", 0, 1, MIB);
+	rc_save_wait(&rc, 3, 0, CKPT_TIER_REPLICATED, CKPT_REPLICATED);
+	rc_close(&rc);
+	assert_int_equal(rogue(out, sizeof(out), "get 127.0.0.1:%d '%s' clear 3 0 1", ports[0], certs), 0);
+	assert_int_equal(strncmp(out, "data 0 1048576 ", 15), 0);
+	assert_int_equal(setenv("CKPT_JOB_KEY", "a secret", 1), 0);
+	rc_open(&c.n[0], &rc, "keyed", 0, 1, MIB);
+	rc_save_wait(&rc, 3, 0, CKPT_TIER_REPLICATED, CKPT_REPLICATED);
+	rc_close(&rc);
+	unsetenv("CKPT_JOB_KEY");
+	assert_int_equal(rogue(out, sizeof(out), "get 127.0.0.1:%d '%s' keyed 3 0 1", ports[0], certs), 1);
+	if (strncmp(out, "data 2 0 ", 9) != 0)
+		fail_msg("a node's own copy of a job with a secret asked for: %s", out);
 	/* Node 1's replicated step, held on node 0 for it. */
 	rc_open(&c.n[1], &rc, "shared", 0, 1, MIB);
 	rc_save_wait(&rc, 1, 0, CKPT_TIER_REPLICATED, CKPT_REPLICATED);
@@ -1146,9 +1220,8 @@ static void test_own_copies_not_served_to_peers(void **state)
 	assert_int_equal(rogue(out, sizeof(out), "get 127.0.0.1:%d '%s' shared 1 0 1", ports[0], certs), 0);
 	assert_int_equal(strncmp(out, "data 0 1048576 ", 15), 0);
 	/* Not a ring predecessor of node 0. */
-	assert_int_equal(rogue(out, sizeof(out), "put 127.0.0.1:%d '%s' 127.0.0.1:1 secret 6 0 1 4096 1", ports[0],
-			       certs),
-			 1);
+	assert_int_equal(
+		rogue(out, sizeof(out), "put 127.0.0.1:%d '%s' 127.0.0.1:1 secret 6 0 1 4096 1", ports[0], certs), 1);
 	if (strstr(out, "not one of the 1 peers before this node") == NULL)
 		fail_msg("a put from outside the ring: %s", out);
 	cluster_stop(&c, 2);
@@ -1173,7 +1246,8 @@ static void test_names_bound_to_certificates(void **state)
 		if (i > 0)
 			snprintf(n[i].store, sizeof(n[i].store), "%s", n[0].store);
 		snprintf(conf[i], sizeof(conf[i]),
-			 "[pool]\nstaging_bytes = 64M\n[peers]\nlisten = 127.0.0.1:%d\npeers = 127.0.0.1:%d,127.0.0.1:%d\n"
+			 "[pool]\nstaging_bytes = 64M\n[peers]\nlisten = 127.0.0.1:%d\npeers = "
+			 "127.0.0.1:%d,127.0.0.1:%d\n"
 			 "replicas = 1\ncert = %s/ip1.crt\nkey = %s/ip1.key\nca = %s/ca.crt\ntimeout_ms = 3000\n",
 			 port[i], port[0], port[1], certs, certs, certs);
 		h_start(&n[i], conf[i]);
@@ -1192,7 +1266,8 @@ static void test_names_bound_to_certificates(void **state)
 	r = rogue(out, sizeof(out), "put 127.0.0.1:%d '%s' 127.0.0.1:%d named 9 0 1 4096 1", port[0], certs, port[1]);
 	assert_int_equal(r, 1);
 	char cmd[600];
-	snprintf(cmd, sizeof(cmd), "grep -c 'which its certificate does not name' '%s/ckptd.log' | grep -qx 2", n[0].dir);
+	snprintf(cmd, sizeof(cmd), "grep -c 'which its certificate does not name' '%s/ckptd.log' | grep -qx 2",
+		 n[0].dir);
 	assert_int_equal(system(cmd), 0);
 	snprintf(cmd, sizeof(cmd), "grep -q 'verify_names = auto: this node.s certificate names it' '%s/ckptd.log'",
 		 n[0].dir);
@@ -1207,8 +1282,10 @@ static void test_names_bound_to_certificates(void **state)
 	r = rogue(out, sizeof(out), "put 127.0.0.1:%d '%s' 127.0.0.1:%d named 9 0 1 4096 1", port[0], certs, port[1]);
 	unsetenv("ROGUE_CERT");
 	assert_int_equal(r, 0);
-	snprintf(cmd, sizeof(cmd), "grep -q 'names are not checked against certificates (.peers. verify_names = false)' "
-		 "'%s/ckptd.log'", n[0].dir);
+	snprintf(cmd, sizeof(cmd),
+		 "grep -q 'names are not checked against certificates (.peers. verify_names = false)' "
+		 "'%s/ckptd.log'",
+		 n[0].dir);
 	assert_int_equal(system(cmd), 0);
 	h_assert_serves(&n[0]);
 	h_cleanup(&n[1]);
@@ -1237,8 +1314,8 @@ static void test_lying_peer_is_bounded(void **state)
 		 port[0], port[0], port[1], certs, certs, certs);
 	h_start(&n, conf);
 	char log[600];
-	snprintf(log, sizeof(log), "grep -q 'verify_names = auto, and this node.s certificate does not name it' '%s/ckptd.log'",
-		 n.dir);
+	snprintf(log, sizeof(log),
+		 "grep -q 'verify_names = auto, and this node.s certificate does not name it' '%s/ckptd.log'", n.dir);
 	assert_int_equal(system(log), 0);
 	pid_t liar = rogue_spawn("serve %d '%s' 30 50 2000 1", port[1], certs);
 	struct rank_client rc;
@@ -1388,8 +1465,9 @@ static void test_sealed_reshard_from_replicas_held_here(void **state)
 	ckpt_buffer *b = NULL;
 	uint64_t gshape[1] = { 4 * RS_PART };
 	assert_int_equal(ckpt_buffer_alloc(cl, 4 * RS_PART, &b), 0);
-	ckpt_tensor t = { .name = "blob", .dtype = CKPT_U8, .ndim = 1, .global_shape = gshape, .buffer = b,
-			  .nbytes = 4 * RS_PART };
+	ckpt_tensor t = {
+		.name = "blob", .dtype = CKPT_U8, .ndim = 1, .global_shape = gshape, .buffer = b, .nbytes = 4 * RS_PART
+	};
 	ckpt_future *f = NULL;
 	assert_int_equal(ckpt_load(cl, 4, &t, 1, &f), 0);
 	assert_true(ckpt_future_wait(f, CKPT_LOADED, 60000) < 0);
@@ -1443,8 +1521,7 @@ static void test_tenant_replicas_are_sealed(void **state)
 	rc_save_wait(&rc, 2, 0, CKPT_TIER_REPLICATED, CKPT_REPLICATED);
 	rc_close(&rc);
 	unsetenv("CKPT_JOB_KEY");
-	assert_int_equal(rogue(out, sizeof(out), "get 127.0.0.1:%d '%s' ta/j 2 0 1", ports[successor(0, 2)], certs),
-			 0);
+	assert_int_equal(rogue(out, sizeof(out), "get 127.0.0.1:%d '%s' ta/j 2 0 1", ports[successor(0, 2)], certs), 0);
 	if (strstr(out, " sealed ") == NULL)
 		fail_msg("the holder's copy: %s", out);
 	cluster_stop(&c, 2);
@@ -1463,6 +1540,7 @@ int main(void)
 		cmocka_unit_test(test_holder_persists_lost_nodes_replicas),
 		cmocka_unit_test(test_wrong_certificate_refused),
 		cmocka_unit_test(test_peer_dies_mid_transfer),
+		cmocka_unit_test(test_restore_right_after_holder_silence),
 		cmocka_unit_test(test_replica_share_full),
 		cmocka_unit_test(test_replica_damaged_on_the_way),
 		cmocka_unit_test(test_garbage_on_the_peer_port),
@@ -1471,7 +1549,7 @@ int main(void)
 		cmocka_unit_test(test_dripping_connections_do_not_stop_replication),
 		cmocka_unit_test(test_peer_frames_have_deadlines_and_bounds),
 		cmocka_unit_test(test_replica_extra_state_and_count_are_capped),
-		cmocka_unit_test(test_own_copies_not_served_to_peers),
+		cmocka_unit_test(test_own_copies_served_only_as_replicated),
 		cmocka_unit_test(test_names_bound_to_certificates),
 		cmocka_unit_test(test_lying_peer_is_bounded),
 		cmocka_unit_test(test_sealed_replicas),
