@@ -84,12 +84,14 @@ def _self_signed(d):
 
 
 class FaultProxy:
-    def __init__(self, upstream_port, gcs_token=None, forbid_amz_checksum=False, tls_dir=None):
+    def __init__(self, upstream_port, gcs_token=None, forbid_amz_checksum=False, tls_dir=None, host="127.0.0.1",
+                 port=0):
         """gcs_token: a function that says whether a bearer token is valid
         (gcs mode), or None. forbid_amz_checksum: refuse x-amz-checksum-*
         headers without gcs mode (gs:// with HMAC keys, signed by SigV4).
         tls_dir: serve HTTPS with a self-signed certificate for 127.0.0.1
-        written there as cert.pem (the CA bundle a client must be given)."""
+        written there as cert.pem (the CA bundle a client must be given).
+        host, port: where it listens (the chaos soak's bridge address)."""
         self.upstream_port = upstream_port
         self.gcs_token = gcs_token
         self.forbid_amz_checksum = forbid_amz_checksum
@@ -207,10 +209,10 @@ class FaultProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = http.server.ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.endpoint = f"http://{host}:{self.port}"
         if tls_dir:
             import ssl
             self.ca_file = _self_signed(tls_dir)
