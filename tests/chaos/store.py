@@ -12,6 +12,7 @@ commands, one a line, and answers each with one line:
                      effect (seeded)
   clear              no more faults
   count              "REQUESTS FAULTED" since the start
+  keys               every key in the bucket, as one JSON list
 """
 import json
 import os
@@ -48,6 +49,12 @@ def main():
             proxy.add_rule(None, "", ("lose_answer",), count=-1, rate=rate / 3 / (1 - 2 * rate / 3))
         elif words and words[0] == "clear":
             proxy.clear()
+        elif words and words[0] == "keys":
+            keys = []
+            for page in moto.client().get_paginator("list_objects_v2").paginate(Bucket="chaos"):
+                keys += [o["Key"] for o in page.get("Contents", [])]
+            print(json.dumps(keys), flush=True)
+            continue
         elif words and words[0] == "count":
             print(f"{seen} {faulted}", flush=True)
             continue

@@ -6,6 +6,8 @@ with one JSON line on stdout:
 
   {"op": "open", "rank": R, "world": W}   be rank R of a world of W
   {"op": "save", "step": S, "tier": T}    save step S, wait for the tier
+  {"op": "persist", "step": S}            upload this node's memory copies of
+                                          step S, wait until durable
   {"op": "resolve"}                       the latest step (pinned for the
                                           loads that follow, as one rank
                                           would broadcast it)
@@ -70,6 +72,10 @@ class Rank:
             b.free()
         return {"ok": True}
 
+    def persist(self, step):
+        self.client.persist(step).durable.result(timeout=WAIT_S)
+        return {"ok": True}
+
     def resolve(self):
         return {"ok": True, "step": self.client.resolve(ckpt.LATEST)}
 
@@ -96,6 +102,8 @@ def main():
                 out = r.open(cmd["rank"], cmd["world"])
             elif cmd["op"] == "save":
                 out = r.save(cmd["step"], cmd["tier"])
+            elif cmd["op"] == "persist":
+                out = r.persist(cmd["step"])
             elif cmd["op"] == "resolve":
                 out = r.resolve()
             else:
