@@ -14,6 +14,7 @@
 #include "peer.h"
 #include "persist.h"
 #include "pool.h"
+#include "probe.h"
 #include "save.h"
 #include "server.h"
 #include "session.h"
@@ -73,7 +74,8 @@ static const char *default_text(const struct config_key *k, char *buf, size_t le
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: ckptd [--version] [--config FILE] [--set SECTION.KEY=VALUE]... [--check-config]");
+	fprintf(f, "usage: ckptd [--version] [--config FILE] [--set SECTION.KEY=VALUE]... [--check-config] "
+		   "[--probe-storage]");
 	int col = 80;
 	for (size_t i = 0; i < config_nkeys; i++) {
 		const struct config_key *k = &config_keys[i];
@@ -92,6 +94,8 @@ static void usage(FILE *f)
 		"  --set S.K=V           any config key, e.g. --set pool.policy=skip\n"
 		"  --check-config        validate (the storage URL too, without connecting), print the effective\n"
 		"                        config, exit\n"
+		"  --probe-storage       check what each store does (create-only writes refused, byte ranges,\n"
+		"                        paged listings) under a prefix of its own, report, exit 0 if all pass\n"
 		"  --version             print the version, the commit and whether CUDA is compiled in, exit\n"
 		"  --help                this text\n",
 		DEFAULT_CONFIG_PATH);
@@ -116,9 +120,13 @@ enum {
 	OPT_KEY = 0x100
 }; /* + the row's index in config_keys[] */
 static const struct option base_opts[] = {
-	{ "config", required_argument, NULL, 'f' }, { "set", required_argument, NULL, 'S' },
-	{ "check-config", no_argument, NULL, 'C' }, { "help", no_argument, NULL, 'h' },
-	{ "version", no_argument, NULL, 'v' },      { NULL, 0, NULL, 0 },
+	{ "config", required_argument, NULL, 'f' },
+	{ "set", required_argument, NULL, 'S' },
+	{ "check-config", no_argument, NULL, 'C' },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'v' },
+	{ "probe-storage", no_argument, NULL, 'P' },
+	{ NULL, 0, NULL, 0 },
 };
 static struct option opts[32 + sizeof(base_opts) / sizeof(base_opts[0])];
 
@@ -138,6 +146,8 @@ static char **saved_argv;
 
 /* Defaults, then the config file, then flags over it. Used at start and
  * on SIGHUP. 0, 1 for --help, or -errno with err set. */
+static bool probe_only; /* --probe-storage (main's parse only) */
+
 static int parse_config(struct config *cfg, bool *check_only, char *err, size_t errlen)
 {
 	const char *config_path = NULL;
@@ -184,6 +194,10 @@ static int parse_config(struct config *cfg, bool *check_only, char *err, size_t 
 			case 'C':
 				if (check_only)
 					*check_only = true;
+				break;
+			case 'P':
+				if (check_only)
+					probe_only = true;
 				break;
 			case 'f': break;
 			case 'v': break; /* main() answered it */
@@ -324,6 +338,71 @@ static void tenant_url(const struct tenant_config *t, char *url, size_t len)
 	url_with_opts(t->storage, t->storage_opts, url, len);
 }
 
+/* The storage probe (probe.h) of store s (what: how the log names it):
+ * 0 to go on, -1 when the store breaks a guarantee it is not allowed to.
+ * A store that cannot be asked now (down, wrong credentials) does not stop
+ * the start: memory and peer tiers work without it, and its requests fail
+ * loudly; its create-only writes stay unchecked until the next start. */
+static int probe_store(struct daemon *d, struct store *s, const char *what)
+{
+	if (!d->cfg.storage_probe || strcmp(s->backend, "file") == 0)
+		return 0;
+	char report[2048];
+	unsigned failed = 0;
+	int r = store_probe(s, &failed, report, sizeof(report));
+	if (r == 0) {
+		log_info("%s: storage probe: %s", what, report);
+		return 0;
+	}
+	if (r != -EPROTO) {
+		log_warn("%s: storage probe could not ask the store (%s): its create-only writes, ranges and listings "
+			 "are unchecked until the next start",
+			 what, report);
+		return 0;
+	}
+	unsigned fatal = failed & ~(d->cfg.allow_unconditional ? PROBE_CREATE_ONLY : 0u);
+	if (fatal) {
+		log_err("%s: refused by the storage probe: %s", what, report);
+		return -1;
+	}
+	log_warn("%s: [storage] allow_unconditional: starting on a store that ignores create-only writes: a complete "
+		 "step can be overwritten, and ranks may restore different steps (%s)",
+		 what, report);
+	return 0;
+}
+
+/* --probe-storage: the storage probe of every store of the config (the
+ * daemon's, the tenants' own), file:// too, each reported on stdout; exit
+ * 0 when all pass, 1 when one fails or cannot be asked, 2 on a bad URL. */
+static int probe_storage(struct daemon *d)
+{
+	int rc = 0;
+	for (size_t i = 0; i <= d->cfg.ntenants; i++) {
+		char url[2100], err[1024], report[2048];
+		if (i < d->cfg.ntenants) {
+			if (!d->cfg.tenants[i].storage[0])
+				continue;
+			tenant_url(&d->cfg.tenants[i], url, sizeof(url));
+		} else {
+			storage_url(&d->cfg, url, sizeof(url));
+		}
+		struct store *s = NULL;
+		if (store_check_options(url, i < d->cfg.ntenants ? d->cfg.tenants[i].storage_opts : d->cfg.storage_opts,
+					err, sizeof(err)) < 0 ||
+		    store_open(url, &s, err, sizeof(err)) < 0) {
+			fprintf(stderr, "ckptd: %s\n", err);
+			return 2;
+		}
+		unsigned failed = 0;
+		int r = store_probe(s, &failed, report, sizeof(report));
+		printf("%s: %s: %s\n", s->url, r == 0 ? "ok" : r == -EPROTO ? "FAILED" : "could not be asked", report);
+		if (r < 0)
+			rc = 1;
+		store_free(s);
+	}
+	return fflush(stdout) == 0 ? rc : 1;
+}
+
 static int start_storage(struct daemon *d)
 {
 	char err[1024];
@@ -360,6 +439,11 @@ static int start_storage(struct daemon *d)
 		if (t->storage[0])
 			log_info("tenant '%s': storage %s", t->name, d->tenant_store[i]->url);
 	}
+	if (probe_store(d, d->store, d->store->url) < 0)
+		return -1;
+	for (size_t i = 0; i < d->cfg.ntenants; i++)
+		if (d->tenant_store[i] && probe_store(d, d->tenant_store[i], d->tenant_store[i]->url) < 0)
+			return -1;
 	if (d->cfg.manifest_cache_bytes) {
 		d->mancache = mancache_new(d->cfg.manifest_cache_bytes);
 		if (d->mancache == NULL) {
@@ -500,6 +584,8 @@ int main(int argc, char **argv)
 			usage(stderr);
 		return 2;
 	}
+	if (probe_only)
+		return probe_storage(d);
 	if (check_only) {
 		/* What a start would refuse of the storage URL, without I/O. */
 		char url[2100];

@@ -6,7 +6,7 @@ pkgs=(meson ninja-build pkg-config gcc python3
       libuv1-dev libssl-dev libprotobuf-c-dev protobuf-c-compiler libsystemd-dev
       libcmocka-dev libcurl4-openssl-dev libisal-dev libjson-c-dev libexpat1-dev
       libinih-dev systemd python3-yaml python3-venv gnuplot-nox clang-format clang
-      fuse3 libfuse3-dev)
+      fuse3 libfuse3-dev radosgw ceph-mon ceph-osd)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -593,6 +593,12 @@ const struct config_key config_keys[] = {
 	    .help = "step: shards beside their manifests; spread: under 256 key prefixes"),
 	KEY("storage", "file_mode", cfg_mode, file_mode, CFG_RESTART, .def = DEFAULT_FILE_MODE,
 	    .help = "file://: mode of checkpoint files, octal (directories: x where r); 0640 to share a group"),
+	KEY("storage", "probe", cfg_bool, storage_probe, CFG_RESTART, .def = true,
+	    .help = "object stores: check at start that create-only writes are refused, byte ranges honoured and "
+		    "listings paged (a dozen requests); a store that fails is refused"),
+	KEY("storage", "allow_unconditional", cfg_bool, allow_unconditional, CFG_RESTART,
+	    .help = "start on a store that ignores create-only writes, losing 'a complete step is never "
+		    "overwritten' and 'all ranks restore one step' (docs/manual.md \"Object storage\")"),
 	KEY("storage", "*", cfg_opts, storage_opts, CFG_RESTART,
 	    .help = "any other key: an option of the s3:// or gs:// backend (endpoint, region, part_size ...)"),
 

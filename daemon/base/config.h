@@ -142,9 +142,11 @@ struct job_policy {
 struct config {
 	char socket_path[108];
 	char storage_url[1024];
-	char storage_opts[1024]; /* other [storage] keys as k=v&k=v, for s3:// and gs:// */
-	bool layout_spread;      /* [storage] layout = spread (manifest.h, SPREAD_FANOUT) */
-	uint32_t file_mode;      /* [storage] file_mode: file:// files' mode, whatever the umask */
+	char storage_opts[1024];  /* other [storage] keys as k=v&k=v, for s3:// and gs:// */
+	bool layout_spread;       /* [storage] layout = spread (manifest.h, SPREAD_FANOUT) */
+	uint32_t file_mode;       /* [storage] file_mode: file:// files' mode, whatever the umask */
+	bool storage_probe;       /* [storage] probe: store_probe at start (object stores) */
+	bool allow_unconditional; /* [storage] allow_unconditional: start where create-only is ignored */
 	char state_dir[1024];
 	uint64_t staging_bytes;
 	uint64_t chunk_bytes;

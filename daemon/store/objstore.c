@@ -815,8 +815,11 @@ static int obj_list_entries(struct store *base, const char *prefix, struct store
 		c.query[c.nquery++] = (struct sigv4_header){ ls->delimiter_param, "/" };
 		if (token[0])
 			c.query[c.nquery++] = (struct sigv4_header){ ls->token_param, token };
-		if (s->list_page[0])
-			c.query[c.nquery++] = (struct sigv4_header){ ls->page_param, s->list_page };
+		char page[16];
+		snprintf(page, sizeof(page), "%u", base->list_page);
+		if (s->list_page[0] || base->list_page)
+			c.query[c.nquery++] = (struct sigv4_header){ ls->page_param,
+								     base->list_page ? page : s->list_page };
 		r = objstore_run(s, &c, 1);
 		bool truncated = false;
 		if (r == 0)

@@ -71,6 +71,7 @@ struct store {
 	int (*on_temp_begin)(void *ctx, const char *key, uint64_t *id);
 	void (*on_temp_end)(void *ctx, uint64_t id);
 	void *on_temp_ctx;
+	unsigned list_page;                      /* names a listing page asks for; 0: the backend's (probe.c) */
 	_Atomic unsigned long retries;           /* requests retried (object stores) */
 	_Atomic unsigned long long direct_bytes; /* written with O_DIRECT (file://) */
 };

@@ -6,13 +6,23 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from moto_harness import Moto  # noqa: E402
+import rgw_harness  # noqa: E402
 from fault_proxy import FaultProxy  # noqa: E402
 from s3util import Daemon  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def moto(tmp_path_factory):
-    m = Moto(str(tmp_path_factory.mktemp("moto")))
+@pytest.fixture(scope="session", params=["moto", "rgw"])
+def moto(request, tmp_path_factory):
+    """The S3 server a test talks to: every test that takes it runs
+    against moto (in IAM mode) and against a real one, Ceph RGW
+    (rgw_harness.py). Named moto for history."""
+    if request.param == "rgw":
+        why = rgw_harness.available()
+        if why:
+            pytest.skip(f"RGW: {why}")
+        m = rgw_harness.Rgw(str(tmp_path_factory.mktemp("rgw")))
+    else:
+        m = Moto(str(tmp_path_factory.mktemp("moto")))
     yield m
     m.stop()
 

@@ -30,6 +30,8 @@ def free_port():
 
 
 class Moto:
+    name = "moto"
+
     def __init__(self, logdir, iam=True):
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"

@@ -35,10 +35,18 @@ def plain_bucket(moto_plain):
 
 
 @pytest.fixture
-def meta(moto):
-    f = FakeMetadata(aws_creds=moto.role_credentials)
+def meta():
+    """The fake metadata server; an AWS test gives it the S3 server's role
+    credentials (aws_meta), so the GCS tests do not run once per server."""
+    f = FakeMetadata()
     yield f
     f.stop()
+
+
+@pytest.fixture
+def aws_meta(meta, moto):
+    meta.aws_creds = moto.role_credentials
+    return meta
 
 
 @pytest.fixture
@@ -111,11 +119,23 @@ def test_gcs_bad_service_account_key_is_refused(meta, tmp_path, plain_bucket, gc
         d.start()
 
 
+def exists(moto, path):
+    bucket, _, key = path.lstrip("/").partition("/")
+    try:
+        moto.client().head_object(Bucket=bucket, Key=key)
+        return True
+    except Exception:
+        return False
+
+
 def test_gcs_hmac_keys_sigv4(moto, bucket, tmp_path):
     # HMAC keys sign with SigV4: moto in IAM mode checks them; the proxy
-    # refuses any AWS checksum header on the way.
+    # refuses any AWS checksum header on the way, and answers GCS's
+    # create-only PUT as GCS does (moto ignores it: the storage probe at
+    # start would refuse the store).
     p = FaultProxy(moto.port, forbid_amz_checksum=True)
     p.verify_checksums = True
+    p.object_exists = lambda path: exists(moto, path)
     try:
         env = base_env(GCS_HMAC_ACCESS_KEY_ID=moto.access_key, GCS_HMAC_SECRET=moto.secret_key)
         d = Daemon(tmp_path, gs_url(bucket, p.endpoint) + "&region=us-east-1", env).start()
@@ -128,7 +148,8 @@ def test_gcs_hmac_keys_sigv4(moto, bucket, tmp_path):
         p.stop()
 
 
-def test_aws_web_identity(moto, bucket, meta, tmp_path):
+def test_aws_web_identity(moto, bucket, aws_meta, tmp_path):
+    meta = aws_meta
     tok = tmp_path / "token"
     tok.write_text(meta.web_identity_token + "\n")
     env = base_env(AWS_WEB_IDENTITY_TOKEN_FILE=str(tok), AWS_ROLE_ARN="arn:aws:iam::123456789012:role/ckpt",
@@ -150,7 +171,8 @@ def test_aws_web_identity_wrong_token_fails_at_start(meta, bucket, moto, tmp_pat
         Daemon(tmp_path, s3url(bucket, moto.endpoint), env).start()
 
 
-def test_aws_imdsv2(moto, bucket, meta, tmp_path):
+def test_aws_imdsv2(moto, bucket, aws_meta, tmp_path):
+    meta = aws_meta
     env = base_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=meta.url)
     d = Daemon(tmp_path, s3url(bucket, moto.endpoint), env).start()
     d.example("i", steps=1, size_mb=2)

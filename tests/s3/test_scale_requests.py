@@ -36,6 +36,10 @@ def test_requests_per_rank_are_flat(moto, proxy, tmp_path):
     assert big["resolve"]["total"] == small["resolve"]["total"] == 3, (small["resolve"], big["resolve"])
     assert big["ls"]["total"] == small["ls"]["total"] == 3, (small["ls"], big["ls"])
     assert big["restart"]["total"] == small["restart"]["total"] == 0
+    # A daemon's start asks the store what it does (the storage probe):
+    # 15 requests each, whatever the job.
+    assert small["restart"]["probe"] == 15 and big["restart"]["probe"] == 15 * 4, (small["restart"],
+                                                                                    big["restart"])
     # ckpt.dcp's read_metadata (every rank shows every manifest): once the
     # step has its index, a node GETs it once and no manifest, so per rank
     # it stays flat (W/8 manifests per rank without it: 3 more at W=32).

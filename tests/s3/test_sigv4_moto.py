@@ -111,9 +111,10 @@ def test_list_objects_v2_prefix(signer, moto):
 def test_wrong_secret_is_rejected(signer, moto):
     status, data = signer.request("PUT", "nope.bin", body=b"x", secret="not-the-secret")
     assert status == 403
-    assert b"SignatureDoesNotMatch" in data
+    # moto names the cause; Ceph RGW 16.2 answers a wrong signature with AccessDenied
+    assert (b"AccessDenied" if moto.name == "rgw" else b"SignatureDoesNotMatch") in data
     status, data = signer.request("GET", "nope.bin", access="AKIAUNKNOWNKEY000000", secret="x")
     assert status == 403
-    assert b"InvalidAccessKeyId" in data
+    assert (b"AccessDenied" if moto.name == "rgw" else b"InvalidAccessKeyId") in data
     with pytest.raises(ClientError, match="404"):
         moto.client().head_object(Bucket=BUCKET, Key="nope.bin")
