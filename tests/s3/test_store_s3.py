@@ -69,6 +69,10 @@ def test_every_upload_carries_its_crc32c(moto, bucket, tmp_path, proxy):
     # probe's create-only PUTs at start
     assert proxy.checked == 5 + proxy.count("PUT", ".ckptd-probe/")
     assert proxy.count("PUT", "", 400) == 0
+    # Create-only objects go as one conditional PUT, never as a multipart
+    # upload, whose completion RGW 16.2 does not make conditional.
+    assert proxy.count("PUT", ".manifest", 200) == 1 and proxy.count("POST", ".manifest") == 0
+    assert proxy.count("POST", "/commit") == 0
 
 
 def test_tls_is_verified_and_ca_bundle_works(moto, bucket, tmp_path):
