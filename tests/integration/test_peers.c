@@ -653,7 +653,11 @@ static void rs_save_all(struct cluster *c, int nodes, const char *job)
 
 /* Resharding from peer copies: four ranks on three nodes (rank r on node
  * r % 3) save step 4 replicated, nothing in storage. Node 0 is SIGKILLed
- * and replaced by an empty daemon, where a world of two ranks restores:
+ * and replaced by an empty daemon, where a world of two ranks restores
+ * (with the default config: the replica of the killed node's predecessor's
+ * rank died with it, and that rank's own copy, a replicated save of a job
+ * without a secret, is served by its node; found by the chaos soak, where
+ * it needed [peers] serve_own):
  * each brings back the saved ranks its share needs (two each) from the
  * peers that hold them, wherever they are in the ring, bit-exact, and
  * gets its own rank's extra state (rank 1: from a peer's manifest alone,
@@ -663,10 +667,7 @@ static void test_reshard_from_peers(void **state)
 {
 	(void)state;
 	struct cluster c;
-	/* The replica of the killed node's successor's rank died with it:
-	 * that rank's own copy is read from its node ([peers] serve_own). */
-	const char *own[NODES] = { "serve_own = true\n", "serve_own = true\n", "serve_own = true\n" };
-	cluster_start(&c, NODES, own);
+	cluster_start(&c, NODES, NULL);
 	rs_save_all(&c, NODES, "reshard");
 	node_kill(&c, 0);
 	h_start(&c.n[0], c.conf[0]);
