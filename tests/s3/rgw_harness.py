@@ -46,7 +46,9 @@ def free_port():
 class Rgw:
     name = "rgw"
 
-    def __init__(self, logdir):
+    def __init__(self, logdir, memstore_bytes=4 << 30):
+        """memstore_bytes: what the OSD may hold (RAM, taken as written;
+        RGW frees deleted objects' data later, in its garbage collection)."""
         self.dir = tempfile.mkdtemp(prefix="ckpt-rgw-")
         self.logdir = logdir
         self.procs = []
@@ -72,7 +74,7 @@ ms_mon_cluster_mode = crc
 ms_mon_service_mode = crc
 ms_mon_client_mode = crc
 osd objectstore = memstore
-memstore device bytes = 4294967296
+memstore device bytes = {memstore_bytes}
 osd pool default size = 1
 osd pool default min size = 1
 osd crush chooseleaf type = 0
@@ -92,6 +94,8 @@ keyring = {d}/keyring
 [client.rgw]
 rgw frontends = beast endpoint=127.0.0.1:{self.port}
 rgw data = {d}/rgw
+rgw gc obj min wait = 1
+rgw gc processor period = 5
 rgw s3 auth use sts = true
 rgw sts key = {uuid.uuid4().hex[:16]}
 """)
