@@ -144,10 +144,10 @@ static void build_opts(void)
 static int saved_argc;
 static char **saved_argv;
 
-/* Defaults, then the config file, then flags over it. Used at start and
- * on SIGHUP. 0, 1 for --help, or -errno with err set. */
 static bool probe_only; /* --probe-storage (main's parse only) */
 
+/* Defaults, then the config file, then flags over it. Used at start and
+ * on SIGHUP. 0, 1 for --help, or -errno with err set. */
 static int parse_config(struct config *cfg, bool *check_only, char *err, size_t errlen)
 {
 	const char *config_path = NULL;

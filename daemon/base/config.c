@@ -595,7 +595,7 @@ const struct config_key config_keys[] = {
 	    .help = "file://: mode of checkpoint files, octal (directories: x where r); 0640 to share a group"),
 	KEY("storage", "probe", cfg_bool, storage_probe, CFG_RESTART, .def = true,
 	    .help = "object stores: check at start that create-only writes are refused, byte ranges honoured and "
-		    "listings paged (a dozen requests); a store that fails is refused"),
+		    "listings paged (15 requests); a store that fails is refused"),
 	KEY("storage", "allow_unconditional", cfg_bool, allow_unconditional, CFG_RESTART,
 	    .help = "start on a store that ignores create-only writes, losing 'a complete step is never "
 		    "overwritten' and 'all ranks restore one step' (docs/manual.md \"Object storage\")"),
