@@ -371,6 +371,15 @@ static int probe_store(struct daemon *d, struct store *s, const char *what)
 	return 0;
 }
 
+/* The store of url with opts ([storage] or a tenant's keys): checked,
+ * then opened. */
+static int open_store(const char *url, const char *opts, struct store **s, char *err, size_t errlen)
+{
+	if (store_check_options(url, opts, err, errlen) < 0)
+		return -1;
+	return store_open(url, s, err, errlen) < 0 ? -1 : 0;
+}
+
 /* --probe-storage: the storage probe of every store of the config (the
  * daemon's, the tenants' own), file:// too, each reported on stdout; exit
  * 0 when all pass, 1 when one fails or cannot be asked, 2 on a bad URL. */
@@ -387,9 +396,8 @@ static int probe_storage(struct daemon *d)
 			storage_url(&d->cfg, url, sizeof(url));
 		}
 		struct store *s = NULL;
-		if (store_check_options(url, i < d->cfg.ntenants ? d->cfg.tenants[i].storage_opts : d->cfg.storage_opts,
-					err, sizeof(err)) < 0 ||
-		    store_open(url, &s, err, sizeof(err)) < 0) {
+		if (open_store(url, i < d->cfg.ntenants ? d->cfg.tenants[i].storage_opts : d->cfg.storage_opts, &s, err,
+			       sizeof(err)) < 0) {
 			fprintf(stderr, "ckptd: %s\n", err);
 			return 2;
 		}
@@ -421,8 +429,7 @@ static int start_storage(struct daemon *d)
 			log_info("core dumps off: ckptd holds storage credentials ([log] core_dumps = true allows "
 				 "them)");
 	}
-	if (store_check_options(url, d->cfg.storage_opts, err, sizeof(err)) < 0 ||
-	    store_open(url, &d->store, err, sizeof(err)) < 0) {
+	if (open_store(url, d->cfg.storage_opts, &d->store, err, sizeof(err)) < 0) {
 		log_err("%s", err);
 		return -1;
 	}
@@ -431,8 +438,7 @@ static int start_storage(struct daemon *d)
 	for (size_t i = 0; i < d->cfg.ntenants; i++) {
 		const struct tenant_config *t = &d->cfg.tenants[i];
 		tenant_url(t, url, sizeof(url));
-		if (t->storage[0] && (store_check_options(url, t->storage_opts, err, sizeof(err)) < 0 ||
-				      store_open(url, &d->tenant_store[i], err, sizeof(err)) < 0)) {
+		if (t->storage[0] && open_store(url, t->storage_opts, &d->tenant_store[i], err, sizeof(err)) < 0) {
 			log_err("[tenant.%s] storage: %s", t->name, err);
 			return -1;
 		}

@@ -22,8 +22,9 @@ static const char *const names[NAMES] = { "a", "b", "c" };
 
 struct run {
 	struct store *s;
-	unsigned failed; /* PROBE_* */
-	char dir[256];
+	unsigned failed;  /* PROBE_* */
+	bool made[NAMES]; /* names[k] written: removed at the end (and only those: */
+	char dir[256];    /* a store that cannot be asked is not asked again) */
 	char *report;
 	size_t len, used;
 };
@@ -46,12 +47,14 @@ static void key_of(const struct run *p, const char *name, char *out, size_t len)
 	snprintf(out, len, "%s/%s", p->dir, name);
 }
 
-static int create(struct run *p, const char *name, const char *body)
+static int create(struct run *p, size_t k, const char *body)
 {
 	char key[320];
-	key_of(p, name, key, sizeof(key));
+	key_of(p, names[k], key, sizeof(key));
 	struct iovec iov = { (void *)body, strlen(body) };
-	return p->s->ops->create(p->s, key, &iov, 1, NULL);
+	int r = p->s->ops->create(p->s, key, &iov, 1, NULL);
+	p->made[k] |= r == 0;
+	return r;
 }
 
 /* A storage error, said once. */
@@ -63,7 +66,7 @@ static int unreachable(struct run *p, const char *what, int r)
 
 static int check_create_only(struct run *p, const char *first)
 {
-	int r = create(p, "a", "ckptd storage probe: the second body");
+	int r = create(p, 0, "ckptd storage probe: the second body");
 	if (r == -EEXIST) {
 		say(p, "create-only PUT of an existing object refused; ");
 		return 0;
@@ -155,13 +158,13 @@ int store_probe(struct store *s, unsigned *failed, char *report, size_t len)
 	const char *first = "ckptd storage probe: the first body", *other = "ckptd storage probe: another one";
 	/* Each check runs, whatever the one before found (a store that
 	 * fails several is told so once), but for a store it cannot ask. */
-	int r = create(&p, "a", first);
+	int r = create(&p, 0, first);
 	if (r < 0)
 		r = unreachable(&p, "a create-only PUT", r);
 	if (r == 0)
 		r = check_create_only(&p, first);
 	for (size_t k = 1; k < NAMES && (r == 0 || r == -EPROTO); k++) {
-		int c = create(&p, names[k], other);
+		int c = create(&p, k, other);
 		if (c < 0)
 			r = unreachable(&p, "a create-only PUT", c);
 	}
@@ -175,12 +178,17 @@ int store_probe(struct store *s, unsigned *failed, char *report, size_t len)
 	}
 	*failed = p.failed;
 	/* What it wrote goes, whatever happened. */
+	bool any = false;
 	for (size_t k = 0; k < NAMES; k++) {
 		char key[320];
 		key_of(&p, names[k], key, sizeof(key));
-		(void)s->ops->remove(s, key);
+		if (p.made[k])
+			(void)s->ops->remove(s, key);
+		any |= p.made[k];
 	}
-	(void)s->ops->remove_dir(s, p.dir);
-	(void)s->ops->remove_dir(s, ".ckptd-probe");
+	if (any) {
+		(void)s->ops->remove_dir(s, p.dir);
+		(void)s->ops->remove_dir(s, ".ckptd-probe");
+	}
 	return r;
 }

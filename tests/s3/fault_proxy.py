@@ -108,10 +108,13 @@ class FaultProxy:
         # x-goog-if-generation-match: 0): the server's 412 becomes a 200,
         # as if it had written (it has not: a GET gives the old bytes).
         self.ignore_conditional = False
-        # GCS's create-only PUT (x-goog-if-generation-match: 0) outside gcs
-        # mode: a function of "/bucket/key" saying whether it exists (the
-        # HMAC-key tests, whose moto in IAM mode ignores the header).
-        self.object_exists = None
+        # GCS's create-only PUT (x-goog-if-generation-match: 0) answered as
+        # GCS does, 412 when the object exists: a function of the request's
+        # path ("/bucket/key", as sent) and Host saying whether it does. In
+        # gcs mode a HEAD to the moto behind (no IAM: any signature);
+        # outside it, given by the test (the HMAC-key tests, whose moto in
+        # IAM mode ignores the header).
+        self.object_exists = self._head_exists if gcs_token is not None else None
         self.checked = 0
         proxy = self
 
@@ -179,19 +182,8 @@ class FaultProxy:
                     if "if-none-match" in hdrs:
                         proxy._record(self.command, self.path, 400)
                         return self._error(400, "InvalidArgument", "If-None-Match sent to GCS")
-                    if self.command == "PUT" and hdrs.get("x-goog-if-generation-match") == "0":
-                        head = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=60)
-                        head.request("HEAD", self.path.split("?")[0], headers={
-                            "Host": self.headers.get("Host", ""),
-                            "Authorization": "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/s3/aws4_request, "
-                                             "SignedHeaders=host, Signature=" + "0" * 64})
-                        exists = head.getresponse().status == 200
-                        head.close()
-                        if exists:
-                            proxy._record(self.command, self.path, 412)
-                            return self._error(412, "PreconditionFailed", "generation 0 does not match")
                 if (proxy.object_exists and self.command == "PUT" and hdrs.get("x-goog-if-generation-match") == "0"
-                        and proxy.object_exists(urllib.parse.unquote(self.path.split("?")[0]))):
+                        and proxy.object_exists(self.path.split("?")[0], self.headers.get("Host", ""))):
                     proxy._record(self.command, self.path, 412)
                     return self._error(412, "PreconditionFailed", "generation 0 does not match")
                 conn = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=60)
@@ -238,6 +230,16 @@ class FaultProxy:
             self.endpoint = f"https://127.0.0.1:{self.port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
+
+    def _head_exists(self, path, host):
+        head = http.client.HTTPConnection("127.0.0.1", self.upstream_port, timeout=60)
+        head.request("HEAD", path, headers={
+            "Host": host,
+            "Authorization": "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/s3/aws4_request, "
+                             "SignedHeaders=host, Signature=" + "0" * 64})
+        exists = head.getresponse().status == 200
+        head.close()
+        return exists
 
     def add_rule(self, method, match, action, count=1, rate=1.0):
         with self.lock:

@@ -16,7 +16,6 @@ secret_key, client()), so a test runs against either."""
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -24,6 +23,7 @@ import urllib.request
 import uuid
 
 import boto3
+from moto_harness import free_port
 
 REGION = "us-east-1"
 BINARIES = ("ceph-mon", "ceph-osd", "radosgw", "radosgw-admin", "monmaptool", "ceph-authtool", "ceph")
@@ -33,14 +33,6 @@ def available():
     """Why RGW cannot run here, or None."""
     missing = [b for b in BINARIES if shutil.which(b) is None]
     return f"no {', '.join(missing)} (Debian: radosgw ceph-mon ceph-osd; scripts/deps.sh)" if missing else None
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Rgw:

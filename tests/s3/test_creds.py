@@ -3,6 +3,7 @@ GCS metadata-server tokens, a service-account key (RS256 JWT verified by
 the fake token endpoint), HMAC keys through SigV4; AWS web identity (STS)
 and IMDSv2. Tokens are cached and refreshed before they expire."""
 import os
+import urllib.parse
 import uuid
 
 import boto3
@@ -120,7 +121,7 @@ def test_gcs_bad_service_account_key_is_refused(meta, tmp_path, plain_bucket, gc
 
 
 def exists(moto, path):
-    bucket, _, key = path.lstrip("/").partition("/")
+    bucket, _, key = urllib.parse.unquote(path).lstrip("/").partition("/")
     try:
         moto.client().head_object(Bucket=bucket, Key=key)
         return True
@@ -135,7 +136,7 @@ def test_gcs_hmac_keys_sigv4(moto, bucket, tmp_path):
     # start would refuse the store).
     p = FaultProxy(moto.port, forbid_amz_checksum=True)
     p.verify_checksums = True
-    p.object_exists = lambda path: exists(moto, path)
+    p.object_exists = lambda path, host: exists(moto, path)
     try:
         env = base_env(GCS_HMAC_ACCESS_KEY_ID=moto.access_key, GCS_HMAC_SECRET=moto.secret_key)
         d = Daemon(tmp_path, gs_url(bucket, p.endpoint) + "&region=us-east-1", env).start()

@@ -235,6 +235,7 @@ static void test_store_that_cannot_be_asked(void **state)
 	int r = run(f, &failed, report, sizeof(report));
 	assert_int_equal(r, -ECONNREFUSED);
 	assert_int_equal(failed, 0);
+	assert_int_equal(f->requests, 1); /* not asked again to remove what it never wrote */
 	assert_non_null(strstr(report, "connection refused"));
 	free(f);
 }
