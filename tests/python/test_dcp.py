@@ -242,3 +242,26 @@ def test_dcp_reused_job_fails_at_first_save_unless_loaded(daemon):
         dcp.save({"t": small}, storage_writer=cd.Writer("dcpagain", step=3, socket=daemon.sock))
     finally:
         cd.close_all()
+
+
+def test_dcp_writer_prepare_makes_the_first_save_a_later_one(daemon):
+    """Writer.prepare() shares and registers the state's tensors ahead of the
+    first async_save, which then registers nothing (its stall is a later
+    save's); the step restores bit for bit."""
+    import ckpt.dcp as cd
+    torch.manual_seed(4)
+    sd = {"w": torch.randn(1 << 16), "b": torch.randn(100), "epoch": 3}
+    try:
+        w = cd.Writer("dcpprep", step=1, socket=daemon.sock)
+        w.prepare(sd)
+        cp = w._cp()
+        nbufs = len(cp.client._buffers)
+        assert nbufs >= 2 and sd["w"].is_shared() and sd["b"].is_shared()
+        resp = dcp.async_save(sd, storage_writer=w)
+        (resp.upload_completion if hasattr(resp, "upload_completion") else resp).result()
+        assert len(cp.client._buffers) == nbufs, "prepare() left nothing for the first save to register"
+        got = {"w": torch.zeros(1 << 16), "b": torch.zeros(100), "epoch": 0}
+        dcp.load(got, storage_reader=cd.Reader("dcpprep", step=1, socket=daemon.sock))
+        assert torch.equal(got["w"], sd["w"]) and torch.equal(got["b"], sd["b"]) and got["epoch"] == 3
+    finally:
+        cd.close_all()

@@ -227,11 +227,11 @@ class Writer(StorageWriter, AsyncStager):
         whose result() waits until the step is durable."""
         return self._cp().persist(self.step if step is None else step_of(step))
 
-    def stage(self, state_dict):
-        """AsyncStager.stage: hand state_dict's tensors to ckptd as a save of
-        this Writer's step (ValueError without one, TypeError for a dtype
-        ckptd lacks). Returns state_dict once staged; with async_staging at
-        once, or a concurrent.futures.Future of it where torch takes one."""
+    @staticmethod
+    def _items(state_dict):
+        """[(name, local tensor, global shape, offsets)] of state_dict's
+        values: each tensor's local box, each other value as its
+        torch.save bytes (TypeError for a dtype ckptd lacks)."""
         flat, _ = flatten_state_dict(state_dict)
         items = []
         for fqn, v in flat.items():
@@ -243,6 +243,23 @@ class Writer(StorageWriter, AsyncStager):
             else:
                 b = _bytes_tensor(v)
                 items.append((BYTES_PREFIX + fqn, b, (b.numel(),), (0,)))
+        return items
+
+    def prepare(self, state_dict):
+        """Do now what the first save of state_dict would: move its CPU
+        tensors into shared memory and register them with the daemon, with
+        a buffer for its other values' bytes (Checkpointer.prepare's
+        counterpart; Writers of one identity share the registrations). The first dcp.async_save of those tensors then
+        stalls only as long as a later one: without prepare() it also pays
+        one copy of the state into shared memory. Optional."""
+        self._cp()._bind([(n, t) for n, t, _, _ in self._items(state_dict)])
+
+    def stage(self, state_dict):
+        """AsyncStager.stage: hand state_dict's tensors to ckptd as a save of
+        this Writer's step (ValueError without one, TypeError for a dtype
+        ckptd lacks). Returns state_dict once staged; with async_staging at
+        once, or a concurrent.futures.Future of it where torch takes one."""
+        items = self._items(state_dict)
         fut, sizes = self._save(items)  # refuses a Writer without step=
         step = int(self.step)
         self._last = fut
@@ -480,43 +497,51 @@ class Reader(StorageReader):
 
     def read_data(self, plan, planner):
         """StorageReader.read_data: load plan's items from ckptd in one load
-        and hand them to the planner (tensors copied into its targets, bytes
-        to load_bytes). Returns a completed torch Future; errors raise."""
+        and hand them to the planner. Each tensor lands in its target in
+        place when it can (a contiguous tensor of the saved dtype: bound as
+        Checkpointer.load binds, zero-copy), else in a tensor of its own,
+        copied over after; bytes go to load_bytes. Returns a completed
+        torch Future; errors raise."""
         cp = self._cp()
-        specs, total = [], 0
+        # (item, name bound: unique per item, so two boxes of one tensor
+        # never share a scratch buffer; tensor filled; target or None)
+        fills = []
         for item in plan.items:
             if item.type == LoadItemType.BYTE_IO:
                 name = BYTES_PREFIX + item.storage_index.fqn
-                _, shape, nbytes = self._saved[name]
-                specs.append((item, TensorSpec(name, "u8", shape, None, total, nbytes)))
-            else:
-                name = item.storage_index.fqn
-                dtype, shape, _ = self._saved[name]
-                offs = tuple(int(c) + int(s) for c, s in zip(item.storage_index.offset, item.storage_offsets))
-                lens = tuple(int(n) for n in item.lengths)
-                es = torch.empty((), dtype=TORCH_DTYPES[dtype]).element_size()
-                nbytes = es
-                for n in lens:
-                    nbytes *= n
-                specs.append((item, TensorSpec(name, dtype, shape, None, total, nbytes, offs, lens)))
-            total += (specs[-1][1].nbytes + 63) // 64 * 64
-        buf = cp.client.alloc(max(total, 64))
+                fills.append((item, name, torch.empty(self._saved[name][2], dtype=torch.uint8), None))
+                continue
+            name = item.storage_index.fqn
+            dtype = TORCH_DTYPES[self._saved[name][0]]
+            target = planner.resolve_tensor(item).detach()
+            fill = target if target.dtype == dtype else torch.empty(tuple(target.shape), dtype=dtype)
+            fills.append((item, f"{name}@{tuple(int(o) for o in item.storage_index.offset)}", fill, target))
+        bound = [(n, f) for _, n, f, _ in fills]
+        specs = cp._bind(bound)
         try:
-            for _, s in specs:
-                s.buffer = buf
-            cp.client.load([s for _, s in specs], self._resolved).result()
-            raw = torch.frombuffer(buf.view, dtype=torch.uint8)
-            for item, s in specs:
-                data = raw[s.offset:s.offset + s.nbytes]
+            for (item, _, fill, _), s in zip(fills, specs):
                 if item.type == LoadItemType.BYTE_IO:
-                    planner.load_bytes(item, io.BytesIO(data.numpy().tobytes()))
-                else:
-                    src = data.view(TORCH_DTYPES[s.dtype]).view(s.lengths)
-                    target = planner.resolve_tensor(item).detach()
-                    target.copy_(src)
-                    planner.commit_tensor(item, target)
+                    s.name = BYTES_PREFIX + item.storage_index.fqn
+                    s.shape = self._saved[s.name][1]
+                    continue
+                s.name = item.storage_index.fqn
+                s.shape = self._saved[s.name][1]
+                s.offsets = tuple(int(c) + int(o) for c, o in zip(item.storage_index.offset, item.storage_offsets))
+                s.lengths = tuple(int(n) for n in item.lengths)
+            cp.client.load(specs, self._resolved).result()
+            cp._copy_out(bound, specs)
         finally:
-            buf.free()
+            for n, _ in bound:  # scratch of this read only (non-contiguous targets)
+                buf = cp._scratch.pop(n, None)
+                if buf is not None:
+                    cp._release(buf, False)
+        for item, _, fill, target in fills:
+            if target is None:
+                planner.load_bytes(item, io.BytesIO(fill.numpy().tobytes()))
+                continue
+            if fill is not target:
+                target.copy_(fill)
+            planner.commit_tensor(item, target)
         out = torch.futures.Future()
         out.set_result(None)
         return out
