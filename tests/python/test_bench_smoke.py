@@ -1,6 +1,6 @@
 """The Python benchmarks still run (not timed): tests/bench/py_stall.py,
 tests/bench/py_loop.py and tests/bench/py_tensors.py on a tiny state
-against a real ckptd."""
+against a real ckptd, and tests/bench/s3_peers.py against moto."""
 import os
 import re
 import subprocess
@@ -55,3 +55,22 @@ def test_py_tensors_runs(daemon, tmp_path):
     rows = json.loads(out_json.read_text())["rows"]
     assert [r["tensors"] for r in rows] == [10, 200]
     assert all(r["daemon_ms"] > 0 and r["later_ms"] > 0 for r in rows)
+
+
+def test_s3_peers_runs(tmp_path):
+    """Every ckptd and boto3 contender saves and restores (bit for bit,
+    checked by the bench) through moto; s3torchconnector's rows run where
+    it is installed, else say so."""
+    build = os.path.dirname(os.path.dirname(os.environ["CKPTD_BIN"]))
+    p = subprocess.run([sys.executable, os.path.join(BENCH, "s3_peers.py"), "--build", build, "--server", "moto",
+                        "--size-mb", "4", "--ranks", "2", "--ceiling-procs", "1"],
+                       capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python")))
+    assert p.returncode == 0, p.stdout + p.stderr
+    for ranks in (2,):
+        for who in ("ckptd Checkpointer", "ckptd DCP async_save", "boto3 upload_fileobj"):
+            row = re.search(r"^\| moto \(plain\) \| " + str(ranks) + r" \| " + re.escape(who)
+                            + r" \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \|$", p.stdout, re.M)
+            assert row, (ranks, who, p.stdout)
+            assert float(row.group(2)) > 0 and float(row.group(3)) > 0
+    assert re.search(r"moto \(plain\): 1 processes of 8 threads, 16 MiB parts: upload \d+ MB/s", p.stdout), p.stdout
