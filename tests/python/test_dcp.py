@@ -265,3 +265,27 @@ def test_dcp_writer_prepare_makes_the_first_save_a_later_one(daemon):
         assert torch.equal(got["w"], sd["w"]) and torch.equal(got["b"], sd["b"]) and got["epoch"] == 3
     finally:
         cd.close_all()
+
+
+def test_dcp_load_into_other_dtype_and_non_contiguous_targets(daemon):
+    """Reader.read_data loads a contiguous target of the saved dtype in
+    place, and anything else (another dtype, a transposed view) through a
+    tensor of its own; what only the read used is unregistered after."""
+    import ckpt.dcp as cd
+    torch.manual_seed(5)
+    sd = {"same": torch.randn(300), "wider": torch.randn(64), "t": torch.randn(4, 8), "epoch": 7}
+    try:
+        dcp.save(sd, storage_writer=cd.Writer("dcptargets", step=2, socket=daemon.sock))
+        got = {"same": torch.zeros(300), "wider": torch.zeros(64, dtype=torch.float64),
+               "t": torch.zeros(8, 4).t(), "epoch": 0}
+        assert not got["t"].is_contiguous()
+        rd = cd.Reader("dcptargets", step=2, socket=daemon.sock)
+        dcp.load(got, storage_reader=rd)
+        assert torch.equal(got["same"], sd["same"]) and got["same"].is_shared(), "loaded in place"
+        assert got["wider"].dtype == torch.float64 and torch.equal(got["wider"], sd["wider"].double())
+        assert torch.equal(got["t"], sd["t"]) and got["epoch"] == 7
+        cp = rd._cp()
+        assert not any("@" in n for n in cp._scratch), "the read's scratch buffers are gone"
+        assert len(cp._shared) == 1, "only the in-place target stays registered"
+    finally:
+        cd.close_all()

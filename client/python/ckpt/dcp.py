@@ -249,9 +249,10 @@ class Writer(StorageWriter, AsyncStager):
         """Do now what the first save of state_dict would: move its CPU
         tensors into shared memory and register them with the daemon, with
         a buffer for its other values' bytes (Checkpointer.prepare's
-        counterpart; Writers of one identity share the registrations). The first dcp.async_save of those tensors then
-        stalls only as long as a later one: without prepare() it also pays
-        one copy of the state into shared memory. Optional."""
+        counterpart; Writers of one identity share the registrations). The
+        first dcp.async_save of those tensors then stalls only as long as a
+        later one: without prepare() it also pays one copy of the state
+        into shared memory. Optional."""
         self._cp()._bind([(n, t) for n, t, _, _ in self._items(state_dict)])
 
     def stage(self, state_dict):
@@ -531,10 +532,18 @@ class Reader(StorageReader):
             cp.client.load(specs, self._resolved).result()
             cp._copy_out(bound, specs)
         finally:
-            for n, _ in bound:  # scratch of this read only (non-contiguous targets)
+            # What only this read used goes: scratch (non-contiguous
+            # targets) and the registrations of its own tensors (bytes,
+            # another dtype), which would otherwise stay mapped in the
+            # daemon until the next bind.
+            for _, n, fill, target in fills:
                 buf = cp._scratch.pop(n, None)
                 if buf is not None:
                     cp._release(buf, False)
+                elif fill is not target and fill.device.type == "cpu":
+                    got = cp._shared.pop(fill.untyped_storage().data_ptr(), None)
+                    if got is not None:
+                        cp._release(got[0], False)
         for item, _, fill, target in fills:
             if target is None:
                 planner.load_bytes(item, io.BytesIO(fill.numpy().tobytes()))
