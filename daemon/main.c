@@ -626,5 +626,5 @@ int main(int argc, char **argv)
 	store_free(d->store);
 	for (size_t i = 0; i < d->cfg.ntenants; i++)
 		store_free(d->tenant_store[i]);
-	return d->exit_code;
+	return 0;
 }

@@ -110,7 +110,7 @@ struct stats {
 	/* peers (daemon/peer/): counted on its threads */
 	atomic_uint_fast64_t peer_bytes_sent, peer_bytes_received, peer_link_errors, peer_restores;
 	atomic_uint_fast64_t held_copies_failed; /* a load's copy in memory failed its crc (load.c) */
-	uint64_t store_retries, store_failures;
+	uint64_t store_failures;
 	struct histogram stall_hist, durable_hist;
 	uint64_t requests[STATS_MSG_SLOTS];        /* received, by Frame body case (msgtab.c) */
 	const char *request_name[STATS_MSG_SLOTS]; /* of the request messages; set by msgtab_init */
@@ -186,7 +186,6 @@ struct daemon {
 	char gc_pending[16][129]; /* jobs whose retention should run next */
 	uint32_t ngc_pending;
 	uv_signal_t sigterm, sigint, sighup;
-	int exit_code;
 	uv_timer_t drain_timer;
 	bool draining;
 	uint64_t start_ns;

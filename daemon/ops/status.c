@@ -199,7 +199,11 @@ int status_snapshot(const struct daemon *d, struct status *st)
 	v[ST_SAVES_FAILED_OTHER] = s->saves_failed - s->saves_superseded - s->saves_skipped;
 	v[ST_SAVES_FAILED] = s->saves_failed;
 	v[ST_STORE_DIRECT_BYTES] = (uint64_t)d->store->direct_bytes;
-	v[ST_STORE_RETRIES] = s->store_retries + (uint64_t)d->store->retries;
+	/* Every store's: the daemon's and each tenant's own. */
+	v[ST_STORE_RETRIES] = (uint64_t)d->store->retries;
+	for (size_t i = 0; i < d->cfg.ntenants; i++)
+		if (d->tenant_store[i])
+			v[ST_STORE_RETRIES] += (uint64_t)d->tenant_store[i]->retries;
 	v[ST_STORE_FAILURES] = s->store_failures;
 	v[ST_MANIFEST_READS] = catalog_manifest_gets();
 	v[ST_STEP_INDEX_READS] = catalog_index_gets();

@@ -45,8 +45,6 @@ struct http_req {
 	bool overflow; /* the body was larger than dst_len/resp_max */
 	char etag[160];
 	int64_t content_length; /* from the answer's header, -1 if none */
-	/* Engine-private. */
-	void *priv;
 };
 
 int http_init(struct http **out, const struct http_opts *o, char *err, size_t errlen);

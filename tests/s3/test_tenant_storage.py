@@ -43,7 +43,13 @@ def test_tenant_with_its_own_s3_credentials(moto, bucket, tmp_path, proxy):
     conf = (f"[tenant.team-s3]\nsocket = {sock_s3}\n" + tenant_storage(bucket, proxy, creds, "team") +
             f"[tenant.team-fs]\nsocket = {sock_fs}\n")
     d = Daemon(tmp_path, f"file://{tmp_path / 'store'}", no_aws_env(), conf=conf).start()
+    # The tenant's store throttles twice: its retries are the daemon's
+    # (ckptd_store_retries_total counts every store's, not only its own).
+    proxy.add_rule("PUT", "/runs/team-s3/llama/", ("status", 503, "SlowDown"), count=2)
     example(str(sock_s3), "llama")
+    assert proxy.count("PUT", "/runs/team-s3/llama/", 503) == 2
+    retried = [l for l in d.ctl("metrics").splitlines() if l.startswith("ckptd_store_retries_total")]
+    assert retried and int(retried[0].split()[-1]) >= 2, retried
     assert "verified OK" in example(str(sock_s3), "llama", restore_only=True)
     example(str(sock_fs), "llama")
     # team-s3's step is in the bucket under its prefix; team-fs's on disk.
