@@ -623,6 +623,9 @@ int main(int argc, char **argv)
 	pool_fini(&d->pool);
 	journal_close(d->journal);
 	mancache_free(d->mancache);
+	for (uint32_t i = 0; i < d->ngc_pending; i++)
+		free(d->gc_pending[i]);
+	free(d->gc_pending);
 	store_free(d->store);
 	for (size_t i = 0; i < d->cfg.ntenants; i++)
 		store_free(d->tenant_store[i]);

@@ -716,6 +716,8 @@ const struct config_key config_keys[] = {
 	    .help = "tests only: pause in the middle of each shard write"),
 	KEY("debug", "manifest_delay_ms", cfg_u32, debug_manifest_delay_ms, CFG_RESTART | CFG_DEBUG,
 	    .help = "tests only: pause in each manifest fetch of the cache"),
+	KEY("debug", "gc_delay_ms", cfg_u32, debug_gc_delay_ms, CFG_RESTART | CFG_DEBUG,
+	    .help = "tests only: pause at the start of each retention pass after a durable step"),
 	KEY("debug", "corrupt_held", cfg_bool, debug_corrupt_held, CFG_RESTART | CFG_DEBUG,
 	    .help = "tests only: flip one byte of each copy the memory tier keeps"),
 	KEY("debug", "corrupt_replica", cfg_bool, debug_corrupt_replica, CFG_RESTART | CFG_DEBUG,

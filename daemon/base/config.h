@@ -215,6 +215,8 @@ struct config {
 	uint32_t debug_store_delay_ms;
 	/* testing only: sleep this long in every manifest fetch of the cache */
 	uint32_t debug_manifest_delay_ms;
+	/* testing only: sleep this long at the start of every retention pass after a durable step */
+	uint32_t debug_gc_delay_ms;
 	/* testing only: flip one byte of each copy the memory tier keeps */
 	bool debug_corrupt_held;
 	/* testing only: flip one byte of each replica sent to a peer, on the way */

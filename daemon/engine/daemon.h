@@ -183,8 +183,8 @@ struct daemon {
 	uint32_t nloads; /* loads and catalogue requests on the threadpool */
 	struct load_list loads;
 	bool gc_running;
-	char gc_pending[16][129]; /* jobs whose retention should run next */
-	uint32_t ngc_pending;
+	char **gc_pending; /* jobs whose retention should run next (malloc'd names) */
+	uint32_t ngc_pending, gc_pending_cap;
 	uv_signal_t sigterm, sigint, sighup;
 	uv_timer_t drain_timer;
 	bool draining;

@@ -1216,7 +1216,10 @@ static void auto_gc_kick(struct daemon *d);
 
 static void auto_run(uv_work_t *w)
 {
-	gc_run_all(w->data);
+	struct gc_work *g = w->data;
+	if (g->d->cfg.debug_gc_delay_ms)
+		usleep((useconds_t)g->d->cfg.debug_gc_delay_ms * 1000);
+	gc_run_all(g);
 }
 
 static void auto_done(uv_work_t *w, int status)
@@ -1235,10 +1238,10 @@ static void auto_gc_kick(struct daemon *d)
 {
 	if (d->gc_running || d->ngc_pending == 0 || d->draining)
 		return;
-	const char *jobs[16];
+	/* gc_prepare copies the names: the list is free for the next ones. */
+	struct gc_work *g = gc_prepare(d, (const char *const *)d->gc_pending, d->ngc_pending);
 	for (uint32_t i = 0; i < d->ngc_pending; i++)
-		jobs[i] = d->gc_pending[i];
-	struct gc_work *g = gc_prepare(d, jobs, d->ngc_pending);
+		free(d->gc_pending[i]);
 	d->ngc_pending = 0;
 	if (g == NULL)
 		return;
@@ -1261,8 +1264,24 @@ void catalog_gc_after_durable(struct daemon *d, const char *job)
 	for (uint32_t i = 0; i < d->ngc_pending; i++)
 		if (strcmp(d->gc_pending[i], job) == 0)
 			goto kick;
-	if (d->ngc_pending < 16)
-		snprintf(d->gc_pending[d->ngc_pending++], sizeof(d->gc_pending[0]), "%s", job);
+	/* Every job waits its turn, however many finish a step while a
+	 * retention pass runs; without memory its pass waits for its next
+	 * durable step, and the log says so. */
+	if (d->ngc_pending == d->gc_pending_cap) {
+		uint32_t cap = d->gc_pending_cap ? 2 * d->gc_pending_cap : 16;
+		char **grown = realloc(d->gc_pending, cap * sizeof(*grown));
+		if (grown == NULL)
+			goto lost;
+		d->gc_pending = grown;
+		d->gc_pending_cap = cap;
+	}
+	if ((d->gc_pending[d->ngc_pending] = strdup(job)) == NULL)
+		goto lost;
+	d->ngc_pending++;
 kick:
+	auto_gc_kick(d);
+	return;
+lost:
+	log_warn("out of memory: retention of job %s runs after its next durable step", job);
 	auto_gc_kick(d);
 }

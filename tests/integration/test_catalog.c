@@ -690,6 +690,38 @@ static void test_retention_after_durable(void **state)
 	assert_int_equal(s[2], 13);
 }
 
+/* More jobs finish a step while a retention pass runs (slowed to 3 s by
+ * [debug] gc_delay_ms) than a fixed list of 16 held: every job's retention
+ * still runs, none waits for its next step. */
+static void test_retention_of_many_jobs_waiting_for_a_pass(void **state)
+{
+	(void)state;
+	const char *group = "[job.gcjob]\nkeep_last = 2\nkeep_every = 10\n[job.grace]\nincomplete_grace = 1s\n";
+	assert_int_equal(h_stop(&D), 0);
+	h_start(&D, "[retention]\nkeep_last = 1\n[debug]\ngc_delay_ms = 3000\n");
+	save_steps("many-first", 1, 1); /* a pass starts, and sleeps */
+	char job[32];
+	for (int j = 0; j < 24; j++) {
+		snprintf(job, sizeof(job), "many%02d", j);
+		save_steps(job, 1, 2);
+	}
+	for (int j = 0; j < 24; j++) {
+		snprintf(job, sizeof(job), "many%02d", j);
+		uint64_t s[8];
+		size_t n = 0;
+		for (int i = 0; i < 300; i++) { /* the passes run in the background */
+			steps_of(job, s, &n);
+			if (n == 1)
+				break;
+			usleep(50 * 1000);
+		}
+		assert_int_equal(n, 1);
+		assert_int_equal(s[0], 2);
+	}
+	assert_int_equal(h_stop(&D), 0);
+	h_start(&D, group);
+}
+
 static void test_gc_dry_run_and_rm(void **state)
 {
 	(void)state;
@@ -945,6 +977,7 @@ int main(void)
 		cmocka_unit_test(test_ctl_ls_and_parallel_verify),
 		cmocka_unit_test(test_ctl_show_long_names),
 		cmocka_unit_test(test_retention_after_durable),
+		cmocka_unit_test(test_retention_of_many_jobs_waiting_for_a_pass),
 		cmocka_unit_test(test_gc_dry_run_and_rm),
 		cmocka_unit_test(test_example_restores_at_other_world_size),
 		cmocka_unit_test(test_planted_fifo_and_symlink),
