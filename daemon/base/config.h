@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "names.h"
+
 #define CONFIG_MAX_IDS 32
 
 #define DEFAULT_SOCKET_PATH "/run/ckptd/ckptd.sock"
@@ -91,7 +93,7 @@ enum job_key {
 /* One [job.NAME] section: what it sets overrides [pool], [limits] and
  * [retention] for that job. */
 struct job_config {
-	char name[129];
+	char name[JOB_BUF];
 	uint32_t set; /* bit per enum job_key */
 	struct retention retention;
 	enum admit_policy policy;

@@ -311,7 +311,7 @@ int catalog_read_commit(struct store *s, const char *job, uint64_t step, char *a
  * complete: it is being removed, or was damaged. */
 static int use_commit(struct store *s, const char *job, struct catalog_step *cs)
 {
-	char attempt[ATTEMPT_MAX_LEN + 1];
+	char attempt[ATTEMPT_BUF];
 	uint32_t ws;
 	int r = catalog_read_commit(s, job, cs->step, attempt, sizeof(attempt), &ws);
 	if (r == -ENOENT) { /* removed since the LIST */
@@ -657,7 +657,7 @@ static bool index_tried(const char *key, const struct catalog_group *g)
 	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 	static struct {
 		char key[768];
-		char attempt[ATTEMPT_MAX_LEN + 1];
+		char attempt[ATTEMPT_BUF];
 		int64_t mtime_ns;
 	} recent[16];
 	static unsigned next;

@@ -23,7 +23,7 @@
 #define CATALOG_MAX_GROUPS 64
 
 struct catalog_group {
-	char attempt[ATTEMPT_MAX_LEN + 1];
+	char attempt[ATTEMPT_BUF];
 	uint32_t world_size;
 	uint32_t count;         /* ranks with a manifest */
 	uint64_t bytes;         /* of its shards, as listed */

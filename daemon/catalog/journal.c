@@ -162,7 +162,7 @@ struct upload {
 /* An upload's shard and manifest (B, closed by E). */
 struct entry {
 	uint64_t id;
-	char attempt[129], shard[768], man[768];
+	char attempt[ATTEMPT_BUF], shard[768], man[768];
 	bool ended;
 };
 
@@ -170,7 +170,7 @@ struct entry {
  * closed by F: key set, job empty). */
 struct removal {
 	uint64_t id, step;
-	char job[129], key[768];
+	char job[JOB_BUF], key[768];
 	bool ended;
 };
 

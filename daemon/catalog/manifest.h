@@ -7,13 +7,12 @@
 #include <stdint.h>
 
 #include "ckpt.pb-c.h"
+#include "names.h"
 
 #define MANIFEST_FORMAT_VERSION 1
 #define MANIFEST_MAX_BYTES (256u << 20)
 /* The largest world size: object names carry ranks in five digits. */
 #define MANIFEST_WORLD_MAX 99999u
-#define JOB_MAX_LEN 128
-#define ATTEMPT_MAX_LEN 128
 
 /* The layout (docs/architecture.md, "Storage layout"). In the directory
  * "<job>/step-<12 digits>/" of a step:
@@ -70,7 +69,7 @@ enum step_obj {
 struct step_name {
 	enum step_obj kind;
 	uint32_t rank, world_size;
-	char attempt[ATTEMPT_MAX_LEN + 1]; /* "" in format 1 names */
+	char attempt[ATTEMPT_BUF]; /* "" in format 1 names */
 };
 /* What a name in a step directory is. Never fails: unknown names (other
  * nodes' temporaries, stray files) are OBJ_OTHER. */

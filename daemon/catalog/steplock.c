@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "names.h"
+
 struct entry {
-	char job[129];
+	char job[JOB_BUF];
 	uint64_t step;
 	unsigned saving;
 	bool deleting;

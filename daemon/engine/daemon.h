@@ -47,7 +47,7 @@ struct peer_want {
 /* A copy a peer holds (peer_list). */
 struct peer_copy {
 	char peer[128];
-	char job[129], attempt[129];
+	char job[JOB_BUF], attempt[ATTEMPT_BUF];
 	uint32_t rank, world_size;
 	uint64_t step, bytes;
 	int tier;
@@ -60,7 +60,7 @@ struct peer_copy {
 
 /* A failed save (save.c, enter_failed): what its trainer was told. */
 struct save_failure {
-	char job[129];
+	char job[JOB_BUF];
 	uint64_t step;
 	uint32_t rank;
 	int status;      /* 0 or -errno */

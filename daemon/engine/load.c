@@ -46,7 +46,7 @@ struct load {
 	struct daemon *d;
 	struct session *session;
 	uint64_t req_id;
-	char job[129];
+	char job[JOB_BUF];
 	uint32_t rank, world_size;
 	bool latest;
 	uint64_t step;
@@ -1127,7 +1127,7 @@ void load_start(struct daemon *d, const struct requester *rq, const Ckpt__Load *
 	}
 }
 
-size_t load_busy_jobs(struct daemon *d, char (*out)[129], size_t max)
+size_t load_busy_jobs(struct daemon *d, char (*out)[JOB_BUF], size_t max)
 {
 	size_t n = 0;
 	struct load *ld;

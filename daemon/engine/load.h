@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "ckpt.pb-c.h"
+#include "names.h"
 
 struct daemon;
 struct requester;
@@ -15,6 +16,6 @@ struct requester;
 void load_start(struct daemon *d, const struct requester *rq, const Ckpt__Load *m);
 /* The jobs of loads in flight (at most max): retention and rm leave their
  * steps alone. */
-size_t load_busy_jobs(struct daemon *d, char (*out)[129], size_t max);
+size_t load_busy_jobs(struct daemon *d, char (*out)[JOB_BUF], size_t max);
 
 #endif

@@ -72,7 +72,7 @@ void memtier_drop_corrupt(struct daemon *d, struct save *sv)
  * copies, whatever its step or attempt, and a replica from one peer never
  * one from another. */
 struct group {
-	char job[129];
+	char job[JOB_BUF];
 	uint32_t rank;
 	bool replica;
 	char peer[128]; /* a replica's: the peer it is held for */

@@ -22,7 +22,7 @@ struct persist {
 	TAILQ_ENTRY(persist) link;
 	struct session *session;
 	uint64_t req_id;
-	char job[129];
+	char job[JOB_BUF];
 	uint64_t step;
 	uint64_t *waiting; /* save ids still uploading */
 	size_t nwaiting;

@@ -674,7 +674,7 @@ static void persist_ended(struct save *sv, int status)
 	sv->status = 0;
 	sv->msg[0] = '\0';
 	bool gc_here = status == 0 && sv->rank == 0;
-	char sv_job[129];
+	char sv_job[JOB_BUF];
 	snprintf(sv_job, sizeof(sv_job), "%s", sv->job);
 	memtier_settle(d, sv); /* sv may be freed */
 	if (gc_here && d->on_durable)
@@ -692,7 +692,7 @@ static void enter_durable(struct save *sv, enum save_state old)
 		return;
 	}
 	struct log_ctx lctx = { .job = sv->job, .rank = sv->rank, .step = (int64_t)sv->step, .save_id = sv->id };
-	char sv_job[129];
+	char sv_job[JOB_BUF];
 	snprintf(sv_job, sizeof(sv_job), "%s", sv->job); /* sv may be freed below */
 	bool gc_here = sv->rank == 0;
 	sv->durable = true;

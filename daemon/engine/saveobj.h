@@ -99,7 +99,7 @@ struct save {
 	bool replica, from_peer;
 	char peer[128];
 	char replicated_to[256]; /* a replicated save: the peers that hold it, comma-separated */
-	char job[129], attempt[129];
+	char job[JOB_BUF], attempt[ATTEMPT_BUF];
 	uint32_t rank, world_size;
 	uint64_t step;
 	enum admit_policy policy;

@@ -68,7 +68,7 @@ static void upload_fail(struct save *sv, int err, const char *fmt, ...)
  * changes. */
 static int check_not_pinned(struct save *sv)
 {
-	char attempt[ATTEMPT_MAX_LEN + 1];
+	char attempt[ATTEMPT_BUF];
 	uint32_t ws;
 	store_clear_error();
 	int r = catalog_read_commit(daemon_store_of(sv->d, sv->job), sv->job, sv->step, attempt, sizeof(attempt), &ws);

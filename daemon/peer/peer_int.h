@@ -94,7 +94,7 @@ struct peer {
 	 * sweep), under mu: per job, rank -> 1 + an index in names (0:
 	 * unknown), so a job of 4096 ranks costs 16 KiB, whatever its ring. */
 	struct holders {
-		char job[129];
+		char job[JOB_BUF];
 		int swept;         /* 0: not yet; 1: being swept; 2: swept */
 		uint64_t again_ns; /* a sweep that missed a peer: not before */
 		uint32_t n;
@@ -192,8 +192,8 @@ struct listing {
 	bool all_ranks;
 	Ckpt__HeldCopy *v;
 	size_t n;
-	char (*jobs)[129];
-	char (*attempts)[129];
+	char (*jobs)[JOB_BUF];
+	char (*attempts)[ATTEMPT_BUF];
 };
 void hold_list(struct daemon *d, void *arg);
 

@@ -109,7 +109,7 @@ static Ckpt__StepInfo **infos_ptrs(struct infos *x)
 
 struct list_req {
 	struct bgreq base;
-	char job[129];
+	char job[JOB_BUF];
 	struct infos out;
 };
 
@@ -323,7 +323,7 @@ static bool job_arg(struct session *s, uint64_t req_id, const char *job, bool re
 
 void list_start(struct session *s, uint64_t req_id, const Ckpt__ListRequest *m)
 {
-	char job[129];
+	char job[JOB_BUF];
 	if (!job_arg(s, req_id, m->job, false, job, sizeof(job)))
 		return;
 	struct list_req *l = calloc(1, sizeof(*l));
@@ -342,13 +342,13 @@ void list_start(struct session *s, uint64_t req_id, const Ckpt__ListRequest *m)
 
 struct step_req {
 	struct bgreq base;
-	char job[129];
+	char job[JOB_BUF];
 	uint64_t step;
 	struct catalog_step cs;
 	bool have_cs;
 	bool one_rank; /* show, verify: this rank's manifest only */
 	uint32_t rank;
-	char attempt[ATTEMPT_MAX_LEN + 1]; /* verify of one rank: its manifest's name */
+	char attempt[ATTEMPT_BUF]; /* verify of one rank: its manifest's name */
 	uint32_t world_size;
 	bool found;                /* verify of one rank: its manifest was there */
 	uint32_t world_size_asked; /* show of one rank: the session's world size */
@@ -747,7 +747,7 @@ static void step_destroy(struct bgreq *b)
 static void step_start(struct session *s, uint64_t req_id, const char *name, uint64_t step, bool verify, bool one_rank,
 		       uint32_t rank, const char *attempt, uint32_t world_size)
 {
-	char job[129];
+	char job[JOB_BUF];
 	if (!job_arg(s, req_id, name, true, job, sizeof(job)))
 		return;
 	if (verify && one_rank &&
@@ -776,7 +776,7 @@ static void step_start(struct session *s, uint64_t req_id, const char *name, uin
 
 void show_start(struct session *s, uint64_t req_id, const Ckpt__ShowRequest *m)
 {
-	char job[129];
+	char job[JOB_BUF];
 	if (!job_arg(s, req_id, m->job, true, job, sizeof(job)))
 		return;
 	/* A step held here in memory only is answered from the copies. */
@@ -795,7 +795,7 @@ void verify_start(struct session *s, uint64_t req_id, const Ckpt__VerifyRequest 
 
 struct resolve_req {
 	struct bgreq base;
-	char job[129];
+	char job[JOB_BUF];
 	bool latest;
 	uint64_t step;
 	struct catalog_step cs;
@@ -855,7 +855,7 @@ static void resolve_destroy(struct bgreq *b)
 
 void resolve_start(struct session *s, uint64_t req_id, const Ckpt__ResolveRequest *m)
 {
-	char job[129];
+	char job[JOB_BUF];
 	if (!session_request_job(s, req_id, m->job, "resolve", job, sizeof(job)))
 		return;
 	struct resolve_req *q = calloc(1, sizeof(*q));
@@ -876,11 +876,11 @@ void resolve_start(struct session *s, uint64_t req_id, const Ckpt__ResolveReques
 
 struct busy {
 	struct {
-		char job[129];
+		char job[JOB_BUF];
 		uint64_t step;
 	} * steps;
 	size_t nsteps;
-	char (*jobs)[129]; /* jobs with loads in flight: all their steps */
+	char (*jobs)[JOB_BUF]; /* jobs with loads in flight: all their steps */
 	size_t njobs;
 };
 
@@ -924,7 +924,7 @@ static void busy_free(struct busy *b)
 
 struct del_req {
 	struct bgreq base;
-	char job[129];
+	char job[JOB_BUF];
 	uint64_t step;
 };
 
@@ -983,7 +983,7 @@ static void del_destroy(struct bgreq *b)
 
 void delete_start(struct session *s, uint64_t req_id, const Ckpt__DeleteRequest *m)
 {
-	char job[129];
+	char job[JOB_BUF];
 	if (!job_arg(s, req_id, m->job, true, job, sizeof(job)))
 		return;
 	struct busy b;
@@ -1014,7 +1014,7 @@ void delete_start(struct session *s, uint64_t req_id, const Ckpt__DeleteRequest 
 /* ---- retention / gc ---- */
 
 struct gc_job {
-	char name[129];
+	char name[JOB_BUF];
 	struct retention retention;
 };
 
@@ -1194,7 +1194,7 @@ static void gc_req_destroy(struct bgreq *b)
 
 void gc_start(struct session *s, uint64_t req_id, const Ckpt__GcRequest *m)
 {
-	char job[129];
+	char job[JOB_BUF];
 	if (!job_arg(s, req_id, m->job, false, job, sizeof(job)))
 		return;
 	const char *one = job;

@@ -47,8 +47,8 @@ struct session {
 	int tenant;
 	bool admin;
 	bool hello_done;
-	char job[129]; /* as ckptd keeps it: TENANT/NAME under a tenant */
-	char attempt[129];
+	char job[JOB_BUF]; /* as ckptd keeps it: TENANT/NAME under a tenant */
+	char attempt[ATTEMPT_BUF];
 	uint32_t rank, world_size, local_rank;
 	int policy; /* enum admit_policy from Hello, or -1 */
 	/* The key of the job's replicas, from the secret Hello gave

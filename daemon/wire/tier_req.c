@@ -84,7 +84,7 @@ static void held_answer(struct session *s, uint64_t req_id, const char *job, boo
 /* With peers: their copies are asked for on the threadpool. */
 struct held_req {
 	struct bgreq base;
-	char job[129];
+	char job[JOB_BUF];
 	uint32_t rank;
 	struct peer_copy *pc;
 	size_t npc;
@@ -112,7 +112,7 @@ static void held_destroy(struct bgreq *b)
 
 void held_start(struct session *s, uint64_t req_id, const Ckpt__HeldRequest *m)
 {
-	char job[129];
+	char job[JOB_BUF];
 	if (!session_request_job(s, req_id, m->job, "held", job, sizeof(job)))
 		return;
 	if (!m->all_ranks && s->job[0] == '\0') {
@@ -146,7 +146,7 @@ void held_start(struct session *s, uint64_t req_id, const Ckpt__HeldRequest *m)
 
 void persist_request(struct session *s, uint64_t req_id, const Ckpt__PersistRequest *m)
 {
-	char job[129];
+	char job[JOB_BUF];
 	if (!session_request_job(s, req_id, m->job, "persist", job, sizeof(job)))
 		return;
 	struct requester rq = session_requester(s, req_id);
@@ -255,11 +255,11 @@ int list_held(struct bgreq *b, const char *job, Ckpt__StepInfo **v, size_t *n)
 	/* Storage steps held here too: where their copies are. */
 	for (size_t i = 0; i < listed; i++) {
 		Ckpt__StepInfo *si = &(*v)[i];
-		char kept[129];
-		if (b->strip)
-			snprintf(kept, sizeof(kept), "%s/%s", d->cfg.tenants[b->tenant].name, si->job);
-		else
-			snprintf(kept, sizeof(kept), "%s", si->job);
+		char kept[JOB_BUF];
+		int kl = b->strip ? snprintf(kept, sizeof(kept), "%s/%s", d->cfg.tenants[b->tenant].name, si->job)
+				  : snprintf(kept, sizeof(kept), "%s", si->job);
+		if (kl < 0 || (size_t)kl >= sizeof(kept))
+			return -ENAMETOOLONG; /* never a cut name: it could be another job's */
 		bool memory_only;
 		const struct save *one;
 		size_t here = step_copies(d, kept, si->step, 0, &memory_only, &one);
