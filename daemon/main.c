@@ -21,6 +21,7 @@
 #include "backends.h"
 #include "store.h"
 #include "workq.h"
+#include "macro.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -128,7 +129,7 @@ static const struct option base_opts[] = {
 	{ "probe-storage", no_argument, NULL, 'P' },
 	{ NULL, 0, NULL, 0 },
 };
-static struct option opts[32 + sizeof(base_opts) / sizeof(base_opts[0])];
+static struct option opts[32 + ELEMENTSOF(base_opts)];
 
 static void build_opts(void)
 {

@@ -2,6 +2,7 @@
 #include "wire.h"
 
 #include "log.h"
+#include "macro.h"
 
 #include <arpa/inet.h>
 #include <assert.h>
@@ -66,7 +67,7 @@ static const char *const policy_names[] = {
 
 int config_parse_policy(const char *s, enum admit_policy *out)
 {
-	for (size_t i = 0; i < sizeof(policy_names) / sizeof(policy_names[0]); i++)
+	for (size_t i = 0; i < ELEMENTSOF(policy_names); i++)
 		if (strcmp(s, policy_names[i]) == 0) {
 			*out = (enum admit_policy)i;
 			return 0;
@@ -76,7 +77,7 @@ int config_parse_policy(const char *s, enum admit_policy *out)
 
 const char *config_policy_name(enum admit_policy p)
 {
-	return (size_t)p < sizeof(policy_names) / sizeof(policy_names[0]) ? policy_names[p] : "block";
+	return (size_t)p < ELEMENTSOF(policy_names) ? policy_names[p] : "block";
 }
 
 /* "50%" or a size: exactly one of *pct, *bytes is set. */
@@ -723,7 +724,7 @@ const struct config_key config_keys[] = {
 	KEY("debug", "corrupt_replica", cfg_bool, debug_corrupt_replica, CFG_RESTART | CFG_DEBUG,
 	    .help = "tests only: flip one byte of each replica sent to a peer, on the wire"),
 };
-const size_t config_nkeys = sizeof(config_keys) / sizeof(config_keys[0]);
+const size_t config_nkeys = ELEMENTSOF(config_keys);
 
 #define JOB_KEY(key, ty, fld, ...) \
 	{ \

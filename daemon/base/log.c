@@ -1,4 +1,5 @@
 #include "log.h"
+#include "macro.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -69,7 +70,7 @@ size_t log_json_line(enum log_level lvl, const struct log_ctx *ctx, const char *
 		return 0;
 	at += strftime(out, len, "{\"time\":\"%Y-%m-%dT%H:%M:%S", &tm);
 	at += (size_t)snprintf(out + at, len - at, ".%03ldZ\",\"level\":\"%s\",\"msg\":\"", now->tv_nsec / 1000000,
-			       (unsigned)lvl < sizeof(names) / sizeof(names[0]) && names[lvl] ? names[lvl] : "info");
+			       (unsigned)lvl < ELEMENTSOF(names) && names[lvl] ? names[lvl] : "info");
 	at = json_str(out, len - tail, at, msg);
 	at += (size_t)snprintf(out + at, len - at, "\"");
 	if (ctx && ctx->job && ctx->job[0]) {
@@ -104,7 +105,7 @@ int log_parse_level(const char *name, enum log_level *out)
 		{ "info", LOG_LVL_INFO },
 		{ "debug", LOG_LVL_DEBUG },
 	};
-	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+	for (size_t i = 0; i < ELEMENTSOF(t); i++) {
 		if (strcmp(name, t[i].n) == 0) {
 			*out = t[i].l;
 			return 0;
@@ -171,7 +172,7 @@ static uint64_t now_ms(void)
 static int rate_ok(const char *site, unsigned *was)
 {
 	*was = 0;
-	size_t h = ((uintptr_t)site >> 4) % (sizeof(rates) / sizeof(rates[0]));
+	size_t h = ((uintptr_t)site >> 4) % ELEMENTSOF(rates);
 	struct rate *r = &rates[h];
 	uint64_t now = now_ms();
 	if (r->site != site || now - r->window_start_ms >= rate_window_ms) {

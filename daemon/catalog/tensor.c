@@ -1,5 +1,6 @@
 #include "tensor.h"
 #include "ckpt.pb-c.h"
+#include "macro.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -21,7 +22,7 @@ static const struct {
 
 size_t tensor_dtype_size(int dtype)
 {
-	return dtype > 0 && dtype < (int)(sizeof(dtypes) / sizeof(dtypes[0])) ? dtypes[dtype].size : 0;
+	return dtype > 0 && dtype < (int)ELEMENTSOF(dtypes) ? dtypes[dtype].size : 0;
 }
 
 const char *tensor_dtype_name(int dtype)

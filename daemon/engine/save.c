@@ -13,6 +13,7 @@
 #include "tensor.h"
 #include "upload.h"
 #include "wire.h"
+#include "macro.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -34,7 +35,7 @@ static const char *const state_name[] = {
 	[SAVE_HELD] = "held",       [SAVE_KEPT] = "kept",           [SAVE_DONE] = "done",
 	[SAVE_FAILED] = "failed",
 };
-_Static_assert(sizeof(state_name) / sizeof(state_name[0]) == SAVE_FAILED + 1, "a save state without a name");
+_Static_assert(ELEMENTSOF(state_name) == SAVE_FAILED + 1, "a save state without a name");
 
 static void save_set_state(struct save *sv, enum save_state st);
 
@@ -839,7 +840,7 @@ static void (*const on_enter[])(struct save *sv, enum save_state old) = {
 	[SAVE_DONE] = enter_durable,
 	[SAVE_FAILED] = enter_failed,
 };
-_Static_assert(sizeof(on_enter) / sizeof(on_enter[0]) == SAVE_FAILED + 1, "a save state without a row");
+_Static_assert(ELEMENTSOF(on_enter) == SAVE_FAILED + 1, "a save state without a row");
 
 static void save_set_state(struct save *sv, enum save_state st)
 {

@@ -5,6 +5,7 @@
 #include "clock.h"
 #include "store.h"
 #include "status.h"
+#include "macro.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -131,7 +132,7 @@ int metrics_format(const struct status *st, char **out, size_t *len)
 		{ "ckptd_tenant_pool_bytes", "Pool bytes held by saves not yet durable, by tenant.",
 		  offsetof(struct status_tenant, pool_bytes), true },
 	};
-	for (size_t k = 0; st->ntenants && k < sizeof(tcols) / sizeof(tcols[0]); k++) {
+	for (size_t k = 0; st->ntenants && k < ELEMENTSOF(tcols); k++) {
 		metric(&b, tcols[k].name, "gauge", tcols[k].help);
 		for (uint32_t i = 0; i < st->ntenants; i++) {
 			const char *p = (const char *)&st->tenants[i] + tcols[k].off;

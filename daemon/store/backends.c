@@ -1,5 +1,6 @@
 #include "backends.h"
 #include "objstore.h"
+#include "macro.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -11,7 +12,7 @@ static const struct store_scheme schemes[] = {
 	{ "s3", "s3", "bucket/prefix", true, objstore_open, &store_s3_dialect, objstore_check },
 	{ "gs", "gcs", "bucket/prefix", true, objstore_open, &store_gcs_dialect, objstore_check },
 };
-#define NSCHEMES (sizeof(schemes) / sizeof(schemes[0]))
+#define NSCHEMES ELEMENTSOF(schemes)
 
 const struct store_scheme *store_scheme_of(const char *url)
 {

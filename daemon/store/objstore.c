@@ -25,6 +25,7 @@
 #include "log.h"
 #include "sigv4.h"
 #include "xmlmini.h"
+#include "macro.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -969,11 +970,11 @@ static int set_opt(struct objstore *s, const char *k, const char *v, char *ca, s
 		"connect_timeout_ms", "low_speed_time_s", "list_page",          "credentials_file", "profile"
 	};
 	size_t ki = 0;
-	while (ki < sizeof(known) / sizeof(known[0]) && strcmp(k, known[ki]) != 0)
+	while (ki < ELEMENTSOF(known) && strcmp(k, known[ki]) != 0)
 		ki++;
-	if (ki == sizeof(known) / sizeof(known[0])) {
+	if (ki == ELEMENTSOF(known)) {
 		size_t l = (size_t)snprintf(err, errlen, "unknown option (known:");
-		for (size_t i = 0; i < sizeof(known) / sizeof(known[0]) && l < errlen; i++)
+		for (size_t i = 0; i < ELEMENTSOF(known) && l < errlen; i++)
 			l += (size_t)snprintf(err + l, errlen - l, " %s", known[i]);
 		if (l < errlen)
 			snprintf(err + l, errlen - l, ")");

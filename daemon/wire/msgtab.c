@@ -9,6 +9,7 @@
 #include "session.h"
 #include "status.h"
 #include "tier_req.h"
+#include "macro.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -208,12 +209,12 @@ static const struct msg_row rows[] = {
 	[CKPT__FRAME__BODY_HELD_REPLY] = NOT_REQUEST("held_reply"),
 };
 
-_Static_assert(sizeof(rows) / sizeof(rows[0]) <= STATS_MSG_SLOTS,
+_Static_assert(ELEMENTSOF(rows) <= STATS_MSG_SLOTS,
 	       "struct stats counts requests per body case: raise STATS_MSG_SLOTS");
 
 const struct msg_row *msg_row(int body_case)
 {
-	if (body_case < 0 || (size_t)body_case >= sizeof(rows) / sizeof(rows[0]) || rows[body_case].name == NULL)
+	if (body_case < 0 || (size_t)body_case >= ELEMENTSOF(rows) || rows[body_case].name == NULL)
 		return NULL;
 	return &rows[body_case];
 }
@@ -257,7 +258,7 @@ void msg_dispatch(struct session *s, const Ckpt__Frame *f)
 
 void msgtab_init(struct daemon *d)
 {
-	for (size_t m = 0; m < sizeof(rows) / sizeof(rows[0]); m++)
+	for (size_t m = 0; m < ELEMENTSOF(rows); m++)
 		if (rows[m].name != NULL && !(rows[m].flags & MSG_NOT_REQUEST))
 			d->stats.request_name[m] = rows[m].name;
 }

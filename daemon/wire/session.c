@@ -9,6 +9,7 @@
 #include "config.h"
 #include "cudadev.h"
 #include "clock.h"
+#include "macro.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -387,7 +388,7 @@ void session_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBu
 		want = s->d->cfg.max_fds_per_frame;
 	int fds[256];
 	size_t nfds = 0;
-	while (nfds < want && nfds < sizeof(fds) / sizeof(fds[0]) && (fds[nfds] = take_fd(s)) >= 0)
+	while (nfds < want && nfds < ELEMENTSOF(fds) && (fds[nfds] = take_fd(s)) >= 0)
 		nfds++;
 	/* More than the kind takes: not for a later frame (a frame's fds
 	 * arrive with its first byte), so close them. */
