@@ -22,6 +22,7 @@
 #include "store.h"
 #include "workq.h"
 #include "macro.h"
+#include "fsutil.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -299,14 +300,11 @@ static int start_process(struct daemon *d)
 		char *slash = strrchr(parent, '/');
 		if (slash)
 			*(slash == parent ? slash + 1 : slash) = '\0';
-		int fd = open(slash ? parent : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (fd < 0 || fsync(fd) != 0) {
-			log_err("state dir %s: making it durable: %s", d->cfg.state_dir, strerror(errno));
-			if (fd >= 0)
-				close(fd);
+		int r = fsync_dir(slash ? parent : ".");
+		if (r < 0) {
+			log_err("state dir %s: making it durable: %s", d->cfg.state_dir, strerror(-r));
 			return -1;
 		}
-		close(fd);
 	} else if (errno != EEXIST) {
 		log_err("state dir %s: %s", d->cfg.state_dir, strerror(errno));
 		return -1;

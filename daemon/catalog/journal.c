@@ -3,6 +3,7 @@
 #include "log.h"
 #include "manifest.h"
 #include "store.h"
+#include "fsutil.h"
 
 #include <assert.h>
 #include <ctype.h>
@@ -25,16 +26,6 @@ struct journal {
 	char path[1100], dir[1024];
 	uint64_t next_removal;
 };
-
-static int fsync_dir(const char *dir)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int r = fsync(fd) == 0 ? 0 : -errno;
-	close(fd);
-	return r;
-}
 
 int journal_open(const char *state_dir, struct journal **out, char *err, size_t errlen)
 {

@@ -15,6 +15,7 @@
  * process umask. */
 #include "store.h"
 #include "log.h"
+#include "fsutil.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -36,16 +37,6 @@ struct store_fs {
 };
 
 static atomic_uint_fast64_t tmp_counter;
-
-static int fsync_dir(const char *dir)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int r = fsync(fd) == 0 ? 0 : -errno;
-	close(fd);
-	return r;
-}
 
 static mode_t dir_mode(const struct store *s)
 {
