@@ -245,10 +245,11 @@ def ranks(op, world, base):
     port = free_port()
     procs = []
     for r in range(world):
-        spec = dict(base, op=op, rank=r, world=world, port=port)
+        # The environment (credentials) goes as the environment, not in argv.
+        spec = dict({k: v for k, v in base.items() if k != "env"}, op=op, rank=r, world=world, port=port)
         procs.append(subprocess.Popen([sys.executable, __file__, "--worker", json.dumps(spec)], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      env=base["env"] if "env" in base else None))
+                                      env=base.get("env")))
     for p in procs:
         line = p.stdout.readline()
         if line.strip() != "ready":
