@@ -44,7 +44,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -54,6 +53,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(os.path.dirname(here))
 sys.path.insert(0, os.path.join(here, "..", "s3"))
 sys.path.insert(0, os.path.join(root, "client", "python"))
+from moto_harness import free_port  # noqa: E402
 
 BUCKET = "bench"
 REGION = "us-east-1"
@@ -233,12 +233,6 @@ def worker(spec):
 
 # ---------------------------------------------------------------- driver
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def ranks(op, world, base):
     """Start world workers of op, let them go together, and give the
     slowest rank's times (or the first error)."""
@@ -277,10 +271,10 @@ def ranks(op, world, base):
 
 class Daemon:
     def __init__(self, a, tmp, m, staging):
+        """ckptd on m's bucket, with the workers' environment (m's keys)."""
         self.a, self.tmp, self.staging = a, tmp, staging
         self.sock = os.path.join(tmp, "ckptd.sock")
-        self.env = dict(os.environ, AWS_ACCESS_KEY_ID=m.access_key or "test",
-                        AWS_SECRET_ACCESS_KEY=m.secret_key or "test")
+        self.env = worker_env(a, m)
         self.url = f"s3://{BUCKET}/ckptd?endpoint={m.endpoint}&region={REGION}&path_style=1"
         self.p = None
 
