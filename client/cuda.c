@@ -79,11 +79,85 @@ static void close_fds(int *fds, size_t n)
 			close(fds[i]);
 }
 
-/* The start and size of the allocation holding p. */
-static CUresult alloc_range(CUdeviceptr p, CUdeviceptr *start, size_t *size)
+/* Whether the VMM allocation h is mapped at a. */
+static bool maps(CUmemGenericAllocationHandle h, CUdeviceptr a)
+{
+	CUmemGenericAllocationHandle x;
+	if (drv.cuMemRetainAllocationHandle(&x, (void *)(uintptr_t)a) != CUDA_SUCCESS)
+		return false;
+	drv.cuMemRelease(x);
+	return x == h;
+}
+
+/* How many whole granules g next to the one at base (dir -1: below, +1:
+ * above), at most max, map h: doubling steps, then halving (a mapping is
+ * one run of granules), so a 1 GiB allocation of 2 MiB granules costs
+ * about 18 questions, not 512. */
+static size_t same_run(CUmemGenericAllocationHandle h, CUdeviceptr base, size_t g, int dir, size_t max)
+{
+	size_t in = 0, out = max + 1;
+#define AT(k) (dir < 0 ? base - (CUdeviceptr)(k)*g : base + (CUdeviceptr)(k)*g)
+	for (size_t d = 1; in + d <= max; d *= 2) {
+		if (!maps(h, AT(in + d))) {
+			out = in + d;
+			break;
+		}
+		in += d;
+	}
+	while (out - in > 1) {
+		size_t mid = in + (out - in) / 2;
+		if (maps(h, AT(mid)))
+			in = mid;
+		else
+			out = mid;
+	}
+#undef AT
+	return in;
+}
+
+/* The start and size of the allocation holding p. For cudaMalloc memory
+ * the driver's RANGE_START_ADDR and RANGE_SIZE say it. For VMM memory they
+ * describe the whole reserved range (cuda.h says so, and on an H100,
+ * driver 580, a registration built on them asked the daemon to map a
+ * 1 GiB reservation with one 64 MiB allocation: cuMemMap failed with
+ * CUDA_ERROR_NOT_SUPPORTED): the allocation mapped at p is the run of
+ * granules around p that cuMemRetainAllocationHandle says map the same
+ * handle (the driver promises the handle value used to map), within that
+ * reservation. *handle (when given): that handle for VMM memory, else 0. */
+static CUresult alloc_range_h(CUdeviceptr p, CUdeviceptr *start, size_t *size, unsigned long long *handle)
 {
 	CUresult r = drv.cuPointerGetAttribute(start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p);
-	return r == CUDA_SUCCESS ? drv.cuPointerGetAttribute(size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p) : r;
+	if (r == CUDA_SUCCESS)
+		r = drv.cuPointerGetAttribute(size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p);
+	if (handle)
+		*handle = 0;
+	CUmemGenericAllocationHandle h;
+	if (r != CUDA_SUCCESS || drv.cuMemRetainAllocationHandle(&h, (void *)(uintptr_t)p) != CUDA_SUCCESS)
+		return r; /* not VMM memory: the range is the allocation */
+	CUmemAllocationProp prop;
+	size_t g = 0;
+	memset(&prop, 0, sizeof(prop));
+	r = drv.cuMemGetAllocationPropertiesFromHandle(&prop, h);
+	if (r == CUDA_SUCCESS)
+		r = drv.cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+	CUdeviceptr rs = *start, re = *start + *size, base = p & ~(CUdeviceptr)(g - 1);
+	if (r == CUDA_SUCCESS && (g == 0 || (g & (g - 1)) != 0 || base < rs || base + g > re))
+		r = CUDA_ERROR_INVALID_VALUE;
+	if (r == CUDA_SUCCESS) {
+		size_t below = same_run(h, base, g, -1, (size_t)((base - rs) / g));
+		size_t above = same_run(h, base, g, +1, (size_t)((re - base - g) / g));
+		*start = base - (CUdeviceptr)below * g;
+		*size = (below + 1 + above) * g;
+		if (handle)
+			*handle = (unsigned long long)h;
+	}
+	drv.cuMemRelease(h);
+	return r;
+}
+
+static CUresult alloc_range(CUdeviceptr p, CUdeviceptr *start, size_t *size)
+{
+	return alloc_range_h(p, start, size, NULL);
 }
 
 /* The mapped VMM allocations [devptr, devptr+nbytes) spans: an fd and a
@@ -157,8 +231,8 @@ int ckpt_cuda_identity(uint64_t devptr, size_t nbytes, uint64_t *ident)
 	while (at < end) {
 		CUdeviceptr s = 0;
 		size_t sz = 0;
-		unsigned long long id = 0;
-		CUresult cr = alloc_range(at, &s, &sz);
+		unsigned long long id = 0, vh = 0;
+		CUresult cr = alloc_range_h(at, &s, &sz, &vh);
 		if (cr == CUDA_SUCCESS)
 			cr = drv.cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, at);
 		if (cr != CUDA_SUCCESS || sz == 0 || s + sz <= at) {
@@ -166,7 +240,7 @@ int ckpt_cuda_identity(uint64_t devptr, size_t nbytes, uint64_t *ident)
 					   (unsigned long long)at, ename(cr));
 			return -EINVAL;
 		}
-		h = mix(mix(mix(h, s), sz), id);
+		h = mix(mix(mix(mix(h, s), sz), id), vh);
 		at = s + sz;
 	}
 	*ident = h;

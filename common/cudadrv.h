@@ -37,6 +37,10 @@
 	X(cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", \
 	  (CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType)) \
 	X(cuMemRelease, "cuMemRelease", (CUmemGenericAllocationHandle)) \
+	X(cuMemGetAllocationPropertiesFromHandle, "cuMemGetAllocationPropertiesFromHandle", \
+	  (CUmemAllocationProp *, CUmemGenericAllocationHandle)) \
+	X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", \
+	  (size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags)) \
 	X(cuMemAddressReserve, "cuMemAddressReserve", \
 	  (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long)) \
 	X(cuMemAddressFree, "cuMemAddressFree", (CUdeviceptr, size_t)) \

@@ -59,13 +59,22 @@ struct region {
 	uintptr_t base;
 	size_t size;
 	int dev;
-	int kind; /* 0 cuMemAlloc, 1 IPC-opened, 2 VMM mapping */
-	int fd;   /* kinds 0 and 1 */
+	int kind;       /* 0 cuMemAlloc, 1 IPC-opened, 2 VMM mapping */
+	int fd;         /* kinds 0 and 1 */
 	struct vmmh *h; /* kind 2 */
 	uint64_t id;    /* CU_POINTER_ATTRIBUTE_BUFFER_ID: never reused in a process */
 };
 static struct region *regions;
 static uint64_t next_region_id = 1;
+
+/* A cuMemAddressReserve range: what RANGE_START_ADDR and RANGE_SIZE say
+ * of a VMM mapping in it, as the real driver does (cuda.h). */
+struct resv {
+	struct resv *next;
+	uintptr_t base;
+	size_t size;
+};
+static struct resv *resvs;
 
 struct vmmh {
 	int fd;
@@ -89,7 +98,12 @@ struct fevent {
 	int fd; /* interprocess events: the memfd behind sh */
 };
 
-enum opkind { OP_COPY, OP_RECORD, OP_WAIT, OP_FILL };
+enum opkind {
+	OP_COPY,
+	OP_RECORD,
+	OP_WAIT,
+	OP_FILL
+};
 struct op {
 	struct op *next;
 	enum opkind kind;
@@ -354,8 +368,23 @@ API CUresult cuMemFree_v2(CUdeviceptr p)
 	return drop_region(p, 0);
 }
 
+/* Callers hold mu. The range RANGE_START_ADDR and RANGE_SIZE describe:
+ * for a VMM mapping its whole reservation, else the allocation. */
+static uintptr_t range_of(const struct region *r, size_t *size)
+{
+	if (r->kind == 2)
+		for (struct resv *v = resvs; v; v = v->next)
+			if (r->base >= v->base && r->base - v->base < v->size) {
+				*size = v->size;
+				return v->base;
+			}
+	*size = r->size;
+	return r->base;
+}
+
 API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr p)
 {
+	size_t n;
 	pthread_mutex_lock(&mu);
 	struct region *r = find_region((uintptr_t)p, 1);
 	if (r == NULL) {
@@ -364,8 +393,8 @@ API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdevic
 	}
 	CUresult res = CUDA_SUCCESS;
 	switch (attr) {
-	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = r->base; break;
-	case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = r->size; break;
+	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = range_of(r, &n); break;
+	case CU_POINTER_ATTRIBUTE_RANGE_SIZE: range_of(r, (size_t *)data); break;
 	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *(int *)data = r->kind == 0; break;
 	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = r->dev; break;
 	case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data = r->id; break;
@@ -487,22 +516,46 @@ API CUresult cuMemRelease(CUmemGenericAllocationHandle hh)
 	return CUDA_SUCCESS;
 }
 
-API CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
-				 unsigned long long flags)
+API CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr, unsigned long long flags)
 {
 	(void)align;
 	(void)addr;
 	(void)flags;
-	void *m = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (m == MAP_FAILED)
+	/* Aligned to the granularity, as the driver's. */
+	const size_t g = 2u << 20;
+	if (size == 0 || size % g != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct resv *v = calloc(1, sizeof(*v));
+	void *m = v ? mmap(NULL, size + g, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) : MAP_FAILED;
+	if (m == MAP_FAILED) {
+		free(v);
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	*p = (CUdeviceptr)(uintptr_t)m;
+	}
+	uintptr_t a = ((uintptr_t)m + g - 1) & ~(uintptr_t)(g - 1);
+	if (a > (uintptr_t)m)
+		munmap(m, a - (uintptr_t)m);
+	munmap((void *)(a + size), (uintptr_t)m + g - a);
+	pthread_mutex_lock(&mu);
+	*v = (struct resv){ .next = resvs, .base = a, .size = size };
+	resvs = v;
+	pthread_mutex_unlock(&mu);
+	*p = (CUdeviceptr)a;
 	return CUDA_SUCCESS;
 }
 
 API CUresult cuMemAddressFree(CUdeviceptr p, size_t size)
 {
-	return munmap((void *)(uintptr_t)p, size) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	for (struct resv **pp = &resvs; *pp; pp = &(*pp)->next)
+		if ((*pp)->base == (uintptr_t)p && (*pp)->size == size) {
+			struct resv *v = *pp;
+			*pp = v->next;
+			free(v);
+			pthread_mutex_unlock(&mu);
+			return munmap((void *)(uintptr_t)p, size) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+		}
+	pthread_mutex_unlock(&mu);
+	return CUDA_ERROR_INVALID_VALUE;
 }
 
 API CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle hh,
@@ -510,8 +563,12 @@ API CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAll
 {
 	(void)flags;
 	struct vmmh *h = (struct vmmh *)(uintptr_t)hh;
-	if (h == NULL || offset != 0 || size != h->size)
+	if (h == NULL || offset != 0)
 		return CUDA_ERROR_INVALID_VALUE;
+	/* What an H100 with driver 580 answered to a size over the
+	 * allocation's. */
+	if (size != h->size)
+		return CUDA_ERROR_NOT_SUPPORTED;
 	void *m = mmap((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, h->fd, 0);
 	if (m == MAP_FAILED)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -542,8 +599,8 @@ API CUresult cuMemUnmap(CUdeviceptr p, size_t size)
 				r = x;
 		if (r == NULL)
 			break;
-		mmap((void *)r->base, r->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
-		     -1, 0);
+		mmap((void *)r->base, r->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1,
+		     0);
 		vmmh_put(r->h);
 		del_region(r);
 	}
@@ -561,6 +618,19 @@ API CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *d
 	return r && size > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle hh)
+{
+	struct vmmh *h = (struct vmmh *)(uintptr_t)hh;
+	if (h == NULL || prop == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	memset(prop, 0, sizeof(*prop));
+	prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop->location.id = h->dev;
+	return CUDA_SUCCESS;
+}
+
 API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *out, void *addr)
 {
 	pthread_mutex_lock(&mu);
@@ -575,8 +645,8 @@ API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *out, void
 	return CUDA_SUCCESS;
 }
 
-API CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle hh,
-					  CUmemAllocationHandleType type, unsigned long long flags)
+API CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle hh, CUmemAllocationHandleType type,
+					  unsigned long long flags)
 {
 	(void)flags;
 	struct vmmh *h = (struct vmmh *)(uintptr_t)hh;
@@ -589,8 +659,7 @@ API CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandl
 	return CUDA_SUCCESS;
 }
 
-API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *out, void *os,
-					    CUmemAllocationHandleType type)
+API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *out, void *os, CUmemAllocationHandleType type)
 {
 	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -667,18 +736,14 @@ static void spin_wait(struct evshared *ev, uint64_t target)
 static void run_op(struct op *o)
 {
 	switch (o->kind) {
-	case OP_COPY:
-		memcpy(o->dst, o->src, o->n);
-		break;
+	case OP_COPY: memcpy(o->dst, o->src, o->n); break;
 	case OP_RECORD: {
 		uint64_t c = atomic_load(&o->ev->completed);
 		while (c < o->target && !atomic_compare_exchange_weak(&o->ev->completed, &c, o->target))
 			;
 		break;
 	}
-	case OP_WAIT:
-		spin_wait(o->ev, o->target);
-		break;
+	case OP_WAIT: spin_wait(o->ev, o->target); break;
 	case OP_FILL:
 		if (o->delay_us)
 			nanosleep(&(struct timespec){ o->delay_us / 1000000, (o->delay_us % 1000000) * 1000L }, NULL);
@@ -836,8 +901,7 @@ API CUresult cuEventCreate(CUevent *out, unsigned int flags)
 		}
 		e->sh = mmap(NULL, sizeof(struct evshared), PROT_READ | PROT_WRITE, MAP_SHARED, e->fd, 0);
 	} else {
-		e->sh = mmap(NULL, sizeof(struct evshared), PROT_READ | PROT_WRITE,
-			     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		e->sh = mmap(NULL, sizeof(struct evshared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	}
 	if (e->sh == MAP_FAILED) {
 		if (e->fd >= 0)

@@ -144,6 +144,27 @@ int main(int argc, char **argv)
 	CU(cuMemSetAccess(va, vbytes, &acc, 1));
 	uint32_t *vmm = (uint32_t *)va;
 
+	// What the driver says of a VMM chunk (cuda.h: RANGE_* describe the
+	// reservation, cuMemGetAddressRange the mapped region), and what
+	// libckpt makes of it: the chunk.
+	{
+		CUdeviceptr at = va + chunk + 4096, rs = 0, gb = 0;
+		size_t rsz = 0, gsz = 0;
+		unsigned long long id0 = 0, id1 = 0;
+		uint64_t as = 0, asz = 0;
+		CU(cuPointerGetAttribute(&rs, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, at));
+		CU(cuPointerGetAttribute(&rsz, CU_POINTER_ATTRIBUTE_RANGE_SIZE, at));
+		CU(cuMemGetAddressRange(&gb, &gsz, at));
+		CU(cuPointerGetAttribute(&id0, CU_POINTER_ATTRIBUTE_BUFFER_ID, va));
+		CU(cuPointerGetAttribute(&id1, CU_POINTER_ATTRIBUTE_BUFFER_ID, at));
+		int rc = ckpt_cuda_allocation(at, &as, &asz);
+		printf("vmm chunk 1 of %zu x %zu MiB: RANGE_* +%llu %zu MiB, cuMemGetAddressRange +%llu %zu MiB, "
+		       "buffer ids %llu %llu, ckpt_cuda_allocation %d +%llu %llu MiB\n",
+		       vbytes / chunk, chunk >> 20, (unsigned long long)(rs - va), rsz >> 20,
+		       (unsigned long long)(gb - va), gsz >> 20, id0, id1, rc, (unsigned long long)(as - va),
+		       (unsigned long long)(asz >> 20));
+	}
+
 	ckpt_hello hello = {};
 	hello.job = "gpu-test";
 	hello.world_size = 1;

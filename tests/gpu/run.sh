@@ -18,7 +18,9 @@
 # Environment: GIB (bench state, default 10), TENSORS (default 2000),
 # BENCH_ROUNDS (default 3), ONLY (roundtrip,pytest,bench: a subset),
 # STORE_ROOT (where the daemons' storage and the bench's files go, default
-# a temporary folder; /dev/shm keeps a slow disk out of the timings).
+# a temporary folder; /dev/shm keeps a slow disk out of the timings),
+# BENCH_ONLY (bench.py --only: ckpt,torch_save,dcp,...), BENCH_DAEMON_ARGS
+# (more ckptd arguments for the bench's daemon: --set pool.verify_held=false).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bench=0
@@ -119,10 +121,11 @@ fi
 if [[ ,$only, == *,bench,* ]]; then
   gib=${GIB:-10}
   echo "== bench: ${gib} GiB in ${TENSORS:-2000} tensors"
-  start_daemon bench "$(python3 -c "print(int(($gib * 2 + 1) * 1024))")M" --set retention.keep_last=1
+  # shellcheck disable=SC2086 # BENCH_DAEMON_ARGS: several words
+  start_daemon bench "$(python3 -c "print(int(($gib * 2 + 1) * 1024))")M" --set retention.keep_last=1 ${BENCH_DAEMON_ARGS:-}
   rc=0
   python3 "$root/tests/gpu/bench.py" --socket "$work/bench.sock" --dir "${STORE_ROOT:-$work}/bench-files" --gib "$gib" \
-    --tensors "${TENSORS:-2000}" --rounds "${BENCH_ROUNDS:-3}" || rc=$?
+    --tensors "${TENSORS:-2000}" --rounds "${BENCH_ROUNDS:-3}" ${BENCH_ONLY:+--only "$BENCH_ONLY"} || rc=$?
   grep -E "CUDA|pool|error" "$work/bench.log" | head -8
   stop_daemon
   [ $rc = 0 ] || fail+=("bench (exit $rc)")
