@@ -134,10 +134,10 @@ int save_manifest_view(const struct save *sv, Ckpt__Manifest *m, const char *sha
 	return 0;
 }
 
-void save_held_view(const struct save *sv, Ckpt__HeldCopy *h, size_t strip)
+void save_held_view(const struct save *sv, Ckpt__HeldCopy *h, const char *job)
 {
 	ckpt__held_copy__init(h);
-	h->job = (char *)sv->job + strip;
+	h->job = (char *)job;
 	h->rank = sv->rank;
 	h->world_size = sv->world_size;
 	h->step = sv->step;

@@ -156,9 +156,9 @@ void save_drop_events(struct save *sv);
  * memory-only copy has no shard name: "". */
 int save_manifest_view(const struct save *sv, Ckpt__Manifest *m, const char *shard_name, uint64_t created_unix_ns);
 void save_manifest_view_free(Ckpt__Manifest *m);
-/* sv as a HeldReply lists it (a view into sv; job from its strip'th
- * byte: a tenant's own name). */
-void save_held_view(const struct save *sv, Ckpt__HeldCopy *h, size_t strip);
+/* sv as a HeldReply lists it (a view into sv), its job named job (the
+ * name the requester knows it by: tenancy.h). */
+void save_held_view(const struct save *sv, Ckpt__HeldCopy *h, const char *job);
 /* Where step of job is in storage, for SaveDurable.location. */
 void save_step_location(struct daemon *d, const char *job, uint64_t step, char *out, size_t len);
 

@@ -165,7 +165,7 @@ void hold_list(struct daemon *d, void *arg)
 			break;
 		/* Copied: the reply is sent off the loop, when sv may be gone. */
 		Ckpt__HeldCopy *h = &l->v[l->n];
-		save_held_view(sv, h, 0);
+		save_held_view(sv, h, sv->job);
 		snprintf(l->jobs[l->n], sizeof(l->jobs[0]), "%s", sv->job);
 		snprintf(l->attempts[l->n], sizeof(l->attempts[0]), "%s", sv->attempt);
 		h->job = l->jobs[l->n];

@@ -49,9 +49,7 @@ void bgreq_start(struct session *s, uint64_t req_id, struct bgreq *r)
 	r->d = s->d;
 	r->session = s;
 	r->req_id = req_id;
-	r->tenant = s->tenant;
-	r->admin = s->admin;
-	r->strip = session_job_strip(s);
+	r->view = session_viewer(s);
 	r->work.data = r;
 	session_ref(s);
 	s->d->nloads++;

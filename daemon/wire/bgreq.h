@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "tenancy.h"
+
 struct daemon;
 struct session;
 
@@ -18,11 +20,8 @@ struct bgreq {
 	struct session *session;
 	uint64_t req_id;
 	uv_work_t work;
-	/* The session's view (docs/manual.md "Tenants"), taken at start: its tenant
-	 * (-1: none), admin, and how much of a kept job name it does not see. */
-	int tenant;
-	bool admin;
-	size_t strip;
+	/* The session's view (tenancy.h), taken at start. */
+	struct viewer view;
 	int status; /* 0 or -errno */
 	char msg[512];
 	void (*run)(struct bgreq *r);     /* threadpool */

@@ -14,6 +14,7 @@
 #include "save.h"
 #include "session.h"
 #include "steplock.h"
+#include "tenancy.h"
 #include "tier_req.h"
 
 #include <errno.h>
@@ -132,106 +133,13 @@ static int list_job(struct list_req *l, struct store *st, const char *job)
 			r = e;
 			break;
 		}
-		r = infos_add(&l->out, job + l->base.strip, &cs, NULL);
+		const char *shown = tenancy_shown(&l->base.view, job);
+		if (shown)
+			r = infos_add(&l->out, shown, &cs, NULL);
 		catalog_step_free(&cs);
 	}
 	free(steps);
 	return r;
-}
-
-/* The jobs a request may see: its tenant's, named TENANT/NAME; without
- * tenants every job; an admin's, every tenant's (TENANT/NAME) and the jobs
- * outside every tenant. One LIST per tenant. */
-static int visible_jobs(struct bgreq *b, char ***out, size_t *nout)
-{
-	struct store *st = b->d->store;
-	const struct config *c = &b->d->cfg;
-	if (b->tenant >= 0) {
-		struct store *ts = b->d->tenant_store[b->tenant] ? b->d->tenant_store[b->tenant] : st;
-		int e = catalog_jobs(ts, c->tenants[b->tenant].name, out, nout);
-		if (e == -ENOENT) { /* a tenant that saved nothing yet */
-			*out = NULL;
-			*nout = 0;
-			return 0;
-		}
-		return e;
-	}
-	char **top = NULL;
-	size_t n = 0;
-	int r = catalog_jobs(st, NULL, &top, &n);
-	if (r == -ENOENT) /* nothing saved yet (an object store's empty prefix) */
-		r = 0, top = NULL, n = 0;
-	if (r < 0 || !b->admin || c->ntenants == 0) {
-		*out = top;
-		*nout = n;
-		return r;
-	}
-	char **v = NULL;
-	size_t k = 0, cap = 0;
-	for (size_t i = 0; i < n && r == 0; i++) {
-		bool is_tenant = false;
-		for (size_t t = 0; t < c->ntenants; t++)
-			is_tenant |= strcmp(top[i], c->tenants[t].name) == 0 && b->d->tenant_store[t] == NULL;
-		char **sub = NULL, *one[1] = { top[i] };
-		size_t ns = 1;
-		if (is_tenant) {
-			r = catalog_jobs(st, top[i], &sub, &ns);
-			if (r == -ENOENT || r == -ENOTDIR)
-				r = 0, ns = 0;
-			if (r < 0)
-				break;
-		}
-		if (k + ns > cap) {
-			size_t nc = (k + ns) * 2 + 8;
-			char **nv = realloc(v, nc * sizeof(*v));
-			if (nv == NULL) {
-				r = -ENOMEM;
-				store_names_free(sub, is_tenant ? ns : 0);
-				break;
-			}
-			v = nv;
-			cap = nc;
-		}
-		for (size_t j = 0; j < ns; j++)
-			v[k++] = is_tenant ? sub[j] : one[j];
-		if (is_tenant) {
-			free(sub);
-			free(top[i]);
-		}
-		top[i] = NULL;
-	}
-	store_names_free(top, n); /* what was not moved */
-	/* Tenants with storage of their own: one LIST each, there. */
-	for (size_t t = 0; r == 0 && t < c->ntenants; t++) {
-		struct store *ts = b->d->tenant_store[t];
-		char **sub = NULL;
-		size_t ns = 0;
-		if (ts == NULL)
-			continue;
-		r = catalog_jobs(ts, c->tenants[t].name, &sub, &ns);
-		if (r == -ENOENT || r == -ENOTDIR) {
-			r = 0;
-			continue;
-		}
-		char **nv = r == 0 ? realloc(v, (k + ns + 1) * sizeof(*v)) : NULL;
-		if (r == 0 && nv == NULL)
-			r = -ENOMEM;
-		if (r < 0) {
-			store_names_free(sub, ns);
-			break;
-		}
-		v = nv;
-		for (size_t j = 0; j < ns; j++)
-			v[k++] = sub[j];
-		free(sub);
-	}
-	if (r < 0) {
-		store_names_free(v, k);
-		return r;
-	}
-	*out = v;
-	*nout = k;
-	return 0;
 }
 
 static void list_run(struct bgreq *b)
@@ -246,7 +154,7 @@ static void list_run(struct bgreq *b)
 	} else {
 		char **jobs = NULL;
 		size_t n = 0;
-		r = visible_jobs(b, &jobs, &n);
+		r = tenancy_jobs(b->d, &b->view, &jobs, &n);
 		for (size_t i = 0; i < n && r == 0; i++) {
 			r = list_job(l, st, jobs[i]);
 			if (r == -ENOENT || r == -ENOTDIR)
@@ -306,7 +214,7 @@ static void list_destroy(struct bgreq *b)
 	free(l);
 }
 
-/* The job a request names, as ckptd keeps it (session_job), in out ("" if
+/* The job a request names, as ckptd keeps it (tenancy_kept), in out ("" if
  * none and not required); false if refused (answered). */
 static bool job_arg(struct session *s, uint64_t req_id, const char *job, bool required, char *out, size_t outlen)
 {
@@ -314,11 +222,22 @@ static bool job_arg(struct session *s, uint64_t req_id, const char *job, bool re
 	out[0] = '\0';
 	if (!required && job[0] == '\0')
 		return true;
-	if (session_job(s, job, out, outlen, why, sizeof(why)) < 0) {
+	struct viewer v = session_viewer(s);
+	if (tenancy_kept(&v, job, out, outlen, why, sizeof(why)) < 0) {
 		session_reply(s, req_id, -EINVAL, "%s", why);
 		return false;
 	}
 	return true;
+}
+
+/* The name b's session knows job by (tenancy_shown); NULL after answering
+ * ENOENT, as for a job that does not exist, when it does not see it. */
+static const char *shown_or_reply(struct bgreq *b, const char *job)
+{
+	const char *shown = tenancy_shown(&b->view, job);
+	if (shown == NULL)
+		session_reply(b->session, b->req_id, -ENOENT, "no such job");
+	return shown;
 }
 
 void list_start(struct session *s, uint64_t req_id, const Ckpt__ListRequest *m)
@@ -617,9 +536,12 @@ static void verify_reply(struct bgreq *b)
 {
 	struct step_req *q = (struct step_req *)b;
 	Ckpt__StepInfo si;
+	const char *shown = shown_or_reply(b, q->job);
+	if (shown == NULL)
+		return;
 	if (q->one_rank) { /* no listing: what the request named */
 		ckpt__step_info__init(&si);
-		si.job = strdup(q->job + q->base.strip);
+		si.job = strdup(shown);
 		si.attempt_id = strdup(q->attempt);
 		si.step = q->step;
 		si.world_size = q->world_size;
@@ -631,7 +553,7 @@ static void verify_reply(struct bgreq *b)
 			session_reply(b->session, b->req_id, -ENOMEM, "out of memory");
 			return;
 		}
-	} else if (step_info(&si, q->job + q->base.strip, &q->cs) < 0) {
+	} else if (step_info(&si, shown, &q->cs) < 0) {
 		session_reply(b->session, b->req_id, -ENOMEM, "out of memory");
 		return;
 	}
@@ -686,11 +608,14 @@ static void show_reply(struct bgreq *b)
 			session_reply(b->session, b->req_id, -ENOENT, "the copy from the peer is gone again");
 		return;
 	}
+	const char *shown = shown_or_reply(b, q->job);
+	if (shown == NULL)
+		return;
 	struct catalog_group *g = &q->cs.groups[q->cs.best];
 	Ckpt__StepInfo si;
 	Ckpt__Manifest **ms = calloc(g->world_size, sizeof(*ms));
 	Ckpt__Manifest *copy = calloc(g->world_size, sizeof(*copy)); /* by_rank may be the cache's: read only */
-	if (ms == NULL || copy == NULL || step_info(&si, q->job + q->base.strip, &q->cs) < 0) {
+	if (ms == NULL || copy == NULL || step_info(&si, shown, &q->cs) < 0) {
 		free(ms);
 		free(copy);
 		session_reply(b->session, b->req_id, -ENOMEM, "out of memory");
@@ -832,7 +757,10 @@ static void resolve_reply(struct bgreq *b)
 {
 	struct resolve_req *q = (struct resolve_req *)b;
 	Ckpt__StepInfo si;
-	if (step_info(&si, q->job + q->base.strip, &q->cs) < 0) {
+	const char *shown = shown_or_reply(b, q->job);
+	if (shown == NULL)
+		return;
+	if (step_info(&si, shown, &q->cs) < 0) {
 		session_reply(b->session, b->req_id, -ENOMEM, "out of memory");
 		return;
 	}
@@ -1075,7 +1003,9 @@ static void gc_job_run(struct gc_work *g, const char *job, const struct retentio
 			}
 			log_info("gc: removed %s step %" PRIu64 " (%s)", job, v[i].step, v[i].reason);
 		}
-		(void)infos_add(&g->removed, job + g->base.strip, &cs[i], v[i].reason);
+		const char *shown = tenancy_shown(&g->base.view, job);
+		if (shown)
+			(void)infos_add(&g->removed, shown, &cs[i], v[i].reason);
 	}
 out:
 	for (size_t i = 0; i < n; i++)
@@ -1136,7 +1066,7 @@ static void gc_req_run(struct bgreq *b)
 	if (g->njobs == 0) {
 		char **names = NULL;
 		size_t n = 0;
-		int r = visible_jobs(b, &names, &n);
+		int r = tenancy_jobs(b->d, &b->view, &names, &n);
 		if (r < 0 && r != -ENOENT) {
 			bgreq_fail(b, r, "listing jobs in %s: %s", g->d->store->url, store_error(r));
 			return;

@@ -82,35 +82,31 @@ static void m_persist(struct session *s, const Ckpt__Frame *f)
 	persist_request(s, f->req_id, f->persist);
 }
 
-/* A kept job name "TENANT/..." of tenant t (strip: strlen(t) + 1). */
-static bool tenant_job(const char *job, const char *t, size_t strip)
-{
-	return strncmp(job, t, strip - 1) == 0 && job[strip - 1] == '/';
-}
-
 /* What a tenant's session may see of the status (docs/manual.md "Tenants"): its
  * own row, held copies and failed saves (under its own names; of the
  * node's last few failures, those of its jobs), no other tenant's, and no
- * names of files recovered at start. Node-wide numbers stay. */
+ * names of files recovered at start. Node-wide numbers stay. Which jobs,
+ * and by which names: tenancy.h. */
 static void status_for_tenant(const struct session *s, struct status *st)
 {
-	const char *t = session_tenant_name(s);
-	if (t == NULL)
-		return;
-	size_t strip = session_job_strip(s), w = 0;
+	if (s->tenant < 0)
+		return; /* an admin, or a ckptd without tenants: everything */
+	struct viewer view = session_viewer(s);
+	const char *shown;
+	uint32_t w = 0;
 	for (uint32_t i = 0; i < st->nheld; i++)
-		if (tenant_job(st->held[i].job, t, strip)) {
+		if ((shown = tenancy_shown(&view, st->held[i].job)) != NULL) {
 			st->held[w] = st->held[i];
-			st->held[w++].job += strip;
+			st->held[w++].job = shown;
 		}
-	st->nheld = (uint32_t)w;
+	st->nheld = w;
 	w = 0;
 	for (uint32_t i = 0; i < st->nfailures; i++)
-		if (tenant_job(st->failures[i].job, t, strip)) {
+		if ((shown = tenancy_shown(&view, st->failures[i].job)) != NULL) {
 			st->failures[w] = st->failures[i];
-			st->failures[w++].job += strip;
+			st->failures[w++].job = shown;
 		}
-	st->nfailures = (uint32_t)w;
+	st->nfailures = w;
 	st->tenants[0] = st->tenants[s->tenant];
 	st->ntenants = 1;
 	st->nrecovered = 0;
@@ -140,7 +136,16 @@ static void m_metrics(struct session *s, const Ckpt__Frame *f)
 {
 	char *text = NULL;
 	size_t len = 0;
-	if (metrics_render(s->d, &text, &len) < 0) {
+	/* A tenant's session sees what its status shows: its own row (the
+	 * HTTP listener, the operator's, shows every tenant). */
+	struct status st;
+	int r = status_snapshot(s->d, &st);
+	if (r == 0) {
+		status_for_tenant(s, &st);
+		r = metrics_format(&st, &text, &len);
+	}
+	status_release(&st);
+	if (r < 0) {
 		session_reply(s, f->req_id, -ENOMEM, "out of memory");
 		return;
 	}

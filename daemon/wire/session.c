@@ -259,7 +259,8 @@ void session_hello(struct session *s, uint64_t req_id, const Ckpt__Hello *h)
 	}
 	char job[sizeof(s->job)], why[512];
 	if (h->job[0] != '\0') {
-		if (session_job(s, h->job, job, sizeof(job), why, sizeof(why)) < 0) {
+		struct viewer v = session_viewer(s);
+		if (tenancy_kept(&v, h->job, job, sizeof(job), why, sizeof(why)) < 0) {
 			session_close(s, -EINVAL, "%s", why);
 			return;
 		}
@@ -691,9 +692,9 @@ const char *session_tenant_name(const struct session *s)
 	return s->tenant >= 0 ? s->d->cfg.tenants[s->tenant].name : NULL;
 }
 
-size_t session_job_strip(const struct session *s)
+struct viewer session_viewer(const struct session *s)
 {
-	return s->tenant >= 0 ? strlen(s->d->cfg.tenants[s->tenant].name) + 1 : 0;
+	return (struct viewer){ .cfg = &s->d->cfg, .tenant = s->tenant, .admin = s->admin };
 }
 
 bool session_request_job(struct session *s, uint64_t req_id, const char *name, const char *what, char *out,
@@ -708,63 +709,12 @@ bool session_request_job(struct session *s, uint64_t req_id, const char *name, c
 		snprintf(out, outlen, "%s", s->job); /* kept already */
 		return true;
 	}
-	if (session_job(s, name, out, outlen, why, sizeof(why)) < 0) {
+	struct viewer v = session_viewer(s);
+	if (tenancy_kept(&v, name, out, outlen, why, sizeof(why)) < 0) {
 		session_reply(s, req_id, -EINVAL, "%s", why);
 		return false;
 	}
 	return true;
-}
-
-/* What a job name may be, for every refusal of one: a client that only
- * hears "invalid" cannot tell which character, or the name, is at fault. */
-#define JOB_RULE "1-%d characters of [A-Za-z0-9._-], not starting with '.' and without '..'"
-
-int session_job(const struct session *s, const char *name, char *out, size_t outlen, char *err, size_t errlen)
-{
-	const struct config *c = &s->d->cfg;
-	const char *tenant = session_tenant_name(s);
-	const char *slash = strchr(name, '/');
-	if (slash == NULL || tenant) {
-		if (!manifest_name_valid(name, JOB_MAX_LEN)) {
-			snprintf(err, errlen, "job name '%.64s' must be " JOB_RULE "%s", name, JOB_MAX_LEN,
-				 tenant && slash ? " (a tenant's session names its jobs without 'TENANT/')" : "");
-			return -EINVAL;
-		}
-		int n = tenant ? snprintf(out, outlen, "%s/%s", tenant, name) : snprintf(out, outlen, "%s", name);
-		if (n < 0 || (size_t)n >= outlen || (size_t)n > JOB_MAX_LEN) {
-			snprintf(err, errlen, "job name '%.64s' is too long with the tenant's prefix '%s/' (%d in all)",
-				 name, tenant ? tenant : "", JOB_MAX_LEN);
-			return -EINVAL;
-		}
-		return 0;
-	}
-	/* TENANT/NAME: an admin's (or, without tenants, nobody's). */
-	bool known = false;
-	for (size_t i = 0; i < c->ntenants; i++)
-		known |= strlen(c->tenants[i].name) == (size_t)(slash - name) &&
-			 strncmp(c->tenants[i].name, name, (size_t)(slash - name)) == 0;
-	if (c->ntenants == 0) {
-		snprintf(err, errlen,
-			 "job name '%.64s' must be " JOB_RULE
-			 " (TENANT/NAME only for an admin, of a configured tenant; this ckptd has no tenants)",
-			 name, JOB_MAX_LEN);
-		return -EINVAL;
-	}
-	if (!known) {
-		snprintf(err, errlen,
-			 "job name '%.64s' must be NAME, " JOB_RULE
-			 ", or TENANT/NAME of a configured tenant ('%.*s' is none)",
-			 name, JOB_MAX_LEN, (int)(slash - name < 33 ? slash - name : 33), name);
-		return -EINVAL;
-	}
-	if (!manifest_job_valid(name) || strlen(name) >= outlen) {
-		snprintf(err, errlen,
-			 "job name '%.64s' must be TENANT/NAME, at most %d characters in all, with NAME " JOB_RULE,
-			 name, JOB_MAX_LEN, JOB_MAX_LEN);
-		return -EINVAL;
-	}
-	snprintf(out, outlen, "%s", name);
-	return 0;
 }
 
 int session_start(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid, int tenant, bool admin)

@@ -15,6 +15,7 @@
 #include "daemon.h"
 #include "bufmap.h"
 #include "hostbuf.h"
+#include "tenancy.h"
 
 struct outmsg {
 	STAILQ_ENTRY(outmsg) link;
@@ -78,20 +79,14 @@ struct session {
 /* Takes ownership of fd (a connected, non-blocking socket), which is
  * tenant (-1: none) or an admin (server.c decided). */
 int session_start(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid, int tenant, bool admin);
-/* The job a client names (in Hello or a request) as ckptd keeps it, in
- * out: under the session's tenant, "TENANT/NAME"; an admin names
- * TENANT/NAME itself (or a job outside every tenant). 0, or -EINVAL with
- * err saying why. Another tenant's job cannot be named at all, so its
- * errors are those of a job that does not exist. */
-int session_job(const struct session *s, const char *name, char *out, size_t outlen, char *err, size_t errlen);
-/* The job a request names (session_job), or the session's own when it
+/* The session's view of jobs (tenancy.h decides what it sees and how it
+ * names them). */
+struct viewer session_viewer(const struct session *s);
+/* The job a request names (tenancy_kept), or the session's own when it
  * names none: true with it in out; false when refused (answered: a
  * control session must name one; what says which request). */
 bool session_request_job(struct session *s, uint64_t req_id, const char *name, const char *what, char *out,
 			 size_t outlen);
-/* How many leading bytes of a kept job name the client does not see
- * ("TENANT/" for a tenant's session; 0 for admins and without tenants). */
-size_t session_job_strip(const struct session *s);
 /* The session's tenant's name, or NULL. */
 const char *session_tenant_name(const struct session *s);
 /* Queue a frame; sets version. Failures close the session. */

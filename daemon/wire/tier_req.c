@@ -49,17 +49,20 @@ static void held_answer(struct session *s, uint64_t req_id, const char *job, boo
 		session_reply(s, req_id, -ENOMEM, "out of memory");
 		return;
 	}
-	size_t strip = session_job_strip(s);
+	struct viewer view = session_viewer(s);
+	const char *shown;
 	TAILQ_FOREACH (sv, &d->held, hlink)
-		if (listed(d, sv, job, all_ranks, rank)) {
-			save_held_view(sv, &v[k], strip);
+		if (listed(d, sv, job, all_ranks, rank) && (shown = tenancy_shown(&view, sv->job)) != NULL) {
+			save_held_view(sv, &v[k], shown);
 			p[k] = &v[k];
 			k++;
 		}
-	for (size_t i = 0; i < npc; i++, k++) {
+	for (size_t i = 0; i < npc; i++) {
+		if ((shown = tenancy_shown(&view, pc[i].job)) == NULL)
+			continue; /* a peer's answer about another job */
 		Ckpt__HeldCopy *h = &v[k];
 		ckpt__held_copy__init(h);
-		h->job = (char *)pc[i].job + (strlen(pc[i].job) >= strip ? strip : 0);
+		h->job = (char *)shown;
 		h->rank = pc[i].rank;
 		h->world_size = pc[i].world_size;
 		h->step = pc[i].step;
@@ -68,7 +71,7 @@ static void held_answer(struct session *s, uint64_t req_id, const char *job, boo
 		h->tier = (Ckpt__Tier)pc[i].tier;
 		h->durable = pc[i].durable;
 		h->peer = (char *)pc[i].peer;
-		p[k] = h;
+		p[k++] = h;
 	}
 	Ckpt__HeldReply rep = CKPT__HELD_REPLY__INIT;
 	rep.n_held = k;
@@ -183,8 +186,10 @@ bool show_held(struct session *s, uint64_t req_id, const char *job, uint64_t ste
 	struct daemon *d = s->d;
 	bool memory_only;
 	const struct save *one;
+	struct viewer view = session_viewer(s);
+	const char *shown = tenancy_shown(&view, job);
 	size_t n = step_copies(d, job, step, rank, &memory_only, &one);
-	if (n == 0 || !memory_only)
+	if (n == 0 || !memory_only || shown == NULL)
 		return false;
 	size_t nm = one_rank ? 1 : n, k = 0;
 	Ckpt__Manifest *ms = calloc(nm, sizeof(*ms));
@@ -198,7 +203,7 @@ bool show_held(struct session *s, uint64_t req_id, const char *job, uint64_t ste
 			continue;
 		r = save_manifest_view(sv, &ms[k], "", 0);
 		if (r == 0) {
-			ms[k].job += session_job_strip(s);
+			ms[k].job = (char *)shown;
 			ms[k].extra_state.len = 0; /* as show from storage: the user's, and possibly large */
 			mp[k] = &ms[k];
 			k++;
@@ -208,7 +213,7 @@ bool show_held(struct session *s, uint64_t req_id, const char *job, uint64_t ste
 		char where[96];
 		where_of(where, sizeof(where), n, one->world_size, false);
 		Ckpt__StepInfo si = CKPT__STEP_INFO__INIT;
-		si.job = (char *)job + session_job_strip(s);
+		si.job = (char *)shown;
 		si.step = step;
 		si.complete = n == one->world_size;
 		si.ranks_present = (uint32_t)n;
@@ -236,18 +241,6 @@ bool show_held(struct session *s, uint64_t req_id, const char *job, uint64_t ste
 	return true;
 }
 
-/* May b's session see job (kept name)? Its tenant's jobs; an admin, or
- * anyone without tenants, every job; otherwise jobs outside tenants. */
-static bool visible(const struct bgreq *b, const char *job)
-{
-	const struct config *c = &b->d->cfg;
-	if (b->tenant >= 0) {
-		size_t tl = strlen(c->tenants[b->tenant].name);
-		return strncmp(job, c->tenants[b->tenant].name, tl) == 0 && job[tl] == '/';
-	}
-	return b->admin || c->ntenants == 0 || config_tenant_of_job(c, job) == NULL;
-}
-
 int list_held(struct bgreq *b, const char *job, Ckpt__StepInfo **v, size_t *n)
 {
 	struct daemon *d = b->d;
@@ -256,10 +249,9 @@ int list_held(struct bgreq *b, const char *job, Ckpt__StepInfo **v, size_t *n)
 	for (size_t i = 0; i < listed; i++) {
 		Ckpt__StepInfo *si = &(*v)[i];
 		char kept[JOB_BUF];
-		int kl = b->strip ? snprintf(kept, sizeof(kept), "%s/%s", d->cfg.tenants[b->tenant].name, si->job)
-				  : snprintf(kept, sizeof(kept), "%s", si->job);
-		if (kl < 0 || (size_t)kl >= sizeof(kept))
-			return -ENAMETOOLONG; /* never a cut name: it could be another job's */
+		int e = tenancy_unshown(&b->view, si->job, kept, sizeof(kept));
+		if (e < 0)
+			return e;
 		bool memory_only;
 		const struct save *one;
 		size_t here = step_copies(d, kept, si->step, 0, &memory_only, &one);
@@ -274,11 +266,12 @@ int list_held(struct bgreq *b, const char *job, Ckpt__StepInfo **v, size_t *n)
 	/* Steps in memory only: one entry per (job, step). */
 	struct save *sv;
 	TAILQ_FOREACH (sv, &d->held, hlink) {
-		if (sv->durable || (job[0] && strcmp(sv->job, job) != 0) || !visible(b, sv->job))
+		const char *shown = tenancy_shown(&b->view, sv->job);
+		if (sv->durable || (job[0] && strcmp(sv->job, job) != 0) || shown == NULL)
 			continue;
 		bool seen = false;
 		for (size_t i = listed; i < *n && !seen; i++)
-			seen = (*v)[i].step == sv->step && strcmp((*v)[i].job, sv->job + b->strip) == 0;
+			seen = (*v)[i].step == sv->step && strcmp((*v)[i].job, shown) == 0;
 		if (seen)
 			continue;
 		bool memory_only;
@@ -295,7 +288,7 @@ int list_held(struct bgreq *b, const char *job, Ckpt__StepInfo **v, size_t *n)
 		if (sv->replicated_to[0]) /* this rank's replicas: the node's go to the same peers */
 			snprintf(where + strlen(where), sizeof(where) - strlen(where), "; replicas on %s",
 				 sv->replicated_to);
-		si->job = strdup(sv->job + b->strip);
+		si->job = strdup(shown);
 		si->attempt_id = strdup(sv->attempt);
 		si->where = strdup(where);
 		si->tier = (char *)tier_word[sv->tier];

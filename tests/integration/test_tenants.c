@@ -4,7 +4,16 @@
  * Every tenant saves a job named "llama"; each sees, loads, verifies and
  * removes only its own, gets "not found" for the others', cannot name them,
  * and gc touches only its own. The admin (root on the main socket) sees
- * all four, named TENANT/llama; a uid that is no tenant is refused. Needs
+ * all four, named TENANT/llama; a uid that is no tenant is refused.
+ *
+ * Each path is checked against decoys that a path skipping the one place
+ * that decides visibility (daemon/wire/tenancy.c) would find: the admin's
+ * own job "llama" outside every tenant, with durable steps 1, 3, 4 and 7
+ * (every other tenant's step number) and a memory-only step 77, and an
+ * admin job "old" with an incomplete step that retention would remove
+ * (its grace is over, and a complete step follows it).
+ * Every tenant's ls, load, show, verify, resolve, rm, held, persist,
+ * status, metrics and gc must miss them all. Needs
  * root to become the two uids; without it the test says so and exits 77
  * (skipped), never passed. Clients run in forked children; each check that
  * fails prints what it saw. */
@@ -36,10 +45,11 @@ static int failures;
 		} \
 	} while (0)
 
-/* Save step of job with every byte = v; 0 or the error. */
-static int save(const char *sock, const char *job, uint64_t step, int v)
+/* Save step of job as rank of world ranks, tier tier (CKPT_TIER_*), with
+ * every byte = v; 0 or the error. */
+static int save_as(const char *sock, const char *job, uint64_t step, int v, uint32_t rank, uint32_t world, int tier)
 {
-	ckpt_hello h = { .job = job, .rank = 0, .world_size = 1, .attempt_id = "t" };
+	ckpt_hello h = { .job = job, .rank = rank, .world_size = world, .attempt_id = "t" };
 	ckpt_client *c = NULL;
 	int r = ckpt_connect(sock, &h, &c);
 	if (r < 0)
@@ -52,8 +62,9 @@ static int save(const char *sock, const char *job, uint64_t step, int v)
 			.name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b, .nbytes = 4096
 		};
 		ckpt_future *f = NULL;
-		if ((r = ckpt_save(c, step, &t, 1, NULL, 0, &f)) == 0) {
-			r = ckpt_future_wait(f, CKPT_DURABLE, 60000);
+		ckpt_save_opts o = { .tier = tier };
+		if ((r = ckpt_save_ex(c, step, &t, 1, NULL, 0, &o, &f)) == 0) {
+			r = ckpt_future_wait(f, tier == CKPT_TIER_DURABLE ? CKPT_DURABLE : CKPT_STAGED, 60000);
 			ckpt_future_free(f);
 		}
 		ckpt_buffer_free(b);
@@ -62,8 +73,14 @@ static int save(const char *sock, const char *job, uint64_t step, int v)
 	return r;
 }
 
-/* Load the latest step of job: its step number and first byte. */
-static int load_latest(const char *sock, const char *job, uint64_t *step, int *v)
+static int save(const char *sock, const char *job, uint64_t step, int v)
+{
+	return save_as(sock, job, step, v, 0, 1, CKPT_TIER_DURABLE);
+}
+
+/* Load step (CKPT_LATEST: the latest) of job: its step number and first
+ * byte. */
+static int load_step(const char *sock, const char *job, int64_t want, uint64_t *step, int *v)
 {
 	ckpt_hello h = { .job = job, .rank = 0, .world_size = 1, .attempt_id = "t" };
 	ckpt_client *c = NULL;
@@ -77,7 +94,7 @@ static int load_latest(const char *sock, const char *job, uint64_t *step, int *v
 			.name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b, .nbytes = 4096
 		};
 		ckpt_future *f = NULL;
-		if ((r = ckpt_load(c, CKPT_LATEST, &t, 1, &f)) == 0) {
+		if ((r = ckpt_load(c, want, &t, 1, &f)) == 0) {
 			r = ckpt_future_wait(f, CKPT_LOADED, 60000);
 			*step = ckpt_future_step(f);
 			*v = ((unsigned char *)ckpt_buffer_data(b))[0];
@@ -87,6 +104,11 @@ static int load_latest(const char *sock, const char *job, uint64_t *step, int *v
 	}
 	ckpt_close(c);
 	return r;
+}
+
+static int load_latest(const char *sock, const char *job, uint64_t *step, int *v)
+{
+	return load_step(sock, job, CKPT_LATEST, step, v);
 }
 
 static int cmp_info(const void *a, const void *b)
@@ -159,10 +181,55 @@ static void tenant_checks(const char *who, const char *sock, const char *mine, u
 	CHECK(r == -EINVAL && strstr(ckpt_errmsg(), "job name 'team-a/llama' must be 1-128 characters of") &&
 		      strstr(ckpt_errmsg(), "a tenant's session names its jobs without 'TENANT/'"),
 	      "%s: ls team-a/llama: %d (%s), want EINVAL naming the rule", who, r, ckpt_errmsg());
+	/* Load of another's step, from storage or from memory. */
+	r = load_step(sock, "llama", (int64_t)theirs, &step, &b);
+	CHECK(r == -ENOENT, "%s: load of another tenant's step %" PRIu64 ": %d, byte %d, want ENOENT", who, theirs, r,
+	      b);
+	r = load_step(sock, "llama", 77, &step, &b);
+	CHECK(r == -ENOENT, "%s: load of the admin's memory-only step 77: %d, byte %d, want ENOENT", who, r, b);
+	/* The memory tier: held, show, persist of a memory-only step. */
+	ckpt_held_info *hv = NULL;
+	size_t hn = 0;
+	r = ckpt_held(c, "llama", 1, &hv, &hn);
+	CHECK(r == 0, "%s: held: %d (%s)", who, r, ckpt_errmsg());
+	for (size_t i = 0; r == 0 && i < hn; i++)
+		CHECK(strcmp(hv[i].job, "llama") == 0 && hv[i].step != 77 && hv[i].step != theirs,
+		      "%s: held lists %s step %" PRIu64 ", not its own", who, hv[i].job, hv[i].step);
+	free(hv);
+	det = NULL;
+	r = ckpt_show(c, "llama", 77, &det);
+	CHECK(r == -ENOENT, "%s: show of the admin's memory-only step 77: %d (%s), want ENOENT", who, r, ckpt_errmsg());
+	if (det)
+		ckpt_step_detail_free(det);
+	ckpt_future *pf = NULL;
+	r = ckpt_persist(c, "llama", 77, &pf);
+	if (r == 0) {
+		r = ckpt_future_wait(pf, CKPT_DURABLE, 60000);
+		ckpt_future_free(pf);
+	}
+	CHECK(r == -ENOENT, "%s: persist of the admin's memory-only step 77: %d (%s), want ENOENT", who, r,
+	      ckpt_errmsg());
+	/* Status and metrics: its own row and copies only. */
+	static ckpt_status_info st;
+	r = ckpt_status(c, &st);
+	CHECK(r == 0 && st.ntenants == 1, "%s: status: %d, %u tenant rows", who, r, st.ntenants);
+	for (uint32_t i = 0; r == 0 && i < st.nheld; i++)
+		CHECK(strcmp(st.held[i].job, "llama") == 0 && st.held[i].step != 77 && st.held[i].step != theirs,
+		      "%s: status shows the held copy %s step %" PRIu64, who, st.held[i].job, st.held[i].step);
+	char *text = NULL;
+	r = ckpt_metrics(c, &text);
+	CHECK(r == 0 && text, "%s: metrics: %d (%s)", who, r, ckpt_errmsg());
+	for (const char *at = text; at && (at = strstr(at, "{tenant=\"")) != NULL; at++)
+		CHECK(strncmp(at + 9, who, 6) == 0 && at[15] == '"', "%s: metrics show %.24s", who, at);
+	free(text);
+	/* gc of every job it sees, for real: the admin's incomplete step of
+	 * "old", due for removal, is not among them. */
 	ckpt_gc_entry *gv = NULL;
 	size_t gn = 0;
-	r = ckpt_gc(c, NULL, 1, &gv, &gn);
-	CHECK(r == 0, "%s: gc --dry-run: %d (%s)", who, r, ckpt_errmsg());
+	r = ckpt_gc(c, NULL, 0, &gv, &gn);
+	CHECK(r == 0, "%s: gc: %d (%s)", who, r, ckpt_errmsg());
+	for (size_t i = 0; r == 0 && i < gn; i++)
+		CHECK(0, "%s: gc removed %s step %" PRIu64, who, gv[i].info.job, gv[i].info.step);
 	free(gv);
 	ckpt_close(c);
 	ckpt_hello h = { .job = "team-a/llama", .rank = 0, .world_size = 1 };
@@ -247,7 +314,7 @@ int main(void)
 		 "[tenant.team-a]\nuids = 2001\n[tenant.team-b]\nuids = 2002\n"
 		 "[tenant.team-c]\nsocket = %s\n[tenant.team-d]\nsocket = %s\nmax_registered_bytes = 8K\n"
 		 "[tenant.team-e]\nsocket = %s\n[job.team-e/llama]\nquota = 1K\n[tenant.team-f]\nsocket = %s\nstorage "
-		 "= file://%s\n[tenant.team-g]\nsocket = %s\nquota = 1K\n",
+		 "= file://%s\n[tenant.team-g]\nsocket = %s\nquota = 1K\n[job.old]\nincomplete_grace = 1s\n",
 		 sock_c, sock_d, sock_e, sock_f, fstore, sock_g);
 	h_start(&D, conf);
 	chmod(D.dir, 0755);
@@ -267,6 +334,20 @@ int main(void)
 	exists("team-c/llama/step-000000000003", true);
 	exists("team-d/llama/step-000000000004", true);
 	exists("llama", false);
+	/* The decoys (top of the file), the admin's. */
+	for (int i = 0; i < 4; i++) {
+		uint64_t st = (uint64_t[]){ 1, 3, 4, 7 }[i];
+		CHECK(save(D.sock, "llama", st, 0x50 + (int)st) == 0, "admin: save llama %" PRIu64 ": %s", st,
+		      ckpt_errmsg());
+	}
+	CHECK(save_as(D.sock, "llama", 77, 0x77, 0, 1, CKPT_TIER_MEMORY) == 0, "admin: memory save 77: %s",
+	      ckpt_errmsg());
+	CHECK(save_as(D.sock, "old", 5, 0x05, 0, 2, CKPT_TIER_DURABLE) == 0, "admin: rank 0 of 2 of old 5: %s",
+	      ckpt_errmsg());
+	CHECK(save(D.sock, "old", 6, 0x06) == 0, "admin: old 6: %s", ckpt_errmsg());
+	exists("llama/step-000000000007", true);
+	exists("old/step-000000000005", true);
+	sleep(3); /* old's step 5 is past its incomplete_grace, with a complete step after it: gc would remove it */
 
 	/* Each sees only its own; the others' are missing to it. */
 	as_uid(2001, a_checks);
@@ -274,6 +355,18 @@ int main(void)
 	tenant_checks("team-c (root on its socket)", sock_c, "llama:3", 3, 0xc3, 4);
 	tenant_checks("team-d (root on its socket)", sock_d, "llama:4", 4, 0xd4, 3);
 	as_uid(2003, nobody);
+	/* No tenant's gc removed the admin's step that is due; the admin's
+	 * does (so the tenants' could have). */
+	exists("old/step-000000000005", true);
+	ckpt_client *ac = NULL;
+	ckpt_gc_entry *agv = NULL;
+	size_t agn = 0;
+	CHECK(ckpt_connect(D.sock, NULL, &ac) == 0 && ckpt_gc(ac, "old", 0, &agv, &agn) == 0 && agn == 1,
+	      "admin: gc old: %zu removed (%s)", agn, ckpt_errmsg());
+	free(agv);
+	if (ac)
+		ckpt_close(ac);
+	exists("old/step-000000000005", false);
 	/* A tenant with storage of its own: its jobs go there, and only there. */
 	CHECK(save(sock_f, "llama", 5, 0xf5) == 0, "team-f: save 5: %s", ckpt_errmsg());
 	char fpath[600];
@@ -353,7 +446,8 @@ int main(void)
 
 	/* The admin sees every tenant. */
 	char got[1024];
-	const char *all = "team-a/llama:1,team-a/llama:2,team-b/llama:7,team-c/llama:3,team-d/llama:4,team-f/llama:5";
+	const char *all = "llama:1,llama:3,llama:4,llama:7,llama:77,old:6,team-a/llama:1,team-a/llama:2,team-b/"
+			  "llama:7,team-c/llama:3,team-d/llama:4,team-f/llama:5";
 	CHECK(list(D.sock, NULL, got, sizeof(got)) == 0 && strcmp(got, all) == 0, "admin: ls: '%s', want '%s'", got,
 	      all);
 	CHECK(list(D.sock, "team-b/llama", got, sizeof(got)) == 0 && strcmp(got, "team-b/llama:7") == 0,
