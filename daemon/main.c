@@ -1,7 +1,7 @@
 /* ckptd: the node-local checkpoint agent. */
 #include "config.h"
 #include "ckpt_version.h"
-#include "catalog_req.h"
+#include "gc.h"
 #include "cudadev.h"
 #include "daemon.h"
 #include "metrics.h"
@@ -516,7 +516,7 @@ static int start_loop(struct daemon *d)
 	char err[1024];
 	d->loop = uv_default_loop();
 	d->start_ns = clock_now_ns();
-	d->on_durable = catalog_gc_after_durable; /* retention, after each durable save */
+	d->on_durable = gc_after_durable;         /* retention, after each durable save */
 	d->req_ops = session_requester_ops_get(); /* replies and events of saves and loads */
 	session_set_dispatch(msg_dispatch);       /* each decoded frame to its row */
 	msgtab_init(d);

@@ -199,7 +199,7 @@ struct daemon {
 	/* Hooks set at start by the modules above the engine, so that
 	 * completions flow up without calls into them. */
 	void (*on_work_ended)(struct daemon *d);               /* lifecycle.c, while draining */
-	void (*on_durable)(struct daemon *d, const char *job); /* retention (catalog_req.c) */
+	void (*on_durable)(struct daemon *d, const char *job); /* retention (gc.c) */
 	/* A persist's upload of sv ended: status 0 (durable) or -errno (and
 	 * why); sv stays held. persist.c. */
 	void (*on_persist_end)(struct daemon *d, struct save *sv, int status, const char *why);

@@ -7,6 +7,7 @@
 #include "catalog.h"
 #include "crc32c.h"
 #include "daemon.h"
+#include "gc.h"
 #include "load.h"
 #include "log.h"
 #include "manifest.h"
@@ -800,54 +801,6 @@ void resolve_start(struct session *s, uint64_t req_id, const Ckpt__ResolveReques
 	bgreq_start(s, req_id, &q->base);
 }
 
-/* ---- busy steps: never deleted ---- */
-
-struct busy {
-	struct {
-		char job[JOB_BUF];
-		uint64_t step;
-	} * steps;
-	size_t nsteps;
-	char (*jobs)[JOB_BUF]; /* jobs with loads in flight: all their steps */
-	size_t njobs;
-};
-
-static int busy_snapshot(struct daemon *d, struct busy *b)
-{
-	memset(b, 0, sizeof(*b));
-	b->steps = calloc(d->nsaves + 1, sizeof(*b->steps));
-	b->jobs = calloc(d->nloads + 1, sizeof(*b->jobs));
-	if (b->steps == NULL || b->jobs == NULL) {
-		free(b->steps);
-		free(b->jobs);
-		return -ENOMEM;
-	}
-	struct save *sv;
-	TAILQ_FOREACH (sv, &d->saves, link) {
-		snprintf(b->steps[b->nsteps].job, sizeof(b->steps[0].job), "%s", sv->job);
-		b->steps[b->nsteps++].step = sv->step;
-	}
-	b->njobs = load_busy_jobs(d, b->jobs, d->nloads + 1);
-	return 0;
-}
-
-static bool is_busy(const struct busy *b, const char *job, uint64_t step)
-{
-	for (size_t i = 0; i < b->njobs; i++)
-		if (strcmp(b->jobs[i], job) == 0)
-			return true;
-	for (size_t i = 0; i < b->nsteps; i++)
-		if (b->steps[i].step == step && strcmp(b->steps[i].job, job) == 0)
-			return true;
-	return false;
-}
-
-static void busy_free(struct busy *b)
-{
-	free(b->steps);
-	free(b->jobs);
-}
-
 /* ---- delete ---- */
 
 struct del_req {
@@ -855,21 +808,6 @@ struct del_req {
 	char job[JOB_BUF];
 	uint64_t step;
 };
-
-/* Remove job's step from st, journaled (journal_remove_begin): a crash
- * part way is finished by the next start, so nothing of the step stays
- * behind unlisted. Not journaled, not removed. */
-static int remove_step(struct daemon *d, struct store *st, const char *job, uint64_t step)
-{
-	uint64_t id = 0;
-	int r = d->journal ? journal_remove_begin(d->journal, job, step, &id) : 0;
-	if (r < 0)
-		return r;
-	r = catalog_delete_step(st, d->mancache, job, step);
-	if (r == 0 && d->journal)
-		(void)journal_remove_end(d->journal, id); /* else the next start finishes it */
-	return r;
-}
 
 static void del_run(struct bgreq *b)
 {
@@ -891,7 +829,7 @@ static void del_run(struct bgreq *b)
 		bgreq_fail(b, r, "step %" PRIu64 " of job '%s' is being written", q->step, q->job);
 		return;
 	}
-	r = remove_step(b->d, st, q->job, q->step);
+	r = gc_remove_step(b->d, st, q->job, q->step);
 	steplock_delete_end(q->job, q->step);
 	if (r < 0)
 		bgreq_fail(b, r, "removing step %" PRIu64 " of job '%s': %s", q->step, q->job, store_error(r));
@@ -919,7 +857,7 @@ void delete_start(struct session *s, uint64_t req_id, const Ckpt__DeleteRequest 
 		session_reply(s, req_id, -ENOMEM, "out of memory");
 		return;
 	}
-	bool busy = is_busy(&b, job, m->step);
+	bool busy = busy_has(&b, job, m->step);
 	busy_free(&b);
 	if (busy) {
 		session_reply(s, req_id, -EBUSY, "step %" PRIu64 " of job '%s' is being written or read", m->step,
@@ -939,161 +877,48 @@ void delete_start(struct session *s, uint64_t req_id, const Ckpt__DeleteRequest 
 	bgreq_start(s, req_id, &q->base);
 }
 
-/* ---- retention / gc ---- */
+/* ---- ckptctl gc: a retention pass (gc.c) the session asked for ---- */
 
-struct gc_job {
-	char name[JOB_BUF];
-	struct retention retention;
+struct gc_req {
+	struct bgreq base;
+	struct gc_pass pass;
+	struct infos removed; /* by the names the session knows */
 };
 
-struct gc_work {
-	struct bgreq base; /* base.session is NULL for an automatic run */
-	struct config cfg; /* taken on the loop: SIGHUP may change d->cfg */
-	uv_work_t auto_work;
-	struct daemon *d;
-	bool dry_run;
-	struct gc_job *jobs; /* NULL: every job in storage, with its policy */
-	size_t njobs;
-	struct busy busy;
-	struct infos removed;
-	uint64_t now_ns;
-};
-
-static void gc_job_run(struct gc_work *g, const char *job, const struct retention *rt)
+static void gc_req_removed(void *arg, const char *job, const struct catalog_step *cs, const char *reason)
 {
-	struct store *st = daemon_store_of(g->d, job);
-	uint64_t *steps = NULL;
-	size_t n = 0;
-	if (!retention_active(rt) || catalog_steps(st, job, &steps, &n) < 0)
-		return;
-	struct step_view *v = calloc(n ? n : 1, sizeof(*v));
-	struct catalog_step *cs = calloc(n ? n : 1, sizeof(*cs));
-	bool *have = calloc(n ? n : 1, sizeof(*have));
-	if (v == NULL || cs == NULL || have == NULL)
-		goto out;
-	size_t k = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (catalog_list_step(st, job, steps[i], &cs[k]) < 0)
-			continue;
-		have[k] = true;
-		struct catalog_group *grp = &cs[k].groups[cs[k].best];
-		/* A manifest that could not be read may make a complete step
-		 * look incomplete: keep such a step. */
-		v[k] = (struct step_view){ .step = steps[i],
-					   .complete = catalog_step_complete(&cs[k]),
-					   .newest_ns = (uint64_t)grp->newest_ns,
-					   .busy = is_busy(&g->busy, job, steps[i]) || cs[k].unreadable > 0 };
-		k++;
-	}
-	retention_plan(rt, v, k, g->now_ns);
-	for (size_t i = 0; i < k; i++) {
-		if (!v[i].remove)
-			continue;
-		if (!g->dry_run) {
-			/* A save of this step may have started since the plan. */
-			if (steplock_delete_begin(job, v[i].step) < 0) {
-				log_info("gc: %s step %" PRIu64 " is being written now; kept", job, v[i].step);
-				continue;
-			}
-			int r = remove_step(g->d, st, job, v[i].step);
-			steplock_delete_end(job, v[i].step);
-			if (r < 0) {
-				log_warn("gc: removing %s step %" PRIu64 ": %s", job, v[i].step, store_error(r));
-				continue;
-			}
-			log_info("gc: removed %s step %" PRIu64 " (%s)", job, v[i].step, v[i].reason);
-		}
-		const char *shown = tenancy_shown(&g->base.view, job);
-		if (shown)
-			(void)infos_add(&g->removed, shown, &cs[i], v[i].reason);
-	}
-out:
-	for (size_t i = 0; i < n; i++)
-		if (have && have[i])
-			catalog_step_free(&cs[i]);
-	free(have);
-	free(cs);
-	free(v);
-	free(steps);
+	struct gc_req *g = arg;
+	const char *shown = tenancy_shown(&g->base.view, job);
+	if (shown)
+		(void)infos_add(&g->removed, shown, cs, reason);
 }
 
-static void gc_run_all(struct gc_work *g)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	g->now_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-	for (size_t i = 0; i < g->njobs; i++)
-		gc_job_run(g, g->jobs[i].name, &g->jobs[i].retention);
-}
-
-static void gc_free(struct gc_work *g)
-{
-	busy_free(&g->busy);
-	infos_free(&g->removed);
-	free(g->jobs);
-	free(g);
-}
-
-/* On the loop: the jobs to collect, each with its policy, and what is busy
- * now. job NULL: every job storage holds. */
-static struct gc_work *gc_prepare(struct daemon *d, const char *const *jobs, size_t njobs)
-{
-	struct gc_work *g = calloc(1, sizeof(*g));
-	if (g == NULL)
-		return NULL;
-	g->d = d;
-	g->cfg = d->cfg;
-	g->jobs = calloc(njobs ? njobs : 1, sizeof(*g->jobs));
-	if (g->jobs == NULL || busy_snapshot(d, &g->busy) < 0) {
-		free(g->jobs);
-		free(g);
-		return NULL;
-	}
-	for (size_t i = 0; i < njobs; i++) {
-		struct job_policy jp;
-		config_job_policy(&d->cfg, jobs[i], d->pool.bytes, &jp);
-		snprintf(g->jobs[i].name, sizeof(g->jobs[i].name), "%s", jobs[i]);
-		g->jobs[i].retention = jp.retention;
-	}
-	g->njobs = njobs;
-	return g;
-}
-
-/* ckptctl gc: the job list comes from storage, in the worker. */
+/* The job list, when the request named none, comes from storage, here in
+ * the worker: every job the session sees. */
 static void gc_req_run(struct bgreq *b)
 {
-	struct gc_work *g = (struct gc_work *)b;
-	if (g->njobs == 0) {
+	struct gc_req *g = (struct gc_req *)b;
+	if (g->pass.njobs == 0) {
 		char **names = NULL;
 		size_t n = 0;
 		int r = tenancy_jobs(b->d, &b->view, &names, &n);
 		if (r < 0 && r != -ENOENT) {
-			bgreq_fail(b, r, "listing jobs in %s: %s", g->d->store->url, store_error(r));
+			bgreq_fail(b, r, "listing jobs in %s: %s", b->d->store->url, store_error(r));
 			return;
 		}
-		struct gc_job *jobs = calloc(n ? n : 1, sizeof(*jobs));
-		if (jobs == NULL) {
-			store_names_free(names, n);
-			bgreq_fail(b, -ENOMEM, "out of memory");
-			return;
-		}
-		for (size_t i = 0; i < n; i++) {
-			struct job_policy jp;
-			config_job_policy(&g->cfg, names[i], g->d->pool.bytes, &jp);
-			snprintf(jobs[i].name, sizeof(jobs[i].name), "%s", names[i]);
-			jobs[i].retention = jp.retention;
-		}
+		r = gc_pass_set_jobs(&g->pass, names, n);
 		store_names_free(names, n);
-		free(g->jobs);
-		g->jobs = jobs;
-		g->njobs = n;
+		if (r < 0) {
+			bgreq_fail(b, r, "out of memory");
+			return;
+		}
 	}
-	gc_run_all(g);
+	gc_pass_run(&g->pass);
 }
 
 static void gc_req_reply(struct bgreq *b)
 {
-	struct gc_work *g = (struct gc_work *)b;
+	struct gc_req *g = (struct gc_req *)b;
 	Ckpt__StepInfo **ptrs = infos_ptrs(&g->removed);
 	char **reasons = calloc(g->removed.n ? g->removed.n : 1, sizeof(*reasons));
 	if (ptrs == NULL || reasons == NULL) {
@@ -1119,7 +944,10 @@ static void gc_req_reply(struct bgreq *b)
 
 static void gc_req_destroy(struct bgreq *b)
 {
-	gc_free((struct gc_work *)b);
+	struct gc_req *g = (struct gc_req *)b;
+	gc_pass_release(&g->pass);
+	infos_free(&g->removed);
+	free(g);
 }
 
 void gc_start(struct session *s, uint64_t req_id, const Ckpt__GcRequest *m)
@@ -1128,90 +956,17 @@ void gc_start(struct session *s, uint64_t req_id, const Ckpt__GcRequest *m)
 	if (!job_arg(s, req_id, m->job, false, job, sizeof(job)))
 		return;
 	const char *one = job;
-	struct gc_work *g = gc_prepare(s->d, job[0] ? &one : NULL, job[0] ? 1 : 0);
-	if (g == NULL) {
+	struct gc_req *g = calloc(1, sizeof(*g));
+	if (g == NULL || gc_pass_init(&g->pass, s->d, job[0] ? &one : NULL, job[0] ? 1 : 0) < 0) {
+		free(g);
 		session_reply(s, req_id, -ENOMEM, "out of memory");
 		return;
 	}
-	g->dry_run = m->dry_run;
+	g->pass.dry_run = m->dry_run;
+	g->pass.removed = gc_req_removed;
+	g->pass.arg = g;
 	g->base.run = gc_req_run;
 	g->base.reply = gc_req_reply;
 	g->base.destroy = gc_req_destroy;
 	bgreq_start(s, req_id, &g->base);
-}
-
-/* ---- automatic gc after durable steps: one run at a time ---- */
-
-static void auto_gc_kick(struct daemon *d);
-
-static void auto_run(uv_work_t *w)
-{
-	struct gc_work *g = w->data;
-	if (g->d->cfg.debug_gc_delay_ms)
-		usleep((useconds_t)g->d->cfg.debug_gc_delay_ms * 1000);
-	gc_run_all(g);
-}
-
-static void auto_done(uv_work_t *w, int status)
-{
-	struct gc_work *g = w->data;
-	struct daemon *d = g->d;
-	(void)status;
-	d->gc_running = false;
-	d->nloads--;
-	gc_free(g);
-	auto_gc_kick(d);
-	daemon_work_ended(d);
-}
-
-static void auto_gc_kick(struct daemon *d)
-{
-	if (d->gc_running || d->ngc_pending == 0 || d->draining)
-		return;
-	/* gc_prepare copies the names: the list is free for the next ones. */
-	struct gc_work *g = gc_prepare(d, (const char *const *)d->gc_pending, d->ngc_pending);
-	for (uint32_t i = 0; i < d->ngc_pending; i++)
-		free(d->gc_pending[i]);
-	d->ngc_pending = 0;
-	if (g == NULL)
-		return;
-	g->auto_work.data = g;
-	d->gc_running = true;
-	d->nloads++;
-	if (uv_queue_work(d->loop, &g->auto_work, auto_run, auto_done) < 0) {
-		d->gc_running = false;
-		d->nloads--;
-		gc_free(g);
-	}
-}
-
-void catalog_gc_after_durable(struct daemon *d, const char *job)
-{
-	struct job_policy jp;
-	config_job_policy(&d->cfg, job, d->pool.bytes, &jp);
-	if (!retention_active(&jp.retention))
-		return;
-	for (uint32_t i = 0; i < d->ngc_pending; i++)
-		if (strcmp(d->gc_pending[i], job) == 0)
-			goto kick;
-	/* Every job waits its turn, however many finish a step while a
-	 * retention pass runs; without memory its pass waits for its next
-	 * durable step, and the log says so. */
-	if (d->ngc_pending == d->gc_pending_cap) {
-		uint32_t cap = d->gc_pending_cap ? 2 * d->gc_pending_cap : 16;
-		char **grown = realloc(d->gc_pending, cap * sizeof(*grown));
-		if (grown == NULL)
-			goto lost;
-		d->gc_pending = grown;
-		d->gc_pending_cap = cap;
-	}
-	if ((d->gc_pending[d->ngc_pending] = strdup(job)) == NULL)
-		goto lost;
-	d->ngc_pending++;
-kick:
-	auto_gc_kick(d);
-	return;
-lost:
-	log_warn("out of memory: retention of job %s runs after its next durable step", job);
-	auto_gc_kick(d);
 }

@@ -1,4 +1,5 @@
-/* ckptctl's catalogue requests and garbage collection. */
+/* ckptctl's catalogue requests: list, show, verify, resolve, rm and gc
+ * (a retention pass: engine/gc.c). */
 #ifndef CKPTD_CATALOG_REQ_H
 #define CKPTD_CATALOG_REQ_H
 
@@ -16,7 +17,5 @@ void show_start(struct session *s, uint64_t req_id, const Ckpt__ShowRequest *m);
 void verify_start(struct session *s, uint64_t req_id, const Ckpt__VerifyRequest *m);
 void delete_start(struct session *s, uint64_t req_id, const Ckpt__DeleteRequest *m);
 void gc_start(struct session *s, uint64_t req_id, const Ckpt__GcRequest *m);
-/* A step of job became durable: run its retention policy soon. */
-void catalog_gc_after_durable(struct daemon *d, const char *job);
 
 #endif
