@@ -113,7 +113,10 @@ int save_table_new(const struct config *c, const Ckpt__DeclareTable *m, savetab_
 		memcpy(t->names->text, m->names.data, m->names.len);
 	t->names->text[m->names.len] = '\0';
 	const char *name = t->names->text;
-	const uint64_t *d = m->dims;
+	/* No dims at all (every tensor a scalar): protobuf-c gives NULL,
+	 * which d + 0 must not be. */
+	static const uint64_t no_dims[1];
+	const uint64_t *d = m->dims ? m->dims : no_dims;
 	for (size_t i = 0; i < n; i++) {
 		struct save_tensor *st = &t->tensors[i];
 		uint32_t k = m->ndim[i];
