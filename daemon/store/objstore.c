@@ -18,6 +18,7 @@
  *
  * Options: see objstore_open in objstore.h. */
 #include "objstore.h"
+#include "objstore_int.h"
 #include "config.h"
 #include "crc32c.h"
 #include "creds.h"
@@ -42,30 +43,6 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
-
-#define MIN_PART (5ull << 20)
-#define MAX_PARTS 10000
-#define LIST_MAX_BYTES (16u << 20)
-#define MAX_HEADERS OBJSTORE_MAX_HEADERS
-
-struct objstore {
-	struct store base;
-	const struct objstore_dialect *d;
-	struct http *http;
-	char bucket[256];
-	char prefix[512]; /* no leading or trailing '/'; may be "" */
-	char scheme[8];   /* "https" or "http" */
-	char host[512];   /* endpoint host[:port] */
-	char region[64];
-	bool path_style;
-	uint64_t part_size;
-	unsigned concurrency;
-	bool sign_payload;
-	unsigned max_attempts, base_ms, cap_ms;
-	char list_page[16]; /* names per listing page; "" for the server's 1000 */
-	struct creds_provider cp;
-	bool have_cp;
-};
 
 static void call_clear(struct objstore_call *c)
 {
@@ -817,10 +794,9 @@ static int obj_list_entries(struct store *base, const char *prefix, struct store
 		if (token[0])
 			c.query[c.nquery++] = (struct sigv4_header){ ls->token_param, token };
 		char page[16];
-		snprintf(page, sizeof(page), "%u", base->list_page);
-		if (s->list_page[0] || base->list_page)
-			c.query[c.nquery++] = (struct sigv4_header){ ls->page_param,
-								     base->list_page ? page : s->list_page };
+		snprintf(page, sizeof(page), "%u", base->list_page ? base->list_page : s->list_page);
+		if (s->list_page || base->list_page)
+			c.query[c.nquery++] = (struct sigv4_header){ ls->page_param, page };
 		r = objstore_run(s, &c, 1);
 		bool truncated = false;
 		if (r == 0)
@@ -948,214 +924,6 @@ static const struct store_ops obj_ops = {
 	.free = obj_free,
 };
 
-static int parse_uint(const char *v, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long x = strtoull(v, &end, 10);
-	if (errno || end == v || *end || v[0] == '-')
-		return -EINVAL;
-	*out = x;
-	return 0;
-}
-
-/* One option; err says what is wrong. */
-static int set_opt(struct objstore *s, const char *k, const char *v, char *ca, size_t calen, struct http_opts *ho,
-		   char *err, size_t errlen)
-{
-	uint64_t x = 0;
-	static const char *const known[] = {
-		"endpoint",           "region",           "path_style",         "ca_bundle",        "payload",
-		"part_size",          "concurrency",      "retry_max_attempts", "retry_base_ms",    "retry_cap_ms",
-		"connect_timeout_ms", "low_speed_time_s", "list_page",          "credentials_file", "profile"
-	};
-	size_t ki = 0;
-	while (ki < ELEMENTSOF(known) && strcmp(k, known[ki]) != 0)
-		ki++;
-	if (ki == ELEMENTSOF(known)) {
-		size_t l = (size_t)snprintf(err, errlen, "unknown option (known:");
-		for (size_t i = 0; i < ELEMENTSOF(known) && l < errlen; i++)
-			l += (size_t)snprintf(err + l, errlen - l, " %s", known[i]);
-		if (l < errlen)
-			snprintf(err + l, errlen - l, ")");
-		return -EINVAL;
-	}
-	if (!strcmp(k, "endpoint")) {
-		const char *h = v;
-		if (!strncmp(v, "https://", 8)) {
-			strcpy(s->scheme, "https");
-			h = v + 8;
-		} else if (!strncmp(v, "http://", 7)) {
-			strcpy(s->scheme, "http");
-			h = v + 7;
-		} else {
-			snprintf(err, errlen, "endpoint must start with http:// or https://");
-			return -EINVAL;
-		}
-		size_t l = strcspn(h, "/");
-		if (l == 0 || l >= sizeof(s->host)) {
-			snprintf(err, errlen, "endpoint has no host");
-			return -EINVAL;
-		}
-		memcpy(s->host, h, l);
-		s->host[l] = 0;
-		return 0;
-	}
-	if (!strcmp(k, "region"))
-		return snprintf(s->region, sizeof(s->region), "%s", v) < (int)sizeof(s->region) ? 0 : -EINVAL;
-	if (!strcmp(k, "credentials_file")) {
-		if (v[0] != '/') {
-			snprintf(err, errlen, "credentials_file must be an absolute path");
-			return -EINVAL;
-		}
-		return snprintf(s->cp.file, sizeof(s->cp.file), "%s", v) < (int)sizeof(s->cp.file) ? 0 : -EINVAL;
-	}
-	if (!strcmp(k, "profile"))
-		return snprintf(s->cp.profile, sizeof(s->cp.profile), "%s", v) < (int)sizeof(s->cp.profile) ? 0
-													    : -EINVAL;
-	if (!strcmp(k, "path_style")) {
-		s->path_style = !strcmp(v, "1") || !strcmp(v, "true");
-		return 0;
-	}
-	if (!strcmp(k, "ca_bundle"))
-		return snprintf(ca, calen, "%s", v) < (int)calen ? 0 : -EINVAL;
-	if (!strcmp(k, "payload")) {
-		if (strcmp(v, "unsigned") && strcmp(v, "sha256")) {
-			snprintf(err, errlen, "payload must be unsigned or sha256");
-			return -EINVAL;
-		}
-		s->sign_payload = !strcmp(v, "sha256");
-		return 0;
-	}
-	if (!strcmp(k, "part_size")) {
-		if (config_parse_size(v, &x) < 0 || x < MIN_PART || x > (5ull << 30)) {
-			snprintf(err, errlen, "part_size must be 5M..5G");
-			return -EINVAL;
-		}
-		s->part_size = x;
-		return 0;
-	}
-	if (parse_uint(v, &x) < 0) {
-		snprintf(err, errlen, "option %s: '%s' is not a number", k, v);
-		return -EINVAL;
-	}
-	if (!strcmp(k, "concurrency") && x >= 1 && x <= 256)
-		s->concurrency = (unsigned)x;
-	else if (!strcmp(k, "retry_max_attempts") && x >= 1 && x <= 100)
-		s->max_attempts = (unsigned)x;
-	else if (!strcmp(k, "retry_base_ms") && x <= 60000)
-		s->base_ms = (unsigned)x;
-	else if (!strcmp(k, "retry_cap_ms") && x <= 600000)
-		s->cap_ms = (unsigned)x;
-	else if (!strcmp(k, "connect_timeout_ms") && x >= 100 && x <= 600000)
-		ho->connect_timeout_ms = (unsigned)x;
-	else if (!strcmp(k, "low_speed_time_s") && x >= 1 && x <= 3600)
-		ho->low_speed_time_s = (unsigned)x;
-	else if (!strcmp(k, "list_page") && x >= 1 && x <= 1000)
-		snprintf(s->list_page, sizeof(s->list_page), "%u", (unsigned)x);
-	else {
-		snprintf(err, errlen, "value out of range: %s=%s", k, v);
-		return -EINVAL;
-	}
-	return 0;
-}
-
-/* host_template with "{region}" replaced. */
-static void default_host(struct objstore *s)
-{
-	const char *t = s->d->host_template, *at = strstr(t, "{region}");
-	if (at)
-		snprintf(s->host, sizeof(s->host), "%.*s%s%s", (int)(at - t), t, s->region, at + 8);
-	else
-		snprintf(s->host, sizeof(s->host), "%s", t);
-}
-
-/* S3's and GCS's common rules for a bucket name: 3 to 63 characters of
- * lower-case letters, digits, '-' and '.', starting and ending with a
- * letter or digit, no "..". (GCS allows up to 222 with dots: so do we.) */
-static bool bucket_ok(const char *b, size_t cap)
-{
-	size_t n = strlen(b);
-	size_t max = strchr(b, '.') ? 222 : 63;
-	if (n < 3 || n > max || n >= cap || strspn(b, "abcdefghijklmnopqrstuvwxyz0123456789-.") != n)
-		return false;
-	if (!isalnum((unsigned char)b[0]) || !isalnum((unsigned char)b[n - 1]) || strstr(b, ".."))
-		return false;
-	return true;
-}
-
-/* Defaults, then the bucket, prefix and options of url into s (and ho, ca):
- * the part of opening that needs no I/O. */
-static int parse_url(struct objstore *s, const struct store_scheme *row, const char *url, struct http_opts *ho,
-		     char *ca, size_t calen, char *err, size_t errlen)
-{
-	s->base.ops = &obj_ops;
-	s->d = row->dialect;
-	s->path_style = s->d->path_style;
-	strcpy(s->scheme, "https");
-	const char *reg = NULL;
-	for (size_t i = 0; i < 2 && (reg == NULL || !*reg); i++)
-		reg = s->d->region_env[i] ? getenv(s->d->region_env[i]) : NULL;
-	snprintf(s->region, sizeof(s->region), "%s", reg && *reg ? reg : s->d->default_region);
-	s->part_size = 64ull << 20;
-	s->concurrency = 8;
-	s->max_attempts = 8;
-	s->base_ms = 100;
-	s->cap_ms = 20000;
-	*ho = (struct http_opts){ .connect_timeout_ms = 10000, .low_speed_time_s = 30 };
-	size_t sl = strlen(row->scheme);
-	char *u = strdup(url + sl + 3);
-	if (u == NULL)
-		return -ENOMEM;
-	int r = 0;
-	char *q = strchr(u, '?');
-	if (q)
-		*q++ = 0;
-	char *slash = strchr(u, '/');
-	if (slash)
-		*slash++ = 0;
-	if (!bucket_ok(u, sizeof(s->bucket))) {
-		snprintf(err, errlen,
-			 "storage URL '%s': bad bucket name '%s' (3 to 63 characters of a-z, 0-9, '-' and '.', "
-			 "starting and ending with a letter or digit)",
-			 url, u);
-		r = -EINVAL;
-		goto out;
-	}
-	strcpy(s->bucket, u);
-	const char *pfx = slash ? slash : "";
-	while (*pfx == '/')
-		pfx++;
-	snprintf(s->prefix, sizeof(s->prefix), "%s", pfx);
-	for (size_t l = strlen(s->prefix); l && s->prefix[l - 1] == '/'; l--)
-		s->prefix[l - 1] = 0;
-	default_host(s);
-	bool host_set = false;
-	char *save = NULL;
-	for (char *tok = q ? strtok_r(q, "&", &save) : NULL; tok; tok = strtok_r(NULL, "&", &save)) {
-		char *eq = strchr(tok, '=');
-		if (eq == NULL) {
-			snprintf(err, errlen, "storage URL option '%s' has no value", tok);
-			r = -EINVAL;
-			goto out;
-		}
-		*eq = 0;
-		char e2[256] = "";
-		r = set_opt(s, tok, eq + 1, ca, calen, ho, e2, sizeof(e2));
-		if (r < 0) {
-			snprintf(err, errlen, "storage URL option %s: %s", tok, e2[0] ? e2 : "bad value");
-			goto out;
-		}
-		host_set |= !strcmp(tok, "endpoint");
-		if (!strcmp(tok, "region") && !host_set)
-			default_host(s);
-	}
-	ho->max_conns = s->concurrency;
-out:
-	free(u);
-	return r;
-}
-
 int objstore_check(const struct store_scheme *row, const char *url, char *err, size_t errlen)
 {
 	struct objstore *s = calloc(1, sizeof(*s));
@@ -1163,7 +931,7 @@ int objstore_check(const struct store_scheme *row, const char *url, char *err, s
 		return -ENOMEM;
 	struct http_opts ho;
 	char ca[1024] = "";
-	int r = parse_url(s, row, url, &ho, ca, sizeof(ca), err, errlen);
+	int r = objstore_parse_url(s, row, url, &ho, ca, sizeof(ca), err, errlen);
 	free(s);
 	return r;
 }
@@ -1175,9 +943,10 @@ int objstore_open(const struct store_scheme *row, const char *url, struct store 
 		return -ENOMEM;
 	struct http_opts ho;
 	char ca[1024] = "";
-	int r = parse_url(s, row, url, &ho, ca, sizeof(ca), err, errlen);
+	int r = objstore_parse_url(s, row, url, &ho, ca, sizeof(ca), err, errlen);
 	if (r < 0)
 		goto fail;
+	s->base.ops = &obj_ops;
 	ho.ca_bundle = ca[0] ? ca : NULL;
 	r = http_init(&s->http, &ho, err, errlen);
 	if (r < 0)

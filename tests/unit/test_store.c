@@ -129,7 +129,10 @@ static void test_check_options(void **state)
 	(void)state;
 	check_bad("s3://bucket/p?endpiont=http://x", "endpiont=http://x", -EINVAL, "option endpiont: unknown option");
 	check_bad("s3://bucket/p?part_size=1x", "part_size=1x", -EINVAL, "part_size must be 5M..5G");
-	check_bad("s3://bucket/p?concurrency=0", "concurrency=0", -EINVAL, "value out of range: concurrency=0");
+	check_bad("s3://bucket/p?concurrency=0", "concurrency=0", -EINVAL,
+		  "value out of range: concurrency=0 (1..256)");
+	check_bad("s3://bucket/p?list_page=1001", "list_page=1001", -EINVAL,
+		  "value out of range: list_page=1001 (1..1000)");
 	check_bad("s3://bucket/p?payload=md5", "payload=md5", -EINVAL, "payload must be unsigned or sha256");
 	check_bad("gs://bucket?endpoint=ftp://x", "endpoint=ftp://x", -EINVAL, "must start with http://");
 	check_bad("s3://bucket/p?region", "region", -EINVAL, "option 'region' has no value");
