@@ -6,6 +6,7 @@
 #include "journal.h"
 #include "log.h"
 #include "metrics.h"
+#include "memtier.h"
 #include "save.h"
 #include "server.h"
 #include "session.h"

@@ -5,6 +5,7 @@
 #include "hostbuf.h"
 #include "log.h"
 #include "manifest.h"
+#include "memtier.h"
 #include "save.h"
 #include "requester.h"
 #include "tensor.h"

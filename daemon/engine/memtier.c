@@ -15,7 +15,8 @@
  * Loop thread only; loads pin what they read. */
 #include "daemon.h"
 #include "log.h"
-#include "save.h"
+#include "memtier.h"
+#include "saveobj.h"
 
 #include <assert.h>
 #include <inttypes.h>

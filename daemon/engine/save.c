@@ -1,4 +1,6 @@
+#include "memtier.h"
 #include "save.h"
+#include "admit.h"
 #include "catalog.h"
 #include "crc32c.h"
 #include "cudadev.h"
@@ -26,7 +28,6 @@
 #include <unistd.h>
 #include <sys/random.h>
 
-#define SHARD_ALIGN 64
 #define COPY_BLOCK (256u << 10) /* one guarded copy (hostbuf_copy_out) */
 
 static const char *const state_name[] = {
@@ -276,105 +277,6 @@ static void arm_admit_timer(struct daemon *d)
 	uv_timer_start(&d->admit_timer, save_on_admit_timer, ms, 0);
 }
 
-static uint64_t job_inflight_bytes(struct daemon *d, const char *job)
-{
-	uint64_t n = 0;
-	struct save *sv;
-	TAILQ_FOREACH (sv, &d->saves, link)
-		if (sv->have_chunks && !sv->persisting && strcmp(sv->job, job) == 0)
-			n += sv->pool_bytes;
-	return n;
-}
-
-/* Pool bytes held by the saves of tenant t's jobs, and how many are in
- * flight (docs/manual.md "Tenants": its quota and max_inflight_saves). */
-static uint64_t tenant_inflight(struct daemon *d, const struct tenant_config *t, uint32_t *count)
-{
-	uint64_t n = 0;
-	uint32_t k = 0;
-	size_t tl = strlen(t->name);
-	struct save *sv;
-	TAILQ_FOREACH (sv, &d->saves, link)
-		if (!sv->persisting && strncmp(sv->job, t->name, tl) == 0 && sv->job[tl] == '/') {
-			k++;
-			if (sv->have_chunks)
-				n += sv->pool_bytes;
-		}
-	if (count)
-		*count = k;
-	return n;
-}
-
-/* Over the job's quota, or its tenant's: which, and what it holds. */
-static const char *quota_hit(struct save *sv, uint64_t *held)
-{
-	struct daemon *d = sv->d;
-	if (sv->quota_bytes < d->pool.bytes &&
-	    (*held = job_inflight_bytes(d, sv->job)) + sv->pool_bytes > sv->quota_bytes)
-		return "the job's quota";
-	const struct tenant_config *t = config_tenant_of_job(&d->cfg, sv->job);
-	if (t && t->quota_bytes && (*held = tenant_inflight(d, t, NULL)) + sv->pool_bytes > t->quota_bytes)
-		return "the tenant's quota";
-	*held = pool_used_bytes(&d->pool);
-	return NULL;
-}
-
-/* Saves of one rank of job in flight (not yet durable or failed); a
- * persist's uploads are not the trainer's saves. */
-static uint32_t rank_inflight_saves(struct daemon *d, const char *job, uint32_t rank)
-{
-	uint32_t n = 0;
-	struct save *sv;
-	TAILQ_FOREACH (sv, &d->saves, link)
-		if (sv->rank == rank && !sv->persisting && strcmp(sv->job, job) == 0)
-			n++;
-	return n;
-}
-
-/* 0 and chunks reserved; -EDQUOT over the job's quota; -ENOSPC no room
- * even after reclaiming memory-tier copies. */
-static int try_admit(struct save *sv)
-{
-	struct daemon *d = sv->d;
-	uint64_t held;
-	if (quota_hit(sv, &held))
-		return -EDQUOT;
-	int r = pool_reserve(&d->pool, sv->whole, sv->tail_slots, sv->chunks);
-	if (r == -ENOSPC) {
-		/* Drop memory-tier copies (only if that can make room), then again. */
-		memtier_reclaim(d, sv->whole, sv->tail_slots);
-		r = pool_reserve(&d->pool, sv->whole, sv->tail_slots, sv->chunks);
-	}
-	if (r < 0)
-		return -ENOSPC;
-	sv->have_chunks = true;
-	return 0;
-}
-
-static bool job_waiting(struct daemon *d, const char *job)
-{
-	struct save *sv;
-	TAILQ_FOREACH (sv, &d->waitq, wlink)
-		if (strcmp(sv->job, job) == 0)
-			return true;
-	return false;
-}
-
-/* What of the pool is memory-only copies, which are never dropped for
- * space (memtier.c), in words for a refusal: "" when none. */
-static void kept_hint(struct daemon *d, char *buf, size_t len)
-{
-	uint32_t n = 0;
-	uint64_t b = memtier_kept_bytes(d, &n);
-	if (n == 0)
-		buf[0] = '\0';
-	else
-		snprintf(buf, len,
-			 ", of which %" PRIu64 " MiB are %u memory-only copies (never dropped while the newest of "
-			 "their rank: persist them or save them durable)",
-			 b >> 20, n);
-}
-
 void save_on_admit_timer(uv_timer_t *t)
 {
 	struct daemon *d = t->data;
@@ -384,14 +286,12 @@ void save_on_admit_timer(uv_timer_t *t)
 		next = TAILQ_NEXT(sv, wlink);
 		if (sv->deadline_ns > now)
 			continue;
-		uint64_t held;
-		const char *quota = quota_hit(sv, &held);
-		char kept[200];
-		kept_hint(d, kept, sizeof(kept));
+		char why[400];
+		admit_no_room(sv, why, sizeof(why));
 		save_fail(sv, -ETIMEDOUT,
-			  "no staging space for %" PRIu64 " bytes within %u ms: %s holds %" PRIu64
-			  " MiB not yet durable%s; raise staging_bytes or the quota, or save less often",
-			  sv->shard_bytes, d->cfg.admit_timeout_ms, quota ? quota : "the pool", held >> 20, kept);
+			  "no staging space for %" PRIu64
+			  " bytes within %u ms: %s; raise staging_bytes or the quota, or save less often",
+			  sv->shard_bytes, d->cfg.admit_timeout_ms, why);
 		next = TAILQ_FIRST(&d->waitq); /* failing may have admitted others */
 	}
 	save_admit_waiting(d);
@@ -412,7 +312,7 @@ void save_admit_waiting(struct daemon *d)
 				skip = true;
 		if (skip)
 			continue;
-		if (try_admit(sv) == 0) {
+		if (admit_try(sv) == 0) {
 			save_set_state(sv, SAVE_STAGING);
 		} else if (nblocked < 64) {
 			blocked[nblocked++] = sv->job;
@@ -854,193 +754,12 @@ static void save_set_state(struct save *sv, enum save_state st)
 		on_enter[st](sv, old);
 }
 
-/* ---- request validation and layout ---- */
-
-/* The trainer's events, one per device its CUDA tensors live on: every
- * such device must have one, or the copy could read half-written data. */
-static int open_events(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen)
+/* A new save of the request's session, not yet checked. */
+static struct save *save_new(struct daemon *d, const struct requester *rq, const Ckpt__Save *m)
 {
-	struct cuda *cu = sv->d->cuda;
-	if (m->n_cuda_events > 64) {
-		snprintf(err, errlen, "%zu CUDA events, at most 64", m->n_cuda_events);
-		return -E2BIG;
-	}
-	if (m->n_cuda_events > 0 && cu == NULL) {
-		snprintf(err, errlen, "the save carries CUDA events but CUDA is off in ckptd");
-		return -ENOTSUP;
-	}
-	if (m->n_cuda_events) {
-		sv->events = calloc(m->n_cuda_events, sizeof(*sv->events));
-		if (sv->events == NULL)
-			return -ENOMEM;
-	}
-	for (size_t i = 0; i < m->n_cuda_events; i++) {
-		const Ckpt__CudaEvent *e = m->cuda_events[i];
-		if (e->device_uuid.len != CUDA_UUID_BYTES || e->ipc_handle.len != CUDA_IPC_BYTES) {
-			snprintf(err, errlen, "CUDA event %zu: needs a 16-byte device UUID and a 64-byte handle", i);
-			return -EINVAL;
-		}
-		int r = cuda_event_get(cu, e->device_uuid.data, e->ipc_handle.data, &sv->events[i], err, errlen);
-		if (r < 0)
-			return r;
-		sv->nevents = i + 1;
-	}
-	for (size_t i = 0; i < sv->ntensors; i++) {
-		const struct hostbuf *b = sv->tensors[i].buf;
-		if (b->cuda == NULL)
-			continue;
-		size_t k = 0;
-		while (k < sv->nevents &&
-		       memcmp(cuda_event_uuid(sv->events[k]), cudabuf_uuid(b->cuda), CUDA_UUID_BYTES) != 0)
-			k++;
-		if (k == sv->nevents) {
-			snprintf(err, errlen, "tensor '%s' is on a CUDA device the save has no event for",
-				 sv->tensors[i].name);
-			return -EINVAL;
-		}
-	}
-	return 0;
-}
-
-/* The save's tensors from its TensorRefs, each checked (the session's
- * buffers, the caps), names unique. */
-static int tensors_from_refs(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen)
-{
-	struct session *s = sv->session;
-	sv->tensors = calloc(m->n_tensors ? m->n_tensors : 1, sizeof(*sv->tensors));
-	if (sv->tensors == NULL)
-		return -ENOMEM;
-	for (size_t i = 0; i < m->n_tensors; i++) {
-		const Ckpt__TensorRef *tr = m->tensors[i];
-		struct save_tensor *t = &sv->tensors[i];
-		struct hostbuf *b = NULL;
-		int r = sv->d->req_ops->tensor(s, tr, i, &t->box, &b, err, errlen);
-		if (r < 0)
-			return r;
-		if ((t->name = strdup(tr->name)) == NULL)
-			return -ENOMEM;
-		sv->ntensors = i + 1;
-		t->dtype = tr->dtype;
-		t->nbytes = tr->nbytes;
-		t->buf = hostbuf_ref(b);
-		t->buf_off = tr->offset;
-	}
-	return save_tensors_unique(sv->tensors, sv->ntensors, err, errlen);
-}
-
-/* The save's tensors from a declared table (savetab.h): checked when it
- * was declared, so only copied, and the names shared. */
-static int tensors_from_table(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen)
-{
-	if (m->n_tensors) {
-		snprintf(err, errlen, "a save names a table or carries tensors, not both");
-		return -EINVAL;
-	}
-	const struct save_table *t = sv->d->req_ops->table(sv->session, m->table_id);
-	if (t == NULL) {
-		snprintf(err, errlen, "table %" PRIu64 " is not declared on this session", m->table_id);
-		return -ENOENT;
-	}
-	sv->tensors = malloc((t->n ? t->n : 1) * sizeof(*sv->tensors));
-	if (sv->tensors == NULL)
-		return -ENOMEM;
-	memcpy(sv->tensors, t->tensors, t->n * sizeof(*sv->tensors));
-	for (size_t i = 0; i < t->n; i++)
-		hostbuf_ref(sv->tensors[i].buf);
-	sv->ntensors = t->n;
-	sv->names = save_names_ref(t->names);
-	return 0;
-}
-
-static int layout(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen)
-{
-	const struct config *c = &sv->d->cfg;
-	if (m->n_tensors > c->max_tensors) {
-		snprintf(err, errlen, "%zu tensors, at most %u per save", m->n_tensors, c->max_tensors);
-		return -E2BIG;
-	}
-	if (m->extra_state.len > c->max_extra_state) {
-		snprintf(err, errlen, "extra state of %zu bytes, at most %u", m->extra_state.len, c->max_extra_state);
-		return -E2BIG;
-	}
-	int r = m->table_id ? tensors_from_table(sv, m, err, errlen) : tensors_from_refs(sv, m, err, errlen);
-	if (r < 0)
-		return r;
-	uint64_t off = 0;
-	for (size_t i = 0; i < sv->ntensors; i++) {
-		struct save_tensor *t = &sv->tensors[i];
-		off = (off + SHARD_ALIGN - 1) & ~(uint64_t)(SHARD_ALIGN - 1);
-		t->shard_off = off;
-		/* off stays below the pool size, so neither line can wrap. */
-		if (off > sv->d->pool.bytes || t->nbytes > sv->d->pool.bytes - off) {
-			snprintf(err, errlen,
-				 "save of more than %" PRIu64 " bytes can never fit the staging pool; "
-				 "raise staging_bytes",
-				 sv->d->pool.bytes);
-			return -E2BIG;
-		}
-		off += t->nbytes;
-	}
-	r = open_events(sv, m, err, errlen);
-	if (r < 0)
-		return r;
-
-	uint64_t cb = sv->d->pool.chunk_bytes;
-	sv->shard_bytes = off;
-	uint64_t nchunks = off / cb + (off % cb != 0);
-	if (nchunks > sv->d->pool.nchunks) {
-		snprintf(err, errlen,
-			 "save of %" PRIu64 " bytes can never fit the staging pool of %" PRIu64
-			 " bytes; raise staging_bytes",
-			 off, sv->d->pool.bytes);
-		return -E2BIG;
-	}
-	sv->nchunks = (uint32_t)nchunks;
-	pool_shape(&sv->d->pool, off, &sv->whole, &sv->tail_slots);
-	sv->pool_bytes = pool_shape_bytes(&sv->d->pool, sv->whole, sv->tail_slots);
-	/* Pieces: each tensor split at chunk boundaries. */
-	size_t np = 0;
-	for (size_t i = 0; i < sv->ntensors; i++) {
-		struct save_tensor *t = &sv->tensors[i];
-		if (t->nbytes)
-			np += (t->shard_off + t->nbytes - 1) / cb - t->shard_off / cb + 1;
-	}
-	sv->pieces = calloc(np ? np : 1, sizeof(*sv->pieces));
-	sv->chunks = calloc(nchunks ? nchunks : 1, sizeof(*sv->chunks));
-	sv->chunk_crc = calloc(nchunks ? nchunks : 1, sizeof(uint32_t));
-	sv->jobs = calloc(nchunks ? nchunks : 1, sizeof(*sv->jobs));
-	if (!sv->pieces || !sv->chunks || !sv->chunk_crc || !sv->jobs)
-		return -ENOMEM;
-	for (size_t i = 0; i < sv->ntensors; i++) {
-		struct save_tensor *t = &sv->tensors[i];
-		uint64_t done = 0;
-		while (done < t->nbytes) {
-			uint64_t at = t->shard_off + done;
-			uint64_t room = cb - at % cb;
-			uint64_t n = t->nbytes - done < room ? t->nbytes - done : room;
-			sv->pieces[sv->npieces++] =
-				(struct save_piece){ .tensor = (uint32_t)i, .tensor_off = done, .len = n };
-			done += n;
-		}
-	}
-	if (m->extra_state.len) {
-		sv->extra = malloc(m->extra_state.len);
-		if (sv->extra == NULL)
-			return -ENOMEM;
-		memcpy(sv->extra, m->extra_state.data, m->extra_state.len);
-		sv->extra_len = m->extra_state.len;
-	}
-	return 0;
-}
-
-void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *m)
-{
-	assert(d && d->req_ops && rq && rq->s && m);
 	struct save *sv = calloc(1, sizeof(*sv));
-	if (sv == NULL) {
-		d->req_ops->reply(rq->s, rq->req_id, -ENOMEM, "out of memory");
-		return;
-	}
+	if (sv == NULL)
+		return NULL;
 	sv->d = d;
 	sv->req_id = rq->req_id;
 	sv->id = ++d->next_save_id;
@@ -1059,25 +778,72 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 	sv->step = m->step;
 	sv->tier = (enum save_tier)m->tier;
 	d->stats.saves_total++;
+	return sv;
+}
 
-	if (rq->job[0] == '\0') {
-		save_fail(sv, -EPERM, "this session said no job in Hello (a control session); it cannot save");
-		return;
+/* What the request itself asks that this ckptd will not do: -errno with
+ * err saying why, else 0. */
+static int request_refused(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen)
+{
+	struct daemon *d = sv->d;
+	if (sv->job[0] == '\0') {
+		snprintf(err, errlen, "this session said no job in Hello (a control session); it cannot save");
+		return -EPERM;
 	}
 	if (d->draining) {
-		save_fail(sv, -ESHUTDOWN, "ckptd is shutting down and admits no new saves");
-		return;
+		snprintf(err, errlen, "ckptd is shutting down and admits no new saves");
+		return -ESHUTDOWN;
 	}
 	if (m->tier != CKPT__TIER__TIER_DURABLE && m->tier != CKPT__TIER__TIER_MEMORY &&
 	    m->tier != CKPT__TIER__TIER_REPLICATED) {
 		sv->tier = TIER_DURABLE;
-		save_fail(sv, -EINVAL, "unknown tier %d", (int)m->tier);
-		return;
+		snprintf(err, errlen, "unknown tier %d", (int)m->tier);
+		return -EINVAL;
 	}
 	if (sv->tier != TIER_DURABLE && !d->cfg.memory_tier) {
-		save_fail(sv, -ENOTSUP,
-			  "a %s save needs the memory tier, which is off in this ckptd ([pool] memory_tier)",
-			  sv->tier == TIER_MEMORY ? "memory" : "replicated");
+		snprintf(err, errlen,
+			 "a %s save needs the memory tier, which is off in this ckptd ([pool] memory_tier)",
+			 sv->tier == TIER_MEMORY ? "memory" : "replicated");
+		return -ENOTSUP;
+	}
+	return 0;
+}
+
+/* No room for sv now: its policy says whether it fails, makes room by
+ * superseding its older saves, or waits. */
+static void no_room(struct save *sv)
+{
+	struct daemon *d = sv->d;
+	char why[400];
+	switch (sv->policy) {
+	case POLICY_SKIP:
+		d->stats.saves_skipped++;
+		admit_no_room(sv, why, sizeof(why));
+		save_fail(sv, -EBUSY, "no room for %" PRIu64 " bytes: %s; skipped (policy skip)", sv->shard_bytes, why);
+		return;
+	case POLICY_COALESCE:
+		if (supersede_older(sv) > 0 && !admit_job_waiting(d, sv->job) && admit_try(sv) == 0) {
+			save_set_state(sv, SAVE_STAGING);
+			return;
+		}
+		save_set_state(sv, SAVE_ADMITTING);
+		return;
+	case POLICY_BLOCK: save_set_state(sv, SAVE_ADMITTING); return;
+	}
+}
+
+void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *m)
+{
+	assert(d && d->req_ops && rq && rq->s && m);
+	struct save *sv = save_new(d, rq, m);
+	if (sv == NULL) {
+		d->req_ops->reply(rq->s, rq->req_id, -ENOMEM, "out of memory");
+		return;
+	}
+	char err[512];
+	int r = request_refused(sv, m, err, sizeof(err));
+	if (r < 0) {
+		save_fail(sv, r, "%s", err);
 		return;
 	}
 	struct job_policy jp;
@@ -1085,31 +851,7 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 	sv->policy = rq->policy >= 0 ? (enum admit_policy)rq->policy : jp.policy;
 	sv->quota_bytes = jp.quota_bytes;
 	sv->spread = d->cfg.layout_spread;
-	/* Per rank: a node holds as many ranks of a job as it has GPUs (or
-	 * more), each with a save uploading and the next one staged. */
-	if (rank_inflight_saves(d, sv->job, sv->rank) >= jp.max_inflight_saves) {
-		save_fail(sv, -EBUSY, "%u saves of job '%s' rank %u are in flight (max_inflight_saves, per rank)",
-			  jp.max_inflight_saves, sv->job, sv->rank);
-		return;
-	}
-	const struct tenant_config *tc = config_tenant_of_job(&d->cfg, sv->job);
-	uint32_t tn = 0;
-	if (tc && tc->max_inflight_saves && (tenant_inflight(d, tc, &tn), tn >= tc->max_inflight_saves)) {
-		save_fail(sv, -EBUSY, "tenant '%s' has %u saves in flight ([tenant.%s] max_inflight_saves)", tc->name,
-			  tn, tc->name);
-		return;
-	}
-	struct save *o;
-	TAILQ_FOREACH (o, &d->saves, link) {
-		if (o->step == sv->step && o->rank == sv->rank && strcmp(o->job, sv->job) == 0) {
-			save_fail(sv, -EBUSY, "step %" PRIu64 " of job '%s' rank %u is already being saved", sv->step,
-				  sv->job, sv->rank);
-			return;
-		}
-	}
-	char err[512];
-	int r = layout(sv, m, err, sizeof(err));
-	if (r < 0) {
+	if ((r = admit_may_start(sv, &jp, err, sizeof(err))) < 0 || (r = save_layout(sv, m, err, sizeof(err))) < 0) {
 		save_fail(sv, r, "%s", r == -ENOMEM ? "out of memory" : err);
 		return;
 	}
@@ -1120,48 +862,18 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 		return;
 	}
 	sv->steplocked = true;
-	if (sv->shard_bytes > sv->quota_bytes) {
-		save_fail(sv, -E2BIG,
-			  "save of %" PRIu64 " bytes exceeds the quota of job '%s' (%" PRIu64
-			  " bytes); raise its quota",
-			  sv->shard_bytes, sv->job, sv->quota_bytes);
-		return;
-	}
-	/* Only now, with layout() done, is shard_bytes the save's size. */
-	if (tc && tc->quota_bytes && sv->shard_bytes > tc->quota_bytes) {
-		save_fail(sv, -E2BIG, "save of %" PRIu64 " bytes exceeds tenant '%s''s quota of %" PRIu64 " bytes",
-			  sv->shard_bytes, tc->name, tc->quota_bytes);
+	/* Only now, with its layout, is shard_bytes the save's size. */
+	if ((r = admit_may_fit(sv, err, sizeof(err))) < 0) {
+		save_fail(sv, r, "%s", err);
 		return;
 	}
 	TAILQ_INSERT_TAIL(&d->saves, sv, link);
 	sv->listed = true;
 	d->nsaves++;
 	/* FIFO within the job: nobody overtakes a save of its own job. */
-	r = job_waiting(d, sv->job) ? -ENOSPC : try_admit(sv);
-	if (r == 0) {
+	r = admit_job_waiting(d, sv->job) ? -ENOSPC : admit_try(sv);
+	if (r == 0)
 		save_set_state(sv, SAVE_STAGING);
-		return;
-	}
-	const char *skip_quota;
-	uint64_t skip_held;
-	switch (sv->policy) {
-	case POLICY_SKIP:
-		d->stats.saves_skipped++;
-		skip_quota = quota_hit(sv, &skip_held);
-		char kept[200];
-		kept_hint(d, kept, sizeof(kept));
-		save_fail(sv, -EBUSY,
-			  "no room for %" PRIu64 " bytes: %s holds %" PRIu64 " MiB not yet durable%s; "
-			  "skipped (policy skip)",
-			  sv->shard_bytes, skip_quota ? skip_quota : "the pool", skip_held >> 20, kept);
-		return;
-	case POLICY_COALESCE:
-		if (supersede_older(sv) > 0 && !job_waiting(d, sv->job) && try_admit(sv) == 0) {
-			save_set_state(sv, SAVE_STAGING);
-			return;
-		}
-		save_set_state(sv, SAVE_ADMITTING);
-		return;
-	case POLICY_BLOCK: save_set_state(sv, SAVE_ADMITTING); return;
-	}
+	else
+		no_room(sv);
 }

@@ -71,6 +71,9 @@ struct copy_job {
 	char why[200]; /* a CUDA failure, in words */
 };
 
+/* Tensors start at multiples of this in a shard (and in the pool). */
+#define SHARD_ALIGN 64
+
 /* Where a save's copy lives once safe: values of proto's Tier. */
 enum save_tier {
 	TIER_DURABLE = 0,
@@ -156,6 +159,12 @@ void save_drop_events(struct save *sv);
  * memory-only copy has no shard name: "". */
 int save_manifest_view(const struct save *sv, Ckpt__Manifest *m, const char *shard_name, uint64_t created_unix_ns);
 void save_manifest_view_free(Ckpt__Manifest *m);
+/* sv's layout from its Save request m (savelayout.c): its tensors (its
+ * TensorRefs, each checked, or a declared table's), their places in the
+ * shard, SHARD_ALIGN apart, the pieces and chunks they make, the trainer's
+ * CUDA events and the extra state. 0, or -errno with err saying why
+ * (-E2BIG: it could never fit the pool). */
+int save_layout(struct save *sv, const Ckpt__Save *m, char *err, size_t errlen);
 /* sv as a HeldReply lists it (a view into sv), its job named job (the
  * name the requester knows it by: tenancy.h). */
 void save_held_view(const struct save *sv, Ckpt__HeldCopy *h, const char *job);

@@ -4,6 +4,7 @@
  * the copies a peer may see. */
 #include "peer_int.h"
 #include "clock.h"
+#include "memtier.h"
 #include "save.h"
 
 #include <errno.h>

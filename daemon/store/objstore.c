@@ -44,6 +44,10 @@
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 
+#define MAX_PARTS 10000
+#define LIST_MAX_BYTES (16u << 20)
+#define MAX_HEADERS OBJSTORE_MAX_HEADERS
+
 static void call_clear(struct objstore_call *c)
 {
 	for (int i = 0; i < MAX_HEADERS; i++) {

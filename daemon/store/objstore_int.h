@@ -9,12 +9,12 @@
 
 #include "creds.h"
 #include "http.h"
-#include "objstore.h"
+#include "store.h"
 
 #define MIN_PART (5ull << 20)
-#define MAX_PARTS 10000
-#define LIST_MAX_BYTES (16u << 20)
-#define MAX_HEADERS OBJSTORE_MAX_HEADERS
+
+struct objstore_dialect;
+struct store_scheme;
 
 struct objstore {
 	struct store base;

@@ -4,6 +4,7 @@
  * names, and what each sets. */
 #include "config.h"
 #include "macro.h"
+#include "objstore.h"
 #include "objstore_int.h"
 
 #include <ctype.h>

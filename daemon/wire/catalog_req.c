@@ -12,6 +12,7 @@
 #include "log.h"
 #include "manifest.h"
 #include "retention.h"
+#include "memtier.h"
 #include "save.h"
 #include "session.h"
 #include "steplock.h"

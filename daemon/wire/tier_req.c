@@ -6,6 +6,7 @@
 #include "bgreq.h"
 #include "daemon.h"
 #include "persist.h"
+#include "memtier.h"
 #include "save.h"
 #include "session.h"
 
