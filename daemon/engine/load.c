@@ -1,4 +1,6 @@
 #include "load.h"
+#include "load_int.h"
+#include "loadexec.h"
 #include "catalog.h"
 #include "crc32c.h"
 #include "daemon.h"
@@ -21,60 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define READ_BLOCK (16u << 20)
-
-struct load_req {
-	char *name;
-	int dtype;
-	struct box box;
-	struct hostbuf *buf;
-	uint64_t buf_off, nbytes;
-	uint64_t covered;    /* elements written */
-	struct box *applied; /* cuts already written, disjoint */
-	size_t napplied;
-	unsigned sources; /* SRC_MEMORY | SRC_STORAGE */
-};
-
-#define SRC_MEMORY 1u
-#define SRC_STORAGE 2u
-#define SRC_PEER 4u /* a copy brought back from a peer for this load */
-
-#define PIN_DURABLE 1u /* the copy was in storage when pinned (held_copy) */
-#define PIN_FETCHED 2u /* brought from a peer by this load (fetch_copy) */
-
-struct load {
-	TAILQ_ENTRY(load) link; /* daemon.loads */
-	struct daemon *d;
-	struct session *session;
-	uint64_t req_id;
-	char job[JOB_BUF];
-	uint32_t rank, world_size;
-	bool latest;
-	uint64_t step;
-	struct load_req *reqs;
-	size_t nreqs;
-	struct load_req **by_name;
-	struct save **pinned; /* memory-tier copies of the job, pinned */
-	size_t npinned;
-	uint8_t *pin_flags; /* PIN_*, of pinned[i] */
-	bool memory_only;   /* the step is held here in memory only: no storage (load_copies) */
-	bool ask_peers;     /* a named step: copies may come from the peers (fetch_copy) */
-	bool storage_only;  /* Load.storage_only: neither memory nor peers */
-	bool no_copies;     /* a copy failed its crc: planned again from storage alone (load_run) */
-	char peer[128];     /* the peers copies came from, for Loaded.peer */
-	bool has_key;       /* the session's job key (requester.h): copies from peers are sealed with it */
-	uint8_t key[32];
-	char peer_why[200]; /* why the peers gave none */
-	uv_work_t work;
-	/* results */
-	const struct save *bad_held; /* a held copy whose crc did not match */
-	int status;                  /* 0 or -errno */
-	char msg[512];
-	uint64_t loaded_step, bytes, bytes_memory;
-	uint8_t *extra;
-	size_t extra_len;
-};
-
 static void load_free(struct load *ld)
 {
 	for (size_t i = 0; i < ld->nreqs; i++) {
@@ -90,202 +38,10 @@ static void load_free(struct load *ld)
 	free(ld);
 }
 
-static int fail(struct load *ld, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(struct load *ld, int status, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(ld->msg, sizeof(ld->msg), fmt, ap);
-	va_end(ap);
-	ld->status = status;
-	return status;
-}
-
 static int cmp_req(const void *a, const void *b)
 {
 	const struct load_req *x = *(struct load_req *const *)a, *y = *(struct load_req *const *)b;
 	return strcmp(x->name, y->name);
-}
-
-/* First index in by_name whose name is name, or nreqs. */
-static size_t find_first(struct load *ld, const char *name)
-{
-	size_t lo = 0, hi = ld->nreqs;
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		if (strcmp(ld->by_name[mid]->name, name) < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
-/* The load runs in two phases. Plan (one thread): walk the manifests, the
- * one likeliest to hold this rank's share first (load_run), intersect every saved tensor with the requests, decide
- * replicas and coverage, and cut each saved tensor into slabs of whole rows
- * along dim 0 (contiguous in the shard, at most about READ_BLOCK each).
- * Execute (copy_threads threads): read each slab from the memory tier or
- * storage, crc it, and scatter its part of every cut into the client's
- * buffers. Cuts are disjoint, so slabs never write
- * the same bytes, and any order is correct. */
-
-struct tplan {
-	const Ckpt__ManifestTensor *t;
-	const struct save *held; /* memory-tier copy, or NULL: storage */
-	bool verify;             /* crc the held copy too ([pool] verify_held) */
-	const char *key;         /* the shard in storage */
-	struct box saved;
-	size_t es;
-	uint64_t nrows, row_bytes, rows_per, nslabs;
-	struct load_req **hits;
-	struct box *cuts;
-	size_t nhits;
-	uint32_t *slab_crc;
-};
-
-struct ltask {
-	size_t plan;
-	uint64_t slab;
-	uint64_t off, len; /* in the shard */
-};
-
-/* One read: tasks [first, first + n) of one shard in storage, in offset
- * order, fetched by one ranged GET of [off, off + len) when they lie close
- * together (READ_GAP), up to READ_BLOCK; a held copy's task is its own. A
- * rank's many small tensors then cost a GET per 16 MiB, not one each. */
-struct lread {
-	size_t first, n;
-	uint64_t off, len;
-};
-#define READ_GAP (256u << 10) /* bytes of a gap worth reading rather than a request */
-
-struct exec {
-	struct load *ld;
-	struct tplan *plans;
-	size_t nplans, cap;
-	struct ltask *tasks;
-	size_t ntasks;
-	struct lread *reads;
-	size_t nreads;
-	uint64_t max_read;
-	atomic_size_t next;
-	atomic_int failed;
-	pthread_mutex_t mu;
-};
-
-static void exec_fail(struct exec *ex, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void exec_fail(struct exec *ex, int status, const char *fmt, ...)
-{
-	pthread_mutex_lock(&ex->mu);
-	if (ex->ld->status == 0) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(ex->ld->msg, sizeof(ex->ld->msg), fmt, ap);
-		va_end(ap);
-		ex->ld->status = status;
-	}
-	atomic_store(&ex->failed, 1);
-	pthread_mutex_unlock(&ex->mu);
-}
-
-struct scatter {
-	const uint8_t *src;
-	const struct load_req *req;
-};
-
-static int scatter_run(void *ctx, uint64_t dst_off, uint64_t src_off, uint64_t n)
-{
-	struct scatter *sc = ctx;
-	return hostbuf_write(sc->req->buf, sc->req->buf_off + dst_off, sc->src + src_off, n);
-}
-
-/* Task tk's slab is at src (from storage when the plan has no held copy):
- * take its crc share and scatter it into every cut it meets. */
-static void apply_task(struct exec *ex, const struct ltask *tk, const uint8_t *src)
-{
-	struct tplan *p = &ex->plans[tk->plan];
-	const Ckpt__ManifestTensor *t = p->t;
-	uint64_t r0 = tk->slab * p->rows_per;
-	uint64_t k = p->nrows - r0 < p->rows_per ? p->nrows - r0 : p->rows_per;
-	if (!p->held || p->verify)
-		p->slab_crc[tk->slab] = crc32c_update(0, src, tk->len);
-	struct box slab = p->saved;
-	if (slab.ndim > 0) {
-		slab.off[0] = p->saved.off[0] + r0;
-		slab.len[0] = k;
-	}
-	for (size_t i = 0; i < p->nhits; i++) {
-		struct box part;
-		if (!box_intersect(&slab, &p->cuts[i], &part))
-			continue;
-		struct scatter sc = { .src = src, .req = p->hits[i] };
-		int r = box_copy_runs(&part, &slab, &p->hits[i]->box, p->es, scatter_run, &sc);
-		if (r < 0) {
-			exec_fail(ex, r, "writing tensor '%s' into buffer %" PRIu64 ": %s", t->name,
-				  p->hits[i]->buf->id,
-				  r == -EFAULT ? "the client truncated its buffer file" : strerror(-r));
-			return;
-		}
-	}
-}
-
-static void run_read(struct exec *ex, const struct lread *rd, uint8_t *tmp)
-{
-	const struct ltask *first = &ex->tasks[rd->first];
-	struct tplan *p = &ex->plans[first->plan];
-	if (p->held) {
-		/* Our own pool: crc'd all the same, so a bug that wrote into
-		 * a held copy (or a bad DIMM) fails the load, not the model. */
-		apply_task(ex, first, save_shard_bytes(p->held, first->off, first->len, tmp));
-		return;
-	}
-	struct store *st = daemon_store_of(ex->ld->d, ex->ld->job);
-	int r = st->ops->get_range(st, p->key, rd->off, tmp, (size_t)rd->len);
-	if (r < 0) {
-		char more[64] = "";
-		if (rd->n > 1)
-			snprintf(more, sizeof(more), " (one read with %zu more)", rd->n - 1);
-		exec_fail(ex, r, "reading tensor '%s' from %s%s: %s", p->t->name, p->key, more,
-			  r == -ENODATA ? "the shard is shorter than its manifest says" : store_error(r));
-		return;
-	}
-	for (size_t i = 0; i < rd->n && !atomic_load(&ex->failed); i++) {
-		const struct ltask *tk = &ex->tasks[rd->first + i];
-		apply_task(ex, tk, tmp + (tk->off - rd->off));
-	}
-}
-
-static void *exec_worker(void *arg)
-{
-	struct exec *ex = arg;
-	uint8_t *tmp = malloc(ex->max_read ? (size_t)ex->max_read : 1);
-	if (tmp == NULL) {
-		exec_fail(ex, -ENOMEM, "out of memory for a read buffer of %" PRIu64 " bytes", ex->max_read);
-		return NULL;
-	}
-	for (;;) {
-		size_t i = atomic_fetch_add(&ex->next, 1);
-		if (i >= ex->nreads || atomic_load(&ex->failed))
-			break;
-		run_read(ex, &ex->reads[i], tmp);
-	}
-	free(tmp);
-	return NULL;
-}
-
-/* 1 if cut was already written (a replica), 0 if it is new, -1 if it
- * overlaps something written only in part. */
-static int cut_seen(const struct load_req *q, const struct box *cut)
-{
-	for (size_t i = 0; i < q->napplied; i++) {
-		struct box x;
-		if (box_contains(&q->applied[i], cut))
-			return 1;
-		if (box_intersect(&q->applied[i], cut, &x))
-			return -1;
-	}
-	return 0;
 }
 
 /* The pinned memory-tier copy that is exactly this manifest's shard (a
@@ -304,249 +60,6 @@ static const struct save *held_copy(const struct load *ld, const Ckpt__Manifest 
 			return sv;
 	}
 	return NULL;
-}
-
-/* Add the plan for saved tensor t meeting hits/cuts; account coverage. */
-static int plan_tensor(struct exec *ex, const char *key, const struct save *held, unsigned src,
-		       const Ckpt__ManifestTensor *t, const struct box *saved, struct load_req **hits,
-		       const struct box *cuts, size_t nh)
-{
-	struct load *ld = ex->ld;
-	if (ex->nplans == ex->cap) {
-		size_t nc = ex->cap ? 2 * ex->cap : 64;
-		struct tplan *np = realloc(ex->plans, nc * sizeof(*np));
-		if (np == NULL)
-			return fail(ld, -ENOMEM, "out of memory");
-		ex->plans = np;
-		ex->cap = nc;
-	}
-	struct tplan *p = &ex->plans[ex->nplans];
-	memset(p, 0, sizeof(*p));
-	p->t = t;
-	p->held = held;
-	/* Bytes that came from a peer, a replica put here by one included,
-	 * are checked whatever [pool] verify_held says: for a step in
-	 * storage, against the stored manifest's CRC32C. */
-	p->verify = ld->d->cfg.verify_held || src == SRC_PEER || (held && held->replica);
-	p->key = key;
-	p->saved = *saved;
-	p->es = tensor_dtype_size(t->dtype);
-	p->nrows = saved->ndim > 0 ? saved->len[0] : 1;
-	p->row_bytes = p->nrows ? t->nbytes / p->nrows : 0;
-	p->rows_per = p->row_bytes == 0 || p->row_bytes >= READ_BLOCK ? 1 : READ_BLOCK / p->row_bytes;
-	p->nslabs = p->nrows == 0 ? 0 : (p->nrows + p->rows_per - 1) / p->rows_per;
-	if (p->rows_per * p->row_bytes > SIZE_MAX / 2)
-		return fail(ld, -ENOMEM, "tensor '%s': one row of %" PRIu64 " bytes is too large", t->name,
-			    p->row_bytes);
-	p->hits = malloc(nh * sizeof(*p->hits));
-	p->cuts = malloc(nh * sizeof(*p->cuts));
-	p->slab_crc = calloc(p->nslabs ? p->nslabs : 1, sizeof(uint32_t));
-	if (!p->hits || !p->cuts || !p->slab_crc) {
-		free(p->hits);
-		free(p->cuts);
-		free(p->slab_crc);
-		return fail(ld, -ENOMEM, "out of memory");
-	}
-	memcpy(p->hits, hits, nh * sizeof(*hits));
-	memcpy(p->cuts, cuts, nh * sizeof(*cuts));
-	p->nhits = nh;
-	ex->nplans++;
-	if (p->rows_per * p->row_bytes > ex->max_read)
-		ex->max_read = p->rows_per * p->row_bytes;
-	for (size_t i = 0; i < nh; i++) {
-		struct load_req *q = hits[i];
-		struct box *na = realloc(q->applied, (q->napplied + 1) * sizeof(*na));
-		if (na == NULL)
-			return fail(ld, -ENOMEM, "out of memory");
-		q->applied = na;
-		q->applied[q->napplied++] = cuts[i];
-		q->covered += box_volume(&cuts[i]);
-		q->sources |= src;
-		ld->bytes += box_volume(&cuts[i]) * p->es;
-		if (held)
-			ld->bytes_memory += box_volume(&cuts[i]) * p->es;
-	}
-	return 0;
-}
-
-/* Plan from manifest m, whose shard is key in storage or the held copy. */
-static int plan_manifest(struct exec *ex, const Ckpt__Manifest *m, const char *key, const struct save *held)
-{
-	struct load *ld = ex->ld;
-	unsigned src = held ? SRC_MEMORY : SRC_STORAGE;
-	for (size_t i = 0; i < ld->npinned && held; i++)
-		if (ld->pinned[i] == held && (ld->pin_flags[i] & PIN_FETCHED))
-			src = SRC_PEER;
-	struct load_req **hits = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*hits));
-	struct box *cuts = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*cuts));
-	int r = 0;
-	if (hits == NULL || cuts == NULL) {
-		r = fail(ld, -ENOMEM, "out of memory");
-		goto out;
-	}
-	for (size_t i = 0; i < m->n_tensors && r == 0; i++) {
-		const Ckpt__ManifestTensor *t = m->tensors[i];
-		struct box saved;
-		uint64_t nelem;
-		char why[128];
-		box_from_fields(&saved, t->n_global_shape, t->global_shape, t->n_box_offsets, t->box_offsets,
-				t->n_box_lengths, t->box_lengths, &nelem, why, sizeof(why));
-		size_t nh = 0;
-		for (size_t k = find_first(ld, t->name); k < ld->nreqs && strcmp(ld->by_name[k]->name, t->name) == 0;
-		     k++) {
-			struct load_req *q = ld->by_name[k];
-			if (q->dtype != (int)t->dtype || !box_same_shape(&q->box, &saved)) {
-				char want[96], have[96];
-				box_shape_str(&q->box, want, sizeof(want));
-				box_shape_str(&saved, have, sizeof(have));
-				r = fail(ld, -EINVAL,
-					 "rank %u: tensor '%s': requested dtype %s shape %s, but it was "
-					 "saved as dtype %s shape %s",
-					 ld->rank, t->name, tensor_dtype_name(q->dtype), want,
-					 tensor_dtype_name((int)t->dtype), have);
-				break;
-			}
-			if (!box_intersect(&saved, &q->box, &cuts[nh]))
-				continue;
-			/* Replicated tensors: what one rank's manifest already
-			 * gave (the first one read) is not read again. */
-			int seen = cut_seen(q, &cuts[nh]);
-			if (seen < 0) {
-				r = fail(ld, -EINVAL,
-					 "rank %u: tensor '%s': saved boxes of different ranks overlap in "
-					 "part; cannot tell which copy to load",
-					 ld->rank, t->name);
-				break;
-			}
-			if (seen == 0)
-				hits[nh++] = q;
-		}
-		if (r == 0 && nh > 0)
-			r = plan_tensor(ex, key, held, src, t, &saved, hits, cuts, nh);
-	}
-out:
-	free(hits);
-	free(cuts);
-	return r;
-}
-
-static int cmp_task(const void *a, const void *b, void *arg)
-{
-	const struct exec *ex = arg;
-	const struct ltask *x = a, *y = b;
-	const struct tplan *px = &ex->plans[x->plan], *py = &ex->plans[y->plan];
-	/* Held copies first, each on its own; then by shard and offset. */
-	if ((px->held != NULL) != (py->held != NULL))
-		return px->held ? -1 : 1;
-	int c = px->held ? 0 : strcmp(px->key, py->key);
-	if (c)
-		return c;
-	return x->off < y->off ? -1 : x->off > y->off;
-}
-
-/* Sort the tasks and cut them into reads (struct lread). */
-static int group_reads(struct exec *ex)
-{
-	qsort_r(ex->tasks, ex->ntasks, sizeof(*ex->tasks), cmp_task, ex);
-	ex->reads = calloc(ex->ntasks ? ex->ntasks : 1, sizeof(*ex->reads));
-	if (ex->reads == NULL)
-		return -ENOMEM;
-	for (size_t i = 0; i < ex->ntasks; i++) {
-		const struct ltask *tk = &ex->tasks[i];
-		const struct tplan *p = &ex->plans[tk->plan];
-		struct lread *rd = ex->nreads ? &ex->reads[ex->nreads - 1] : NULL;
-		if (rd && !p->held) {
-			const struct ltask *prev = &ex->tasks[rd->first + rd->n - 1];
-			const struct tplan *pp = &ex->plans[prev->plan];
-			uint64_t end = rd->off + rd->len;
-			if (!pp->held && strcmp(pp->key, p->key) == 0 && tk->off >= end && tk->off - end <= READ_GAP &&
-			    tk->off + tk->len - rd->off <= READ_BLOCK) {
-				rd->n++;
-				rd->len = tk->off + tk->len - rd->off;
-				continue;
-			}
-		}
-		ex->reads[ex->nreads++] = (struct lread){ .first = i, .n = 1, .off = tk->off, .len = tk->len };
-	}
-	for (size_t i = 0; i < ex->nreads; i++)
-		if (ex->reads[i].len > ex->max_read)
-			ex->max_read = ex->reads[i].len;
-	return 0;
-}
-
-/* Run every read on up to copy_threads threads, this one included. */
-static void execute(struct exec *ex, unsigned nthreads)
-{
-	size_t n = 0;
-	for (size_t i = 0; i < ex->nplans; i++)
-		n += ex->plans[i].nslabs;
-	ex->tasks = calloc(n ? n : 1, sizeof(*ex->tasks));
-	if (ex->tasks == NULL) {
-		exec_fail(ex, -ENOMEM, "out of memory");
-		return;
-	}
-	for (size_t i = 0; i < ex->nplans; i++) {
-		struct tplan *p = &ex->plans[i];
-		for (uint64_t sl = 0; sl < p->nslabs; sl++) {
-			uint64_t r0 = sl * p->rows_per;
-			uint64_t k = p->nrows - r0 < p->rows_per ? p->nrows - r0 : p->rows_per;
-			ex->tasks[ex->ntasks++] = (struct ltask){ .plan = i,
-								  .slab = sl,
-								  .off = p->t->shard_offset + r0 * p->row_bytes,
-								  .len = k * p->row_bytes };
-		}
-	}
-	if (group_reads(ex) < 0) {
-		exec_fail(ex, -ENOMEM, "out of memory");
-		return;
-	}
-	if (nthreads > ex->nreads)
-		nthreads = ex->nreads ? (unsigned)ex->nreads : 1;
-	pthread_t th[64];
-	unsigned started = 0;
-	for (unsigned i = 1; i < nthreads && i < 64; i++)
-		if (pthread_create(&th[started], NULL, exec_worker, ex) == 0)
-			started++;
-	exec_worker(ex);
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(th[i], NULL);
-	if (atomic_load(&ex->failed))
-		return;
-	/* Every tensor's slabs, from storage or memory: their crcs, combined
-	 * in order, must match the manifest's. */
-	for (size_t i = 0; i < ex->nplans; i++) {
-		struct tplan *p = &ex->plans[i];
-		if (p->held && !p->verify)
-			continue; /* [pool] verify_held = false */
-		uint32_t crc = 0;
-		for (uint64_t sl = 0; sl < p->nslabs; sl++) {
-			uint64_t r0 = sl * p->rows_per;
-			uint64_t k = p->nrows - r0 < p->rows_per ? p->nrows - r0 : p->rows_per;
-			crc = sl == 0 ? p->slab_crc[0] : crc32c_combine(crc, p->slab_crc[sl], k * p->row_bytes);
-		}
-		if (crc != p->t->crc32c) {
-			if (p->held)
-				ex->ld->bad_held = p->held; /* load_done drops it */
-			exec_fail(ex, -EIO,
-				  "checksum mismatch in tensor '%s' of %s%s: manifest says crc32c %08x, "
-				  "data has %08x",
-				  p->t->name, p->held ? "the memory tier's copy of " : "", p->key, p->t->crc32c, crc);
-			return;
-		}
-	}
-}
-
-static void exec_free(struct exec *ex)
-{
-	for (size_t i = 0; i < ex->nplans; i++) {
-		free(ex->plans[i].hits);
-		free(ex->plans[i].cuts);
-		free(ex->plans[i].slab_crc);
-	}
-	free(ex->plans);
-	free(ex->tasks);
-	free(ex->reads);
-	pthread_mutex_destroy(&ex->mu);
 }
 
 static bool all_covered(const struct load *ld)
@@ -585,10 +98,10 @@ static int plan_rank(struct exec *ex, struct catalog_step *cs, uint32_t rank, ch
 	char err[512];
 	int r = catalog_read_manifest(daemon_store_of(ld->d, ld->job), ld->job, cs, rank, &m, err, sizeof(err));
 	if (r < 0)
-		return fail(ld, r, "step %" PRIu64 " of job '%s': %s", cs->step, ld->job,
-			    r == -EBADMSG ? err : store_error(r));
+		return load_fail(ld, r, "step %" PRIu64 " of job '%s': %s", cs->step, ld->job,
+				 r == -EBADMSG ? err : store_error(r));
 	if (manifest_shard_of(m, *key, sizeof(*key)) < 0)
-		return fail(ld, -EBADMSG, "rank %u's manifest names no shard of its own", rank);
+		return load_fail(ld, -EBADMSG, "rank %u's manifest names no shard of its own", rank);
 	if (ld->no_copies)
 		return plan_manifest(ex, m, *key, NULL);
 	const struct save *held = held_copy(ld, m);
@@ -601,8 +114,8 @@ static void check_covered(struct load *ld, uint64_t step)
 	for (size_t i = 0; i < ld->nreqs && ld->status == 0; i++) {
 		struct load_req *q = &ld->reqs[i];
 		if (q->covered != box_volume(&q->box))
-			fail(ld, -ENOENT, "rank %u: tensor '%s': step %" PRIu64 " %s", ld->rank, q->name, step,
-			     q->covered ? "covers only part of the requested box" : "has no such tensor");
+			load_fail(ld, -ENOENT, "rank %u: tensor '%s': step %" PRIu64 " %s", ld->rank, q->name, step,
+				  q->covered ? "covers only part of the requested box" : "has no such tensor");
 	}
 }
 
@@ -615,7 +128,7 @@ static int pin_room(struct load *ld)
 	uint8_t *nf = np ? realloc(ld->pin_flags, ld->npinned + 1) : NULL;
 	if (nf)
 		ld->pin_flags = nf;
-	return np && nf ? 0 : fail(ld, -ENOMEM, "out of memory");
+	return np && nf ? 0 : load_fail(ld, -ENOMEM, "out of memory");
 }
 
 /* The copy w names, brought back from the peers that hold it (peer.h)
@@ -707,12 +220,12 @@ static void load_copies(struct load *ld, uint32_t ws)
 {
 	Ckpt__Manifest *views = calloc(ws, sizeof(*views));
 	char(*keys)[200] = calloc(ws, sizeof(*keys));
-	struct exec ex = { .ld = ld };
-	pthread_mutex_init(&ex.mu, NULL);
+	struct exec ex;
+	exec_init(&ex, ld);
 	size_t nviews = 0;
 	const struct save *own_copy = NULL, *first_copy = NULL;
 	if (ws == 0 || views == NULL || keys == NULL) {
-		fail(ld, ws ? -ENOMEM : -ENOENT, ws ? "out of memory" : "no copy of the step is held");
+		load_fail(ld, ws ? -ENOMEM : -ENOENT, ws ? "out of memory" : "no copy of the step is held");
 		goto out;
 	}
 	ld->loaded_step = ld->step;
@@ -743,7 +256,7 @@ static void load_copies(struct load *ld, uint32_t ws)
 			continue;
 		}
 		if (save_manifest_view(sv, &views[nviews], "", 0) < 0) {
-			fail(ld, -ENOMEM, "out of memory");
+			load_fail(ld, -ENOMEM, "out of memory");
 			break;
 		}
 		nviews++;
@@ -778,7 +291,7 @@ static void load_copies(struct load *ld, uint32_t ws)
 	if (ld->status == 0 && own_copy && own_copy->extra_len) {
 		ld->extra = malloc(own_copy->extra_len);
 		if (ld->extra == NULL)
-			fail(ld, -ENOMEM, "out of memory");
+			load_fail(ld, -ENOMEM, "out of memory");
 		else
 			memcpy(ld->extra, own_copy->extra, own_copy->extra_len);
 		ld->extra_len = ld->extra ? own_copy->extra_len : 0;
@@ -791,8 +304,8 @@ static void load_copies(struct load *ld, uint32_t ws)
 				       .key = ld->has_key ? ld->key : NULL };
 		int r = ld->d->peer_extra(ld->d, &w, &ld->extra, &ld->extra_len, why, sizeof(why));
 		if (r < 0)
-			fail(ld, r, "step %" PRIu64 " of job '%s': the extra state of rank %u: %s", ld->step, ld->job,
-			     own, why);
+			load_fail(ld, r, "step %" PRIu64 " of job '%s': the extra state of rank %u: %s", ld->step,
+				  ld->job, own, why);
 	}
 out:
 	exec_free(&ex);
@@ -814,10 +327,10 @@ static void plan_stored(struct load *ld, struct catalog_step *cs)
 {
 	struct catalog_group *g = &cs->groups[cs->best];
 	char(*keys)[768] = calloc(g->world_size, sizeof(*keys));
-	struct exec ex = { .ld = ld };
-	pthread_mutex_init(&ex.mu, NULL);
+	struct exec ex;
+	exec_init(&ex, ld);
 	if (keys == NULL)
-		fail(ld, -ENOMEM, "out of memory");
+		load_fail(ld, -ENOMEM, "out of memory");
 	uint32_t own = ld->rank < g->world_size ? ld->rank : 0;
 	uint32_t first = own;
 	if (ld->world_size != g->world_size && ld->rank < ld->world_size)
@@ -861,12 +374,12 @@ static void load_run(uv_work_t *w)
 	if (ld->latest) {
 		r = catalog_latest(st, ld->job, &cs);
 		if (r == -ENOENT) {
-			fail(ld, -ENOENT, "job '%s' has no complete step in %s", ld->job, st->url);
+			load_fail(ld, -ENOENT, "job '%s' has no complete step in %s", ld->job, st->url);
 			return;
 		}
 		if (r < 0) {
-			fail(ld, r, "deciding the latest step of job '%s' in %s: %s (%s)", ld->job, st->url,
-			     store_error(r), catalog_no_fallback_hint(r));
+			load_fail(ld, r, "deciding the latest step of job '%s' in %s: %s (%s)", ld->job, st->url,
+				  store_error(r), catalog_no_fallback_hint(r));
 			return;
 		}
 	} else {
@@ -879,15 +392,17 @@ static void load_run(uv_work_t *w)
 			return;
 		}
 		if (r < 0) {
-			fail(ld, r, "step %" PRIu64 " of job '%s': %s%s%.200s%s", ld->step, ld->job,
-			     r == -ENOENT ? "not found" : store_error(r),
-			     ld->peer_why[0] ? "; nor from the peers (" : "", ld->peer_why, ld->peer_why[0] ? ")" : "");
+			load_fail(ld, r, "step %" PRIu64 " of job '%s': %s%s%.200s%s", ld->step, ld->job,
+				  r == -ENOENT ? "not found" : store_error(r),
+				  ld->peer_why[0] ? "; nor from the peers (" : "", ld->peer_why,
+				  ld->peer_why[0] ? ")" : "");
 			return;
 		}
 		if (!catalog_step_complete(&cs)) {
 			struct catalog_group *g = &cs.groups[cs.best];
-			fail(ld, -ENOENT, "step %" PRIu64 " of job '%s' is not complete: %u of %u ranks (attempt '%s')",
-			     ld->step, ld->job, g->count, g->world_size, g->attempt);
+			load_fail(ld, -ENOENT,
+				  "step %" PRIu64 " of job '%s' is not complete: %u of %u ranks (attempt '%s')",
+				  ld->step, ld->job, g->count, g->world_size, g->attempt);
 			catalog_step_free(&cs);
 			return;
 		}
@@ -926,11 +441,12 @@ static void load_run(uv_work_t *w)
 	char err[512];
 	r = ld->status == 0 ? catalog_read_manifest(st, ld->job, &cs, own, &m, err, sizeof(err)) : 0;
 	if (r < 0)
-		fail(ld, r, "step %" PRIu64 " of job '%s': %s", cs.step, ld->job, r == -EBADMSG ? err : store_error(r));
+		load_fail(ld, r, "step %" PRIu64 " of job '%s': %s", cs.step, ld->job,
+			  r == -EBADMSG ? err : store_error(r));
 	else if (ld->status == 0 && m->extra_state.len) {
 		ld->extra = malloc(m->extra_state.len);
 		if (ld->extra == NULL) {
-			fail(ld, -ENOMEM, "out of memory");
+			load_fail(ld, -ENOMEM, "out of memory");
 		} else {
 			memcpy(ld->extra, m->extra_state.data, m->extra_state.len);
 			ld->extra_len = m->extra_state.len;
@@ -997,7 +513,7 @@ static void load_done(uv_work_t *w, int status)
 	ld->pinned = NULL;
 	ld->npinned = 0;
 	if (status < 0 && ld->status == 0)
-		fail(ld, -ECANCELED, "load cancelled");
+		load_fail(ld, -ECANCELED, "load cancelled");
 	if (ld->status == 0) {
 		d->stats.bytes_restored += ld->bytes;
 		d->stats.bytes_restored_memory += ld->bytes_memory;

@@ -1,0 +1,423 @@
+/* A restore's copies: see loadexec.h. */
+#include "loadexec.h"
+#include "crc32c.h"
+#include "daemon.h"
+#include "hostbuf.h"
+#include "load_int.h"
+#include "log.h"
+#include "manifest.h"
+#include "saveobj.h"
+#include "store.h"
+#include "tensor.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define READ_BLOCK (16u << 20)
+
+/* The load runs in two phases. Plan (one thread): walk the manifests, the
+ * one likeliest to hold this rank's share first (load_run), intersect every saved tensor with the requests, decide
+ * replicas and coverage, and cut each saved tensor into slabs of whole rows
+ * along dim 0 (contiguous in the shard, at most about READ_BLOCK each).
+ * Execute (copy_threads threads): read each slab from the memory tier or
+ * storage, crc it, and scatter its part of every cut into the client's
+ * buffers. Cuts are disjoint, so slabs never write
+ * the same bytes, and any order is correct. */
+
+struct tplan {
+	const Ckpt__ManifestTensor *t;
+	const struct save *held; /* memory-tier copy, or NULL: storage */
+	bool verify;             /* crc the held copy too ([pool] verify_held) */
+	const char *key;         /* the shard in storage */
+	struct box saved;
+	size_t es;
+	uint64_t nrows, row_bytes, rows_per, nslabs;
+	struct load_req **hits;
+	struct box *cuts;
+	size_t nhits;
+	uint32_t *slab_crc;
+};
+
+struct ltask {
+	size_t plan;
+	uint64_t slab;
+	uint64_t off, len; /* in the shard */
+};
+
+/* One read: tasks [first, first + n) of one shard in storage, in offset
+ * order, fetched by one ranged GET of [off, off + len) when they lie close
+ * together (READ_GAP), up to READ_BLOCK; a held copy's task is its own. A
+ * rank's many small tensors then cost a GET per 16 MiB, not one each. */
+struct lread {
+	size_t first, n;
+	uint64_t off, len;
+};
+#define READ_GAP (256u << 10) /* bytes of a gap worth reading rather than a request */
+
+static void exec_fail(struct exec *ex, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void exec_fail(struct exec *ex, int status, const char *fmt, ...)
+{
+	pthread_mutex_lock(&ex->mu);
+	if (ex->ld->status == 0) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(ex->ld->msg, sizeof(ex->ld->msg), fmt, ap);
+		va_end(ap);
+		ex->ld->status = status;
+	}
+	atomic_store(&ex->failed, 1);
+	pthread_mutex_unlock(&ex->mu);
+}
+
+struct scatter {
+	const uint8_t *src;
+	const struct load_req *req;
+};
+
+static int scatter_run(void *ctx, uint64_t dst_off, uint64_t src_off, uint64_t n)
+{
+	struct scatter *sc = ctx;
+	return hostbuf_write(sc->req->buf, sc->req->buf_off + dst_off, sc->src + src_off, n);
+}
+
+/* Task tk's slab is at src (from storage when the plan has no held copy):
+ * take its crc share and scatter it into every cut it meets. */
+static void apply_task(struct exec *ex, const struct ltask *tk, const uint8_t *src)
+{
+	struct tplan *p = &ex->plans[tk->plan];
+	const Ckpt__ManifestTensor *t = p->t;
+	uint64_t r0 = tk->slab * p->rows_per;
+	uint64_t k = p->nrows - r0 < p->rows_per ? p->nrows - r0 : p->rows_per;
+	if (!p->held || p->verify)
+		p->slab_crc[tk->slab] = crc32c_update(0, src, tk->len);
+	struct box slab = p->saved;
+	if (slab.ndim > 0) {
+		slab.off[0] = p->saved.off[0] + r0;
+		slab.len[0] = k;
+	}
+	for (size_t i = 0; i < p->nhits; i++) {
+		struct box part;
+		if (!box_intersect(&slab, &p->cuts[i], &part))
+			continue;
+		struct scatter sc = { .src = src, .req = p->hits[i] };
+		int r = box_copy_runs(&part, &slab, &p->hits[i]->box, p->es, scatter_run, &sc);
+		if (r < 0) {
+			exec_fail(ex, r, "writing tensor '%s' into buffer %" PRIu64 ": %s", t->name,
+				  p->hits[i]->buf->id,
+				  r == -EFAULT ? "the client truncated its buffer file" : strerror(-r));
+			return;
+		}
+	}
+}
+
+static void run_read(struct exec *ex, const struct lread *rd, uint8_t *tmp)
+{
+	const struct ltask *first = &ex->tasks[rd->first];
+	struct tplan *p = &ex->plans[first->plan];
+	if (p->held) {
+		/* Our own pool: crc'd all the same, so a bug that wrote into
+		 * a held copy (or a bad DIMM) fails the load, not the model. */
+		apply_task(ex, first, save_shard_bytes(p->held, first->off, first->len, tmp));
+		return;
+	}
+	struct store *st = daemon_store_of(ex->ld->d, ex->ld->job);
+	int r = st->ops->get_range(st, p->key, rd->off, tmp, (size_t)rd->len);
+	if (r < 0) {
+		char more[64] = "";
+		if (rd->n > 1)
+			snprintf(more, sizeof(more), " (one read with %zu more)", rd->n - 1);
+		exec_fail(ex, r, "reading tensor '%s' from %s%s: %s", p->t->name, p->key, more,
+			  r == -ENODATA ? "the shard is shorter than its manifest says" : store_error(r));
+		return;
+	}
+	for (size_t i = 0; i < rd->n && !atomic_load(&ex->failed); i++) {
+		const struct ltask *tk = &ex->tasks[rd->first + i];
+		apply_task(ex, tk, tmp + (tk->off - rd->off));
+	}
+}
+
+static void *exec_worker(void *arg)
+{
+	struct exec *ex = arg;
+	uint8_t *tmp = malloc(ex->max_read ? (size_t)ex->max_read : 1);
+	if (tmp == NULL) {
+		exec_fail(ex, -ENOMEM, "out of memory for a read buffer of %" PRIu64 " bytes", ex->max_read);
+		return NULL;
+	}
+	for (;;) {
+		size_t i = atomic_fetch_add(&ex->next, 1);
+		if (i >= ex->nreads || atomic_load(&ex->failed))
+			break;
+		run_read(ex, &ex->reads[i], tmp);
+	}
+	free(tmp);
+	return NULL;
+}
+
+/* 1 if cut was already written (a replica), 0 if it is new, -1 if it
+ * overlaps something written only in part. */
+static int cut_seen(const struct load_req *q, const struct box *cut)
+{
+	for (size_t i = 0; i < q->napplied; i++) {
+		struct box x;
+		if (box_contains(&q->applied[i], cut))
+			return 1;
+		if (box_intersect(&q->applied[i], cut, &x))
+			return -1;
+	}
+	return 0;
+}
+
+/* Add the plan for saved tensor t meeting hits/cuts; account coverage. */
+static int plan_tensor(struct exec *ex, const char *key, const struct save *held, unsigned src,
+		       const Ckpt__ManifestTensor *t, const struct box *saved, struct load_req **hits,
+		       const struct box *cuts, size_t nh)
+{
+	struct load *ld = ex->ld;
+	if (ex->nplans == ex->cap) {
+		size_t nc = ex->cap ? 2 * ex->cap : 64;
+		struct tplan *np = realloc(ex->plans, nc * sizeof(*np));
+		if (np == NULL)
+			return load_fail(ld, -ENOMEM, "out of memory");
+		ex->plans = np;
+		ex->cap = nc;
+	}
+	struct tplan *p = &ex->plans[ex->nplans];
+	memset(p, 0, sizeof(*p));
+	p->t = t;
+	p->held = held;
+	/* Bytes that came from a peer, a replica put here by one included,
+	 * are checked whatever [pool] verify_held says: for a step in
+	 * storage, against the stored manifest's CRC32C. */
+	p->verify = ld->d->cfg.verify_held || src == SRC_PEER || (held && held->replica);
+	p->key = key;
+	p->saved = *saved;
+	p->es = tensor_dtype_size(t->dtype);
+	p->nrows = saved->ndim > 0 ? saved->len[0] : 1;
+	p->row_bytes = p->nrows ? t->nbytes / p->nrows : 0;
+	p->rows_per = p->row_bytes == 0 || p->row_bytes >= READ_BLOCK ? 1 : READ_BLOCK / p->row_bytes;
+	p->nslabs = p->nrows == 0 ? 0 : (p->nrows + p->rows_per - 1) / p->rows_per;
+	if (p->rows_per * p->row_bytes > SIZE_MAX / 2)
+		return load_fail(ld, -ENOMEM, "tensor '%s': one row of %" PRIu64 " bytes is too large", t->name,
+				 p->row_bytes);
+	p->hits = malloc(nh * sizeof(*p->hits));
+	p->cuts = malloc(nh * sizeof(*p->cuts));
+	p->slab_crc = calloc(p->nslabs ? p->nslabs : 1, sizeof(uint32_t));
+	if (!p->hits || !p->cuts || !p->slab_crc) {
+		free(p->hits);
+		free(p->cuts);
+		free(p->slab_crc);
+		return load_fail(ld, -ENOMEM, "out of memory");
+	}
+	memcpy(p->hits, hits, nh * sizeof(*hits));
+	memcpy(p->cuts, cuts, nh * sizeof(*cuts));
+	p->nhits = nh;
+	ex->nplans++;
+	if (p->rows_per * p->row_bytes > ex->max_read)
+		ex->max_read = p->rows_per * p->row_bytes;
+	for (size_t i = 0; i < nh; i++) {
+		struct load_req *q = hits[i];
+		struct box *na = realloc(q->applied, (q->napplied + 1) * sizeof(*na));
+		if (na == NULL)
+			return load_fail(ld, -ENOMEM, "out of memory");
+		q->applied = na;
+		q->applied[q->napplied++] = cuts[i];
+		q->covered += box_volume(&cuts[i]);
+		q->sources |= src;
+		ld->bytes += box_volume(&cuts[i]) * p->es;
+		if (held)
+			ld->bytes_memory += box_volume(&cuts[i]) * p->es;
+	}
+	return 0;
+}
+
+/* Plan from manifest m, whose shard is key in storage or the held copy. */
+int plan_manifest(struct exec *ex, const Ckpt__Manifest *m, const char *key, const struct save *held)
+{
+	struct load *ld = ex->ld;
+	unsigned src = held ? SRC_MEMORY : SRC_STORAGE;
+	for (size_t i = 0; i < ld->npinned && held; i++)
+		if (ld->pinned[i] == held && (ld->pin_flags[i] & PIN_FETCHED))
+			src = SRC_PEER;
+	struct load_req **hits = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*hits));
+	struct box *cuts = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*cuts));
+	int r = 0;
+	if (hits == NULL || cuts == NULL) {
+		r = load_fail(ld, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < m->n_tensors && r == 0; i++) {
+		const Ckpt__ManifestTensor *t = m->tensors[i];
+		struct box saved;
+		uint64_t nelem;
+		char why[128];
+		box_from_fields(&saved, t->n_global_shape, t->global_shape, t->n_box_offsets, t->box_offsets,
+				t->n_box_lengths, t->box_lengths, &nelem, why, sizeof(why));
+		size_t nh = 0;
+		for (size_t k = load_find_first(ld, t->name);
+		     k < ld->nreqs && strcmp(ld->by_name[k]->name, t->name) == 0; k++) {
+			struct load_req *q = ld->by_name[k];
+			if (q->dtype != (int)t->dtype || !box_same_shape(&q->box, &saved)) {
+				char want[96], have[96];
+				box_shape_str(&q->box, want, sizeof(want));
+				box_shape_str(&saved, have, sizeof(have));
+				r = load_fail(ld, -EINVAL,
+					      "rank %u: tensor '%s': requested dtype %s shape %s, but it was "
+					      "saved as dtype %s shape %s",
+					      ld->rank, t->name, tensor_dtype_name(q->dtype), want,
+					      tensor_dtype_name((int)t->dtype), have);
+				break;
+			}
+			if (!box_intersect(&saved, &q->box, &cuts[nh]))
+				continue;
+			/* Replicated tensors: what one rank's manifest already
+			 * gave (the first one read) is not read again. */
+			int seen = cut_seen(q, &cuts[nh]);
+			if (seen < 0) {
+				r = load_fail(ld, -EINVAL,
+					      "rank %u: tensor '%s': saved boxes of different ranks overlap in "
+					      "part; cannot tell which copy to load",
+					      ld->rank, t->name);
+				break;
+			}
+			if (seen == 0)
+				hits[nh++] = q;
+		}
+		if (r == 0 && nh > 0)
+			r = plan_tensor(ex, key, held, src, t, &saved, hits, cuts, nh);
+	}
+out:
+	free(hits);
+	free(cuts);
+	return r;
+}
+
+static int cmp_task(const void *a, const void *b, void *arg)
+{
+	const struct exec *ex = arg;
+	const struct ltask *x = a, *y = b;
+	const struct tplan *px = &ex->plans[x->plan], *py = &ex->plans[y->plan];
+	/* Held copies first, each on its own; then by shard and offset. */
+	if ((px->held != NULL) != (py->held != NULL))
+		return px->held ? -1 : 1;
+	int c = px->held ? 0 : strcmp(px->key, py->key);
+	if (c)
+		return c;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Sort the tasks and cut them into reads (struct lread). */
+static int group_reads(struct exec *ex)
+{
+	qsort_r(ex->tasks, ex->ntasks, sizeof(*ex->tasks), cmp_task, ex);
+	ex->reads = calloc(ex->ntasks ? ex->ntasks : 1, sizeof(*ex->reads));
+	if (ex->reads == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < ex->ntasks; i++) {
+		const struct ltask *tk = &ex->tasks[i];
+		const struct tplan *p = &ex->plans[tk->plan];
+		struct lread *rd = ex->nreads ? &ex->reads[ex->nreads - 1] : NULL;
+		if (rd && !p->held) {
+			const struct ltask *prev = &ex->tasks[rd->first + rd->n - 1];
+			const struct tplan *pp = &ex->plans[prev->plan];
+			uint64_t end = rd->off + rd->len;
+			if (!pp->held && strcmp(pp->key, p->key) == 0 && tk->off >= end && tk->off - end <= READ_GAP &&
+			    tk->off + tk->len - rd->off <= READ_BLOCK) {
+				rd->n++;
+				rd->len = tk->off + tk->len - rd->off;
+				continue;
+			}
+		}
+		ex->reads[ex->nreads++] = (struct lread){ .first = i, .n = 1, .off = tk->off, .len = tk->len };
+	}
+	for (size_t i = 0; i < ex->nreads; i++)
+		if (ex->reads[i].len > ex->max_read)
+			ex->max_read = ex->reads[i].len;
+	return 0;
+}
+
+/* Run every read on up to copy_threads threads, this one included. */
+void execute(struct exec *ex, unsigned nthreads)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < ex->nplans; i++)
+		n += ex->plans[i].nslabs;
+	ex->tasks = calloc(n ? n : 1, sizeof(*ex->tasks));
+	if (ex->tasks == NULL) {
+		exec_fail(ex, -ENOMEM, "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < ex->nplans; i++) {
+		struct tplan *p = &ex->plans[i];
+		for (uint64_t sl = 0; sl < p->nslabs; sl++) {
+			uint64_t r0 = sl * p->rows_per;
+			uint64_t k = p->nrows - r0 < p->rows_per ? p->nrows - r0 : p->rows_per;
+			ex->tasks[ex->ntasks++] = (struct ltask){ .plan = i,
+								  .slab = sl,
+								  .off = p->t->shard_offset + r0 * p->row_bytes,
+								  .len = k * p->row_bytes };
+		}
+	}
+	if (group_reads(ex) < 0) {
+		exec_fail(ex, -ENOMEM, "out of memory");
+		return;
+	}
+	if (nthreads > ex->nreads)
+		nthreads = ex->nreads ? (unsigned)ex->nreads : 1;
+	pthread_t th[64];
+	unsigned started = 0;
+	for (unsigned i = 1; i < nthreads && i < 64; i++)
+		if (pthread_create(&th[started], NULL, exec_worker, ex) == 0)
+			started++;
+	exec_worker(ex);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	if (atomic_load(&ex->failed))
+		return;
+	/* Every tensor's slabs, from storage or memory: their crcs, combined
+	 * in order, must match the manifest's. */
+	for (size_t i = 0; i < ex->nplans; i++) {
+		struct tplan *p = &ex->plans[i];
+		if (p->held && !p->verify)
+			continue; /* [pool] verify_held = false */
+		uint32_t crc = 0;
+		for (uint64_t sl = 0; sl < p->nslabs; sl++) {
+			uint64_t r0 = sl * p->rows_per;
+			uint64_t k = p->nrows - r0 < p->rows_per ? p->nrows - r0 : p->rows_per;
+			crc = sl == 0 ? p->slab_crc[0] : crc32c_combine(crc, p->slab_crc[sl], k * p->row_bytes);
+		}
+		if (crc != p->t->crc32c) {
+			if (p->held)
+				ex->ld->bad_held = p->held; /* load_done drops it */
+			exec_fail(ex, -EIO,
+				  "checksum mismatch in tensor '%s' of %s%s: manifest says crc32c %08x, "
+				  "data has %08x",
+				  p->t->name, p->held ? "the memory tier's copy of " : "", p->key, p->t->crc32c, crc);
+			return;
+		}
+	}
+}
+
+void exec_free(struct exec *ex)
+{
+	for (size_t i = 0; i < ex->nplans; i++) {
+		free(ex->plans[i].hits);
+		free(ex->plans[i].cuts);
+		free(ex->plans[i].slab_crc);
+	}
+	free(ex->plans);
+	free(ex->tasks);
+	free(ex->reads);
+	pthread_mutex_destroy(&ex->mu);
+}
+
+void exec_init(struct exec *ex, struct load *ld)
+{
+	memset(ex, 0, sizeof(*ex));
+	ex->ld = ld;
+	pthread_mutex_init(&ex->mu, NULL);
+}
