@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "config_value.h"
 #include "names.h"
 
 #define CONFIG_MAX_IDS 32
@@ -225,41 +226,6 @@ struct config {
 	bool debug_corrupt_replica;
 };
 
-/* One config key: a row of config_keys[] or config_job_keys[] (config.c),
- * which drive parsing (file and --set), printing (--check-config), the
- * defaults and SIGHUP. */
-struct config_key;
-
-/* How a type of value is read from ini text, written back ("name =
- * value\n") and compared. base is the struct config (struct job_config in
- * job rows) holding the key's field at k->off; parse returns 0 or -errno. */
-struct config_type {
-	int (*parse)(const struct config_key *k, void *base, const char *name, const char *value);
-	void (*print)(const struct config_key *k, const void *base, FILE *f);
-	bool (*same)(const struct config_key *k, const void *a, const void *b);
-};
-
-enum config_key_flags {
-	CFG_RESTART = 1 << 0, /* read at start only: SIGHUP warns if it changed and keeps the running value */
-	CFG_DEBUG = 1 << 1,   /* tests only: printed last, and only when one is set */
-};
-
-struct config_key {
-	const char *section; /* NULL in config_job_keys[]: any [job.NAME] */
-	const char *name;    /* "*": every other key of the section */
-	const struct config_type *type;
-	size_t off, size;         /* the field */
-	size_t off2, size2;       /* a second field: an id list's count, a quota's percentage; size2 0: none */
-	unsigned flags;           /* enum config_key_flags */
-	uint64_t def;             /* the default of a number, bool or enum */
-	const char *def_str;      /* the default of a string */
-	const char *const *names; /* an enum's names, indexed by value (designated initialisers) */
-	size_t nnames;
-	const char *flag;     /* the command-line flag (--flag VALUE) that sets it, if any */
-	const char *flag_arg; /* its VALUE in --help */
-	const char *help;     /* one line */
-};
-
 extern const struct config_key config_keys[];
 extern const size_t config_nkeys;
 extern const struct config_key config_job_keys[JOB_KEY_COUNT];
@@ -274,9 +240,7 @@ void config_defaults(struct config *c);
  * in err naming the file, line and key. */
 int config_load(struct config *c, const char *path, char *err, size_t errlen);
 /* "64M", "1G", "4096": bytes. 0 or -EINVAL / -ERANGE. */
-int config_parse_size(const char *s, uint64_t *out);
 /* "90", "30s", "15m", "2h", "7d": seconds. 0 or -EINVAL / -ERANGE. */
-int config_parse_duration(const char *s, uint64_t *out);
 /* Is any retention rule set? */
 bool retention_active(const struct retention *r);
 /* "block" | "skip" | "coalesce"; 0 or -EINVAL. */
