@@ -29,6 +29,7 @@
 #include "log.h"
 #include "manifest.h"
 #include "peer_int.h"
+#include "memtier.h"
 #include "save.h"
 #include "seal.h"
 
