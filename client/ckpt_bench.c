@@ -11,7 +11,7 @@
  * adds 1x (momentum), adam 2x (two moments). Layers are dealt round-robin
  * to ranks.
  *
- * --mode tiers (docs/manual.md "Tiers") times, side by side in each round, a
+ * --mode tiers (docs/tiers.md "Tiers") times, side by side in each round, a
  * durable, a memory and a replicated save of the same state (the stall
  * and the time to durable, kept and replicated), then loads of the step
  * from the daemon's memory, from storage, and, through a second daemon
@@ -471,7 +471,7 @@ static void usage(FILE *f)
 		"      --threads T          memcpy threads for the copy baseline, 1 to 64 (default 2)\n"
 		"      --mode agent|direct|tiers  through ckptd, or each rank writes its state itself (default\n"
 		"                           agent); tiers: durable, memory and replicated saves, and loads from\n"
-		"                           memory, storage and a peer, side by side (docs/manual.md \"Tiers\")\n"
+		"                           memory, storage and a peer, side by side (docs/tiers.md \"Tiers\")\n"
 		"      --restore-socket PATH  tiers: a second ckptd, on another node of the same [peers]\n"
 		"                           ring, that restores from the peer holding the replica\n"
 		"      --storage URL        file:///path: where direct mode writes (needed there)\n"

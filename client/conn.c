@@ -620,7 +620,7 @@ int ckpt_connect(const char *socket_path, const ckpt_hello *hello, ckpt_client *
 	h.local_rank = hello ? hello->local_rank : 0;
 	h.attempt_id = attempt;
 	h.policy = (char *)(hello && hello->policy ? hello->policy : "");
-	/* The job's secret, from the environment (docs/manual.md "Peers"):
+	/* The job's secret, from the environment (docs/tiers.md "Peers"):
 	 * its replicas are sealed with it. */
 	const char *key = h.job[0] ? getenv("CKPT_JOB_KEY") : NULL;
 	if (key && key[0]) {

@@ -1,4 +1,4 @@
-/* CUDA device buffers and the trainer's events (docs/manual.md "CUDA"), the client's
+/* CUDA device buffers and the trainer's events (docs/cuda.md "CUDA"), the client's
  * twin of daemon/mem/cuda.c. The driver table is loaded once per process. */
 #include <errno.h>
 #include <pthread.h>

@@ -433,7 +433,7 @@ static int start_storage(struct daemon *d)
 		return -1;
 	}
 	d->store_backend = d->store->backend;
-	/* Tenants with storage of their own (docs/manual.md "Tenants"). */
+	/* Tenants with storage of their own (docs/security.md "Tenants"). */
 	for (size_t i = 0; i < d->cfg.ntenants; i++) {
 		const struct tenant_config *t = &d->cfg.tenants[i];
 		tenant_url(t, url, sizeof(url));

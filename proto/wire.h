@@ -20,7 +20,7 @@
 /* HelloReply capability bits. */
 #define WIRE_CAP_CUDA 1u   /* the daemon imports CUDA buffers */
 #define WIRE_CAP_TABLES 2u /* DeclareTable, DropTable, Save.table_id */
-#define WIRE_CAP_TIERS 4u  /* Save.tier, PersistRequest, HeldRequest (docs/manual.md "Tiers") */
+#define WIRE_CAP_TIERS 4u  /* Save.tier, PersistRequest, HeldRequest (docs/tiers.md "Tiers") */
 
 /* The length prefix. */
 #define FRAME_HDR 4

@@ -193,7 +193,7 @@ const struct config_key config_keys[] = {
 		    "listings paged (15 requests); a store that fails is refused"),
 	KEY("storage", "allow_unconditional", cfg_bool, allow_unconditional, CFG_RESTART,
 	    .help = "start on a store that ignores create-only writes, losing 'a complete step is never "
-		    "overwritten' and 'all ranks restore one step' (docs/manual.md \"Object storage\")"),
+		    "overwritten' and 'all ranks restore one step' (docs/storage.md \"Object storage\")"),
 	KEY("storage", "*", cfg_opts, storage_opts, CFG_RESTART,
 	    .help = "any other key: an option of the s3:// or gs:// backend (endpoint, region, part_size ...)"),
 
@@ -349,7 +349,7 @@ const struct config_key config_job_keys[JOB_KEY_COUNT] = {
 		.size = sizeof(((struct tenant_config *)0)->fld), .flags = CFG_RESTART, __VA_ARGS__ \
 	}
 
-/* [tenant.NAME] (docs/manual.md "Tenants"); read at start only. */
+/* [tenant.NAME] (docs/security.md "Tenants"); read at start only. */
 const struct config_key config_tenant_keys[TENANT_KEY_COUNT] = {
 	[TENANT_KEY_UIDS] = TENANT_KEY("uids", cfg_ids, uids, SECOND(tenant_config, nuids),
 				       .help = "uids that are this tenant on the main socket"),

@@ -116,7 +116,7 @@ enum tenant_key {
 	TENANT_KEY_COUNT,
 };
 
-/* One [tenant.NAME] section (docs/manual.md "Tenants"): the peer credentials that
+/* One [tenant.NAME] section (docs/security.md "Tenants"): the peer credentials that
  * are this tenant on the main socket, or its own socket (Kubernetes, where
  * pods share a uid); its jobs live under the storage prefix NAME/. */
 struct tenant_config {
@@ -194,7 +194,7 @@ struct config {
 	gid_t admin_gids[CONFIG_MAX_IDS]; /* with root, see every tenant on the main socket */
 	size_t n_admin_gids;
 	char metrics_listen[128]; /* "127.0.0.1:9464"; empty: off */
-	/* [peers]: replicas in other nodes' memory (docs/manual.md "Tiers"). Off
+	/* [peers]: replicas in other nodes' memory (docs/tiers.md "Tiers"). Off
 	 * without listen, or without cert, key and ca (never unauthenticated). */
 	char peer_listen[128];    /* "HOST:PORT" to listen on for peers */
 	char peer_advertise[128]; /* this node as peers name it; default: listen */
@@ -249,10 +249,10 @@ const char *config_policy_name(enum admit_policy p);
 /* Settings for job (per-job section over the defaults). */
 void config_job_policy(const struct config *c, const char *job, uint64_t pool_bytes, struct job_policy *out);
 /* The tenant whose prefix a kept job name carries ("team-a/llama"), or
- * NULL (docs/manual.md "Tenants"). */
+ * NULL (docs/security.md "Tenants"). */
 const struct tenant_config *config_tenant_of_job(const struct config *c, const char *job);
 /* Whether job's copies leave this node sealed with its key or not at all
- * (docs/manual.md "Peers"): a tenant's. The one place this is decided:
+ * (docs/tiers.md "Peers"): a tenant's. The one place this is decided:
  * a save without a key is then not replicated (save.c), and serve_own
  * never serves its own copies (peer_hold.c). */
 bool config_sealed_only(const struct config *c, const char *job);

@@ -114,7 +114,7 @@ uint64_t catalog_manifest_gets(void);
 uint64_t catalog_index_gets(void);
 uint64_t catalog_index_puts(void);
 /* Jobs under the root (tenant NULL or ""), or a tenant's, named
- * TENANT/NAME (docs/manual.md "Tenants"); malloc'd. One LIST (a page per 1000). */
+ * TENANT/NAME (docs/security.md "Tenants"); malloc'd. One LIST (a page per 1000). */
 int catalog_jobs(struct store *s, const char *tenant, char ***jobs, size_t *n);
 
 #endif

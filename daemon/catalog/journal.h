@@ -60,7 +60,7 @@ typedef void (*journal_recover_fn)(void *ctx, const char *what);
  * Returns the number of files (and steps) removed. */
 int journal_recover(struct journal *j, struct store *s, journal_recover_fn report, void *ctx);
 /* The same with each record's key in the store store_of(sctx, key) says
- * (a tenant's own storage: docs/manual.md "Tenants"). */
+ * (a tenant's own storage: docs/security.md "Tenants"). */
 typedef struct store *(*journal_store_fn)(void *sctx, const char *key);
 int journal_recover_by(struct journal *j, journal_store_fn store_of, void *sctx, journal_recover_fn report, void *ctx);
 

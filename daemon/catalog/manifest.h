@@ -76,7 +76,7 @@ struct step_name {
 void manifest_parse_object(const char *name, struct step_name *out);
 /* Job and attempt names: [A-Za-z0-9._-], not starting with '.', no "..", bounded. */
 int manifest_name_valid(const char *s, size_t max);
-/* A job as ckptd keeps it: a name, or TENANT/NAME (docs/manual.md "Tenants"): a
+/* A job as ckptd keeps it: a name, or TENANT/NAME (docs/security.md "Tenants"): a
  * tenant name of [A-Za-z0-9_-] and a valid name, JOB_MAX_LEN in all. */
 int manifest_job_valid(const char *job);
 

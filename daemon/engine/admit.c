@@ -23,7 +23,7 @@ static uint64_t job_inflight_bytes(struct daemon *d, const char *job)
 }
 
 /* Pool bytes held by the saves of tenant t's jobs, and how many are in
- * flight (docs/manual.md "Tenants": its quota and max_inflight_saves). */
+ * flight (docs/security.md "Tenants": its quota and max_inflight_saves). */
 static uint64_t tenant_inflight(struct daemon *d, const struct tenant_config *t, uint32_t *count)
 {
 	uint64_t n = 0;

@@ -1,4 +1,4 @@
-/* Admission (docs/manual.md "Staging pool"): whether a save may start
+/* Admission (docs/tiers.md "Admission"): whether a save may start
  * (the caps on saves in flight, per rank and per tenant; one save of a
  * step at a time), whether it could ever fit (its job's and tenant's
  * quotas), and whether the pool has room for it now, reclaiming

@@ -70,7 +70,7 @@ struct save_failure {
 
 #define STATS_MSG_SLOTS 64 /* Frame body cases; msgtab.c checks its rows fit */
 
-/* The caps on what a client can make the daemon hold (docs/manual.md "Limits"),
+/* The caps on what a client can make the daemon hold (docs/security.md "Limits"),
  * each counted when it refuses something: ckptd_refused_total{limit=}. */
 enum limit_kind {
 	LIMIT_FRAME_BYTES,      /* max_frame_bytes */
@@ -86,7 +86,7 @@ enum limit_kind {
 	LIMIT_N
 };
 
-/* The caps on what peers can make the daemon hold (docs/manual.md "Peers"),
+/* The caps on what peers can make the daemon hold (docs/tiers.md "Peers"),
  * counted on the peer threads: ckptd_refused_total{limit="peer_..."}. */
 enum peer_limit_kind {
 	PEER_LIMIT_HANDSHAKES,  /* [peers] max_handshakes: the oldest handshake closed for a new one */
@@ -236,7 +236,7 @@ static inline void daemon_work_ended(struct daemon *d)
 }
 
 /* The storage a kept job name lives in: its tenant's own, or the main
- * one (docs/manual.md "Tenants"). */
+ * one (docs/security.md "Tenants"). */
 static inline struct store *daemon_store_of(const struct daemon *d, const char *job)
 {
 	const struct tenant_config *t = config_tenant_of_job(&d->cfg, job);

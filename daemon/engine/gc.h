@@ -1,4 +1,4 @@
-/* Retention executed (docs/manual.md "Retention"): which steps of a job
+/* Retention executed (docs/using.md "Retention"): which steps of a job
  * go, by its policy (catalog/retention.c decides), their removal
  * (journaled, never of a step being written or read), and the automatic
  * pass after each durable step, one at a time. ckptctl gc and rm

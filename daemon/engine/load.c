@@ -206,7 +206,7 @@ static uint32_t peer_world(struct load *ld)
 	return ws;
 }
 
-/* A step not in storage, restored from copies in memory (docs/manual.md "Tiers"):
+/* A step not in storage, restored from copies in memory (docs/tiers.md "Tiers"):
  * those held here, and those the peers hold (a replacement node's ranks,
  * or saved ranks of other nodes when resharding), brought back as
  * needed. Planned from the copies' own manifests, in the order load_run

@@ -2,7 +2,7 @@
  * the pool after its save ends, until a newer step of the same (job, rank)
  * replaces it or, for a durable copy, admission needs the space.
  *
- * Two kinds of copy are held (docs/manual.md "Tiers"):
+ * Two kinds of copy are held (docs/tiers.md "Tiers"):
  * - durable ones (SAVE_HELD): also in storage, so dropping them loses
  *   nothing; admission reclaims them, oldest first;
  * - memory-only ones (SAVE_KEPT, a TIER_MEMORY or TIER_REPLICATED save):
@@ -67,7 +67,7 @@ void memtier_drop_corrupt(struct daemon *d, struct save *sv)
 }
 
 /* Copies of one (job, rank) form two groups that never touch each other
- * (docs/manual.md "Tiers", "Peers"): this node's own (saved here, or
+ * (docs/tiers.md "Tiers", "Peers"): this node's own (saved here, or
  * brought back from a peer for a restore), and the replicas held for each
  * peer. A replica never replaces, evicts or outranks one of this node's
  * copies, whatever its step or attempt, and a replica from one peer never
@@ -96,7 +96,7 @@ static bool in_group(const struct save *sv, const struct group *g)
 /* Keep the newest copy of the group and, when that one is in memory
  * only, the newest before it: ranks that did not all finish the newest
  * step (a node lost mid-save) can still agree on the one before, from
- * memory (docs/manual.md "Tiers"). That one is reclaimable; every older copy goes
+ * memory (docs/tiers.md "Tiers"). That one is reclaimable; every older copy goes
  * (one a persist uploads, once its upload ends: memtier_settle). */
 static void trim(struct daemon *d, const struct group *g)
 {

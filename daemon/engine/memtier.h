@@ -1,4 +1,4 @@
-/* The memory tier (docs/manual.md "Tiers"): the copies of saves this
+/* The memory tier (docs/tiers.md "Tiers"): the copies of saves this
  * node's daemon holds in its pool after they are durable or kept
  * (memory-only), and the replicas it holds for its peers; which stay,
  * which go for room, and which a load may read. Loop thread. */

@@ -1,4 +1,4 @@
-/* Persist: make a memory-only step durable on request (docs/manual.md "Tiers"),
+/* Persist: make a memory-only step durable on request (docs/tiers.md "Tiers"),
  * for example when the job is told to stop. Every copy of the step this
  * daemon holds in memory only is uploaded as a durable save's would be
  * (save_persist), and stays held; the request is answered once all of

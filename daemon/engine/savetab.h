@@ -1,4 +1,4 @@
-/* Tensor tables (DeclareTable, docs/manual.md "Python and PyTorch"): a save's
+/* Tensor tables (DeclareTable, docs/python.md "Python and PyTorch"): a save's
  * tensors checked once (caps, boxes, buffers, unique names) and named by
  * later saves, so that a save of 10,000 unchanged tensors costs the loop
  * a copy of an array, not 10,000 decodes, buffer lookups and a sort of

@@ -1,4 +1,4 @@
-/* cuda.c, the daemon's CUDA side (docs/manual.md "CUDA"; not named cuda.h, which is the
+/* cuda.c, the daemon's CUDA side (docs/cuda.md "CUDA"; not named cuda.h, which is the
  * toolkit's): devices found by UUID, one primary
  * context each, copy streams per device, the staging pool registered as
  * pinned memory, trainer allocations imported once per registration

@@ -119,7 +119,7 @@ int metrics_format(const struct status *st, char **out, size_t *len)
 	const char *family = NULL;
 	for (size_t i = 0; i < ST_NCOLS; i++)
 		column(&b, st, i, &family);
-	/* Per tenant (docs/manual.md "Tenants"), when there are any. */
+	/* Per tenant (docs/security.md "Tenants"), when there are any. */
 	static const struct {
 		const char *name, *help;
 		size_t off;

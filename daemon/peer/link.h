@@ -1,4 +1,4 @@
-/* One TLS connection between two daemons (docs/manual.md "Tiers"): mutual
+/* One TLS connection between two daemons (docs/tiers.md "Tiers"): mutual
  * certificate authentication against the [peers] CA, PeerFrames framed
  * as on the socket (a 4-byte big-endian length), and raw shard bytes.
  * Every exchange has a deadline: the handshake [peers] timeout_ms; a frame

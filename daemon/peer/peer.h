@@ -1,4 +1,4 @@
-/* Peer replication (docs/manual.md "Tiers"): replicated saves are also held in
+/* Peer replication (docs/tiers.md "Tiers"): replicated saves are also held in
  * the memory of the next K daemons of the ring (ring.h), over TLS with
  * client certificates (link.h); a node restores its ranks' memory-only
  * steps from those peers when it has lost them (a replacement node).

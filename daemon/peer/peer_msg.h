@@ -1,6 +1,6 @@
 /* What a peer's messages must be before a daemon acts on them (peer_serve.c, peer_fetch.c):
  * a ReplicaPut a holder takes, and the ReplicaData a restoring node takes
- * (docs/manual.md "Peers"). Pure: no I/O, no daemon state; fuzzed as the
+ * (docs/tiers.md "Peers"). Pure: no I/O, no daemon state; fuzzed as the
  * peer sends them (tests/fuzz/fuzz_peer.c). */
 #ifndef CKPTD_PEER_MSG_H
 #define CKPTD_PEER_MSG_H

@@ -1,4 +1,4 @@
-/* Where a node's replicas go (docs/manual.md "Tiers"): every peer's name
+/* Where a node's replicas go (docs/tiers.md "Tiers"): every peer's name
  * ("HOST:PORT", as [peers] advertise gives it) sorted into a ring; a
  * node's replicas go to the next K names after its own. A replacement
  * node with the same name finds its replicas with the same function.

@@ -1,4 +1,4 @@
-/* Sealed replicas (docs/manual.md "Peers"): a job whose trainers give a
+/* Sealed replicas (docs/tiers.md "Peers"): a job whose trainers give a
  * secret (CKPT_JOB_KEY, in Hello) has its replicas encrypted and
  * authenticated with AES-256-GCM under a key derived from the secret and
  * the job's name. A holder keeps what it cannot read; a daemon restores a

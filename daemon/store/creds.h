@@ -1,4 +1,4 @@
-/* Credentials for the object stores (docs/manual.md "Object storage"), cached and refreshed
+/* Credentials for the object stores (docs/storage.md "Object storage"), cached and refreshed
  * before they expire.
  *
  * AWS, in order: the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
@@ -47,7 +47,7 @@ struct creds_provider {
 	char *sa_key_pem; /* service-account private key */
 	char imds[256], sts[256];
 	/* The storage URL's options credentials_file and profile: when set,
-	 * the only source (a tenant's own credentials: docs/manual.md "Tenants"). S3:
+	 * the only source (a tenant's own credentials: docs/security.md "Tenants"). S3:
 	 * a shared credentials file and its profile; GCS: a service-account
 	 * key file. Set before init. */
 	char file[1024], profile[128];

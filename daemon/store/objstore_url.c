@@ -1,4 +1,4 @@
-/* An object store's URL (docs/manual.md "Object storage"):
+/* An object store's URL (docs/storage.md "Object storage"):
  * SCHEME://BUCKET[/PREFIX][?OPTION=VALUE&...], parsed without I/O, and
  * its options as one table: the names an error lists, the ranges it
  * names, and what each sets. */

@@ -1,5 +1,5 @@
 /* What a store must do for ckptd's guarantees, asked of the store itself
- * (docs/manual.md "Object storage": the storage probe). */
+ * (docs/storage.md "Object storage": the storage probe). */
 #ifndef CKPTD_PROBE_H
 #define CKPTD_PROBE_H
 

@@ -1,4 +1,4 @@
-/* AWS Signature Version 4, our own, on OpenSSL (docs/manual.md "Object storage": Debian 12's
+/* AWS Signature Version 4, our own, on OpenSSL (docs/storage.md "Object storage": Debian 12's
  * libcurl 7.88 signer mis-signs our requests). Pure functions: the S3/GCS
  * backends (issue "Object storage") will call them; nothing here does I/O. */
 #ifndef CKPTD_SIGV4_H

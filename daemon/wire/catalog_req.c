@@ -576,7 +576,7 @@ static void verify_reply(struct bgreq *b)
 
 /* A show of one rank's manifest of a step that is not in storage: with
  * peer replication, this rank's copy is brought back from the peers that
- * hold this node's replicas (docs/manual.md "Tiers"), and held here, so that the
+ * hold this node's replicas (docs/tiers.md "Tiers"), and held here, so that the
  * load after the show reads it from memory. */
 static void show_run(struct bgreq *b)
 {

@@ -82,7 +82,7 @@ static void m_persist(struct session *s, const Ckpt__Frame *f)
 	persist_request(s, f->req_id, f->persist);
 }
 
-/* What a tenant's session may see of the status (docs/manual.md "Tenants"): its
+/* What a tenant's session may see of the status (docs/security.md "Tenants"): its
  * own row, held copies and failed saves (under its own names; of the
  * node's last few failures, those of its jobs), no other tenant's, and no
  * names of files recovered at start. Node-wide numbers stay. Which jobs,

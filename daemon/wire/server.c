@@ -23,7 +23,7 @@ static bool ids_have(const unsigned *ids, size_t n, unsigned id)
 	return false;
 }
 
-/* Who a connection on l is (docs/manual.md "Tenants"): its tenant (-1: none) and
+/* Who a connection on l is (docs/security.md "Tenants"): its tenant (-1: none) and
  * whether it is an admin; or -EACCES with msg saying why it is refused.
  *  - A tenant's own socket: that tenant, whoever connects (on Kubernetes
  *    the socket's directory is mounted into its pods only); if the tenant
@@ -331,7 +331,7 @@ int server_start(struct daemon *d, char *err, size_t errlen)
 			return r;
 	}
 	int r = listen_on(d, l, err, errlen);
-	/* Each tenant with a socket of its own (docs/manual.md "Tenants"). */
+	/* Each tenant with a socket of its own (docs/security.md "Tenants"). */
 	for (size_t i = 0; r == 0 && i < d->cfg.ntenants; i++) {
 		const struct tenant_config *t = &d->cfg.tenants[i];
 		if (t->socket[0] == '\0')

@@ -335,7 +335,7 @@ static void close_fds(int *fds, size_t n)
 			close(fds[i]);
 }
 
-/* A device buffer: checks, then the import (docs/manual.md "CUDA"). The fds are ours. */
+/* A device buffer: checks, then the import (docs/cuda.md "CUDA"). The fds are ours. */
 static int register_cuda(struct session *s, const Ckpt__RegisterBuffer *m, int *fds, size_t nfds, struct hostbuf **out,
 			 char *err, size_t errlen)
 {

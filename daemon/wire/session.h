@@ -42,7 +42,7 @@ struct session {
 	uid_t uid;
 	gid_t gid;
 
-	/* docs/manual.md "Tenants": the tenant this connection is (its socket, or its
+	/* docs/security.md "Tenants": the tenant this connection is (its socket, or its
 	 * credentials on the main socket), -1 without tenants; admin: root or
 	 * an admin gid on the main socket, seeing every tenant. */
 	int tenant;

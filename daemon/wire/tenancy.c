@@ -1,4 +1,4 @@
-/* docs/manual.md "Tenants": see tenancy.h. */
+/* docs/security.md "Tenants": see tenancy.h. */
 #include "tenancy.h"
 #include "catalog.h"
 #include "config.h"

@@ -1,4 +1,4 @@
-/* Who sees which job, and by which name (docs/manual.md "Tenants"): the
+/* Who sees which job, and by which name (docs/security.md "Tenants"): the
  * one place ckptd decides it; every request path asks here.
  *
  * A job is kept as TENANT/NAME when it is a tenant's, NAME otherwise. A

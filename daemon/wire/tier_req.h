@@ -1,4 +1,4 @@
-/* The requests of the memory tier (docs/manual.md "Tiers"): which copies this
+/* The requests of the memory tier (docs/tiers.md "Tiers"): which copies this
  * daemon holds, persist, and what show and list say of steps held in
  * memory only. Answered on the loop from the daemon's own memory: none
  * of them reads storage (a persist's uploads are the saves'). */

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Parse every manifest in deploy/k8s and check the fields docs/manual.md "Operations" asks
+"""Parse every manifest in deploy/k8s and check the fields docs/operations.md "Operations" asks
 for. Prints TAP."""
 import os
 import sys
@@ -114,7 +114,7 @@ check("deploy/k8s-gke is the base with the gke-gpu component",
 ns = find("Namespace", "ckptd-system")
 check("the agent's namespace admits its privileged pods (Pod Security)",
       ns and ns["metadata"].get("labels", {}).get("pod-security.kubernetes.io/enforce") == "privileged")
-# Peer replication (docs/manual.md "Tiers").
+# Peer replication (docs/tiers.md "Tiers").
 svc = find("Service", "ckptd-peers")
 check("a headless Service ckptd-peers selects the ckptd pods, not-ready ones too",
       svc and svc["spec"].get("clusterIP") == "None" and svc["spec"].get("publishNotReadyAddresses") is True

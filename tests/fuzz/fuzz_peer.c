@@ -1,4 +1,4 @@
-/* What a peer sends after its certificate passed (docs/manual.md "Peers"): a
+/* What a peer sends after its certificate passed (docs/tiers.md "Peers"): a
  * PeerFrame; a ReplicaPut as a holder checks it (peer_msg_put), and a
  * ReplicaData as a restoring rank takes it (peer_msg_data), with a job key
  * (a sealed copy opened: seal.h) and without; a ReplicaListReply as an

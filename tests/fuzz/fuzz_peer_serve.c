@@ -7,7 +7,7 @@
  * the memory tier, the share; loop calls run on this thread.
  *
  * After each input, besides the sanitizers, it checks what a peer must
- * never do (docs/manual.md "Peers"): this node's own memory-only copy is
+ * never do (docs/tiers.md "Peers"): this node's own memory-only copy is
  * still held with the same bytes, no copy is left pinned, and the share's
  * running count (daemon.replica_bytes) is what the copies add up to; once the
  * replicas are dropped, the pool is as empty as before. And as it goes, it

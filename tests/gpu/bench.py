@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The GPU speed table (docs/manual.md "CUDA"), side by side in one run on one GPU:
+"""The GPU speed table (docs/cuda.md "CUDA"), side by side in one run on one GPU:
 
 - D2H staging: the bytes of a CUDA state dict over the trainer's stall
   (Checkpointer.save -> staged), against cudaMemcpyAsync of the same

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real-GPU checks (docs/manual.md "CUDA"), on a machine with a GPU:
+# The real-GPU checks (docs/cuda.md "CUDA"), on a machine with a GPU:
 #  1. gpu_roundtrip (C, nvcc): legacy IPC and VMM buffers, saved after a
 #     kernel without synchronising, restored from memory and from storage
 #     and checked on the GPU; D2H and H2D against cudaMemcpyAsync; a

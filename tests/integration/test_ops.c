@@ -537,7 +537,7 @@ static void test_json_logs(void **state)
 	h_cleanup(&d);
 }
 
-/* docs/manual.md "Exit status": a socket another ckptd listens on is a runtime
+/* docs/operations.md "Exit status": a socket another ckptd listens on is a runtime
  * error, exit 1, naming the socket; the first daemon goes on serving. */
 static void test_socket_in_use_exits_1(void **state)
 {
@@ -595,7 +595,7 @@ static void test_inflight_loads_cap(void **state)
 	h_cleanup(&d);
 }
 
-/* docs/manual.md "Lifecycle": a save still waiting for pool space when SIGTERM
+/* docs/operations.md "Lifecycle": a save still waiting for pool space when SIGTERM
  * comes fails with ESHUTDOWN (it was never admitted), and a second signal
  * exits 1 at once, without waiting for the upload still running. */
 static void test_drain_fails_waiting_saves_second_signal_exits_1(void **state)

@@ -1,4 +1,4 @@
-/* Peer replication (docs/manual.md "Tiers"): three daemons on loopback stand for
+/* Peer replication (docs/tiers.md "Tiers"): three daemons on loopback stand for
  * three nodes, each with its own socket and pool, sharing one file://
  * store, linked by TLS with client certificates from a CA made here.
  * A replicated save is held by the next node of the ring; a node whose

@@ -1,4 +1,4 @@
-/* The step index (docs/manual.md "At scale"): show of a whole step, what ckpt.dcp's
+/* The step index (docs/scale.md "At scale"): show of a whole step, what ckpt.dcp's
  * read_metadata runs on every rank, after a restart. A step saved by 4
  * ranks is shown by 8 ranks on each of two daemons ("nodes") sharing one
  * storage directory: the first show reads the 4 manifests and writes the

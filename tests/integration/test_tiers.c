@@ -1,4 +1,4 @@
-/* Tiers (docs/manual.md "Tiers"): memory-only saves are kept in the daemon's pool
+/* Tiers (docs/tiers.md "Tiers"): memory-only saves are kept in the daemon's pool
  * and not written to storage; they restore from memory (after the trainer
  * died too), show in ckpt_held, ckpt_list and ckpt_show, are never dropped
  * for space while they are their rank's newest, and become durable on
@@ -178,7 +178,7 @@ static void test_memory_save_kept_not_stored(void **state)
 	assert_true(h_metric(&d, "ckptd_pool_memory_only_bytes") >= 3 * MIB);
 
 	expect_load_from(&rc, 10, 0, "memory");
-	/* "latest" is storage's (docs/manual.md "Tiers": ranks agree on a memory
+	/* "latest" is storage's (docs/tiers.md "Tiers": ranks agree on a memory
 	 * step through ckpt_held): there is none. */
 	char src[16], msg[512];
 	assert_int_equal(rc_load(&rc, CKPT_LATEST, 0, src, sizeof(src), msg, sizeof(msg)), -ENOENT);

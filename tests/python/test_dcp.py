@@ -105,7 +105,7 @@ def test_dcp_read_metadata_reads_each_manifest_once_per_node(daemon_factory, tmp
     assert _metric(port, "ckptd_manifest_cache_misses_total") == 2
     assert _metric(port, "ckptd_manifest_cache_hits_total") >= 4  # the loads' plans
     # Rank 0's read_metadata showed the step first and wrote its index
-    # (docs/manual.md "At scale"); ranks 1-3 read that, once.
+    # (docs/scale.md "At scale"); ranks 1-3 read that, once.
     assert _metric(port, "ckptd_step_index_writes_total") == 1
     assert _metric(port, "ckptd_step_index_reads_total") == 1
     # After a restart, read_metadata on every rank is one GET of the index,

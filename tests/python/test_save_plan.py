@@ -1,4 +1,4 @@
-"""Checkpointer's save plan (docs/manual.md "Python and PyTorch": the per-tensor
+"""Checkpointer's save plan (docs/python.md "Python and PyTorch": the per-tensor
 cost): a state dict saved again with its tensors where they were reuses the
 names, skeleton, registrations and the daemon's tensor table, and every
 change that would make a reused plan save the wrong bytes, shape, dtype or

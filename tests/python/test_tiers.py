@@ -1,4 +1,4 @@
-"""Tiers through the Python layer (docs/manual.md "Tiers"): memory saves through
+"""Tiers through the Python layer (docs/tiers.md "Tiers"): memory saves through
 Checkpointer and ckpt.dcp, restore of the newest step every rank holds in
 memory, a trainer crash, persist, replicated saves without peers, and the
 checkpoint_id forms ckpt.dcp accepts."""
@@ -65,7 +65,7 @@ def test_table_plan_saves_in_memory_step_after_step(daemon):
         for step in range(1, 4):
             sd["w"].add_(1)
             cp.save(sd, step, tier="memory").result(30)
-        # The newest, and the one before it (docs/manual.md "Tiers").
+        # The newest, and the one before it (docs/tiers.md "Tiers").
         assert sorted(h["step"] for h in cp.client.held()) == [2, 3]
         out = _sd(0)
         assert cp.load(out)[0] == 3 and torch.equal(out["w"], sd["w"])
@@ -263,7 +263,7 @@ def test_replacement_node_restores_latest_from_its_peer(daemon_factory, tmp_path
 
 
 def test_sealed_replicas_through_checkpointer(daemon_factory, tmp_path, monkeypatch):
-    """CKPT_JOB_KEY seals a job's replicas (docs/manual.md "Peers"): a
+    """CKPT_JOB_KEY seals a job's replicas (docs/tiers.md "Peers"): a
     replacement node's Checkpointer restores the step with the same
     secret, and without it is refused, saying why."""
     ds, ports = _two_peers(daemon_factory, tmp_path)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The man pages in doc/man say what the binaries do: every key that
+"""The man pages in docs/man say what the binaries do: every key that
 `ckptd --check-config` prints is described under its section in
 ckptd.conf(5), every flag of `ckptd --help` is in ckptd(8), and every
 command of `ckptctl --help` is in ckptctl(1). Prints TAP.
@@ -14,7 +14,7 @@ root, ckptd, ckptctl = sys.argv[1:4]
 
 
 def man(name):
-    return open(f"{root}/doc/man/{name}").read()
+    return open(f"{root}/docs/man/{name}").read()
 
 
 def sections(text):

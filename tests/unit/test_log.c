@@ -66,7 +66,8 @@ static void test_repeated_errors_rate_limited(void **state)
 		log_info("progress %d", i);
 	assert_int_equal(count_lines(f, "progress"), 100);
 	/* When the window ends, the next message from the site says how many
-	 * were left out (docs/manual.md: "N similar messages suppressed"). */
+	 * were left out ("(N similar messages suppressed)", docs/operations.md
+	 * "Logs"). */
 	log_set_rate_window_ms(50);
 	for (int i = 0; i < 30; i++)
 		warn_site2(i);

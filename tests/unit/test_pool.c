@@ -270,7 +270,7 @@ static uint64_t vm_locked(void)
 	return (uint64_t)kb * 1024;
 }
 
-/* docs/manual.md: the pool is mlock()ed when allowed (root, or RLIMIT_MEMLOCK room):
+/* docs/operations.md: the pool is mlock()ed when allowed (root, or RLIMIT_MEMLOCK room):
  * then the kernel counts it as locked; when not, it still works. */
 static void test_pool_locked_when_allowed(void **state)
 {

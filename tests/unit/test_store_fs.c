@@ -947,7 +947,7 @@ static void test_journal_torn_last_line_ignored(void **state)
 	journal_close(j);
 }
 
-/* Temporary names carry the host (docs/manual.md "A daemon that dies"): recovery
+/* Temporary names carry the host (docs/tiers.md "A daemon that dies"): recovery
  * removes this host's leftovers of a key and leaves another node's on the
  * same shared directory alone. */
 static void test_remove_temps_only_this_hosts(void **state)

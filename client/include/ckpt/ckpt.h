@@ -116,7 +116,7 @@ typedef enum {
 	CKPT_REPLICATED = 5,
 } ckpt_phase;
 
-/* Where a save's copy lives once it is safe (docs/manual.md "Tiers"). A memory
+/* Where a save's copy lives once it is safe (docs/tiers.md "Tiers"). A memory
  * or replicated step is not in storage until ckpt_persist() names it;
  * its future ends at CKPT_KEPT (memory) or CKPT_REPLICATED, and waiting
  * for CKPT_DURABLE on it is -EINVAL. */
@@ -129,7 +129,7 @@ typedef enum {
 /* Connect and say hello. hello may be NULL for a control session. With a
  * job, CKPT_JOB_KEY in the environment (at most 1024 bytes, the same on
  * every rank) seals the job's replicated copies in peers' memory, and a
- * restore from peers takes only copies sealed with it (docs/manual.md
+ * restore from peers takes only copies sealed with it (docs/tiers.md
  * "Peers"). */
 int ckpt_connect(const char *socket_path, const ckpt_hello *hello, ckpt_client **out);
 /* CKPT_CAP_* bits the daemon announced in its hello (0 for NULL). */
@@ -157,7 +157,7 @@ size_t ckpt_buffer_size(ckpt_buffer *b);
 /* Unregister and unmap. Accepts NULL. */
 void ckpt_buffer_free(ckpt_buffer *b);
 
-/* CUDA device buffers (docs/manual.md "CUDA"). libcuda is loaded at run time
+/* CUDA device buffers (docs/cuda.md "CUDA"). libcuda is loaded at run time
  * (dlopen of $CKPT_CUDA_LIBRARY, else libcuda.so.1); nothing links it.
  *
  * 1 when this process can register device memory, else 0 with why
@@ -209,7 +209,7 @@ int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors, size
 		 size_t extra_len, const ckpt_save_opts *opts, ckpt_future **out);
 /* Tensor tables: a state dict saved again and again with the same
  * tensors in the same buffers is declared once, checked once by the
- * daemon, and each later save sends only its step (docs/manual.md "Python and
+ * daemon, and each later save sends only its step (docs/python.md "Python and
  * PyTorch": the per-tensor cost). Host buffers only (-ENOTSUP for a CUDA
  * buffer: save those with ckpt_save_ex); -ENOTSUP too from a daemon
  * without CKPT_CAP_TABLES. The tensors array need not outlive the call.
@@ -292,7 +292,7 @@ void ckpt_future_free(ckpt_future *f);
 #define CKPT_STATUS_MAX_TENANTS 32
 #define CKPT_STATUS_MAX_FAILURES 5
 
-/* One tenant (docs/manual.md "Tenants"): an admin sees every one, a tenant its own. */
+/* One tenant (docs/security.md "Tenants"): an admin sees every one, a tenant its own. */
 typedef struct {
 	char name[33];
 	uint32_t sessions, inflight_saves;
@@ -381,7 +381,7 @@ int ckpt_resolve(ckpt_client *c, const char *job, int64_t step, ckpt_step_info *
  * this session's rank's, or every rank's with all_ranks. With peer
  * replication, for this rank, also the copies the peers holding this
  * node's replicas have (->peer names each). No storage request: what a
- * restore could read (docs/manual.md "Tiers": ranks agree on a memory-only step
+ * restore could read (docs/tiers.md "Tiers": ranks agree on a memory-only step
  * by gathering these). *out is malloc'd; free(). */
 int ckpt_held(ckpt_client *c, const char *job, int all_ranks, ckpt_held_info **out, size_t *count);
 

@@ -10,7 +10,7 @@ import os
 
 CKPT_LATEST = -1
 CKPT_STAGED, CKPT_DURABLE, CKPT_LOADED, CKPT_KEPT, CKPT_REPLICATED = 1, 2, 3, 4, 5
-# ckpt_tier (docs/manual.md "Tiers")
+# ckpt_tier (docs/tiers.md "Tiers")
 TIERS = {"durable": 0, "memory": 1, "replicated": 2}
 TIER_NAMES = {v: k for k, v in TIERS.items()}
 CKPT_MAX_DIMS = 8

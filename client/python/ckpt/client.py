@@ -296,7 +296,7 @@ class _NativeFuture:
 
 class SaveFuture:
     """.staged, .kept, .replicated and .durable are concurrent.futures.Future
-    objects, or None for a phase this save's tier never reaches (docs/manual.md
+    objects, or None for a phase this save's tier never reaches (docs/tiers.md
     "Tiers"): a durable save is staged, then durable; a memory save staged,
     then kept (held by the daemon, restorable; persist() makes it
     durable); a replicated save staged, kept, then replicated (which fails
@@ -475,7 +475,7 @@ class Client:
     def save(self, step, specs, extra=b"", cuda_stream=None, tier="durable"):
         """cuda_stream: the CUstream (an int, torch's .cuda_stream) whose
         work the daemon's copies of CUDA buffers wait for; None: the legacy
-        default stream. tier: "durable", "memory" or "replicated" (docs/manual.md
+        default stream. tier: "durable", "memory" or "replicated" (docs/tiers.md
         "Tiers")."""
         t = _tier(tier)
         arr, keep = _tensor_array(specs)

@@ -30,7 +30,7 @@ saved tensor box becomes a DCP chunk, so DCP's own planner reshards (a step
 saved by N ranks loads on M). Non-tensor values are stored as their
 torch.save bytes under "__bytes__/<fqn>".
 
-Tiers (docs/manual.md "Tiers"): Writer(..., tier="memory") keeps each save in this
+Tiers (docs/tiers.md "Tiers"): Writer(..., tier="memory") keeps each save in this
 node's ckptd only (DCP's save completes once the daemon holds it);
 Writer.persist(step) or ckptctl persist makes it durable. A Reader of
 "latest" restores a memory step when every rank's daemon holds it.
@@ -437,7 +437,7 @@ class Reader(StorageReader):
         # the daemon reads each manifest once for all of its ranks (its
         # cache holds pinned steps only); the load would pin it anyway.
         # Rank 0 also shows the step before the broadcast: the first show
-        # of a step writes its index (docs/manual.md "At scale"), so every other
+        # of a step writes its index (docs/scale.md "At scale"), so every other
         # rank, on every node, reads that one object, not every manifest.
         shown = {}
 
@@ -447,7 +447,7 @@ class Reader(StorageReader):
         me = _identity(self.rank, self.world_size)[0]
         if getattr(cp, "_in_every_memory", False):
             # A step in memory only, on every rank's node and in no storage
-            # (docs/manual.md "Tiers"): no daemon holds every rank's manifest, so
+            # (docs/tiers.md "Tiers"): no daemon holds every rank's manifest, so
             # each rank shows its own, from its daemon's memory, and the
             # ranks gather them (the size of DCP's own .metadata, as DCP
             # reads it). A rank's load may then need pieces that other

@@ -1,5 +1,5 @@
 """ckpt.format: read a checkpoint step straight from storage, without the
-daemon (docs/manual.md "On-disk format").
+daemon (docs/format.md "On-disk format").
 
     sd = ckpt.format.load_step("file:///mnt/ckpt", "llama")          # latest
     torch.save(sd, "llama.pt")

@@ -25,7 +25,7 @@ A save of a state dict whose shape and tensors are those of the last one
 (model.state_dict() again: new tensor objects, the same storages) reuses
 the last save's plan: names, pickled skeleton, registrations, and the
 daemon's tensor table, so it sends a step and the non-tensor values
-(docs/manual.md "Python and PyTorch": about 1.5 us per tensor). prepare() makes
+(docs/python.md "Python and PyTorch": about 1.5 us per tensor). prepare() makes
 the plan ahead of the first save.
 
 Non-tensor values (ints, floats, param_groups, ...) and the nesting of the
@@ -214,7 +214,7 @@ class _Plan:
 class SaveFuture:
     """.staged, .kept, .replicated and .durable are concurrent.futures.Future
     objects, None for a phase the save's tier never reaches (ckpt.SaveFuture;
-    docs/manual.md "Tiers"); .step the step; .result() waits until the save is safe
+    docs/tiers.md "Tiers"); .step the step; .result() waits until the save is safe
     at its tier."""
 
     def __init__(self, inner, step):
@@ -346,7 +346,7 @@ class Checkpointer:
         launcher says (a state every rank holds alike, which rank 0 alone
         writes: Lightning's and Hugging Face's checkpoints). attempt_id,
         policy: the session's attempt id (default from TORCHELASTIC_*) and
-        admission policy ("block", "skip", "coalesce"; docs/manual.md "Admission").
+        admission policy ("block", "skip", "coalesce"; docs/tiers.md "Admission").
 
         overlap: False (the default): save() returns once the state is
         staged; the trainer may change its tensors at once. True: save()
@@ -864,7 +864,7 @@ class Checkpointer:
         close() say when it is in storage. Raises first the failure of an
         earlier save nobody saw (CkptError naming its step), and
         CkptError(EEXIST) at the first save into a job with steps that
-        this process did not load (exist_ok). tier (docs/manual.md "Tiers"):
+        this process did not load (exist_ok). tier (docs/tiers.md "Tiers"):
         "durable" uploads it; "memory" keeps it in this node's ckptd only
         (cheap: no storage request; restored from there after a trainer
         crash; persist() makes it durable); "replicated" also in peer
@@ -972,7 +972,7 @@ class Checkpointer:
         latest step in storage, resolved once by the daemon (pinned:
         catalog.h) and, when torch.distributed is initialized, on rank 0
         alone and broadcast; and the newest step that every rank's own
-        daemon holds in memory only for it (docs/manual.md "Tiers": each rank asks
+        daemon holds in memory only for it (docs/tiers.md "Tiers": each rank asks
         its daemon, without storage, and the ranks gather the answers over
         torch.distributed; a world of one asks alone; ranks without a
         process group take storage's), so a memory-only step restores when
