@@ -89,100 +89,110 @@ int tenancy_unshown(const struct viewer *v, const char *shown, char *out, size_t
 	return n < 0 || (size_t)n >= outlen ? -ENAMETOOLONG : 0;
 }
 
-int tenancy_jobs(struct daemon *d, const struct viewer *who, char ***out, size_t *nout)
+/* A growing list of names (malloc'd, owned). */
+struct names {
+	char **v;
+	size_t n, cap;
+};
+
+/* Move the ns names of sub (a store_names list, freed) to the end of l. */
+static int names_take(struct names *l, char **sub, size_t ns)
 {
-	struct store *st = d->store;
-	const struct config *c = who->cfg;
-	if (who->tenant >= 0) {
-		struct store *ts = d->tenant_store[who->tenant] ? d->tenant_store[who->tenant] : st;
-		int e = catalog_jobs(ts, c->tenants[who->tenant].name, out, nout);
-		if (e == -ENOENT) { /* a tenant that saved nothing yet */
-			*out = NULL;
-			*nout = 0;
-			return 0;
+	if (l->n + ns > l->cap) {
+		size_t cap = (l->n + ns) * 2 + 8;
+		char **nv = realloc(l->v, cap * sizeof(*nv));
+		if (nv == NULL) {
+			store_names_free(sub, ns);
+			return -ENOMEM;
 		}
-		return e;
+		l->v = nv;
+		l->cap = cap;
 	}
-	char **top = NULL;
-	size_t n = 0;
-	int r = catalog_jobs(st, NULL, &top, &n);
-	if (r == -ENOENT) /* nothing saved yet (an object store's empty prefix) */
-		r = 0, top = NULL, n = 0;
-	if (r < 0 || c->ntenants == 0) {
-		*out = top;
-		*nout = n;
-		return r;
-	}
-	if (!who->admin) { /* no tenant, no admin: server.c lets no such session in */
-		store_names_free(top, n);
-		*out = NULL;
-		*nout = 0;
+	if (ns)
+		memcpy(l->v + l->n, sub, ns * sizeof(*sub));
+	l->n += ns;
+	free(sub);
+	return 0;
+}
+
+/* The kept names of tenant t's jobs in st (none when it saved nothing),
+ * moved to l: one LIST. */
+static int take_tenant_jobs(struct store *st, const char *tenant, struct names *l)
+{
+	char **sub = NULL;
+	size_t ns = 0;
+	int r = catalog_jobs(st, tenant, &sub, &ns);
+	if (r == -ENOENT || r == -ENOTDIR)
 		return 0;
-	}
-	char **v = NULL;
-	size_t k = 0, cap = 0;
+	return r < 0 ? r : names_take(l, sub, ns);
+}
+
+/* The tenant whose jobs live under top-level name in the main store, or -1. */
+static int tenant_dir(const struct daemon *d, const char *name)
+{
+	for (size_t t = 0; t < d->cfg.ntenants; t++)
+		if (strcmp(name, d->cfg.tenants[t].name) == 0 && d->tenant_store[t] == NULL)
+			return (int)t;
+	return -1;
+}
+
+/* An admin's view: the top level of the main store (top, n: consumed) with
+ * each tenant's name replaced by its jobs, then the jobs of the tenants
+ * with storage of their own. One LIST per tenant. */
+static int admin_jobs(struct daemon *d, char **top, size_t n, struct names *l)
+{
+	int r = 0;
 	for (size_t i = 0; i < n && r == 0; i++) {
-		bool is_tenant = false;
-		for (size_t t = 0; t < c->ntenants; t++)
-			is_tenant |= strcmp(top[i], c->tenants[t].name) == 0 && d->tenant_store[t] == NULL;
-		char **sub = NULL, *one[1] = { top[i] };
-		size_t ns = 1;
-		if (is_tenant) {
-			r = catalog_jobs(st, top[i], &sub, &ns);
-			if (r == -ENOENT || r == -ENOTDIR)
-				r = 0, ns = 0;
-			if (r < 0)
-				break;
-		}
-		if (k + ns > cap) {
-			size_t nc = (k + ns) * 2 + 8;
-			char **nv = realloc(v, nc * sizeof(*v));
-			if (nv == NULL) {
+		int t = tenant_dir(d, top[i]);
+		if (t >= 0) {
+			r = take_tenant_jobs(d->store, top[i], l);
+		} else {
+			char **one = malloc(sizeof(*one));
+			if (one == NULL) {
 				r = -ENOMEM;
-				store_names_free(sub, is_tenant ? ns : 0);
 				break;
 			}
-			v = nv;
-			cap = nc;
+			one[0] = top[i];
+			top[i] = NULL;
+			r = names_take(l, one, 1);
 		}
-		for (size_t j = 0; j < ns; j++)
-			v[k++] = is_tenant ? sub[j] : one[j];
-		if (is_tenant) {
-			free(sub);
-			free(top[i]);
-		}
-		top[i] = NULL;
 	}
 	store_names_free(top, n); /* what was not moved */
-	/* Tenants with storage of their own: one LIST each, there. */
-	for (size_t t = 0; r == 0 && t < c->ntenants; t++) {
-		struct store *ts = d->tenant_store[t];
-		char **sub = NULL;
-		size_t ns = 0;
-		if (ts == NULL)
-			continue;
-		r = catalog_jobs(ts, c->tenants[t].name, &sub, &ns);
-		if (r == -ENOENT || r == -ENOTDIR) {
-			r = 0;
-			continue;
-		}
-		char **nv = r == 0 ? realloc(v, (k + ns + 1) * sizeof(*v)) : NULL;
-		if (r == 0 && nv == NULL)
-			r = -ENOMEM;
-		if (r < 0) {
-			store_names_free(sub, ns);
-			break;
-		}
-		v = nv;
-		for (size_t j = 0; j < ns; j++)
-			v[k++] = sub[j];
-		free(sub);
+	for (size_t t = 0; r == 0 && t < d->cfg.ntenants; t++)
+		if (d->tenant_store[t])
+			r = take_tenant_jobs(d->tenant_store[t], d->cfg.tenants[t].name, l);
+	return r;
+}
+
+int tenancy_jobs(struct daemon *d, const struct viewer *who, char ***out, size_t *nout)
+{
+	struct names l = { 0 };
+	*out = NULL;
+	*nout = 0;
+	int r;
+	if (who->tenant >= 0) {
+		struct store *ts = d->tenant_store[who->tenant] ? d->tenant_store[who->tenant] : d->store;
+		r = take_tenant_jobs(ts, who->cfg->tenants[who->tenant].name, &l);
+	} else {
+		char **top = NULL;
+		size_t n = 0;
+		r = catalog_jobs(d->store, NULL, &top, &n);
+		if (r == -ENOENT) /* nothing saved yet (an object store's empty prefix) */
+			r = 0, top = NULL, n = 0;
+		if (r < 0)
+			return r;
+		if (who->cfg->ntenants == 0)
+			r = names_take(&l, top, n);
+		else if (who->admin)
+			r = admin_jobs(d, top, n, &l);
+		else /* no tenant, no admin: server.c lets no such session in */
+			store_names_free(top, n);
 	}
 	if (r < 0) {
-		store_names_free(v, k);
+		store_names_free(l.v, l.n);
 		return r;
 	}
-	*out = v;
-	*nout = k;
+	*out = l.v;
+	*nout = l.n;
 	return 0;
 }
