@@ -272,6 +272,58 @@ int ckpt_cuda_allocation(uint64_t devptr, uint64_t *start, uint64_t *size)
 	return legacy ? 1 : 0;
 }
 
+/* Where devptr lives: its allocation (start, size), whether it is legacy
+ * (cudaMalloc) memory, its device and that device's UUID. */
+static int locate(CUdeviceptr devptr, CUdeviceptr *start, size_t *size, int *legacy, CUdevice *dev, CUuuid *uuid)
+{
+	int ordinal = -1;
+	CUresult cr = alloc_range(devptr, start, size);
+	if (cr == CUDA_SUCCESS)
+		cr = drv.cuPointerGetAttribute(legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, devptr);
+	if (cr == CUDA_SUCCESS)
+		cr = drv.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, devptr);
+	if (cr != CUDA_SUCCESS) {
+		client_set_errmsgf("0x%llx is not device memory (cuPointerGetAttribute: %s)",
+				   (unsigned long long)devptr, ename(cr));
+		return -EINVAL;
+	}
+	cr = drv.cuDeviceGet(dev, ordinal);
+	if (cr == CUDA_SUCCESS)
+		cr = drv.cuDeviceGetUuid(uuid, *dev);
+	if (cr != CUDA_SUCCESS) {
+		client_set_errmsgf("device %d: cuDeviceGetUuid failed: %s", ordinal, ename(cr));
+		return -EIO;
+	}
+	return 0;
+}
+
+/* A cudaMalloc allocation's registration: its IPC handle (into ih), the
+ * offset in it, and which allocation it is. */
+static int legacy_register(CUdeviceptr devptr, size_t nbytes, CUdeviceptr start, size_t size, CUipcMemHandle *ih,
+			   Ckpt__RegisterBuffer *rb)
+{
+	if (devptr + nbytes > start + size) {
+		client_set_errmsgf("[0x%llx, +%zu) runs past its allocation of %zu bytes", (unsigned long long)devptr,
+				   nbytes, size);
+		return -ERANGE;
+	}
+	CUresult cr = drv.cuIpcGetMemHandle(ih, start);
+	if (cr != CUDA_SUCCESS) {
+		client_set_errmsgf("cuIpcGetMemHandle failed: %s", ename(cr));
+		return -EIO;
+	}
+	/* Which allocation this is, so the daemon never serves it from a
+	 * mapping of a freed one with the same handle (0: unknown). */
+	unsigned long long id = 0;
+	if (drv.cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, start) == CUDA_SUCCESS)
+		rb->alloc_id = id;
+	rb->kind = CKPT__BUFFER_KIND__CUDA_IPC;
+	rb->ipc_handle.data = (uint8_t *)ih->reserved;
+	rb->ipc_handle.len = sizeof(ih->reserved);
+	rb->offset = devptr - start;
+	return 0;
+}
+
 int ckpt_register_cuda(ckpt_client *c, uint64_t devptr, size_t nbytes, ckpt_buffer **out)
 {
 	if (out)
@@ -285,26 +337,11 @@ int ckpt_register_cuda(ckpt_client *c, uint64_t devptr, size_t nbytes, ckpt_buff
 		return r;
 	CUdeviceptr start = 0;
 	size_t size = 0;
-	int legacy = 0, ordinal = -1;
-	CUresult cr = alloc_range(devptr, &start, &size);
-	if (cr == CUDA_SUCCESS)
-		cr = drv.cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, devptr);
-	if (cr == CUDA_SUCCESS)
-		cr = drv.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, devptr);
-	if (cr != CUDA_SUCCESS) {
-		client_set_errmsgf("0x%llx is not device memory (cuPointerGetAttribute: %s)",
-				   (unsigned long long)devptr, ename(cr));
-		return -EINVAL;
-	}
+	int legacy = 0;
 	CUdevice dev;
 	CUuuid uuid;
-	cr = drv.cuDeviceGet(&dev, ordinal);
-	if (cr == CUDA_SUCCESS)
-		cr = drv.cuDeviceGetUuid(&uuid, dev);
-	if (cr != CUDA_SUCCESS) {
-		client_set_errmsgf("device %d: cuDeviceGetUuid failed: %s", ordinal, ename(cr));
-		return -EIO;
-	}
+	if ((r = locate(devptr, &start, &size, &legacy, &dev, &uuid)) < 0)
+		return r;
 	Ckpt__RegisterBuffer rb = CKPT__REGISTER_BUFFER__INIT;
 	CUipcMemHandle ih;
 	int fds[WIRE_MAX_FDS];
@@ -314,35 +351,17 @@ int ckpt_register_cuda(ckpt_client *c, uint64_t devptr, size_t nbytes, ckpt_buff
 	rb.device_uuid.data = (uint8_t *)uuid.bytes;
 	rb.device_uuid.len = sizeof(uuid.bytes);
 	if (legacy) {
-		if (devptr + nbytes > start + size) {
-			client_set_errmsgf("[0x%llx, +%zu) runs past its allocation of %zu bytes",
-					   (unsigned long long)devptr, nbytes, size);
-			return -ERANGE;
-		}
-		cr = drv.cuIpcGetMemHandle(&ih, start);
-		if (cr != CUDA_SUCCESS) {
-			client_set_errmsgf("cuIpcGetMemHandle failed: %s", ename(cr));
-			return -EIO;
-		}
-		/* Which allocation this is, so the daemon never serves it from
-		 * a mapping of a freed one with the same handle (0: unknown). */
-		unsigned long long id = 0;
-		if (drv.cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, start) == CUDA_SUCCESS)
-			rb.alloc_id = id;
-		rb.kind = CKPT__BUFFER_KIND__CUDA_IPC;
-		rb.ipc_handle.data = (uint8_t *)ih.reserved;
-		rb.ipc_handle.len = sizeof(ih.reserved);
-		rb.offset = devptr - start;
+		r = legacy_register(devptr, nbytes, start, size, &ih, &rb);
 	} else {
 		size_t cap = c->max_fds && c->max_fds < WIRE_MAX_FDS ? c->max_fds : WIRE_MAX_FDS;
 		r = vmm_export(start, devptr, nbytes, fds, sizes, cap, &nfds);
-		if (r < 0)
-			return r;
 		rb.kind = CKPT__BUFFER_KIND__CUDA_VMM;
 		rb.n_vmm_sizes = nfds;
 		rb.vmm_sizes = sizes;
 		rb.offset = devptr - start;
 	}
+	if (r < 0)
+		return r;
 	ckpt_buffer *b = calloc(1, sizeof(*b));
 	if (!b) {
 		close_fds(fds, nfds);
