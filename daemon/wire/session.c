@@ -378,6 +378,51 @@ static int register_cuda(struct session *s, const Ckpt__RegisterBuffer *m, int *
 	return hostbuf_from_cuda(cb, m->buffer_id, m->nbytes, out);
 }
 
+/* Why the session may not register m (its kind, its fds, its id, the
+ * caps of the session and its tenant): -errno with err saying so, or 0. */
+static int register_refused(struct session *s, const Ckpt__RegisterBuffer *m, size_t nfds, char *err, size_t errlen)
+{
+	struct daemon *d = s->d;
+	if (m->kind != CKPT__BUFFER_KIND__HOST_FD && m->kind != CKPT__BUFFER_KIND__CUDA_IPC &&
+	    m->kind != CKPT__BUFFER_KIND__CUDA_VMM) {
+		snprintf(err, errlen, "buffer kind %d is not supported here", m->kind);
+		return -EINVAL;
+	}
+	if (m->kind == CKPT__BUFFER_KIND__HOST_FD && nfds == 0) {
+		snprintf(err, errlen, "RegisterBuffer %" PRIu64 " carried no file descriptor", m->buffer_id);
+		return -EBADF;
+	}
+	if (session_find_buffer(s, m->buffer_id)) {
+		snprintf(err, errlen, "buffer id %" PRIu64 " is already registered", m->buffer_id);
+		return -EEXIST;
+	}
+	if (s->bufs.n >= d->cfg.max_buffers) {
+		d->stats.refused[LIMIT_BUFFERS]++;
+		snprintf(err, errlen, "at most %u buffers per session", d->cfg.max_buffers);
+		return -ENOBUFS;
+	}
+	const struct tenant_config *tc = s->tenant >= 0 ? &d->cfg.tenants[s->tenant] : NULL;
+	uint64_t tused = tc ? d->tenant_registered[s->tenant] : 0;
+	if (tc && tc->max_registered_bytes &&
+	    (tused >= tc->max_registered_bytes || m->nbytes > tc->max_registered_bytes - tused)) {
+		d->stats.refused[LIMIT_REGISTERED_BYTES]++;
+		snprintf(err, errlen,
+			 "buffer %" PRIu64 ": %" PRIu64 " more bytes would pass tenant '%s''s cap of %" PRIu64
+			 " registered ([tenant.%s] max_registered_bytes)",
+			 m->buffer_id, m->nbytes, tc->name, tc->max_registered_bytes, tc->name);
+		return -ENOBUFS;
+	}
+	if (m->nbytes > d->cfg.max_registered_bytes - s->registered_bytes) {
+		d->stats.refused[LIMIT_REGISTERED_BYTES]++;
+		snprintf(err, errlen,
+			 "buffer %" PRIu64 ": %" PRIu64 " more bytes would pass the session's cap of %" PRIu64
+			 " registered (max_registered_bytes)",
+			 m->buffer_id, m->nbytes, d->cfg.max_registered_bytes);
+		return -ENOBUFS;
+	}
+	return 0;
+}
+
 void session_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBuffer *m)
 {
 	/* The fds this frame carried: one for a host buffer, one per chunk
@@ -395,53 +440,17 @@ void session_register(struct session *s, uint64_t req_id, const Ckpt__RegisterBu
 	 * arrive with its first byte), so close them. */
 	for (int extra; (extra = take_fd(s)) >= 0;)
 		close(extra);
-	if (m->kind != CKPT__BUFFER_KIND__HOST_FD && m->kind != CKPT__BUFFER_KIND__CUDA_IPC &&
-	    m->kind != CKPT__BUFFER_KIND__CUDA_VMM) {
-		close_fds(fds, nfds);
-		session_reply(s, req_id, -EINVAL, "buffer kind %d is not supported here", m->kind);
-		return;
-	}
-	if (m->kind == CKPT__BUFFER_KIND__HOST_FD && nfds == 0) {
-		session_reply(s, req_id, -EBADF, "RegisterBuffer %" PRIu64 " carried no file descriptor", m->buffer_id);
-		return;
-	}
-	if (session_find_buffer(s, m->buffer_id)) {
-		close_fds(fds, nfds);
-		session_reply(s, req_id, -EEXIST, "buffer id %" PRIu64 " is already registered", m->buffer_id);
-		return;
-	}
-	if (s->bufs.n >= s->d->cfg.max_buffers) {
-		s->d->stats.refused[LIMIT_BUFFERS]++;
-		close_fds(fds, nfds);
-		session_reply(s, req_id, -ENOBUFS, "at most %u buffers per session", s->d->cfg.max_buffers);
-		return;
-	}
-	const struct tenant_config *tc = s->tenant >= 0 ? &s->d->cfg.tenants[s->tenant] : NULL;
-	uint64_t tused = tc ? s->d->tenant_registered[s->tenant] : 0;
-	if (tc && tc->max_registered_bytes &&
-	    (tused >= tc->max_registered_bytes || m->nbytes > tc->max_registered_bytes - tused)) {
-		s->d->stats.refused[LIMIT_REGISTERED_BYTES]++;
-		close_fds(fds, nfds);
-		session_reply(s, req_id, -ENOBUFS,
-			      "buffer %" PRIu64 ": %" PRIu64 " more bytes would pass tenant '%s''s cap of %" PRIu64
-			      " registered ([tenant.%s] max_registered_bytes)",
-			      m->buffer_id, m->nbytes, tc->name, tc->max_registered_bytes, tc->name);
-		return;
-	}
-	if (m->nbytes > s->d->cfg.max_registered_bytes - s->registered_bytes) {
-		s->d->stats.refused[LIMIT_REGISTERED_BYTES]++;
-		close_fds(fds, nfds);
-		session_reply(s, req_id, -ENOBUFS,
-			      "buffer %" PRIu64 ": %" PRIu64 " more bytes would pass the session's cap of %" PRIu64
-			      " registered (max_registered_bytes)",
-			      m->buffer_id, m->nbytes, s->d->cfg.max_registered_bytes);
-		return;
-	}
-	struct hostbuf *b = NULL;
 	char err[512];
-	int r = m->kind == CKPT__BUFFER_KIND__HOST_FD
-			? hostbuf_open(fds[0], m->buffer_id, m->nbytes, &b, err, sizeof(err))
-			: register_cuda(s, m, fds, nfds, &b, err, sizeof(err));
+	int r = register_refused(s, m, nfds, err, sizeof(err));
+	if (r < 0) {
+		close_fds(fds, nfds);
+		session_reply(s, req_id, r, "%s", err);
+		return;
+	}
+	/* From here the fds are the buffer's (closed by the open when it fails). */
+	struct hostbuf *b = NULL;
+	r = m->kind == CKPT__BUFFER_KIND__HOST_FD ? hostbuf_open(fds[0], m->buffer_id, m->nbytes, &b, err, sizeof(err))
+						  : register_cuda(s, m, fds, nfds, &b, err, sizeof(err));
 	if (r < 0) {
 		if (r == -ENOMEM)
 			snprintf(err, sizeof(err), "out of memory");
