@@ -2,6 +2,8 @@
 concurrent.futures.Future objects completed from libckpt's reader thread;
 callbacks added to them run on that thread, so they must be short and must
 not wait for another future of the same client."""
+from __future__ import annotations
+
 import atexit
 import concurrent.futures
 import ctypes
@@ -10,6 +12,7 @@ import os
 import struct
 import threading
 import weakref
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from ._lib import (CKPT_DURABLE, CKPT_KEPT, CKPT_LATEST, CKPT_LOADED, CKPT_REPLICATED, CKPT_STAGED, FUTURE_CB,
                    TIER_NAMES, TIERS, _HeldInfo, _Hello, _SaveOpts, _StepDetail, _StepInfo, _Tensor, lib, libc)
@@ -65,7 +68,7 @@ def _error(rc, msg=None, what=None):
     return CkptError(code, full)
 
 
-def cuda_available():
+def cuda_available() -> Tuple[bool, str]:
     """(True, "") when this process can register CUDA memory with libckpt,
     else (False, why): no driver library, a stub library, no device ..."""
     why = ctypes.create_string_buffer(256)
@@ -73,7 +76,7 @@ def cuda_available():
     return bool(ok), why.value.decode(errors="replace")
 
 
-def cuda_identity(ptr, nbytes):
+def cuda_identity(ptr: int, nbytes: int) -> int:
     """The identity of the device memory behind [ptr, ptr+nbytes): an int
     that changes when any allocation the range spans is freed and made
     again, even at the same address (ckpt_cuda_identity). CkptError(EINVAL)
@@ -85,7 +88,7 @@ def cuda_identity(ptr, nbytes):
     return out.value
 
 
-def cuda_allocation(ptr):
+def cuda_allocation(ptr: int) -> Tuple[int, int, bool]:
     """(start, size, legacy) of the device allocation holding ptr
     (ckpt_cuda_allocation): legacy is True for cudaMalloc memory, which
     one registration of the whole allocation serves, False for VMM memory.
@@ -101,18 +104,19 @@ class Buffer:
     """A host buffer registered with the daemon. For alloc()'d buffers,
     .view is a writable memoryview of its bytes."""
 
-    def __init__(self, client, handle, nbytes, mapped):
+    def __init__(self, client: Client, handle: ctypes.c_void_p, nbytes: int, mapped: bool) -> None:
         self._client = client
-        self._h = handle
+        self._h: Optional[ctypes.c_void_p] = handle
         self.size = nbytes
         self.address = lib.ckpt_buffer_data(handle) if mapped else None
-        self.view = None
+        self.view: Optional[memoryview] = None
+        self._arr: Any = None
         if self.address:
             arr = (ctypes.c_uint8 * nbytes).from_address(self.address)
             self.view = memoryview(arr).cast("B")
             self._arr = arr
 
-    def free(self):
+    def free(self) -> None:
         """Unregister the buffer (saves in flight keep the daemon's own
         reference) and unmap it; idempotent."""
         if self._h:
@@ -127,7 +131,8 @@ class TensorSpec:
     """One tensor (or box of one) in a buffer, for save and load."""
     __slots__ = ("name", "dtype", "shape", "offsets", "lengths", "buffer", "offset", "nbytes")
 
-    def __init__(self, name, dtype, shape, buffer, offset, nbytes, offsets=None, lengths=None):
+    def __init__(self, name: str, dtype: Union[str, int], shape: Sequence[int], buffer: Buffer, offset: int,
+                 nbytes: int, offsets: Optional[Sequence[int]] = None, lengths: Optional[Sequence[int]] = None) -> None:
         self.name, self.dtype, self.shape = name, dtype, tuple(int(s) for s in shape)
         self.offsets = tuple(offsets) if offsets is not None else None
         self.lengths = tuple(lengths) if lengths is not None else None
@@ -171,12 +176,12 @@ class Table:
     tensors once; Client.save_table sends only a step. Its buffers must
     stay registered until free()."""
 
-    def __init__(self, client, handle, n):
+    def __init__(self, client: Client, handle: ctypes.c_void_p, n: int) -> None:
         self._client = client
-        self._h = handle
+        self._h: Optional[ctypes.c_void_p] = handle
         self.size = n
 
-    def free(self):
+    def free(self) -> None:
         """Drop the table in the daemon (ckpt_table_free); idempotent."""
         if self._h:
             lib.ckpt_table_free(self._h)
@@ -193,7 +198,7 @@ class PhaseFuture(concurrent.futures.Future):
 
     seen = False
 
-    def result(self, timeout=None):
+    def result(self, timeout: Optional[float] = None) -> Any:
         """concurrent.futures.Future.result, which also marks the outcome seen."""
         try:
             return super().result(timeout)
@@ -201,14 +206,14 @@ class PhaseFuture(concurrent.futures.Future):
             if self.done():
                 self.seen = True
 
-    def exception(self, timeout=None):
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
         """concurrent.futures.Future.exception, which also marks the outcome seen."""
         e = super().exception(timeout)
         self.seen = True
         return e
 
 
-_live = set()  # native futures not yet finished: they must outlive their callback
+_live: Set[Any] = set()  # native futures not yet finished: they must outlive their callback
 _live_lock = threading.Lock()
 
 
@@ -302,7 +307,7 @@ class SaveFuture:
     durable); a replicated save staged, kept, then replicated (which fails
     with NotReplicated, and only it, when no peer holds a copy)."""
 
-    def __init__(self, native, step, tier=0):
+    def __init__(self, native: Any, step: int, tier: int = 0) -> None:
         self._native = native
         self.step = step
         self.tier = TIER_NAMES[tier]
@@ -312,13 +317,13 @@ class SaveFuture:
         self.durable = native.futures.get(CKPT_DURABLE)
 
     @property
-    def daemon_stall(self):
+    def daemon_stall(self) -> Optional[float]:
         """Seconds the daemon took from the request to staged (None before
         staged): the trainer's wait less this is the client's own share."""
         ns = self._native.stall_ns
         return None if ns is None else ns / 1e9
 
-    def result(self, timeout=None):
+    def result(self, timeout: Optional[float] = None) -> int:
         """Wait until the save is safe at its tier (durable, or kept) and
         return its bytes; a replicated save also waits for its peers'
         answer (not being replicated does not raise here: .replicated
@@ -336,11 +341,11 @@ class LoadFuture:
     with step, bytes, extra (the step's extra bytes), source ("memory",
     "peer", "storage" or "mixed"), sources (per tensor) and peer."""
 
-    def __init__(self, native):
+    def __init__(self, native: Any) -> None:
         self._native = native
         self.loaded = native.futures[CKPT_LOADED]
 
-    def result(self, timeout=None):
+    def result(self, timeout: Optional[float] = None) -> Dict[str, Any]:
         """Wait for the load; its result dict, or raise CkptError."""
         return self.loaded.result(timeout)
 
@@ -349,7 +354,7 @@ class LoadFuture:
 # libckpt's reader thread can still run a callback (one that wanted the GIL
 # during finalization would never return, and a close from __del__ would
 # then wait for it forever: a script that ends without close() hung).
-_clients = weakref.WeakSet()
+_clients: weakref.WeakSet[Client] = weakref.WeakSet()
 
 
 @atexit.register
@@ -361,7 +366,7 @@ def _close_clients():
             pass
 
 
-def default_socket():
+def default_socket() -> str:
     """The socket a Client uses without socket=: $CKPTD_SOCKET, else
     /run/ckptd/ckptd.sock (the systemd unit's and the DaemonSet's)."""
     return os.environ.get("CKPTD_SOCKET") or "/run/ckptd/ckptd.sock"
@@ -397,8 +402,8 @@ def _connect_error(rc, path, job, given):
 class Client:
     """A connection to ckptd. job=None makes a control session (list, show)."""
 
-    def __init__(self, socket=None, job=None, rank=0, world_size=1, local_rank=0, attempt_id=None,
-                 policy=None):
+    def __init__(self, socket: Optional[str] = None, job: Optional[str] = None, rank: int = 0, world_size: int = 1,
+                 local_rank: int = 0, attempt_id: Optional[str] = None, policy: Optional[str] = None) -> None:
         """Connect to ckptd at socket (default $CKPTD_SOCKET, else
         /run/ckptd/ckptd.sock) as rank of world_size of job (None: a
         control session). Raises DaemonUnavailable when no ckptd listens
@@ -413,9 +418,9 @@ class Client:
         rc = lib.ckpt_connect(self.socket.encode(), ctypes.byref(h), ctypes.byref(handle))
         if rc < 0:
             raise _connect_error(rc, self.socket, job, socket is not None)
-        self._h = handle
-        self._buffers = set()  # sets: 10,000 frees from a list cost 50 million compares
-        self._tables = set()
+        self._h: Optional[ctypes.c_void_p] = handle
+        self._buffers: Set[Buffer] = set()  # sets: 10,000 frees from a list cost 50 million compares
+        self._tables: Set[Table] = set()
         _clients.add(self)
 
     def _handle(self):
@@ -423,7 +428,7 @@ class Client:
             raise CkptError(_errno.EBADF, "client is closed")
         return self._h
 
-    def alloc(self, nbytes):
+    def alloc(self, nbytes: int) -> Buffer:
         """A new sealed memfd of nbytes, mapped here and registered with
         the daemon: a Buffer whose .view is writable."""
         out = ctypes.c_void_p()
@@ -434,7 +439,7 @@ class Client:
         self._buffers.add(b)
         return b
 
-    def register_fd(self, fd, nbytes):
+    def register_fd(self, fd: int, nbytes: int) -> Buffer:
         """Register nbytes of a memfd or /dev/shm file the caller has (the
         daemon keeps its own dup): a Buffer."""
         out = ctypes.c_void_p()
@@ -445,7 +450,7 @@ class Client:
         self._buffers.add(b)
         return b
 
-    def register_fds(self, fds, sizes):
+    def register_fds(self, fds: Sequence[int], sizes: Sequence[int]) -> List[Buffer]:
         """register_fd for many files at once (ckpt_buffer_register_fds: one
         round trip per 128); all or none."""
         n = len(fds)
@@ -460,7 +465,7 @@ class Client:
         self._buffers.update(bufs)
         return bufs
 
-    def register_cuda(self, ptr, nbytes):
+    def register_cuda(self, ptr: int, nbytes: int) -> Buffer:
         """Register nbytes of device memory at ptr (an int: tensor.data_ptr(),
         cudaMalloc's pointer). CkptError(ENOTSUP) when CUDA is off here or in
         the daemon."""
@@ -472,7 +477,8 @@ class Client:
         self._buffers.add(b)
         return b
 
-    def save(self, step, specs, extra=b"", cuda_stream=None, tier="durable"):
+    def save(self, step: int, specs: Sequence[TensorSpec], extra: bytes = b"", cuda_stream: Optional[int] = None,
+             tier: str = "durable") -> SaveFuture:
         """cuda_stream: the CUstream (an int, torch's .cuda_stream) whose
         work the daemon's copies of CUDA buffers wait for; None: the legacy
         default stream. tier: "durable", "memory" or "replicated" (docs/tiers.md
@@ -489,7 +495,7 @@ class Client:
             raise _error(rc, what=f"save step {step}")
         return SaveFuture(_NativeFuture(fut, _phases(t)), step, t)
 
-    def table(self, specs):
+    def table(self, specs: Sequence[TensorSpec]) -> Table:
         """Declare specs (host buffers only) as a table. CkptError(ENOTSUP)
         from a daemon without tables, or for CUDA buffers."""
         arr, keep = _tensor_array(specs)
@@ -502,7 +508,7 @@ class Client:
         self._tables.add(t)
         return t
 
-    def save_table(self, step, table, extra=b"", tier="durable"):
+    def save_table(self, step: int, table: Table, extra: bytes = b"", tier: str = "durable") -> SaveFuture:
         """Save step from a table's tensors (Client.table)."""
         t = _tier(tier)
         if not table._h:
@@ -516,7 +522,7 @@ class Client:
             raise _error(rc, what=f"save step {step}")
         return SaveFuture(_NativeFuture(fut, _phases(t)), step, t)
 
-    def persist(self, step, job=None, replicas=False):
+    def persist(self, step: int, job: Optional[str] = None, replicas: bool = False) -> SaveFuture:
         """Make step of job (default: this client's) durable: every copy of
         it this node's daemon holds in memory only is uploaded, and stays
         held. Returns a SaveFuture whose .durable (and result()) completes
@@ -531,7 +537,7 @@ class Client:
             raise _error(rc, what=f"persist step {step}")
         return SaveFuture(_NativeFuture(fut, (CKPT_DURABLE,)), int(step))
 
-    def held(self, job=None, all_ranks=False):
+    def held(self, job: Optional[str] = None, all_ranks: bool = False) -> List[Dict[str, Any]]:
         """The copies this node's daemon holds in memory of job (default:
         this client's), for this client's rank (or every rank): dicts with
         job, rank, world_size, step, bytes, attempt_id, tier ("durable",
@@ -553,7 +559,7 @@ class Client:
             libc.free(ctypes.cast(out, ctypes.c_void_p))
         return res
 
-    def load(self, specs, step=LATEST):
+    def load(self, specs: Sequence[TensorSpec], step: int = LATEST) -> LoadFuture:
         """Load step (default: the latest complete one) into the buffers
         the TensorSpecs name (their offsets and lengths: the box to read);
         a LoadFuture."""
@@ -565,7 +571,7 @@ class Client:
             raise _error(rc, what="load")
         return LoadFuture(_NativeFuture(fut, (CKPT_LOADED,)))
 
-    def list(self, job=None):
+    def list(self, job: Optional[str] = None) -> List[Dict[str, Any]]:
         """The steps of job (default: every job) in storage and in this
         daemon's memory: dicts with job, step, complete, bytes (None when
         the listing does not say), ranks_present, world_size, attempt_id,
@@ -586,14 +592,17 @@ class Client:
             libc.free(ctypes.cast(out, ctypes.c_void_p))
         return res
 
-    def delete(self, step, job=None):
+    def delete(self, step: int, job: Optional[str] = None) -> None:
         """Remove step of job (default: this client's) from storage, as
         ckptctl rm does."""
-        rc = lib.ckpt_delete(self._handle(), (job or self.job).encode(), int(step))
+        name = job or self.job
+        if not name:
+            raise CkptError(_errno.EINVAL, "delete needs a job (this client is a control session)")
+        rc = lib.ckpt_delete(self._handle(), name.encode(), int(step))
         if rc < 0:
             raise _error(rc, what=f"delete step {step}")
 
-    def resolve(self, step=LATEST, job=None):
+    def resolve(self, step: int = LATEST, job: Optional[str] = None) -> int:
         """Decide once which step a restore loads: LATEST (the highest
         complete step) or a named one, of job (default: this client's). The
         daemon pins it, so every rank that loads the returned step loads
@@ -607,7 +616,7 @@ class Client:
             raise _error(rc, what="resolve")
         return info.step
 
-    def show(self, job, step, rank=None):
+    def show(self, job: str, step: int, rank: Optional[int] = None) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
         """Every rank's tensors of job/step (with rank=R, only rank R's, or
         rank 0's when the step has fewer ranks: one manifest read): dicts
         with rank, name, dtype, shape, offsets, lengths, nbytes."""
@@ -631,7 +640,7 @@ class Client:
         lib.ckpt_step_detail_free(ctypes.cast(out, ctypes.c_void_p))
         return info, res
 
-    def close(self):
+    def close(self) -> None:
         """Disconnect. The session's end drops its tables and buffers in the
         daemon at once, so they are freed here after it (no request per
         buffer: a Checkpointer of 10,000 tensors closed in seconds)."""
@@ -645,10 +654,10 @@ class Client:
             self._buffers = set()
             self._h = None
 
-    def __enter__(self):
+    def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self.close()
 
     def __del__(self):

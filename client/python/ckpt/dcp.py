@@ -93,7 +93,7 @@ def step_of(checkpoint_id):
 BYTES_PREFIX = "__bytes__/"
 
 _cache_lock = threading.Lock()
-_cache = {}
+_cache: "dict[object, object]" = {}
 
 
 def _identity(rank, world_size):

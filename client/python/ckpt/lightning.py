@@ -32,7 +32,7 @@ import warnings
 try:
     from lightning.pytorch.plugins.io import CheckpointIO
 except ImportError:  # the older package name
-    from pytorch_lightning.plugins.io import CheckpointIO
+    from pytorch_lightning.plugins.io import CheckpointIO  # type: ignore[assignment]
 
 from .client import CkptError
 from .torch import Checkpointer, _failure

@@ -297,7 +297,7 @@ def _failure(fut):
 
 # Jobs some Checkpointer of this process loaded (or tried to load) from,
 # as (socket, job): saving into them continues them (Checkpointer exist_ok).
-_resumed = set()
+_resumed: "set[tuple[str, str]]" = set()
 
 # Layers whose train-mode forward changes saved tensors in place (running
 # statistics): with overlap=model, their forward waits for staged.
