@@ -168,11 +168,11 @@ const struct status_col status_cols[ST_NCOLS] = {
 				      METRIC, "ckptd_refused_total", "limit=\"peer_missing_ranks\"" },
 };
 
-int status_snapshot(const struct daemon *d, struct status *st)
+/* The counters of d's statistics, the pool, the stores and the caches. */
+static void counters(const struct daemon *d, struct status *st)
 {
 	const struct stats *s = &d->stats;
 	uint64_t *v = st->v;
-	memset(st, 0, sizeof(*st));
 	v[ST_BYTES_STAGED] = s->bytes_staged;
 	v[ST_BYTES_DURABLE] = s->bytes_durable;
 	v[ST_BYTES_RESTORED_MEMORY] = s->bytes_restored_memory;
@@ -220,12 +220,6 @@ int status_snapshot(const struct daemon *d, struct status *st)
 	v[ST_UPTIME_NS] = clock_now_ns() - d->start_ns;
 	v[ST_CHUNK_BYTES] = d->pool.chunk_bytes;
 	v[ST_RECLAIMED_BYTES] = s->reclaimed_bytes;
-	struct rusage ru;
-	if (getrusage(RUSAGE_SELF, &ru) == 0) {
-		v[ST_CPU_NS] = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000ull +
-			       ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000ull;
-		v[ST_PEAK_RSS_BYTES] = (uint64_t)ru.ru_maxrss * 1024;
-	}
 	v[ST_HELD_COPIES] = d->nheld;
 	v[ST_PEER_BYTES_SENT] = atomic_load(&d->stats.peer_bytes_sent);
 	v[ST_PEER_BYTES_RECEIVED] = atomic_load(&d->stats.peer_bytes_received);
@@ -234,7 +228,22 @@ int status_snapshot(const struct daemon *d, struct status *st)
 	v[ST_HELD_COPIES_FAILED] = atomic_load(&d->stats.held_copies_failed);
 	memcpy(st->requests, s->requests, sizeof(st->requests));
 	memcpy(st->request_name, s->request_name, sizeof(st->request_name));
+}
 
+/* This process's CPU time and peak memory. */
+static void process_usage(uint64_t *v)
+{
+	struct rusage ru;
+	if (getrusage(RUSAGE_SELF, &ru) == 0) {
+		v[ST_CPU_NS] = ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) * 1000000000ull +
+			       ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) * 1000ull;
+		v[ST_PEAK_RSS_BYTES] = (uint64_t)ru.ru_maxrss * 1024;
+	}
+}
+
+/* What status says in words: the storage and CUDA. */
+static void describe(const struct daemon *d, struct status *st)
+{
 	st->backend = d->store_backend;
 	snprintf(st->storage, sizeof(st->storage), "%s%s%s%s", d->store->url,
 		 d->store->cred_source[0] ? " (credentials: " : "", d->store->cred_source,
@@ -243,6 +252,12 @@ int status_snapshot(const struct daemon *d, struct status *st)
 		cuda_describe(d->cuda, st->cuda, sizeof(st->cuda));
 	else
 		snprintf(st->cuda, sizeof(st->cuda), "off: %s", d->cuda_why);
+}
+
+/* The recovered files and the last failures, newest first. */
+static void recent(const struct daemon *d, struct status *st)
+{
+	const struct stats *s = &d->stats;
 	st->nrecovered = s->nrecovered;
 	for (uint32_t i = 0; i < s->nrecovered && i < RECOVERED_LIST; i++)
 		st->recovered[i] = (char *)s->recovered[i];
@@ -255,6 +270,11 @@ int status_snapshot(const struct daemon *d, struct status *st)
 									 .status = f->status,
 									 .unix_ns = f->unix_ns };
 	}
+}
+
+/* A row per tenant: sessions, saves in flight and their pool bytes. */
+static void tenant_rows(const struct daemon *d, struct status *st)
+{
 	st->ntenants = (uint32_t)d->cfg.ntenants;
 	for (uint32_t i = 0; i < st->ntenants; i++)
 		st->tenants[i] = (struct status_tenant){ .name = d->cfg.tenants[i].name,
@@ -269,6 +289,12 @@ int status_snapshot(const struct daemon *d, struct status *st)
 		if (ts->have_chunks)
 			x->pool_bytes += ts->pool_bytes;
 	}
+}
+
+/* The memory tier: its bytes (counted for every copy) and the list of copies. */
+static void held_rows(const struct daemon *d, struct status *st)
+{
+	uint64_t *v = st->v;
 	/* Every number is filled even when the list cannot be. */
 	st->held = calloc(d->nheld ? d->nheld : 1, sizeof(*st->held));
 	const struct save *sv;
@@ -291,6 +317,17 @@ int status_snapshot(const struct daemon *d, struct status *st)
 							      .tier = (int)sv->tier,
 							      .durable = sv->durable };
 	}
+}
+
+int status_snapshot(const struct daemon *d, struct status *st)
+{
+	memset(st, 0, sizeof(*st));
+	counters(d, st);
+	process_usage(st->v);
+	describe(d, st);
+	recent(d, st);
+	tenant_rows(d, st);
+	held_rows(d, st);
 	return st->held ? 0 : -ENOMEM;
 }
 
