@@ -530,39 +530,13 @@ static int fail_connect(ckpt_client *c, int r)
 	return r;
 }
 
-int ckpt_connect(const char *socket_path, const ckpt_hello *hello, ckpt_client **out)
+/* A client with its locks and lists, not connected. */
+static ckpt_client *client_new(const ckpt_hello *hello)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
-	Ckpt__Hello h = CKPT__HELLO__INIT;
+	ckpt_client *c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
 	pthread_condattr_t ca;
-	sigset_t all, old;
-	ckpt_client *c;
-	char *attempt = NULL;
-	int r;
-
-	if (!out) {
-		client_set_errmsg("");
-		return -EINVAL;
-	}
-	*out = NULL;
-	if (!socket_path || !*socket_path)
-		socket_path = CKPT_DEFAULT_SOCKET;
-	if (strlen(socket_path) >= sizeof(sa.sun_path)) {
-		client_set_errmsg("socket path too long");
-		return -ENAMETOOLONG;
-	}
-	memcpy(sa.sun_path, socket_path, strlen(socket_path) + 1);
-	if (hello && hello->job && *hello->job && (hello->world_size == 0 || hello->rank >= hello->world_size)) {
-		client_set_errmsg("rank must be below world_size");
-		return -EINVAL;
-	}
-
-	c = calloc(1, sizeof(*c));
-	if (!c) {
-		client_set_errmsg("");
-		return -ENOMEM;
-	}
 	atomic_init(&c->refs, 1);
 	c->fd = -1;
 	c->head.next = c->head.prev = &c->head;
@@ -576,42 +550,46 @@ int ckpt_connect(const char *socket_path, const ckpt_hello *hello, ckpt_client *
 	pthread_cond_init(&c->cv, &ca);
 	pthread_condattr_destroy(&ca);
 	c->control = !hello || !hello->job || !*hello->job;
+	return c;
+}
 
+/* Connect c's socket to sa and start its reader thread: 0 or -errno. */
+static int client_open(ckpt_client *c, const struct sockaddr_un *sa)
+{
 	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (c->fd < 0) {
-		r = -errno;
-		client_set_errmsg("");
-		return fail_connect(c, r);
-	}
+	if (c->fd < 0)
+		return -errno;
 	for (;;) {
-		if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+		if (connect(c->fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0 || errno == EISCONN)
 			break;
-		if (errno == EINTR)
-			continue;
-		if (errno == EISCONN)
-			break;
-		r = -errno;
-		client_set_errmsg("");
-		return fail_connect(c, r);
+		if (errno != EINTR)
+			return -errno;
 	}
-
 	/* The reader must not take the application's signals. */
+	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	client_ref(c); /* the reader's, so ckpt_close() from a callback is safe */
-	r = -pthread_create(&c->reader, NULL, reader_main, c);
+	int r = -pthread_create(&c->reader, NULL, reader_main, c);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (r < 0) {
 		client_unref(c);
-		client_set_errmsg("");
-		return fail_connect(c, r);
+		return r;
 	}
 	c->reader_started = true;
+	return 0;
+}
 
-	attempt = hello && hello->attempt_id ? strdup(hello->attempt_id) : default_attempt_id();
+/* Say Hello (hello NULL: a control session) and take the daemon's
+ * answer: its protocol version, capabilities and limits. */
+static int client_hello(ckpt_client *c, const ckpt_hello *hello)
+{
+	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
+	Ckpt__Hello h = CKPT__HELLO__INIT;
+	char *attempt = hello && hello->attempt_id ? strdup(hello->attempt_id) : default_attempt_id();
 	if (!attempt) {
 		client_set_errmsg("");
-		return fail_connect(c, -ENOMEM);
+		return -ENOMEM;
 	}
 	h.protocol_version = WIRE_PROTOCOL_VERSION;
 	h.job = (char *)(hello && hello->job ? hello->job : "");
@@ -629,25 +607,59 @@ int ckpt_connect(const char *socket_path, const ckpt_hello *hello, ckpt_client *
 	}
 	req.body_case = CKPT__FRAME__BODY_HELLO;
 	req.hello = &h;
-	r = client_call(c, &req, -1, &rep);
+	int r = client_call(c, &req, -1, &rep);
 	free(attempt);
 	if (r < 0)
-		return fail_connect(c, r);
+		return r;
 	if (rep->body_case != CKPT__FRAME__BODY_HELLO_REPLY) {
 		ckpt__frame__free_unpacked(rep, NULL);
 		client_set_errmsg("ckptd answered hello with something else");
-		return fail_connect(c, -EPROTO);
+		return -EPROTO;
 	}
 	if (rep->hello_reply->protocol_version && rep->hello_reply->protocol_version != WIRE_PROTOCOL_VERSION) {
 		client_set_errmsgf("ckptd speaks protocol version %u, we %u", rep->hello_reply->protocol_version,
 				   WIRE_PROTOCOL_VERSION);
 		ckpt__frame__free_unpacked(rep, NULL);
-		return fail_connect(c, -EPROTONOSUPPORT);
+		return -EPROTONOSUPPORT;
 	}
 	c->capabilities = rep->hello_reply->capabilities;
 	if (rep->hello_reply->limits)
 		c->max_fds = rep->hello_reply->limits->max_fds_per_frame;
 	ckpt__frame__free_unpacked(rep, NULL);
+	return 0;
+}
+
+int ckpt_connect(const char *socket_path, const ckpt_hello *hello, ckpt_client **out)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (!out) {
+		client_set_errmsg("");
+		return -EINVAL;
+	}
+	*out = NULL;
+	if (!socket_path || !*socket_path)
+		socket_path = CKPT_DEFAULT_SOCKET;
+	if (strlen(socket_path) >= sizeof(sa.sun_path)) {
+		client_set_errmsg("socket path too long");
+		return -ENAMETOOLONG;
+	}
+	memcpy(sa.sun_path, socket_path, strlen(socket_path) + 1);
+	if (hello && hello->job && *hello->job && (hello->world_size == 0 || hello->rank >= hello->world_size)) {
+		client_set_errmsg("rank must be below world_size");
+		return -EINVAL;
+	}
+	ckpt_client *c = client_new(hello);
+	if (!c) {
+		client_set_errmsg("");
+		return -ENOMEM;
+	}
+	int r = client_open(c, &sa);
+	if (r < 0) {
+		client_set_errmsg("");
+		return fail_connect(c, r);
+	}
+	if ((r = client_hello(c, hello)) < 0)
+		return fail_connect(c, r);
 	*out = c;
 	return 0;
 }
