@@ -355,103 +355,122 @@ static void plan_stored(struct load *ld, struct catalog_step *cs)
  * looked at), one commit GET or create, one manifest GET, and the
  * shard's ranged GETs. Manifests come through the daemon's cache
  * (mancache.h): a manifest several ranks of this node need is read once. */
+/* The world size of the memory-only step this load reads (its own copies). */
+static uint32_t memory_world(const struct load *ld)
+{
+	for (size_t i = 0; i < ld->npinned; i++)
+		if (ld->pinned[i]->step == ld->step && !(ld->pin_flags[i] & PIN_DURABLE) && !ld->pinned[i]->replica)
+			return ld->pinned[i]->world_size;
+	return 0;
+}
+
+/* The step to load from st into cs: the latest complete one, or the one
+ * named. 0; 1 when the named step is not in storage, or not complete
+ * there, and the peers hold it (loaded from them: done); or the load's
+ * failure. */
+static int find_step(struct load *ld, struct store *st, struct catalog_step *cs)
+{
+	int r;
+	if (ld->latest) {
+		r = catalog_latest(st, ld->job, cs);
+		if (r == -ENOENT)
+			return load_fail(ld, -ENOENT, "job '%s' has no complete step in %s", ld->job, st->url);
+		if (r < 0)
+			return load_fail(ld, r, "deciding the latest step of job '%s' in %s: %s (%s)", ld->job, st->url,
+					 store_error(r), catalog_no_fallback_hint(r));
+		return 0;
+	}
+	r = catalog_resolve_step(st, ld->job, ld->step, cs);
+	uint32_t ws = r == -ENOENT || (r == 0 && !catalog_step_complete(cs)) ? peer_world(ld) : 0;
+	if (ws > 0) {
+		if (r == 0)
+			catalog_step_free(cs);
+		load_copies(ld, ws);
+		return 1;
+	}
+	if (r < 0)
+		return load_fail(ld, r, "step %" PRIu64 " of job '%s': %s%s%.200s%s", ld->step, ld->job,
+				 r == -ENOENT ? "not found" : store_error(r),
+				 ld->peer_why[0] ? "; nor from the peers (" : "", ld->peer_why,
+				 ld->peer_why[0] ? ")" : "");
+	if (!catalog_step_complete(cs)) {
+		struct catalog_group *g = &cs->groups[cs->best];
+		load_fail(ld, -ENOENT, "step %" PRIu64 " of job '%s' is not complete: %u of %u ranks (attempt '%s')",
+			  ld->step, ld->job, g->count, g->world_size, g->attempt);
+		catalog_step_free(cs);
+		return -ENOENT;
+	}
+	return 0;
+}
+
+/* A copy in memory (held here, or a peer's) failed its check against the
+ * stored manifest: it is dropped (load_done), and the step read from
+ * storage alone at once, never from that copy or peer again. */
+static void plan_again_from_storage(struct load *ld, struct catalog_step *cs)
+{
+	const struct save *bad = ld->bad_held;
+	log_warn("load: %s step %" PRIu64 " rank %u: %s (%s%s); reading the step from storage instead", ld->job,
+		 cs->step, ld->rank, ld->msg, bad->from_peer ? "a copy from peer " : "a copy held here",
+		 bad->from_peer ? bad->peer : "");
+	atomic_fetch_add_explicit(&ld->d->stats.held_copies_failed, 1, memory_order_relaxed);
+	for (size_t i = 0; i < ld->nreqs; i++) {
+		ld->reqs[i].covered = 0;
+		ld->reqs[i].napplied = 0;
+		ld->reqs[i].sources = 0;
+	}
+	ld->bytes = ld->bytes_memory = 0;
+	ld->peer[0] = '\0';
+	ld->status = 0;
+	ld->msg[0] = '\0';
+	ld->no_copies = true;
+	plan_stored(ld, cs);
+}
+
+/* The step's extra state: rank own's (rank 0's for ranks the save did not
+ * have), read here if the plan did not need its manifest. */
+static void read_extra(struct load *ld, struct store *st, struct catalog_step *cs, uint32_t own)
+{
+	const Ckpt__Manifest *m = NULL;
+	char err[512];
+	int r = catalog_read_manifest(st, ld->job, cs, own, &m, err, sizeof(err));
+	if (r < 0) {
+		load_fail(ld, r, "step %" PRIu64 " of job '%s': %s", cs->step, ld->job,
+			  r == -EBADMSG ? err : store_error(r));
+		return;
+	}
+	if (m->extra_state.len == 0)
+		return;
+	ld->extra = malloc(m->extra_state.len);
+	if (ld->extra == NULL) {
+		load_fail(ld, -ENOMEM, "out of memory");
+		return;
+	}
+	memcpy(ld->extra, m->extra_state.data, m->extra_state.len);
+	ld->extra_len = m->extra_state.len;
+}
+
 static void load_run(uv_work_t *w)
 {
 	struct load *ld = w->data;
 	if (ld->memory_only) {
-		uint32_t ws = 0;
-		for (size_t i = 0; i < ld->npinned && ws == 0; i++)
-			if (ld->pinned[i]->step == ld->step && !(ld->pin_flags[i] & PIN_DURABLE) &&
-			    !ld->pinned[i]->replica)
-				ws = ld->pinned[i]->world_size;
-		load_copies(ld, ws);
+		load_copies(ld, memory_world(ld));
 		return;
 	}
 	struct store *st = daemon_store_of(ld->d, ld->job);
 	struct catalog_step cs;
-	int r;
 	store_clear_error();
-	if (ld->latest) {
-		r = catalog_latest(st, ld->job, &cs);
-		if (r == -ENOENT) {
-			load_fail(ld, -ENOENT, "job '%s' has no complete step in %s", ld->job, st->url);
-			return;
-		}
-		if (r < 0) {
-			load_fail(ld, r, "deciding the latest step of job '%s' in %s: %s (%s)", ld->job, st->url,
-				  store_error(r), catalog_no_fallback_hint(r));
-			return;
-		}
-	} else {
-		r = catalog_resolve_step(st, ld->job, ld->step, &cs);
-		uint32_t ws = r == -ENOENT || (r == 0 && !catalog_step_complete(&cs)) ? peer_world(ld) : 0;
-		if (ws > 0) {
-			if (r == 0)
-				catalog_step_free(&cs);
-			load_copies(ld, ws);
-			return;
-		}
-		if (r < 0) {
-			load_fail(ld, r, "step %" PRIu64 " of job '%s': %s%s%.200s%s", ld->step, ld->job,
-				  r == -ENOENT ? "not found" : store_error(r),
-				  ld->peer_why[0] ? "; nor from the peers (" : "", ld->peer_why,
-				  ld->peer_why[0] ? ")" : "");
-			return;
-		}
-		if (!catalog_step_complete(&cs)) {
-			struct catalog_group *g = &cs.groups[cs.best];
-			load_fail(ld, -ENOENT,
-				  "step %" PRIu64 " of job '%s' is not complete: %u of %u ranks (attempt '%s')",
-				  ld->step, ld->job, g->count, g->world_size, g->attempt);
-			catalog_step_free(&cs);
-			return;
-		}
-	}
+	if (find_step(ld, st, &cs) != 0)
+		return;
 	/* Pinned now: other ranks' manifests come through the daemon's cache,
 	 * so the ranks of this node read each one once between them. */
 	cs.cache = ld->d->mancache;
 	struct catalog_group *g = &cs.groups[cs.best];
 	ld->loaded_step = cs.step;
 	plan_stored(ld, &cs);
-	/* A copy in memory (held here, or a peer's) that failed its check
-	 * against the stored manifest: dropped (load_done), and the step read
-	 * from storage alone at once, never from that copy or peer again. */
-	if (ld->status == -EIO && ld->bad_held) {
-		const struct save *bad = ld->bad_held;
-		log_warn("load: %s step %" PRIu64 " rank %u: %s (%s%s); reading the step from storage instead", ld->job,
-			 cs.step, ld->rank, ld->msg, bad->from_peer ? "a copy from peer " : "a copy held here",
-			 bad->from_peer ? bad->peer : "");
-		atomic_fetch_add_explicit(&ld->d->stats.held_copies_failed, 1, memory_order_relaxed);
-		for (size_t i = 0; i < ld->nreqs; i++) {
-			ld->reqs[i].covered = 0;
-			ld->reqs[i].napplied = 0;
-			ld->reqs[i].sources = 0;
-		}
-		ld->bytes = ld->bytes_memory = 0;
-		ld->peer[0] = '\0';
-		ld->status = 0;
-		ld->msg[0] = '\0';
-		ld->no_copies = true;
-		plan_stored(ld, &cs);
-	}
-	uint32_t own = ld->rank < g->world_size ? ld->rank : 0;
-	/* The extra state is own's (rank 0's for ranks the save did not
-	 * have), read here if the plan did not need it. */
-	const Ckpt__Manifest *m = NULL;
-	char err[512];
-	r = ld->status == 0 ? catalog_read_manifest(st, ld->job, &cs, own, &m, err, sizeof(err)) : 0;
-	if (r < 0)
-		load_fail(ld, r, "step %" PRIu64 " of job '%s': %s", cs.step, ld->job,
-			  r == -EBADMSG ? err : store_error(r));
-	else if (ld->status == 0 && m->extra_state.len) {
-		ld->extra = malloc(m->extra_state.len);
-		if (ld->extra == NULL) {
-			load_fail(ld, -ENOMEM, "out of memory");
-		} else {
-			memcpy(ld->extra, m->extra_state.data, m->extra_state.len);
-			ld->extra_len = m->extra_state.len;
-		}
-	}
+	if (ld->status == -EIO && ld->bad_held)
+		plan_again_from_storage(ld, &cs);
+	if (ld->status == 0)
+		read_extra(ld, st, &cs, ld->rank < g->world_size ? ld->rank : 0);
 	catalog_step_free(&cs);
 }
 
