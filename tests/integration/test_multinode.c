@@ -18,7 +18,7 @@
 #include "harness.h"
 
 #define NODES 3
-#define WORLD 6 /* 2 ranks per node */
+#define WORLD 6    /* 2 ranks per node */
 #define ELEMS 1024 /* of "w" per rank */
 #define JOB "mn"
 
@@ -55,10 +55,21 @@ static void rank_open_at(struct rank *r, const char *sock, const char *job, uint
 	r->off[0] = r->shape[0] * rank / world;
 	r->len[0] = r->shape[0] * (rank + 1) / world - r->off[0];
 	assert_int_equal(ckpt_buffer_alloc(r->c, r->len[0] * 4 + 64 + 64, &r->b), 0);
-	r->t[0] = (ckpt_tensor){ .name = "w", .dtype = CKPT_F32, .ndim = 1, .global_shape = r->shape,
-				 .box_offsets = r->off, .box_lengths = r->len, .buffer = r->b, .nbytes = r->len[0] * 4 };
-	r->t[1] = (ckpt_tensor){ .name = "r", .dtype = CKPT_F32, .ndim = 1, .global_shape = R_SHAPE, .buffer = r->b,
-				 .offset = (r->len[0] * 4 + 63) & ~63ull, .nbytes = 64 };
+	r->t[0] = (ckpt_tensor){ .name = "w",
+				 .dtype = CKPT_F32,
+				 .ndim = 1,
+				 .global_shape = r->shape,
+				 .box_offsets = r->off,
+				 .box_lengths = r->len,
+				 .buffer = r->b,
+				 .nbytes = r->len[0] * 4 };
+	r->t[1] = (ckpt_tensor){ .name = "r",
+				 .dtype = CKPT_F32,
+				 .ndim = 1,
+				 .global_shape = R_SHAPE,
+				 .buffer = r->b,
+				 .offset = (r->len[0] * 4 + 63) & ~63ull,
+				 .nbytes = 64 };
 }
 
 static void rank_open(struct rank *r, int node, const char *job, uint32_t rank, uint32_t world, const char *attempt)
@@ -296,7 +307,10 @@ static void test_concurrent_attempts_race(void **state)
 static void test_sixty_four_ranks_one_node(void **state)
 {
 	(void)state;
-	enum { R = 64, ELEMS_1M = 256 * 1024 };
+	enum {
+		R = 64,
+		ELEMS_1M = 256 * 1024
+	};
 	static struct dctx wide;
 	static struct rank r[R];
 	h_init(&wide);
@@ -390,7 +404,9 @@ static void test_inflight_cap_per_rank(void **state)
 	(void)state;
 	static struct dctx slow;
 	h_init(&slow);
-	h_start(&slow, "[limits]\nmax_inflight_saves = 1\n[debug]\nstore_delay_ms = 1500\n");
+	/* The upload takes 4 s: long enough that the checks below run while it
+	 * is in flight even on a loaded machine (1.5 s was not, once). */
+	h_start(&slow, "[limits]\nmax_inflight_saves = 1\n[debug]\nstore_delay_ms = 4000\n");
 	struct rank a, b;
 	rank_open_at(&a, slow.sock, "cap", 0, 2, "a", 100);
 	rank_open_at(&b, slow.sock, "cap", 1, 2, "a", 100);
@@ -444,7 +460,9 @@ static size_t count_ext(const char *dir, const char *ext)
 static void test_spread_layout(void **state)
 {
 	(void)state;
-	enum { W = 4 };
+	enum {
+		W = 4
+	};
 	static struct dctx S[2];
 	for (int i = 0; i < 2; i++) {
 		h_init(&S[i]);
@@ -534,14 +552,10 @@ static void test_spread_layout(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_save_across_nodes),
-		cmocka_unit_test(test_restore_across_nodes),
-		cmocka_unit_test(test_no_overwrite_across_nodes),
-		cmocka_unit_test(test_concurrent_attempts_race),
-		cmocka_unit_test(test_own_manifest_not_replaced),
-		cmocka_unit_test(test_inflight_cap_per_rank),
-		cmocka_unit_test(test_sixty_four_ranks_one_node),
-		cmocka_unit_test(test_spread_layout),
+		cmocka_unit_test(test_save_across_nodes),         cmocka_unit_test(test_restore_across_nodes),
+		cmocka_unit_test(test_no_overwrite_across_nodes), cmocka_unit_test(test_concurrent_attempts_race),
+		cmocka_unit_test(test_own_manifest_not_replaced), cmocka_unit_test(test_inflight_cap_per_rank),
+		cmocka_unit_test(test_sixty_four_ranks_one_node), cmocka_unit_test(test_spread_layout),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
