@@ -34,6 +34,8 @@ and creates tensors the given state dict lacks (a fresh optimizer's state).
 The extra state is unpickled on load: load only checkpoints you trust, as
 with torch.load(weights_only=False).
 """
+from __future__ import annotations
+
 import concurrent.futures
 import errno
 import gc
@@ -42,6 +44,7 @@ import operator
 import os
 import pickle
 import re
+from typing import Any, Dict, List, Mapping, MutableMapping, Optional, Set, Tuple, Union
 
 import torch
 
@@ -217,7 +220,7 @@ class SaveFuture:
     docs/tiers.md "Tiers"); .step the step; .result() waits until the save is safe
     at its tier."""
 
-    def __init__(self, inner, step):
+    def __init__(self, inner: Any, step: int) -> None:
         self._inner = inner
         self.step = step
         self.tier = getattr(inner, "tier", "durable")
@@ -226,13 +229,13 @@ class SaveFuture:
         self.replicated = getattr(inner, "replicated", None)
         self.durable = inner.durable
 
-    def result(self, timeout=None):
+    def result(self, timeout: Optional[float] = None) -> Any:
         """Wait until the save is safe at its tier (durable, or kept);
         its bytes, or raise CkptError."""
         return self._inner.result(timeout)
 
     @property
-    def daemon_stall(self):
+    def daemon_stall(self) -> Optional[float]:
         """Seconds ckptd took from the request to staged (None before
         staged, and for fallback saves)."""
         return getattr(self._inner, "daemon_stall", None)
@@ -256,7 +259,7 @@ def _launcher():
     return None, None, None, None
 
 
-def resolve_rank(rank=None, world_size=None):
+def resolve_rank(rank: Optional[int] = None, world_size: Optional[int] = None) -> Tuple[int, int, int]:
     """The rank and world size a checkpointer uses: the launcher's
     (torch.distributed, else RANK/WORLD_SIZE), or the ones given, or 0 of 1
     without a launcher. One given by hand that disagrees with the launcher
@@ -329,8 +332,10 @@ class Checkpointer:
     wait() or close().
     """
 
-    def __init__(self, job, rank=None, world_size=None, socket=None, attempt_id=None, policy=None,
-                 fallback_dir=None, *, alone=False, overlap=False, exist_ok=False):
+    def __init__(self, job: str, rank: Optional[int] = None, world_size: Optional[int] = None,
+                 socket: Optional[str] = None, attempt_id: Optional[str] = None, policy: Optional[str] = None,
+                 fallback_dir: Optional[str] = None, *, alone: bool = False, overlap: bool = False,
+                 exist_ok: bool = False) -> None:
         """Connect to ckptd as one rank of job.
 
         job: the checkpoint's name, 1-128 characters of [A-Za-z0-9._-].
@@ -370,13 +375,14 @@ class Checkpointer:
         overwritten). Checked on rank 0 only: one listing per job."""
         rank, world_size, local_rank = (0, 1, 0) if alone else resolve_rank(rank, world_size)
         self.job, self.rank, self.world_size = job, rank, world_size
-        self.fallback_dir = None
+        self.fallback_dir: Optional[str] = None
         self.exist_ok = exist_ok
-        self._inflight = []       # SaveFutures whose failures are not yet reported (_check_saves)
-        self._unstaged = []       # SaveFutures saved with overlap, maybe not staged yet
-        self._hooks = []          # overlap's hook handles, removed by close()
+        self._inflight: List[Any] = []  # SaveFutures whose failures are not yet reported (_check_saves)
+        self._unstaged: List[Any] = []  # SaveFutures saved with overlap, maybe not staged yet
+        self._hooks: List[Any] = []  # overlap's hook handles, removed by close()
         self._fresh_checked = False
         self._max_inflight = 4    # the daemon's max_inflight_saves (default), or what its refusal said
+        self.client: Optional[Client]
         try:
             self.client = Client(socket, job=job, rank=rank, world_size=world_size, local_rank=local_rank,
                                  attempt_id=attempt_id, policy=policy)
@@ -388,15 +394,15 @@ class Checkpointer:
             os.makedirs(fallback_dir, exist_ok=True)
             _fsync_dir(os.path.dirname(os.path.abspath(fallback_dir)))  # its name durable
         # shared storage data_ptr -> (its registered Buffer, the file's inode)
-        self._shared = {}
+        self._shared: Dict[int, Any] = {}
         # storage data_ptr -> _Slot, for storages moved into an arena (_bind)
-        self._arena = {}
+        self._arena: Dict[int, Any] = {}
         self._no_arena = False    # _arena_move failed once: share_memory_() only
-        self._scratch = {}        # name -> Buffer for copied tensors
+        self._scratch: Dict[str, Any] = {}  # name -> Buffer for copied tensors
         self._cuda = None         # None: not tried; True: registering device memory works; False: copy
-        self._cuda_regs = {}      # device registrations: (start, nbytes) -> (Buffer, identity)
-        self._cuda_where = {}     # (storage data_ptr, nbytes) -> (its registration's key, offset in it)
-        self._cuda_warned = set()  # errnos of refused CUDA registrations already warned about
+        self._cuda_regs: Dict[Any, Any] = {}  # device registrations: (start, nbytes) -> (Buffer, identity)
+        self._cuda_where: Dict[Any, Any] = {}  # (storage data_ptr, nbytes) -> (its registration's key, offset in it)
+        self._cuda_warned: Set[int] = set()  # errnos of refused CUDA registrations already warned about
         self._plan = None         # _Plan of the last save
         self._last_save = None    # SaveFuture of the last save (persist waits for it)
         self.overlap = self._watch(overlap)
@@ -464,7 +470,7 @@ class Checkpointer:
             raise CkptError(err.errno or errno.EIO,
                             f"step {f.step} of job '{self.job}' was not saved: {err.strerror or err}{more}") from err
 
-    def wait(self, timeout=None):
+    def wait(self, timeout: Optional[float] = None) -> None:
         """Wait until every save this Checkpointer started is safe at its
         tier (durable, or kept for a memory save) and raise the first
         failure nobody has seen (CkptError naming the step). TimeoutError
@@ -843,7 +849,7 @@ class Checkpointer:
             return p, tensors, others, False
         return self._make_plan(state_dict, sig), tensors, others, True
 
-    def prepare(self, state_dict):
+    def prepare(self, state_dict: Mapping[str, Any]) -> None:
         """Do now what the first save of state_dict would: move its CPU
         tensors into shared memory, register them, and declare their table
         with the daemon. The next save of a state dict with the same
@@ -855,7 +861,7 @@ class Checkpointer:
         if self.client is not None:
             self._plan_for(state_dict)
 
-    def save(self, state_dict, step, extra=None, tier="durable"):
+    def save(self, state_dict: Mapping[str, Any], step: int, extra: Any = None, tier: str = "durable") -> SaveFuture:
         """Save state_dict (a tree of dicts, lists and tensors, with other
         values pickled) as step, with extra (any picklable value, back from
         load()). Returns a SaveFuture once ckptd has staged the tensors
@@ -935,7 +941,7 @@ class Checkpointer:
         self._last_save = fut
         return fut
 
-    def persist(self, step=None):
+    def persist(self, step: Optional[int] = None) -> SaveFuture:
         """Make a memory or replicated step durable (default: the last one
         this checkpointer saved), for example when the job is told to stop:
         this rank's save of it is waited for first, then this node's daemon
@@ -1043,7 +1049,7 @@ class Checkpointer:
             return newest
         return stored
 
-    def load(self, state_dict, step="latest"):
+    def load(self, state_dict: MutableMapping[str, Any], step: Union[int, str] = "latest") -> Tuple[int, Any]:
         """Load step (or the latest complete one) into state_dict, in place.
         Returns (step, extra). Tensors the dict lacks are created; non-tensor
         values and the nesting come from the checkpoint."""
@@ -1059,12 +1065,13 @@ class Checkpointer:
         # This rank's manifest only (rank 0's past the saved world size):
         # one manifest read, not world_size of them.
         _, mine = self.client.show(self.job, number, rank=self.rank)
-        by_name = {}
-        for t in mine:
-            by_name.setdefault(t["name"], t)
-        present, names = [], set()
+        by_name: Dict[str, Dict[str, Any]] = {}
+        for row in mine:
+            by_name.setdefault(row["name"], row)
+        present: List[Any] = []
+        names: Set[str] = set()
         _flatten(state_dict, [], present, names)
-        have = dict(present)
+        have: Dict[str, Any] = dict(present)
         targets = []
         for name, info in by_name.items():
             t = have.get(name)
@@ -1134,7 +1141,7 @@ class Checkpointer:
 
     # ---- lifetime ----
 
-    def close(self, wait=True):
+    def close(self, wait: bool = True) -> None:
         """Wait until every save is safe at its tier (wait()), then
         disconnect; raise the first failure nobody saw, after
         disconnecting. wait=False disconnects at once: ckptd still
@@ -1166,10 +1173,10 @@ class Checkpointer:
             self.client.close()
             self.client = None
 
-    def __enter__(self):
+    def __enter__(self) -> Checkpointer:
         return self
 
-    def __exit__(self, etype, *exc):
+    def __exit__(self, etype: Any, *exc: Any) -> None:
         # Leaving on an exception: do not wait, nor hide it behind another.
         self.close(wait=etype is None)
 
