@@ -41,10 +41,13 @@ torchtitan and the Hugging Face Trainer write them (step_of()):
 storage_writer=ckpt.dcp.Writer("llama"))`` saves step 100 of job "llama";
 the rest of the path is not used (the job names the place).
 """
+from __future__ import annotations
+
 import io
 import os
 import re
 import threading
+from typing import Any, Mapping, Optional, Union
 
 import torch
 import torch.distributed as dist
@@ -67,7 +70,7 @@ __all__ = ["Writer", "Reader", "step_of"]
 _STEP_NAME = re.compile(r"^(?:(?:global_)?step|checkpoint|ckpt)?[-_]?(\d+)$")
 
 
-def step_of(checkpoint_id):
+def step_of(checkpoint_id: Union[int, str, "os.PathLike[str]", None]) -> int:
     """The step a DCP checkpoint_id names, as an int. checkpoint_id: an int
     of 0 or more (not a bool); or a str or os.PathLike (a path or a URL)
     whose last part, trailing '/' dropped, is N, or step, global_step,
@@ -93,7 +96,7 @@ def step_of(checkpoint_id):
 BYTES_PREFIX = "__bytes__/"
 
 _cache_lock = threading.Lock()
-_cache: "dict[object, object]" = {}
+_cache: "dict[tuple[Any, ...], Checkpointer]" = {}
 
 
 def _identity(rank, world_size):
@@ -114,7 +117,7 @@ def _checkpointer(job, rank, world_size, socket, attempt_id, policy):
         return cp
 
 
-def close_all():
+def close_all() -> None:
     """Close the Checkpointers that Writer and Reader objects share (their
     connections to ckptd) and forget them: a later Writer or Reader
     connects anew (tests, process exit). Returns None."""
@@ -180,8 +183,9 @@ class Writer(StorageWriter, AsyncStager):
     # trainer waits where it chooses.
     _synchronize_after_execute = False
 
-    def __init__(self, job, step=None, socket=None, rank=None, world_size=None, attempt_id=None, policy=None,
-                 async_staging=False, tier="durable", exist_ok=False):
+    def __init__(self, job: str, step: Optional[int] = None, socket: Optional[str] = None, rank: Optional[int] = None,
+                 world_size: Optional[int] = None, attempt_id: Optional[str] = None, policy: Optional[str] = None,
+                 async_staging: bool = False, tier: str = "durable", exist_ok: bool = False) -> None:
         super().__init__()
         self.exist_ok = exist_ok
         self.job, self.socket = job, socket
@@ -192,7 +196,7 @@ class Writer(StorageWriter, AsyncStager):
         self.async_staging = async_staging
         # step -> (SaveFuture, {name: nbytes}): staged by stage() on the
         # trainer's thread, taken by write_data() on DCP's save thread.
-        self._staged = {}
+        self._staged: "dict[str, Any]" = {}
         self._staged_lock = threading.Lock()
         self._last = None  # the SaveFuture of the latest stage()
 
@@ -218,7 +222,7 @@ class Writer(StorageWriter, AsyncStager):
         return (cp.client.save(int(self.step), specs, b"", cuda_stream=stream, tier=self.tier),
                 {s.name: s.nbytes for s in specs})
 
-    def persist(self, step=None):
+    def persist(self, step: Optional[int] = None) -> Any:
         """Make a memory or replicated step durable on this node's daemon;
         call it on every rank (ckpt.torch's Checkpointer.persist, which this
         calls). step: an int or a checkpoint_id step_of() reads; default
@@ -245,7 +249,7 @@ class Writer(StorageWriter, AsyncStager):
                 items.append((BYTES_PREFIX + fqn, b, (b.numel(),), (0,)))
         return items
 
-    def prepare(self, state_dict):
+    def prepare(self, state_dict: Mapping[str, Any]) -> None:
         """Do now what the first save of state_dict would: move its CPU
         tensors into shared memory and register them with the daemon, with
         a buffer for its other values' bytes (Checkpointer.prepare's
@@ -401,13 +405,14 @@ class Reader(StorageReader):
     else an int or a checkpoint_id step_of() reads (ValueError when it
     reads none). socket, rank, world_size, attempt_id: as Writer's."""
 
-    def __init__(self, job, step="latest", socket=None, rank=None, world_size=None, attempt_id=None):
+    def __init__(self, job: str, step: Union[int, str] = "latest", socket: Optional[str] = None,
+                 rank: Optional[int] = None, world_size: Optional[int] = None, attempt_id: Optional[str] = None) -> None:
         super().__init__()
         self.job, self.socket = job, socket
         self.step = step if step in (None, "latest", LATEST) else step_of(step)
         self.rank, self.world_size, self.attempt_id = rank, world_size, attempt_id
         self._resolved = None
-        self._saved = {}  # name -> (dtype, global shape, nbytes)
+        self._saved: "dict[str, Any]" = {}  # name -> (dtype, global shape, nbytes)
 
     def _cp(self):
         rank, ws = _identity(self.rank, self.world_size)

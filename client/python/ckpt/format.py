@@ -15,10 +15,13 @@ It needs neither the daemon nor libckpt (import ckpt.format loads no
 library), and checks CRC32C with the google-crc32c or crc32c wheel when one
 is installed (pip install google-crc32c), else in pure Python (slow).
 """
+from __future__ import annotations
+
 import io
 import os
 import re
 import struct
+from typing import Any, Dict, List, Tuple, Union
 
 __all__ = ["load_step", "list_steps", "read_manifest", "crc32c", "crc32c_py", "CRC32C_IMPLEMENTATION"]
 
@@ -94,7 +97,7 @@ def _tensor(b):
     return t
 
 
-def read_manifest(data):
+def read_manifest(data: bytes) -> Dict[str, Any]:
     """Decode one rank's manifest (proto/ckpt.proto's Manifest, format
     version 1) from data, its bytes. Returns a dict: format_version, job,
     step, rank, world_size, attempt_id, created_unix_ns (only when the
@@ -110,7 +113,7 @@ def read_manifest(data):
         raise ValueError(f"malformed manifest: {e}") from e
 
 
-def shard_key(job, m):
+def shard_key(job: str, m: Dict[str, Any]) -> str:
     """The storage key (under the store's root) of the shard of m, a
     manifest of job as read_manifest returns it: job/step-<12 digits>/NAME,
     or with layout spread job/shards/<rank % 256, 2 hex digits>/step-<12
@@ -166,7 +169,7 @@ for _n in range(256):
     _TABLE.append(_c)
 
 
-def crc32c_py(data, crc=0):
+def crc32c_py(data: Union[bytes, bytearray, memoryview], crc: int = 0) -> int:
     """CRC32C (Castagnoli) of data, bytes-like, in pure Python (about 8
     MiB/s): what crc32c falls back to without a wheel. crc: the CRC of the
     bytes before data, to go on from (0: none). Returns the CRC, an int."""
@@ -357,7 +360,7 @@ def _groups(st, job, step):
     return d, groups, (complete[0] if complete else None)
 
 
-def list_steps(url, job):
+def list_steps(url: str, job: str) -> List[Tuple[int, bool]]:
     """The steps of job in the storage at url (file://, s3:// or gs://, as
     the module's text says). Returns [(step, complete)] by ascending step;
     complete: one attempt has every rank's manifest (the commit object's
@@ -374,7 +377,7 @@ def list_steps(url, job):
     return out
 
 
-def load_step(url, job, step="latest", verify=True):
+def load_step(url: str, job: str, step: Union[int, str] = "latest", verify: bool = True) -> Any:
     """The state dict of step of job in the storage at url (as list_steps),
     read from every rank's shard, each tensor assembled on the CPU to its
     global shape. step: a step number, or "latest" (or -1) for the newest
@@ -408,7 +411,7 @@ def load_step(url, job, step="latest", verify=True):
             raise ValueError(f"step {step} of job '{job}': the manifest listed for rank {r} of attempt '{best[0]}' "
                              f"describes rank {m['rank']} of {m['world_size']}, step {m['step']} of "
                              f"'{m['job']}', attempt '{m['attempt_id']}'")
-    full = {}
+    full: Dict[str, Any] = {}
     for m in group:
         shard = st.read(shard_key(job, m))
         for t in m["tensors"]:
