@@ -5,9 +5,11 @@ before/after comparisons of a restructuring:
 
     scripts/longest_functions.py b2b64e2
     scripts/longest_functions.py HEAD
+    scripts/longest_functions.py HEAD 80     (every function over 80 lines, and how many)
 """
 import re,sys,subprocess
 rev=sys.argv[1] if len(sys.argv) > 1 else "HEAD"
+over=int(sys.argv[2]) if len(sys.argv) > 2 else None
 files=subprocess.run(["git","ls-tree","-r","--name-only",rev,"daemon/","client/","proto/"],capture_output=True,text=True).stdout.split()
 out=[]
 for f in files:
@@ -26,4 +28,5 @@ for f in files:
 out.sort(reverse=True)
 tot=sum(1 for f in files if f.endswith(".c"))
 print(rev, "files", tot)
-for n,fn in out[:8]: print(n,fn)
+for n,fn in (out[:8] if over is None else [x for x in out if x[0] > over]): print(n,fn)
+if over is not None: print(sum(1 for x in out if x[0] > over), "functions over", over, "lines")
