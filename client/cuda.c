@@ -90,29 +90,16 @@ static bool maps(CUmemGenericAllocationHandle h, CUdeviceptr a)
 }
 
 /* How many whole granules g next to the one at base (dir -1: below, +1:
- * above), at most max, map h: doubling steps, then halving (a mapping is
- * one run of granules), so a 1 GiB allocation of 2 MiB granules costs
- * about 18 questions, not 512. */
+ * above), at most max, map h, one by one: the same handle may be mapped
+ * twice in one reservation (a mirrored ring buffer), so a search that
+ * skipped granules could join two mappings into one. A 1 GiB allocation
+ * of 2 MiB granules costs 512 questions, once per registration. */
 static size_t same_run(CUmemGenericAllocationHandle h, CUdeviceptr base, size_t g, int dir, size_t max)
 {
-	size_t in = 0, out = max + 1;
-#define AT(k) (dir < 0 ? base - (CUdeviceptr)(k)*g : base + (CUdeviceptr)(k)*g)
-	for (size_t d = 1; in + d <= max; d *= 2) {
-		if (!maps(h, AT(in + d))) {
-			out = in + d;
-			break;
-		}
-		in += d;
-	}
-	while (out - in > 1) {
-		size_t mid = in + (out - in) / 2;
-		if (maps(h, AT(mid)))
-			in = mid;
-		else
-			out = mid;
-	}
-#undef AT
-	return in;
+	size_t k = 0;
+	while (k < max && maps(h, dir < 0 ? base - (CUdeviceptr)(k + 1) * g : base + (CUdeviceptr)(k + 1) * g))
+		k++;
+	return k;
 }
 
 /* The start and size of the allocation holding p. For cudaMalloc memory

@@ -239,8 +239,6 @@ void config_defaults(struct config *c);
 /* Parse an ini file over the current values. 0, or -errno with a message
  * in err naming the file, line and key. */
 int config_load(struct config *c, const char *path, char *err, size_t errlen);
-/* "64M", "1G", "4096": bytes. 0 or -EINVAL / -ERANGE. */
-/* "90", "30s", "15m", "2h", "7d": seconds. 0 or -EINVAL / -ERANGE. */
 /* Is any retention rule set? */
 bool retention_active(const struct retention *r);
 /* "block" | "skip" | "coalesce"; 0 or -EINVAL. */

@@ -45,7 +45,9 @@ struct config_key {
 	const char *help;     /* one line */
 };
 
+/* "64M", "1G", "4096": bytes. 0 or -EINVAL / -ERANGE. */
 int config_parse_size(const char *s, uint64_t *out);
+/* "90", "30s", "15m", "2h", "7d": seconds. 0 or -EINVAL / -ERANGE. */
 int config_parse_duration(const char *s, uint64_t *out);
 
 /* The field at off in base (a struct config, or a struct job_config in

@@ -55,7 +55,7 @@ struct gc_pass {
 	struct daemon *d;
 	struct config cfg; /* taken on the loop: SIGHUP may change d->cfg */
 	bool dry_run;
-	struct gc_job *jobs; /* none: gc_pass_every_job names them */
+	struct gc_job *jobs; /* none: ckptctl gc of every job (gc_pass_set_jobs names them) */
 	size_t njobs;
 	struct busy busy;
 	void (*removed)(void *arg, const char *job, const struct catalog_step *cs, const char *reason);

@@ -346,20 +346,12 @@ static void plan_stored(struct load *ld, struct catalog_step *cs)
 	free(keys);
 }
 
-/* Which step: "latest" is decided from listings and pinned (catalog.h);
- * a storage error fails the load, it never falls back to an older step.
- * Then this rank's own manifest, and its shard. Other ranks' manifests
- * are read only when the request is not covered by its own (resharding,
- * or tensors only some ranks saved): a restore at the same world size
- * costs this rank ceil(2W/1000) LIST pages (with "latest", per step
- * looked at), one commit GET or create, one manifest GET, and the
- * shard's ranged GETs. Manifests come through the daemon's cache
- * (mancache.h): a manifest several ranks of this node need is read once. */
 /* The world size of the memory-only step this load reads (its own copies). */
 static uint32_t memory_world(const struct load *ld)
 {
 	for (size_t i = 0; i < ld->npinned; i++)
-		if (ld->pinned[i]->step == ld->step && !(ld->pin_flags[i] & PIN_DURABLE) && !ld->pinned[i]->replica)
+		if (ld->pinned[i]->step == ld->step && !(ld->pin_flags[i] & PIN_DURABLE) && !ld->pinned[i]->replica &&
+		    ld->pinned[i]->world_size)
 			return ld->pinned[i]->world_size;
 	return 0;
 }
@@ -449,6 +441,15 @@ static void read_extra(struct load *ld, struct store *st, struct catalog_step *c
 	ld->extra_len = m->extra_state.len;
 }
 
+/* Which step: "latest" is decided from listings and pinned (catalog.h);
+ * a storage error fails the load, it never falls back to an older step.
+ * Then this rank's own manifest, and its shard. Other ranks' manifests
+ * are read only when the request is not covered by its own (resharding,
+ * or tensors only some ranks saved): a restore at the same world size
+ * costs this rank ceil(2W/1000) LIST pages (with "latest", per step
+ * looked at), one commit GET or create, one manifest GET, and the
+ * shard's ranged GETs. Manifests come through the daemon's cache
+ * (mancache.h): a manifest several ranks of this node need is read once. */
 static void load_run(uv_work_t *w)
 {
 	struct load *ld = w->data;

@@ -322,6 +322,37 @@ static void test_realloc_with_the_same_handle_is_mapped_anew(void **state)
 	h_cleanup(&d);
 }
 
+/* One allocation of two granules mapped twice in one reservation (as a
+ * mirrored ring buffer is), with another between: its bounds are the
+ * mapping around the address asked about, never both mappings and what
+ * lies between (a search that skips granules would join them). */
+static void test_vmm_handle_mapped_twice(void **state)
+{
+	(void)state;
+	ctx_current();
+	size_t g = 2 * MIB;
+	CUdeviceptr va;
+	assert_int_equal(cuMemAddressReserve(&va, 6 * g, 0, 0, 0), CUDA_SUCCESS);
+	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				     .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+				     .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 } };
+	CUmemGenericAllocationHandle a, b;
+	assert_int_equal(cuMemCreate(&a, 2 * g, &prop, 0), CUDA_SUCCESS);
+	assert_int_equal(cuMemCreate(&b, g, &prop, 0), CUDA_SUCCESS);
+	assert_int_equal(cuMemMap(va, 2 * g, 0, a, 0), CUDA_SUCCESS);
+	assert_int_equal(cuMemMap(va + 2 * g, g, 0, b, 0), CUDA_SUCCESS);
+	assert_int_equal(cuMemMap(va + 3 * g, 2 * g, 0, a, 0), CUDA_SUCCESS);
+	uint64_t start = 0, size = 0;
+	assert_int_equal(ckpt_cuda_allocation(va + 4096, &start, &size), 0);
+	assert_true(start == va && size == 2 * g);
+	assert_int_equal(ckpt_cuda_allocation(va + 4 * g + 4096, &start, &size), 0);
+	assert_true(start == va + 3 * g && size == 2 * g);
+	assert_int_equal(cuMemUnmap(va, 5 * g), CUDA_SUCCESS);
+	assert_int_equal(cuMemRelease(a), CUDA_SUCCESS);
+	assert_int_equal(cuMemRelease(b), CUDA_SUCCESS);
+	assert_int_equal(cuMemAddressFree(va, 6 * g), CUDA_SUCCESS);
+}
+
 /* cuMemCreate chunks mapped back to back, as PyTorch's expandable
  * segments do; a tensor spanning all three. */
 static void test_vmm_roundtrip(void **state)
@@ -826,6 +857,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_realloc_with_the_same_handle_is_mapped_anew),
 		cmocka_unit_test(test_pool_pinning_does_not_block_the_daemon),
 		cmocka_unit_test(test_vmm_roundtrip),
+		cmocka_unit_test(test_vmm_handle_mapped_twice),
 		cmocka_unit_test(test_copy_waits_for_trainer_stream),
 		cmocka_unit_test(test_open_fails),
 		cmocka_unit_test(test_uuid_matches_no_device),
