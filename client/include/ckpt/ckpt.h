@@ -407,6 +407,18 @@ typedef struct {
 	ckpt_tensor_info *tensors; /* every rank's, by rank */
 } ckpt_step_detail;
 
+/* The layout of the structs a binding mirrors (ckpt_hello, ckpt_tensor,
+ * ckpt_save_opts, ckpt_step_info, ckpt_held_info, ckpt_tensor_info,
+ * ckpt_step_detail) as this library was built: a row per field, and a row
+ * per struct with field NULL and its size. Python's ckpt checks its
+ * ctypes mirrors against it when it loads libckpt. *n: the rows. */
+typedef struct {
+	const char *type;  /* "ckpt_tensor" */
+	const char *field; /* NULL: the struct itself */
+	size_t offset, size;
+} ckpt_abi_field;
+const ckpt_abi_field *ckpt_abi_layout(size_t *n);
+
 /* The manifests of job/step. Free with ckpt_step_detail_free. */
 int ckpt_show(ckpt_client *c, const char *job, uint64_t step, ckpt_step_detail **out);
 /* Only rank's manifest (rank 0's when the step has fewer ranks), of the

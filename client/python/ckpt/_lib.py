@@ -100,6 +100,67 @@ class _StepDetail(ctypes.Structure):
 
 FUTURE_CB = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
 
+# The C structs the classes above mirror (ckpt.h), checked against the
+# library's own layout when it is loaded (ckpt_abi_layout).
+MIRRORS = {"ckpt_hello": _Hello, "ckpt_tensor": _Tensor, "ckpt_save_opts": _SaveOpts, "ckpt_step_info": _StepInfo,
+           "ckpt_held_info": _HeldInfo, "ckpt_tensor_info": _TensorInfo, "ckpt_step_detail": _StepDetail}
+
+
+class _AbiField(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_char_p), ("field", ctypes.c_char_p), ("offset", ctypes.c_size_t),
+                ("size", ctypes.c_size_t)]
+
+
+def layout_mismatches(rows, mirrors):
+    """What differs between C's layout (rows: (type, field or None,
+    offset, size), as ckpt_abi_layout gives them) and the ctypes mirrors
+    (type name -> Structure class): a list of sentences, empty when they
+    agree. Every mirrored struct and field must be in rows, and every row
+    of a mirrored struct in its mirror."""
+    bad = []
+    seen = {name: set() for name in mirrors}
+    for type_, field, offset, size in rows:
+        cls = mirrors.get(type_)
+        if cls is None:
+            continue
+        if field is None:
+            if ctypes.sizeof(cls) != size:
+                bad.append(f"{type_} is {size} bytes in libckpt, {ctypes.sizeof(cls)} in ckpt._lib")
+            continue
+        seen[type_].add(field)
+        desc = getattr(cls, field, None)
+        if desc is None:
+            bad.append(f"{type_}.{field} is missing from ckpt._lib's mirror")
+        elif (desc.offset, desc.size) != (offset, size):
+            bad.append(f"{type_}.{field} is at {offset} ({size} bytes) in libckpt, at {desc.offset} "
+                       f"({desc.size} bytes) in ckpt._lib")
+    for name, cls in mirrors.items():
+        for f in cls._fields_:
+            if f[0] not in seen[name]:
+                bad.append(f"{name}.{f[0]} is in ckpt._lib's mirror but not in libckpt")
+    return bad
+
+
+def _check_layout(lib):
+    """ImportError unless libckpt's structs are laid out as the mirrors say
+    (a libckpt of another version than this package would read and write
+    the wrong bytes)."""
+    try:
+        fn = lib.ckpt_abi_layout
+    except AttributeError:
+        raise ImportError("libckpt has no ckpt_abi_layout: it is older than this ckpt package; "
+                          "install both from one build (or point CKPT_LIB at a matching one)") from None
+    fn.restype = ctypes.POINTER(_AbiField)
+    fn.argtypes = [ctypes.POINTER(ctypes.c_size_t)]
+    n = ctypes.c_size_t()
+    p = fn(ctypes.byref(n))
+    rows = [(p[i].type.decode(), p[i].field.decode() if p[i].field else None, p[i].offset, p[i].size)
+            for i in range(n.value)]
+    bad = layout_mismatches(rows, MIRRORS)
+    if bad:
+        raise ImportError("libckpt and the ckpt package disagree on the C structs' layout (install both from one "
+                          "build): " + "; ".join(bad))
+
 
 def _find():
     env = os.environ.get("CKPT_LIB")
@@ -168,6 +229,7 @@ def _load():
         "ckpt_strerror": (ctypes.c_char_p, [i]),
         "ckpt_errmsg": (ctypes.c_char_p, []),
     }
+    _check_layout(lib)
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)
         fn.restype = res
