@@ -130,20 +130,29 @@ static int listen_on(const char *hostport, char *err, size_t errlen)
 	return fd;
 }
 
-int peer_start(struct daemon *d, char *err, size_t errlen)
+/* Whether peer replication is off in this configuration (no listen
+ * address, or no certificates: never unauthenticated); d->peer_why says
+ * why. */
+static bool peers_off(struct daemon *d)
 {
 	const struct config *c = &d->cfg;
 	if (c->peer_listen[0] == '\0') {
 		snprintf(d->peer_why, sizeof(d->peer_why), "peer replication is off in this ckptd (no [peers] listen)");
-		return 0;
+		return true;
 	}
 	if (!c->peer_cert[0] || !c->peer_key[0] || !c->peer_ca[0]) {
 		snprintf(d->peer_why, sizeof(d->peer_why),
 			 "peer replication is off in this ckptd: [peers] cert, key and ca are needed (never "
 			 "unauthenticated)");
 		log_warn("peers: %s", d->peer_why);
-		return 0;
+		return true;
 	}
+	return false;
+}
+
+/* The [peers] limits in their ranges, or -EINVAL naming them in err. */
+static int peer_limits_check(const struct config *c, char *err, size_t errlen)
+{
 	if (c->peer_replicas < 1 || c->peer_replicas > MAX_REPLICAS) {
 		snprintf(err, errlen, "[peers] replicas = %u: want 1 to %d", c->peer_replicas, MAX_REPLICAS);
 		return -EINVAL;
@@ -158,10 +167,18 @@ int peer_start(struct daemon *d, char *err, size_t errlen)
 			 "[peers] max_connections, max_handshakes and max_per_address: want 1 or more (at most 65536)");
 		return -EINVAL;
 	}
+	return 0;
+}
+
+/* A peer's state from the configuration, its slots empty and no socket
+ * or thread yet; NULL (err says so) when out of memory. */
+static struct peer *peer_alloc(struct daemon *d, char *err, size_t errlen)
+{
+	const struct config *c = &d->cfg;
 	struct peer *p = calloc(1, sizeof(*p));
 	if (p == NULL) {
 		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
+		return NULL;
 	}
 	p->d = d;
 	p->listen_fd = -1;
@@ -171,7 +188,7 @@ int peer_start(struct daemon *d, char *err, size_t errlen)
 	if (p->slots == NULL) {
 		free(p);
 		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
+		return NULL;
 	}
 	for (unsigned i = 0; i < p->nslots; i++)
 		p->slots[i].fd = -1;
@@ -181,6 +198,13 @@ int peer_start(struct daemon *d, char *err, size_t errlen)
 	snprintf(p->self, sizeof(p->self), "%s", c->peer_advertise[0] ? c->peer_advertise : c->peer_listen);
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
+	return p;
+}
+
+/* TLS from [peers] cert, key and ca, and the listening socket; on failure
+ * everything peer_alloc made is freed and the error returned. */
+static int peer_tls_listen(struct peer *p, const struct config *c, char *err, size_t errlen)
+{
 	int r = link_tls_init(&p->tls, c->peer_cert, c->peer_key, c->peer_ca, err, errlen);
 	/* auto: names are checked where certificates name their nodes (this
 	 * node's does), not where one certificate serves every node. */
@@ -199,6 +223,39 @@ int peer_start(struct daemon *d, char *err, size_t errlen)
 		free(p);
 		return r;
 	}
+	return 0;
+}
+
+static void peer_log_started(const struct peer *p, const struct config *c)
+{
+	log_info("peers: listening on %s as %s, %u replica(s) per save, TLS with client certificates", c->peer_listen,
+		 p->self, c->peer_replicas);
+	if (p->tls.verify_names)
+		log_info("peers: a peer speaks only under a name its certificate gives ([peers] verify_names = %s)",
+			 c->peer_verify_names == VERIFY_NAMES_ON ? "true" : "auto: this node's certificate names it");
+	else
+		log_warn(
+			"peers: names are not checked against certificates ([peers] verify_names = %s): any "
+			"certificate the CA signed may speak as any node; give each node a certificate naming its host",
+			c->peer_verify_names == VERIFY_NAMES_OFF
+				? "false"
+				: "auto, and this node's certificate does not name it");
+}
+
+int peer_start(struct daemon *d, char *err, size_t errlen)
+{
+	const struct config *c = &d->cfg;
+	if (peers_off(d))
+		return 0;
+	int r = peer_limits_check(c, err, errlen);
+	if (r < 0)
+		return r;
+	struct peer *p = peer_alloc(d, err, errlen);
+	if (p == NULL)
+		return -ENOMEM;
+	r = peer_tls_listen(p, c, err, errlen);
+	if (r < 0)
+		return r;
 	uv_async_init(d->loop, &p->async, on_async);
 	p->async.data = p;
 	d->peer = p;
@@ -216,18 +273,7 @@ int peer_start(struct daemon *d, char *err, size_t errlen)
 	d->peer_extra = peer_extra;
 	d->peer_list = peer_list;
 	d->job_key = seal_derive;
-	log_info("peers: listening on %s as %s, %u replica(s) per save, TLS with client certificates", c->peer_listen,
-		 p->self, c->peer_replicas);
-	if (p->tls.verify_names)
-		log_info("peers: a peer speaks only under a name its certificate gives ([peers] verify_names = %s)",
-			 c->peer_verify_names == VERIFY_NAMES_ON ? "true" : "auto: this node's certificate names it");
-	else
-		log_warn(
-			"peers: names are not checked against certificates ([peers] verify_names = %s): any "
-			"certificate the CA signed may speak as any node; give each node a certificate naming its host",
-			c->peer_verify_names == VERIFY_NAMES_OFF
-				? "false"
-				: "auto, and this node's certificate does not name it");
+	peer_log_started(p, c);
 	return 0;
 }
 
