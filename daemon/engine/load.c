@@ -206,6 +206,107 @@ static uint32_t peer_world(struct load *ld)
 	return ws;
 }
 
+/* What planning the copies of a step found: their manifest views (one
+ * per copy planned, freed by load_copies) and the keys naming them, own's
+ * copy and the first copy planned. */
+struct copies {
+	Ckpt__Manifest *views;
+	char (*keys)[200];
+	size_t nviews;
+	const struct save *own_copy, *first_copy;
+};
+
+/* Saved rank r has no copy here or at the peers: r added to the list in
+ * missing (of size bytes, *len used); false once [peers]
+ * max_missing_ranks ranks are missing (no more are asked for). */
+static bool note_missing(struct load *ld, uint32_t r, char *missing, size_t size, size_t *len, unsigned *misses)
+{
+	*len += (size_t)snprintf(missing + *len, *len < size ? size - *len : 0, "%s%u", *len ? "," : "", r);
+	/* A world size a peer claimed (peer_world) is not asked
+	 * for rank after rank: a rank needs N/M + 1 copies. */
+	if (++*misses == ld->d->cfg.peer_max_missing_ranks) {
+		atomic_fetch_add_explicit(&ld->d->stats.peer_refused[PEER_LIMIT_MISSING], 1, memory_order_relaxed);
+		*len += (size_t)snprintf(missing + *len, *len < size ? size - *len : 0,
+					 " (no more asked: [peers] max_missing_ranks)");
+		return false;
+	}
+	return true;
+}
+
+/* The copies of the step (world ws) planned into ex, saved rank first's
+ * first, then the next ones until the request is covered; a request
+ * left uncovered fails, naming the ranks missing. */
+static void plan_copies(struct load *ld, uint32_t ws, uint32_t own, uint32_t first, struct exec *ex, struct copies *cp)
+{
+	char missing[160] = "";
+	size_t nmissing = 0;
+	unsigned misses = 0;
+	for (uint32_t i = 0; i < ws && ld->status == 0 && (i == 0 || !all_covered(ld)); i++) {
+		uint32_t r = (first + i) % ws;
+		struct save *sv = copy_of(ld, r, ws);
+		if (sv == NULL) {
+			if (!note_missing(ld, r, missing, sizeof(missing), &nmissing, &misses))
+				break;
+			continue;
+		}
+		if (save_manifest_view(sv, &cp->views[cp->nviews], "", 0) < 0) {
+			load_fail(ld, -ENOMEM, "out of memory");
+			break;
+		}
+		cp->nviews++;
+		if (cp->first_copy == NULL)
+			cp->first_copy = sv;
+		if (r == own)
+			cp->own_copy = sv;
+		snprintf(cp->keys[i], sizeof(cp->keys[i]), "%s step %" PRIu64 " rank %u (memory only)", ld->job,
+			 ld->step, r);
+		plan_manifest(ex, &cp->views[cp->nviews - 1], cp->keys[i], sv);
+	}
+	if (ld->status == 0 && !all_covered(ld)) {
+		check_covered(ld, ld->step);
+		char why[sizeof(ld->msg)];
+		snprintf(why, sizeof(why),
+			 "%s; step %" PRIu64 " is in memory only, and neither this ckptd nor %s holds "
+			 "saved rank(s) %s of it%s%s%s",
+			 ld->msg, ld->step, ld->ask_peers && ld->d->peer_fetch ? "its peers" : "(no peers asked)",
+			 missing, ld->peer_why[0] ? " (" : "", ld->peer_why, ld->peer_why[0] ? ")" : "");
+		snprintf(ld->msg, sizeof(ld->msg), "%s", why);
+	}
+}
+
+/* Saved rank own's copy (world ws) among those pinned, or NULL. */
+static const struct save *pinned_copy(const struct load *ld, uint32_t own, uint32_t ws)
+{
+	for (size_t i = 0; i < ld->npinned; i++)
+		if (ld->pinned[i]->step == ld->step && ld->pinned[i]->rank == own && ld->pinned[i]->world_size == ws)
+			return ld->pinned[i];
+	return NULL;
+}
+
+/* The extra state: own_copy's, or without a copy of own, from the peers. */
+static void copies_extra(struct load *ld, const struct save *own_copy, uint32_t own, uint32_t ws)
+{
+	if (own_copy && own_copy->extra_len) {
+		ld->extra = malloc(own_copy->extra_len);
+		if (ld->extra == NULL)
+			load_fail(ld, -ENOMEM, "out of memory");
+		else
+			memcpy(ld->extra, own_copy->extra, own_copy->extra_len);
+		ld->extra_len = ld->extra ? own_copy->extra_len : 0;
+	} else if (own_copy == NULL) {
+		char why[300];
+		struct peer_want w = { .job = ld->job,
+				       .step = ld->step,
+				       .rank = own,
+				       .world_size = ws,
+				       .key = ld->has_key ? ld->key : NULL };
+		int r = ld->d->peer_extra(ld->d, &w, &ld->extra, &ld->extra_len, why, sizeof(why));
+		if (r < 0)
+			load_fail(ld, r, "step %" PRIu64 " of job '%s': the extra state of rank %u: %s", ld->step,
+				  ld->job, own, why);
+	}
+}
+
 /* A step not in storage, restored from copies in memory (docs/tiers.md "Tiers"):
  * those held here, and those the peers hold (a replacement node's ranks,
  * or saved ranks of other nodes when resharding), brought back as
@@ -218,13 +319,12 @@ static uint32_t peer_world(struct load *ld)
  * needed. */
 static void load_copies(struct load *ld, uint32_t ws)
 {
-	Ckpt__Manifest *views = calloc(ws, sizeof(*views));
-	char(*keys)[200] = calloc(ws, sizeof(*keys));
+	struct copies cp = { 0 };
+	cp.views = calloc(ws, sizeof(*cp.views));
+	cp.keys = calloc(ws, sizeof(*cp.keys));
 	struct exec ex;
 	exec_init(&ex, ld);
-	size_t nviews = 0;
-	const struct save *own_copy = NULL, *first_copy = NULL;
-	if (ws == 0 || views == NULL || keys == NULL) {
+	if (ws == 0 || cp.views == NULL || cp.keys == NULL) {
 		load_fail(ld, ws ? -ENOMEM : -ENOENT, ws ? "out of memory" : "no copy of the step is held");
 		goto out;
 	}
@@ -233,86 +333,23 @@ static void load_copies(struct load *ld, uint32_t ws)
 	uint32_t first = ws != ld->world_size && ld->rank < ld->world_size
 				 ? (uint32_t)((uint64_t)ld->rank * ws / ld->world_size)
 				 : own;
-	char missing[160] = "";
-	size_t nmissing = 0;
-	unsigned misses = 0;
-	for (uint32_t i = 0; i < ws && ld->status == 0 && (i == 0 || !all_covered(ld)); i++) {
-		uint32_t r = (first + i) % ws;
-		struct save *sv = copy_of(ld, r, ws);
-		if (sv == NULL) {
-			nmissing += (size_t)snprintf(missing + nmissing,
-						     nmissing < sizeof(missing) ? sizeof(missing) - nmissing : 0,
-						     "%s%u", nmissing ? "," : "", r);
-			/* A world size a peer claimed (peer_world) is not asked
-			 * for rank after rank: a rank needs N/M + 1 copies. */
-			if (++misses == ld->d->cfg.peer_max_missing_ranks) {
-				atomic_fetch_add_explicit(&ld->d->stats.peer_refused[PEER_LIMIT_MISSING], 1,
-							  memory_order_relaxed);
-				nmissing += (size_t)snprintf(
-					missing + nmissing, nmissing < sizeof(missing) ? sizeof(missing) - nmissing : 0,
-					" (no more asked: [peers] max_missing_ranks)");
-				break;
-			}
-			continue;
-		}
-		if (save_manifest_view(sv, &views[nviews], "", 0) < 0) {
-			load_fail(ld, -ENOMEM, "out of memory");
-			break;
-		}
-		nviews++;
-		if (first_copy == NULL)
-			first_copy = sv;
-		if (r == own)
-			own_copy = sv;
-		snprintf(keys[i], sizeof(keys[i]), "%s step %" PRIu64 " rank %u (memory only)", ld->job, ld->step, r);
-		plan_manifest(&ex, &views[nviews - 1], keys[i], sv);
-	}
-	if (ld->status == 0 && !all_covered(ld)) {
-		check_covered(ld, ld->step);
-		char why[sizeof(ld->msg)];
-		snprintf(why, sizeof(why),
-			 "%s; step %" PRIu64 " is in memory only, and neither this ckptd nor %s holds "
-			 "saved rank(s) %s of it%s%s%s",
-			 ld->msg, ld->step, ld->ask_peers && ld->d->peer_fetch ? "its peers" : "(no peers asked)",
-			 missing, ld->peer_why[0] ? " (" : "", ld->peer_why, ld->peer_why[0] ? ")" : "");
-		snprintf(ld->msg, sizeof(ld->msg), "%s", why);
-	}
+	plan_copies(ld, ws, own, first, &ex, &cp);
 	if (ld->status == 0)
 		execute(&ex, ld->d->cfg.copy_threads);
-	if (ld->status == 0 && own_copy == NULL) {
-		for (size_t i = 0; i < ld->npinned && own_copy == NULL; i++)
-			if (ld->pinned[i]->step == ld->step && ld->pinned[i]->rank == own &&
-			    ld->pinned[i]->world_size == ws)
-				own_copy = ld->pinned[i];
-	}
+	const struct save *own_copy = cp.own_copy;
+	if (ld->status == 0 && own_copy == NULL)
+		own_copy = pinned_copy(ld, own, ws);
 	/* Without peers to ask, own's or else the first copy's (as before). */
 	if (own_copy == NULL && (ld->d->peer_extra == NULL || !ld->ask_peers))
-		own_copy = first_copy;
-	if (ld->status == 0 && own_copy && own_copy->extra_len) {
-		ld->extra = malloc(own_copy->extra_len);
-		if (ld->extra == NULL)
-			load_fail(ld, -ENOMEM, "out of memory");
-		else
-			memcpy(ld->extra, own_copy->extra, own_copy->extra_len);
-		ld->extra_len = ld->extra ? own_copy->extra_len : 0;
-	} else if (ld->status == 0 && own_copy == NULL) {
-		char why[300];
-		struct peer_want w = { .job = ld->job,
-				       .step = ld->step,
-				       .rank = own,
-				       .world_size = ws,
-				       .key = ld->has_key ? ld->key : NULL };
-		int r = ld->d->peer_extra(ld->d, &w, &ld->extra, &ld->extra_len, why, sizeof(why));
-		if (r < 0)
-			load_fail(ld, r, "step %" PRIu64 " of job '%s': the extra state of rank %u: %s", ld->step,
-				  ld->job, own, why);
-	}
+		own_copy = cp.first_copy;
+	if (ld->status == 0)
+		copies_extra(ld, own_copy, own, ws);
 out:
 	exec_free(&ex);
-	for (size_t i = 0; i < nviews; i++)
-		save_manifest_view_free(&views[i]);
-	free(views);
-	free(keys);
+	for (size_t i = 0; i < cp.nviews; i++)
+		save_manifest_view_free(&cp.views[i]);
+	free(cp.views);
+	free(cp.keys);
 }
 
 /* Plan the pinned step cs from its manifests and execute the plan. The
