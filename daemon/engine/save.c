@@ -103,25 +103,12 @@ static void hash_chunk(struct copy_job *job)
 	sv->chunk_crc[job->chunk] = ccrc;
 }
 
-/* Stage one chunk: copy only. Checksums come after staged (hash_chunk),
- * so the trainer waits for the copy alone: for a GPU save the D2H copy,
- * and for host memory a streaming copy that a CRC pass in the same loop
- * made 1.11-1.26x slower (tests/bench/py_ab.py, 1 GiB, 2 threads). */
-static void copy_run(struct work_item *it)
+/* The chunk's device pieces: every D2H copy queued on this worker's
+ * stream (after the trainer's event), then one wait. On failure, job says
+ * which piece and why. */
+static inline int copy_device_pieces(struct copy_job *job, uint8_t *base, uint64_t chunk_start)
 {
-	struct copy_job *job = (struct copy_job *)it;
-	if (job->hash) {
-		hash_chunk(job);
-		return;
-	}
 	struct save *sv = job->sv;
-	uint64_t cb = sv->d->pool.chunk_bytes;
-	uint64_t chunk_start = (uint64_t)job->chunk * cb;
-	uint8_t *base = pool_span_ptr(&sv->d->pool, sv->chunks[job->chunk]);
-	uint64_t chunk_len = sv->shard_bytes - chunk_start < cb ? sv->shard_bytes - chunk_start : cb;
-	uint64_t pos = 0; /* within the chunk */
-	/* Device pieces first: queue every D2H copy of the chunk on this
-	 * worker's stream (after the trainer's event) and wait once. */
 	struct cuda_batch bt;
 	bool batched = false;
 	uint32_t bad = UINT32_MAX;
@@ -146,9 +133,71 @@ static void copy_run(struct work_item *it)
 			job->err = r;
 			snprintf(job->why, sizeof(job->why), "%s", bt.msg);
 			job->first_piece += bad == UINT32_MAX ? 0 : bad;
-			return;
+			return r;
 		}
 	}
+	return 0;
+}
+
+/* A run: from piece k (of buffer t->buf, at `at` in the chunk and `from`
+ * in the buffer), the next pieces of the same buffer that lie as they
+ * will in the shard (ckpt.torch puts a plan's tensors in one file in the
+ * shard's order), copied as one stream, gaps and all; the shard's gaps
+ * are zeroed after. One copy, not one per tensor: 10,000 tensors of 53 KB
+ * cost the copy loop about as much as one of 512 MiB. The run's last
+ * piece; *len grows to the run's length. */
+static inline uint32_t run_last(const struct copy_job *job, const struct save_tensor *t, uint32_t k,
+				uint64_t chunk_start, uint64_t at, uint64_t from, uint64_t *len)
+{
+	const struct save *sv = job->sv;
+	uint32_t last = k;
+	while (last + 1 < job->npieces) {
+		const struct save_piece *q = &sv->pieces[job->first_piece + last + 1];
+		const struct save_tensor *u = &sv->tensors[q->tensor];
+		uint64_t q_at = u->shard_off + q->tensor_off - chunk_start;
+		uint64_t q_from = u->buf_off + q->tensor_off;
+		if (u->buf != t->buf || q_from < from + *len || q_at < at + *len || q_from - from != q_at - at ||
+		    q_at - (at + *len) >= SHARD_ALIGN)
+			break;
+		*len = q_at + q->len - at;
+		last++;
+	}
+	return last;
+}
+
+/* len bytes at from in buf to dst, COPY_BLOCK at a time. */
+static inline int copy_out_blocks(const struct hostbuf *buf, uint64_t from, uint8_t *dst, uint64_t len)
+{
+	for (uint64_t done = 0; done < len;) {
+		size_t n = len - done < COPY_BLOCK ? (size_t)(len - done) : COPY_BLOCK;
+		int r = hostbuf_copy_out(buf, from + done, dst + done, n, NULL);
+		if (r < 0)
+			return r;
+		done += n;
+	}
+	return 0;
+}
+
+/* Stage one chunk: copy only. Checksums come after staged (hash_chunk),
+ * so the trainer waits for the copy alone: for a GPU save the D2H copy,
+ * and for host memory a streaming copy that a CRC pass in the same loop
+ * made 1.11-1.26x slower (tests/bench/py_ab.py, 1 GiB, 2 threads). */
+static void copy_run(struct work_item *it)
+{
+	struct copy_job *job = (struct copy_job *)it;
+	if (job->hash) {
+		hash_chunk(job);
+		return;
+	}
+	struct save *sv = job->sv;
+	uint64_t cb = sv->d->pool.chunk_bytes;
+	uint64_t chunk_start = (uint64_t)job->chunk * cb;
+	uint8_t *base = pool_span_ptr(&sv->d->pool, sv->chunks[job->chunk]);
+	uint64_t chunk_len = sv->shard_bytes - chunk_start < cb ? sv->shard_bytes - chunk_start : cb;
+	uint64_t pos = 0; /* within the chunk */
+	/* Device pieces first. */
+	if (copy_device_pieces(job, base, chunk_start) < 0)
+		return;
 	for (uint32_t k = 0; k < job->npieces; k++) {
 		struct save_piece *p = &sv->pieces[job->first_piece + k];
 		struct save_tensor *t = &sv->tensors[p->tensor];
@@ -158,34 +207,13 @@ static void copy_run(struct work_item *it)
 		pos = at + p->len;
 		if (t->buf->cuda)
 			continue;
-		/* A run: the next pieces of the same buffer that lie as they
-		 * will in the shard (ckpt.torch puts a plan's tensors in one
-		 * file in the shard's order), copied as one stream, gaps and
-		 * all; the shard's gaps are zeroed after. One copy, not one per
-		 * tensor: 10,000 tensors of 53 KB cost the copy loop about as
-		 * much as one of 512 MiB. */
 		uint64_t from = t->buf_off + p->tensor_off, len = p->len;
-		uint32_t last = k;
-		while (last + 1 < job->npieces) {
-			const struct save_piece *q = &sv->pieces[job->first_piece + last + 1];
-			const struct save_tensor *u = &sv->tensors[q->tensor];
-			uint64_t q_at = u->shard_off + q->tensor_off - chunk_start;
-			uint64_t q_from = u->buf_off + q->tensor_off;
-			if (u->buf != t->buf || q_from < from + len || q_at < at + len || q_from - from != q_at - at ||
-			    q_at - (at + len) >= SHARD_ALIGN)
-				break;
-			len = q_at + q->len - at;
-			last++;
-		}
-		for (uint64_t done = 0; done < len;) {
-			size_t n = len - done < COPY_BLOCK ? (size_t)(len - done) : COPY_BLOCK;
-			int r = hostbuf_copy_out(t->buf, from + done, base + at + done, n, NULL);
-			if (r < 0) {
-				job->err = r;
-				job->first_piece += k; /* name the (first) tensor that failed */
-				return;
-			}
-			done += n;
+		uint32_t last = run_last(job, t, k, chunk_start, at, from, &len);
+		int r = copy_out_blocks(t->buf, from, base + at, len);
+		if (r < 0) {
+			job->err = r;
+			job->first_piece += k; /* name the (first) tensor that failed */
+			return;
 		}
 		for (; k < last; k++) { /* the gaps inside the run: zeroes, as between runs */
 			const struct save_piece *q = &sv->pieces[job->first_piece + k + 1];
