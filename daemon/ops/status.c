@@ -338,7 +338,8 @@ void status_release(struct status *st)
 	st->nheld = 0;
 }
 
-int status_reply_fill(const struct status *st, Ckpt__StatusReply *rep)
+/* Every column shown in StatusReply, into its field (found by name). */
+static void reply_columns(const struct status *st, Ckpt__StatusReply *rep)
 {
 	for (size_t i = 0; i < ST_NCOLS; i++) {
 		const struct status_col *c = &status_cols[i];
@@ -355,56 +356,65 @@ int status_reply_fill(const struct status *st, Ckpt__StatusReply *rep)
 		else
 			assert(!"a status column's StatusReply field is uint32 or uint64");
 	}
-	rep->n_recovered = st->nrecovered;
-	rep->recovered = (char **)st->recovered;
-	rep->storage = (char *)st->storage;
-	rep->cuda = (char *)st->cuda;
-	if (st->ntenants) {
-		void *tb = calloc(st->ntenants, sizeof(Ckpt__TenantStatus *) + sizeof(Ckpt__TenantStatus));
-		if (tb == NULL)
-			return -ENOMEM;
-		Ckpt__TenantStatus **tp = tb;
-		Ckpt__TenantStatus *t = (Ckpt__TenantStatus *)(tp + st->ntenants);
-		for (uint32_t k = 0; k < st->ntenants; k++) {
-			ckpt__tenant_status__init(&t[k]);
-			t[k].name = (char *)st->tenants[k].name;
-			t[k].sessions = st->tenants[k].sessions;
-			t[k].inflight_saves = st->tenants[k].inflight_saves;
-			t[k].pool_bytes = st->tenants[k].pool_bytes;
-			tp[k] = &t[k];
-		}
-		rep->n_tenants = st->ntenants;
-		rep->tenants = tp;
+}
+
+/* The tenant rows, in one block: the pointers, then the rows. */
+static int reply_tenants(const struct status *st, Ckpt__StatusReply *rep)
+{
+	if (st->ntenants == 0)
+		return 0;
+	void *tb = calloc(st->ntenants, sizeof(Ckpt__TenantStatus *) + sizeof(Ckpt__TenantStatus));
+	if (tb == NULL)
+		return -ENOMEM;
+	Ckpt__TenantStatus **tp = tb;
+	Ckpt__TenantStatus *t = (Ckpt__TenantStatus *)(tp + st->ntenants);
+	for (uint32_t k = 0; k < st->ntenants; k++) {
+		ckpt__tenant_status__init(&t[k]);
+		t[k].name = (char *)st->tenants[k].name;
+		t[k].sessions = st->tenants[k].sessions;
+		t[k].inflight_saves = st->tenants[k].inflight_saves;
+		t[k].pool_bytes = st->tenants[k].pool_bytes;
+		tp[k] = &t[k];
 	}
-	if (st->nfailures) {
-		void *fb = calloc(st->nfailures, sizeof(Ckpt__SaveFailure *) + sizeof(Ckpt__SaveFailure));
-		if (fb == NULL) {
-			status_reply_free(rep);
-			return -ENOMEM;
-		}
-		Ckpt__SaveFailure **fp = fb;
-		Ckpt__SaveFailure *sf = (Ckpt__SaveFailure *)(fp + st->nfailures);
-		for (uint32_t k = 0; k < st->nfailures; k++) {
-			const struct status_failure *x = &st->failures[k];
-			ckpt__save_failure__init(&sf[k]);
-			sf[k].job = (char *)x->job;
-			sf[k].step = x->step;
-			sf[k].rank = x->rank;
-			sf[k].status = wire_status(x->status);
-			sf[k].message = (char *)x->msg;
-			sf[k].unix_ns = x->unix_ns;
-			fp[k] = &sf[k];
-		}
-		rep->n_failures = st->nfailures;
-		rep->failures = fp;
+	rep->n_tenants = st->ntenants;
+	rep->tenants = tp;
+	return 0;
+}
+
+/* The recent failures, in one block as the tenants. */
+static int reply_failures(const struct status *st, Ckpt__StatusReply *rep)
+{
+	if (st->nfailures == 0)
+		return 0;
+	void *fb = calloc(st->nfailures, sizeof(Ckpt__SaveFailure *) + sizeof(Ckpt__SaveFailure));
+	if (fb == NULL)
+		return -ENOMEM;
+	Ckpt__SaveFailure **fp = fb;
+	Ckpt__SaveFailure *sf = (Ckpt__SaveFailure *)(fp + st->nfailures);
+	for (uint32_t k = 0; k < st->nfailures; k++) {
+		const struct status_failure *x = &st->failures[k];
+		ckpt__save_failure__init(&sf[k]);
+		sf[k].job = (char *)x->job;
+		sf[k].step = x->step;
+		sf[k].rank = x->rank;
+		sf[k].status = wire_status(x->status);
+		sf[k].message = (char *)x->msg;
+		sf[k].unix_ns = x->unix_ns;
+		fp[k] = &sf[k];
 	}
-	/* One block: the pointers, then the copies. */
+	rep->n_failures = st->nfailures;
+	rep->failures = fp;
+	return 0;
+}
+
+/* The copies held, in one block as the tenants (allocated even when none
+ * is held). */
+static int reply_held(const struct status *st, Ckpt__StatusReply *rep)
+{
 	size_t n = st->nheld;
 	void *blk = calloc(n ? n : 1, sizeof(Ckpt__HeldCopy *) + sizeof(Ckpt__HeldCopy));
-	if (blk == NULL) {
-		status_reply_free(rep);
+	if (blk == NULL)
 		return -ENOMEM;
-	}
 	Ckpt__HeldCopy **heldp = blk;
 	Ckpt__HeldCopy *held = (Ckpt__HeldCopy *)(heldp + (n ? n : 1));
 	for (size_t k = 0; k < n; k++) {
@@ -422,6 +432,22 @@ int status_reply_fill(const struct status *st, Ckpt__StatusReply *rep)
 	}
 	rep->n_held = n;
 	rep->held = heldp;
+	return 0;
+}
+
+int status_reply_fill(const struct status *st, Ckpt__StatusReply *rep)
+{
+	reply_columns(st, rep);
+	rep->n_recovered = st->nrecovered;
+	rep->recovered = (char **)st->recovered;
+	rep->storage = (char *)st->storage;
+	rep->cuda = (char *)st->cuda;
+	if (reply_tenants(st, rep) < 0)
+		return -ENOMEM;
+	if (reply_failures(st, rep) < 0 || reply_held(st, rep) < 0) {
+		status_reply_free(rep);
+		return -ENOMEM;
+	}
 	return 0;
 }
 
