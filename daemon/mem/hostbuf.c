@@ -97,7 +97,10 @@ static void hostmap_put(struct hostmap *hm)
 	free(hm);
 }
 
-int hostbuf_open(int fd, uint64_t id, uint64_t nbytes, struct hostbuf **out, char *err, size_t errlen)
+/* Whether fd is a buffer ckptd takes: a shmem or hugetlbfs file, open
+ * read-write, of nbytes at least; its stat and seals out. The fd is left
+ * open (the caller closes it on an error). */
+static int check_buffer_fd(int fd, uint64_t nbytes, struct stat *st, int *seals, char *err, size_t errlen)
 {
 	/* F_GET_SEALS answers from the kernel and only for shmem (memfd,
 	 * /dev/shm) and hugetlbfs files: anything else (a FUSE or NFS file
@@ -105,35 +108,69 @@ int hostbuf_open(int fd, uint64_t id, uint64_t nbytes, struct hostbuf **out, cha
 	 * before any call that could wait on a server. Reading the seals
 	 * before the size also closes a race: once F_SEAL_SHRINK is seen it
 	 * can never be removed, so the size checked below stays true. */
-	int seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0) {
+	*seals = fcntl(fd, F_GET_SEALS);
+	if (*seals < 0) {
 		snprintf(err, errlen, "buffer fd is not a memfd or shared-memory (/dev/shm) file");
-		close(fd);
 		return -EBADF;
 	}
-	struct stat st;
-	if (fstat(fd, &st) != 0) {
+	if (fstat(fd, st) != 0) {
 		int e = errno;
 		snprintf(err, errlen, "fstat of buffer fd failed: %s", strerror(e));
-		close(fd);
 		return -e;
 	}
-	if (!S_ISREG(st.st_mode)) {
+	if (!S_ISREG(st->st_mode)) {
 		snprintf(err, errlen, "buffer fd is not a memfd or shared-memory file");
-		close(fd);
 		return -EBADF;
 	}
-	if (nbytes == 0 || (uint64_t)st.st_size < nbytes) {
+	if (nbytes == 0 || (uint64_t)st->st_size < nbytes) {
 		snprintf(err, errlen, "buffer file holds %" PRIu64 " bytes, registration asks for %" PRIu64,
-			 (uint64_t)st.st_size, nbytes);
-		close(fd);
+			 (uint64_t)st->st_size, nbytes);
 		return -EINVAL;
 	}
 	int acc = fcntl(fd, F_GETFL);
 	if (acc < 0 || (acc & O_ACCMODE) != O_RDWR) {
 		snprintf(err, errlen, "buffer fd must be open read-write (restore writes into it)");
-		close(fd);
 		return -EBADF;
+	}
+	return 0;
+}
+
+/* A new mapping of fd (st) for b, shared with later buffers of the same
+ * file. Mapped once, read-write (restore copies straight into it), and
+ * faulted in now so neither a save nor a restore takes a page fault per
+ * 4 KiB later. A sealed file cannot shrink; an unsealed one is copied
+ * under a SIGBUS guard (see guarded_copy). A failed mmap leaves b
+ * unmapped; -ENOMEM (nothing mapped) when the map cannot be kept. */
+static int hostmap_new(int fd, const struct stat *st, uint64_t nbytes, struct hostbuf *b)
+{
+	void *m = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		return 0;
+	/* Not for a sparse file: that would allocate what the client
+	 * never did, on the loop thread. */
+	if ((uint64_t)st->st_blocks * 512 >= nbytes)
+		(void)madvise(m, nbytes, MADV_POPULATE_WRITE);
+	struct hostmap *hm = hostmap_reserve() == 0 ? calloc(1, sizeof(*hm)) : NULL;
+	if (hm == NULL) {
+		munmap(m, nbytes);
+		return -ENOMEM;
+	}
+	*hm = (struct hostmap){ .refs = 1, .dev = st->st_dev, .ino = st->st_ino, .fd = fd, .map = m, .len = nbytes };
+	bucket_insert(hm);
+	nmaps++;
+	b->hm = hm;
+	b->map = m;
+	return 0;
+}
+
+int hostbuf_open(int fd, uint64_t id, uint64_t nbytes, struct hostbuf **out, char *err, size_t errlen)
+{
+	struct stat st;
+	int seals;
+	int r = check_buffer_fd(fd, nbytes, &st, &seals, err, errlen);
+	if (r < 0) {
+		close(fd);
+		return r;
 	}
 	struct hostbuf *b = calloc(1, sizeof(*b));
 	if (b == NULL) {
@@ -155,30 +192,10 @@ int hostbuf_open(int fd, uint64_t id, uint64_t nbytes, struct hostbuf **out, cha
 		*out = b;
 		return 0;
 	}
-	/* Mapped once, read-write (restore copies straight into it), and
-	 * faulted in now so neither a save nor a restore takes a page fault
-	 * per 4 KiB later. A sealed file cannot shrink; an unsealed one is
-	 * copied under a SIGBUS guard (see guarded_copy). */
-	void *m = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (m != MAP_FAILED) {
-		/* Not for a sparse file: that would allocate what the client
-		 * never did, on the loop thread. */
-		if ((uint64_t)st.st_blocks * 512 >= nbytes)
-			(void)madvise(m, nbytes, MADV_POPULATE_WRITE);
-		hm = hostmap_reserve() == 0 ? calloc(1, sizeof(*hm)) : NULL;
-		if (hm == NULL) {
-			munmap(m, nbytes);
-			close(fd);
-			free(b);
-			return -ENOMEM;
-		}
-		*hm = (struct hostmap){
-			.refs = 1, .dev = st.st_dev, .ino = st.st_ino, .fd = fd, .map = m, .len = nbytes
-		};
-		bucket_insert(hm);
-		nmaps++;
-		b->hm = hm;
-		b->map = m;
+	if (hostmap_new(fd, &st, nbytes, b) < 0) {
+		close(fd);
+		free(b);
+		return -ENOMEM;
 	}
 	*out = b;
 	return 0;
