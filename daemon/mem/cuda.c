@@ -472,46 +472,41 @@ int cuda_import_ipc(struct cuda *cu, const uint8_t *uuid, const uint8_t *handle,
 	return 0;
 }
 
-int cuda_import_vmm(struct cuda *cu, const uint8_t *uuid, int *fds, const uint64_t *sizes, size_t n, uint64_t offset,
-		    uint64_t nbytes, struct cudabuf **out, char *err, size_t errlen)
+/* The bytes of the n VMM chunks together (*total), each size nonzero and
+ * the buffer [offset, +nbytes) inside them. */
+static int vmm_total(const uint64_t *sizes, size_t n, uint64_t offset, uint64_t nbytes, uint64_t *total, char *err,
+		     size_t errlen)
 {
-	int ret = 0;
-	struct cudabuf *b = NULL;
-	char eb[64];
-	uint64_t total = 0;
-	size_t mapped = 0;
-	int dev = use_dev(cu, uuid, err, errlen);
-	if (dev < 0) {
-		ret = dev;
-		goto out;
-	}
+	*total = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (sizes[i] == 0 || total + sizes[i] < total) {
+		if (sizes[i] == 0 || *total + sizes[i] < *total) {
 			snprintf(err, errlen, "VMM chunk %zu has a bad size", i);
-			ret = -EINVAL;
-			goto out;
+			return -EINVAL;
 		}
-		total += sizes[i];
+		*total += sizes[i];
 	}
-	if (offset > total || nbytes > total - offset) {
+	if (offset > *total || nbytes > *total - offset) {
 		snprintf(err, errlen, "buffer [%" PRIu64 ", +%" PRIu64 ") lies outside its %" PRIu64 " mapped bytes",
-			 offset, nbytes, total);
-		ret = -ERANGE;
-		goto out;
+			 offset, nbytes, *total);
+		return -ERANGE;
 	}
-	b = buf_new(cu, dev, nbytes);
-	if (b == NULL) {
-		ret = -ENOMEM;
-		goto out;
-	}
+	return 0;
+}
+
+/* The n chunks imported from fds and mapped one after the other into a
+ * range of total bytes reserved for b on device dev, read-write. *at:
+ * the bytes mapped so far, for the caller to unmap on failure (b->va is
+ * set once reserved). */
+static int vmm_map(struct cuda *cu, int dev, struct cudabuf *b, const int *fds, const uint64_t *sizes, size_t n,
+		   uint64_t total, uint64_t *at, char *err, size_t errlen)
+{
+	char eb[64];
 	cu->drv.cuCtxSetCurrent(cu->devs[dev].ctx);
-	uint64_t at = 0;
 	CUresult r = cu->drv.cuMemAddressReserve(&b->va, total, 0, 0, 0);
 	if (r != CUDA_SUCCESS) {
 		snprintf(err, errlen, "cuMemAddressReserve of %" PRIu64 " bytes failed: %s", total,
 			 ename(cu, r, eb, sizeof(eb)));
-		ret = -EIO;
-		goto out;
+		return -EIO;
 	}
 	b->va_size = total;
 	for (size_t i = 0; i < n; i++) {
@@ -521,33 +516,56 @@ int cuda_import_vmm(struct cuda *cu, const uint8_t *uuid, int *fds, const uint64
 							   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 		if (r == CUDA_SUCCESS) {
 			what = "cuMemMap";
-			r = cu->drv.cuMemMap(b->va + at, sizes[i], 0, h, 0);
+			r = cu->drv.cuMemMap(b->va + *at, sizes[i], 0, h, 0);
 			/* The mapping keeps the allocation alive. */
 			cu->drv.cuMemRelease(h);
 		}
 		if (r != CUDA_SUCCESS) {
 			snprintf(err, errlen, "VMM chunk %zu: %s failed: %s", i, what, ename(cu, r, eb, sizeof(eb)));
-			ret = -EIO;
-			goto out;
+			return -EIO;
 		}
-		mapped = i + 1;
-		at += sizes[i];
+		*at += sizes[i];
 	}
 	CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = cu->devs[dev].dev },
 				.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
 	r = cu->drv.cuMemSetAccess(b->va, total, &acc, 1);
 	if (r != CUDA_SUCCESS) {
 		snprintf(err, errlen, "cuMemSetAccess failed: %s", ename(cu, r, eb, sizeof(eb)));
-		ret = -EIO;
+		return -EIO;
+	}
+	return 0;
+}
+
+int cuda_import_vmm(struct cuda *cu, const uint8_t *uuid, int *fds, const uint64_t *sizes, size_t n, uint64_t offset,
+		    uint64_t nbytes, struct cudabuf **out, char *err, size_t errlen)
+{
+	int ret = 0;
+	struct cudabuf *b = NULL;
+	uint64_t total = 0;
+	uint64_t at = 0; /* bytes mapped (every chunk's size is nonzero) */
+	int dev = use_dev(cu, uuid, err, errlen);
+	if (dev < 0) {
+		ret = dev;
 		goto out;
 	}
+	ret = vmm_total(sizes, n, offset, nbytes, &total, err, errlen);
+	if (ret < 0)
+		goto out;
+	b = buf_new(cu, dev, nbytes);
+	if (b == NULL) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	ret = vmm_map(cu, dev, b, fds, sizes, n, total, &at, err, errlen);
+	if (ret < 0)
+		goto out;
 	b->ptr = b->va + offset;
 	*out = b;
 	b = NULL;
 out:
 	if (b) {
 		/* Only what was mapped: the driver refuses a range with gaps. */
-		if (mapped)
+		if (at)
 			cu->drv.cuMemUnmap(b->va, at);
 		if (b->va)
 			cu->drv.cuMemAddressFree(b->va, total);
