@@ -412,18 +412,10 @@ static int event_for(struct client_cuda *cc, const ckpt_buffer *b)
 	return i;
 }
 
-int client_cuda_events(ckpt_client *c, const ckpt_tensor *tensors, size_t n, void *stream, Ckpt__Save *s,
-		       void **storage)
+/* The connection's CUDA state, made on first use; NULL when out of
+ * memory. */
+static struct client_cuda *client_cuda_of(ckpt_client *c)
 {
-	*storage = NULL;
-	bool any = false;
-	for (size_t i = 0; i < n && !any; i++)
-		any = tensors[i].buffer && tensors[i].buffer->cuda;
-	if (!any)
-		return 0;
-	int r = drv_ready(NULL);
-	if (r < 0)
-		return r;
 	pthread_mutex_lock(&c->mu);
 	if (c->cuda == NULL) {
 		c->cuda = calloc(1, sizeof(*c->cuda));
@@ -434,34 +426,34 @@ int client_cuda_events(ckpt_client *c, const ckpt_tensor *tensors, size_t n, voi
 	}
 	struct client_cuda *cc = c->cuda;
 	pthread_mutex_unlock(&c->mu);
-	if (cc == NULL) {
-		client_set_errmsg("");
-		return -ENOMEM;
-	}
-	pthread_mutex_lock(&cc->mu);
-	bool used[MAX_EVENT_DEVICES] = { false };
+	return cc;
+}
+
+/* The devices whose events the CUDA tensors need (used[k] for cc->e[k],
+ * made by event_for as needed): how many, or an error. Under cc->mu. */
+static int devices_used(struct client_cuda *cc, const ckpt_tensor *tensors, size_t n, bool *used)
+{
 	int nused = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (!tensors[i].buffer->cuda)
 			continue;
 		int k = event_for(cc, tensors[i].buffer);
-		if (k < 0) {
-			pthread_mutex_unlock(&cc->mu);
+		if (k < 0)
 			return k;
-		}
 		if (!used[k]) {
 			used[k] = true;
 			nused++;
 		}
 	}
-	Ckpt__CudaEvent *evs = calloc((size_t)nused, sizeof(*evs) + sizeof(Ckpt__CudaEvent *) + sizeof(cc->e[0].h));
-	if (evs == NULL) {
-		pthread_mutex_unlock(&cc->mu);
-		client_set_errmsg("");
-		return -ENOMEM;
-	}
-	Ckpt__CudaEvent **ptrs = (Ckpt__CudaEvent **)(evs + nused);
-	CUipcEventHandle *handles = (CUipcEventHandle *)(ptrs + nused);
+	return nused;
+}
+
+/* Each used device's event recorded on stream and described in evs (ptrs
+ * and handles beside them), the current context as it was after. Under
+ * cc->mu. */
+static int record_events(struct client_cuda *cc, const bool *used, void *stream, Ckpt__CudaEvent *evs,
+			 Ckpt__CudaEvent **ptrs, CUipcEventHandle *handles)
+{
 	int j = 0;
 	CUcontext prev = NULL;
 	drv.cuCtxGetCurrent(&prev);
@@ -477,8 +469,6 @@ int client_cuda_events(ckpt_client *c, const ckpt_tensor *tensors, size_t n, voi
 		}
 		if (cr != CUDA_SUCCESS) {
 			drv.cuCtxSetCurrent(prev);
-			pthread_mutex_unlock(&cc->mu);
-			free(evs);
 			client_set_errmsgf("cuEventRecord on the save's stream failed: %s", ename(cr));
 			return -EIO;
 		}
@@ -492,7 +482,46 @@ int client_cuda_events(ckpt_client *c, const ckpt_tensor *tensors, size_t n, voi
 		j++;
 	}
 	drv.cuCtxSetCurrent(prev);
+	return 0;
+}
+
+int client_cuda_events(ckpt_client *c, const ckpt_tensor *tensors, size_t n, void *stream, Ckpt__Save *s,
+		       void **storage)
+{
+	*storage = NULL;
+	bool any = false;
+	for (size_t i = 0; i < n && !any; i++)
+		any = tensors[i].buffer && tensors[i].buffer->cuda;
+	if (!any)
+		return 0;
+	int r = drv_ready(NULL);
+	if (r < 0)
+		return r;
+	struct client_cuda *cc = client_cuda_of(c);
+	if (cc == NULL) {
+		client_set_errmsg("");
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&cc->mu);
+	bool used[MAX_EVENT_DEVICES] = { false };
+	int nused = devices_used(cc, tensors, n, used);
+	if (nused < 0) {
+		pthread_mutex_unlock(&cc->mu);
+		return nused;
+	}
+	Ckpt__CudaEvent *evs = calloc((size_t)nused, sizeof(*evs) + sizeof(Ckpt__CudaEvent *) + sizeof(cc->e[0].h));
+	if (evs == NULL) {
+		pthread_mutex_unlock(&cc->mu);
+		client_set_errmsg("");
+		return -ENOMEM;
+	}
+	Ckpt__CudaEvent **ptrs = (Ckpt__CudaEvent **)(evs + nused);
+	r = record_events(cc, used, stream, evs, ptrs, (CUipcEventHandle *)(ptrs + nused));
 	pthread_mutex_unlock(&cc->mu);
+	if (r < 0) {
+		free(evs);
+		return r;
+	}
 	s->n_cuda_events = (size_t)nused;
 	s->cuda_events = ptrs;
 	*storage = evs;
