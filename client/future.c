@@ -91,6 +91,78 @@ void future_fail(ckpt_future *f, int status, const char *msg)
 	pthread_mutex_unlock(&f->mu);
 }
 
+/* A save's event (staged, durable, kept, replicated or failed) into a
+ * save's future. */
+static void apply_save_locked(ckpt_future *f, const Ckpt__Frame *fr)
+{
+	switch (fr->body_case) {
+	case CKPT__FRAME__BODY_SAVE_STAGED:
+		f->staged = true;
+		f->bytes = fr->save_staged->bytes;
+		f->stall_ns = fr->save_staged->stall_ns;
+		break;
+	case CKPT__FRAME__BODY_SAVE_DURABLE:
+		/* durable implies staged, even if that event was lost */
+		f->staged = true;
+		f->durable = true;
+		f->bytes = fr->save_durable->bytes;
+		break;
+	case CKPT__FRAME__BODY_SAVE_KEPT:
+		f->staged = true;
+		f->kept = true;
+		f->bytes = fr->save_kept->bytes;
+		break;
+	case CKPT__FRAME__BODY_SAVE_REPLICATED:
+		if (f->replicated)
+			break;
+		f->replicated = true;
+		f->replicas = fr->save_replicated->copies;
+		f->repl_status = wire_errno(fr->save_replicated->status);
+		if (f->repl_status)
+			f->repl_message = strdup(fr->save_replicated->message ? fr->save_replicated->message : "");
+		break;
+	case CKPT__FRAME__BODY_SAVE_FAILED:
+		fail_locked(f, wire_errno(fr->save_failed->status), fr->save_failed->message);
+		break;
+	default:
+		/* future_apply passes only a save's events */
+		break;
+	}
+}
+
+/* A load's result into a load's future: the extra state and the tensors'
+ * names and sources copied. */
+static void apply_loaded_locked(ckpt_future *f, const Ckpt__Loaded *l)
+{
+	if (l->extra_state.len) {
+		f->extra = malloc(l->extra_state.len);
+		if (!f->extra) {
+			fail_locked(f, -ENOMEM, "out of memory for extra state");
+			return;
+		}
+		memcpy(f->extra, l->extra_state.data, l->extra_state.len);
+		f->extra_len = l->extra_state.len;
+	}
+	if (l->n_tensors) {
+		f->tensor_names = calloc(l->n_tensors, sizeof(char *));
+		f->tensor_sources = calloc(l->n_tensors, sizeof(char *));
+		if (!f->tensor_names || !f->tensor_sources) {
+			fail_locked(f, -ENOMEM, "out of memory");
+			return;
+		}
+		f->ntensors = l->n_tensors;
+		for (size_t i = 0; i < l->n_tensors; i++) {
+			f->tensor_names[i] = strdup(l->tensors[i]->name);
+			f->tensor_sources[i] = strdup(l->tensors[i]->source);
+		}
+	}
+	snprintf(f->source, sizeof(f->source), "%s", l->source ? l->source : "");
+	snprintf(f->peer, sizeof(f->peer), "%s", l->peer ? l->peer : "");
+	f->step = l->step;
+	f->bytes = l->bytes;
+	f->loaded = true;
+}
+
 bool future_apply(ckpt_future *f, const Ckpt__Frame *fr)
 {
 	bool done;
@@ -102,75 +174,17 @@ bool future_apply(ckpt_future *f, const Ckpt__Frame *fr)
 	}
 	switch (fr->body_case) {
 	case CKPT__FRAME__BODY_SAVE_STAGED:
-		if (f->kind != PENDING_SAVE)
-			break;
-		f->staged = true;
-		f->bytes = fr->save_staged->bytes;
-		f->stall_ns = fr->save_staged->stall_ns;
-		break;
 	case CKPT__FRAME__BODY_SAVE_DURABLE:
-		if (f->kind != PENDING_SAVE)
-			break;
-		/* durable implies staged, even if that event was lost */
-		f->staged = true;
-		f->durable = true;
-		f->bytes = fr->save_durable->bytes;
-		break;
 	case CKPT__FRAME__BODY_SAVE_KEPT:
-		if (f->kind != PENDING_SAVE)
-			break;
-		f->staged = true;
-		f->kept = true;
-		f->bytes = fr->save_kept->bytes;
-		break;
 	case CKPT__FRAME__BODY_SAVE_REPLICATED:
-		if (f->kind != PENDING_SAVE || f->replicated)
-			break;
-		f->replicated = true;
-		f->replicas = fr->save_replicated->copies;
-		f->repl_status = wire_errno(fr->save_replicated->status);
-		if (f->repl_status)
-			f->repl_message = strdup(fr->save_replicated->message ? fr->save_replicated->message : "");
-		break;
 	case CKPT__FRAME__BODY_SAVE_FAILED:
-		if (f->kind != PENDING_SAVE)
-			break;
-		fail_locked(f, wire_errno(fr->save_failed->status), fr->save_failed->message);
+		if (f->kind == PENDING_SAVE)
+			apply_save_locked(f, fr);
 		break;
-	case CKPT__FRAME__BODY_LOADED: {
-		const Ckpt__Loaded *l = fr->loaded;
-
-		if (f->kind != PENDING_LOAD)
-			break;
-		if (l->extra_state.len) {
-			f->extra = malloc(l->extra_state.len);
-			if (!f->extra) {
-				fail_locked(f, -ENOMEM, "out of memory for extra state");
-				break;
-			}
-			memcpy(f->extra, l->extra_state.data, l->extra_state.len);
-			f->extra_len = l->extra_state.len;
-		}
-		if (l->n_tensors) {
-			f->tensor_names = calloc(l->n_tensors, sizeof(char *));
-			f->tensor_sources = calloc(l->n_tensors, sizeof(char *));
-			if (!f->tensor_names || !f->tensor_sources) {
-				fail_locked(f, -ENOMEM, "out of memory");
-				break;
-			}
-			f->ntensors = l->n_tensors;
-			for (size_t i = 0; i < l->n_tensors; i++) {
-				f->tensor_names[i] = strdup(l->tensors[i]->name);
-				f->tensor_sources[i] = strdup(l->tensors[i]->source);
-			}
-		}
-		snprintf(f->source, sizeof(f->source), "%s", l->source ? l->source : "");
-		snprintf(f->peer, sizeof(f->peer), "%s", l->peer ? l->peer : "");
-		f->step = l->step;
-		f->bytes = l->bytes;
-		f->loaded = true;
+	case CKPT__FRAME__BODY_LOADED:
+		if (f->kind == PENDING_LOAD)
+			apply_loaded_locked(f, fr->loaded);
 		break;
-	}
 	case CKPT__FRAME__BODY_LOAD_FAILED:
 		if (f->kind != PENDING_LOAD)
 			break;
