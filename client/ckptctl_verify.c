@@ -114,10 +114,106 @@ static void draw_progress(struct verify_run *v, double t0)
 	fflush(stderr);
 }
 
+/* The ranks to verify of the step d describes (every rank of a complete
+ * step; else those that are there, and the incompleteness a problem),
+ * and the bytes the checks will read. */
+static void verify_plan(struct verify_run *v, const ckpt_step_detail *d)
+{
+	bool *has = calloc(v->world_size ? v->world_size : 1, sizeof(*has));
+	v->ranks = calloc(v->world_size ? v->world_size : 1, sizeof(*v->ranks));
+	v->problems = calloc(1000, sizeof(*v->problems));
+	if (!has || !v->ranks || !v->problems)
+		die_oom();
+	for (size_t i = 0; i < d->ntensors; i++) {
+		if (d->tensors[i].rank < v->world_size)
+			has[d->tensors[i].rank] = true;
+		v->bytes_total += d->tensors[i].nbytes;
+	}
+	if (d->info.bytes > v->bytes_total && !d->info.bytes_unlisted)
+		v->bytes_total = d->info.bytes; /* the shards as listed, what the checks read */
+	/* A complete step: every rank (one may hold no tensors); else the ranks
+	 * that are there, and the step's incompleteness is a problem. */
+	for (uint32_t rk = 0; rk < v->world_size; rk++)
+		if (d->info.complete || has[rk])
+			v->ranks[v->nranks++] = rk;
+	if (!d->info.complete) {
+		char line[256];
+		snprintf(line, sizeof(line), "step is not complete: %u of %u ranks (attempt '%s')",
+			 d->info.ranks_present, d->info.world_size, d->info.attempt_id);
+		add_problem(v, line);
+		v->ok = false;
+	}
+	free(has);
+}
+
+/* The ranks verified by up to o->jobs threads (by this one if none
+ * starts), a progress bar drawn meanwhile on a terminal; how many threads
+ * started. */
+static int verify_ranks(struct verify_run *v, const struct opts *o, double t0)
+{
+	int nthreads = o->jobs < (int)v->nranks ? o->jobs : (int)v->nranks;
+	pthread_t th[64];
+	int started = 0;
+	for (int i = 0; i < nthreads; i++)
+		if (pthread_create(&th[i], NULL, verify_worker, v) == 0)
+			started++;
+	if (started == 0 && v->nranks > 0)
+		verify_worker(v);
+	bool bar = isatty(STDERR_FILENO) && !o->json;
+	for (;;) {
+		pthread_mutex_lock(&v->mu);
+		bool finished = v->done == v->nranks || (v->err && v->next == v->nranks) || v->err;
+		pthread_mutex_unlock(&v->mu);
+		if (bar)
+			draw_progress(v, t0);
+		if (finished)
+			break;
+		struct timespec pause = { 0, 50 * 1000000 };
+		nanosleep(&pause, NULL);
+	}
+	for (int i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	if (bar) {
+		draw_progress(v, t0);
+		fputc('\n', stderr);
+	}
+	return started;
+}
+
+/* The verdict: JSON (the step and the checks), or the problems and a
+ * line. */
+static void verify_report(const struct verify_run *v, const ckpt_step_detail *d, const struct opts *o, double dt,
+			  int started)
+{
+	char sz[32], rate[32];
+	human_bytes(dt > 0 ? (uint64_t)((double)v->bytes_checked / dt) : 0, rate, sizeof(rate));
+	if (o->json) {
+		json_object *j = json_step(&d->info), *a = json_object_new_array();
+		if (!a)
+			die_oom();
+		json_put(j, "ok", json_object_new_boolean(v->ok));
+		json_put(j, "bytes_checked", json_object_new_uint64(v->bytes_checked));
+		json_put(j, "ranks_checked", json_object_new_uint64(v->done));
+		json_put(j, "seconds", json_object_new_double(dt));
+		for (size_t i = 0; i < v->nproblems; i++)
+			if (json_object_array_add(a, json_object_new_string(v->problems[i])) != 0)
+				die_oom();
+		json_put(j, "problems", a);
+		json_print(j);
+		json_object_put(j);
+	} else {
+		for (size_t i = 0; i < v->nproblems; i++)
+			printf("%s\n", v->problems[i]);
+		printf("%s step %" PRIu64 ": %s (%s checked, %u of %u ranks, %.1f s, %s/s, %d at once)\n", v->job,
+		       v->step, v->ok ? "OK" : "FAILED", human_bytes(v->bytes_checked, sz, sizeof(sz)), v->done,
+		       v->world_size, dt, rate, started ? started : 1);
+	}
+}
+
 int cmd_verify(ckpt_client *c, const char *job, uint64_t step, const struct opts *o)
 {
 	ckpt_step_detail *d = NULL;
-	char what[400], sz[32], rate[32];
+	char what[400];
 	int r = ckpt_show(c, job, step, &d);
 	if (r < 0) {
 		snprintf(what, sizeof(what), "verify %s %" PRIu64, job, step);
@@ -130,89 +226,19 @@ int cmd_verify(ckpt_client *c, const char *job, uint64_t step, const struct opts
 				.attempt = d->info.attempt_id,
 				.world_size = d->info.world_size,
 				.ok = true };
-	bool *has = calloc(v.world_size ? v.world_size : 1, sizeof(*has));
-	v.ranks = calloc(v.world_size ? v.world_size : 1, sizeof(*v.ranks));
-	v.problems = calloc(1000, sizeof(*v.problems));
-	if (!has || !v.ranks || !v.problems)
-		die_oom();
-	for (size_t i = 0; i < d->ntensors; i++) {
-		if (d->tensors[i].rank < v.world_size)
-			has[d->tensors[i].rank] = true;
-		v.bytes_total += d->tensors[i].nbytes;
-	}
-	if (d->info.bytes > v.bytes_total && !d->info.bytes_unlisted)
-		v.bytes_total = d->info.bytes; /* the shards as listed, what the checks read */
-	/* A complete step: every rank (one may hold no tensors); else the ranks
-	 * that are there, and the step's incompleteness is a problem. */
-	for (uint32_t rk = 0; rk < v.world_size; rk++)
-		if (d->info.complete || has[rk])
-			v.ranks[v.nranks++] = rk;
-	if (!d->info.complete) {
-		char line[256];
-		snprintf(line, sizeof(line), "step is not complete: %u of %u ranks (attempt '%s')",
-			 d->info.ranks_present, d->info.world_size, d->info.attempt_id);
-		add_problem(&v, line);
-		v.ok = false;
-	}
-	int nthreads = o->jobs < (int)v.nranks ? o->jobs : (int)v.nranks;
-	pthread_t th[64];
+	verify_plan(&v, d);
 	double t0 = mono_s();
-	int started = 0;
-	for (int i = 0; i < nthreads; i++)
-		if (pthread_create(&th[i], NULL, verify_worker, &v) == 0)
-			started++;
-	if (started == 0 && v.nranks > 0)
-		verify_worker(&v);
-	bool bar = isatty(STDERR_FILENO) && !o->json;
-	for (;;) {
-		pthread_mutex_lock(&v.mu);
-		bool finished = v.done == v.nranks || (v.err && v.next == v.nranks) || v.err;
-		pthread_mutex_unlock(&v.mu);
-		if (bar)
-			draw_progress(&v, t0);
-		if (finished)
-			break;
-		struct timespec pause = { 0, 50 * 1000000 };
-		nanosleep(&pause, NULL);
-	}
-	for (int i = 0; i < started; i++)
-		pthread_join(th[i], NULL);
-	if (bar) {
-		draw_progress(&v, t0);
-		fputc('\n', stderr);
-	}
+	int started = verify_ranks(&v, o, t0);
 	double dt = mono_s() - t0;
 	if (v.err) {
 		fprintf(stderr, "ckptctl: verify %s %" PRIu64 ": %s (%s)\n", job, step, ckpt_strerror(v.err), v.errmsg);
 		exit(1);
 	}
-	human_bytes(dt > 0 ? (uint64_t)((double)v.bytes_checked / dt) : 0, rate, sizeof(rate));
-	if (o->json) {
-		json_object *j = json_step(&d->info), *a = json_object_new_array();
-		if (!a)
-			die_oom();
-		json_put(j, "ok", json_object_new_boolean(v.ok));
-		json_put(j, "bytes_checked", json_object_new_uint64(v.bytes_checked));
-		json_put(j, "ranks_checked", json_object_new_uint64(v.done));
-		json_put(j, "seconds", json_object_new_double(dt));
-		for (size_t i = 0; i < v.nproblems; i++)
-			if (json_object_array_add(a, json_object_new_string(v.problems[i])) != 0)
-				die_oom();
-		json_put(j, "problems", a);
-		json_print(j);
-		json_object_put(j);
-	} else {
-		for (size_t i = 0; i < v.nproblems; i++)
-			printf("%s\n", v.problems[i]);
-		printf("%s step %" PRIu64 ": %s (%s checked, %u of %u ranks, %.1f s, %s/s, %d at once)\n", job, step,
-		       v.ok ? "OK" : "FAILED", human_bytes(v.bytes_checked, sz, sizeof(sz)), v.done, v.world_size, dt,
-		       rate, started ? started : 1);
-	}
+	verify_report(&v, d, o, dt, started);
 	for (size_t i = 0; i < v.nproblems; i++)
 		free(v.problems[i]);
 	free(v.problems);
 	free(v.ranks);
-	free(has);
 	ckpt_step_detail_free(d);
 	return v.ok ? 0 : 1;
 }
