@@ -106,62 +106,42 @@ static void mark_latest(const ckpt_step_info *v, size_t n, bool *latest)
 	}
 }
 
-static int cmd_ls(ckpt_client *c, const char *job, int json)
+/* ckptctl ls --json: the steps as an array, each marked latest or not,
+ * with when it was saved and its age where known. */
+static void ls_json(const ckpt_step_info *v, size_t n, const bool *latest, int64_t now)
 {
-	ckpt_step_info *v = NULL;
-	size_t n = 0, jw = 3;
-	char what[300], sz[32], ranks[32], when[32], age[32];
-	int r = ckpt_list(c, job, &v, &n);
-	if (r < 0) {
-		snprintf(what, sizeof(what), "ls%s%s", job ? " " : "", job ? job : "");
-		die(what, r);
-	}
-	/* A job with no steps is most often a mistyped name: a header alone
-	 * and exit 0 would read as "nothing saved yet". --json still prints
-	 * its (empty) array, so that what reads stdout parses. */
-	if (job && n == 0) {
-		if (json)
-			puts("[]");
-		fprintf(stderr, "ckptctl: job '%s' has no steps (ckptctl ls lists every job)\n", job);
-		free(v);
-		return 1;
-	}
-	if (n > 1)
-		qsort(v, n, sizeof(*v), step_cmp);
-	bool *latest = calloc(n ? n : 1, sizeof(*latest));
-	if (latest == NULL)
+	char when[32];
+	json_object *a = json_object_new_array();
+	if (!a)
 		die_oom();
-	mark_latest(v, n, latest);
-	int64_t now = now_unix_ns();
-	if (json) {
-		json_object *a = json_object_new_array();
-		if (!a)
-			die_oom();
-		for (size_t i = 0; i < n; i++) {
-			json_object *o = json_step(&v[i]);
-			if (v[i].bytes_unlisted) { /* layout spread: null; show has them */
-				json_object_object_del(o, "bytes");
-				if (json_object_object_add(o, "bytes", NULL) != 0)
-					die_oom();
-			}
-			json_put(o, "latest", json_object_new_boolean(latest[i]));
-			if (v[i].saved_unix_ns > 0) {
-				json_put(o, "saved",
-					 json_object_new_string(saved_time(v[i].saved_unix_ns, when, sizeof(when))));
-				json_put(o, "age_s",
-					 json_object_new_int64(now > v[i].saved_unix_ns
-								       ? (now - v[i].saved_unix_ns) / 1000000000
-								       : 0));
-			}
-			if (json_object_array_add(a, o) != 0)
+	for (size_t i = 0; i < n; i++) {
+		json_object *o = json_step(&v[i]);
+		if (v[i].bytes_unlisted) { /* layout spread: null; show has them */
+			json_object_object_del(o, "bytes");
+			if (json_object_object_add(o, "bytes", NULL) != 0)
 				die_oom();
 		}
-		json_print(a);
-		json_object_put(a);
-		free(latest);
-		free(v);
-		return 0;
+		json_put(o, "latest", json_object_new_boolean(latest[i]));
+		if (v[i].saved_unix_ns > 0) {
+			json_put(o, "saved",
+				 json_object_new_string(saved_time(v[i].saved_unix_ns, when, sizeof(when))));
+			json_put(o, "age_s",
+				 json_object_new_int64(
+					 now > v[i].saved_unix_ns ? (now - v[i].saved_unix_ns) / 1000000000 : 0));
+		}
+		if (json_object_array_add(a, o) != 0)
+			die_oom();
 	}
+	json_print(a);
+	json_object_put(a);
+}
+
+/* ckptctl ls: the steps as a table, the job column as wide as the
+ * longest name. */
+static void ls_text(const ckpt_step_info *v, size_t n, const bool *latest, int64_t now)
+{
+	size_t jw = 3;
+	char sz[32], ranks[32], when[32], age[32];
 	for (size_t i = 0; i < n; i++)
 		if (strlen(v[i].job) > jw)
 			jw = strlen(v[i].job);
@@ -185,6 +165,39 @@ static int cmd_ls(ckpt_client *c, const char *job, int json)
 	if (n > 0)
 		printf("* latest complete step of its job in storage (what a restore of \"latest\" loads)\n"
 		       "  steps in memory only are this node's daemon's; RANKS counts the ranks it holds\n");
+}
+
+static int cmd_ls(ckpt_client *c, const char *job, int json)
+{
+	ckpt_step_info *v = NULL;
+	size_t n = 0;
+	char what[300];
+	int r = ckpt_list(c, job, &v, &n);
+	if (r < 0) {
+		snprintf(what, sizeof(what), "ls%s%s", job ? " " : "", job ? job : "");
+		die(what, r);
+	}
+	/* A job with no steps is most often a mistyped name: a header alone
+	 * and exit 0 would read as "nothing saved yet". --json still prints
+	 * its (empty) array, so that what reads stdout parses. */
+	if (job && n == 0) {
+		if (json)
+			puts("[]");
+		fprintf(stderr, "ckptctl: job '%s' has no steps (ckptctl ls lists every job)\n", job);
+		free(v);
+		return 1;
+	}
+	if (n > 1)
+		qsort(v, n, sizeof(*v), step_cmp);
+	bool *latest = calloc(n ? n : 1, sizeof(*latest));
+	if (latest == NULL)
+		die_oom();
+	mark_latest(v, n, latest);
+	int64_t now = now_unix_ns();
+	if (json)
+		ls_json(v, n, latest, now);
+	else
+		ls_text(v, n, latest, now);
 	free(latest);
 	free(v);
 	return 0;
