@@ -106,34 +106,34 @@ static void mark_latest(const ckpt_step_info *v, size_t n, bool *latest)
 	}
 }
 
-/* ckptctl ls --json: the steps as an array, each marked latest or not,
- * with when it was saved and its age where known. */
-static void ls_json(const ckpt_step_info *v, size_t n, const bool *latest, int64_t now)
+/* What ckptctl ls --json's rows are made from. */
+struct ls_rows {
+	const ckpt_step_info *v;
+	const bool *latest;
+	int64_t now;
+};
+
+/* ckptctl ls --json: a step, marked latest or not, with when it was
+ * saved and its age where known. */
+static json_object *ls_row(const void *arg, size_t i)
 {
+	const struct ls_rows *ls = arg;
+	const ckpt_step_info *v = &ls->v[i];
 	char when[32];
-	json_object *a = json_object_new_array();
-	if (!a)
-		die_oom();
-	for (size_t i = 0; i < n; i++) {
-		json_object *o = json_step(&v[i]);
-		if (v[i].bytes_unlisted) { /* layout spread: null; show has them */
-			json_object_object_del(o, "bytes");
-			if (json_object_object_add(o, "bytes", NULL) != 0)
-				die_oom();
-		}
-		json_put(o, "latest", json_object_new_boolean(latest[i]));
-		if (v[i].saved_unix_ns > 0) {
-			json_put(o, "saved",
-				 json_object_new_string(saved_time(v[i].saved_unix_ns, when, sizeof(when))));
-			json_put(o, "age_s",
-				 json_object_new_int64(
-					 now > v[i].saved_unix_ns ? (now - v[i].saved_unix_ns) / 1000000000 : 0));
-		}
-		if (json_object_array_add(a, o) != 0)
+	json_object *o = json_step(v);
+	if (v->bytes_unlisted) { /* layout spread: null; show has them */
+		json_object_object_del(o, "bytes");
+		if (json_object_object_add(o, "bytes", NULL) != 0)
 			die_oom();
 	}
-	json_print(a);
-	json_object_put(a);
+	json_put(o, "latest", json_object_new_boolean(ls->latest[i]));
+	if (v->saved_unix_ns > 0) {
+		json_put(o, "saved", json_object_new_string(saved_time(v->saved_unix_ns, when, sizeof(when))));
+		json_put(o, "age_s",
+			 json_object_new_int64(ls->now > v->saved_unix_ns ? (ls->now - v->saved_unix_ns) / 1000000000
+									  : 0));
+	}
+	return o;
 }
 
 /* ckptctl ls: the steps as a table, the job column as wide as the
@@ -194,10 +194,13 @@ static int cmd_ls(ckpt_client *c, const char *job, int json)
 		die_oom();
 	mark_latest(v, n, latest);
 	int64_t now = now_unix_ns();
-	if (json)
-		ls_json(v, n, latest, now);
-	else
+	if (json) {
+		json_object *a = json_rows(n, ls_row, &(struct ls_rows){ .v = v, .latest = latest, .now = now });
+		json_print(a);
+		json_object_put(a);
+	} else {
 		ls_text(v, n, latest, now);
+	}
 	free(latest);
 	free(v);
 	return 0;
@@ -288,6 +291,25 @@ static uint64_t step_of(ckpt_client *c, const char *cmd, const char *job, const 
 	return info.step;
 }
 
+/* ckptctl show --json: a tensor (of the ckpt_tensor_info array tensors). */
+static json_object *tensor_row(const void *tensors, size_t i)
+{
+	const ckpt_tensor_info *t = &((const ckpt_tensor_info *)tensors)[i];
+	json_object *e = json_object_new_object();
+	if (!e)
+		die_oom();
+	json_put(e, "rank", json_object_new_uint64(t->rank));
+	json_put(e, "name", json_object_new_string(t->name));
+	json_put(e, "dtype", json_object_new_string(dtype_name(t->dtype)));
+	json_put(e, "global_shape", json_u64_array(t->global_shape, t->ndim));
+	json_put(e, "box_offsets", json_u64_array(t->box_offsets, t->ndim));
+	json_put(e, "box_lengths", json_u64_array(t->box_lengths, t->ndim));
+	json_put(e, "shard_offset", json_object_new_uint64(t->shard_offset));
+	json_put(e, "nbytes", json_object_new_uint64(t->nbytes));
+	json_put(e, "crc32c", json_object_new_uint64(t->crc32c));
+	return e;
+}
+
 static int cmd_show(ckpt_client *c, const char *job, uint64_t step, int json)
 {
 	ckpt_step_detail *d = NULL;
@@ -298,27 +320,8 @@ static int cmd_show(ckpt_client *c, const char *job, uint64_t step, int json)
 		die(what, r);
 	}
 	if (json) {
-		json_object *o = json_step(&d->info), *a = json_object_new_array();
-		if (!a)
-			die_oom();
-		for (size_t i = 0; i < d->ntensors; i++) {
-			const ckpt_tensor_info *t = &d->tensors[i];
-			json_object *e = json_object_new_object();
-			if (!e)
-				die_oom();
-			json_put(e, "rank", json_object_new_uint64(t->rank));
-			json_put(e, "name", json_object_new_string(t->name));
-			json_put(e, "dtype", json_object_new_string(dtype_name(t->dtype)));
-			json_put(e, "global_shape", json_u64_array(t->global_shape, t->ndim));
-			json_put(e, "box_offsets", json_u64_array(t->box_offsets, t->ndim));
-			json_put(e, "box_lengths", json_u64_array(t->box_lengths, t->ndim));
-			json_put(e, "shard_offset", json_object_new_uint64(t->shard_offset));
-			json_put(e, "nbytes", json_object_new_uint64(t->nbytes));
-			json_put(e, "crc32c", json_object_new_uint64(t->crc32c));
-			if (json_object_array_add(a, e) != 0)
-				die_oom();
-		}
-		json_put(o, "tensors", a);
+		json_object *o = json_step(&d->info);
+		json_put(o, "tensors", json_rows(d->ntensors, tensor_row, d->tensors));
 		json_print(o);
 		json_object_put(o);
 	} else {
@@ -433,6 +436,16 @@ static int cmd_resolve(ckpt_client *c, const char *job, const char *step_arg, in
 	return 0;
 }
 
+/* ckptctl gc --json: a step removed (of the ckpt_gc_entry array v), and
+ * why. */
+static json_object *gc_row(const void *v, size_t i)
+{
+	const ckpt_gc_entry *g = &((const ckpt_gc_entry *)v)[i];
+	json_object *e = json_step(&g->info);
+	json_put(e, "reason", json_object_new_string(g->reason));
+	return e;
+}
+
 static int cmd_gc(ckpt_client *c, const char *job, int dry_run, int json)
 {
 	ckpt_gc_entry *v = NULL;
@@ -442,17 +455,11 @@ static int cmd_gc(ckpt_client *c, const char *job, int dry_run, int json)
 	if (r < 0)
 		die("gc", r);
 	if (json) {
-		json_object *o = json_object_new_object(), *a = json_object_new_array();
-		if (!o || !a)
+		json_object *o = json_object_new_object();
+		if (!o)
 			die_oom();
 		json_put(o, "dry_run", json_object_new_boolean(dry_run));
-		for (size_t i = 0; i < n; i++) {
-			json_object *e = json_step(&v[i].info);
-			json_put(e, "reason", json_object_new_string(v[i].reason));
-			if (json_object_array_add(a, e) != 0)
-				die_oom();
-		}
-		json_put(o, "removed", a);
+		json_put(o, "removed", json_rows(n, gc_row, v));
 		json_print(o);
 		json_object_put(o);
 	} else {

@@ -15,29 +15,22 @@
 #include "ckptctl_cmd.h"
 #include "ckptctl_util.h"
 
-/* The memory tier's copies, as --json prints them. */
-static json_object *json_held(const ckpt_status_info *s)
+/* A copy in the memory tier (of s->held), as --json prints it. */
+static json_object *held_row(const void *s, size_t i)
 {
-	json_object *held = json_object_new_array();
-	if (!held)
+	const ckpt_held_info *h = &((const ckpt_status_info *)s)->held[i];
+	json_object *e = json_object_new_object();
+	if (!e)
 		die_oom();
-	for (uint32_t i = 0; i < s->nheld && i < CKPT_STATUS_MAX_HELD; i++) {
-		const ckpt_held_info *h = &s->held[i];
-		json_object *e = json_object_new_object();
-		if (!e)
-			die_oom();
-		json_put(e, "job", json_object_new_string(h->job));
-		json_put(e, "rank", json_object_new_uint64(h->rank));
-		json_put(e, "world_size", json_object_new_uint64(h->world_size));
-		json_put(e, "step", json_object_new_uint64(h->step));
-		json_put(e, "bytes", json_object_new_uint64(h->bytes));
-		json_put(e, "attempt_id", json_object_new_string(h->attempt_id));
-		json_put(e, "tier", json_object_new_string(tier_name(h->tier)));
-		json_put(e, "durable", json_object_new_boolean(h->durable));
-		if (json_object_array_add(held, e) != 0)
-			die_oom();
-	}
-	return held;
+	json_put(e, "job", json_object_new_string(h->job));
+	json_put(e, "rank", json_object_new_uint64(h->rank));
+	json_put(e, "world_size", json_object_new_uint64(h->world_size));
+	json_put(e, "step", json_object_new_uint64(h->step));
+	json_put(e, "bytes", json_object_new_uint64(h->bytes));
+	json_put(e, "attempt_id", json_object_new_string(h->attempt_id));
+	json_put(e, "tier", json_object_new_string(tier_name(h->tier)));
+	json_put(e, "durable", json_object_new_boolean(h->durable));
+	return e;
 }
 
 /* The files a crashed run left, removed at start. */
@@ -55,47 +48,34 @@ static json_object *json_recovered(const ckpt_status_info *s)
 	return rec;
 }
 
-static json_object *json_tenants(const ckpt_status_info *s)
+static json_object *tenant_row(const void *s, size_t i)
 {
-	json_object *ten = json_object_new_array();
-	if (!ten)
+	const ckpt_tenant_info *t = &((const ckpt_status_info *)s)->tenants[i];
+	json_object *e = json_object_new_object();
+	if (!e)
 		die_oom();
-	for (uint32_t i = 0; i < s->ntenants; i++) {
-		json_object *e = json_object_new_object();
-		if (!e)
-			die_oom();
-		json_put(e, "name", json_object_new_string(s->tenants[i].name));
-		json_put(e, "sessions", json_object_new_uint64(s->tenants[i].sessions));
-		json_put(e, "inflight_saves", json_object_new_uint64(s->tenants[i].inflight_saves));
-		json_put(e, "pool_bytes", json_object_new_uint64(s->tenants[i].pool_bytes));
-		if (json_object_array_add(ten, e) != 0)
-			die_oom();
-	}
-	return ten;
+	json_put(e, "name", json_object_new_string(t->name));
+	json_put(e, "sessions", json_object_new_uint64(t->sessions));
+	json_put(e, "inflight_saves", json_object_new_uint64(t->inflight_saves));
+	json_put(e, "pool_bytes", json_object_new_uint64(t->pool_bytes));
+	return e;
 }
 
-static json_object *json_failures(const ckpt_status_info *s)
+static json_object *failure_row(const void *s, size_t i)
 {
 	char a[32];
-	json_object *fails = json_object_new_array();
-	if (!fails)
+	const ckpt_failure_info *f = &((const ckpt_status_info *)s)->failures[i];
+	json_object *e = json_object_new_object();
+	if (!e)
 		die_oom();
-	for (uint32_t i = 0; i < s->nfailures && i < CKPT_STATUS_MAX_FAILURES; i++) {
-		const ckpt_failure_info *f = &s->failures[i];
-		json_object *e = json_object_new_object();
-		if (!e)
-			die_oom();
-		json_put(e, "job", json_object_new_string(f->job));
-		json_put(e, "step", json_object_new_uint64(f->step));
-		json_put(e, "rank", json_object_new_uint64(f->rank));
-		json_put(e, "error", json_object_new_string(ckpt_strerror(f->status)));
-		json_put(e, "message", json_object_new_string(f->message));
-		json_put(e, "failed_unix_ns", json_object_new_int64(f->unix_ns));
-		json_put(e, "failed", json_object_new_string(saved_time(f->unix_ns, a, sizeof(a))));
-		if (json_object_array_add(fails, e) != 0)
-			die_oom();
-	}
-	return fails;
+	json_put(e, "job", json_object_new_string(f->job));
+	json_put(e, "step", json_object_new_uint64(f->step));
+	json_put(e, "rank", json_object_new_uint64(f->rank));
+	json_put(e, "error", json_object_new_string(ckpt_strerror(f->status)));
+	json_put(e, "message", json_object_new_string(f->message));
+	json_put(e, "failed_unix_ns", json_object_new_int64(f->unix_ns));
+	json_put(e, "failed", json_object_new_string(saved_time(f->unix_ns, a, sizeof(a))));
+	return e;
 }
 
 static void status_json(const ckpt_status_info *s)
@@ -127,10 +107,13 @@ static void status_json(const ckpt_status_info *s)
 	json_put(o, "peak_rss_bytes", json_object_new_uint64(s->peak_rss_bytes));
 	json_put(o, "storage", json_object_new_string(s->storage));
 	json_put(o, "cuda", json_object_new_string(s->cuda));
-	json_put(o, "memory_tier", json_held(s));
+	json_put(o, "memory_tier",
+		 json_rows(s->nheld < CKPT_STATUS_MAX_HELD ? s->nheld : CKPT_STATUS_MAX_HELD, held_row, s));
 	json_put(o, "recovered", json_recovered(s));
-	json_put(o, "tenants", json_tenants(s));
-	json_put(o, "last_failures", json_failures(s));
+	json_put(o, "tenants", json_rows(s->ntenants, tenant_row, s));
+	json_put(o, "last_failures",
+		 json_rows(s->nfailures < CKPT_STATUS_MAX_FAILURES ? s->nfailures : CKPT_STATUS_MAX_FAILURES,
+			   failure_row, s));
 	json_print(o);
 	json_object_put(o);
 }

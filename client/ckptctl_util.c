@@ -101,6 +101,17 @@ void json_print(json_object *o)
 	puts(s);
 }
 
+json_object *json_rows(size_t n, json_object *(*row)(const void *arg, size_t i), const void *arg)
+{
+	json_object *a = json_object_new_array();
+	if (!a)
+		die_oom();
+	for (size_t i = 0; i < n; i++)
+		if (json_object_array_add(a, row(arg, i)) != 0)
+			die_oom();
+	return a;
+}
+
 const char *tier_name(int t)
 {
 	return t == CKPT_TIER_MEMORY ? "memory" : t == CKPT_TIER_REPLICATED ? "replicated" : "durable";

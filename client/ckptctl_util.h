@@ -23,6 +23,9 @@ const char *saved_time(int64_t ns, char *buf, size_t len);
 void json_put(json_object *o, const char *key, json_object *v);
 /* o, pretty, on stdout. */
 void json_print(json_object *o);
+/* An array of n rows, the ith made by row(arg, i) (exits when out of
+ * memory): arg is what the rows are made from. */
+json_object *json_rows(size_t n, json_object *(*row)(const void *arg, size_t i), const void *arg);
 /* A step as --json prints it. */
 json_object *json_step(const ckpt_step_info *v);
 const char *tier_name(int t);
