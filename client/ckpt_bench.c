@@ -495,6 +495,59 @@ static uint64_t number(const char *opt, const char *v, uint64_t lo, uint64_t hi)
 	return x;
 }
 
+static const struct option longopts[] = {
+	{ "socket", required_argument, NULL, 's' },
+	{ "job", required_argument, NULL, 'J' },
+	{ "size-mb", required_argument, NULL, 'm' },
+	{ "layers", required_argument, NULL, 'L' },
+	{ "ranks", required_argument, NULL, 'r' },
+	{ "saves", required_argument, NULL, 'S' },
+	{ "loads", required_argument, NULL, 'l' },
+	{ "threads", required_argument, NULL, 't' },
+	{ "optimizer", required_argument, NULL, 'o' },
+	{ "mode", required_argument, NULL, 'M' },
+	{ "storage", required_argument, NULL, 'u' },
+	{ "restore-socket", required_argument, NULL, 'R' },
+	{ "json", required_argument, NULL, 'j' },
+	{ "version", no_argument, NULL, 'V' },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* The options as given, checked together and settled: --mode tiers as
+ * an agent run with a restore socket, a fresh job where none is named.
+ * -1 to go on, else the exit status. */
+static int settle_opts(struct opts *o)
+{
+	bool tiers = !strcmp(o->mode, "tiers");
+	if (tiers && !o->restore_socket) {
+		fprintf(stderr, "ckpt-bench: --mode tiers needs --restore-socket\n");
+		return 2;
+	}
+	if (tiers) {
+		o->mode = "agent"; /* through ckptd; rank_agent goes to rank_tiers */
+		o->loads = o->saves;
+	} else {
+		o->restore_socket = NULL;
+	}
+	bool agent = !strcmp(o->mode, "agent");
+	if ((!agent && strcmp(o->mode, "direct")) || !o->ranks || o->ranks > MAX_RANKS || !o->saves ||
+	    o->saves > MAX_ROUNDS || o->loads > MAX_ROUNDS || !o->threads || o->threads > 64 ||
+	    (strcmp(o->optimizer, "none") && strcmp(o->optimizer, "sgd") && strcmp(o->optimizer, "adam")) ||
+	    (!agent && !o->storage) || (!o->size_mb && !o->layers)) {
+		usage(stderr);
+		return 2;
+	}
+	if (!o->job) {
+		/* a fresh job each run: a second run against the same storage
+		 * would otherwise find its steps saved already */
+		static char fresh[64];
+		snprintf(fresh, sizeof(fresh), "bench-%lld-%ld", (long long)time(NULL), (long)getpid());
+		o->job = fresh;
+	}
+	return -1;
+}
+
 /* The options into *out: -1 to go on, else the exit status. */
 static int parse_opts(int argc, char **argv, struct opts *out)
 {
@@ -507,24 +560,6 @@ static int parse_opts(int argc, char **argv, struct opts *out)
 			  .loads = 2,
 			  .threads = 2 };
 	o.socket = getenv("CKPTD_SOCKET");
-	static const struct option longopts[] = {
-		{ "socket", required_argument, NULL, 's' },
-		{ "job", required_argument, NULL, 'J' },
-		{ "size-mb", required_argument, NULL, 'm' },
-		{ "layers", required_argument, NULL, 'L' },
-		{ "ranks", required_argument, NULL, 'r' },
-		{ "saves", required_argument, NULL, 'S' },
-		{ "loads", required_argument, NULL, 'l' },
-		{ "threads", required_argument, NULL, 't' },
-		{ "optimizer", required_argument, NULL, 'o' },
-		{ "mode", required_argument, NULL, 'M' },
-		{ "storage", required_argument, NULL, 'u' },
-		{ "restore-socket", required_argument, NULL, 'R' },
-		{ "json", required_argument, NULL, 'j' },
-		{ "version", no_argument, NULL, 'V' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	int ch;
 	while ((ch = getopt_long(argc, argv, "s:Vh", longopts, NULL)) != -1) {
 		switch (ch) {
@@ -550,32 +585,9 @@ static int parse_opts(int argc, char **argv, struct opts *out)
 		fprintf(stderr, "ckpt-bench: unexpected argument '%s'\n", argv[optind]);
 		return 2;
 	}
-	bool tiers = !strcmp(o.mode, "tiers");
-	if (tiers && !o.restore_socket) {
-		fprintf(stderr, "ckpt-bench: --mode tiers needs --restore-socket\n");
-		return 2;
-	}
-	if (tiers) {
-		o.mode = "agent"; /* through ckptd; rank_agent goes to rank_tiers */
-		o.loads = o.saves;
-	} else {
-		o.restore_socket = NULL;
-	}
-	bool agent = !strcmp(o.mode, "agent");
-	if ((!agent && strcmp(o.mode, "direct")) || !o.ranks || o.ranks > MAX_RANKS || !o.saves ||
-	    o.saves > MAX_ROUNDS || o.loads > MAX_ROUNDS || !o.threads || o.threads > 64 ||
-	    (strcmp(o.optimizer, "none") && strcmp(o.optimizer, "sgd") && strcmp(o.optimizer, "adam")) ||
-	    (!agent && !o.storage) || (!o.size_mb && !o.layers)) {
-		usage(stderr);
-		return 2;
-	}
-	if (!o.job) {
-		/* a fresh job each run: a second run against the same storage
-		 * would otherwise find its steps saved already */
-		static char fresh[64];
-		snprintf(fresh, sizeof(fresh), "bench-%lld-%ld", (long long)time(NULL), (long)getpid());
-		o.job = fresh;
-	}
+	int rc = settle_opts(&o);
+	if (rc >= 0)
+		return rc;
 	*out = o;
 	return -1;
 }
