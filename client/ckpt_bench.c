@@ -131,24 +131,82 @@ static double memcpy_time(uint8_t *dst, const uint8_t *src, size_t n, unsigned t
 static void rank_tiers(const struct opts *o, struct shared *sh, unsigned r, ckpt_tensor *t, size_t k, ckpt_client *c,
 		       uint8_t *data, uint64_t total);
 
+/* Rank r's tensors, each with its optimizer state (m1, m2) beside it:
+ * their names and shapes (float32 elements) into names and shapes; how
+ * many, the bytes of them all in *total. */
+static size_t agent_tensors(const struct opts *o, unsigned r, char (*names)[32], uint64_t *shapes, size_t cap,
+			    uint64_t *total)
+{
+	static uint64_t sizes[1 << 16];
+	size_t nt = rank_tensors(o, r, sizes, cap / 3);
+	unsigned mult = opt_mult(o);
+	size_t k = 0;
+	*total = 0;
+	for (size_t i = 0; i < nt; i++)
+		for (unsigned m = 0; m < mult; m++, k++) {
+			snprintf(names[k], sizeof(names[k]), "t%zu.%s", i, m == 0 ? "w" : m == 1 ? "m1" : "m2");
+			shapes[k] = sizes[i] / 4;
+			*total += sizes[i];
+		}
+	return k;
+}
+
+/* --mode agent's saves, timed: the stall and the time to durable. */
+static void agent_saves(const struct opts *o, struct shared *sh, unsigned r, ckpt_client *c, ckpt_tensor *t, size_t k,
+			uint8_t *data, uint64_t total)
+{
+	for (unsigned s = 0; s < o->saves; s++) {
+		pthread_barrier_wait(&sh->bar);
+		ckpt_future *f = NULL;
+		double t0 = now_s();
+		int e = ckpt_save(c, s + 1, t, k, NULL, 0, &f);
+		if (e < 0)
+			fail(sh, "rank %u: save: %s (%s)", r, ckpt_strerror(e), ckpt_errmsg());
+		e = ckpt_future_wait(f, CKPT_STAGED, -1);
+		sh->stall[r][s] = now_s() - t0;
+		if (e == 0)
+			e = ckpt_future_wait(f, CKPT_DURABLE, -1);
+		sh->durable[r][s] = now_s() - t0;
+		if (e < 0)
+			fail(sh, "rank %u: save %u: %s (%s)", r, s + 1, ckpt_strerror(e), ckpt_future_message(f));
+		ckpt_future_free(f);
+		data[s % (total ? total : 1)] ^= 1; /* the trainer moves on */
+	}
+}
+
+/* --mode agent's loads of the latest step, timed: from the daemon's
+ * memory (which must be where it came from), then from storage. */
+static void agent_loads(const struct opts *o, struct shared *sh, unsigned r, ckpt_client *c, ckpt_tensor *t, size_t k)
+{
+	for (unsigned l = 0; l < o->loads; l++) {
+		for (int storage = 0; storage < 2; storage++) {
+			pthread_barrier_wait(&sh->bar);
+			ckpt_future *f = NULL;
+			double t0 = now_s();
+			int e = ckpt_load_ex(c, CKPT_LATEST, t, k, storage ? CKPT_LOAD_STORAGE_ONLY : 0, &f);
+			if (e == 0)
+				e = ckpt_future_wait(f, CKPT_LOADED, -1);
+			(storage ? sh->loadsto : sh->loadmem)[r][l] = now_s() - t0;
+			if (e < 0)
+				fail(sh, "rank %u: load: %s (%s)", r, ckpt_strerror(e),
+				     f ? ckpt_future_message(f) : "");
+			if (!storage && strcmp(ckpt_future_source(f), "memory") != 0)
+				fail(sh, "rank %u: load came from %s, not memory", r, ckpt_future_source(f));
+			ckpt_future_free(f);
+		}
+	}
+}
+
 static void rank_agent(const struct opts *o, struct shared *sh, unsigned r)
 {
 	enum {
 		CAP = 1 << 16
 	};
-	static uint64_t sizes[CAP], shapes[CAP];
+	static uint64_t shapes[CAP];
 	static char names[CAP][32];
 	static ckpt_tensor t[CAP];
-	size_t nt = rank_tensors(o, r, sizes, CAP / 3);
-	unsigned mult = opt_mult(o);
 	uint64_t total = 0;
-	size_t k = 0;
-	for (size_t i = 0; i < nt; i++)
-		for (unsigned m = 0; m < mult; m++, k++) {
-			snprintf(names[k], sizeof(names[k]), "t%zu.%s", i, m == 0 ? "w" : m == 1 ? "m1" : "m2");
-			shapes[k] = sizes[i] / 4;
-			total += sizes[i];
-		}
+	size_t k = agent_tensors(o, r, names, shapes, CAP, &total);
 	ckpt_hello h = { .job = o->job, .rank = r, .world_size = o->ranks };
 	ckpt_client *c = NULL;
 	int e = ckpt_connect(o->socket, &h, &c);
@@ -181,43 +239,9 @@ static void rank_agent(const struct opts *o, struct shared *sh, unsigned r)
 	munmap(dst, total ? total : 4096);
 	if (o->restore_socket) {
 		rank_tiers(o, sh, r, t, k, c, data, total);
-		ckpt_buffer_free(b);
-		ckpt_close(c);
-		return;
-	}
-	for (unsigned s = 0; s < o->saves; s++) {
-		pthread_barrier_wait(&sh->bar);
-		ckpt_future *f = NULL;
-		double t0 = now_s();
-		e = ckpt_save(c, s + 1, t, k, NULL, 0, &f);
-		if (e < 0)
-			fail(sh, "rank %u: save: %s (%s)", r, ckpt_strerror(e), ckpt_errmsg());
-		e = ckpt_future_wait(f, CKPT_STAGED, -1);
-		sh->stall[r][s] = now_s() - t0;
-		if (e == 0)
-			e = ckpt_future_wait(f, CKPT_DURABLE, -1);
-		sh->durable[r][s] = now_s() - t0;
-		if (e < 0)
-			fail(sh, "rank %u: save %u: %s (%s)", r, s + 1, ckpt_strerror(e), ckpt_future_message(f));
-		ckpt_future_free(f);
-		data[s % (total ? total : 1)] ^= 1; /* the trainer moves on */
-	}
-	for (unsigned l = 0; l < o->loads; l++) {
-		for (int storage = 0; storage < 2; storage++) {
-			pthread_barrier_wait(&sh->bar);
-			ckpt_future *f = NULL;
-			double t0 = now_s();
-			e = ckpt_load_ex(c, CKPT_LATEST, t, k, storage ? CKPT_LOAD_STORAGE_ONLY : 0, &f);
-			if (e == 0)
-				e = ckpt_future_wait(f, CKPT_LOADED, -1);
-			(storage ? sh->loadsto : sh->loadmem)[r][l] = now_s() - t0;
-			if (e < 0)
-				fail(sh, "rank %u: load: %s (%s)", r, ckpt_strerror(e),
-				     f ? ckpt_future_message(f) : "");
-			if (!storage && strcmp(ckpt_future_source(f), "memory") != 0)
-				fail(sh, "rank %u: load came from %s, not memory", r, ckpt_future_source(f));
-			ckpt_future_free(f);
-		}
+	} else {
+		agent_saves(o, sh, r, c, t, k, data, total);
+		agent_loads(o, sh, r, c, t, k);
 	}
 	ckpt_buffer_free(b);
 	ckpt_close(c);
