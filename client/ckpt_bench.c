@@ -650,6 +650,168 @@ static int job_taken(ckpt_client *ctl, const struct opts *o, uint64_t last)
 	return 1;
 }
 
+/* The ranks' shared results and the barrier they meet at; NULL (said on
+ * stderr) if it cannot be mapped. */
+static struct shared *shared_new(unsigned ranks)
+{
+	struct shared *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (sh == MAP_FAILED) {
+		perror("mmap");
+		return NULL;
+	}
+	memset(sh, 0, sizeof(*sh));
+	pthread_barrierattr_t ba;
+	pthread_barrierattr_init(&ba);
+	pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_SHARED);
+	pthread_barrier_init(&sh->bar, &ba, ranks);
+	return sh;
+}
+
+/* A process per rank, waited for: 1 if any died or failed to exit 0. */
+static int run_ranks(const struct opts *o, struct shared *sh, bool agent)
+{
+	pid_t pids[MAX_RANKS];
+	for (unsigned r = 0; r < o->ranks; r++) {
+		pids[r] = fork();
+		if (pids[r] == 0) {
+			if (agent)
+				rank_agent(o, sh, r);
+			else
+				rank_direct(o, sh, r);
+			_exit(0);
+		}
+	}
+	int bad = 0;
+	for (unsigned r = 0; r < o->ranks; r++) {
+		int st;
+		waitpid(pids[r], &st, 0);
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			bad = 1;
+	}
+	return bad;
+}
+
+/* What a run measured, over its ranks and rounds. */
+struct summary {
+	double mb; /* the state of every rank, MiB */
+	double mc; /* the memcpy baseline, the slowest rank's, s */
+	/* stall, to durable, load from memory, load from storage: median
+	 * and p90, s */
+	double sm, sp, dm, dp, lmm, lmp, lsm, lsp;
+	double cpu, rss; /* the daemon's CPU time (s) and peak RSS (MiB) */
+};
+
+static void summarize(const struct opts *o, struct shared *sh, bool agent, const ckpt_status_info *before,
+		      const ckpt_status_info *after, struct summary *m)
+{
+	uint64_t bytes = 0;
+	m->mc = 0;
+	for (unsigned r = 0; r < o->ranks; r++) {
+		bytes += sh->bytes[r];
+		if (sh->memcpy_s[r] > m->mc)
+			m->mc = sh->memcpy_s[r];
+	}
+	stats(sh->stall, o->ranks, o->saves, &m->sm, &m->sp);
+	stats(sh->durable, o->ranks, o->saves, &m->dm, &m->dp);
+	stats(sh->loadmem, o->ranks, o->loads, &m->lmm, &m->lmp);
+	stats(sh->loadsto, o->ranks, o->loads, &m->lsm, &m->lsp);
+	m->mb = (double)bytes / (1 << 20);
+	m->cpu = agent ? (double)(after->cpu_ns - before->cpu_ns) / 1e9 : 0;
+	m->rss = agent ? (double)after->peak_rss_bytes / (1 << 20) : 0;
+}
+
+/* --mode tiers: the tiers' saves and the restores' sources side by side. */
+static void print_tiers(const struct opts *o, struct shared *sh, const struct summary *m)
+{
+	double a[2], b[2], c2[2], d2[2], e2[2];
+	stats(sh->stall_mem, o->ranks, o->saves, &a[0], &a[1]);
+	stats(sh->kept, o->ranks, o->saves, &b[0], &b[1]);
+	stats(sh->stall_rep, o->ranks, o->saves, &c2[0], &c2[1]);
+	stats(sh->replicated, o->ranks, o->saves, &d2[0], &d2[1]);
+	stats(sh->loadpeer, o->ranks, o->saves, &e2[0], &e2[1]);
+	printf("\n| tier | stall (med/p90) | to durable / kept / replicated (med/p90) |\n|---|---|---|\n");
+	printf("| durable | %.3f / %.3f s | %.3f / %.3f s |\n", m->sm, m->sp, m->dm, m->dp);
+	printf("| memory | %.3f / %.3f s | %.3f / %.3f s |\n", a[0], a[1], b[0], b[1]);
+	printf("| replicated | %.3f / %.3f s | %.3f / %.3f s |\n", c2[0], c2[1], d2[0], d2[1]);
+	printf("\n| restore from | median | p90 | MiB/s |\n|---|---|---|---|\n");
+	printf("| local memory | %.3f s | %.3f s | %.0f |\n", m->lmm, m->lmp, m->lmm > 0 ? m->mb / m->lmm : 0);
+	printf("| a peer's memory (another node) | %.3f s | %.3f s | %.0f |\n", e2[0], e2[1],
+	       e2[0] > 0 ? m->mb / e2[0] : 0);
+	printf("| storage | %.3f s | %.3f s | %.0f |\n", m->lsm, m->lsp, m->lsm > 0 ? m->mb / m->lsm : 0);
+}
+
+/* The markdown table on stdout (and the tiers' with --mode tiers), and
+ * for an agent run, the job saved and the figures against memcpy. */
+static void print_tables(const struct opts *o, struct shared *sh, const struct summary *m, bool agent)
+{
+	char lm[32];
+	snprintf(lm, sizeof(lm), agent ? "%.3f s" : "-", m->lmm);
+	printf("| mode | state | ranks | stall (med/p90) | durable (med/p90) | load memory | load storage | MB/s "
+	       "durable |\n");
+	printf("|---|---|---|---|---|---|---|---|\n");
+	printf("| %s | %.0f MiB%s | %u | %.3f / %.3f s | %.3f / %.3f s | %s | %.3f s | %.0f |\n", o->mode, m->mb,
+	       strcmp(o->optimizer, "none") ? (strcmp(o->optimizer, "adam") ? " (sgd)" : " (adam)") : "", o->ranks,
+	       m->sm, m->sp, m->dm, m->dp, lm, m->lsm, m->dm > 0 ? m->mb / m->dm : 0);
+	if (o->restore_socket)
+		print_tiers(o, sh, m);
+	if (agent) {
+		printf("saved as job '%s', steps 1 to %u (ckptctl ls %s lists them)\n", o->job,
+		       o->restore_socket ? 3 * o->saves : o->saves, o->job);
+		printf("staging %.0f%% and load from memory %.0f%% of memcpy (%u threads, %.3f s per rank); "
+		       "daemon cpu %.2f s, peak rss %.0f MiB\n",
+		       100 * m->mc / m->sm, 100 * m->mc / m->lmm, o->threads, m->mc, m->cpu, m->rss);
+	}
+}
+
+/* --json FILE: {config, results}; 1 (said on stderr) if it cannot be
+ * written. storage: the daemon's, for an agent run. */
+static int write_json(const struct opts *o, struct shared *sh, const struct summary *m, bool agent, const char *storage)
+{
+	json_object *root = json_object_new_object(), *cfg = json_object_new_object(), *res = json_object_new_object();
+	json_object_object_add(cfg, "mode", json_object_new_string(o->mode));
+	json_object_object_add(cfg, "job", json_object_new_string(o->job));
+	json_object_object_add(cfg, "size_mb", json_object_new_double(m->mb));
+	json_object_object_add(cfg, "layers", json_object_new_uint64(o->layers));
+	json_object_object_add(cfg, "ranks", json_object_new_int((int)o->ranks));
+	json_object_object_add(cfg, "saves", json_object_new_int((int)o->saves));
+	json_object_object_add(cfg, "loads", json_object_new_int((int)o->loads));
+	json_object_object_add(cfg, "optimizer", json_object_new_string(o->optimizer));
+	json_object_object_add(cfg, "storage", json_object_new_string(agent ? storage : o->storage));
+	json_object_object_add(res, "save_stall_s", stat_obj(m->sm, m->sp));
+	json_object_object_add(res, "save_durable_s", stat_obj(m->dm, m->dp));
+	json_object_object_add(res, "load_memory_s", agent ? stat_obj(m->lmm, m->lmp) : NULL);
+	json_object_object_add(res, "load_storage_s", stat_obj(m->lsm, m->lsp));
+	json_object_object_add(res, "throughput_mb_s", json_object_new_double(m->dm > 0 ? m->mb / m->dm : 0));
+	json_object_object_add(res, "memcpy_mb_s", json_object_new_double(m->mc > 0 ? (m->mb / o->ranks) / m->mc : 0));
+	if (agent) {
+		json_object_object_add(res, "staging_vs_memcpy", json_object_new_double(m->mc / m->sm));
+		json_object_object_add(res, "load_memory_vs_memcpy", json_object_new_double(m->mc / m->lmm));
+	}
+	if (o->restore_socket) {
+		double m2, p2;
+		stats(sh->stall_mem, o->ranks, o->saves, &m2, &p2);
+		json_object_object_add(res, "memory_stall_s", stat_obj(m2, p2));
+		stats(sh->kept, o->ranks, o->saves, &m2, &p2);
+		json_object_object_add(res, "memory_kept_s", stat_obj(m2, p2));
+		stats(sh->stall_rep, o->ranks, o->saves, &m2, &p2);
+		json_object_object_add(res, "replicated_stall_s", stat_obj(m2, p2));
+		stats(sh->replicated, o->ranks, o->saves, &m2, &p2);
+		json_object_object_add(res, "replicated_s", stat_obj(m2, p2));
+		stats(sh->loadpeer, o->ranks, o->saves, &m2, &p2);
+		json_object_object_add(res, "load_peer_s", stat_obj(m2, p2));
+	}
+	json_object_object_add(res, "daemon_cpu_s", json_object_new_double(m->cpu));
+	json_object_object_add(res, "daemon_peak_rss_mb", json_object_new_double(m->rss));
+	json_object_object_add(root, "config", cfg);
+	json_object_object_add(root, "results", res);
+	if (json_object_to_file_ext(o->json, root, JSON_C_TO_STRING_PRETTY) != 0) {
+		fprintf(stderr, "ckpt-bench: writing %s failed\n", o->json);
+		return 1;
+	}
+	json_object_put(root);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o;
@@ -659,16 +821,9 @@ int main(int argc, char **argv)
 	bool agent = !strcmp(o.mode, "agent");
 	if (!o.socket)
 		o.socket = CKPT_DEFAULT_SOCKET;
-	struct shared *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (sh == MAP_FAILED) {
-		perror("mmap");
+	struct shared *sh = shared_new(o.ranks);
+	if (sh == NULL)
 		return 1;
-	}
-	memset(sh, 0, sizeof(*sh));
-	pthread_barrierattr_t ba;
-	pthread_barrierattr_init(&ba);
-	pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_SHARED);
-	pthread_barrier_init(&sh->bar, &ba, o.ranks);
 
 	ckpt_client *ctl = NULL;
 	ckpt_status_info before = { 0 }, after = { 0 };
@@ -684,124 +839,17 @@ int main(int argc, char **argv)
 		}
 		ckpt_status(ctl, &before);
 	}
-	pid_t pids[MAX_RANKS];
-	for (unsigned r = 0; r < o.ranks; r++) {
-		pids[r] = fork();
-		if (pids[r] == 0) {
-			if (agent)
-				rank_agent(&o, sh, r);
-			else
-				rank_direct(&o, sh, r);
-			_exit(0);
-		}
-	}
-	int bad = 0;
-	for (unsigned r = 0; r < o.ranks; r++) {
-		int st;
-		waitpid(pids[r], &st, 0);
-		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-			bad = 1;
-	}
-	if (bad || sh->failed) {
+	if (run_ranks(&o, sh, agent) || sh->failed) {
 		fprintf(stderr, "ckpt-bench: %s\n", sh->failed ? sh->msg : "a rank died");
 		return 1;
 	}
 	if (agent)
 		ckpt_status(ctl, &after);
-	uint64_t bytes = 0;
-	double mc = 0;
-	for (unsigned r = 0; r < o.ranks; r++) {
-		bytes += sh->bytes[r];
-		if (sh->memcpy_s[r] > mc)
-			mc = sh->memcpy_s[r];
-	}
-	double sm, sp, dm, dp, lmm, lmp, lsm, lsp;
-	stats(sh->stall, o.ranks, o.saves, &sm, &sp);
-	stats(sh->durable, o.ranks, o.saves, &dm, &dp);
-	stats(sh->loadmem, o.ranks, o.loads, &lmm, &lmp);
-	stats(sh->loadsto, o.ranks, o.loads, &lsm, &lsp);
-	double mb = (double)bytes / (1 << 20);
-	double cpu = agent ? (double)(after.cpu_ns - before.cpu_ns) / 1e9 : 0;
-	double rss = agent ? (double)after.peak_rss_bytes / (1 << 20) : 0;
-
-	char lm[32];
-	snprintf(lm, sizeof(lm), agent ? "%.3f s" : "-", lmm);
-	printf("| mode | state | ranks | stall (med/p90) | durable (med/p90) | load memory | load storage | MB/s "
-	       "durable |\n");
-	printf("|---|---|---|---|---|---|---|---|\n");
-	printf("| %s | %.0f MiB%s | %u | %.3f / %.3f s | %.3f / %.3f s | %s | %.3f s | %.0f |\n", o.mode, mb,
-	       strcmp(o.optimizer, "none") ? (strcmp(o.optimizer, "adam") ? " (sgd)" : " (adam)") : "", o.ranks, sm, sp,
-	       dm, dp, lm, lsm, dm > 0 ? mb / dm : 0);
-	if (o.restore_socket) {
-		double a[2], b[2], c2[2], d2[2], e2[2];
-		stats(sh->stall_mem, o.ranks, o.saves, &a[0], &a[1]);
-		stats(sh->kept, o.ranks, o.saves, &b[0], &b[1]);
-		stats(sh->stall_rep, o.ranks, o.saves, &c2[0], &c2[1]);
-		stats(sh->replicated, o.ranks, o.saves, &d2[0], &d2[1]);
-		stats(sh->loadpeer, o.ranks, o.saves, &e2[0], &e2[1]);
-		printf("\n| tier | stall (med/p90) | to durable / kept / replicated (med/p90) |\n|---|---|---|\n");
-		printf("| durable | %.3f / %.3f s | %.3f / %.3f s |\n", sm, sp, dm, dp);
-		printf("| memory | %.3f / %.3f s | %.3f / %.3f s |\n", a[0], a[1], b[0], b[1]);
-		printf("| replicated | %.3f / %.3f s | %.3f / %.3f s |\n", c2[0], c2[1], d2[0], d2[1]);
-		printf("\n| restore from | median | p90 | MiB/s |\n|---|---|---|---|\n");
-		printf("| local memory | %.3f s | %.3f s | %.0f |\n", lmm, lmp, lmm > 0 ? mb / lmm : 0);
-		printf("| a peer's memory (another node) | %.3f s | %.3f s | %.0f |\n", e2[0], e2[1],
-		       e2[0] > 0 ? mb / e2[0] : 0);
-		printf("| storage | %.3f s | %.3f s | %.0f |\n", lsm, lsp, lsm > 0 ? mb / lsm : 0);
-	}
-	if (agent) {
-		printf("saved as job '%s', steps 1 to %u (ckptctl ls %s lists them)\n", o.job,
-		       o.restore_socket ? 3 * o.saves : o.saves, o.job);
-		printf("staging %.0f%% and load from memory %.0f%% of memcpy (%u threads, %.3f s per rank); "
-		       "daemon cpu %.2f s, peak rss %.0f MiB\n",
-		       100 * mc / sm, 100 * mc / lmm, o.threads, mc, cpu, rss);
-	}
-
-	if (o.json) {
-		json_object *root = json_object_new_object(), *cfg = json_object_new_object(),
-			    *res = json_object_new_object();
-		json_object_object_add(cfg, "mode", json_object_new_string(o.mode));
-		json_object_object_add(cfg, "job", json_object_new_string(o.job));
-		json_object_object_add(cfg, "size_mb", json_object_new_double(mb));
-		json_object_object_add(cfg, "layers", json_object_new_uint64(o.layers));
-		json_object_object_add(cfg, "ranks", json_object_new_int((int)o.ranks));
-		json_object_object_add(cfg, "saves", json_object_new_int((int)o.saves));
-		json_object_object_add(cfg, "loads", json_object_new_int((int)o.loads));
-		json_object_object_add(cfg, "optimizer", json_object_new_string(o.optimizer));
-		json_object_object_add(cfg, "storage", json_object_new_string(agent ? before.storage : o.storage));
-		json_object_object_add(res, "save_stall_s", stat_obj(sm, sp));
-		json_object_object_add(res, "save_durable_s", stat_obj(dm, dp));
-		json_object_object_add(res, "load_memory_s", agent ? stat_obj(lmm, lmp) : NULL);
-		json_object_object_add(res, "load_storage_s", stat_obj(lsm, lsp));
-		json_object_object_add(res, "throughput_mb_s", json_object_new_double(dm > 0 ? mb / dm : 0));
-		json_object_object_add(res, "memcpy_mb_s", json_object_new_double(mc > 0 ? (mb / o.ranks) / mc : 0));
-		if (agent) {
-			json_object_object_add(res, "staging_vs_memcpy", json_object_new_double(mc / sm));
-			json_object_object_add(res, "load_memory_vs_memcpy", json_object_new_double(mc / lmm));
-		}
-		if (o.restore_socket) {
-			double m2, p2;
-			stats(sh->stall_mem, o.ranks, o.saves, &m2, &p2);
-			json_object_object_add(res, "memory_stall_s", stat_obj(m2, p2));
-			stats(sh->kept, o.ranks, o.saves, &m2, &p2);
-			json_object_object_add(res, "memory_kept_s", stat_obj(m2, p2));
-			stats(sh->stall_rep, o.ranks, o.saves, &m2, &p2);
-			json_object_object_add(res, "replicated_stall_s", stat_obj(m2, p2));
-			stats(sh->replicated, o.ranks, o.saves, &m2, &p2);
-			json_object_object_add(res, "replicated_s", stat_obj(m2, p2));
-			stats(sh->loadpeer, o.ranks, o.saves, &m2, &p2);
-			json_object_object_add(res, "load_peer_s", stat_obj(m2, p2));
-		}
-		json_object_object_add(res, "daemon_cpu_s", json_object_new_double(cpu));
-		json_object_object_add(res, "daemon_peak_rss_mb", json_object_new_double(rss));
-		json_object_object_add(root, "config", cfg);
-		json_object_object_add(root, "results", res);
-		if (json_object_to_file_ext(o.json, root, JSON_C_TO_STRING_PRETTY) != 0) {
-			fprintf(stderr, "ckpt-bench: writing %s failed\n", o.json);
-			return 1;
-		}
-		json_object_put(root);
-	}
+	struct summary m;
+	summarize(&o, sh, agent, &before, &after, &m);
+	print_tables(&o, sh, &m, agent);
+	if (o.json && write_json(&o, sh, &m, agent, before.storage) != 0)
+		return 1;
 	if (ctl)
 		ckpt_close(ctl);
 	return 0;
