@@ -48,6 +48,7 @@ from typing import Any, Dict, List, Mapping, MutableMapping, Optional, Set, Tupl
 
 import torch
 
+from ._fallback import Fallback
 from ._tree import DTYPE_CODES, TORCH_DTYPES, _Leaf, _materialize, _Ref, dump_skeleton, load_meta  # noqa: F401
 from .client import (LATEST, CkptError, Client, DaemonUnavailable, Superseded, TensorSpec, cuda_allocation,
                      cuda_identity)
@@ -307,15 +308,6 @@ _resumed: "set[tuple[str, str]]" = set()
 _STAT_LAYERS = (torch.nn.modules.batchnorm._NormBase,)
 
 
-
-def _fsync_dir(path):
-    """Make the names in directory path durable (its fsync)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
 class Checkpointer:
     """Saves and loads one job's state dicts through this node's ckptd.
 
@@ -383,6 +375,7 @@ class Checkpointer:
         self._fresh_checked = False
         self._max_inflight = 4    # the daemon's max_inflight_saves (default), or what its refusal said
         self.client: Optional[Client]
+        self._fallback: Optional[Fallback] = None  # without ckptd: torch.save files
         try:
             self.client = Client(socket, job=job, rank=rank, world_size=world_size, local_rank=local_rank,
                                  attempt_id=attempt_id, policy=policy)
@@ -391,8 +384,7 @@ class Checkpointer:
                 raise
             self.client = None
             self.fallback_dir = fallback_dir
-            os.makedirs(fallback_dir, exist_ok=True)
-            _fsync_dir(os.path.dirname(os.path.abspath(fallback_dir)))  # its name durable
+            self._fallback = Fallback(fallback_dir, job, rank)
         # shared storage data_ptr -> (its registered Buffer, the file's inode)
         self._shared: Dict[int, Any] = {}
         # storage data_ptr -> _Slot, for storages moved into an arena (_bind)
@@ -879,7 +871,8 @@ class Checkpointer:
         if self.client is None:
             if tier != "durable":
                 raise ValueError(f"tier {tier!r} needs ckptd; the torch.save fallback is durable only")
-            return self._fallback_save(state_dict, step, extra)
+            assert self._fallback is not None  # open, without a client
+            return SaveFuture(self._fallback.save(state_dict, step, extra), step)
         self._check_saves()
         if not self._fresh_checked:
             self._check_fresh()
@@ -1055,7 +1048,8 @@ class Checkpointer:
         values and the nesting come from the checkpoint."""
         self._check_open()
         if self.client is None:
-            return self._fallback_load(state_dict, step)
+            assert self._fallback is not None  # open, without a client
+            return self._fallback.load(state_dict, step)
         # This Checkpointer's saves first: an overlapped one may still read
         # these tensors, and "latest" includes the steps it just saved.
         self._await_staged()
@@ -1098,47 +1092,6 @@ class Checkpointer:
             _merge(state_dict, tree, made)
         return res["step"], extra
 
-    # ---- fallback: torch.save / torch.load when no daemon runs ----
-
-    def _fallback_path(self, step):
-        return os.path.join(self.fallback_dir, f"{self.job}-step-{int(step):012d}-rank-{self.rank:05d}.pt")
-
-    def _fallback_save(self, state_dict, step, extra):
-        import concurrent.futures
-
-        class _Done:
-            pass
-        path = self._fallback_path(step)
-        tmp = path + ".tmp"
-        # Durable as ckptd's own file:// writes are: the bytes fsync'd
-        # before the rename, and the directory after it, so that a power
-        # cut leaves the old step or the new one, never a torn or empty
-        # file under the step's name (docs/architecture.md "What is on disk").
-        with open(tmp, "wb") as f:
-            torch.save({"state": state_dict, "extra": extra}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(self.fallback_dir)
-        f = concurrent.futures.Future()
-        f.set_result(os.path.getsize(path))
-        d = _Done()
-        d.staged = d.durable = f
-        d.result = f.result
-        return SaveFuture(d, step)
-
-    def _fallback_load(self, state_dict, step):
-        if step in ("latest", LATEST):
-            pre = f"{self.job}-step-"
-            steps = sorted(int(n[len(pre):len(pre) + 12]) for n in os.listdir(self.fallback_dir)
-                           if n.startswith(pre) and n.endswith(f"-rank-{self.rank:05d}.pt"))
-            if not steps:
-                raise FileNotFoundError(f"no fallback checkpoint of '{self.job}' in {self.fallback_dir}")
-            step = steps[-1]
-        obj = torch.load(self._fallback_path(step), weights_only=False)
-        _copy_into(state_dict, obj["state"])
-        return int(step), obj["extra"]
-
     # ---- lifetime ----
 
     def close(self, wait: bool = True) -> None:
@@ -1169,6 +1122,7 @@ class Checkpointer:
         self._arena = {}
         self._scratch = {}
         self.fallback_dir = None
+        self._fallback = None
         if self.client is not None:
             self.client.close()
             self.client = None
@@ -1207,26 +1161,3 @@ def _merge(dst, tree, made):
             else:
                 dst[i] = _materialize(v, made)
 
-
-def _copy_into(dst, src):
-    if isinstance(src, dict):
-        for k, v in src.items():
-            if isinstance(v, torch.Tensor) and isinstance(dst.get(k), torch.Tensor) and \
-                    dst[k].shape == v.shape:
-                with torch.no_grad():
-                    dst[k].copy_(v)
-            elif isinstance(v, (dict, list)) and isinstance(dst.get(k), type(v)):
-                _copy_into(dst[k], v)
-            else:
-                dst[k] = v
-    elif isinstance(src, list):
-        for i, v in enumerate(src):
-            if i < len(dst) and isinstance(v, torch.Tensor) and isinstance(dst[i], torch.Tensor):
-                with torch.no_grad():
-                    dst[i].copy_(v)
-            elif i < len(dst) and isinstance(v, (dict, list)) and isinstance(dst[i], type(v)):
-                _copy_into(dst[i], v)
-            elif i < len(dst):
-                dst[i] = v
-            else:
-                dst.append(v)
