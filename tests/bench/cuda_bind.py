@@ -2,7 +2,7 @@
 """What ckpt.torch's binding of CUDA tensors costs per save, with the fake
 driver (tests/fakecuda; torch here has no CUDA): --tensors tensors in
 --allocations cudaMalloc allocations, bound --rounds times as successive
-saves bind them (Checkpointer._bind), with the registrations each made.
+saves bind them (ckpt._regs.Registrations.bind), with the registrations each made.
 
     CKPT_CUDA_LIBRARY=build/tests/fakecuda/libfakecuda.so \\
       python3 tests/bench/cuda_bind.py --socket S     (ckptd started with the same variable)
@@ -48,7 +48,7 @@ def main():
         for r in range(a.rounds):
             before = len(registered)
             t0 = time.perf_counter()
-            cp._bind(tensors)
+            cp._regs.bind(tensors)
             dt = time.perf_counter() - t0
             print(f"bind {r}: {len(tensors)} CUDA tensors in {a.allocations} allocations: {dt * 1e3:.1f} ms, "
                   f"{len(registered) - before} registrations")

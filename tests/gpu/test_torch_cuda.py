@@ -208,7 +208,7 @@ def _freed_and_reallocated(d, n, alloc):
             # The pool keeps the newest durable step: step 1 is read back from storage.
             assert cp.last_load["source"] == ("memory" if step == 2 else "storage"), (step, cp.last_load)
             assert torch.equal(got["t"], torch.full((n,), want, device=DEVICE)), f"step {step}"
-        assert cp._cuda is (True if DEVICE == "cuda" else None), "CUDA registration was given up"
+        assert cp._cuda.works is (True if DEVICE == "cuda" else None), "CUDA registration was given up"
 
 
 def test_dcp_async_save_of_tensors_written_on_a_side_stream(daemon_factory):

@@ -112,11 +112,11 @@ def cmd_save(sock, job, step, ref, device):
                 t.add_(1.0)
     train(model, opt, device, 1, 4)
     f.durable.result(300)
-    report(staged_ms=staged_ms, cuda_registered=cp._cuda is True,
+    report(staged_ms=staged_ms, cuda_registered=cp._cuda.works is True,
            expandable=expandable() if device == "cuda" else None,
            tensors=len(want), bytes=sum(t.numel() * t.element_size() for t in want.values()))
     cp.close()
-    return 0 if (device != "cuda" or cp._cuda is True) else 1
+    return 0 if (device != "cuda" or cp._cuda.works is True) else 1
 
 
 def pattern(n, step, device):

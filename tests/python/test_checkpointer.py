@@ -13,6 +13,7 @@ import ckpt
 import ckpt.format
 import ckpt.dcp
 import ckpt.torch
+import ckpt._cuda
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, "examples", "train_tiny.py")
@@ -185,27 +186,27 @@ def test_refused_cuda_registration_falls_back_to_a_copy(daemon, monkeypatch, cod
     monkeypatch.setattr(ckpt.Client, "register_cuda", refuse)
     # Not the driver: libckpt loads it once per process, and the fake
     # driver's tests (test_cuda_binding.py) need it loaded their way.
-    monkeypatch.setattr(ckpt.torch, "cuda_identity", lambda ptr, n: 1)
+    monkeypatch.setattr(ckpt._cuda, "cuda_identity", lambda ptr, n: 1)
 
     def not_device_memory(ptr):
         raise ckpt.CkptError(errno.EINVAL, "not device memory here")
-    monkeypatch.setattr(ckpt.torch, "cuda_allocation", not_device_memory)
+    monkeypatch.setattr(ckpt._cuda, "cuda_allocation", not_device_memory)
     with ckpt.torch.Checkpointer("cuda-refused", socket=daemon.sock) as cp:
         t = torch.ones(1024)
         with pytest.warns(RuntimeWarning, match="refused for the test"):
-            assert cp._cuda_buffer(t, {}) is None
-        assert cp._cuda is (False if stops else None)
+            assert cp._cuda.buffer(t, {}) is None
+        assert cp._cuda.works is (False if stops else None)
         import warnings
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # the same reason is not said twice
-            assert cp._cuda_buffer(torch.ones(16), {}) is None
+            assert cp._cuda.buffer(torch.ones(16), {}) is None
         assert calls == [4096, 64]
     # A daemon that went away is not worked around.
     monkeypatch.setattr(ckpt.Client, "register_cuda",
                         lambda self, p, n: (_ for _ in ()).throw(ckpt.CkptError(errno.EPIPE, "gone")))
     with ckpt.torch.Checkpointer("cuda-gone", socket=daemon.sock) as cp:
         with pytest.raises(ckpt.CkptError, match="gone"):
-            cp._cuda_buffer(torch.ones(8), {})
+            cp._cuda.buffer(torch.ones(8), {})
 
 
 def test_unsupported_dtype_is_a_clear_error(daemon):

@@ -56,7 +56,7 @@ def test_register_save_restore(cuda):
 
 
 class _DeviceTensor:
-    """Just enough of a CUDA torch.Tensor for Checkpointer._bind: bytes of
+    """Just enough of a CUDA torch.Tensor for Registrations.bind: bytes of
     fake-driver device memory (torch here has no CUDA)."""
 
     class _Storage:
@@ -107,6 +107,7 @@ def test_checkpointer_keeps_registrations_while_the_allocation_is_the_same(cuda,
     same handle bytes), it is registered again and the step holds the new
     bytes; the stale registration is dropped after the new one is made."""
     import ckpt
+    import ckpt._cuda
     import ckpt.torch
     d, cu = cuda
     n = 1 << 20
@@ -126,11 +127,11 @@ def test_checkpointer_keeps_registrations_while_the_allocation_is_the_same(cuda,
     def saved_bytes(cp, step):
         """Save the tensor as step, wipe it, restore it, read it back."""
         t = _DeviceTensor(ptr.value, n)
-        specs = cp._bind([("w", t)])
+        specs = cp._regs.bind([("w", t)])
         cp.client.save(step, specs, cuda_stream=0).durable.result(30)
         assert cu.fakecuda_fill_async(ptr, ctypes.c_size_t(n), ctypes.c_ubyte(0), 0, None) == 0
         assert cu.cuStreamSynchronize(None) == 0
-        cp.client.load(cp._bind([("w", t)]), step).result(30)
+        cp.client.load(cp._regs.bind([("w", t)]), step).result(30)
         assert cu.cuMemcpyDtoHAsync_v2(host, ptr, ctypes.c_size_t(n), None) == 0
         assert cu.cuStreamSynchronize(None) == 0
         return host
@@ -145,19 +146,18 @@ def test_checkpointer_keeps_registrations_while_the_allocation_is_the_same(cuda,
 
         # A kept plan naming this registration holds while the allocation
         # is the same, and not once it is freed and made again.
-        plan = ckpt.torch._Plan()
-        plan.cuda_regs = dict(cp._cuda_regs)
-        assert cp._cuda_plan_holds(plan)
+        plan_regs = dict(cp._cuda.regs)
+        assert cp._cuda.still_hold(plan_regs)
         old = ptr.value
         assert cu.cuMemFree_v2(ptr) == 0
         assert cu.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(n)) == 0
         assert ptr.value == old, "the fake driver gave another address: the test proves nothing"
         assert cu.fakecuda_fill_async(ptr, ctypes.c_size_t(n), ctypes.c_ubyte(7), 0, None) == 0
         assert cu.cuStreamSynchronize(None) == 0
-        assert not cp._cuda_plan_holds(plan)
+        assert not cp._cuda.still_hold(plan_regs)
         got = saved_bytes(cp, 3)
         assert registered == [old, old], "the new allocation was not registered again"
-        assert not cp._cuda_plan_holds(plan), "a plan naming the dropped registration still holds"
+        assert not cp._cuda.still_hold(plan_regs), "a plan naming the dropped registration still holds"
         bad = [i for i in range(0, n, 4099) if got[i] != cu.fakecuda_pattern(ctypes.c_ubyte(7), ctypes.c_size_t(i))]
         assert not bad, f"{len(bad)} sampled bytes are the freed allocation's"
         assert _mappings(d) == 1, "the stale registration's mapping was kept"
@@ -165,7 +165,7 @@ def test_checkpointer_keeps_registrations_while_the_allocation_is_the_same(cuda,
         # save) keeps what it had: the next one registers nothing again.
         import torch
         with pytest.raises(KeyError):
-            cp._bind([("z", torch.zeros(3, dtype=torch.complex64)), ("w", _DeviceTensor(ptr.value, n))])
+            cp._regs.bind([("z", torch.zeros(3, dtype=torch.complex64)), ("w", _DeviceTensor(ptr.value, n))])
         saved_bytes(cp, 4)
         assert registered == [old, old] and _mappings(d) == 1
     assert cu.cuMemFree_v2(ptr) == 0
@@ -177,6 +177,7 @@ def test_checkpointer_registers_a_segment_once_for_all_its_tensors(cuda, monkeyp
     it: a model's thousands of tensors cost a registration per segment,
     and stay far under the daemon's max_buffers."""
     import ckpt
+    import ckpt._cuda
     import ckpt.torch
     d, cu = cuda
     n, k = 4 << 20, 8
@@ -195,7 +196,7 @@ def test_checkpointer_registers_a_segment_once_for_all_its_tensors(cuda, monkeyp
     part = n // k
     tensors = [(f"t{i}", _DeviceTensor(ptr.value + i * part, part - 64)) for i in range(k)]
     with ckpt.torch.Checkpointer("pycuda-segment", socket=d.sock) as cp:
-        specs = cp._bind(tensors)
+        specs = cp._regs.bind(tensors)
         assert registered == [(ptr.value, n)]
         assert len({id(s.buffer) for s in specs}) == 1
         assert [s.offset for s in specs] == [i * part for i in range(k)]
@@ -205,7 +206,7 @@ def test_checkpointer_registers_a_segment_once_for_all_its_tensors(cuda, monkeyp
         # A later bind of the same tensors: one identity check for the
         # allocation, no lookup of where each tensor lies, no registration.
         calls = {"identity": 0, "allocation": 0}
-        real_identity, real_allocation = ckpt.torch.cuda_identity, ckpt.torch.cuda_allocation
+        real_identity, real_allocation = ckpt._cuda.cuda_identity, ckpt._cuda.cuda_allocation
 
         def identity(*a):
             calls["identity"] += 1
@@ -214,9 +215,9 @@ def test_checkpointer_registers_a_segment_once_for_all_its_tensors(cuda, monkeyp
         def allocation(*a):
             calls["allocation"] += 1
             return real_allocation(*a)
-        monkeypatch.setattr(ckpt.torch, "cuda_identity", identity)
-        monkeypatch.setattr(ckpt.torch, "cuda_allocation", allocation)
-        cp.client.load(cp._bind(tensors), 1).result(30)
+        monkeypatch.setattr(ckpt._cuda, "cuda_identity", identity)
+        monkeypatch.setattr(ckpt._cuda, "cuda_allocation", allocation)
+        cp.client.load(cp._regs.bind(tensors), 1).result(30)
         assert registered == [(ptr.value, n)]
         assert calls == {"identity": 1, "allocation": 0}, calls
         host = (ctypes.c_ubyte * n)()

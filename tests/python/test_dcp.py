@@ -285,7 +285,7 @@ def test_dcp_load_into_other_dtype_and_non_contiguous_targets(daemon):
         assert got["wider"].dtype == torch.float64 and torch.equal(got["wider"], sd["wider"].double())
         assert torch.equal(got["t"], sd["t"]) and got["epoch"] == 7
         cp = rd._cp()
-        assert not any("@" in n for n in cp._scratch), "the read's scratch buffers are gone"
-        assert len(cp._shared) == 1, "only the in-place target stays registered"
+        assert not any("@" in n for n in cp._regs.scratch), "the read's scratch buffers are gone"
+        assert len(cp._regs.shared) == 1, "only the in-place target stays registered"
     finally:
         cd.close_all()

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import ckpt.format as ckpt_format
+import ckpt._regs
 import ckpt.torch
 from ckpt.client import CkptError
 from conftest import same
@@ -31,7 +32,7 @@ def test_later_saves_reuse_the_plan_and_see_new_values(daemon):
     sd = make_sd()
     with ckpt.torch.Checkpointer("plan-reuse", socket=daemon.sock) as cp:
         cp.save(sd, 1).durable.result()
-        plan, table = cp._plan, cp._plan.table
+        plan, table = cp._plans.last, cp._plans.last.table
         assert table is not None, "a host-only state dict is saved through a table"
         nbufs = len(cp.client._buffers)
         for step in (2, 3):
@@ -43,7 +44,7 @@ def test_later_saves_reuse_the_plan_and_see_new_values(daemon):
             fut = cp.save(fresh, step, extra={"step": step})
             fut.durable.result()
             assert 0 < fut.daemon_stall < 60, "the daemon's own time to staged"
-            assert cp._plan is plan and plan.table is table, "unchanged tensors reuse the plan"
+            assert cp._plans.last is plan and plan.table is table, "unchanged tensors reuse the plan"
             assert len(cp.client._buffers) == nbufs, "no new registrations"
             with ckpt.torch.Checkpointer("plan-reuse", socket=daemon.sock) as reader:
                 out, extra = restore(reader, sd, step)
@@ -56,7 +57,7 @@ def test_any_change_that_matters_makes_a_new_plan(daemon, change):
     sd = {"a": torch.randn(8, 8), "b": torch.randn(64), "lr": 0.1, "groups": [torch.randn(3), 5]}
     with ckpt.torch.Checkpointer(f"plan-{change}", socket=daemon.sock) as cp:
         cp.save(sd, 1).durable.result()
-        old = cp._plan
+        old = cp._plans.last
         if change == "new_tensor":
             sd["b"] = torch.randn(64)  # another storage: another address, the old one held
         elif change == "reshape":
@@ -70,7 +71,7 @@ def test_any_change_that_matters_makes_a_new_plan(daemon, change):
         elif change == "leaf_moved":
             sd["groups"] = [5, sd["groups"][0]]  # same leaves, other places
         cp.save(sd, 2).durable.result()
-        assert cp._plan is not old
+        assert cp._plans.last is not old
         out = {}
         step, _ = cp.load(out, 2)
         assert step == 2
@@ -82,11 +83,11 @@ def test_leaves_change_without_a_new_plan(daemon):
     sd = {"w": torch.randn(100), "opt": {"lr": 0.1, "betas": (0.9, 0.99), "name": "adam"}}
     with ckpt.torch.Checkpointer("plan-leaves", socket=daemon.sock) as cp:
         cp.save(sd, 1).durable.result()
-        plan = cp._plan
+        plan = cp._plans.last
         sd["opt"]["lr"] = 0.05
         sd["opt"]["name"] = "adamw"
         cp.save(sd, 2).durable.result()
-        assert cp._plan is plan
+        assert cp._plans.last is plan
         for step, lr, name in ((1, 0.1, "adam"), (2, 0.05, "adamw")):
             out = {"w": torch.zeros(100), "opt": {}}
             cp.load(out, step)
@@ -98,11 +99,11 @@ def test_prepare_makes_the_first_save_a_later_one(daemon):
     sd = make_sd()
     with ckpt.torch.Checkpointer("plan-prepare", socket=daemon.sock) as cp:
         cp.prepare(sd)
-        plan, nbufs = cp._plan, len(cp.client._buffers)
+        plan, nbufs = cp._plans.last, len(cp.client._buffers)
         assert plan is not None and plan.table is not None
         fresh = {k: v.detach() for k, v in sd.items()}
         cp.save(fresh, 1).durable.result()
-        assert cp._plan is plan and len(cp.client._buffers) == nbufs
+        assert cp._plans.last is plan and len(cp.client._buffers) == nbufs
         out, _ = restore(cp, sd, 1)
         assert same(out, sd)
 
@@ -118,7 +119,7 @@ def test_without_tables_the_specs_are_sent(daemon, monkeypatch):
             with torch.no_grad():
                 sd["layers.0.weight"].add_(1)
             cp.save(sd, step).durable.result()
-            assert cp._plan.table is None
+            assert cp._plans.last.table is None
             out, _ = restore(cp, sd, step)
             assert same(out, sd)
 
@@ -127,16 +128,16 @@ def test_loads_keep_or_drop_the_plan_and_saves_still_restore(daemon):
     sd = make_sd(6)
     with ckpt.torch.Checkpointer("plan-load", socket=daemon.sock) as cp:
         cp.save(sd, 1).durable.result()
-        plan = cp._plan
+        plan = cp._plans.last
         cp.load(sd, 1)  # in place: the same registrations
-        assert cp._plan is plan
+        assert cp._plans.last is plan
         with torch.no_grad():
             sd["layers.3.weight"].fill_(7)
         cp.save(sd, 2).durable.result()
-        assert cp._plan is plan
+        assert cp._plans.last is plan
         other = {k: torch.zeros_like(v) for k, v in sd.items()}
         cp.load(other, 2)  # other tensors: the plan's registrations go, and the plan
-        assert cp._plan is None and same(other, sd)
+        assert cp._plans.last is None and same(other, sd)
         with torch.no_grad():
             sd["layers.1.weight"].fill_(3)
         cp.save(sd, 3).durable.result()
@@ -176,7 +177,7 @@ def test_skeleton_with_a_bad_leaf_index_is_refused():
         load_meta(pickle.dumps({"skeleton": skel, "leaves": [1], "extra": None}))
 
 
-@pytest.mark.skipif(not ckpt.torch._CAN_SWAP, reason="this torch has no UntypedStorage._swap_data_ptr_")
+@pytest.mark.skipif(not ckpt._regs.CAN_SWAP, reason="this torch has no UntypedStorage._swap_data_ptr_")
 def test_plan_tensors_share_one_file_in_place(daemon):
     """A plan's CPU storages move into one shared-memory file (one
     registration, the shard's layout), in place: a parameter, a view of it
@@ -189,9 +190,9 @@ def test_plan_tensors_share_one_file_in_place(daemon):
     tied = {"emb": w, "head": w, "b": torch.randn(5), "odd": torch.randn(3, dtype=torch.float64)}
     with ckpt.torch.Checkpointer("plan-arena", socket=daemon.sock) as cp:
         cp.save({k: v.detach() for k, v in tied.items()}, 1).durable.result()
-        bufs = {s.buffer for s in cp._plan.specs}
+        bufs = {s.buffer for s in cp._plans.last.specs}
         assert len(bufs) == 1, "one registration for every storage of the plan"
-        offs = [s.offset for s in cp._plan.specs]
+        offs = [s.offset for s in cp._plans.last.specs]
         assert offs[0] == offs[1] and all(o % 64 == 0 for o in offs), offs
         with torch.no_grad():
             w.mul_(3)                      # through the parameter
@@ -200,7 +201,7 @@ def test_plan_tensors_share_one_file_in_place(daemon):
         with ckpt.torch.Checkpointer("plan-arena", socket=daemon.sock) as reader:
             out, _ = restore(reader, {k: v.detach() for k, v in tied.items()}, 2)
         assert same(out, {k: v.detach() for k, v in tied.items()})
-        arena = next(iter(cp._arena.values())).arena
+        arena = next(iter(cp._regs.arena.values())).arena
         nbufs = len(cp.client._buffers)
         # "b" leaves: a new plan; the file stays (the others are in it).
         cp.save({"emb": w.detach(), "odd": tied["odd"]}, 3).durable.result()
@@ -218,11 +219,11 @@ def test_a_torch_that_will_not_swap_falls_back(daemon, monkeypatch):
     def refuse(self, other):
         raise RuntimeError("no swap here")
     monkeypatch.setattr(torch.UntypedStorage, "_swap_data_ptr_", refuse, raising=False)
-    monkeypatch.setattr(ckpt.torch, "_CAN_SWAP", True)
+    monkeypatch.setattr(ckpt._regs, "CAN_SWAP", True)
     sd = make_sd(12)
     with ckpt.torch.Checkpointer("plan-noswap", socket=daemon.sock) as cp:
         cp.save(sd, 1).durable.result()
-        assert cp._no_arena and len({s.buffer for s in cp._plan.specs}) == 12
+        assert cp._regs.no_arena and len({s.buffer for s in cp._plans.last.specs}) == 12
         with torch.no_grad():
             for t in sd.values():
                 t.add_(1)

@@ -39,6 +39,12 @@ class NotReplicated(CkptError):
     itself is kept in this node's daemon all the same."""
 
 
+# A CkptError with one of these means the daemon is gone, not that one
+# request was refused: raised, never worked around (ckpt.torch).
+_CONNECTION_ERRNOS = frozenset((_errno.EPIPE, _errno.ECONNRESET, _errno.ENOTCONN, _errno.EBADF, _errno.ECONNREFUSED,
+                                _errno.ENOENT, _errno.ECANCELED))
+
+
 def _tier(tier):
     """"durable", "memory" or "replicated" (or its number) as ckpt_tier."""
     if isinstance(tier, str) and tier in TIERS:

@@ -213,13 +213,14 @@ class Writer(StorageWriter, AsyncStager):
         cp = self._cp()
         if not self.exist_ok and not cp._fresh_checked:
             cp._check_fresh()
+        client, regs, _ = cp._live()
         tensors = [(n, t) for n, t, _, _ in items]
-        specs = cp._bind(tensors)
-        cp._copy_in(tensors, specs)
+        specs = regs.bind(tensors)
+        regs.copy_in(tensors, specs)
         for s, (_, t, shape, offs) in zip(specs, items):
             s.shape, s.offsets, s.lengths = shape, offs, tuple(t.shape)
         stream = cuda_stream([t for _, t in tensors])  # as Checkpointer.save
-        return (cp.client.save(int(self.step), specs, b"", cuda_stream=stream, tier=self.tier),
+        return (client.save(int(self.step), specs, b"", cuda_stream=stream, tier=self.tier),
                 {s.name: s.nbytes for s in specs})
 
     def persist(self, step: Optional[int] = None) -> Any:
@@ -257,7 +258,8 @@ class Writer(StorageWriter, AsyncStager):
         first dcp.async_save of those tensors then stalls only as long as a
         later one: without prepare() it also pays one copy of the state
         into shared memory. Optional."""
-        self._cp()._bind([(n, t) for n, t, _, _ in self._items(state_dict)])
+        _, regs, _ = self._cp()._live()
+        regs.bind([(n, t) for n, t, _, _ in self._items(state_dict)])
 
     def stage(self, state_dict):
         """AsyncStager.stage: hand state_dict's tensors to ckptd as a save of
@@ -508,7 +510,7 @@ class Reader(StorageReader):
         Checkpointer.load binds, zero-copy), else in a tensor of its own,
         copied over after; bytes go to load_bytes. Returns a completed
         torch Future; errors raise."""
-        cp = self._cp()
+        client, regs, _ = self._cp()._live()
         # (item, name bound: unique per item, so two boxes of one tensor
         # never share a scratch buffer; tensor filled; target or None)
         fills = []
@@ -523,7 +525,7 @@ class Reader(StorageReader):
             fill = target if target.dtype == dtype else torch.empty(tuple(target.shape), dtype=dtype)
             fills.append((item, f"{name}@{tuple(int(o) for o in item.storage_index.offset)}", fill, target))
         bound = [(n, f) for _, n, f, _ in fills]
-        specs = cp._bind(bound)
+        specs = regs.bind(bound)
         try:
             for (item, _, fill, _), s in zip(fills, specs):
                 if item.type == LoadItemType.BYTE_IO:
@@ -534,21 +536,21 @@ class Reader(StorageReader):
                 s.shape = self._saved[s.name][1]
                 s.offsets = tuple(int(c) + int(o) for c, o in zip(item.storage_index.offset, item.storage_offsets))
                 s.lengths = tuple(int(n) for n in item.lengths)
-            cp.client.load(specs, self._resolved).result()
-            cp._copy_out(bound, specs)
+            client.load(specs, self._resolved).result()
+            regs.copy_out(bound, specs)
         finally:
             # What only this read used goes: scratch (non-contiguous
             # targets) and the registrations of its own tensors (bytes,
             # another dtype), which would otherwise stay mapped in the
             # daemon until the next bind.
             for _, n, fill, target in fills:
-                buf = cp._scratch.pop(n, None)
+                buf = regs.scratch.pop(n, None)
                 if buf is not None:
-                    cp._release(buf, False)
+                    regs.release(buf, False)
                 elif fill is not target and fill.device.type == "cpu":
-                    got = cp._shared.pop(fill.untyped_storage().data_ptr(), None)
+                    got = regs.shared.pop(fill.untyped_storage().data_ptr(), None)
                     if got is not None:
-                        cp._release(got[0], False)
+                        regs.release(got[0], False)
         for item, _, fill, target in fills:
             if target is None:
                 planner.load_bytes(item, io.BytesIO(fill.numpy().tobytes()))

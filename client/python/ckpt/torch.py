@@ -10,7 +10,8 @@ Zero copy: the first time a CPU tensor is saved (or loaded), its storage
 moves into shared memory in place (every alias sees it, parameters and
 optimizer state included) and that file is registered with the daemon:
 for a save plan, every storage into one file (torch 2.15 and later:
-_arena_move), else each into its own (``share_memory_()``). Later saves copy nothing in
+Registrations.arena_move in ckpt/_regs.py), else each into its own
+(``share_memory_()``). Later saves copy nothing in
 the trainer: the daemon reads the shared memory directly.
 Contiguous CUDA tensors are registered through the C API's CUDA path
 (legacy IPC handles, or VMM fds for expandable segments) and copied by the
@@ -38,9 +39,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import errno
-import gc
-import mmap
-import operator
 import os
 import pickle
 import re
@@ -48,34 +46,12 @@ from typing import Any, Dict, List, Mapping, MutableMapping, Optional, Set, Tupl
 
 import torch
 
+from ._cuda import CudaRegistrations, cuda_stream  # noqa: F401 (cuda_stream: ckpt.torch's, for ckpt.dcp)
 from ._fallback import Fallback
-from ._tree import DTYPE_CODES, TORCH_DTYPES, _Leaf, _materialize, _Ref, dump_skeleton, load_meta  # noqa: F401
-from .client import (LATEST, CkptError, Client, DaemonUnavailable, Superseded, TensorSpec, cuda_allocation,
-                     cuda_identity)
-
-def cuda_stream(tensors):
-    """The stream a save of tensors names for its CUDA ones (an int, or
-    None without any): the current stream of their device, the one the
-    trainer wrote them on. The daemon's copies wait for the work queued on
-    it; the legacy default stream would not order a non-blocking stream's
-    writes."""
-    dev = next((t.device for t in tensors if t.is_cuda), None)
-    return torch.cuda.current_stream(dev).cuda_stream if dev is not None else None
-
-
-def _cuda_identity_or_none(key):
-    """ckpt_cuda_identity of a registration's range, or None when it is no
-    longer mapped device memory (then nothing matches it)."""
-    try:
-        return cuda_identity(*key)
-    except CkptError:
-        return None
-
-
-# A CkptError with one of these means the daemon is gone, not that one
-# request was refused: raised, never worked around.
-_CONNECTION_ERRNOS = frozenset((errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.EBADF, errno.ECONNREFUSED,
-                                errno.ENOENT, errno.ECANCELED))
+from ._plan import SavePlans, flatten
+from ._regs import Registrations
+from ._tree import DTYPE_CODES, TORCH_DTYPES, _materialize, _Ref, load_meta  # noqa: F401
+from .client import _CONNECTION_ERRNOS, LATEST, CkptError, Client, DaemonUnavailable, Superseded
 
 __all__ = ["Checkpointer", "DTYPE_CODES", "DaemonUnavailable"]
 
@@ -89,130 +65,6 @@ def _raise_nofile():
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     except (ImportError, ValueError, OSError):
         pass
-
-
-def _flatten(obj, path, tensors, names, leaves=None):
-    """Replace tensors by _Ref in a copy of the tree; collect them. With
-    leaves, other values are replaced by _Leaf and collected there too
-    (a skeleton: _tree.dump_skeleton)."""
-    if isinstance(obj, torch.Tensor):
-        name = "/".join(path) or "tensor"
-        base, k = name, 1
-        while name in names:
-            k += 1
-            name = f"{base}#{k}"
-        names.add(name)
-        if obj.dtype not in DTYPE_CODES:
-            raise TypeError(f"tensor '{name}': dtype {obj.dtype} is not supported by ckptd "
-                            f"(supported: {', '.join(str(d) for d in DTYPE_CODES)})")
-        tensors.append((name, obj))
-        return _Ref(name, DTYPE_CODES[obj.dtype], obj.shape)
-    if isinstance(obj, dict):
-        return {k: _flatten(v, path + [str(k)], tensors, names, leaves) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        seq = [_flatten(v, path + [str(i)], tensors, names, leaves) for i, v in enumerate(obj)]
-        return seq if isinstance(obj, list) else tuple(seq)
-    if leaves is not None:
-        leaves.append(obj)
-        return _Leaf(len(leaves) - 1)
-    return obj
-
-
-def _scan(root):
-    """One walk of a state dict, in _flatten's order and with its notion of
-    a tensor, a container and a leaf: (tensors, other leaves, signature).
-    The signature fixes the tree's shape: each container's type, keys and
-    where it starts, and where each other leaf sits among the tensors. Two
-    state dicts with equal signatures flatten to the same names and the
-    same skeleton; only their tensors and leaf values can differ. About
-    0.1 us per tensor: it runs on every save (tests/bench/py_tensors.py)."""
-    tensors, others, sig = [], [], []
-    t_add, o_add, s_add = tensors.append, others.append, sig.append
-    Tensor, Parameter = torch.Tensor, torch.nn.Parameter
-
-    def walk(obj):
-        tp = type(obj)
-        if tp is Tensor or tp is Parameter or isinstance(obj, Tensor):
-            t_add(obj)
-        elif isinstance(obj, dict):
-            keys = tuple(obj)
-            s_add((tp, keys, tuple(map(type, keys)), len(tensors), len(others)))
-            for v in obj.values():
-                tv = type(v)
-                if tv is Tensor or tv is Parameter:
-                    t_add(v)
-                else:
-                    walk(v)
-        elif isinstance(obj, (list, tuple)):
-            s_add((tp, len(obj), len(tensors), len(others)))
-            for v in obj:
-                tv = type(v)
-                if tv is Tensor or tv is Parameter:
-                    t_add(v)
-                else:
-                    walk(v)
-        else:
-            s_add(len(tensors))
-            o_add(obj)
-    walk(root)
-    return tensors, others, sig
-
-
-_data_ptr, _size, _contig = torch.Tensor.data_ptr, torch.Tensor.size, torch.Tensor.is_contiguous
-_dtype = operator.attrgetter("dtype")
-
-
-def _fingerprint(ts):
-    """What a registration and a table depend on, per tensor: where its
-    bytes are, its shape, dtype and contiguity. Equal fingerprints of
-    tensors whose storages the plan holds mean the same bytes in the same
-    registered buffers (no other storage can have the address meanwhile)."""
-    return (list(map(_data_ptr, ts)), list(map(_size, ts)), list(map(_dtype, ts)), list(map(_contig, ts)))
-
-
-# Storages moved in place into one shared-memory file per plan (_arena_move)
-# need UntypedStorage._swap_data_ptr_ (torch 2.15 and later); without it,
-# each storage is shared on its own (share_memory_()).
-_CAN_SWAP = hasattr(torch.UntypedStorage, "_swap_data_ptr_") and hasattr(os, "memfd_create")
-
-
-class _Arena:
-    """One shared-memory file holding storages, registered once: buf, and
-    how many of the storages a plan still names."""
-    __slots__ = ("buf", "n")
-
-    def __init__(self, buf, n):
-        self.buf, self.n = buf, n
-
-
-class _Slot:
-    """A storage in an arena: the storage (held, so that its address stays
-    its own), its StorageImpl (to tell it from another at the address),
-    the arena and its offset there."""
-    __slots__ = ("st", "cdata", "arena", "off")
-
-    def __init__(self, st, cdata, arena, off):
-        self.st, self.cdata, self.arena, self.off = st, cdata, arena, off
-
-
-class _Plan:
-    """What a save of one state dict's shape reuses while its tensors stay
-    where they are: the names and skeleton, the specs and registrations
-    (holding the CPU storages, so no other tensor can take their
-    addresses), and the daemon's tensor table (None for CUDA tensors, and
-    from a daemon without tables). cuda_regs: the CUDA registrations the
-    specs name, {key: (Buffer, identity)}; the caching allocator can free
-    and remake a segment under a kept plan, so they are checked again at
-    every save (Checkpointer._cuda_plan_holds)."""
-    __slots__ = ("sig", "fp", "skeleton", "named", "specs", "table", "storages", "scratch", "cuda", "cuda_regs")
-
-    def drop(self):
-        if self.table is not None:
-            try:
-                self.table.free()
-            except Exception:
-                pass
-            self.table = None
 
 
 class SaveFuture:
@@ -374,8 +226,14 @@ class Checkpointer:
         self._hooks: List[Any] = []  # overlap's hook handles, removed by close()
         self._fresh_checked = False
         self._max_inflight = 4    # the daemon's max_inflight_saves (default), or what its refusal said
+        self._last_save: Optional[SaveFuture] = None  # of the last save (persist waits for it)
+        # Its parts: with ckptd, the device registrations, the host ones,
+        # and the save plan made through them; without, the fallback.
+        self._fallback: Optional[Fallback] = None
+        self._cuda: Optional[CudaRegistrations] = None
+        self._regs: Optional[Registrations] = None
+        self._plans: Optional[SavePlans] = None
         self.client: Optional[Client]
-        self._fallback: Optional[Fallback] = None  # without ckptd: torch.save files
         try:
             self.client = Client(socket, job=job, rank=rank, world_size=world_size, local_rank=local_rank,
                                  attempt_id=attempt_id, policy=policy)
@@ -385,18 +243,12 @@ class Checkpointer:
             self.client = None
             self.fallback_dir = fallback_dir
             self._fallback = Fallback(fallback_dir, job, rank)
-        # shared storage data_ptr -> (its registered Buffer, the file's inode)
-        self._shared: Dict[int, Any] = {}
-        # storage data_ptr -> _Slot, for storages moved into an arena (_bind)
-        self._arena: Dict[int, Any] = {}
-        self._no_arena = False    # _arena_move failed once: share_memory_() only
-        self._scratch: Dict[str, Any] = {}  # name -> Buffer for copied tensors
-        self._cuda = None         # None: not tried; True: registering device memory works; False: copy
-        self._cuda_regs: Dict[Any, Any] = {}  # device registrations: (start, nbytes) -> (Buffer, identity)
-        self._cuda_where: Dict[Any, Any] = {}  # (storage data_ptr, nbytes) -> (its registration's key, offset in it)
-        self._cuda_warned: Set[int] = set()  # errnos of refused CUDA registrations already warned about
-        self._plan = None         # _Plan of the last save
-        self._last_save = None    # SaveFuture of the last save (persist waits for it)
+        else:
+            self._cuda = CudaRegistrations(self.client)
+            # A registration released may be named in the plan's table:
+            # the plan goes first (Registrations.release).
+            self._regs = Registrations(self.client, self._cuda, drop_plan=self._drop_plan)
+            self._plans = SavePlans(self.client, self._regs, self._cuda)
         self.overlap = self._watch(overlap)
         _raise_nofile()
 
@@ -507,339 +359,27 @@ class Checkpointer:
                             f"remove the old steps (ckptctl rm {self.job} STEP); to add steps anyway, "
                             "Checkpointer(..., exist_ok=True)")
 
-    # ---- registration ----
+    # ---- its parts ----
 
-    def _drop_plan(self):
-        if self._plan is not None:
-            self._plan.drop()
-            self._plan = None
+    def _drop_plan(self) -> None:
+        if self._plans is not None:
+            self._plans.drop()
 
-    def _arena_move(self, storages):
-        """Move storages (a dict: key -> UntypedStorage, in the table's
-        order) into one new shared-memory file, each at the offset the
-        daemon's shard layout gives it (64-byte aligned, in order), in place:
-        every alias sees it, as with share_memory_(), but the daemon maps one
-        file, not one per storage, and copies neighbouring tensors as one
-        run (10,000 files cost it about 1 us each per save). Registered
-        once. Returns {key: _Slot} under the storages' new addresses."""
-        slots, off = [], 0
-        for st in storages.values():
-            off = (off + 63) & ~63
-            slots.append(off)
-            off += st.nbytes()
-        total = max(off, 64)
-        fd = os.memfd_create("ckpt-arena", os.MFD_CLOEXEC)
-        try:
-            os.ftruncate(fd, total)
-            mm = mmap.mmap(fd, total)
-            view = memoryview(mm)
-            moved = []
-            for st, at in zip(storages.values(), slots):
-                nb = st.nbytes()
-                dst = torch.frombuffer(view[at:at + nb], dtype=torch.uint8)
-                dst.copy_(torch.empty(0, dtype=torch.uint8).set_(st, 0, (nb,), (1,)))
-                # The storage takes the arena's bytes; its old ones go with dst.
-                st._swap_data_ptr_(dst.untyped_storage())
-                moved.append(st)
-            del dst
-            [buf] = self.client.register_fds([fd], [total])
-        finally:
-            os.close(fd)
-        arena = _Arena(buf, len(moved))
-        return {st.data_ptr(): _Slot(st, st._cdata, arena, at) for st, at in zip(moved, slots)}
+    def _live(self) -> Tuple[Client, Registrations, SavePlans]:
+        """The client, and the parts that work through it, of a Checkpointer
+        connected to ckptd (save() and load() ask once they know it is;
+        ckpt.dcp binds its tensors through them). CkptError EBADF when it
+        is closed or saves to its fallback directory."""
+        if self.client is None or self._regs is None or self._plans is None:
+            raise CkptError(errno.EBADF, "this Checkpointer is not connected to ckptd (closed, or saving to "
+                            "its fallback directory)")
+        return self.client, self._regs, self._plans
 
-    def _bind(self, tensors, plan=False):
-        """A TensorSpec per tensor. Contiguous CPU tensors are registered
-        zero-copy: their storage is moved into shared memory in place
-        (once; every alias, parameters included, sees it): with plan, into
-        one file for them all (_arena_move), else each on its own
-        (``share_memory_()``), its fd registered once per storage. Others
-        get a registered scratch buffer, filled by _copy_in. Registrations
-        not among tensors are dropped; when one goes or is replaced, so
-        does the plan, unless plan (the plan is being made from these
-        tensors)."""
-        specs, used = [], set()
-        # Device registrations are kept from one bind to the next while the
-        # memory behind them is the same allocation (_cuda_buffer): those
-        # this bind does not take again are freed after its own are made,
-        # so a segment both name stays open in the daemon.
-        prev_cuda, self._cuda_regs = self._cuda_regs, {}
-        # Storages to register, in one batch after the walk (one round trip
-        # per 128: ckpt_buffer_register_fds): key -> [fd, size, ino, specs].
-        todo = {}
-        # With a plan, storages not in an arena yet go into a new one
-        # (_arena_move): key -> storage, and the specs waiting for it.
-        to_arena, arena_specs = {}, {}
-        arena_ok = plan and _CAN_SWAP and not self._no_arena
-        try:
-            for name, t in tensors:
-                code = DTYPE_CODES[t.dtype]
-                nbytes = t.numel() * t.element_size()
-                if t.device.type == "cuda" and t.is_contiguous() and nbytes and self._cuda is not False:
-                    got = self._cuda_buffer(t, prev_cuda)
-                    if got is not None:
-                        buf, base = got
-                        off = base + t.storage_offset() * t.element_size()
-                        specs.append(TensorSpec(name, code, t.shape, buf, off, nbytes))
-                        continue
-                if t.device.type == "cpu" and t.is_contiguous() and nbytes:
-                    st = t.untyped_storage()
-                    key = st.data_ptr()
-                    slot = self._arena.get(key)
-                    if slot is not None and slot.cdata == st._cdata:
-                        used.add(key)
-                        specs.append(TensorSpec(name, code, t.shape, slot.arena.buf,
-                                                slot.off + t.storage_offset() * t.element_size(), nbytes))
-                        continue
-                    if arena_ok:
-                        spec = TensorSpec(name, code, t.shape, None, t.storage_offset() * t.element_size(), nbytes)
-                        specs.append(spec)
-                        if key not in to_arena:
-                            to_arena[key] = st
-                            arena_specs[key] = []
-                        arena_specs[key].append(spec)
-                        continue
-                    # In place (every alias sees it); the fd names the file.
-                    fd, size = st._share_fd_cpu_()[:2]
-                    key = st.data_ptr()
-                    ino = os.fstat(fd).st_ino
-                    cached = self._shared.get(key)
-                    used.add(key)
-                    spec = TensorSpec(name, code, t.shape, None, t.storage_offset() * t.element_size(), nbytes)
-                    specs.append(spec)
-                    # A freed storage's address can be reused by a new one:
-                    # the cache is valid only for the same file.
-                    if key in todo:
-                        todo[key][3].append(spec)
-                    elif cached is None or cached[1] != ino or cached[0].size != size:
-                        if cached is not None:
-                            self._release(self._shared.pop(key)[0], plan)
-                        todo[key] = [fd, size, ino, [spec]]
-                    else:
-                        spec.buffer = cached[0]
-                else:
-                    buf = self._scratch_buffer(name, nbytes, plan)
-                    specs.append(TensorSpec(name, code, t.shape, buf, 0, nbytes))
-        except BaseException:
-            # Kept for the next bind (freed then if not taken again).
-            self._cuda_regs.update(prev_cuda)
-            raise
-        if to_arena:
-            try:
-                placed = self._arena_move(to_arena)
-            except RuntimeError:
-                # This torch would not swap a storage's bytes: each storage
-                # is shared on its own from now on (those moved already
-                # are whole where they are, and move again).
-                self._no_arena = True
-                self._cuda_regs.update(prev_cuda)
-                return self._bind(tensors, plan)
-            for (old, _), (key, slot) in zip(to_arena.items(), placed.items()):
-                self._arena[key] = slot
-                used.add(key)
-                for spec in arena_specs[old]:
-                    spec.buffer = slot.arena.buf
-                    spec.offset += slot.off
-        for buf, _ in prev_cuda.values():
-            buf.free()  # saves in flight keep the daemon's own reference
-        if todo:
-            items = list(todo.items())
-            bufs = self.client.register_fds([v[0] for _, v in items], [v[1] for _, v in items])
-            for (key, (_, _, ino, waiting)), buf in zip(items, bufs):
-                self._shared[key] = (buf, ino)
-                for spec in waiting:
-                    spec.buffer = buf
-        # Storages no longer in the state dict: unregister (saves in
-        # flight keep the daemon's own reference).
-        for key in [k for k in self._shared if k not in used]:
-            self._release(self._shared.pop(key)[0], plan)
-        for key in [k for k in self._arena if k not in used]:
-            arena = self._arena.pop(key).arena
-            arena.n -= 1
-            if arena.n == 0:
-                self._release(arena.buf, plan)
-        return specs
-
-    def _release(self, buf, plan):
-        """Unregister buf; a plan made from other tensors may name it in its
-        table, which the daemon would not let go of it: the plan goes first
-        (when this bind is not making one; _make_plan dropped the old)."""
-        if not plan:
-            self._drop_plan()
-        buf.free()
-
-    def _cuda_buffer(self, t, prev):
-        """(Buffer, offset of the tensor's storage in it) for a CUDA tensor:
-        a registration with the daemon (C API: legacy IPC or VMM fds) of
-        the whole cudaMalloc allocation holding the storage (one for every
-        tensor of a caching-allocator segment: a model of 50,000 tensors
-        stays far under max_buffers), or of the storage's own range for
-        VMM memory (expandable segments map one allocation per page).
-        Taken from the last bind (prev: key -> (Buffer, identity)) if the
-        memory behind it is still the same allocation: ckpt_cuda_identity,
-        which changes when the caching allocator frees a segment and makes
-        another at the same address. So a later save of the same tensors
-        costs no registration, and the daemon keeps its mappings open. None
-        when CUDA is off here or in the daemon, or the daemon refuses this
-        tensor: then it is copied."""
-        st = t.untyped_storage()
-        where = (st.data_ptr(), st.nbytes())
-        # A later save: where this storage lay last time, and that
-        # allocation's registration if it still holds (one identity check
-        # per allocation, not per tensor). Else where it lies now.
-        got = self._cuda_where.get(where)
-        if got is None or not self._cuda_taken(got[0], prev):
-            got = self._cuda_locate(where)
-        key, base = got
-        if self._cuda_taken(key, prev):
-            return self._cuda_regs[key][0], base
-        ident = _cuda_identity_or_none(key)
-        try:
-            buf = self.client.register_cuda(*key)
-        except CkptError as e:
-            if e.errno in _CONNECTION_ERRNOS:
-                raise
-            # The fast path is refused, the save is not: this tensor is
-            # copied (D2H here, then as host memory). Said once per reason.
-            # CUDA off here or in the daemon, a device the daemon lacks, or
-            # a handle it cannot open (legacy IPC without a shared PID
-            # namespace) would refuse every tensor: not tried again. A
-            # range the daemon cannot take in one registration (VMM memory
-            # over max_fds_per_frame pages, a fabric-handle allocation)
-            # refuses this tensor only.
-            if e.errno in (errno.ENOTSUP, errno.ENODEV, errno.EIO):
-                self._cuda = False
-            if e.errno != errno.ENOTSUP and e.errno not in self._cuda_warned:
-                self._cuda_warned.add(e.errno)
-                import warnings
-                warnings.warn(f"ckpt: CUDA tensor {tuple(t.shape)} not registered with ckptd ({e}); "
-                              f"copying {'every CUDA tensor' if self._cuda is False else 'such tensors'} "
-                              "through host memory instead (slower)", RuntimeWarning, stacklevel=4)
-            return None
-        self._cuda = True
-        # Without an identity the registration is not kept past this bind.
-        self._cuda_regs[key] = (buf, ident if ident is not None else object())
-        return buf, base
-
-    def _cuda_locate(self, where):
-        """(registration key, offset in it) for a storage (data_ptr,
-        nbytes): its whole allocation for cudaMalloc memory, else its own
-        range; remembered for the next bind."""
-        ptr, n = where
-        try:
-            start, size, legacy = cuda_allocation(ptr)
-            key = (start, size) if legacy else where
-        except CkptError:
-            key = where  # the registration says why, if it fails
-        if len(self._cuda_where) > 4 * len(self._cuda_regs) + 4096:
-            self._cuda_where.clear()  # storages long gone
-        got = self._cuda_where[where] = (key, ptr - key[0])
-        return got
-
-    def _cuda_taken(self, key, prev):
-        """Whether this bind has a registration for key: made already, or
-        the last bind's (prev) taken again because ckpt_cuda_identity says
-        the memory is still the same allocation. A stale one stays in prev,
-        freed after this bind's own are made."""
-        if key in self._cuda_regs:
-            return True
-        have = prev.pop(key, None)
-        if have is None:
-            return False
-        if have[1] == _cuda_identity_or_none(key):
-            self._cuda_regs[key] = have
-            return True
-        prev[(key, "stale")] = have
-        return False
-
-    def _cuda_plan_holds(self, p):
-        """Whether a kept plan's CUDA registrations are still this
-        Checkpointer's (no bind, a load's, dropped them) and still of the
-        same allocations: one ckpt_cuda_identity per allocation, not one
-        lookup per tensor (the plan's fingerprint already said that every
-        tensor is where it was)."""
-        for key, (buf, ident) in p.cuda_regs.items():
-            now = self._cuda_regs.get(key)
-            if now is None or now[0] is not buf or _cuda_identity_or_none(key) != ident:
-                return False
-        return True
-
-    def _scratch_buffer(self, name, nbytes, plan=False):
-        have = self._scratch.get(name)
-        if have is None or have.size < max(nbytes, 1):
-            if have is not None:
-                self._release(have, plan)
-            have = self.client.alloc(max(nbytes, 64))
-            self._scratch[name] = have
-        return have
-
-    def _check_open(self):
+    def _check_open(self) -> None:
         if self.client is None and self.fallback_dir is None:
-            from .client import CkptError
-            import errno
             raise CkptError(errno.EBADF, "this Checkpointer is closed")
 
-    def _copy_in(self, tensors, specs):
-        """Tensors not bound (non-contiguous, CUDA) are copied to scratch."""
-        for (name, t), s in zip(tensors, specs):
-            if s.buffer is self._scratch.get(name) and s.nbytes:
-                dst = torch.frombuffer(s.buffer.view, dtype=torch.uint8, count=s.nbytes)
-                dst.view(t.dtype).view(t.shape).copy_(t)
-
-    def _copy_out(self, tensors, specs):
-        for (name, t), s in zip(tensors, specs):
-            if s.buffer is self._scratch.get(name) and s.nbytes:
-                src = torch.frombuffer(s.buffer.view, dtype=torch.uint8, count=s.nbytes)
-                with torch.no_grad():
-                    t.copy_(src.view(t.dtype).view(t.shape))
-
     # ---- save ----
-
-    def _make_plan(self, state_dict, sig):
-        """Flatten, bind (share, register) and declare the table: what the
-        first save of a state dict's shape pays, and prepare() ahead of it."""
-        self._drop_plan()
-        named, names, leaves = [], set(), []
-        tree = _flatten(state_dict, [], named, names, leaves)
-        p = _Plan()
-        p.sig, p.named, p.table = sig, named, None
-        p.skeleton = dump_skeleton(tree)
-        p.specs = self._bind(named, plan=True)
-        p.cuda_regs = dict(self._cuda_regs)
-        ts = [t for _, t in named]
-        # After _bind: sharing moved storages, and with them data_ptr.
-        p.fp = _fingerprint(ts)
-        p.cuda = any(t.is_cuda for t in ts)
-        p.storages = [t.untyped_storage() for t in ts if not t.is_cuda]
-        p.scratch = [i for i, ((name, _), s) in enumerate(zip(named, p.specs)) if s.buffer is self._scratch.get(name)]
-        if not p.cuda:
-            try:
-                p.table = self.client.table(p.specs)
-            except CkptError as e:
-                if e.errno != errno.ENOTSUP:
-                    raise
-                # An older daemon: each save sends the specs.
-        self._plan = p
-        return p
-
-    def _plan_for(self, state_dict):
-        """The plan for state_dict, its tensors and leaves now, and whether
-        the plan is new: the last one while the tree's shape and its
-        tensors' places are unchanged."""
-        # The walk allocates a few objects per tensor: with the collector
-        # on, a trainer's heap made it sweep every few saves (tens of ms).
-        gc_was = gc.isenabled()
-        gc.disable()
-        try:
-            tensors, others, sig = _scan(state_dict)
-            p = self._plan
-            same = p is not None and p.sig == sig and p.fp == _fingerprint(tensors)
-        finally:
-            if gc_was:
-                gc.enable()
-        if same:
-            return p, tensors, others, False
-        return self._make_plan(state_dict, sig), tensors, others, True
 
     def prepare(self, state_dict: Mapping[str, Any]) -> None:
         """Do now what the first save of state_dict would: move its CPU
@@ -850,8 +390,8 @@ class Checkpointer:
         the first optimizer step, for optimizers that make their state
         lazily), or the first save makes a new plan anyway."""
         self._check_open()
-        if self.client is not None:
-            self._plan_for(state_dict)
+        if self._plans is not None:
+            self._plans.plan_for(state_dict)
 
     def save(self, state_dict: Mapping[str, Any], step: int, extra: Any = None, tier: str = "durable") -> SaveFuture:
         """Save state_dict (a tree of dicts, lists and tensors, with other
@@ -905,32 +445,22 @@ class Checkpointer:
                 return
             concurrent.futures.wait(_phases(busy[0]))
 
-    def _save(self, state_dict, step, extra, tier):
-        p, tensors, leaves, fresh = self._plan_for(state_dict)
+    def _save(self, state_dict: Mapping[str, Any], step: int, extra: Any, tier: str) -> SaveFuture:
+        client, regs, plans = self._live()
+        p, tensors, leaves, fresh = plans.plan_for(state_dict)
         blob = pickle.dumps({"skeleton": p.skeleton, "leaves": leaves, "extra": extra},
                             protocol=pickle.HIGHEST_PROTOCOL)
         if p.cuda:
-            # Device registrations are checked at every save (the caching
-            # allocator reuses addresses): a kept plan whose registrations
-            # no longer hold binds again.
-            named = [(name, t) for (name, _), t in zip(p.named, tensors)]
-            if not fresh and not self._cuda_plan_holds(p):
-                p.specs = self._bind(named, plan=True)
-                p.cuda_regs = dict(self._cuda_regs)
-            specs = p.specs
-            self._copy_in(named, specs)
-            return self._track(SaveFuture(self.client.save(step, specs, blob, cuda_stream=cuda_stream(tensors),
-                                                           tier=tier), step))
-        for i in p.scratch:
-            s = p.specs[i]
-            if s.nbytes:
-                dst = torch.frombuffer(s.buffer.view, dtype=torch.uint8, count=s.nbytes)
-                dst.view(tensors[i].dtype).view(tensors[i].shape).copy_(tensors[i])
+            named, specs = plans.cuda_specs(p, tensors, fresh)
+            regs.copy_in(named, specs)
+            return self._track(SaveFuture(client.save(step, specs, blob, cuda_stream=cuda_stream(tensors),
+                                                      tier=tier), step))
+        plans.copy_scratch(p, tensors)
         if p.table is not None:
-            return self._track(SaveFuture(self.client.save_table(step, p.table, blob, tier=tier), step))
-        return self._track(SaveFuture(self.client.save(step, p.specs, blob, tier=tier), step))
+            return self._track(SaveFuture(client.save_table(step, p.table, blob, tier=tier), step))
+        return self._track(SaveFuture(client.save(step, p.specs, blob, tier=tier), step))
 
-    def _track(self, fut):
+    def _track(self, fut: SaveFuture) -> SaveFuture:
         self._last_save = fut
         return fut
 
@@ -1064,7 +594,7 @@ class Checkpointer:
             by_name.setdefault(row["name"], row)
         present: List[Any] = []
         names: Set[str] = set()
-        _flatten(state_dict, [], present, names)
+        flatten(state_dict, [], present, names)
         have: Dict[str, Any] = dict(present)
         targets = []
         for name, info in by_name.items():
@@ -1078,13 +608,14 @@ class Checkpointer:
                                  f"{list(t.shape)}: load into a state dict of the saved model's shape (or "
                                  "without that key, to get a new tensor)")
             targets.append((name, t))
-        specs = self._bind(targets)
+        _, regs, _ = self._live()
+        specs = regs.bind(targets)
         for s, (name, _) in zip(specs, targets):
             info = by_name[name]
             s.offsets, s.lengths = info["offsets"], info["lengths"]
             s.shape = info["shape"]
         res = self.client.load(specs, number).result()
-        self._copy_out(targets, specs)
+        regs.copy_out(targets, specs)
         self.last_load = res
         tree, extra = load_meta(res["extra"])
         made = dict(targets)
@@ -1116,11 +647,10 @@ class Checkpointer:
         if err is not None:
             raise err
 
-    def _close(self):
+    def _close(self) -> None:
         self._drop_plan()
-        self._shared = {}
-        self._arena = {}
-        self._scratch = {}
+        if self._regs is not None:
+            self._regs.clear()
         self.fallback_dir = None
         self._fallback = None
         if self.client is not None:
