@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -253,6 +253,20 @@ class Registrations:
             if self.is_scratch(name, s) and s.nbytes:
                 with torch.no_grad():
                     t.copy_(_bytes(s).view(t.dtype).view(t.shape))
+
+    def forget(self, name: str, own: Optional[torch.Tensor] = None) -> None:
+        """Unregister what a bind made for one load only, which would
+        otherwise stay mapped in the daemon until the next bind: the
+        scratch buffer of the tensor name; else, given own (a tensor the
+        caller made for this load and keeps no longer), the registration
+        of its storage's shared memory. ckpt.dcp's read_data."""
+        buf = self.scratch.pop(name, None)
+        if buf is not None:
+            self.release(buf, False)
+        elif own is not None and own.device.type == "cpu":
+            got = self.shared.pop(own.untyped_storage().data_ptr(), None)
+            if got is not None:
+                self.release(got[0], False)
 
     def clear(self) -> None:
         """Forget the host registrations (the Checkpointer closes: its

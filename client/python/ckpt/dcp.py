@@ -544,13 +544,7 @@ class Reader(StorageReader):
             # another dtype), which would otherwise stay mapped in the
             # daemon until the next bind.
             for _, n, fill, target in fills:
-                buf = regs.scratch.pop(n, None)
-                if buf is not None:
-                    regs.release(buf, False)
-                elif fill is not target and fill.device.type == "cpu":
-                    got = regs.shared.pop(fill.untyped_storage().data_ptr(), None)
-                    if got is not None:
-                        regs.release(got[0], False)
+                regs.forget(n, fill if fill is not target else None)
         for item, _, fill, target in fills:
             if target is None:
                 planner.load_bytes(item, io.BytesIO(fill.numpy().tobytes()))
