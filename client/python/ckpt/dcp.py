@@ -43,23 +43,25 @@ the rest of the path is not used (the job names the place).
 """
 from __future__ import annotations
 
+import concurrent.futures
 import io
 import os
 import re
 import threading
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint._nested_dict import flatten_state_dict
-from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkStorageMetadata, Metadata,
-                                                   MetadataIndex, StorageMeta, TensorProperties,
+from torch.distributed.checkpoint.metadata import (STATE_DICT_TYPE, BytesStorageMetadata, ChunkStorageMetadata,
+                                                   Metadata, MetadataIndex, StorageMeta, TensorProperties,
                                                    TensorStorageMetadata)
-from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
+from torch.distributed.checkpoint.planner import (LoadItemType, LoadPlan, LoadPlanner, ReadItem, SavePlan,
+                                                  SavePlanner, WriteItem, WriteItemType)
 from torch.distributed.checkpoint.staging import AsyncStager
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 
-from .client import LATEST, TensorSpec
+from .client import LATEST, SaveFuture, TensorSpec
 from .torch import DTYPE_CODES, TORCH_DTYPES, Checkpointer, cuda_stream, resolve_rank
 
 __all__ = ["Writer", "Reader", "step_of"]
@@ -70,7 +72,11 @@ __all__ = ["Writer", "Reader", "step_of"]
 _STEP_NAME = re.compile(r"^(?:(?:global_)?step|checkpoint|ckpt)?[-_]?(\d+)$")
 
 
-def step_of(checkpoint_id: Union[int, str, "os.PathLike[str]", None]) -> int:
+# What a checkpoint_id may be here: DCP's (a str or a path), or a step.
+CheckpointId = Union[int, str, "os.PathLike[str]", None]
+
+
+def step_of(checkpoint_id: CheckpointId) -> int:
     """The step a DCP checkpoint_id names, as an int. checkpoint_id: an int
     of 0 or more (not a bool); or a str or os.PathLike (a path or a URL)
     whose last part, trailing '/' dropped, is N, or step, global_step,
@@ -95,17 +101,23 @@ def step_of(checkpoint_id: Union[int, str, "os.PathLike[str]", None]) -> int:
 
 BYTES_PREFIX = "__bytes__/"
 
+# What a Writer saves: (name, local tensor, global shape, offsets) ...
+_Item = Tuple[str, torch.Tensor, Tuple[int, ...], Tuple[int, ...]]
+# ... and a save of them: its future and {name: nbytes}.
+_Staging = Tuple[SaveFuture, Dict[str, int]]
+
 _cache_lock = threading.Lock()
 _cache: "dict[tuple[Any, ...], Checkpointer]" = {}
 
 
-def _identity(rank, world_size):
+def _identity(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
     """The launcher's rank and world size (torch.distributed, else
     RANK/WORLD_SIZE); ones given by hand must agree (resolve_rank)."""
     return resolve_rank(rank, world_size)[:2]
 
 
-def _checkpointer(job, rank, world_size, socket, attempt_id, policy):
+def _checkpointer(job: str, rank: int, world_size: int, socket: Optional[str], attempt_id: Optional[str],
+                  policy: Optional[str]) -> Checkpointer:
     """One Checkpointer per identity, shared by Writer/Reader objects, so the
     shared-memory registrations carry over from one save to the next."""
     key = (job, rank, world_size, socket, attempt_id, policy)
@@ -127,13 +139,13 @@ def close_all() -> None:
         _cache.clear()
 
 
-def _bytes_tensor(obj):
+def _bytes_tensor(obj: Any) -> torch.Tensor:
     bio = io.BytesIO()
     torch.save(obj, bio)
     return torch.frombuffer(bytearray(bio.getvalue()), dtype=torch.uint8)
 
 
-def _local_box(t):
+def _local_box(t: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, ...], Tuple[int, ...]]:
     """(local tensor, global shape, offsets) for plain tensors and DTensors."""
     try:
         from torch.distributed.tensor import DTensor
@@ -147,7 +159,7 @@ def _local_box(t):
     return t, tuple(t.shape), (0,) * t.dim()
 
 
-def _future_staging_supported():
+def _future_staging_supported() -> bool:
     """True when dcp.async_save accepts a Future from AsyncStager.stage()
     and returns an AsyncSaveResponse (newer torch)."""
     try:
@@ -196,20 +208,25 @@ class Writer(StorageWriter, AsyncStager):
         self.async_staging = async_staging
         # step -> (SaveFuture, {name: nbytes}): staged by stage() on the
         # trainer's thread, taken by write_data() on DCP's save thread.
-        self._staged: "dict[str, Any]" = {}
+        self._staged: Dict[int, _Staging] = {}
         self._staged_lock = threading.Lock()
-        self._last = None  # the SaveFuture of the latest stage()
+        self._last: Optional[SaveFuture] = None  # of the latest stage()
 
     # ---- AsyncStager ----
 
-    def _cp(self):
+    def _cp(self) -> Checkpointer:
         rank, ws = _identity(self.rank, self.world_size)
         return _checkpointer(self.job, rank, ws, self.socket, self.attempt_id, self.policy)
 
-    def _save(self, items):
-        """items: [(name, tensor, global shape, offsets)]; start the save."""
+    def _step(self) -> int:
+        """This Writer's step; ValueError without one."""
         if self.step is None:
             raise ValueError("ckpt.dcp.Writer needs step= (or checkpoint_id=N with dcp.save)")
+        return self.step
+
+    def _save(self, items: List[_Item]) -> _Staging:
+        """Start the save of items as this Writer's step."""
+        step = self._step()
         cp = self._cp()
         if not self.exist_ok and not cp._fresh_checked:
             cp._check_fresh()
@@ -220,7 +237,7 @@ class Writer(StorageWriter, AsyncStager):
         for s, (_, t, shape, offs) in zip(specs, items):
             s.shape, s.offsets, s.lengths = shape, offs, tuple(t.shape)
         stream = cuda_stream([t for _, t in tensors])  # as Checkpointer.save
-        return (client.save(int(self.step), specs, b"", cuda_stream=stream, tier=self.tier),
+        return (client.save(step, specs, b"", cuda_stream=stream, tier=self.tier),
                 {s.name: s.nbytes for s in specs})
 
     def persist(self, step: Optional[int] = None) -> Any:
@@ -233,12 +250,12 @@ class Writer(StorageWriter, AsyncStager):
         return self._cp().persist(self.step if step is None else step_of(step))
 
     @staticmethod
-    def _items(state_dict):
+    def _items(state_dict: STATE_DICT_TYPE) -> List[_Item]:
         """[(name, local tensor, global shape, offsets)] of state_dict's
         values: each tensor's local box, each other value as its
         torch.save bytes (TypeError for a dtype ckptd lacks)."""
         flat, _ = flatten_state_dict(state_dict)
-        items = []
+        items: List[_Item] = []
         for fqn, v in flat.items():
             if isinstance(v, torch.Tensor):
                 local, shape, offs = _local_box(v)
@@ -259,16 +276,17 @@ class Writer(StorageWriter, AsyncStager):
         later one: without prepare() it also pays one copy of the state
         into shared memory. Optional."""
         _, regs, _ = self._cp()._live()
-        regs.bind([(n, t) for n, t, _, _ in self._items(state_dict)])
+        regs.bind([(n, t) for n, t, _, _ in self._items(dict(state_dict))])
 
-    def stage(self, state_dict):
+    def stage(self, state_dict: STATE_DICT_TYPE
+              ) -> Union[concurrent.futures.Future[STATE_DICT_TYPE], STATE_DICT_TYPE]:
         """AsyncStager.stage: hand state_dict's tensors to ckptd as a save of
         this Writer's step (ValueError without one, TypeError for a dtype
         ckptd lacks). Returns state_dict once staged; with async_staging at
         once, or a concurrent.futures.Future of it where torch takes one."""
         items = self._items(state_dict)
-        fut, sizes = self._save(items)  # refuses a Writer without step=
-        step = int(self.step)
+        step = self._step()  # refuses a Writer without step=
+        fut, sizes = self._save(items)
         self._last = fut
         # DCP plans from state_dict; its data is never read again here.
         if not self.async_staging:
@@ -287,8 +305,7 @@ class Writer(StorageWriter, AsyncStager):
         fut.staged.add_done_callback(forget_failed)
         if not _future_staging_supported():
             return state_dict  # the trainer calls synchronize_staging()
-        import concurrent.futures
-        out = concurrent.futures.Future()
+        out: concurrent.futures.Future[STATE_DICT_TYPE] = concurrent.futures.Future()
 
         def staged(f):
             e = f.exception()
@@ -299,7 +316,7 @@ class Writer(StorageWriter, AsyncStager):
         fut.staged.add_done_callback(staged)
         return out
 
-    def synchronize_staging(self):
+    def synchronize_staging(self) -> None:
         """Wait until ckptd has staged the latest stage()'s tensors (they
         may change again after); raise its error if staging failed."""
         if self._last is not None:
@@ -307,14 +324,14 @@ class Writer(StorageWriter, AsyncStager):
 
     # ---- StorageWriter ----
 
-    def reset(self, checkpoint_id=None):
+    def reset(self, checkpoint_id: CheckpointId = None) -> None:
         """StorageWriter.reset: a checkpoint_id (dcp.save's) sets the step
         (step_of(); ValueError if it names none); None keeps it."""
         if checkpoint_id is not None:
             self.step = step_of(checkpoint_id)
 
     @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id):
+    def validate_checkpoint_id(cls, checkpoint_id: CheckpointId) -> bool:
         """StorageWriter.validate_checkpoint_id: True when step_of() reads a
         step from checkpoint_id, else False."""
         try:
@@ -323,36 +340,36 @@ class Writer(StorageWriter, AsyncStager):
         except (TypeError, ValueError):
             return False
 
-    def set_up_storage_writer(self, is_coordinator, *args, **kwargs):
+    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         """StorageWriter hook: records is_coordinator; nothing to set up."""
         self.is_coordinator = is_coordinator
 
-    def prepare_local_plan(self, plan):
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
         """StorageWriter hook: returns plan unchanged."""
         return plan
 
-    def prepare_global_plan(self, plans):
+    def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
         """StorageWriter hook: returns plans unchanged."""
         return plans
 
-    def storage_meta(self):
+    def storage_meta(self) -> Optional[StorageMeta]:
         """StorageWriter.storage_meta: a StorageMeta whose checkpoint_id is
         the step as a str (None without a step)."""
         return StorageMeta(checkpoint_id=str(self.step) if self.step is not None else None)
 
     @staticmethod
-    def _name(item):
+    def _name(item: WriteItem) -> str:
         return item.index.fqn if item.type != WriteItemType.BYTE_IO else BYTES_PREFIX + item.index.fqn
 
-    def _take_staged(self):
+    def _take_staged(self) -> Optional[_Staging]:
         """This step's staging from stage(), if it staged (or may still)."""
         with self._staged_lock:
-            got = self._staged.pop(int(self.step), None)
+            got = self._staged.pop(self._step(), None)
         if got is not None and got[0].staged.done() and got[0].staged.exception() is not None:
             return None
         return got
 
-    def write_data(self, plan, planner):
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> torch.futures.Future[List[WriteResult]]:
         """StorageWriter.write_data: take the save stage() made of this step,
         or start one now from the planner's data (dcp.save). Returns a torch
         Future of plan's WriteResults, set once the save is durable (tier
@@ -360,19 +377,24 @@ class Writer(StorageWriter, AsyncStager):
         staged = self._take_staged()
         if staged is None:
             # dcp.save without staging: hand the planner's data over now.
-            items = []
+            items: List[_Item] = []
             for item in plan.items:
                 data = planner.resolve_data(item)
                 if item.type == WriteItemType.BYTE_IO:
+                    # As DCP's own FileSystemWriter, which takes nothing else.
+                    if not isinstance(data, io.BytesIO):
+                        raise TypeError(f"'{item.index.fqn}': a BYTE_IO item's data is a {type(data).__name__}, "
+                                        "not an io.BytesIO")
                     b = torch.frombuffer(bytearray(data.getvalue()), dtype=torch.uint8)
                     items.append((self._name(item), b, (b.numel(),), (0,)))
                 else:
-                    t = data.detach()
-                    chunk = item.tensor_data.chunk
-                    items.append((item.index.fqn, t, tuple(item.tensor_data.size), tuple(chunk.offsets)))
+                    td = item.tensor_data
+                    if not isinstance(data, torch.Tensor) or td is None:
+                        raise TypeError(f"'{item.index.fqn}': a tensor item without a tensor (or its tensor_data)")
+                    items.append((item.index.fqn, data.detach(), tuple(td.size), tuple(td.chunk.offsets)))
             staged = self._save(items)
         fut, sizes = staged
-        out = torch.futures.Future()
+        out: torch.futures.Future[List[WriteResult]] = torch.futures.Future()
 
         def done(f, fut=fut):  # keep the native future alive until durable
             try:
@@ -385,13 +407,13 @@ class Writer(StorageWriter, AsyncStager):
         (fut.durable if fut.durable is not None else fut.kept).add_done_callback(done)
         return out
 
-    def finish(self, metadata, results):
+    def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
         """StorageWriter.finish: nothing to write; the manifests are the
         metadata."""
         # The manifests ckptd writes are the metadata; nothing else to do.
         pass
 
-    def close(self):
+    def close(self) -> None:
         """Nothing to release: the shared Checkpointer stays connected for
         later saves (close_all() closes it)."""
         pass
@@ -413,14 +435,14 @@ class Reader(StorageReader):
         self.job, self.socket = job, socket
         self.step = step if step in (None, "latest", LATEST) else step_of(step)
         self.rank, self.world_size, self.attempt_id = rank, world_size, attempt_id
-        self._resolved = None
-        self._saved: "dict[str, Any]" = {}  # name -> (dtype, global shape, nbytes)
+        self._resolved: Optional[int] = None
+        self._saved: Dict[str, Any] = {}  # name -> (dtype, global shape, nbytes)
 
-    def _cp(self):
+    def _cp(self) -> Checkpointer:
         rank, ws = _identity(self.rank, self.world_size)
         return _checkpointer(self.job, rank, ws, self.socket, self.attempt_id, None)
 
-    def reset(self, checkpoint_id=None):
+    def reset(self, checkpoint_id: CheckpointId = None) -> None:
         """StorageReader.reset: a checkpoint_id (dcp.load's) sets the step
         (step_of(); ValueError if it names none); the step resolved before
         is forgotten."""
@@ -429,15 +451,16 @@ class Reader(StorageReader):
         self._resolved = None
 
     @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id):
+    def validate_checkpoint_id(cls, checkpoint_id: CheckpointId) -> bool:
         """StorageReader.validate_checkpoint_id: as Writer's."""
         return Writer.validate_checkpoint_id(checkpoint_id)
 
-    def read_metadata(self, *args, **kwargs):
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         """StorageReader.read_metadata: resolve the step (pinned; "latest"
         agreed by every rank) and return DCP Metadata made from its
         manifests; ckptd's errors (no such step, ...) raise."""
         cp = self._cp()
+        client = cp._live()[0]
         # Every rank reads the metadata: they must agree on "latest", which
         # rank 0 resolves once and broadcasts (Checkpointer._resolve_step).
         # A named step is resolved too: pinned before any rank shows it, so
@@ -448,8 +471,8 @@ class Reader(StorageReader):
         # rank, on every node, reads that one object, not every manifest.
         shown = {}
 
-        def first(n):
-            shown[n] = cp.client.show(self.job, n)
+        def first(n: int) -> None:
+            shown[n] = client.show(self.job, n)
         self._resolved = cp._resolve_step(self.step if self.step is not None else LATEST, pin=True, first=first)
         me = _identity(self.rank, self.world_size)[0]
         if getattr(cp, "_in_every_memory", False):
@@ -460,15 +483,17 @@ class Reader(StorageReader):
             # reads it). A rank's load may then need pieces that other
             # ranks saved (DCP saves replicated tensors once): its daemon
             # brings those copies from the peers that hold them ([peers]).
-            mine = cp.client.show(self.job, self._resolved, rank=me)[1]
-            every = [None] * dist.get_world_size()
+            mine = client.show(self.job, self._resolved, rank=me)[1]
+            every: List[Any] = [None] * dist.get_world_size()  # each rank's, once gathered
             dist.all_gather_object(every, mine)
             tensors = [t for part in every for t in part]
         else:
-            _, tensors = shown.get(self._resolved) or cp.client.show(self.job, self._resolved)
+            _, tensors = shown.get(self._resolved) or client.show(self.job, self._resolved)
         # This rank's own entries win (its pickled values may differ in size).
         tensors.sort(key=lambda t: (t["rank"] == me, t["rank"] == 0))
-        md, storage = {}, {}
+        md: Dict[str, Union[TensorStorageMetadata, BytesStorageMetadata]] = {}
+        tmd: Dict[str, TensorStorageMetadata] = {}  # md's tensors
+        storage: Dict[MetadataIndex, Any] = {}
         for t in tensors:
             name = t["name"]
             self._saved[name] = (t["dtype"], t["shape"], t["nbytes"])
@@ -477,9 +502,9 @@ class Reader(StorageReader):
                 md[fqn] = BytesStorageMetadata()
                 storage[MetadataIndex(fqn)] = name
                 continue
-            m = md.get(name)
+            m = tmd.get(name)
             if m is None:
-                m = md[name] = TensorStorageMetadata(TensorProperties(dtype=TORCH_DTYPES[t["dtype"]]),
+                m = md[name] = tmd[name] = TensorStorageMetadata(TensorProperties(dtype=TORCH_DTYPES[t["dtype"]]),
                                                      torch.Size(t["shape"]), [])
             chunk = ChunkStorageMetadata(offsets=torch.Size(t["offsets"]), sizes=torch.Size(t["lengths"]))
             if all(c.offsets != chunk.offsets or c.sizes != chunk.sizes for c in m.chunks):
@@ -488,22 +513,25 @@ class Reader(StorageReader):
         return Metadata(state_dict_metadata=md, storage_data=storage,
                         storage_meta=StorageMeta(checkpoint_id=str(self._resolved)))
 
-    def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
+    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         """StorageReader hook: keeps metadata, and takes the step from its
         checkpoint_id when read_metadata() did not resolve one here."""
         self.metadata = metadata
         if self._resolved is None:
-            self._resolved = int(metadata.storage_meta.checkpoint_id)
+            meta = metadata.storage_meta
+            if meta is None or meta.checkpoint_id is None:
+                raise ValueError("DCP metadata without a checkpoint_id: no step to load")
+            self._resolved = step_of(meta.checkpoint_id)
 
-    def prepare_local_plan(self, plan):
+    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
         """StorageReader hook: returns plan unchanged."""
         return plan
 
-    def prepare_global_plan(self, plans):
+    def prepare_global_plan(self, plans: List[LoadPlan]) -> List[LoadPlan]:
         """StorageReader hook: returns plans unchanged."""
         return plans
 
-    def read_data(self, plan, planner):
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> torch.futures.Future[None]:
         """StorageReader.read_data: load plan's items from ckptd in one load
         and hand them to the planner. Each tensor lands in its target in
         place when it can (a contiguous tensor of the saved dtype: bound as
@@ -511,9 +539,13 @@ class Reader(StorageReader):
         copied over after; bytes go to load_bytes. Returns a completed
         torch Future; errors raise."""
         client, regs, _ = self._cp()._live()
+        step = self._resolved
+        if step is None:
+            raise ValueError("ckpt.dcp.Reader.read_data before read_metadata() or set_up_storage_reader(): "
+                             "no step to load")
         # (item, name bound: unique per item, so two boxes of one tensor
         # never share a scratch buffer; tensor filled; target or None)
-        fills = []
+        fills: List[Tuple[ReadItem, str, torch.Tensor, Optional[torch.Tensor]]] = []
         for item in plan.items:
             if item.type == LoadItemType.BYTE_IO:
                 name = BYTES_PREFIX + item.storage_index.fqn
@@ -521,9 +553,9 @@ class Reader(StorageReader):
                 continue
             name = item.storage_index.fqn
             dtype = TORCH_DTYPES[self._saved[name][0]]
-            target = planner.resolve_tensor(item).detach()
-            fill = target if target.dtype == dtype else torch.empty(tuple(target.shape), dtype=dtype)
-            fills.append((item, f"{name}@{tuple(int(o) for o in item.storage_index.offset)}", fill, target))
+            dest = planner.resolve_tensor(item).detach()
+            fill = dest if dest.dtype == dtype else torch.empty(tuple(dest.shape), dtype=dtype)
+            fills.append((item, f"{name}@{_box_offsets(item)}", fill, dest))
         bound = [(n, f) for _, n, f, _ in fills]
         specs = regs.bind(bound)
         try:
@@ -534,9 +566,9 @@ class Reader(StorageReader):
                     continue
                 s.name = item.storage_index.fqn
                 s.shape = self._saved[s.name][1]
-                s.offsets = tuple(int(c) + int(o) for c, o in zip(item.storage_index.offset, item.storage_offsets))
+                s.offsets = tuple(c + int(o) for c, o in zip(_box_offsets(item), item.storage_offsets))
                 s.lengths = tuple(int(n) for n in item.lengths)
-            client.load(specs, self._resolved).result()
+            client.load(specs, step).result()
             regs.copy_out(bound, specs)
         finally:
             # What only this read used goes: scratch (non-contiguous
@@ -552,6 +584,15 @@ class Reader(StorageReader):
             if fill is not target:
                 target.copy_(fill)
             planner.commit_tensor(item, target)
-        out = torch.futures.Future()
+        out: torch.futures.Future[None] = torch.futures.Future()
         out.set_result(None)
         return out
+
+
+def _box_offsets(item: ReadItem) -> Tuple[int, ...]:
+    """The offsets of the saved box a tensor item reads from (its
+    storage_index's: DCP's planner gives every tensor item one)."""
+    offsets = item.storage_index.offset
+    if offsets is None:
+        raise ValueError(f"'{item.storage_index.fqn}': a tensor item without its box's offsets")
+    return tuple(int(o) for o in offsets)
