@@ -21,31 +21,35 @@ then resumes with its own code: weights, optimizer, scheduler, RNG, and the
 data it skips. Saves on the main process only (the state is the same on
 every rank), as rank 0 of 1.
 """
+from __future__ import annotations
+
 import concurrent.futures
 import errno
 import json
 import os
 import random
 import tempfile
+from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 import torch
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from .client import CkptError
-from .torch import Checkpointer, _resumed
+from .torch import Checkpointer, SaveFuture, _resumed
 
 __all__ = ["CkptdCallback", "checkpoint_dir"]
 
 
-def _rng():
-    r = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.random.get_rng_state()}
+def _rng() -> Dict[str, Any]:
+    r: Dict[str, Any] = {"python": random.getstate(), "numpy": np.random.get_state(),
+                         "cpu": torch.random.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         r["cuda"] = torch.cuda.random.get_rng_state_all()
     return r
 
 
-def _state_json(state):
+def _state_json(state: TrainerState) -> str:
     """trainer_state.json's text, as TrainerState.save_to_json writes it."""
     with tempfile.TemporaryDirectory() as d:
         state.save_to_json(os.path.join(d, "s.json"))
@@ -58,35 +62,41 @@ class CkptdCallback(TrainerCallback):
     step global_step of job, instead of checkpoint-N directories (module
     docstring)."""
 
-    def __init__(self, job, socket=None, attempt_id=None, exist_ok=False):
+    def __init__(self, job: str, socket: Optional[str] = None, attempt_id: Optional[str] = None,
+                 exist_ok: bool = False) -> None:
         """job: the ckptd job; socket: ckptd's socket (default
         $CKPTD_SOCKET, else /run/ckptd/ckptd.sock); exist_ok: save into a
         job that has steps without resuming from it (by default the first
         save then raises, unless the training resumed: from
         checkpoint_dir(), or from any checkpoint with a global step)."""
         self.job, self.socket, self.attempt_id, self.exist_ok = job, socket, attempt_id, exist_ok
-        self._cp = None
-        self._futs = []
+        self._cp: Optional[Checkpointer] = None
+        self._futs: List[SaveFuture] = []
         self._resumed = False
 
-    def _checkpointer(self):
+    def _checkpointer(self) -> Checkpointer:
         if self._cp is None:
             self._cp = Checkpointer(self.job, socket=self.socket, attempt_id=self.attempt_id, alone=True,
                                     exist_ok=self.exist_ok or self._resumed)
         return self._cp
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                       **kwargs: Any) -> None:
         """A Trainer resumed from a checkpoint starts past step 0: its saves
         continue the job."""
         self._resumed = state.global_step > 0
 
-    def _save(self, args, state, control, model=None, optimizer=None, lr_scheduler=None, **kwargs):
+    def _save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+              model: Optional[torch.nn.Module] = None, optimizer: Optional[torch.optim.Optimizer] = None,
+              lr_scheduler: Any = None, **kwargs: Any) -> TrainerControl:
         if not control.should_save:
             return control
         control.should_save = False  # ckptd has it: no checkpoint-N directory
         if not state.is_world_process_zero:
             return control
         self._raise_failed()
+        if model is None:
+            raise ValueError("CkptdCallback: the Trainer gave no model to save")
         sd = {"model": model.state_dict()}
         if optimizer is not None:
             sd["optimizer"] = optimizer.state_dict()
@@ -105,7 +115,7 @@ class CkptdCallback(TrainerCallback):
         self._futs.append(fut)
         return control
 
-    def _raise_failed(self):
+    def _raise_failed(self) -> None:
         """Raise the first failed save (one that did not become durable),
         in the Trainer, naming its step."""
         done = [f for f in self._futs if f.durable.done()]
@@ -116,15 +126,18 @@ class CkptdCallback(TrainerCallback):
                 raise CkptError(e.errno or errno.EIO, f"Trainer checkpoint step {f.step} of job '{self.job}' "
                                 f"was not saved: {e.strerror or e}") from e
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    **kwargs: Any) -> TrainerControl:
         """Save when the Trainer would (save_strategy "steps")."""
         return self._save(args, state, control, **kwargs)
 
-    def on_epoch_end(self, args, state, control, **kwargs):
+    def on_epoch_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                     **kwargs: Any) -> TrainerControl:
         """Save when the Trainer would (save_strategy "epoch")."""
         return self._save(args, state, control, **kwargs)
 
-    def on_train_end(self, args, state, control, **kwargs):
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                     **kwargs: Any) -> None:
         """Wait until every save is durable; raise the first failure."""
         try:
             concurrent.futures.wait([f.durable for f in self._futs])
@@ -136,18 +149,20 @@ class CkptdCallback(TrainerCallback):
                 self._cp = None
 
 
-def checkpoint_dir(job, output_dir, step="latest", socket=None):
+def checkpoint_dir(job: str, output_dir: Union[str, "os.PathLike[str]"], step: Union[int, str] = "latest",
+                   socket: Optional[str] = None) -> Optional[str]:
     """Write step (default: the latest complete one) of job as a Trainer
     checkpoint directory under output_dir; its path, or None when the job
     has no complete step. A CkptdCallback of the same job in this process
     then continues the job (its first save does not raise EEXIST)."""
     with Checkpointer(job, socket=socket, alone=True) as cp:
         if step == "latest":
-            done = [s["step"] for s in cp.client.list(job) if s["complete"]]
+            client = cp._live()[0]
+            done = [s["step"] for s in client.list(job) if s["complete"]]
             if not done:
-                _resumed.add((cp.client.socket, job))  # asked to resume: continue the job
+                _resumed.add((client.socket, job))  # asked to resume: continue the job
                 return None
-        sd = {}
+        sd: Dict[str, Any] = {}
         got, extra = cp.load(sd, step=step)
     d = os.path.join(output_dir, f"checkpoint-{got}")
     os.makedirs(d, exist_ok=True)

@@ -22,12 +22,16 @@ loads as one.
 Lightning saves on global rank 0 only (the state is the same on every rank),
 so the plugin saves as rank 0 of 1 whatever the launcher says.
 """
+from __future__ import annotations
+
 import errno
 import json
 import os
 import sys
 import threading
 import warnings
+from concurrent.futures import Future
+from typing import Any, Dict, Optional, Set, Tuple, Union
 
 try:
     from lightning.pytorch.plugins.io import CheckpointIO
@@ -35,14 +39,17 @@ except ImportError:  # the older package name
     from pytorch_lightning.plugins.io import CheckpointIO  # type: ignore[assignment]
 
 from .client import CkptError
-from .torch import Checkpointer, _failure
+from .torch import Checkpointer, SaveFuture, _failure
 
 POINTER = "ckptd-step"
 
 __all__ = ["CkptdCheckpointIO", "read_pointer"]
 
+# A path as Lightning hands it over (a str or a pathlib.Path).
+_Path = Union[str, "os.PathLike[str]"]
 
-def read_pointer(path):
+
+def read_pointer(path: _Path) -> Optional[Tuple[str, int]]:
     """(job, step) of a pointer file, or None if path is not one (any
     file of a checkpoint directory is read: a malformed one is not a
     pointer, never an error)."""
@@ -59,7 +66,7 @@ def read_pointer(path):
     return None
 
 
-def _fsync_dir(d):
+def _fsync_dir(d: str) -> None:
     """Make the directory's entries (a rename, a removal) durable."""
     fd = os.open(d or ".", os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -73,7 +80,8 @@ class CkptdCheckpointIO(CheckpointIO):
     global_step of job, and its path holds a pointer file once durable
     (module docstring)."""
 
-    def __init__(self, job, socket=None, attempt_id=None, remove_steps=True, exist_ok=False):
+    def __init__(self, job: str, socket: Optional[str] = None, attempt_id: Optional[str] = None,
+                 remove_steps: bool = True, exist_ok: bool = False) -> None:
         """job: the ckptd job (its steps are the trainer's global steps);
         socket: ckptd's socket (default $CKPTD_SOCKET, else
         /run/ckptd/ckptd.sock); remove_steps: a step no pointer names any
@@ -85,22 +93,22 @@ class CkptdCheckpointIO(CheckpointIO):
         super().__init__()
         self.job, self.socket, self.attempt_id = job, socket, attempt_id
         self.remove_steps, self.exist_ok = remove_steps, exist_ok
-        self._cp = None
+        self._cp: Optional[Checkpointer] = None
         self._lock = threading.Lock()
-        self._saves = {}        # step -> SaveFuture of this process's saves (kept past teardown)
-        self._pointers = {}     # path -> step its pointer names, or will once the step is durable
-        self._dirs = set()      # directories holding this plugin's pointers
-        self._orphans = set()   # steps whose pointer went or was replaced: removed once none names them
-        self._reported = set()  # steps whose failure was raised already
+        self._saves: Dict[int, SaveFuture] = {}  # of this process's saves, by step (kept past teardown)
+        self._pointers: Dict[str, int] = {}  # path -> step its pointer names, or will once the step is durable
+        self._dirs: Set[str] = set()      # directories holding this plugin's pointers
+        self._orphans: Set[int] = set()   # steps whose pointer went or was replaced: removed once none names them
+        self._reported: Set[int] = set()  # steps whose failure was raised already
         self._torn_down = False
 
-    def _checkpointer(self):
+    def _checkpointer(self) -> Checkpointer:
         if self._cp is None:
             self._cp = Checkpointer(self.job, socket=self.socket, attempt_id=self.attempt_id, alone=True,
                                     exist_ok=self.exist_ok)
         return self._cp
 
-    def _write_pointer(self, path, step):
+    def _write_pointer(self, path: str, step: int) -> None:
         """Write path's pointer to step (fsync'd, then renamed over the
         old one), unless path was removed or given another step since; the
         step the old pointer named becomes an orphan. Runs on libckpt's
@@ -124,7 +132,7 @@ class CkptdCheckpointIO(CheckpointIO):
             if old is not None and old[0] == self.job and old[1] != step:
                 self._orphans.add(old[1])
 
-    def _named_steps(self):
+    def _named_steps(self) -> Set[int]:
         """The steps of this job something still names: a pointer on disk
         (in this plugin's directories; each file read once), one still to
         be written, or a save in flight."""
@@ -141,7 +149,7 @@ class CkptdCheckpointIO(CheckpointIO):
                     named.add(p[1])
         return named
 
-    def _flush_pointers(self):
+    def _flush_pointers(self) -> None:
         """Write the pointers of durable steps whose durable callback has
         not run yet: a future's result() returns before its callbacks run,
         and what _settle decides must see every pointer of a durable step."""
@@ -152,7 +160,7 @@ class CkptdCheckpointIO(CheckpointIO):
             if f is not None and f.durable.done() and _failure(f.durable) is None:
                 self._write_pointer(path, step)
 
-    def _settle(self):
+    def _settle(self) -> None:
         """On the trainer's thread (a request to ckptd must not run on the
         reader thread): raise the first failed save not raised yet, and
         remove the orphan steps nothing names any more."""
@@ -176,7 +184,7 @@ class CkptdCheckpointIO(CheckpointIO):
         if self.remove_steps:
             for s in orphans:
                 try:
-                    self._checkpointer().client.delete(s)
+                    self._checkpointer()._live()[0].delete(s)
                 except OSError:
                     pass  # gone already (retention), or never reached storage
         if failed:
@@ -185,7 +193,7 @@ class CkptdCheckpointIO(CheckpointIO):
             raise CkptError(e.errno or errno.EIO, f"Lightning checkpoint step {s} of job '{self.job}' was not "
                             f"saved: {e.strerror or e}") from e
 
-    def save_checkpoint(self, checkpoint, path, storage_options=None):
+    def save_checkpoint(self, checkpoint: Dict[str, Any], path: _Path, storage_options: Optional[Any] = None) -> None:
         """Save checkpoint as step global_step and return once staged (at
         once when that step is saved already: Lightning's last.ckpt of a
         step it just saved); the pointer at path is written once the step
@@ -212,7 +220,11 @@ class CkptdCheckpointIO(CheckpointIO):
         with self._lock:
             self._dirs.add(d)
             self._pointers[path] = step
-        fut.durable.add_done_callback(lambda f: f.exception() is None and self._write_pointer(path, step))
+
+        def durable(f: Future[Any]) -> None:  # on libckpt's reader thread
+            if f.exception() is None:
+                self._write_pointer(path, step)
+        fut.durable.add_done_callback(durable)
         if self._torn_down:
             # Outside fit nothing waits for it later: now, and its error here.
             try:
@@ -220,7 +232,8 @@ class CkptdCheckpointIO(CheckpointIO):
             finally:
                 self._settle()
 
-    def load_checkpoint(self, path, map_location=None, weights_only=None):
+    def load_checkpoint(self, path: _Path, map_location: Optional[Any] = None,
+                        weights_only: Optional[bool] = None) -> Dict[str, Any]:
         """The checkpoint at path: the step its pointer names, loaded from
         ckptd (this process then continues the job), or a regular
         checkpoint file loaded with torch.load."""
@@ -232,11 +245,11 @@ class CkptdCheckpointIO(CheckpointIO):
         job, step = p
         if job != self.job:
             raise ValueError(f"{path} is step {step} of job '{job}', not of '{self.job}'")
-        state = {}
+        state: Dict[str, Any] = {}
         self._checkpointer().load(state, step=step)
         return state
 
-    def remove_checkpoint(self, path):
+    def remove_checkpoint(self, path: _Path) -> None:
         """Remove path's pointer (or file); its step is removed from ckptd
         too once no pointer names it and it is durable (remove_steps)."""
         path = os.path.abspath(os.fspath(path))
@@ -254,7 +267,7 @@ class CkptdCheckpointIO(CheckpointIO):
             self._dirs.add(os.path.dirname(path))
         self._settle()
 
-    def teardown(self):
+    def teardown(self) -> None:
         """Wait until every step is durable (its pointers written), remove
         the orphan steps, and raise the first failure not raised yet; but
         when fit is ending on an exception already (Lightning tears down
