@@ -4,6 +4,7 @@
 #include "manifest.h"
 #include "store.h"
 #include "fsutil.h"
+#include "grow.h"
 
 #include <assert.h>
 #include <ctype.h>
@@ -182,19 +183,6 @@ static void records_free(struct records *r)
 	free(r->rm);
 }
 
-static bool grow(void **v, size_t n, size_t *cap, size_t first, size_t size)
-{
-	if (n < *cap)
-		return true;
-	size_t nc = *cap ? 2 * *cap : first;
-	void *nv = realloc(*v, nc * size);
-	if (nv == NULL)
-		return false;
-	*v = nv;
-	*cap = nc;
-	return true;
-}
-
 /* The one reader of the journal's lines (B, E, U, X, N, R, F: journal.h):
  * B/E pairs into r->v (unless open_only: compaction needs only what may
  * stay open, U/X and R/F), U/X pairs into r->up, R/F into r->rm, each N
@@ -220,7 +208,7 @@ static int parse(char *text, struct records *r, bool open_only, journal_recover_
 				continue;
 			if (line[0] == 'T' && sscanf(line, "T %" SCNu64 " %767s", &m.id, m.key) != 2)
 				continue;
-			if (!grow((void **)&r->rm, r->nrm, &r->rmcap, 8, sizeof(*r->rm)))
+			if (GROW(r->rm, r->rmcap, r->nrm + 1, 8) < 0)
 				return -ENOMEM;
 			r->rm[r->nrm++] = m;
 			continue;
@@ -237,7 +225,7 @@ static int parse(char *text, struct records *r, bool open_only, journal_recover_
 			struct entry e = { 0 };
 			if (sscanf(line, "B %" SCNu64 " %128s %767s %767s", &e.id, e.attempt, e.shard, e.man) != 4)
 				continue;
-			if (!grow((void **)&r->v, r->n, &r->cap, 16, sizeof(*r->v)))
+			if (GROW(r->v, r->cap, r->n + 1, 16) < 0)
 				return -ENOMEM;
 			r->v[r->n++] = e;
 		} else if (line[0] == 'E') {
@@ -250,7 +238,7 @@ static int parse(char *text, struct records *r, bool open_only, journal_recover_
 			struct upload u = { 0 };
 			if (sscanf(line, "U %1023s %767s", u.id, u.key) != 2)
 				continue;
-			if (!grow((void **)&r->up, r->nup, &r->upcap, 8, sizeof(*r->up)))
+			if (GROW(r->up, r->upcap, r->nup + 1, 8) < 0)
 				return -ENOMEM;
 			r->up[r->nup++] = u;
 		} else if (line[0] == 'X') {
@@ -276,9 +264,9 @@ static int parse(char *text, struct records *r, bool open_only, journal_recover_
  * journal or the new one, never an empty one. j->mu held. */
 static void rewrite_keeping(struct journal *j, const struct records *r)
 {
-	size_t cap = 256, len = 0;
-	char *text = malloc(cap);
-	for (size_t i = 0; text && i < r->nup + r->nrm; i++) {
+	size_t cap = 0, len = 0;
+	char *text = NULL;
+	for (size_t i = 0; i < r->nup + r->nrm; i++) {
 		char line[2048];
 		if (i < r->nup && r->up[i].ended)
 			continue;
@@ -289,19 +277,13 @@ static void rewrite_keeping(struct journal *j, const struct records *r)
 			: m->key[0] ? snprintf(line, sizeof(line), "T %" PRIu64 " %s\n", m->id, m->key)
 				    : snprintf(line, sizeof(line), "R %" PRIu64 " %s %" PRIu64 "\n", m->id, m->job,
 					       m->step);
-		if (len + (size_t)n + 1 > cap) {
-			char *nt = realloc(text, cap = 2 * cap + (size_t)n);
-			if (nt == NULL)
-				free(text);
-			text = nt;
+		if (GROW(text, cap, len + (size_t)n + 1, 256) < 0) {
+			free(text);
+			return; /* kept whole */
 		}
-		if (text) {
-			memcpy(text + len, line, (size_t)n);
-			len += (size_t)n;
-		}
+		memcpy(text + len, line, (size_t)n);
+		len += (size_t)n;
 	}
-	if (text == NULL)
-		return; /* kept whole */
 	if (len == 0) {
 		if (ftruncate(j->fd, 0) == 0)
 			(void)fdatasync(j->fd);

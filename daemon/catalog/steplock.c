@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "names.h"
+#include "grow.h"
 
 struct entry {
 	char job[JOB_BUF];
@@ -28,14 +29,8 @@ static struct entry *find(const char *job, uint64_t step, bool create)
 			return &tab[i];
 	if (!create)
 		return NULL;
-	if (n == cap) {
-		size_t nc = cap ? 2 * cap : 16;
-		struct entry *nt = realloc(tab, nc * sizeof(*nt));
-		if (nt == NULL)
-			return NULL;
-		tab = nt;
-		cap = nc;
-	}
+	if (GROW(tab, cap, n + 1, 16) < 0)
+		return NULL;
 	struct entry *e = &tab[n++];
 	memset(e, 0, sizeof(*e));
 	strncpy(e->job, job, sizeof(e->job) - 1);

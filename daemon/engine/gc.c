@@ -2,6 +2,7 @@
 #include "gc.h"
 #include "catalog.h"
 #include "daemon.h"
+#include "grow.h"
 #include "journal.h"
 #include "load.h"
 #include "log.h"
@@ -241,15 +242,8 @@ void gc_after_durable(struct daemon *d, const char *job)
 	/* Every job waits its turn, however many finish a step while a
 	 * retention pass runs; without memory its pass waits for its next
 	 * durable step, and the log says so. */
-	if (d->ngc_pending == d->gc_pending_cap) {
-		uint32_t cap = d->gc_pending_cap ? 2 * d->gc_pending_cap : 16;
-		char **grown = realloc(d->gc_pending, cap * sizeof(*grown));
-		if (grown == NULL)
-			goto lost;
-		d->gc_pending = grown;
-		d->gc_pending_cap = cap;
-	}
-	if ((d->gc_pending[d->ngc_pending] = strdup(job)) == NULL)
+	if (GROW(d->gc_pending, d->gc_pending_cap, d->ngc_pending + 1, 16) < 0 ||
+	    (d->gc_pending[d->ngc_pending] = strdup(job)) == NULL)
 		goto lost;
 	d->ngc_pending++;
 kick:

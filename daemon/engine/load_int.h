@@ -29,7 +29,7 @@ struct load_req {
 	uint64_t buf_off, nbytes;
 	uint64_t covered;    /* elements written */
 	struct box *applied; /* cuts already written, disjoint */
-	size_t napplied;
+	size_t napplied, applied_cap;
 	unsigned sources; /* SRC_MEMORY | SRC_STORAGE */
 };
 

@@ -1,6 +1,7 @@
 /* A restore's copies: see loadexec.h. */
 #include "loadexec.h"
 #include "crc32c.h"
+#include "grow.h"
 #include "daemon.h"
 #include "hostbuf.h"
 #include "load_int.h"
@@ -178,14 +179,8 @@ static int plan_tensor(struct exec *ex, const char *key, const struct save *held
 		       const struct box *cuts, size_t nh)
 {
 	struct load *ld = ex->ld;
-	if (ex->nplans == ex->cap) {
-		size_t nc = ex->cap ? 2 * ex->cap : 64;
-		struct tplan *np = realloc(ex->plans, nc * sizeof(*np));
-		if (np == NULL)
-			return load_fail(ld, -ENOMEM, "out of memory");
-		ex->plans = np;
-		ex->cap = nc;
-	}
+	if (GROW(ex->plans, ex->cap, ex->nplans + 1, 64) < 0)
+		return load_fail(ld, -ENOMEM, "out of memory");
 	struct tplan *p = &ex->plans[ex->nplans];
 	memset(p, 0, sizeof(*p));
 	p->t = t;
@@ -221,10 +216,8 @@ static int plan_tensor(struct exec *ex, const char *key, const struct save *held
 		ex->max_read = p->rows_per * p->row_bytes;
 	for (size_t i = 0; i < nh; i++) {
 		struct load_req *q = hits[i];
-		struct box *na = realloc(q->applied, (q->napplied + 1) * sizeof(*na));
-		if (na == NULL)
+		if (GROW(q->applied, q->applied_cap, q->napplied + 1, 8) < 0)
 			return load_fail(ld, -ENOMEM, "out of memory");
-		q->applied = na;
 		q->applied[q->napplied++] = cuts[i];
 		q->covered += box_volume(&cuts[i]);
 		q->sources |= src;

@@ -5,6 +5,7 @@
 #include "clock.h"
 #include "store.h"
 #include "status.h"
+#include "grow.h"
 #include "macro.h"
 
 #include <errno.h>
@@ -44,14 +45,10 @@ static void put(struct buf *b, const char *fmt, ...)
 			b->len += (size_t)n;
 			return;
 		}
-		size_t nc = b->cap * 2 + (size_t)n;
-		char *np = realloc(b->p, nc);
-		if (np == NULL) {
+		if (GROW(b->p, b->cap, b->len + (size_t)n + 1, 8192) < 0) {
 			b->err = -ENOMEM;
 			return;
 		}
-		b->p = np;
-		b->cap = nc;
 	}
 }
 

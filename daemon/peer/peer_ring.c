@@ -3,6 +3,7 @@
  * while. */
 #include "peer_int.h"
 #include "clock.h"
+#include "grow.h"
 
 #include <netdb.h>
 #include <sys/socket.h>
@@ -166,14 +167,8 @@ static uint32_t name_index(struct peer *p, const char *name)
 	for (uint32_t i = 0; i < p->nnames; i++)
 		if (strcmp(p->names[i], name) == 0)
 			return i + 1;
-	if (p->nnames == p->names_cap) {
-		uint32_t nc = p->names_cap ? 2 * p->names_cap : 16;
-		void *nv = nc <= NAMES ? realloc(p->names, nc * sizeof(*p->names)) : NULL;
-		if (nv == NULL)
-			return 0;
-		p->names = nv;
-		p->names_cap = nc;
-	}
+	if (p->nnames == NAMES || GROW(p->names, p->names_cap, p->nnames + 1, 16) < 0)
+		return 0;
 	snprintf(p->names[p->nnames], sizeof(p->names[0]), "%s", name);
 	return ++p->nnames;
 }
@@ -186,15 +181,9 @@ void peer_holder_set(struct peer *p, const char *job, uint32_t rank, const char 
 	struct holders *h = holders_of(p, job, true);
 	uint32_t idx = name_index(p, peer);
 	if (h && idx && rank >= h->n) {
-		uint32_t nn = h->n ? h->n : 64;
-		while (nn <= rank)
-			nn *= 2;
-		uint32_t *na = realloc(h->at, nn * sizeof(*na));
-		if (na) {
-			memset(na + h->n, 0, (nn - h->n) * sizeof(*na));
-			h->at = na;
-			h->n = nn;
-		}
+		uint32_t was = h->n;
+		if (GROW(h->at, h->n, (size_t)rank + 1, 64) == 0)
+			memset(h->at + was, 0, (h->n - was) * sizeof(*h->at));
 	}
 	if (h && idx && rank < h->n)
 		h->at[rank] = idx;

@@ -1,5 +1,6 @@
 /* The replica ring (ring.h). */
 #include "ring.h"
+#include "grow.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -22,14 +23,8 @@ static int add(struct ring *r, size_t *cap, const char *s, size_t len)
 		return -EINVAL;
 	if (r->n == RING_MAX)
 		return -E2BIG;
-	if (r->n == *cap) {
-		size_t nc = *cap ? *cap * 2 : 16;
-		char(*nv)[RING_NAME_MAX] = realloc(r->names, nc * sizeof(*nv));
-		if (nv == NULL)
-			return -ENOMEM;
-		r->names = nv;
-		*cap = nc;
-	}
+	if (GROW(r->names, *cap, r->n + 1, 16) < 0)
+		return -ENOMEM;
 	memcpy(r->names[r->n], s, len);
 	r->names[r->n][len] = '\0';
 	r->n++;

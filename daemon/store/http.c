@@ -1,4 +1,5 @@
 #include "http.h"
+#include "grow.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -269,16 +270,8 @@ static size_t on_write(char *p, size_t size, size_t nmemb, void *ud)
 		r->overflow = true;
 		return 0;
 	}
-	if (r->resp_len + n + 1 > x->resp_cap) {
-		size_t cap = x->resp_cap ? x->resp_cap * 2 : 4096;
-		while (cap < r->resp_len + n + 1)
-			cap *= 2;
-		char *nb = realloc(r->resp, cap);
-		if (nb == NULL)
-			return 0;
-		r->resp = nb;
-		x->resp_cap = cap;
-	}
+	if (GROW(r->resp, x->resp_cap, r->resp_len + n + 1, 4096) < 0)
+		return 0;
 	memcpy(r->resp + r->resp_len, p, n);
 	r->resp_len += n;
 	r->resp[r->resp_len] = 0;

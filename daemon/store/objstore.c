@@ -22,6 +22,7 @@
 #include "config.h"
 #include "crc32c.h"
 #include "creds.h"
+#include "grow.h"
 #include "http.h"
 #include "log.h"
 #include "sigv4.h"
@@ -694,14 +695,8 @@ static int obj_get_all(struct store *base, const char *key, size_t max, void **b
 
 static int push_entry(struct store_entry **v, size_t *n, size_t *cap, const char *name, size_t len, bool dir)
 {
-	if (*n == *cap) {
-		size_t nc = *cap ? *cap * 2 : 64;
-		struct store_entry *nv = realloc(*v, nc * sizeof(*nv));
-		if (nv == NULL)
-			return -ENOMEM;
-		*v = nv;
-		*cap = nc;
-	}
+	if (GROW(*v, *cap, *n + 1, 64) < 0)
+		return -ENOMEM;
 	struct store_entry *e = &(*v)[*n];
 	*e = (struct store_entry){ .dir = dir };
 	if ((e->name = strndup(name, len)) == NULL)

@@ -1,4 +1,5 @@
 #include "sigv4.h"
+#include "grow.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -19,15 +20,9 @@ static void put(struct str *s, const char *d, size_t n)
 {
 	if (s->err)
 		return;
-	if (s->len + n + 1 > s->cap) {
-		size_t nc = (s->cap ? s->cap * 2 : 256) + n;
-		char *np = realloc(s->p, nc);
-		if (np == NULL) {
-			s->err = -ENOMEM;
-			return;
-		}
-		s->p = np;
-		s->cap = nc;
+	if (GROW(s->p, s->cap, s->len + n + 1, 256) < 0) {
+		s->err = -ENOMEM;
+		return;
 	}
 	memcpy(s->p + s->len, d, n);
 	s->len += n;

@@ -16,6 +16,7 @@
 #include "store.h"
 #include "log.h"
 #include "fsutil.h"
+#include "grow.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -491,13 +492,8 @@ static int read_dir(struct store_fs *s, const char *prefix, bool want_stat, stru
 		struct stat st = { 0 };
 		if (want_stat && fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
 			continue; /* removed meanwhile */
-		if (n == cap) {
-			struct store_entry *nv = realloc(v, 2 * cap * sizeof(*v));
-			if (nv == NULL)
-				break;
-			v = nv;
-			cap *= 2;
-		}
+		if (GROW(v, cap, n + 1, 16) < 0)
+			break;
 		v[n] = (struct store_entry){ .size = S_ISDIR(st.st_mode) ? 0 : (uint64_t)st.st_size,
 					     .mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
 					     .dir = want_stat ? S_ISDIR(st.st_mode) : e->d_type == DT_DIR };

@@ -1,4 +1,5 @@
 #include "xmlmini.h"
+#include "grow.h"
 
 #include <errno.h>
 #include <expat.h>
@@ -19,7 +20,7 @@ struct pstate {
 	size_t plen[XML_MAX_DEPTH + 1];
 	int depth;
 	char *text;
-	size_t tlen;
+	size_t tlen, tcap;
 	size_t total; /* bytes of every item so far */
 	int err;
 };
@@ -51,19 +52,13 @@ static void on_end(void *ud, const XML_Char *name)
 {
 	(void)name;
 	struct pstate *s = ud;
-	if (s->d->n == s->cap) {
-		if (s->cap >= XML_MAX_ITEMS) {
-			stop(s, -E2BIG);
-			return;
-		}
-		size_t nc = s->cap ? s->cap * 2 : 64;
-		struct xml_item *ni = realloc(s->d->items, nc * sizeof(*ni));
-		if (ni == NULL) {
-			stop(s, -ENOMEM);
-			return;
-		}
-		s->d->items = ni;
-		s->cap = nc;
+	if (s->d->n >= XML_MAX_ITEMS) {
+		stop(s, -E2BIG);
+		return;
+	}
+	if (GROW(s->d->items, s->cap, s->d->n + 1, 64) < 0) {
+		stop(s, -ENOMEM);
+		return;
 	}
 	/* Paths repeat: cap what they add up to, not just the input size. */
 	s->total += strlen(s->path) + s->tlen + 2 + sizeof(struct xml_item);
@@ -93,12 +88,10 @@ static void on_text(void *ud, const XML_Char *t, int len)
 		stop(s, -E2BIG);
 		return;
 	}
-	char *nt = realloc(s->text, s->tlen + (size_t)len + 1);
-	if (nt == NULL) {
+	if (GROW(s->text, s->tcap, s->tlen + (size_t)len + 1, 256) < 0) {
 		stop(s, -ENOMEM);
 		return;
 	}
-	s->text = nt;
 	memcpy(s->text + s->tlen, t, (size_t)len);
 	s->tlen += (size_t)len;
 }

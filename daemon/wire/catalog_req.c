@@ -8,6 +8,7 @@
 #include "crc32c.h"
 #include "daemon.h"
 #include "gc.h"
+#include "grow.h"
 #include "load.h"
 #include "log.h"
 #include "manifest.h"
@@ -65,23 +66,13 @@ static void step_info_clear(Ckpt__StepInfo *si)
 struct infos {
 	Ckpt__StepInfo *v;
 	char **reasons;
-	size_t n, cap;
+	size_t n, cap, reasons_cap;
 };
 
 static int infos_add(struct infos *x, const char *job, const struct catalog_step *cs, const char *reason)
 {
-	if (x->n == x->cap) {
-		size_t nc = x->cap ? 2 * x->cap : 64;
-		Ckpt__StepInfo *nv = realloc(x->v, nc * sizeof(*nv));
-		if (nv == NULL)
-			return -ENOMEM;
-		x->v = nv;
-		char **nr = realloc(x->reasons, nc * sizeof(*nr));
-		if (nr == NULL)
-			return -ENOMEM;
-		x->reasons = nr;
-		x->cap = nc;
-	}
+	if (GROW(x->v, x->cap, x->n + 1, 64) < 0 || GROW(x->reasons, x->reasons_cap, x->n + 1, 64) < 0)
+		return -ENOMEM;
 	int r = step_info(&x->v[x->n], job, cs);
 	if (r < 0)
 		return r;
@@ -174,20 +165,16 @@ static void list_reply(struct bgreq *b)
 	/* Steps in this daemon's memory: where their copies are, and those
 	 * in memory only (on the loop: the memory tier is the loop's). */
 	size_t before = l->out.n;
-	int r = list_held(b, l->job, &l->out.v, &l->out.n);
-	if (l->out.n > l->out.cap)
-		l->out.cap = l->out.n;
+	int r = list_held(b, l->job, &l->out.v, &l->out.n, &l->out.cap);
 	if (l->out.n > before) {
-		char **nr = realloc(l->out.reasons, l->out.cap * sizeof(*nr));
-		if (nr == NULL) {
+		if (GROW(l->out.reasons, l->out.reasons_cap, l->out.n, 64) < 0) {
 			for (size_t i = before; i < l->out.n; i++)
 				step_info_clear(&l->out.v[i]);
 			l->out.n = before;
 			r = -ENOMEM;
 		} else {
-			l->out.reasons = nr;
 			for (size_t i = before; i < l->out.n; i++)
-				nr[i] = NULL;
+				l->out.reasons[i] = NULL;
 		}
 	}
 	if (r < 0) {

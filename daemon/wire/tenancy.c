@@ -3,6 +3,7 @@
 #include "catalog.h"
 #include "config.h"
 #include "daemon.h"
+#include "grow.h"
 #include "manifest.h"
 #include "names.h"
 #include "store.h"
@@ -98,15 +99,9 @@ struct names {
 /* Move the ns names of sub (a store_names list, freed) to the end of l. */
 static int names_take(struct names *l, char **sub, size_t ns)
 {
-	if (l->n + ns > l->cap) {
-		size_t cap = (l->n + ns) * 2 + 8;
-		char **nv = realloc(l->v, cap * sizeof(*nv));
-		if (nv == NULL) {
-			store_names_free(sub, ns);
-			return -ENOMEM;
-		}
-		l->v = nv;
-		l->cap = cap;
+	if (GROW(l->v, l->cap, l->n + ns, 16) < 0) {
+		store_names_free(sub, ns);
+		return -ENOMEM;
 	}
 	if (ns)
 		memcpy(l->v + l->n, sub, ns * sizeof(*sub));

@@ -5,6 +5,7 @@
 #include "tier_req.h"
 #include "bgreq.h"
 #include "daemon.h"
+#include "grow.h"
 #include "persist.h"
 #include "memtier.h"
 #include "save.h"
@@ -242,7 +243,7 @@ bool show_held(struct session *s, uint64_t req_id, const char *job, uint64_t ste
 	return true;
 }
 
-int list_held(struct bgreq *b, const char *job, Ckpt__StepInfo **v, size_t *n)
+int list_held(struct bgreq *b, const char *job, Ckpt__StepInfo **v, size_t *n, size_t *cap)
 {
 	struct daemon *d = b->d;
 	size_t listed = *n;
@@ -278,11 +279,9 @@ int list_held(struct bgreq *b, const char *job, Ckpt__StepInfo **v, size_t *n)
 		bool memory_only;
 		const struct save *one;
 		size_t here = step_copies(d, sv->job, sv->step, 0, &memory_only, &one);
-		Ckpt__StepInfo *nv = realloc(*v, (*n + 1) * sizeof(**v));
-		if (nv == NULL)
+		if (GROW(*v, *cap, *n + 1, 16) < 0)
 			return -ENOMEM;
-		*v = nv;
-		Ckpt__StepInfo *si = &nv[*n];
+		Ckpt__StepInfo *si = &(*v)[*n];
 		ckpt__step_info__init(si);
 		char where[400];
 		where_of(where, sizeof(where), here, sv->world_size, false);

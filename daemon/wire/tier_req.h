@@ -20,9 +20,9 @@ void persist_request(struct session *s, uint64_t req_id, const Ckpt__PersistRequ
  * the copies (true); false: not such a step, the caller asks storage. */
 bool show_held(struct session *s, uint64_t req_id, const char *job, uint64_t step, bool one_rank, uint32_t rank);
 /* The steps held here in memory only that list request b sees (job "":
- * every job it may see), appended to *v (n of them, realloc'd), and the
+ * every job it may see), appended to *v (n of them, room for cap: GROW), and the
  * tier and where of those in v already (storage steps) that are held here
  * too. 0 or -ENOMEM. Each added entry owns its job and attempt_id. */
-int list_held(struct bgreq *b, const char *job, Ckpt__StepInfo **v, size_t *n);
+int list_held(struct bgreq *b, const char *job, Ckpt__StepInfo **v, size_t *n, size_t *cap);
 
 #endif
