@@ -38,10 +38,20 @@ void client_copy_held(ckpt_held_info *o, const Ckpt__HeldCopy *h)
 	snprintf(o->peer, sizeof(o->peer), "%s", h->peer ? h->peer : "");
 }
 
-/* Call and check the reply's body type. */
-static int call(ckpt_client *c, Ckpt__Frame *req, int want, Ckpt__Frame **rep)
+/* A request frame with msg as its body: FRAME(DELETE, delete_, &m) is
+ * body case CKPT__FRAME__BODY_DELETE in field delete_. */
+#define FRAME(body, field, msg) \
+	(Ckpt__Frame) \
+	{ \
+		.base = PROTOBUF_C_MESSAGE_INIT(&ckpt__frame__descriptor), .body_case = CKPT__FRAME__BODY_##body, \
+		.field = (msg) \
+	}
+
+/* Send req and wait for the reply, which must be of body case want; the
+ * caller hands it to answered(). 0 or -errno (ckpt_errmsg() says why). */
+static int ask(ckpt_client *c, Ckpt__Frame req, int want, Ckpt__Frame **rep)
 {
-	int r = client_call(c, req, -1, rep);
+	int r = client_call(c, &req, -1, rep);
 	if (r < 0)
 		return r;
 	if ((int)(*rep)->body_case != want) {
@@ -53,52 +63,43 @@ static int call(ckpt_client *c, Ckpt__Frame *req, int want, Ckpt__Frame **rep)
 	return 0;
 }
 
+/* The end of a call: rep freed, r returned (-ENOMEM: out of memory
+ * copying the reply, ckpt_errmsg() empty). */
+static int answered(Ckpt__Frame *rep, int r)
+{
+	ckpt__frame__free_unpacked(rep, NULL);
+	if (r == -ENOMEM)
+		client_set_errmsg("");
+	return r;
+}
+
 static int bad_args(void)
 {
 	client_set_errmsg("");
 	return -EINVAL;
 }
 
-static int show(ckpt_client *c, const char *job, uint64_t step, int64_t rank, ckpt_step_detail **out)
+/* One allocation: the struct, the tensor array, then the names. */
+static ckpt_step_detail *step_detail(const Ckpt__ShowReply *s)
 {
-	if (!c || !job || !out)
-		return bad_args();
-	*out = NULL;
-	Ckpt__ShowRequest m = CKPT__SHOW_REQUEST__INIT;
-	m.job = (char *)job;
-	m.step = step;
-	m.one_rank = rank >= 0;
-	m.rank = rank >= 0 ? (uint32_t)rank : 0;
-	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
-	req.body_case = CKPT__FRAME__BODY_SHOW;
-	req.show = &m;
-	int r = call(c, &req, CKPT__FRAME__BODY_SHOW_REPLY, &rep);
-	if (r < 0)
-		return r;
-	const Ckpt__ShowReply *s = rep->show_reply;
 	size_t n = 0, names = 0;
 	for (size_t i = 0; i < s->n_manifests; i++)
 		for (size_t k = 0; k < s->manifests[i]->n_tensors; k++) {
 			n++;
 			names += strlen(s->manifests[i]->tensors[k]->name) + 1;
 		}
-	/* One allocation: the struct, the tensor array, then the names. */
-	size_t sz = sizeof(ckpt_step_detail) + n * sizeof(ckpt_tensor_info) + names;
-	ckpt_step_detail *d = calloc(1, sz);
-	if (d == NULL) {
-		ckpt__frame__free_unpacked(rep, NULL);
-		client_set_errmsg("");
-		return -ENOMEM;
-	}
+	ckpt_step_detail *d = calloc(1, sizeof(ckpt_step_detail) + n * sizeof(ckpt_tensor_info) + names);
+	if (d == NULL)
+		return NULL;
 	client_copy_step(&d->info, s->info);
 	d->tensors = (ckpt_tensor_info *)(d + 1);
 	char *np = (char *)(d->tensors + n);
 	for (size_t i = 0; i < s->n_manifests; i++) {
-		const Ckpt__Manifest *m2 = s->manifests[i];
-		for (size_t k = 0; k < m2->n_tensors; k++) {
-			const Ckpt__ManifestTensor *t = m2->tensors[k];
+		const Ckpt__Manifest *m = s->manifests[i];
+		for (size_t k = 0; k < m->n_tensors; k++) {
+			const Ckpt__ManifestTensor *t = m->tensors[k];
 			ckpt_tensor_info *o = &d->tensors[d->ntensors++];
-			o->rank = m2->rank;
+			o->rank = m->rank;
 			o->name = np;
 			size_t l = strlen(t->name) + 1;
 			memcpy(np, t->name, l);
@@ -115,9 +116,25 @@ static int show(ckpt_client *c, const char *job, uint64_t step, int64_t rank, ck
 			o->crc32c = t->crc32c;
 		}
 	}
-	ckpt__frame__free_unpacked(rep, NULL);
-	*out = d;
-	return 0;
+	return d;
+}
+
+static int show(ckpt_client *c, const char *job, uint64_t step, int64_t rank, ckpt_step_detail **out)
+{
+	if (!c || !job || !out)
+		return bad_args();
+	*out = NULL;
+	Ckpt__ShowRequest m = CKPT__SHOW_REQUEST__INIT;
+	m.job = (char *)job;
+	m.step = step;
+	m.one_rank = rank >= 0;
+	m.rank = rank >= 0 ? (uint32_t)rank : 0;
+	Ckpt__Frame *rep;
+	int r = ask(c, FRAME(SHOW, show, &m), CKPT__FRAME__BODY_SHOW_REPLY, &rep);
+	if (r < 0)
+		return r;
+	*out = step_detail(rep->show_reply);
+	return answered(rep, *out ? 0 : -ENOMEM);
 }
 
 int ckpt_show(ckpt_client *c, const char *job, uint64_t step, ckpt_step_detail **out)
@@ -164,23 +181,14 @@ int ckpt_verify_rank(ckpt_client *c, const char *job, uint64_t step, uint32_t ra
 	return verify(c, &m, out);
 }
 
-static int verify(ckpt_client *c, Ckpt__VerifyRequest *m, ckpt_verify_result **out)
+static ckpt_verify_result *verify_result(const Ckpt__VerifyReply *v)
 {
-	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
-	req.body_case = CKPT__FRAME__BODY_VERIFY;
-	req.verify = m;
-	int r = call(c, &req, CKPT__FRAME__BODY_VERIFY_REPLY, &rep);
-	if (r < 0)
-		return r;
-	const Ckpt__VerifyReply *v = rep->verify_reply;
 	ckpt_verify_result *o = calloc(1, sizeof(*o));
 	char **p = calloc(v->n_problems ? v->n_problems : 1, sizeof(char *));
 	if (o == NULL || p == NULL) {
 		free(o);
 		free(p);
-		ckpt__frame__free_unpacked(rep, NULL);
-		client_set_errmsg("");
-		return -ENOMEM;
+		return NULL;
 	}
 	client_copy_step(&o->info, v->info);
 	o->ok = v->ok ? 1 : 0;
@@ -189,9 +197,17 @@ static int verify(ckpt_client *c, Ckpt__VerifyRequest *m, ckpt_verify_result **o
 	for (size_t i = 0; i < v->n_problems; i++)
 		if ((p[o->nproblems] = strdup(v->problems[i])) != NULL)
 			o->nproblems++;
-	ckpt__frame__free_unpacked(rep, NULL);
-	*out = o;
-	return 0;
+	return o;
+}
+
+static int verify(ckpt_client *c, Ckpt__VerifyRequest *m, ckpt_verify_result **out)
+{
+	Ckpt__Frame *rep;
+	int r = ask(c, FRAME(VERIFY, verify, m), CKPT__FRAME__BODY_VERIFY_REPLY, &rep);
+	if (r < 0)
+		return r;
+	*out = verify_result(rep->verify_reply);
+	return answered(rep, *out ? 0 : -ENOMEM);
 }
 
 void ckpt_verify_result_free(ckpt_verify_result *v)
@@ -212,20 +228,16 @@ int ckpt_resolve(ckpt_client *c, const char *job, int64_t step, ckpt_step_info *
 	m.job = (char *)(job ? job : "");
 	m.latest = step == CKPT_LATEST;
 	m.step = step == CKPT_LATEST ? 0 : (uint64_t)step;
-	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
-	req.body_case = CKPT__FRAME__BODY_RESOLVE;
-	req.resolve = &m;
-	int r = call(c, &req, CKPT__FRAME__BODY_RESOLVE_REPLY, &rep);
+	Ckpt__Frame *rep;
+	int r = ask(c, FRAME(RESOLVE, resolve, &m), CKPT__FRAME__BODY_RESOLVE_REPLY, &rep);
 	if (r < 0)
 		return r;
 	if (rep->resolve_reply->info == NULL) {
-		ckpt__frame__free_unpacked(rep, NULL);
 		client_set_errmsg("ckptd answered resolve without a step");
-		return -EPROTO;
+		return answered(rep, -EPROTO);
 	}
 	client_copy_step(out, rep->resolve_reply->info);
-	ckpt__frame__free_unpacked(rep, NULL);
-	return 0;
+	return answered(rep, 0);
 }
 
 int ckpt_held(ckpt_client *c, const char *job, int all_ranks, ckpt_held_info **out, size_t *count)
@@ -237,25 +249,19 @@ int ckpt_held(ckpt_client *c, const char *job, int all_ranks, ckpt_held_info **o
 	Ckpt__HeldRequest m = CKPT__HELD_REQUEST__INIT;
 	m.job = (char *)(job ? job : "");
 	m.all_ranks = all_ranks != 0;
-	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
-	req.body_case = CKPT__FRAME__BODY_HELD;
-	req.held = &m;
-	int r = call(c, &req, CKPT__FRAME__BODY_HELD_REPLY, &rep);
+	Ckpt__Frame *rep;
+	int r = ask(c, FRAME(HELD, held, &m), CKPT__FRAME__BODY_HELD_REPLY, &rep);
 	if (r < 0)
 		return r;
 	const Ckpt__HeldReply *h = rep->held_reply;
 	ckpt_held_info *v = calloc(h->n_held ? h->n_held : 1, sizeof(*v));
-	if (v == NULL) {
-		ckpt__frame__free_unpacked(rep, NULL);
-		client_set_errmsg("");
-		return -ENOMEM;
-	}
+	if (v == NULL)
+		return answered(rep, -ENOMEM);
 	for (size_t i = 0; i < h->n_held; i++)
 		client_copy_held(&v[i], h->held[i]);
 	*count = h->n_held;
 	*out = v;
-	ckpt__frame__free_unpacked(rep, NULL);
-	return 0;
+	return answered(rep, 0);
 }
 
 int ckpt_delete(ckpt_client *c, const char *job, uint64_t step)
@@ -265,14 +271,9 @@ int ckpt_delete(ckpt_client *c, const char *job, uint64_t step)
 	Ckpt__DeleteRequest m = CKPT__DELETE_REQUEST__INIT;
 	m.job = (char *)job;
 	m.step = step;
-	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
-	req.body_case = CKPT__FRAME__BODY_DELETE;
-	req.delete_ = &m;
-	int r = call(c, &req, CKPT__FRAME__BODY_REPLY, &rep);
-	if (r < 0)
-		return r;
-	ckpt__frame__free_unpacked(rep, NULL);
-	return 0;
+	Ckpt__Frame *rep;
+	int r = ask(c, FRAME(DELETE, delete_, &m), CKPT__FRAME__BODY_REPLY, &rep);
+	return r < 0 ? r : answered(rep, 0);
 }
 
 int ckpt_gc(ckpt_client *c, const char *job, int dry_run, ckpt_gc_entry **out, size_t *count)
@@ -284,47 +285,34 @@ int ckpt_gc(ckpt_client *c, const char *job, int dry_run, ckpt_gc_entry **out, s
 	Ckpt__GcRequest m = CKPT__GC_REQUEST__INIT;
 	m.job = (char *)(job ? job : "");
 	m.dry_run = dry_run != 0;
-	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
-	req.body_case = CKPT__FRAME__BODY_GC;
-	req.gc = &m;
-	int r = call(c, &req, CKPT__FRAME__BODY_GC_REPLY, &rep);
+	Ckpt__Frame *rep;
+	int r = ask(c, FRAME(GC, gc, &m), CKPT__FRAME__BODY_GC_REPLY, &rep);
 	if (r < 0)
 		return r;
 	const Ckpt__GcReply *g = rep->gc_reply;
 	ckpt_gc_entry *v = calloc(g->n_removed ? g->n_removed : 1, sizeof(*v));
-	if (v == NULL) {
-		ckpt__frame__free_unpacked(rep, NULL);
-		client_set_errmsg("");
-		return -ENOMEM;
-	}
+	if (v == NULL)
+		return answered(rep, -ENOMEM);
 	for (size_t i = 0; i < g->n_removed; i++) {
 		client_copy_step(&v[i].info, g->removed[i]);
 		snprintf(v[i].reason, sizeof(v[i].reason), "%s",
 			 i < g->n_reasons && g->reasons[i] ? g->reasons[i] : "");
 	}
 	*count = g->n_removed;
-	ckpt__frame__free_unpacked(rep, NULL);
 	*out = v;
-	return 0;
+	return answered(rep, 0);
 }
 
 int ckpt_metrics(ckpt_client *c, char **text)
 {
 	if (!c || !text)
 		return bad_args();
-	*text = NULL;
 	Ckpt__MetricsRequest m = CKPT__METRICS_REQUEST__INIT;
-	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
-	req.body_case = CKPT__FRAME__BODY_METRICS;
-	req.metrics = &m;
-	int r = call(c, &req, CKPT__FRAME__BODY_METRICS_REPLY, &rep);
+	Ckpt__Frame *rep;
+	*text = NULL;
+	int r = ask(c, FRAME(METRICS, metrics, &m), CKPT__FRAME__BODY_METRICS_REPLY, &rep);
 	if (r < 0)
 		return r;
 	*text = strdup(rep->metrics_reply->text ? rep->metrics_reply->text : "");
-	ckpt__frame__free_unpacked(rep, NULL);
-	if (*text == NULL) {
-		client_set_errmsg("");
-		return -ENOMEM;
-	}
-	return 0;
+	return answered(rep, *text ? 0 : -ENOMEM);
 }
