@@ -129,16 +129,11 @@ int config_parse_size(const char *s, uint64_t *out)
 	return 0;
 }
 
-static int parse_u32(const char *s, uint32_t *out)
+/* A size up to 2^32-1. */
+static int parse_size32(const char *s, uint64_t *out)
 {
-	uint64_t v;
-	int r = config_parse_size(s, &v);
-	if (r < 0)
-		return r;
-	if (v > UINT32_MAX)
-		return -ERANGE;
-	*out = (uint32_t)v;
-	return 0;
+	int r = config_parse_size(s, out);
+	return r < 0 ? r : *out > UINT32_MAX ? -ERANGE : 0;
 }
 
 /* "1000, 0 42": a list of numeric ids; an empty value clears the list. */
@@ -234,25 +229,27 @@ static bool same_str(const struct config_key *k, const void *a, const void *b)
 	return strcmp(CFLD(a, k->off), CFLD(b, k->off)) == 0;
 }
 
-/* A number up to 2^32-1, with the size suffixes of config_parse_size. */
-static int parse_num32(const struct config_key *k, void *base, const char *name, const char *v)
+/* A number key's field set from the text by conv (0 or -errno). */
+static int parse_number(const struct config_key *k, void *base, const char *v, int (*conv)(const char *, uint64_t *))
 {
-	(void)name;
-	uint32_t x;
-	int r = parse_u32(v, &x);
+	uint64_t x;
+	int r = conv(v, &x);
 	if (r == 0)
 		cfg_set_uint(FLD(base, k->off), k->size, x);
 	return r;
 }
 
+/* A number up to 2^32-1, with the size suffixes of config_parse_size. */
+static int parse_num32(const struct config_key *k, void *base, const char *name, const char *v)
+{
+	(void)name;
+	return parse_number(k, base, v, parse_size32);
+}
+
 static int parse_size(const struct config_key *k, void *base, const char *name, const char *v)
 {
 	(void)name;
-	uint64_t x;
-	int r = config_parse_size(v, &x);
-	if (r == 0)
-		cfg_set_uint(FLD(base, k->off), k->size, x);
-	return r;
+	return parse_number(k, base, v, config_parse_size);
 }
 
 static void print_num(const struct config_key *k, const void *base, FILE *f)
@@ -264,11 +261,7 @@ static void print_num(const struct config_key *k, const void *base, FILE *f)
 static int parse_duration(const struct config_key *k, void *base, const char *name, const char *v)
 {
 	(void)name;
-	uint64_t x;
-	int r = config_parse_duration(v, &x);
-	if (r == 0)
-		cfg_set_uint(FLD(base, k->off), k->size, x);
-	return r;
+	return parse_number(k, base, v, config_parse_duration);
 }
 
 static void print_duration(const struct config_key *k, const void *base, FILE *f)
