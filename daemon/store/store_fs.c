@@ -17,6 +17,7 @@
 #include "log.h"
 #include "fsutil.h"
 #include "grow.h"
+#include "macro.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -99,7 +100,7 @@ static int open_parent(struct store_fs *s, const char *key, bool create, const c
 {
 	if (key[0] == '/' || strstr(key, "..") != NULL)
 		return -EINVAL;
-	int fd = open(s->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int fd = open(s->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
 	const char *p = key;
@@ -108,41 +109,30 @@ static int open_parent(struct store_fs *s, const char *key, bool create, const c
 		char comp[NAME_MAX + 1];
 		if (n == 0)
 			continue;
-		if (n > NAME_MAX) {
-			close(fd);
+		if (n > NAME_MAX)
 			return -ENAMETOOLONG;
-		}
 		memcpy(comp, p, n);
 		comp[n] = '\0';
 		int nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		bool made = false;
 		if (nfd < 0 && errno == ENOENT && create) {
 			if ((made = mkdirat(fd, comp, dir_mode(&s->base)) == 0)) {
-				if (fsync(fd) != 0) {
-					int e = errno;
-					close(fd);
-					return -e;
-				}
+				if (fsync(fd) != 0)
+					return -errno;
 			} else if (errno != EEXIST) {
-				int e = errno;
-				close(fd);
-				return -e;
+				return -errno;
 			}
 			nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 		}
-		int e = errno;
-		close(fd);
 		if (nfd < 0)
-			return refuse(key, e);
-		if (made && fchmod(nfd, dir_mode(&s->base)) != 0) { /* whatever the umask */
-			e = errno;
-			close(nfd);
-			return -e;
-		}
+			return refuse(key, errno);
+		close(fd);
 		fd = nfd;
+		if (made && fchmod(fd, dir_mode(&s->base)) != 0) /* whatever the umask */
+			return -errno;
 	}
 	*leaf = p;
-	return fd;
+	return TAKE_FD(fd);
 }
 
 /* The directory prefix ("" the root) itself, opened as open_parent does. */
@@ -167,36 +157,28 @@ static int open_dir(struct store_fs *s, const char *prefix)
 static int open_object(struct store_fs *s, const char *key, struct stat *st)
 {
 	const char *leaf;
-	int dfd = open_parent(s, key, false, &leaf);
+	_cleanup_close_ int dfd = open_parent(s, key, false, &leaf);
 	if (dfd < 0)
 		return dfd;
 	/* Not even opened unless it is a regular file (opening a device can
 	 * do something); the fstat after the open closes the race. */
-	int fd = -1, e = 0;
+	_cleanup_close_ int fd = -1;
+	int e = 0;
 	if (fstatat(dfd, leaf, st, AT_SYMLINK_NOFOLLOW) != 0)
 		e = errno;
 	else if (S_ISLNK(st->st_mode))
 		e = ELOOP;
 	else if (S_ISREG(st->st_mode) && (fd = openat(dfd, leaf, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC)) < 0)
 		e = errno;
-	close(dfd);
 	if (e)
 		return refuse(key, e);
-	if (fd < 0) {
+	if (fd >= 0 && fstat(fd, st) != 0)
+		return -errno;
+	if (fd < 0 || !S_ISREG(st->st_mode)) {
 		store_set_error("%s is not a regular file (refused)", key);
 		return -EINVAL;
 	}
-	if (fstat(fd, st) != 0) {
-		e = errno;
-		close(fd);
-		return -e;
-	}
-	if (!S_ISREG(st->st_mode)) {
-		close(fd);
-		store_set_error("%s is not a regular file (refused)", key);
-		return -EINVAL;
-	}
-	return fd;
+	return TAKE_FD(fd);
 }
 
 static int write_all(int fd, const void *buf, size_t len)
@@ -340,23 +322,18 @@ static int fs_write(struct store *base, const char *key, const struct iovec *iov
 {
 	struct store_fs *s = (struct store_fs *)base;
 	const char *leaf;
-	int dfd = open_parent(s, key, true, &leaf);
+	_cleanup_close_ int dfd = open_parent(s, key, true, &leaf);
 	if (dfd < 0)
 		return dfd;
 	char tmp[NAME_MAX + 1];
 	int r = snprintf(tmp, sizeof(tmp), "%s.tmp.%s.%d.%llu", leaf, s->host, (int)getpid(),
 			 (unsigned long long)atomic_fetch_add(&tmp_counter, 1));
-	if (leaf[0] == '\0' || r < 0 || (size_t)r >= sizeof(tmp)) {
-		close(dfd);
+	if (leaf[0] == '\0' || r < 0 || (size_t)r >= sizeof(tmp))
 		return leaf[0] ? -ENAMETOOLONG : -EINVAL;
-	}
 	r = 0;
 	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, base->file_mode & 0777);
-	if (fd < 0) {
-		r = -errno;
-		close(dfd);
-		return r;
-	}
+	if (fd < 0)
+		return -errno;
 	if (fchmod(fd, base->file_mode & 0777) != 0) /* the configured mode, whatever the umask */
 		r = -errno;
 	uint64_t total = 0;
@@ -383,13 +360,10 @@ static int fs_write(struct store *base, const char *key, const struct iovec *iov
 		r = -errno;
 	if (r < 0) {
 		unlinkat(dfd, tmp, 0);
-		close(dfd);
 		return r;
 	}
 	s->base.direct_bytes += d.direct;
-	r = fsync(dfd) == 0 ? 0 : -errno;
-	close(dfd);
-	return r;
+	return fsync(dfd) == 0 ? 0 : -errno;
 }
 
 static int fs_put(struct store *base, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs)
@@ -435,37 +409,24 @@ static int fs_get_range(struct store *base, const char *key, uint64_t off, void 
 static int fs_get_all(struct store *base, const char *key, size_t max, void **out, size_t *outlen)
 {
 	struct stat st;
-	int fd = open_object((struct store_fs *)base, key, &st);
+	_cleanup_close_ int fd = open_object((struct store_fs *)base, key, &st);
 	if (fd < 0)
 		return fd;
-	int r = 0;
-	if ((uint64_t)st.st_size > max) {
-		close(fd);
+	if ((uint64_t)st.st_size > max)
 		return -EFBIG;
-	}
 	size_t len = (size_t)st.st_size;
-	char *buf = malloc(len ? len : 1);
-	if (buf == NULL) {
-		close(fd);
+	_cleanup_free_ char *buf = malloc(len ? len : 1);
+	if (buf == NULL)
 		return -ENOMEM;
-	}
-	size_t got = 0;
-	while (got < len) {
+	for (size_t got = 0; got < len;) {
 		ssize_t g = read(fd, buf + got, len - got);
 		if (g < 0 && errno == EINTR)
 			continue;
-		if (g <= 0) {
-			r = g < 0 ? -errno : -ENODATA;
-			break;
-		}
+		if (g <= 0)
+			return g < 0 ? -errno : -ENODATA;
 		got += (size_t)g;
 	}
-	close(fd);
-	if (r < 0) {
-		free(buf);
-		return r;
-	}
-	*out = buf;
+	*out = TAKE_PTR(buf);
 	*outlen = len;
 	return 0;
 }
