@@ -1,5 +1,6 @@
 #include "catalog.h"
 #include "log.h"
+#include "macro.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -523,7 +524,7 @@ static int fetch_index(void *ctx, Ckpt__StepIndex **out, char *err, size_t errle
 		mark_bad_index(f->key, f->listed, err);
 		return -EBADMSG;
 	}
-	bool *seen = NULL;
+	_cleanup_free_ bool *seen = NULL;
 	if (ix->format_version != STEP_INDEX_FORMAT_VERSION || strcmp(ix->job, f->job) != 0 || ix->step != f->step ||
 	    strcmp(ix->attempt_id, f->attempt) != 0 || ix->world_size != f->ws || ix->n_manifests != f->ws) {
 		snprintf(err, errlen,
@@ -556,11 +557,9 @@ static int fetch_index(void *ctx, Ckpt__StepIndex **out, char *err, size_t errle
 		}
 		seen[m->rank] = true;
 	}
-	free(seen);
 	*out = ix;
 	return 0;
 bad:
-	free(seen);
 	ckpt__step_index__free_unpacked(ix, NULL);
 	/* Known bad before the fetch ends: a rank that comes after this one
 	 * (no longer sharing its GET) does not GET it again. */
@@ -682,14 +681,14 @@ static bool index_tried(const char *key, const struct catalog_group *g)
 static void write_index(struct store *s, const char *job, const struct catalog_step *cs, const char *key)
 {
 	const struct catalog_group *g = &cs->groups[cs->best];
-	Ckpt__Manifest **ms = calloc(g->world_size, sizeof(*ms));
-	Ckpt__Manifest *copy = calloc(g->world_size, sizeof(*copy)); /* by_rank may be the cache's: read only */
-	uint8_t *buf = NULL;
+	_cleanup_free_ Ckpt__Manifest **ms = calloc(g->world_size, sizeof(*ms));
+	/* by_rank may be the cache's: read only */
+	_cleanup_free_ Ckpt__Manifest *copy = calloc(g->world_size, sizeof(*copy));
 	if (ms == NULL || copy == NULL)
-		goto out;
+		return;
 	for (uint32_t r = 0; r < g->world_size; r++) {
 		if (g->by_rank[r] == NULL)
-			goto out;
+			return;
 		copy[r] = *g->by_rank[r];
 		copy[r].extra_state.len = 0; /* show never returns it */
 		copy[r].extra_state.data = NULL;
@@ -707,10 +706,11 @@ static void write_index(struct store *s, const char *job, const struct catalog_s
 	if (len > STEP_INDEX_MAX_BYTES) {
 		log_info("catalog: %s step %" PRIu64 ": its index would be %zu bytes, over %u: not written", job,
 			 cs->step, len, STEP_INDEX_MAX_BYTES);
-		goto out;
+		return;
 	}
-	if ((buf = malloc(len ? len : 1)) == NULL)
-		goto out;
+	_cleanup_free_ uint8_t *buf = malloc(len ? len : 1);
+	if (buf == NULL)
+		return;
 	ckpt__step_index__pack(&ix, buf);
 	struct iovec iov = { buf, len };
 	atomic_fetch_add(&index_puts, 1);
@@ -720,10 +720,6 @@ static void write_index(struct store *s, const char *job, const struct catalog_s
 			 g->world_size, len);
 	else if (r != -EEXIST && r != -EACCES && r != -EPERM && r != -EROFS)
 		log_warn("catalog: writing %s: %s", key, store_error(r));
-out:
-	free(buf);
-	free(copy);
-	free(ms);
 }
 
 int catalog_read_all_indexed(struct store *s, const char *job, struct catalog_step *cs)

@@ -3,6 +3,7 @@
 #include "log.h"
 #include "session.h"
 #include "clock.h"
+#include "macro.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -236,7 +237,7 @@ static int bind_socket(struct listener *l, const char *path, mode_t mode, char *
 		snprintf(err, errlen, "creating the directory of %s: %s", path, strerror(-r));
 		return r;
 	}
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	_cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0) {
 		r = -errno;
 		snprintf(err, errlen, "socket: %s", strerror(errno));
@@ -246,15 +247,11 @@ static int bind_socket(struct listener *l, const char *path, mode_t mode, char *
 	 * answers on it. */
 	struct stat st;
 	if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
-		int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		_cleanup_close_ int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-			close(probe);
-			close(fd);
 			snprintf(err, errlen, "another ckptd is listening on %s", path);
 			return -EADDRINUSE;
 		}
-		if (probe >= 0)
-			close(probe);
 		unlink(path);
 	}
 	mode_t old = umask(0177);
@@ -263,10 +260,9 @@ static int bind_socket(struct listener *l, const char *path, mode_t mode, char *
 	if (r != 0 || chmod(path, mode) != 0 || listen(fd, 128) != 0) {
 		r = -errno;
 		snprintf(err, errlen, "binding %s: %s", path, strerror(errno));
-		close(fd);
 		return r;
 	}
-	l->fd = fd;
+	l->fd = TAKE_FD(fd);
 	l->owned = true;
 	snprintf(l->path, sizeof(l->path), "%s", path);
 	return 0;
