@@ -14,15 +14,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-int config_parse_duration(const char *s, uint64_t *out)
+/* The decimal number s starts with, *end just after it. strtoull would
+ * skip leading blanks and accept a sign (" -1" is ULLONG_MAX), so a digit
+ * must come first. 0, -EINVAL or -ERANGE. */
+static int leading_number(const char *s, unsigned long long *v, char **end)
 {
-	char *end = NULL;
 	if (s == NULL || *s < '0' || *s > '9')
 		return -EINVAL;
 	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
+	*v = strtoull(s, end, 10);
 	if (errno == ERANGE)
 		return -ERANGE;
+	return errno != 0 || *end == s ? -EINVAL : 0;
+}
+
+int config_parse_duration(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+	int r = leading_number(s, &v, &end);
+	if (r < 0)
+		return r;
 	uint64_t mul = 1;
 	switch (*end) {
 	case '\0': break;
@@ -81,17 +93,11 @@ static int parse_quota(const char *s, uint64_t *bytes, uint32_t *pct)
 
 int config_parse_size(const char *s, uint64_t *out)
 {
-	char *end = NULL;
-	/* strtoull would skip leading blanks and accept a sign (" -1" is
-	 * ULLONG_MAX), so insist on a digit first. */
-	if (s == NULL || *s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno == ERANGE)
-		return -ERANGE;
-	if (errno != 0 || end == s)
-		return -EINVAL;
+	char *end;
+	unsigned long long v;
+	int r = leading_number(s, &v, &end);
+	if (r < 0)
+		return r;
 	unsigned shift = 0;
 	switch (*end) {
 	case '\0': break;
