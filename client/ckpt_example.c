@@ -303,26 +303,12 @@ static void make_layout(const struct opts *o, struct layout *L, ckpt_buffer *buf
 }
 
 /* Wait for step to be complete on every rank (another rank may still be
- * uploading), so that "latest" means what this run saved. Best effort. */
+ * uploading), so that "latest" means what this run saved. The daemon
+ * serves every rank of the node from one poll of storage. Best effort. */
 static void wait_complete(ckpt_client *c, const char *job, uint64_t step)
 {
-	int64_t deadline = now_ns() + 120 * (int64_t)1000000000;
-
-	while (now_ns() < deadline) {
-		ckpt_step_info *v = NULL;
-		size_t n = 0;
-		int done = 0;
-
-		if (ckpt_list(c, job, &v, &n) < 0)
-			return;
-		for (size_t i = 0; i < n; i++)
-			if (v[i].step == step && v[i].complete)
-				done = 1;
-		free(v);
-		if (done)
-			return;
-		usleep(50 * 1000);
-	}
+	if (ckpt_wait_complete(c, job, step, 120 * 1000, NULL) < 0)
+		fprintf(stderr, "ckpt-example: waiting for step %" PRIu64 ": %s\n", step, ckpt_errmsg());
 }
 
 static void print_row(uint64_t step, double mib, double stall_ms, double durable_ms)

@@ -33,6 +33,7 @@ static int run_resolve(ckpt_client *c, char **a, int n, const struct opts *o);
 static int run_gc(ckpt_client *c, char **a, int n, const struct opts *o);
 static int run_metrics(ckpt_client *c, char **a, int n, const struct opts *o);
 static int run_persist(ckpt_client *c, char **a, int n, const struct opts *o);
+static int run_wait(ckpt_client *c, char **a, int n, const struct opts *o);
 
 static const struct command commands[] = {
 	{ "status", "", "sessions, pool, memory tier, in-flight saves, totals", 0, 0, run_status },
@@ -49,6 +50,10 @@ static const struct command commands[] = {
 	  2, 2, run_persist },
 	{ "resolve", "JOB [STEP]", "the step a restore loads (default: latest), pinned; hand it to every rank", 1, 2,
 	  run_resolve },
+	{ "wait", "JOB STEP",
+	  "wait until STEP is complete in storage (every rank's manifest), then pin it as resolve does; "
+	  "one shared poll per node (--timeout SECONDS: give up after, 0: look once)",
+	  2, 2, run_wait },
 	{ "gc", "[JOB]", "apply the retention policy now (--dry-run: only say what would go)", 0, 1, run_gc },
 	{ "metrics", "", "the Prometheus text exposition", 0, 0, run_metrics },
 };
@@ -70,6 +75,7 @@ static void usage(FILE *f)
 		"      --dry-run            gc: say what would be removed, remove nothing\n"
 		"      --replicas           persist: also the copies held for peers (a lost node's ranks)\n"
 		"  -j, --jobs N             verify: ranks checked at once, 1 to 64 (default 4)\n"
+		"      --timeout SECONDS    wait: give up after this long (default: no limit; 0: look once)\n"
 		"  -V, --version            print the version and the commit, exit\n"
 		"  -h, --help               this text\n",
 		CKPT_DEFAULT_SOCKET);
@@ -436,6 +442,26 @@ static int cmd_resolve(ckpt_client *c, const char *job, const char *step_arg, in
 	return 0;
 }
 
+static int cmd_wait(ckpt_client *c, const char *job, uint64_t step, int64_t timeout_ms, int json)
+{
+	char what[400];
+	ckpt_step_info info;
+	int r = ckpt_wait_complete(c, job, step, timeout_ms, &info);
+	if (r < 0) {
+		snprintf(what, sizeof(what), "wait %s %" PRIu64, job, step);
+		die(what, r);
+	}
+	if (json) {
+		json_object *o = json_step(&info);
+		json_print(o);
+		json_object_put(o);
+	} else {
+		printf("%s step %" PRIu64 " complete: %u ranks, attempt %s\n", info.job, info.step, info.world_size,
+		       info.attempt_id);
+	}
+	return 0;
+}
+
 /* ckptctl gc --json: a step removed (of the ckpt_gc_entry array v), and
  * why. */
 static json_object *gc_row(const void *v, size_t i)
@@ -516,6 +542,11 @@ static int run_resolve(ckpt_client *c, char **a, int n, const struct opts *o)
 {
 	return cmd_resolve(c, a[0], n > 1 ? a[1] : NULL, o->json);
 }
+static int run_wait(ckpt_client *c, char **a, int n, const struct opts *o)
+{
+	(void)n;
+	return cmd_wait(c, a[0], parse_step(a[1]), o->timeout_ms, o->json);
+}
 static int run_gc(ckpt_client *c, char **a, int n, const struct opts *o)
 {
 	return cmd_gc(c, n ? a[0] : NULL, o->dry_run, o->json);
@@ -529,13 +560,18 @@ static int run_metrics(ckpt_client *c, char **a, int n, const struct opts *o)
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
-		{ "socket", required_argument, NULL, 's' }, { "json", no_argument, NULL, 'J' },
-		{ "dry-run", no_argument, NULL, 'n' },      { "replicas", no_argument, NULL, 'R' },
-		{ "jobs", required_argument, NULL, 'j' },   { "version", no_argument, NULL, 'V' },
-		{ "help", no_argument, NULL, 'h' },         { NULL, 0, NULL, 0 },
+		{ "socket", required_argument, NULL, 's' },
+		{ "json", no_argument, NULL, 'J' },
+		{ "dry-run", no_argument, NULL, 'n' },
+		{ "replicas", no_argument, NULL, 'R' },
+		{ "jobs", required_argument, NULL, 'j' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "timeout", required_argument, NULL, 'T' },
+		{ NULL, 0, NULL, 0 },
 	};
 	const char *sock = getenv("CKPTD_SOCKET");
-	struct opts o = { .jobs = 4 };
+	struct opts o = { .jobs = 4, .timeout_ms = -1 };
 	if (!sock || !*sock)
 		sock = CKPT_DEFAULT_SOCKET;
 	/* Options may come before or after the command (GNU getopt permutes). */
@@ -554,6 +590,17 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			o.jobs = (int)v;
+			break;
+		}
+		case 'T': {
+			char *end;
+			double v = strtod(optarg, &end);
+			if (*end || end == optarg || !(v >= 0 && v <= 4e6)) { /* NaN fails too */
+				fprintf(stderr, "ckptctl: --timeout wants seconds from 0 to 4000000, not '%s'\n",
+					optarg);
+				return 2;
+			}
+			o.timeout_ms = (int64_t)(v * 1000);
 			break;
 		}
 		case 'V': printf("ckptctl %s (commit %s)\n", CKPT_VERSION, CKPT_COMMIT); return 0;
@@ -576,7 +623,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	int nargs = argc - optind - 1;
-	if (nargs < cmd->min || nargs > cmd->max || (o.dry_run && cmd->run != run_gc)) {
+	if (nargs < cmd->min || nargs > cmd->max || (o.dry_run && cmd->run != run_gc) ||
+	    (o.timeout_ms >= 0 && cmd->run != run_wait)) {
 		fprintf(stderr, "ckptctl: usage: ckptctl %s %s\n", cmd->name, cmd->args);
 		return 2;
 	}

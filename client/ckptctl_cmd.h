@@ -9,6 +9,7 @@
 
 struct opts {
 	int json, dry_run, jobs, replicas;
+	int64_t timeout_ms; /* wait: -1 no limit */
 	const char *sock;
 };
 

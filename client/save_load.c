@@ -368,6 +368,34 @@ int ckpt_status(ckpt_client *c, ckpt_status_info *out)
 	return 0;
 }
 
+int ckpt_wait_complete(ckpt_client *c, const char *job, uint64_t step, int64_t timeout_ms, ckpt_step_info *out)
+{
+	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;
+	Ckpt__WaitRequest m = CKPT__WAIT_REQUEST__INIT;
+	if (!c) {
+		client_set_errmsg("");
+		return -EINVAL;
+	}
+	m.job = (char *)(job ? job : "");
+	m.step = step;
+	/* UINT32_MAX is the daemon's "no limit"; a limit is at most 49 days. */
+	m.timeout_ms = timeout_ms < 0 ? UINT32_MAX : timeout_ms >= UINT32_MAX ? UINT32_MAX - 1 : (uint32_t)timeout_ms;
+	req.body_case = CKPT__FRAME__BODY_WAIT;
+	req.wait = &m;
+	int r = client_call(c, &req, -1, &rep);
+	if (r < 0)
+		return r;
+	if (rep->body_case != CKPT__FRAME__BODY_RESOLVE_REPLY || rep->resolve_reply->info == NULL) {
+		ckpt__frame__free_unpacked(rep, NULL);
+		client_set_errmsg("ckptd answered wait with something else");
+		return -EPROTO;
+	}
+	if (out)
+		client_copy_step(out, rep->resolve_reply->info);
+	ckpt__frame__free_unpacked(rep, NULL);
+	return 0;
+}
+
 int ckpt_list(ckpt_client *c, const char *job, ckpt_step_info **out, size_t *count)
 {
 	Ckpt__Frame req = CKPT__FRAME__INIT, *rep = NULL;

@@ -11,6 +11,7 @@
 #include "server.h"
 #include "session.h"
 #include "status.h"
+#include "wait_req.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -36,6 +37,7 @@ static void close_all(struct daemon *d)
 	uv_close((uv_handle_t *)&d->drain_timer, NULL);
 	workq_fini(d->copyq);
 	d->copyq = NULL;
+	wait_fini(d);
 }
 
 static void maybe_finish_drain(struct daemon *d)
@@ -118,6 +120,7 @@ void daemon_on_signal(uv_signal_t *h, int signum)
 	d->on_work_ended = maybe_finish_drain;
 	server_stop(d);
 	save_cancel_waiting(d, -ESHUTDOWN, "ckptd is shutting down; this save was not admitted");
+	wait_cancel_all(d, -ESHUTDOWN, "ckptd is shutting down; the step's wait ended");
 	uv_timer_start(&d->drain_timer, on_drain_timeout, d->cfg.drain_timeout_ms, 0);
 	maybe_finish_drain(d);
 }

@@ -18,6 +18,7 @@
 #include "save.h"
 #include "server.h"
 #include "session.h"
+#include "wait_req.h"
 #include "backends.h"
 #include "store.h"
 #include "workq.h"
@@ -517,6 +518,7 @@ static int start_loop(struct daemon *d)
 	d->loop = uv_default_loop();
 	d->start_ns = clock_now_ns();
 	d->on_durable = gc_after_durable;         /* retention, after each durable save */
+	d->on_step_durable = wait_step_durable;   /* a step's waiters look again soon */
 	d->req_ops = session_requester_ops_get(); /* replies and events of saves and loads */
 	session_set_dispatch(msg_dispatch);       /* each decoded frame to its row */
 	msgtab_init(d);
@@ -527,6 +529,10 @@ static int start_loop(struct daemon *d)
 	TAILQ_INIT(&d->held);
 	TAILQ_INIT(&d->loads);
 	persist_init(d);
+	if (wait_init(d) < 0) {
+		log_err("out of memory");
+		return -1;
+	}
 	uv_timer_init(d->loop, &d->admit_timer);
 	d->admit_timer.data = d;
 	uv_timer_init(d->loop, &d->drain_timer);

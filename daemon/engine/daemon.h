@@ -27,6 +27,7 @@ TAILQ_HEAD(load_list, load);
 struct persist;
 TAILQ_HEAD(persist_list, persist);
 struct peer;
+struct waits;
 struct Ckpt__Manifest;
 /* The copy a peer_fetch asks for: (job, step, rank) of world_size; with
  * expect (the manifest of a step in storage), only that save's copy (the
@@ -111,6 +112,7 @@ struct stats {
 	atomic_uint_fast64_t peer_bytes_sent, peer_bytes_received, peer_link_errors, peer_restores;
 	atomic_uint_fast64_t held_copies_failed; /* a load's copy in memory failed its crc (load.c) */
 	uint64_t store_failures;
+	uint64_t wait_polls; /* step listings for WaitRequests (wire/wait_req.c) */
 	struct histogram stall_hist, durable_hist;
 	uint64_t requests[STATS_MSG_SLOTS];        /* received, by Frame body case (msgtab.c) */
 	const char *request_name[STATS_MSG_SLOTS]; /* of the request messages; set by msgtab_init */
@@ -200,6 +202,12 @@ struct daemon {
 	 * completions flow up without calls into them. */
 	void (*on_work_ended)(struct daemon *d);               /* lifecycle.c, while draining */
 	void (*on_durable)(struct daemon *d, const char *job); /* retention (gc.c) */
+	/* Every rank's save of (job, step) that became durable here: the
+	 * waiters of the step look again soon (wire/wait_req.c). */
+	void (*on_step_durable)(struct daemon *d, const char *job, uint64_t step);
+	/* WaitRequests: one shared poll per (job, step), and the steps lately
+	 * seen complete (wire/wait_req.c owns it; NULL: not started). */
+	struct waits *waits;
 	/* A persist's upload of sv ended: status 0 (durable) or -errno (and
 	 * why); sv stays held. persist.c. */
 	void (*on_persist_end)(struct daemon *d, struct save *sv, int status, const char *why);

@@ -604,10 +604,13 @@ static void persist_ended(struct save *sv, int status)
 	sv->msg[0] = '\0';
 	bool gc_here = status == 0 && sv->rank == 0;
 	char sv_job[JOB_BUF];
+	uint64_t sv_step = sv->step;
 	snprintf(sv_job, sizeof(sv_job), "%s", sv->job);
 	memtier_settle(d, sv); /* sv may be freed */
 	if (gc_here && d->on_durable)
 		d->on_durable(d, sv_job);
+	if (status == 0 && d->on_step_durable)
+		d->on_step_durable(d, sv_job, sv_step);
 	after_save_ended(d);
 }
 
@@ -623,6 +626,7 @@ static void enter_durable(struct save *sv, enum save_state old)
 	struct log_ctx lctx = { .job = sv->job, .rank = sv->rank, .step = (int64_t)sv->step, .save_id = sv->id };
 	char sv_job[JOB_BUF];
 	snprintf(sv_job, sizeof(sv_job), "%s", sv->job); /* sv may be freed below */
+	uint64_t sv_step = sv->step;
 	bool gc_here = sv->rank == 0;
 	sv->durable = true;
 	d->stats.bytes_durable += sv->shard_bytes;
@@ -646,6 +650,8 @@ static void enter_durable(struct save *sv, enum save_state old)
 	 * steps would multiply the requests by the node count. */
 	if (gc_here && d->on_durable)
 		d->on_durable(d, sv_job);
+	if (d->on_step_durable)
+		d->on_step_durable(d, sv_job, sv_step);
 	after_save_ended(d);
 }
 

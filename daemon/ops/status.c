@@ -81,6 +81,8 @@ const struct status_col status_cols[ST_NCOLS] = {
 				  ST_UNIT_COUNT, METRIC, "ckptd_step_index_reads_total", .backend = true },
 	[ST_STEP_INDEX_WRITES] = { "step_index_writes", "Step indexes this daemon tried to create (PUTs).", ST_COUNTER,
 				   ST_UNIT_COUNT, METRIC, "ckptd_step_index_writes_total", .backend = true },
+	[ST_WAIT_POLLS] = { "wait_polls", "Listings of a step made for the waiters of it (one per poll, shared).",
+			    ST_COUNTER, ST_UNIT_COUNT, METRIC, "ckptd_wait_polls_total" },
 	[ST_MANIFEST_CACHE_HITS] = { "manifest_cache_hits",
 				     "Manifest reads of pinned steps served by the cache (kept, or shared with a read "
 				     "in flight).",
@@ -208,6 +210,7 @@ static void counters(const struct daemon *d, struct status *st)
 	v[ST_MANIFEST_READS] = catalog_manifest_gets();
 	v[ST_STEP_INDEX_READS] = catalog_index_gets();
 	v[ST_STEP_INDEX_WRITES] = catalog_index_puts();
+	v[ST_WAIT_POLLS] = s->wait_polls;
 	struct mancache_stats mc = { 0 };
 	if (d->mancache)
 		mancache_stats(d->mancache, &mc);

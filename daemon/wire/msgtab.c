@@ -9,6 +9,7 @@
 #include "session.h"
 #include "status.h"
 #include "tier_req.h"
+#include "wait_req.h"
 #include "macro.h"
 
 #include <errno.h>
@@ -80,6 +81,10 @@ static void m_held(struct session *s, const Ckpt__Frame *f)
 static void m_persist(struct session *s, const Ckpt__Frame *f)
 {
 	persist_request(s, f->req_id, f->persist);
+}
+static void m_wait(struct session *s, const Ckpt__Frame *f)
+{
+	wait_start(s, f->req_id, f->wait);
 }
 
 /* What a tenant's session may see of the status (docs/security.md "Tenants"): its
@@ -194,6 +199,8 @@ static const struct msg_row rows[] = {
 	[CKPT__FRAME__BODY_HELD] = { .name = "held", .handler = m_held, .flags = BG },
 	/* Answered when its uploads end; holds the session like a load. */
 	[CKPT__FRAME__BODY_PERSIST] = { .name = "persist", .handler = m_persist, .flags = BG },
+	/* Answered when the step is complete (one shared poll per step). */
+	[CKPT__FRAME__BODY_WAIT] = { .name = "wait", .handler = m_wait, .flags = BG },
 
 	[CKPT__FRAME__BODY_HELLO_REPLY] = NOT_REQUEST("hello_reply"),
 	[CKPT__FRAME__BODY_REPLY] = NOT_REQUEST("reply"),

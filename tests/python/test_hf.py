@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -36,10 +35,7 @@ def test_hf_trainer_resumes_from_ckptd_after_kill(daemon, tmp_path):
     r = run(daemon, "hf-killed", tmp_path / "b", tmp_path / "b.pt", "-", "9")
     assert r.returncode == -9, r.stderr[-4000:]
     with ckpt.Client(daemon.sock) as c:  # staged before the kill: ckptd makes it durable
-        for _ in range(200):
-            if any(s["step"] == 8 and s["complete"] for s in c.list("hf-killed")):
-                break
-            time.sleep(0.05)
+        assert c.wait_complete(8, job="hf-killed", timeout=10)["world_size"] == 1
         assert [s["step"] for s in c.list("hf-killed") if s["complete"]] == [4, 8]
     r = run(daemon, "hf-killed", tmp_path / "b", tmp_path / "c.pt", "resume")
     assert r.returncode == 0, r.stderr[-4000:]

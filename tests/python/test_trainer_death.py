@@ -5,11 +5,11 @@ resume test). The C side of the same guarantee is test_memtier.c's
 test_trainer_sigkill_after_staged; these are its second, independent
 defence. In every case the step is either complete and bit-exact or
 absent, never partial, and the daemon goes on serving saves."""
+import errno
 import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -63,13 +63,17 @@ def step_state(daemon, job):
 
 
 def wait_complete(daemon, job, timeout):
-    """Poll until the step is complete or timeout passes; the last entry."""
-    end = time.time() + timeout
-    while True:
-        s = step_state(daemon, job)
-        if (s and s["complete"]) or time.time() > end:
-            return s
-        time.sleep(0.1)
+    """Wait (Client.wait_complete) until the step is complete or timeout
+    passes; the step's entry, or the last listing's when it is not."""
+    c = ckpt.client.Client(socket=daemon.sock)
+    try:
+        return c.wait_complete(STEP, job=job, timeout=timeout)
+    except ckpt.client.CkptError as e:
+        if e.errno != errno.ETIMEDOUT:
+            raise
+    finally:
+        c.close()
+    return step_state(daemon, job)
 
 
 def check_bit_exact(daemon, job):

@@ -377,6 +377,19 @@ typedef struct {
  * it on one rank and broadcast out->step. */
 int ckpt_resolve(ckpt_client *c, const char *job, int64_t step, ckpt_step_info *out);
 
+/* Wait until step of job (NULL: this session's job) is complete in
+ * storage (one attempt holds every rank's manifest, as ckpt_list's
+ * complete says), and pin it as ckpt_resolve does. Every waiter of the
+ * step on one node shares the daemon's one poll of storage (50 ms after
+ * the first look, doubling to 2 s; sooner after a local rank's durable),
+ * so waiting costs O(1) storage requests per node however many ranks
+ * wait; a step the daemon saw complete in the last minute is answered at
+ * once. timeout_ms: 0 looks once, < 0 waits without limit. 0 (with *out
+ * unless out is NULL); -ETIMEDOUT when the step is not complete in time
+ * (ckpt_errmsg() says how far it got); or a storage error that asking
+ * again cannot mend. Use it instead of polling ckpt_list(). */
+int ckpt_wait_complete(ckpt_client *c, const char *job, uint64_t step, int64_t timeout_ms, ckpt_step_info *out);
+
 /* The copies this daemon holds in memory of job (NULL: this session's):
  * this session's rank's, or every rank's with all_ranks. With peer
  * replication, for this rank, also the copies the peers holding this

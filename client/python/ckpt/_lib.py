@@ -223,6 +223,7 @@ def _load():
         "ckpt_future_free": (None, [vp]),
         "ckpt_list": (i, [vp, ctypes.c_char_p, ctypes.POINTER(ctypes.POINTER(_StepInfo)), ctypes.POINTER(sz)]),
         "ckpt_resolve": (i, [vp, ctypes.c_char_p, ctypes.c_int64, ctypes.POINTER(_StepInfo)]),
+        "ckpt_wait_complete": (i, [vp, ctypes.c_char_p, u64, ctypes.c_int64, ctypes.POINTER(_StepInfo)]),
         "ckpt_show": (i, [vp, ctypes.c_char_p, u64, ctypes.POINTER(ctypes.POINTER(_StepDetail))]),
         "ckpt_show_rank": (i, [vp, ctypes.c_char_p, u64, ctypes.c_uint32, ctypes.POINTER(ctypes.POINTER(_StepDetail))]),
         "ckpt_step_detail_free": (None, [vp]),

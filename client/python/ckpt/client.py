@@ -405,6 +405,15 @@ def _connect_error(rc, path, job, given):
     return _error(rc, msg, what=f"connect {path}")
 
 
+def _step_dict(s: Any) -> Dict[str, Any]:
+    """A ckpt_step_info as list() and wait_complete() give it."""
+    return {"job": s.job.decode(), "step": s.step, "complete": bool(s.complete),
+            "bytes": None if s.bytes_unlisted else s.bytes, "ranks_present": s.ranks_present,
+            "world_size": s.world_size, "attempt_id": s.attempt_id.decode(),
+            "saved_unix_ns": s.saved_unix_ns, "tier": s.tier.decode() or "durable",
+            "where": s.where.decode() or "storage"}
+
+
 class Client:
     """A connection to ckptd. job=None makes a control session (list, show)."""
 
@@ -587,16 +596,29 @@ class Client:
         rc = lib.ckpt_list(self._handle(), job.encode() if job else None, ctypes.byref(out), ctypes.byref(n))
         if rc < 0:
             raise _error(rc, what="list")
-        res = [{"job": out[i].job.decode(), "step": out[i].step, "complete": bool(out[i].complete),
-                "bytes": None if out[i].bytes_unlisted else out[i].bytes,
-                "ranks_present": out[i].ranks_present,
-                "world_size": out[i].world_size, "attempt_id": out[i].attempt_id.decode(),
-                "saved_unix_ns": out[i].saved_unix_ns, "tier": out[i].tier.decode() or "durable",
-                "where": out[i].where.decode() or "storage"}
-               for i in range(n.value)]
+        res = [_step_dict(out[i]) for i in range(n.value)]
         if out:
             libc.free(ctypes.cast(out, ctypes.c_void_p))
         return res
+
+    def wait_complete(self, step: int, job: Optional[str] = None,
+                      timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Wait until step of job (default: this client's) is complete in
+        storage (every rank's manifest of one attempt), and pin it as
+        resolve() does; its dict, as list() gives it. Every waiter of the
+        step on one node shares the daemon's one poll of storage, so call
+        this on every rank instead of polling list(). timeout: seconds
+        (None: no limit; 0: look once); CkptError ETIMEDOUT when the step
+        is not complete in time, saying how far it got."""
+        if timeout is not None and not timeout >= 0:
+            raise ValueError(f"timeout must be None or >= 0 seconds, not {timeout!r}")
+        ms = -1 if timeout is None else int(timeout * 1000)
+        info = _StepInfo()
+        rc = lib.ckpt_wait_complete(self._handle(), job.encode() if job else None, int(step), ms,
+                                    ctypes.byref(info))
+        if rc < 0:
+            raise _error(rc, what=f"wait for step {step}")
+        return _step_dict(info)
 
     def delete(self, step: int, job: Optional[str] = None) -> None:
         """Remove step of job (default: this client's) from storage, as

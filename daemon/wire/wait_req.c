@@ -1,0 +1,449 @@
+/* WaitRequest: every waiter of one (job, step) on this daemon is a member
+ * of one group, and the group polls the step's listing on the threadpool
+ * (catalog_resolve_step: one LIST page per 1000 objects, and the commit
+ * object's create-only PUT once the step is complete), first at once,
+ * then WAIT_POLL_FIRST_MS after, doubling to WAIT_POLL_MAX_MS. A local
+ * rank's durable save of the step starts the backoff over, so a job whose
+ * last rank is on this node is answered within WAIT_POLL_FIRST_MS of it.
+ * So the requests of a wait depend on how long the step takes to be
+ * complete, not on how many ranks wait: 48 ranks waiting 3 s on one node
+ * cost about 8 LISTs, where each rank polling every 50 ms cost 2,880.
+ *
+ * One timer per group serves both its next poll and its waiters'
+ * deadlines (the earliest of them). A waiter holds its session like a
+ * load (session_ref) and counts against max_inflight_loads; a waiter
+ * whose session closed is dropped at the group's next tick. */
+#include "wait_req.h"
+#include "bgreq.h"
+#include "catalog.h"
+#include "daemon.h"
+#include "log.h"
+#include "session.h"
+#include "tenancy.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What a poll found of a complete step: its StepInfo's fields. */
+struct seen {
+	char job[JOB_BUF];
+	uint64_t step;
+	char attempt[ATTEMPT_BUF];
+	uint32_t world_size, count;
+	uint64_t bytes;
+	bool bytes_unlisted;
+	int64_t saved_ns;
+	uint64_t at_ns; /* when (clock_now_ns); 0: a free slot */
+};
+
+struct waiter {
+	TAILQ_ENTRY(waiter) link;
+	struct session *s;
+	uint64_t req_id;
+	struct viewer view;
+	uint64_t deadline_ns; /* UINT64_MAX: none */
+	bool looked;          /* a poll ended since it came: its deadline holds */
+};
+TAILQ_HEAD(waiter_list, waiter);
+
+struct group {
+	TAILQ_ENTRY(group) link;
+	struct daemon *d;
+	char job[JOB_BUF];
+	uint64_t step;
+	struct waiter_list waiters;
+	uv_timer_t timer;
+	uv_work_t work;
+	bool polling; /* work in flight */
+	bool wake;    /* a local durable came during the poll: look again soon */
+	bool ended;   /* no waiter is left: freed once no poll is in flight */
+	uint64_t polled_ns, next_poll_ns;
+	uint32_t delay_ms;
+	/* The last poll (written by the threadpool while polling). */
+	int status; /* 0: listed; -ENOENT: no manifest yet; else a storage error */
+	bool complete;
+	struct seen found; /* complete, or the best attempt so far */
+	char why[256];     /* status's words */
+};
+TAILQ_HEAD(group_list, group);
+
+struct waits {
+	struct group_list groups;
+	struct seen seen[WAIT_SEEN_MAX];
+	uint32_t next_seen;
+};
+
+int wait_init(struct daemon *d)
+{
+	d->waits = calloc(1, sizeof(*d->waits));
+	if (d->waits == NULL)
+		return -ENOMEM;
+	TAILQ_INIT(&d->waits->groups);
+	return 0;
+}
+
+void wait_fini(struct daemon *d)
+{
+	free(d->waits); /* wait_cancel_all emptied it */
+	d->waits = NULL;
+}
+
+/* ---- the steps lately seen complete ---- */
+
+static const struct seen *seen_find(struct waits *w, const char *job, uint64_t step)
+{
+	uint64_t now = clock_now_ns();
+	for (size_t i = 0; i < WAIT_SEEN_MAX; i++) {
+		const struct seen *x = &w->seen[i];
+		if (x->at_ns && now - x->at_ns < (uint64_t)WAIT_SEEN_MS * 1000000 && x->step == step &&
+		    strcmp(x->job, job) == 0)
+			return x;
+	}
+	return NULL;
+}
+
+static void seen_add(struct waits *w, const struct seen *x)
+{
+	w->seen[w->next_seen] = *x;
+	w->seen[w->next_seen].at_ns = clock_now_ns();
+	w->next_seen = (w->next_seen + 1) % WAIT_SEEN_MAX;
+}
+
+/* ---- answers ---- */
+
+/* Answer w (ResolveReply with x, or Reply status), drop its hold on the
+ * session and free it. */
+static void answer(struct waiter *w, const struct seen *x, int status, const char *why)
+{
+	if (!session_unref_alive(w->s))
+		goto out;
+	const char *shown = status == 0 ? tenancy_shown(&w->view, x->job) : NULL;
+	if (status == 0 && shown == NULL) {
+		status = -ENOENT;
+		why = "no such job";
+	}
+	if (status < 0) {
+		session_reply(w->s, w->req_id, status, "%s", why);
+		goto out;
+	}
+	Ckpt__StepInfo si = CKPT__STEP_INFO__INIT;
+	si.job = (char *)shown;
+	si.step = x->step;
+	si.complete = true;
+	si.bytes = x->bytes;
+	si.bytes_unlisted = x->bytes_unlisted;
+	si.ranks_present = x->count;
+	si.world_size = x->world_size;
+	si.attempt_id = (char *)x->attempt;
+	si.saved_unix_ns = x->saved_ns;
+	Ckpt__ResolveReply rep = CKPT__RESOLVE_REPLY__INIT;
+	rep.info = &si;
+	Ckpt__Frame f = CKPT__FRAME__INIT;
+	f.body_case = CKPT__FRAME__BODY_RESOLVE_REPLY;
+	f.resolve_reply = &rep;
+	session_send(w->s, w->req_id, &f);
+out:
+	free(w);
+}
+
+/* Why the step is not complete yet, for a timeout's message. */
+static void not_yet(const struct group *g, char *buf, size_t len)
+{
+	if (g->polled_ns == 0)
+		snprintf(buf, len, "not looked at yet");
+	else if (g->status == -ENOENT)
+		snprintf(buf, len, "no manifest in storage yet");
+	else if (g->status < 0)
+		snprintf(buf, len, "the last look failed: %s", g->why);
+	else
+		snprintf(buf, len, "%u of %u ranks of attempt '%s' in storage", g->found.count, g->found.world_size,
+			 g->found.attempt);
+}
+
+static void timed_out(struct group *g, struct waiter *w)
+{
+	char state[400], why[700];
+	const char *shown = tenancy_shown(&w->view, g->job);
+	not_yet(g, state, sizeof(state));
+	snprintf(why, sizeof(why), "step %" PRIu64 " of job '%s' is not complete within the wait's timeout: %s",
+		 g->step, shown ? shown : g->job, state);
+	answer(w, NULL, -ETIMEDOUT, why);
+}
+
+/* ---- a group's life ---- */
+
+static void group_free(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+/* No waiter is left: the group goes (after its poll, if one runs). */
+static void group_end(struct group *g)
+{
+	if (g->ended)
+		return;
+	g->ended = true;
+	TAILQ_REMOVE(&g->d->waits->groups, g, link);
+	uv_timer_stop(&g->timer);
+	if (!g->polling)
+		uv_close((uv_handle_t *)&g->timer, group_free);
+}
+
+static void answer_all(struct group *g, const struct seen *x, int status, const char *why)
+{
+	struct waiter *w;
+	while ((w = TAILQ_FIRST(&g->waiters)) != NULL) {
+		TAILQ_REMOVE(&g->waiters, w, link);
+		answer(w, x, status, why);
+	}
+	group_end(g);
+}
+
+static void on_tick(uv_timer_t *t);
+
+/* Arm the timer for the next poll or the earliest deadline that holds (a
+ * waiter not yet looked for has its poll at or before its deadline:
+ * wait_start). */
+static void rearm(struct group *g)
+{
+	uint64_t at = g->polling ? UINT64_MAX : g->next_poll_ns;
+	struct waiter *w;
+	TAILQ_FOREACH (w, &g->waiters, link)
+		if (w->looked && w->deadline_ns < at)
+			at = w->deadline_ns;
+	if (at == UINT64_MAX) {
+		uv_timer_stop(&g->timer);
+		return;
+	}
+	uint64_t now = clock_now_ns();
+	uint64_t ms = at > now ? (at - now + 999999) / 1000000 : 0;
+	uv_timer_start(&g->timer, on_tick, ms, 0);
+}
+
+/* ---- the poll ---- */
+
+static void seen_of(struct seen *x, const char *job, const struct catalog_step *cs)
+{
+	const struct catalog_group *cg = &cs->groups[cs->best];
+	memset(x, 0, sizeof(*x));
+	snprintf(x->job, sizeof(x->job), "%s", job);
+	x->step = cs->step;
+	snprintf(x->attempt, sizeof(x->attempt), "%s", cg->attempt);
+	x->world_size = cg->world_size;
+	x->count = cg->count;
+	x->bytes = cg->bytes;
+	x->bytes_unlisted = !cg->legacy && cg->count > 0 && cg->shards_listed == 0;
+	x->saved_ns = cg->newest_ns;
+}
+
+static void poll_run(uv_work_t *work)
+{
+	struct group *g = work->data;
+	struct store *st = daemon_store_of(g->d, g->job);
+	struct catalog_step cs;
+	store_clear_error();
+	int r = catalog_resolve_step(st, g->job, g->step, &cs);
+	g->complete = false;
+	g->why[0] = '\0';
+	if (r == 0) {
+		g->complete = catalog_step_complete(&cs);
+		if (cs.best >= 0)
+			seen_of(&g->found, g->job, &cs);
+		catalog_step_free(&cs);
+	} else if (r != -ENOENT) {
+		snprintf(g->why, sizeof(g->why), "listing step %" PRIu64 " of job '%s' in %s: %s (%s)", g->step, g->job,
+			 st->url, store_error(r), catalog_no_fallback_hint(r));
+	}
+	g->status = r;
+}
+
+/* Errors that asking again cannot mend: answered at once. Any other
+ * (a timeout, a reset, throttling the store's retries did not outlast)
+ * is polled through until the waiters' deadlines. */
+static bool lasting(int status)
+{
+	return status == -EACCES || status == -EPERM || status == -EINVAL || status == -ENAMETOOLONG ||
+	       status == -EBADMSG;
+}
+
+/* Drop the waiters whose session closed, and answer those past their
+ * deadline that a poll has looked for (timeout 0: exactly one look). */
+static void expire(struct group *g, uint64_t now)
+{
+	struct waiter *w, *next;
+	for (w = TAILQ_FIRST(&g->waiters); w != NULL; w = next) {
+		next = TAILQ_NEXT(w, link);
+		if (w->s->closing) {
+			TAILQ_REMOVE(&g->waiters, w, link);
+			session_unref_alive(w->s);
+			free(w);
+		} else if (w->looked && w->deadline_ns <= now) {
+			TAILQ_REMOVE(&g->waiters, w, link);
+			timed_out(g, w);
+		}
+	}
+}
+
+static void poll_done(uv_work_t *work, int status)
+{
+	struct group *g = work->data;
+	struct daemon *d = g->d;
+	g->polling = false;
+	d->nloads--;
+	if (status < 0 && g->status == 0) {
+		g->status = -ECANCELED;
+		snprintf(g->why, sizeof(g->why), "cancelled");
+	}
+	if (g->status == 0 && g->complete)
+		seen_add(d->waits, &g->found);
+	if (g->ended) {
+		uv_close((uv_handle_t *)&g->timer, group_free);
+	} else if (g->status == 0 && g->complete) {
+		answer_all(g, &g->found, 0, NULL);
+	} else if (lasting(g->status)) {
+		log_warn("wait: %s", g->why);
+		answer_all(g, NULL, g->status, g->why);
+	} else {
+		uint64_t now = clock_now_ns();
+		g->next_poll_ns = now + (uint64_t)(g->wake ? WAIT_POLL_FIRST_MS : g->delay_ms) * 1000000;
+		g->delay_ms = g->wake ? WAIT_POLL_FIRST_MS : g->delay_ms * 2;
+		if (g->delay_ms > WAIT_POLL_MAX_MS)
+			g->delay_ms = WAIT_POLL_MAX_MS;
+		g->wake = false;
+		struct waiter *w;
+		TAILQ_FOREACH (w, &g->waiters, link)
+			w->looked = true;
+		expire(g, now);
+		if (TAILQ_EMPTY(&g->waiters))
+			group_end(g);
+		else
+			rearm(g);
+	}
+	daemon_work_ended(d);
+}
+
+static void poll_start(struct group *g)
+{
+	g->polling = true;
+	g->polled_ns = clock_now_ns();
+	g->d->stats.wait_polls++;
+	g->work.data = g;
+	g->d->nloads++;
+	int e = uv_queue_work(g->d->loop, &g->work, poll_run, poll_done);
+	if (e < 0) {
+		g->polling = false;
+		g->d->nloads--;
+		char why[128];
+		snprintf(why, sizeof(why), "cannot queue the wait's poll: %s", uv_strerror(e));
+		answer_all(g, NULL, -EIO, why);
+	}
+}
+
+static void on_tick(uv_timer_t *t)
+{
+	struct group *g = t->data;
+	uint64_t now = clock_now_ns();
+	expire(g, now);
+	if (TAILQ_EMPTY(&g->waiters)) {
+		group_end(g);
+		return;
+	}
+	if (!g->polling && now >= g->next_poll_ns)
+		poll_start(g);
+	if (!g->ended) /* else the poll could not be queued: answered */
+		rearm(g);
+}
+
+static struct group *group_find(struct waits *ws, const char *job, uint64_t step)
+{
+	struct group *g;
+	TAILQ_FOREACH (g, &ws->groups, link)
+		if (g->step == step && strcmp(g->job, job) == 0)
+			return g;
+	return NULL;
+}
+
+static struct group *group_new(struct daemon *d, const char *job, uint64_t step)
+{
+	struct group *g = calloc(1, sizeof(*g));
+	if (g == NULL)
+		return NULL;
+	g->d = d;
+	snprintf(g->job, sizeof(g->job), "%s", job);
+	g->step = step;
+	g->delay_ms = WAIT_POLL_FIRST_MS;
+	TAILQ_INIT(&g->waiters);
+	uv_timer_init(d->loop, &g->timer);
+	g->timer.data = g;
+	TAILQ_INSERT_TAIL(&d->waits->groups, g, link);
+	return g;
+}
+
+/* ---- the request ---- */
+
+void wait_start(struct session *s, uint64_t req_id, const Ckpt__WaitRequest *m)
+{
+	struct daemon *d = s->d;
+	char job[JOB_BUF];
+	if (!session_request_job(s, req_id, m->job, "wait", job, sizeof(job)))
+		return;
+	struct waiter *w = calloc(1, sizeof(*w));
+	if (w == NULL) {
+		session_reply(s, req_id, -ENOMEM, "out of memory");
+		return;
+	}
+	w->s = s;
+	w->req_id = req_id;
+	w->view = session_viewer(s);
+	uint64_t now = clock_now_ns();
+	w->deadline_ns = m->timeout_ms == WAIT_FOREVER ? UINT64_MAX : now + (uint64_t)m->timeout_ms * 1000000;
+	session_ref(s);
+	const struct seen *x = seen_find(d->waits, job, m->step);
+	if (x != NULL) {
+		answer(w, x, 0, NULL);
+		return;
+	}
+	struct group *g = group_find(d->waits, job, m->step);
+	bool fresh = g == NULL;
+	if (fresh && (g = group_new(d, job, m->step)) == NULL) {
+		answer(w, NULL, -ENOMEM, "out of memory");
+		return;
+	}
+	TAILQ_INSERT_TAIL(&g->waiters, w, link);
+	/* Every waiter is looked for by its deadline: one with a short
+	 * timeout brings the group's next poll forward. */
+	if (fresh)
+		poll_start(g);
+	else if (!g->polling && w->deadline_ns < g->next_poll_ns)
+		g->next_poll_ns = w->deadline_ns;
+	if (!g->ended)
+		rearm(g);
+}
+
+void wait_cancel_all(struct daemon *d, int status, const char *why)
+{
+	struct group *g;
+	if (d->waits == NULL)
+		return;
+	while ((g = TAILQ_FIRST(&d->waits->groups)) != NULL)
+		answer_all(g, NULL, status, why);
+}
+
+void wait_step_durable(struct daemon *d, const char *job, uint64_t step)
+{
+	struct group *g = d->waits ? group_find(d->waits, job, step) : NULL;
+	if (g == NULL)
+		return;
+	if (g->polling) {
+		g->wake = true;
+		return;
+	}
+	uint64_t soon = g->polled_ns + (uint64_t)WAIT_POLL_FIRST_MS * 1000000;
+	uint64_t now = clock_now_ns();
+	g->next_poll_ns = soon > now ? soon : now;
+	g->delay_ms = WAIT_POLL_FIRST_MS;
+	rearm(g);
+}
