@@ -2,9 +2,10 @@
  * of one group, and the group polls the step's listing on the threadpool
  * (catalog_resolve_step: one LIST page per 1000 objects, and the commit
  * object's create-only PUT once the step is complete), first at once,
- * then WAIT_POLL_FIRST_MS after, doubling to WAIT_POLL_MAX_MS. A local
- * rank's durable save of the step starts the backoff over, so a job whose
- * last rank is on this node is answered within WAIT_POLL_FIRST_MS of it.
+ * then WAIT_POLL_FIRST_MS after, doubling to WAIT_POLL_MAX_MS. When the
+ * last of the step's saves in flight on this node is durable, the backoff
+ * starts over, so a job whose last rank is on this node is answered
+ * within WAIT_POLL_FIRST_MS of it.
  * So the requests of a wait depend on how long the step takes to be
  * complete, not on how many ranks wait: 48 ranks waiting 3 s on one node
  * cost about 8 LISTs, where each rank polling every 50 ms cost 2,880.
@@ -18,6 +19,7 @@
 #include "catalog.h"
 #include "daemon.h"
 #include "log.h"
+#include "saveobj.h"
 #include "session.h"
 #include "tenancy.h"
 
@@ -432,10 +434,22 @@ void wait_cancel_all(struct daemon *d, int status, const char *why)
 		answer_all(g, NULL, status, why);
 }
 
+/* Whether a save of (job, step) is still in flight here. */
+static bool saving_here(struct daemon *d, const char *job, uint64_t step)
+{
+	struct save *sv;
+	TAILQ_FOREACH (sv, &d->saves, link)
+		if (sv->step == step && strcmp(sv->job, job) == 0)
+			return true;
+	return false;
+}
+
 void wait_step_durable(struct daemon *d, const char *job, uint64_t step)
 {
 	struct group *g = d->waits ? group_find(d->waits, job, step) : NULL;
-	if (g == NULL)
+	/* Once per node and step: when its last local rank is durable (if
+	 * the step's last rank is on this node, the step is complete now). */
+	if (g == NULL || saving_here(d, job, step))
 		return;
 	if (g->polling) {
 		g->wake = true;

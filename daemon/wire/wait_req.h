@@ -36,7 +36,8 @@ void wait_start(struct session *s, uint64_t req_id, const Ckpt__WaitRequest *m);
  * for). */
 void wait_cancel_all(struct daemon *d, int status, const char *why);
 /* daemon.on_step_durable: a local rank's copy of (job, step) is durable;
- * if the step has waiters, look again soon (the backoff starts over). */
+ * if it was the last of the step's saves in flight here and the step has
+ * waiters, look again soon (the backoff starts over). */
 void wait_step_durable(struct daemon *d, const char *job, uint64_t step);
 
 #endif

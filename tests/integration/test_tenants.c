@@ -12,8 +12,8 @@
  * (every other tenant's step number) and a memory-only step 77, and an
  * admin job "old" with an incomplete step that retention would remove
  * (its grace is over, and a complete step follows it).
- * Every tenant's ls, load, show, verify, resolve, rm, held, persist,
- * status, metrics and gc must miss them all. Needs
+ * Every tenant's ls, load, show, verify, resolve, wait, rm, held,
+ * persist, status, metrics and gc must miss them all. Needs
  * root to become the two uids; without it the test says so and exits 77
  * (skipped), never passed. Clients run in forked children; each check that
  * fails prints what it saw. */
@@ -175,6 +175,11 @@ static void tenant_checks(const char *who, const char *sock, const char *mine, u
 	ckpt_step_info si;
 	r = ckpt_resolve(c, "llama", (int64_t)theirs, &si);
 	CHECK(r == -ENOENT, "%s: resolve of another tenant's step: %d, want ENOENT", who, r);
+	/* Waiting for another tenant's (or the admin's) complete step: it
+	 * is not this tenant's, so it never completes. */
+	r = ckpt_wait_complete(c, "llama", theirs, 0, &si);
+	CHECK(r == -ETIMEDOUT && strstr(ckpt_errmsg(), "no manifest in storage yet"),
+	      "%s: wait for another tenant's step %" PRIu64 ": %d (%s), want ETIMEDOUT", who, theirs, r, ckpt_errmsg());
 	/* Naming another tenant's job outright is not a name at all; the
 	 * refusal says how a tenant names its jobs. */
 	r = ckpt_list(c, "team-a/llama", &(ckpt_step_info *){ NULL }, &(size_t){ 0 });

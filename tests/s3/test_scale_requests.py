@@ -30,6 +30,15 @@ def test_requests_per_rank_are_flat(moto, proxy, tmp_path):
     # Counts, not times: a retry or two is the only slack.
     for phase in ("save", "load"):
         assert abs(big[phase]["per_rank"] - small[phase]["per_rank"]) <= 0.25, (phase, small[phase], big[phase])
+    # Waiting for the step on every rank (Client.wait_complete, while the
+    # other ranks still save): the ranks of a node share one poll, so a
+    # node lists the step a few times (more the longer the step takes:
+    # the backoff's looks, capped at one per 2 s) whatever its ranks, and
+    # one node pins it. Polling ckpt_list every 50 ms cost 25 per rank.
+    for r, nodes in ((small, 1), (big, 4)):
+        assert r["wait"]["per_rank"] <= 2, r["wait"]
+        assert r["wait"]["LIST"] <= 16 * nodes and 1 <= r["wait"]["PUT"] <= nodes, r["wait"]
+        assert r["whole"] <= 24, r
     # Every rank racing to pin the step costs a loser 2 requests more.
     assert abs(big["naive"]["per_rank"] - small["naive"]["per_rank"]) <= 2, (small["naive"], big["naive"])
     # Once per job, whatever W (below 500 ranks: one LIST page per step).
