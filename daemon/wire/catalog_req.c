@@ -19,6 +19,7 @@
 #include "steplock.h"
 #include "tenancy.h"
 #include "tier_req.h"
+#include "wait_req.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -832,6 +833,9 @@ static void del_reply(struct bgreq *b)
 
 static void del_destroy(struct bgreq *b)
 {
+	struct del_req *q = (struct del_req *)b;
+	if (b->status == 0) /* removed, whether or not its session is still there */
+		wait_forget(b->d, q->job, q->step);
 	free(b);
 }
 

@@ -114,6 +114,15 @@ static void seen_add(struct waits *w, const struct seen *x)
 	w->next_seen = (w->next_seen + 1) % WAIT_SEEN_MAX;
 }
 
+void wait_forget(struct daemon *d, const char *job, uint64_t step)
+{
+	for (size_t i = 0; d->waits && i < WAIT_SEEN_MAX; i++) {
+		struct seen *x = &d->waits->seen[i];
+		if (x->at_ns && x->step == step && strcmp(x->job, job) == 0)
+			x->at_ns = 0;
+	}
+}
+
 /* ---- answers ---- */
 
 /* Answer w (ResolveReply with x, or Reply status), drop its hold on the

@@ -19,7 +19,8 @@ struct session;
 #define WAIT_POLL_MAX_MS 2000u
 /* A step seen complete is answered from memory for this long (a step
  * removed since may be answered complete, as a listing just before the
- * removal would have). */
+ * removal would have; one removed through this daemon is forgotten at
+ * once). */
 #define WAIT_SEEN_MS 60000u
 #define WAIT_SEEN_MAX 64
 /* timeout_ms meaning "no limit". */
@@ -29,6 +30,8 @@ struct session;
  * wait_cancel_all ran when the drain began). */
 int wait_init(struct daemon *d);
 void wait_fini(struct daemon *d);
+/* A step removed here (ckptctl rm): no longer answered from memory. */
+void wait_forget(struct daemon *d, const char *job, uint64_t step);
 /* The row of msgtab.c. */
 void wait_start(struct session *s, uint64_t req_id, const Ckpt__WaitRequest *m);
 /* A drain began: answer every waiter (status -errno, why) and stop

@@ -162,8 +162,8 @@ static int ctl_run(const char *args, char *out, size_t outlen)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* ckptctl wait: complete, a timeout, --json, and --timeout refused on
- * another command. */
+/* ckptctl wait: complete, a timeout, --json, a removed step, and
+ * --timeout refused on another command. */
 static void test_ctl_wait(void **state)
 {
 	(void)state;
@@ -179,6 +179,11 @@ static void test_ctl_wait(void **state)
 	assert_int_not_equal(ctl_run("wait ctl 6 --timeout 0.2", out, sizeof(out)), 0);
 	if (strstr(out, "not complete within the wait's timeout") == NULL)
 		fail_msg("ckptctl wait of a missing step said: %s", out);
+	/* A step removed through this daemon is not answered from memory. */
+	assert_int_equal(ctl_run("rm ctl 5", out, sizeof(out)), 0);
+	assert_int_equal(ctl_run("wait ctl 5 --timeout 0", out, sizeof(out)), 1);
+	if (strstr(out, "no manifest in storage yet") == NULL)
+		fail_msg("ckptctl wait of a removed step said: %s", out);
 	assert_int_equal(ctl_run("ls ctl --timeout 1", out, sizeof(out)), 2);
 	assert_int_equal(ctl_run("wait ctl 5 --timeout -1", out, sizeof(out)), 2);
 	h_rank_close(&r0);
