@@ -430,3 +430,39 @@ def test_format_needs_no_libckpt_and_checks_crc_fast(daemon, tmp_path):
         assert impl == "google-crc32c", impl
     except ImportError:
         pass
+
+
+def test_wait_complete_waits_for_every_rank(daemon, tmp_path):
+    """Checkpointer.wait_complete returns once every rank's save of the
+    step is in storage (not at this rank's own durable), times out saying
+    how many ranks are there, and Client.wait_complete does the same for
+    any step; the fallback has nothing to wait for."""
+    sd = {"w": torch.arange(1024, dtype=torch.float32)}
+    with ckpt.torch.Checkpointer("waitall", socket=daemon.sock, rank=0, world_size=2) as r0, \
+            ckpt.torch.Checkpointer("waitall", socket=daemon.sock, rank=1, world_size=2) as r1:
+        with pytest.raises(ValueError, match="nothing saved yet"):
+            r0.wait_complete()
+        r0.save(sd, 3)
+        with pytest.raises(ckpt.CkptError) as e:
+            r0.wait_complete(timeout=0.3)
+        assert e.value.errno == errno.ETIMEDOUT and "1 of 2 ranks" in str(e.value), e.value
+        got = {}
+        t = threading.Thread(target=lambda: got.update(r0.wait_complete(3, timeout=60)))
+        t.start()
+        time.sleep(0.5)
+        assert t.is_alive(), "answered before rank 1 saved"
+        r1.save(sd, 3)
+        t.join(60)
+        assert got["step"] == 3 and got["complete"] and got["world_size"] == 2 and got["ranks_present"] == 2, got
+        with ckpt.Client(daemon.sock) as c:
+            assert c.wait_complete(3, job="waitall", timeout=0)["world_size"] == 2
+            with pytest.raises(ValueError):
+                c.wait_complete(3, job="waitall", timeout=-1)
+            with pytest.raises(ckpt.CkptError) as e:
+                c.wait_complete(4, job="waitall", timeout=0)
+            assert e.value.errno == errno.ETIMEDOUT and "no manifest in storage yet" in str(e.value), e.value
+    fb = ckpt.torch.Checkpointer("waitfb", socket=str(tmp_path / "none.sock"), fallback_dir=str(tmp_path / "fb"))
+    fb.save(sd, 1)
+    with pytest.raises(ValueError, match="needs ckptd"):
+        fb.wait_complete(1)
+    fb.close()

@@ -42,6 +42,7 @@ import errno
 import os
 import pickle
 import re
+import time
 from typing import Any, Dict, List, Mapping, MutableMapping, Optional, Set, Tuple, Union
 
 import torch
@@ -328,6 +329,32 @@ class Checkpointer:
             raise TimeoutError(f"{len({id(f) for f in self._inflight})} save(s) of job '{self.job}' not finished "
                                f"after {timeout} s")
         self._check_saves()
+
+    def wait_complete(self, step: Optional[int] = None, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Wait until step (default: the last one this checkpointer saved)
+        is complete in storage on every rank, and pin it as a restore
+        would; its entry as Client.list gives it. This rank's save of the
+        step is waited for first (and its failure raised). Call it on every
+        rank instead of polling list() or a barrier: the ranks of a node
+        share their daemon's one poll of storage. timeout: seconds (None:
+        no limit; 0: look once); CkptError ETIMEDOUT, saying how many
+        ranks are in storage, when it is not complete in time. Without
+        ckptd (fallback_dir) each rank's file is durable when save()
+        returns and there is nothing to ask: ValueError."""
+        self._check_open()
+        last = self._last_save
+        if step is None:
+            if last is None:
+                raise ValueError("wait_complete(): nothing saved yet; name the step")
+            step = last.step
+        if self.client is None:
+            raise ValueError("wait_complete() needs ckptd; with the torch.save fallback each rank's file is "
+                             "durable when save() returns")
+        end = None if timeout is None else time.monotonic() + timeout
+        if last is not None and last.step == int(step):
+            last.result(timeout)
+        left = None if end is None else max(0.0, end - time.monotonic())
+        return self.client.wait_complete(int(step), timeout=left)
 
     def _check_fresh(self):
         """The first save into a job with steps, by a process that did not
