@@ -1,6 +1,6 @@
 /* Writes the seed corpus of fuzz-frame (and fuzz-peer's, beside it): one file per request a client
  * sends (Hello, RegisterBuffer, Save, Load, the catalogue's requests, a
- * table, the tiers' requests), and one stream of several frames. Built with the harnesses:
+ * table, the tiers' requests, a wait), and one stream of several frames. Built with the harnesses:
  *   B/tests/fuzz/frame-seeds tests/fuzz/corpus/frame */
 #include <stdio.h>
 #include <stdlib.h>
@@ -235,6 +235,14 @@ int main(int argc, char **argv)
 	Ckpt__Frame fpr = CKPT__FRAME__INIT;
 	fpr.body_case = CKPT__FRAME__BODY_PERSIST;
 	fpr.persist = &pr;
+	/* Waiting for a step. */
+	Ckpt__WaitRequest wr = CKPT__WAIT_REQUEST__INIT;
+	wr.job = "llama-7b";
+	wr.step = 102;
+	wr.timeout_ms = 0xffffffffu;
+	Ckpt__Frame fwr = CKPT__FRAME__INIT;
+	fwr.body_case = CKPT__FRAME__BODY_WAIT;
+	fwr.wait = &wr;
 
 	Ckpt__Frame *one[1];
 	one[0] = &fh, emit("hello", one, 1);
@@ -243,6 +251,7 @@ int main(int argc, char **argv)
 	one[0] = &fl, emit("load", one, 1);
 	one[0] = &fls, emit("list", one, 1);
 	one[0] = &fd, emit("delete", one, 1);
+	one[0] = &fwr, emit("wait", one, 1);
 	Ckpt__Frame *table[2] = { &fdt, &fts };
 	emit("table", table, 2);
 	Ckpt__Frame *tiers[4] = { &fdt, &fms, &fhr, &fpr };
