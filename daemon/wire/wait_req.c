@@ -64,11 +64,15 @@ struct group {
 	bool ended;   /* no waiter is left: freed once no poll is in flight */
 	uint64_t polled_ns, next_poll_ns;
 	uint32_t delay_ms;
-	/* The last poll (written by the threadpool while polling). */
-	int status; /* 0: listed; -ENOENT: no manifest yet; else a storage error */
-	bool complete;
-	struct seen found; /* complete, or the best attempt so far */
-	char why[256];     /* status's words */
+	/* A poll's result: res is written by the threadpool while polling,
+	 * and copied to last (the loop's) when it ends. */
+	struct look {
+		int status; /* 0: listed; -ENOENT: no manifest yet; else a storage error */
+		bool complete;
+		struct seen found; /* complete, or the best attempt so far */
+		char why[256];     /* status's words */
+	} res, last;
+	bool looked; /* last holds a poll's result */
 };
 TAILQ_HEAD(group_list, group);
 
@@ -163,15 +167,16 @@ out:
 /* Why the step is not complete yet, for a timeout's message. */
 static void not_yet(const struct group *g, char *buf, size_t len)
 {
-	if (g->polled_ns == 0)
+	const struct look *l = &g->last;
+	if (!g->looked)
 		snprintf(buf, len, "not looked at yet");
-	else if (g->status == -ENOENT)
+	else if (l->status == -ENOENT)
 		snprintf(buf, len, "no manifest in storage yet");
-	else if (g->status < 0)
-		snprintf(buf, len, "the last look failed: %s", g->why);
+	else if (l->status < 0)
+		snprintf(buf, len, "the last look failed: %s", l->why);
 	else
-		snprintf(buf, len, "%u of %u ranks of attempt '%s' in storage", g->found.count, g->found.world_size,
-			 g->found.attempt);
+		snprintf(buf, len, "%u of %u ranks of attempt '%s' in storage", l->found.count, l->found.world_size,
+			 l->found.attempt);
 }
 
 static void timed_out(struct group *g, struct waiter *w)
@@ -253,22 +258,23 @@ static void seen_of(struct seen *x, const char *job, const struct catalog_step *
 static void poll_run(uv_work_t *work)
 {
 	struct group *g = work->data;
+	struct look *l = &g->res;
 	struct store *st = daemon_store_of(g->d, g->job);
 	struct catalog_step cs;
 	store_clear_error();
 	int r = catalog_resolve_step(st, g->job, g->step, &cs);
-	g->complete = false;
-	g->why[0] = '\0';
+	l->complete = false;
+	l->why[0] = '\0';
 	if (r == 0) {
-		g->complete = catalog_step_complete(&cs);
+		l->complete = catalog_step_complete(&cs);
 		if (cs.best >= 0)
-			seen_of(&g->found, g->job, &cs);
+			seen_of(&l->found, g->job, &cs);
 		catalog_step_free(&cs);
 	} else if (r != -ENOENT) {
-		snprintf(g->why, sizeof(g->why), "listing step %" PRIu64 " of job '%s' in %s: %s (%s)", g->step, g->job,
+		snprintf(l->why, sizeof(l->why), "listing step %" PRIu64 " of job '%s' in %s: %s (%s)", g->step, g->job,
 			 st->url, store_error(r), catalog_no_fallback_hint(r));
 	}
-	g->status = r;
+	l->status = r;
 }
 
 /* Errors that asking again cannot mend: answered at once. Any other
@@ -302,21 +308,24 @@ static void poll_done(uv_work_t *work, int status)
 {
 	struct group *g = work->data;
 	struct daemon *d = g->d;
+	struct look *l = &g->last;
 	g->polling = false;
 	d->nloads--;
-	if (status < 0 && g->status == 0) {
-		g->status = -ECANCELED;
-		snprintf(g->why, sizeof(g->why), "cancelled");
+	g->last = g->res;
+	g->looked = true;
+	if (status < 0 && l->status == 0) {
+		l->status = -ECANCELED;
+		snprintf(l->why, sizeof(l->why), "cancelled");
 	}
-	if (g->status == 0 && g->complete)
-		seen_add(d->waits, &g->found);
+	if (l->status == 0 && l->complete)
+		seen_add(d->waits, &l->found);
 	if (g->ended) {
 		uv_close((uv_handle_t *)&g->timer, group_free);
-	} else if (g->status == 0 && g->complete) {
-		answer_all(g, &g->found, 0, NULL);
-	} else if (lasting(g->status)) {
-		log_warn("wait: %s", g->why);
-		answer_all(g, NULL, g->status, g->why);
+	} else if (l->status == 0 && l->complete) {
+		answer_all(g, &l->found, 0, NULL);
+	} else if (lasting(l->status)) {
+		log_warn("wait: %s", l->why);
+		answer_all(g, NULL, l->status, l->why);
 	} else {
 		uint64_t now = clock_now_ns();
 		g->next_poll_ns = now + (uint64_t)(g->wake ? WAIT_POLL_FIRST_MS : g->delay_ms) * 1000000;
