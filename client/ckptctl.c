@@ -557,7 +557,9 @@ static int run_metrics(ckpt_client *c, char **a, int n, const struct opts *o)
 	return cmd_metrics(c);
 }
 
-int main(int argc, char **argv)
+/* The options, before or after the command (GNU getopt permutes): -1 to
+ * go on, else the exit status (--help, --version, a usage error). */
+static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	static const struct option longopts[] = {
 		{ "socket", required_argument, NULL, 's' },
@@ -570,18 +572,13 @@ int main(int argc, char **argv)
 		{ "timeout", required_argument, NULL, 'T' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *sock = getenv("CKPTD_SOCKET");
-	struct opts o = { .jobs = 4, .timeout_ms = -1 };
-	if (!sock || !*sock)
-		sock = CKPT_DEFAULT_SOCKET;
-	/* Options may come before or after the command (GNU getopt permutes). */
 	int ch;
 	while ((ch = getopt_long(argc, argv, "s:j:Vh", longopts, NULL)) != -1) {
 		switch (ch) {
-		case 's': sock = optarg; break;
-		case 'J': o.json = 1; break;
-		case 'n': o.dry_run = 1; break;
-		case 'R': o.replicas = 1; break;
+		case 's': o->sock = optarg; break;
+		case 'J': o->json = 1; break;
+		case 'n': o->dry_run = 1; break;
+		case 'R': o->replicas = 1; break;
 		case 'j': {
 			char *end;
 			long v = strtol(optarg, &end, 10);
@@ -589,7 +586,7 @@ int main(int argc, char **argv)
 				fprintf(stderr, "ckptctl: --jobs wants 1 to 64, not '%s'\n", optarg);
 				return 2;
 			}
-			o.jobs = (int)v;
+			o->jobs = (int)v;
 			break;
 		}
 		case 'T': {
@@ -600,7 +597,7 @@ int main(int argc, char **argv)
 					optarg);
 				return 2;
 			}
-			o.timeout_ms = (int64_t)(v * 1000);
+			o->timeout_ms = (int64_t)(v * 1000);
 			break;
 		}
 		case 'V': printf("ckptctl %s (commit %s)\n", CKPT_VERSION, CKPT_COMMIT); return 0;
@@ -608,6 +605,17 @@ int main(int argc, char **argv)
 		default: usage(stderr); return 2;
 		}
 	}
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o = { .jobs = 4, .timeout_ms = -1, .sock = getenv("CKPTD_SOCKET") };
+	if (!o.sock || !*o.sock)
+		o.sock = CKPT_DEFAULT_SOCKET;
+	int st = parse_opts(argc, argv, &o);
+	if (st >= 0)
+		return st;
 	if (optind >= argc) {
 		usage(stderr);
 		return 2;
@@ -628,12 +636,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ckptctl: usage: ckptctl %s %s\n", cmd->name, cmd->args);
 		return 2;
 	}
-	o.sock = sock;
 	ckpt_client *c = NULL;
-	int r = ckpt_connect(sock, NULL, &c);
+	int r = ckpt_connect(o.sock, NULL, &c);
 	if (r < 0) {
 		char what[4200];
-		snprintf(what, sizeof(what), "connect %s", sock);
+		snprintf(what, sizeof(what), "connect %s", o.sock);
 		die(what, r);
 	}
 	r = cmd->run(c, argv + optind + 1, nargs, &o);
