@@ -11,6 +11,7 @@
 #include "journal.h"
 #include "log.h"
 #include "mancache.h"
+#include "readshare.h"
 #include "peer.h"
 #include "persist.h"
 #include "pool.h"
@@ -458,6 +459,12 @@ static int start_storage(struct daemon *d)
 		}
 		mancache_set_fetch_delay_ms(d->mancache, d->cfg.debug_manifest_delay_ms);
 	}
+	d->readshare = readshare_new();
+	if (d->readshare == NULL) {
+		log_err("out of memory");
+		return -1;
+	}
+	readshare_set_fetch_delay_ms(d->readshare, d->cfg.debug_read_delay_ms);
 	if (journal_open(d->cfg.state_dir, &d->journal, err, sizeof(err)) < 0) {
 		log_err("%s", err);
 		return -1;
@@ -628,6 +635,7 @@ int main(int argc, char **argv)
 	pool_fini(&d->pool);
 	journal_close(d->journal);
 	mancache_free(d->mancache);
+	readshare_free(d->readshare);
 	for (uint32_t i = 0; i < d->ngc_pending; i++)
 		free(d->gc_pending[i]);
 	free(d->gc_pending);

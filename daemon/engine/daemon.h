@@ -20,6 +20,7 @@ struct save;
 struct journal;
 struct load;
 struct cuda;
+struct readshare;
 
 TAILQ_HEAD(session_list, session);
 TAILQ_HEAD(save_list, save);
@@ -137,7 +138,8 @@ struct daemon {
 	struct store *store;
 	/* A tenant's own storage ([tenant.X] storage), by index; NULL: store. */
 	struct store *tenant_store[CONFIG_MAX_TENANTS];
-	struct mancache *mancache; /* NULL: off; shared by the threadpool (thread-safe) */
+	struct mancache *mancache;   /* NULL: off; shared by the threadpool (thread-safe) */
+	struct readshare *readshare; /* restores' storage reads in flight (thread-safe) */
 	struct workq *copyq;
 	struct stats stats;
 	struct cuda *cuda; /* NULL: CUDA is off, cuda_why says why */

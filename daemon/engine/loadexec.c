@@ -7,6 +7,7 @@
 #include "load_int.h"
 #include "log.h"
 #include "manifest.h"
+#include "readshare.h"
 #include "saveobj.h"
 #include "store.h"
 #include "tensor.h"
@@ -115,6 +116,31 @@ static void apply_task(struct exec *ex, const struct ltask *tk, const uint8_t *s
 	}
 }
 
+/* A storage read (readshare_read's fetch and apply): rd's range of key. */
+struct share_ctx {
+	struct exec *ex;
+	const struct lread *rd;
+	struct store *st;
+	const char *key;
+};
+
+static int share_fetch(void *ctx, uint8_t *buf)
+{
+	struct share_ctx *sc = ctx;
+	return sc->st->ops->get_range(sc->st, sc->key, sc->rd->off, buf, (size_t)sc->rd->len);
+}
+
+/* src: the read's bytes, in our buffer or in another load's. */
+static void share_apply(void *ctx, const uint8_t *src)
+{
+	struct share_ctx *sc = ctx;
+	const struct lread *rd = sc->rd;
+	for (size_t i = 0; i < rd->n && !atomic_load(&sc->ex->failed); i++) {
+		const struct ltask *tk = &sc->ex->tasks[rd->first + i];
+		apply_task(sc->ex, tk, src + (tk->off - rd->off));
+	}
+}
+
 static void run_read(struct exec *ex, const struct lread *rd, uint8_t *tmp)
 {
 	const struct ltask *first = &ex->tasks[rd->first];
@@ -125,8 +151,11 @@ static void run_read(struct exec *ex, const struct lread *rd, uint8_t *tmp)
 		apply_task(ex, first, save_shard_bytes(p->held, first->off, first->len, tmp));
 		return;
 	}
-	struct store *st = daemon_store_of(ex->ld->d, ex->ld->job);
-	int r = st->ops->get_range(st, p->key, rd->off, tmp, (size_t)rd->len);
+	/* From storage, shared with the node's other loads of the same range
+	 * that run now (readshare.h). */
+	struct share_ctx sc = { .ex = ex, .rd = rd, .st = daemon_store_of(ex->ld->d, ex->ld->job), .key = p->key };
+	int r = readshare_read(ex->ld->d->readshare, sc.st, p->key, rd->off, rd->len, tmp, share_fetch, share_apply,
+			       &sc);
 	if (r < 0) {
 		char more[64] = "";
 		if (rd->n > 1)
@@ -134,10 +163,6 @@ static void run_read(struct exec *ex, const struct lread *rd, uint8_t *tmp)
 		exec_fail(ex, r, "reading tensor '%s' from %s%s: %s", p->t->name, p->key, more,
 			  r == -ENODATA ? "the shard is shorter than its manifest says" : store_error(r));
 		return;
-	}
-	for (size_t i = 0; i < rd->n && !atomic_load(&ex->failed); i++) {
-		const struct ltask *tk = &ex->tasks[rd->first + i];
-		apply_task(ex, tk, tmp + (tk->off - rd->off));
 	}
 }
 
