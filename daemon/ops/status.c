@@ -4,6 +4,7 @@
 #include "cudadev.h"
 #include "mancache.h"
 #include "pool.h"
+#include "readshare.h"
 #include "save.h"
 #include "wire.h"
 
@@ -74,6 +75,16 @@ const struct status_col status_cols[ST_NCOLS] = {
 			       "ckptd_store_retries_total", .backend = true },
 	[ST_STORE_FAILURES] = { "store_failures", "Uploads that failed in storage.", ST_COUNTER, ST_UNIT_COUNT, METRIC,
 				"ckptd_store_failures_total", .backend = true },
+	[ST_STORE_READ_BYTES] = { "store_read_bytes",
+				  "Shard bytes restores read from storage, a read the node's concurrent loads shared "
+				  "counted once.",
+				  ST_COUNTER, ST_UNIT_BYTES, METRIC, "ckptd_store_read_bytes_total" },
+	[ST_STORE_READS_SHARED] = { "store_reads_shared",
+				    "Restores' storage reads served by another load's read of the same range.",
+				    ST_COUNTER, ST_UNIT_COUNT, METRIC, "ckptd_store_reads_shared_total" },
+	[ST_STORE_READ_SHARED_BYTES] = { "store_read_shared_bytes",
+					 "Bytes of restores' storage reads served by another load's read.", ST_COUNTER,
+					 ST_UNIT_BYTES, METRIC, "ckptd_store_read_shared_bytes_total" },
 	[ST_MANIFEST_READS] = { "manifest_reads", "Manifests read from storage (GETs), by any path.", ST_COUNTER,
 				ST_UNIT_COUNT, METRIC, "ckptd_manifest_reads_total", .backend = true },
 	[ST_STEP_INDEX_READS] = { "step_index_reads",
@@ -207,6 +218,12 @@ static void counters(const struct daemon *d, struct status *st)
 		if (d->tenant_store[i])
 			v[ST_STORE_RETRIES] += (uint64_t)d->tenant_store[i]->retries;
 	v[ST_STORE_FAILURES] = s->store_failures;
+	struct readshare_stats rs = { 0 };
+	if (d->readshare)
+		readshare_stats(d->readshare, &rs);
+	v[ST_STORE_READ_BYTES] = rs.read_bytes;
+	v[ST_STORE_READS_SHARED] = rs.shared;
+	v[ST_STORE_READ_SHARED_BYTES] = rs.shared_bytes;
 	v[ST_MANIFEST_READS] = catalog_manifest_gets();
 	v[ST_STEP_INDEX_READS] = catalog_index_gets();
 	v[ST_STEP_INDEX_WRITES] = catalog_index_puts();
