@@ -522,6 +522,12 @@ static int start_memory(struct daemon *d)
 static int start_loop(struct daemon *d)
 {
 	char err[1024];
+	/* The threadpool runs loads, catalogue requests and waits' polls:
+	 * libuv's 4 threads ran four of a node's eight ranks' restores at a
+	 * time (the other four queued, and read what the first four had
+	 * read: readshare.c shares only reads in flight). 16 unless the
+	 * environment says otherwise; read by libuv at its first work. */
+	setenv("UV_THREADPOOL_SIZE", "16", 0);
 	d->loop = uv_default_loop();
 	d->start_ns = clock_now_ns();
 	d->on_durable = gc_after_durable;         /* retention, after each durable save */
