@@ -422,6 +422,22 @@ static int cmd_persist(ckpt_client *c, const char *job, uint64_t step, int repli
 
 /* ckpt_resolve: decide the step once and pin it, so that every rank
  * given the printed step loads the same bytes. */
+/* A step resolve or wait pinned: its JSON object, or a line ("JOB step N
+ * attempt A"; wait's says it is complete, and its ranks). */
+static void print_step(const ckpt_step_info *info, int json, bool complete)
+{
+	if (json) {
+		json_object *o = json_step(info);
+		json_print(o);
+		json_object_put(o);
+	} else if (complete) {
+		printf("%s step %" PRIu64 " complete: %u ranks, attempt %s\n", info->job, info->step, info->world_size,
+		       info->attempt_id);
+	} else {
+		printf("%s step %" PRIu64 " attempt %s\n", info->job, info->step, info->attempt_id);
+	}
+}
+
 static int cmd_resolve(ckpt_client *c, const char *job, const char *step_arg, int json)
 {
 	char what[400];
@@ -432,13 +448,7 @@ static int cmd_resolve(ckpt_client *c, const char *job, const char *step_arg, in
 		snprintf(what, sizeof(what), "resolve %s %s", job, step_arg ? step_arg : "latest");
 		die(what, r);
 	}
-	if (json) {
-		json_object *o = json_step(&info);
-		json_print(o);
-		json_object_put(o);
-	} else {
-		printf("%s step %" PRIu64 " attempt %s\n", info.job, info.step, info.attempt_id);
-	}
+	print_step(&info, json, false);
 	return 0;
 }
 
@@ -451,14 +461,7 @@ static int cmd_wait(ckpt_client *c, const char *job, uint64_t step, int64_t time
 		snprintf(what, sizeof(what), "wait %s %" PRIu64, job, step);
 		die(what, r);
 	}
-	if (json) {
-		json_object *o = json_step(&info);
-		json_print(o);
-		json_object_put(o);
-	} else {
-		printf("%s step %" PRIu64 " complete: %u ranks, attempt %s\n", info.job, info.step, info.world_size,
-		       info.attempt_id);
-	}
+	print_step(&info, json, true);
 	return 0;
 }
 
