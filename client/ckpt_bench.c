@@ -21,7 +21,10 @@
  * Output: a markdown table on stdout and, with --json FILE, {config,
  * results}: save_stall_s, save_durable_s, load_memory_s, load_storage_s
  * (each median and p90 over rounds; a round's time is its slowest rank's),
- * throughput_mb_s, memcpy_mb_s, daemon_cpu_s, daemon_peak_rss_mb. Only the
+ * throughput_mb_s, memcpy_mb_s and memcpy_load_mb_s (the baselines beside
+ * the saves and the loads from memory: memcpy_time), memcpy_save_s and
+ * memcpy_load_s, staging_vs_memcpy and load_memory_vs_memcpy (median over
+ * median), daemon_cpu_s, daemon_peak_rss_mb. Only the
  * public libckpt API is used.
  *
  * Checkpoints are never overwritten, so each run saves as a job of its
@@ -69,7 +72,10 @@ struct shared {
 	double stall_mem[MAX_RANKS][MAX_ROUNDS], kept[MAX_RANKS][MAX_ROUNDS];
 	double stall_rep[MAX_RANKS][MAX_ROUNDS], replicated[MAX_RANKS][MAX_ROUNDS];
 	double loadpeer[MAX_RANKS][MAX_ROUNDS];
-	double memcpy_s[MAX_RANKS];
+	/* the memcpy baseline, taken just before each save round (the
+	 * trainer's buffer into a pool-like buffer) and each load round from
+	 * memory (back) */
+	double mc_save[MAX_RANKS][MAX_ROUNDS], mc_load[MAX_RANKS][MAX_ROUNDS];
 	uint64_t bytes[MAX_RANKS];
 	int failed;
 	char msg[512];
@@ -128,8 +134,9 @@ static unsigned opt_mult(const struct opts *o)
 }
 
 static double memcpy_time(uint8_t *dst, const uint8_t *src, size_t n, unsigned threads);
+static uint8_t *pool_like(struct shared *sh, unsigned r, uint64_t total);
 static void rank_tiers(const struct opts *o, struct shared *sh, unsigned r, ckpt_tensor *t, size_t k, ckpt_client *c,
-		       uint8_t *data, uint64_t total);
+		       uint8_t *data, uint8_t *pool, uint64_t total);
 
 /* Rank r's tensors, each with its optimizer state (m1, m2) beside it:
  * their names and shapes (float32 elements) into names and shapes; how
@@ -153,9 +160,11 @@ static size_t agent_tensors(const struct opts *o, unsigned r, char (*names)[32],
 
 /* --mode agent's saves, timed: the stall and the time to durable. */
 static void agent_saves(const struct opts *o, struct shared *sh, unsigned r, ckpt_client *c, ckpt_tensor *t, size_t k,
-			uint8_t *data, uint64_t total)
+			uint8_t *data, uint8_t *pool, uint64_t total)
 {
 	for (unsigned s = 0; s < o->saves; s++) {
+		pthread_barrier_wait(&sh->bar);
+		sh->mc_save[r][s] = memcpy_time(pool, data, total, o->threads);
 		pthread_barrier_wait(&sh->bar);
 		ckpt_future *f = NULL;
 		double t0 = now_s();
@@ -176,11 +185,18 @@ static void agent_saves(const struct opts *o, struct shared *sh, unsigned r, ckp
 
 /* --mode agent's loads of the latest step, timed: from the daemon's
  * memory (which must be where it came from), then from storage. */
-static void agent_loads(const struct opts *o, struct shared *sh, unsigned r, ckpt_client *c, ckpt_tensor *t, size_t k)
+static void agent_loads(const struct opts *o, struct shared *sh, unsigned r, ckpt_client *c, ckpt_tensor *t, size_t k,
+			uint8_t *data, uint8_t *pool, uint64_t total)
 {
 	for (unsigned l = 0; l < o->loads; l++) {
 		for (int storage = 0; storage < 2; storage++) {
 			pthread_barrier_wait(&sh->bar);
+			if (!storage) {
+				/* pool holds the bytes data had before the
+				 * last save, which the load brings back */
+				sh->mc_load[r][l] = memcpy_time(data, pool, total, o->threads);
+				pthread_barrier_wait(&sh->bar);
+			}
 			ckpt_future *f = NULL;
 			double t0 = now_s();
 			int e = ckpt_load_ex(c, CKPT_LATEST, t, k, storage ? CKPT_LOAD_STORAGE_ONLY : 0, &f);
@@ -231,18 +247,14 @@ static void rank_agent(const struct opts *o, struct shared *sh, unsigned r)
 		off += shapes[i] * 4;
 	}
 	sh->bytes[r] = total;
-	uint8_t *dst = mmap(NULL, total ? total : 4096, PROT_READ | PROT_WRITE,
-			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	if (dst == MAP_FAILED)
-		fail(sh, "rank %u: mmap: %s", r, strerror(errno));
-	sh->memcpy_s[r] = memcpy_time(dst, data, total, o->threads);
-	munmap(dst, total ? total : 4096);
+	uint8_t *pool = pool_like(sh, r, total);
 	if (o->restore_socket) {
-		rank_tiers(o, sh, r, t, k, c, data, total);
+		rank_tiers(o, sh, r, t, k, c, data, pool, total);
 	} else {
-		agent_saves(o, sh, r, c, t, k, data, total);
-		agent_loads(o, sh, r, c, t, k);
+		agent_saves(o, sh, r, c, t, k, data, pool, total);
+		agent_loads(o, sh, r, c, t, k, data, pool, total);
 	}
+	munmap(pool, total ? total : 4096);
 	ckpt_buffer_free(b);
 	ckpt_close(c);
 }
@@ -297,7 +309,7 @@ static double timed_load(struct shared *sh, unsigned r, ckpt_client *c, uint64_t
  * from storage, and the replicated one through the restore daemon, which
  * brings it from the peer that holds it. */
 static void rank_tiers(const struct opts *o, struct shared *sh, unsigned r, ckpt_tensor *t, size_t k, ckpt_client *c,
-		       uint8_t *data, uint64_t total)
+		       uint8_t *data, uint8_t *pool, uint64_t total)
 {
 	ckpt_hello h = { .job = o->job, .rank = r, .world_size = o->ranks };
 	ckpt_client *rc = NULL;
@@ -316,6 +328,8 @@ static void rank_tiers(const struct opts *o, struct shared *sh, unsigned r, ckpt
 	for (unsigned s = 0; s < o->saves; s++) {
 		uint64_t base = 3 * (uint64_t)s;
 		pthread_barrier_wait(&sh->bar);
+		sh->mc_save[r][s] = memcpy_time(pool, data, total, o->threads);
+		pthread_barrier_wait(&sh->bar);
 		timed_save(sh, r, c, base + 1, t, k, CKPT_TIER_DURABLE, &sh->stall[r][s], &sh->durable[r][s]);
 		data[s % (total ? total : 1)] ^= 1;
 		pthread_barrier_wait(&sh->bar);
@@ -323,6 +337,8 @@ static void rank_tiers(const struct opts *o, struct shared *sh, unsigned r, ckpt
 		data[s % (total ? total : 1)] ^= 1;
 		pthread_barrier_wait(&sh->bar);
 		timed_save(sh, r, c, base + 3, t, k, CKPT_TIER_REPLICATED, &sh->stall_rep[r][s], &sh->replicated[r][s]);
+		pthread_barrier_wait(&sh->bar);
+		sh->mc_load[r][s] = memcpy_time(data, pool, total, o->threads);
 		pthread_barrier_wait(&sh->bar);
 		sh->loadmem[r][s] = timed_load(sh, r, c, base + 3, t, k, 0, "memory");
 		pthread_barrier_wait(&sh->bar);
@@ -425,25 +441,43 @@ static void *copy_slice(void *arg)
 	return NULL;
 }
 
+/* The memcpy baseline is taken the way the copy it is compared with runs,
+ * so that the ratio measures the daemon and not a difference of set-up:
+ * --threads threads (the daemon's [pool] copy_threads, 2 by default),
+ * between the trainer's buffer (a shared memfd mapping, the one the
+ * daemon copies from on save and into on restore) and a buffer made like
+ * the pool (anonymous, MADV_HUGEPAGE, pre-faulted writable: pool_like), once
+ * per round right before the round it stands beside, and summarized like
+ * it (median and p90 over the same rounds). A best-of-3 taken once before
+ * the run, as this was, compared a minimum against a median and moved
+ * with whatever else the machine was doing at that moment. */
 static double memcpy_time(uint8_t *dst, const uint8_t *src, size_t n, unsigned t)
 {
-	double best = 1e9;
-	for (int rep = 0; rep < 3; rep++) {
-		pthread_t th[64];
-		struct slice sl[64];
-		double t0 = now_s();
-		for (unsigned i = 0; i < t; i++) {
-			size_t lo = n / t * i, hi = i + 1 == t ? n : n / t * (i + 1);
-			sl[i] = (struct slice){ dst + lo, src + lo, hi - lo };
-			pthread_create(&th[i], NULL, copy_slice, &sl[i]);
-		}
-		for (unsigned i = 0; i < t; i++)
-			pthread_join(th[i], NULL);
-		double dt = now_s() - t0;
-		if (dt < best)
-			best = dt;
+	pthread_t th[64];
+	struct slice sl[64];
+	double t0 = now_s();
+	for (unsigned i = 0; i < t; i++) {
+		size_t lo = n / t * i, hi = i + 1 == t ? n : n / t * (i + 1);
+		sl[i] = (struct slice){ dst + lo, src + lo, hi - lo };
+		pthread_create(&th[i], NULL, copy_slice, &sl[i]);
 	}
-	return best;
+	for (unsigned i = 0; i < t; i++)
+		pthread_join(th[i], NULL);
+	return now_s() - t0;
+}
+
+/* Rank r's baseline buffer, made as daemon/mem/pool.c makes the pool. */
+static uint8_t *pool_like(struct shared *sh, unsigned r, uint64_t total)
+{
+	size_t n = total ? total : 4096;
+	uint8_t *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		fail(sh, "rank %u: mmap: %s", r, strerror(errno));
+	(void)madvise(p, n, MADV_HUGEPAGE);
+	if (madvise(p, n, MADV_POPULATE_WRITE) != 0)
+		for (size_t off = 0; off < n; off += 4096)
+			((volatile uint8_t *)p)[off] = 0;
+	return p;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -492,7 +526,8 @@ static void usage(FILE *f)
 		"      --ranks R            trainer processes, 1 to %d (default 1)\n"
 		"      --saves S            save rounds, 1 to %d (default 3)\n"
 		"      --loads N            load rounds from memory and from storage, 0 to %d (default 2)\n"
-		"      --threads T          memcpy threads for the copy baseline, 1 to 64 (default 2)\n"
+		"      --threads T          memcpy threads for the copy baseline: the daemon's [pool] copy_threads,\n"
+		"                           1 to 64 (default 2, as the daemon's)\n"
 		"      --mode agent|direct|tiers  through ckptd, or each rank writes its state itself (default\n"
 		"                           agent); tiers: durable, memory and replicated saves, and loads from\n"
 		"                           memory, storage and a peer, side by side (docs/tiers.md \"Tiers\")\n"
@@ -694,7 +729,9 @@ static int run_ranks(const struct opts *o, struct shared *sh, bool agent)
 /* What a run measured, over its ranks and rounds. */
 struct summary {
 	double mb; /* the state of every rank, MiB */
-	double mc; /* the memcpy baseline, the slowest rank's, s */
+	/* the memcpy baselines beside the saves and the loads from memory:
+	 * median and p90, s */
+	double mcs, mcsp, mcl, mclp;
 	/* stall, to durable, load from memory, load from storage: median
 	 * and p90, s */
 	double sm, sp, dm, dp, lmm, lmp, lsm, lsp;
@@ -705,12 +742,10 @@ static void summarize(const struct opts *o, struct shared *sh, bool agent, const
 		      const ckpt_status_info *after, struct summary *m)
 {
 	uint64_t bytes = 0;
-	m->mc = 0;
-	for (unsigned r = 0; r < o->ranks; r++) {
+	for (unsigned r = 0; r < o->ranks; r++)
 		bytes += sh->bytes[r];
-		if (sh->memcpy_s[r] > m->mc)
-			m->mc = sh->memcpy_s[r];
-	}
+	stats(sh->mc_save, o->ranks, o->saves, &m->mcs, &m->mcsp);
+	stats(sh->mc_load, o->ranks, o->loads, &m->mcl, &m->mclp);
 	stats(sh->stall, o->ranks, o->saves, &m->sm, &m->sp);
 	stats(sh->durable, o->ranks, o->saves, &m->dm, &m->dp);
 	stats(sh->loadmem, o->ranks, o->loads, &m->lmm, &m->lmp);
@@ -757,9 +792,11 @@ static void print_tables(const struct opts *o, struct shared *sh, const struct s
 	if (agent) {
 		printf("saved as job '%s', steps 1 to %u (ckptctl ls %s lists them)\n", o->job,
 		       o->restore_socket ? 3 * o->saves : o->saves, o->job);
-		printf("staging %.0f%% and load from memory %.0f%% of memcpy (%u threads, %.3f s per rank); "
+		printf("staging %.0f%% and load from memory %.0f%% of memcpy (%u threads, beside each round; "
+		       "medians %.3f / %.3f s, p90 %.3f / %.3f s per rank); "
 		       "daemon cpu %.2f s, peak rss %.0f MiB\n",
-		       100 * m->mc / m->sm, 100 * m->mc / m->lmm, o->threads, m->mc, m->cpu, m->rss);
+		       100 * m->mcs / m->sm, m->lmm > 0 ? 100 * m->mcl / m->lmm : 0, o->threads, m->mcs, m->mcl,
+		       m->mcsp, m->mclp, m->cpu, m->rss);
 	}
 }
 
@@ -782,10 +819,16 @@ static int write_json(const struct opts *o, struct shared *sh, const struct summ
 	json_object_object_add(res, "load_memory_s", agent ? stat_obj(m->lmm, m->lmp) : NULL);
 	json_object_object_add(res, "load_storage_s", stat_obj(m->lsm, m->lsp));
 	json_object_object_add(res, "throughput_mb_s", json_object_new_double(m->dm > 0 ? m->mb / m->dm : 0));
-	json_object_object_add(res, "memcpy_mb_s", json_object_new_double(m->mc > 0 ? (m->mb / o->ranks) / m->mc : 0));
+	json_object_object_add(res, "memcpy_mb_s",
+			       json_object_new_double(m->mcs > 0 ? (m->mb / o->ranks) / m->mcs : 0));
+	json_object_object_add(res, "memcpy_load_mb_s",
+			       json_object_new_double(m->mcl > 0 ? (m->mb / o->ranks) / m->mcl : 0));
 	if (agent) {
-		json_object_object_add(res, "staging_vs_memcpy", json_object_new_double(m->mc / m->sm));
-		json_object_object_add(res, "load_memory_vs_memcpy", json_object_new_double(m->mc / m->lmm));
+		json_object_object_add(res, "memcpy_save_s", stat_obj(m->mcs, m->mcsp));
+		json_object_object_add(res, "memcpy_load_s", stat_obj(m->mcl, m->mclp));
+		json_object_object_add(res, "staging_vs_memcpy", json_object_new_double(m->mcs / m->sm));
+		json_object_object_add(res, "load_memory_vs_memcpy",
+				       json_object_new_double(m->lmm > 0 ? m->mcl / m->lmm : 0));
 	}
 	if (o->restore_socket) {
 		double m2, p2;
