@@ -270,9 +270,7 @@ static int guarded_copy(void *dst, const void *src, size_t len, uint32_t *crc)
 		return -EFAULT;
 	}
 	guard = &jb;
-	if (crc)
-		*crc = crc32c_update(*crc, src, len);
-	memcopy_stream(dst, src, len);
+	memcopy_crc(dst, src, len, crc);
 	guard = NULL;
 	return 0;
 }
@@ -289,11 +287,7 @@ int hostbuf_copy_out(const struct hostbuf *b, uint64_t off, void *dst, size_t le
 	}
 	if (b->map) {
 		if (b->sealed) {
-			/* crc first pulls the block into cache; the copy then
-			 * reads it from there and streams it out. */
-			if (crc)
-				*crc = crc32c_update(*crc, b->map + off, len);
-			memcopy_stream(dst, b->map + off, len);
+			memcopy_crc(dst, b->map + off, len, crc);
 			return 0;
 		}
 		return guarded_copy(dst, b->map + off, len, crc);
