@@ -75,15 +75,48 @@ static void exec_fail(struct exec *ex, int status, const char *fmt, ...)
 	pthread_mutex_unlock(&ex->mu);
 }
 
+/* The slab's crc is taken in the copies' pass over it (one read of the
+ * slab from memory, not two): in slab order, crc32c over [0, at) so far.
+ * A run of the scatter extends it over any gap before the run (bytes no
+ * cut takes), then over the run itself, fused with its copy
+ * (hostbuf_write_crc); bytes already covered (a second cut of the same
+ * rows) are copied without. apply_task extends it to the slab's end:
+ * every byte of the slab once, in order, whatever the cuts, as one crc of
+ * the whole slab would. */
+struct slabcrc {
+	uint32_t crc;
+	uint64_t at;
+};
+
+static void slabcrc_to(struct slabcrc *c, const uint8_t *src, uint64_t end)
+{
+	if (end > c->at) {
+		c->crc = crc32c_update(c->crc, src + c->at, (size_t)(end - c->at));
+		c->at = end;
+	}
+}
+
 struct scatter {
 	const uint8_t *src;
 	const struct load_req *req;
+	struct slabcrc *crc; /* NULL: not verified */
 };
 
 static int scatter_run(void *ctx, uint64_t dst_off, uint64_t src_off, uint64_t n)
 {
 	struct scatter *sc = ctx;
-	return hostbuf_write(sc->req->buf, sc->req->buf_off + dst_off, sc->src + src_off, n);
+	const struct hostbuf *b = sc->req->buf;
+	uint64_t off = sc->req->buf_off + dst_off;
+	struct slabcrc *c = sc->crc;
+	if (c == NULL || src_off + n <= c->at)
+		return hostbuf_write(b, off, sc->src + src_off, n);
+	slabcrc_to(c, sc->src, src_off);
+	uint64_t done = c->at - src_off; /* covered already: copied alone */
+	int r = done ? hostbuf_write(b, off, sc->src + src_off, done) : 0;
+	if (r == 0)
+		r = hostbuf_write_crc(b, off + done, sc->src + c->at, n - done, &c->crc);
+	c->at = src_off + n;
+	return r;
 }
 
 /* Task tk's slab is at src (from storage when the plan has no held copy):
@@ -94,8 +127,8 @@ static void apply_task(struct exec *ex, const struct ltask *tk, const uint8_t *s
 	const Ckpt__ManifestTensor *t = p->t;
 	uint64_t r0 = tk->slab * p->rows_per;
 	uint64_t k = p->nrows - r0 < p->rows_per ? p->nrows - r0 : p->rows_per;
-	if (!p->held || p->verify)
-		p->slab_crc[tk->slab] = crc32c_update(0, src, tk->len);
+	struct slabcrc crc = { 0, 0 };
+	bool verify = !p->held || p->verify;
 	struct box slab = p->saved;
 	if (slab.ndim > 0) {
 		slab.off[0] = p->saved.off[0] + r0;
@@ -105,7 +138,7 @@ static void apply_task(struct exec *ex, const struct ltask *tk, const uint8_t *s
 		struct box part;
 		if (!box_intersect(&slab, &p->cuts[i], &part))
 			continue;
-		struct scatter sc = { .src = src, .req = p->hits[i] };
+		struct scatter sc = { .src = src, .req = p->hits[i], .crc = verify ? &crc : NULL };
 		int r = box_copy_runs(&part, &slab, &p->hits[i]->box, p->es, scatter_run, &sc);
 		if (r < 0) {
 			exec_fail(ex, r, "writing tensor '%s' into buffer %" PRIu64 ": %s", t->name,
@@ -113,6 +146,10 @@ static void apply_task(struct exec *ex, const struct ltask *tk, const uint8_t *s
 				  r == -EFAULT ? "the client truncated its buffer file" : strerror(-r));
 			return;
 		}
+	}
+	if (verify) {
+		slabcrc_to(&crc, src, tk->len);
+		p->slab_crc[tk->slab] = crc.crc;
 	}
 }
 

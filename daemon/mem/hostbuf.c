@@ -323,16 +323,24 @@ int hostbuf_read(const struct hostbuf *b, uint64_t off, void *dst, size_t len)
 
 int hostbuf_write(const struct hostbuf *b, uint64_t off, const void *src, size_t len)
 {
+	return hostbuf_write_crc(b, off, src, len, NULL);
+}
+
+int hostbuf_write_crc(const struct hostbuf *b, uint64_t off, const void *src, size_t len, uint32_t *crc)
+{
 	if (off > b->nbytes || len > b->nbytes - off)
 		return -ERANGE;
-	if (b->cuda)
-		return cuda_write(b->cuda, off, src, len);
 	if (b->map && b->sealed) {
-		memcopy_stream(b->map + off, src, len);
+		memcopy_crc(b->map + off, src, len, crc);
 		return 0;
 	}
 	if (b->map)
-		return guarded_copy(b->map + off, src, len, NULL);
+		return guarded_copy(b->map + off, src, len, crc);
+	/* A device buffer or pwrite: the crc of src, then the copy. */
+	if (crc)
+		*crc = crc32c_update(*crc, src, len);
+	if (b->cuda)
+		return cuda_write(b->cuda, off, src, len);
 	/* pwrite past EOF would grow a file the client shrank; refuse. */
 	struct stat st;
 	if (fstat(b->fd, &st) != 0)

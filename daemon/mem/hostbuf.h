@@ -46,5 +46,9 @@ int hostbuf_copy_out(const struct hostbuf *b, uint64_t off, void *dst, size_t le
 /* Thread-safe. 0, or -EFAULT when the file is shorter than the range. */
 int hostbuf_read(const struct hostbuf *b, uint64_t off, void *dst, size_t len);
 int hostbuf_write(const struct hostbuf *b, uint64_t off, const void *src, size_t len);
+/* hostbuf_write, and *crc (if not NULL) extended over the len bytes of
+ * src, fused with the copy into a mapping (memcopy_crc: one pass over
+ * memory). Thread-safe. */
+int hostbuf_write_crc(const struct hostbuf *b, uint64_t off, const void *src, size_t len, uint32_t *crc);
 
 #endif

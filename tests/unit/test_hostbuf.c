@@ -203,6 +203,48 @@ static void test_guarded_copy_out(void **state)
 	close(keep);
 }
 
+/* Restore's fused write: the bytes land in the file, the crc is that of
+ * every byte written, on a sealed and an unsealed (guarded) mapping; a
+ * truncation under the copy is -EFAULT, as for hostbuf_write. */
+static void test_write_crc(void **state)
+{
+	(void)state;
+	assert_int_equal(hostbuf_init(), 0);
+	const size_t n = 3 * (256u << 10) + 333;
+	uint8_t *src = malloc(n);
+	uint8_t *back = malloc(n);
+	assert_non_null(src);
+	assert_non_null(back);
+	uint64_t seed = 5;
+	tu_fill(&seed, src, n);
+	for (int sealed = 0; sealed < 2; sealed++) {
+		uint8_t *data;
+		int fd = make_memfd(sealed, &data);
+		if (sealed)
+			assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+		int keep = dup(fd);
+		struct hostbuf *b = NULL;
+		char err[256];
+		assert_int_equal(hostbuf_open(fd, 3, NBYTES, &b, err, sizeof(err)), 0);
+		assert_int_equal(b->sealed, sealed);
+		uint32_t crc = 0x55u;
+		assert_int_equal(hostbuf_write_crc(b, 7, src + 1, n - 1, &crc), 0);
+		assert_int_equal(crc, crc32c_update(0x55u, src + 1, n - 1));
+		assert_int_equal(pread(keep, back, n - 1, 7), (ssize_t)(n - 1));
+		assert_memory_equal(back, src + 1, n - 1);
+		assert_int_equal(hostbuf_write_crc(b, NBYTES - 1, src, 2, &crc), -ERANGE);
+		if (!sealed) {
+			assert_int_equal(ftruncate(keep, 4096), 0);
+			assert_int_equal(hostbuf_write_crc(b, 0, src, n, &crc), -EFAULT);
+		}
+		hostbuf_unref(b);
+		close(keep);
+		free(data);
+	}
+	free(src);
+	free(back);
+}
+
 static void test_open_rejects(void **state)
 {
 	(void)state;
@@ -305,6 +347,7 @@ int main(void)
 		cmocka_unit_test(test_unsealed),
 		cmocka_unit_test(test_truncated_unsealed),
 		cmocka_unit_test(test_guarded_copy_out),
+		cmocka_unit_test(test_write_crc),
 		cmocka_unit_test(test_open_rejects),
 		cmocka_unit_test(test_ranges_and_refs),
 	};
