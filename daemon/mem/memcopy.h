@@ -16,7 +16,7 @@ enum memcopy_kind {
 };
 
 /* A fused copy's block: small enough to stay in a core's L2 between the
- * crc and the copy. */
+ * copy and the crc. */
 #define MEMCOPY_CRC_BLOCK (256u << 10)
 
 /* Copy n bytes; large copies use non-temporal stores: the destination
@@ -27,7 +27,7 @@ enum memcopy_kind {
 void memcopy_stream(void *dst, const void *src, size_t n);
 /* memcopy_stream, and *crc (if not NULL) extended over the n bytes of
  * src, in one pass over memory: MEMCOPY_CRC_BLOCK at a time, each block's
- * crc taken just before it is copied, from the cache the crc filled. */
+ * crc taken just after it is copied, from the cache the copy filled. */
 void memcopy_crc(void *dst, const void *src, size_t n, uint32_t *crc);
 
 enum memcopy_kind memcopy_chosen(void);

@@ -9,8 +9,9 @@
  *   restore: pool -> memfd, in calls of --restore-chunk bytes (a slab of
  *            loadexec.c, 16 MiB), without a crc, then with the crc of every
  *            byte ([pool] verify_held): two passes per call (the crc of the
- *            call's bytes, then the copy) or fused (memcopy_crc's way: a
- *            block's crc, then its copy from cache, block by block)
+ *            call's bytes, then the copy) or fused block by block, a block's
+ *            crc and then its copy from cache, or (memcopy_crc's way) its
+ *            copy and then its crc from the cache the copy filled
  *
  * on 1 and 2 threads (each its contiguous half). The baseline is glibc's
  * memcpy as ckpt-bench times it: each thread's half in one call. Each repetition runs every
@@ -44,7 +45,8 @@ enum dir {
 enum how {
 	COPY,
 	TWO_PASS,
-	FUSED
+	FUSED,
+	FUSED_COPY_FIRST
 };
 
 struct variant {
@@ -82,14 +84,17 @@ static void *run_job(void *arg)
 		const uint8_t *s = j->src + off;
 		if (v->how == TWO_PASS)
 			crc = crc32c_update(crc, s, n);
-		if (v->how != FUSED) {
+		if (v->how == COPY || v->how == TWO_PASS) {
 			memcopy_with(v->kind, d, s, n);
 			continue;
 		}
 		for (size_t i = 0; i < n; i += v->block) {
 			size_t b = n - i < v->block ? n - i : v->block;
-			crc = crc32c_update(crc, s + i, b);
+			if (v->how == FUSED)
+				crc = crc32c_update(crc, s + i, b);
 			memcopy_with(v->kind, d + i, s + i, b);
+			if (v->how == FUSED_COPY_FIRST)
+				crc = crc32c_update(crc, s + i, b);
 		}
 	}
 	j->crc = crc;
@@ -147,7 +152,8 @@ static size_t add(struct variant *v, size_t nv, enum dir dir, enum how how, enum
 	else if (how == TWO_PASS)
 		snprintf(v[nv].name, sizeof(v[nv].name), "crc, then %s", memcopy_kind_name(k));
 	else
-		snprintf(v[nv].name, sizeof(v[nv].name), "fused %zu KiB, %s", block >> 10, memcopy_kind_name(k));
+		snprintf(v[nv].name, sizeof(v[nv].name), "fused %zu KiB, %s%s", block >> 10,
+			 how == FUSED_COPY_FIRST ? "copy, then crc, " : "", memcopy_kind_name(k));
 	return nv + 1;
 }
 
@@ -222,6 +228,8 @@ int main(int argc, char **argv)
 	for (int k = MEMCOPY_SSE2_NT; k < MEMCOPY_NKINDS; k++)
 		for (size_t b = 0; b < sizeof(blocks) / sizeof(blocks[0]); b++)
 			nv = add(v, nv, RESTORE, FUSED, (enum memcopy_kind)k, blocks[b]);
+	for (size_t b = 0; b < sizeof(blocks) / sizeof(blocks[0]); b++)
+		nv = add(v, nv, RESTORE, FUSED_COPY_FIRST, MEMCOPY_AVX2_NT, blocks[b]);
 
 	printf("memcopy_bench: %zu MiB, %u repetitions, the daemon's routine: %s, fused block %u KiB\n", mb, reps,
 	       memcopy_kind_name(memcopy_chosen()), MEMCOPY_CRC_BLOCK >> 10);
