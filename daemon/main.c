@@ -522,12 +522,6 @@ static int start_memory(struct daemon *d)
 static int start_loop(struct daemon *d)
 {
 	char err[1024];
-	/* The threadpool runs loads, catalogue requests and waits' polls:
-	 * libuv's 4 threads ran four of a node's eight ranks' restores at a
-	 * time (the other four queued, and read what the first four had
-	 * read: readshare.c shares only reads in flight). 16 unless the
-	 * environment says otherwise; read by libuv at its first work. */
-	setenv("UV_THREADPOOL_SIZE", "16", 0);
 	d->loop = uv_default_loop();
 	d->start_ns = clock_now_ns();
 	d->on_durable = gc_after_durable;         /* retention, after each durable save */
@@ -583,6 +577,14 @@ static int start_loop(struct daemon *d)
 
 int main(int argc, char **argv)
 {
+	/* The threadpool runs loads, uploads, catalogue requests and waits'
+	 * polls: libuv's 4 threads ran four of a node's eight ranks'
+	 * restores at a time (the other four queued, and read again what
+	 * the first four had read: readshare.c shares only reads in flight).
+	 * 16 unless the environment says otherwise; set before any thread
+	 * starts (setenv is not safe beside another thread's getenv), read
+	 * by libuv at its first work. */
+	setenv("UV_THREADPOOL_SIZE", "16", 0);
 	saved_argc = argc;
 	saved_argv = argv;
 	for (int i = 1; i < argc; i++)

@@ -125,6 +125,8 @@ static int lead_read(struct readshare *rs, struct rs_read *e, unsigned delay_ms,
 		nanosleep(&ts, NULL);
 	}
 	int r = fetch(ctx, buf);
+	if (r > 0)
+		r = 0; /* a fetch's count of bytes is success, as for its joiners */
 	pthread_mutex_lock(&rs->mu);
 	if (r < 0) {
 		e->state = RS_FAILED;
