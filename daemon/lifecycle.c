@@ -14,6 +14,7 @@
 #include "wait_req.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,18 +36,36 @@ static void close_all(struct daemon *d)
 	uv_close((uv_handle_t *)&d->status_timer, NULL);
 	uv_close((uv_handle_t *)&d->admit_timer, NULL);
 	uv_close((uv_handle_t *)&d->drain_timer, NULL);
+	uv_close((uv_handle_t *)&d->finish_timer, NULL);
 	workq_fini(d->copyq);
 	d->copyq = NULL;
 	wait_fini(d);
 }
 
-static void maybe_finish_drain(struct daemon *d)
+static bool drained(const struct daemon *d)
 {
-	if (!d->draining || d->nsaves > 0 || d->nloads > 0 || d->copyq == NULL)
+	return d->draining && d->nsaves == 0 && d->nloads == 0 && d->copyq != NULL;
+}
+
+static void on_drained(uv_timer_t *t)
+{
+	struct daemon *d = t->data;
+	if (!drained(d))
 		return;
 	log_info("drained: every staged save is durable; exiting");
 	sd_notify(0, "STATUS=drained");
 	close_all(d);
+}
+
+/* Work ended while draining: once nothing is left, close everything, from
+ * a callback of its own. Not here: this runs inside whatever ended the
+ * work (a session closing while a waiter is answered, a save failing as
+ * its session goes), and close_all would free what that caller still
+ * walks. */
+static void maybe_finish_drain(struct daemon *d)
+{
+	if (drained(d))
+		uv_timer_start(&d->finish_timer, on_drained, 0, 0);
 }
 
 /* The deadline passed: record what will not become durable, so the next

@@ -544,6 +544,8 @@ static int start_loop(struct daemon *d)
 	d->admit_timer.data = d;
 	uv_timer_init(d->loop, &d->drain_timer);
 	d->drain_timer.data = d;
+	uv_timer_init(d->loop, &d->finish_timer);
+	d->finish_timer.data = d;
 	uv_timer_init(d->loop, &d->status_timer);
 	d->status_timer.data = d;
 	uv_signal_init(d->loop, &d->sigterm);

@@ -313,6 +313,8 @@ const struct config_key config_keys[] = {
 	    .help = "tests only: pause in each manifest fetch of the cache"),
 	KEY("debug", "read_delay_ms", cfg_u32, debug_read_delay_ms, CFG_RESTART | CFG_DEBUG,
 	    .help = "tests only: pause before each storage read a restore leads (shared with the node's others)"),
+	KEY("debug", "wait_delay_ms", cfg_u32, debug_wait_delay_ms, CFG_RESTART | CFG_DEBUG,
+	    .help = "tests only: pause after each listing of a step a wait's poll makes"),
 	KEY("debug", "gc_delay_ms", cfg_u32, debug_gc_delay_ms, CFG_RESTART | CFG_DEBUG,
 	    .help = "tests only: pause at the start of each retention pass after a durable step"),
 	KEY("debug", "corrupt_held", cfg_bool, debug_corrupt_held, CFG_RESTART | CFG_DEBUG,

@@ -220,6 +220,7 @@ struct config {
 	uint32_t debug_manifest_delay_ms;
 	/* testing only: sleep this long before each storage read a restore leads (readshare.h) */
 	uint32_t debug_read_delay_ms;
+	uint32_t debug_wait_delay_ms;
 	/* testing only: sleep this long at the start of every retention pass after a durable step */
 	uint32_t debug_gc_delay_ms;
 	/* testing only: flip one byte of each copy the memory tier keeps */

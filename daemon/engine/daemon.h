@@ -191,6 +191,7 @@ struct daemon {
 	uint32_t ngc_pending, gc_pending_cap;
 	uv_signal_t sigterm, sigint, sighup;
 	uv_timer_t drain_timer;
+	uv_timer_t finish_timer; /* closes everything once drained (lifecycle.c) */
 	bool draining;
 	uint64_t start_ns;
 	const char *store_backend; /* "file", ... for metric labels */

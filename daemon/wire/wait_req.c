@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* What a poll found of a complete step: its StepInfo's fields. */
 struct seen {
@@ -47,7 +48,8 @@ struct waiter {
 	uint64_t req_id;
 	struct viewer view;
 	uint64_t deadline_ns; /* UINT64_MAX: none */
-	bool looked;          /* a poll ended since it came: its deadline holds */
+	uint64_t came_ns;
+	bool looked; /* a listing begun after it came has ended: its deadline holds */
 };
 TAILQ_HEAD(waiter_list, waiter);
 
@@ -67,12 +69,14 @@ struct group {
 	/* A poll's result: res is written by the threadpool while polling,
 	 * and copied to last (the loop's) when it ends. */
 	struct look {
-		int status; /* 0: listed; -ENOENT: no manifest yet; else a storage error */
+		uint64_t started_ns; /* when the listing began (on the threadpool) */
+		int status;          /* 0: listed; -ENOENT: no manifest yet; else a storage error */
 		bool complete;
 		struct seen found; /* complete, or the best attempt so far */
 		char why[256];     /* status's words */
 	} res, last;
-	bool looked; /* last holds a poll's result */
+	bool looked;    /* last holds a poll's result */
+	bool forgotten; /* removed (wait_forget) during this poll: its answer is not kept */
 };
 TAILQ_HEAD(group_list, group);
 
@@ -118,9 +122,16 @@ static void seen_add(struct waits *w, const struct seen *x)
 	w->next_seen = (w->next_seen + 1) % WAIT_SEEN_MAX;
 }
 
+static struct group *group_find(struct waits *ws, const char *job, uint64_t step);
+
 void wait_forget(struct daemon *d, const char *job, uint64_t step)
 {
-	for (size_t i = 0; d->waits && i < WAIT_SEEN_MAX; i++) {
+	if (d->waits == NULL)
+		return;
+	struct group *g = group_find(d->waits, job, step);
+	if (g != NULL && g->polling)
+		g->forgotten = true; /* its listing may predate the removal */
+	for (size_t i = 0; i < WAIT_SEEN_MAX; i++) {
 		struct seen *x = &d->waits->seen[i];
 		if (x->at_ns && x->step == step && strcmp(x->job, job) == 0)
 			x->at_ns = 0;
@@ -165,10 +176,13 @@ out:
 }
 
 /* Why the step is not complete yet, for a timeout's message. */
-static void not_yet(const struct group *g, char *buf, size_t len)
+static void not_yet(const struct group *g, const struct waiter *w, char *buf, size_t len)
 {
 	const struct look *l = &g->last;
-	if (!g->looked)
+	if (!w->looked)
+		snprintf(buf, len, "storage has not answered the listing begun %.0f ms ago",
+			 g->polling ? (double)(clock_now_ns() - g->polled_ns) / 1e6 : 0.0);
+	else if (!g->looked)
 		snprintf(buf, len, "not looked at yet");
 	else if (l->status == -ENOENT)
 		snprintf(buf, len, "no manifest in storage yet");
@@ -183,7 +197,7 @@ static void timed_out(struct group *g, struct waiter *w)
 {
 	char state[400], why[700];
 	const char *shown = tenancy_shown(&w->view, g->job);
-	not_yet(g, state, sizeof(state));
+	not_yet(g, w, state, sizeof(state));
 	snprintf(why, sizeof(why), "step %" PRIu64 " of job '%s' is not complete within the wait's timeout: %s",
 		 g->step, shown ? shown : g->job, state);
 	answer(w, NULL, -ETIMEDOUT, why);
@@ -220,6 +234,16 @@ static void answer_all(struct group *g, const struct seen *x, int status, const 
 
 static void on_tick(uv_timer_t *t);
 
+/* A waiter no listing has looked for yet (storage slow, or the threadpool
+ * busy) is answered anyway this long past its deadline. */
+#define WAIT_LOOK_GRACE_MS 5000u
+
+static uint64_t past_grace(uint64_t deadline_ns)
+{
+	uint64_t g = (uint64_t)WAIT_LOOK_GRACE_MS * 1000000;
+	return deadline_ns > UINT64_MAX - g ? UINT64_MAX : deadline_ns + g;
+}
+
 /* Arm the timer for the next poll or the earliest deadline that holds (a
  * waiter not yet looked for has its poll at or before its deadline:
  * wait_start). */
@@ -227,9 +251,11 @@ static void rearm(struct group *g)
 {
 	uint64_t at = g->polling ? UINT64_MAX : g->next_poll_ns;
 	struct waiter *w;
-	TAILQ_FOREACH (w, &g->waiters, link)
-		if (w->looked && w->deadline_ns < at)
-			at = w->deadline_ns;
+	TAILQ_FOREACH (w, &g->waiters, link) {
+		uint64_t due = w->looked ? w->deadline_ns : past_grace(w->deadline_ns);
+		if (due < at)
+			at = due;
+	}
 	if (at == UINT64_MAX) {
 		uv_timer_stop(&g->timer);
 		return;
@@ -261,8 +287,14 @@ static void poll_run(uv_work_t *work)
 	struct look *l = &g->res;
 	struct store *st = daemon_store_of(g->d, g->job);
 	struct catalog_step cs;
+	l->started_ns = clock_now_ns();
 	store_clear_error();
 	int r = catalog_resolve_step(st, g->job, g->step, &cs);
+	uint32_t delay_ms = g->d->cfg.debug_wait_delay_ms;
+	if (delay_ms) { /* tests: a listing that answers late */
+		struct timespec ts = { delay_ms / 1000, (long)(delay_ms % 1000) * 1000000 };
+		nanosleep(&ts, NULL);
+	}
 	l->complete = false;
 	l->why[0] = '\0';
 	if (r == 0) {
@@ -297,7 +329,7 @@ static void expire(struct group *g, uint64_t now)
 			TAILQ_REMOVE(&g->waiters, w, link);
 			session_unref_alive(w->s);
 			free(w);
-		} else if (w->looked && w->deadline_ns <= now) {
+		} else if ((w->looked ? w->deadline_ns : past_grace(w->deadline_ns)) <= now) {
 			TAILQ_REMOVE(&g->waiters, w, link);
 			timed_out(g, w);
 		}
@@ -317,8 +349,9 @@ static void poll_done(uv_work_t *work, int status)
 		l->status = -ECANCELED;
 		snprintf(l->why, sizeof(l->why), "cancelled");
 	}
-	if (l->status == 0 && l->complete)
+	if (l->status == 0 && l->complete && !g->forgotten)
 		seen_add(d->waits, &l->found);
+	g->forgotten = false;
 	if (g->ended) {
 		uv_close((uv_handle_t *)&g->timer, group_free);
 	} else if (l->status == 0 && l->complete) {
@@ -333,9 +366,15 @@ static void poll_done(uv_work_t *work, int status)
 		if (g->delay_ms > WAIT_POLL_MAX_MS)
 			g->delay_ms = WAIT_POLL_MAX_MS;
 		g->wake = false;
+		/* A waiter that came after this listing began is not looked
+		 * for by it: the next look comes by its deadline. */
 		struct waiter *w;
-		TAILQ_FOREACH (w, &g->waiters, link)
-			w->looked = true;
+		TAILQ_FOREACH (w, &g->waiters, link) {
+			if (w->came_ns <= l->started_ns)
+				w->looked = true;
+			else if (w->deadline_ns < g->next_poll_ns)
+				g->next_poll_ns = w->deadline_ns;
+		}
 		expire(g, now);
 		if (TAILQ_EMPTY(&g->waiters))
 			group_end(g);
@@ -419,6 +458,7 @@ void wait_start(struct session *s, uint64_t req_id, const Ckpt__WaitRequest *m)
 	w->req_id = req_id;
 	w->view = session_viewer(s);
 	uint64_t now = clock_now_ns();
+	w->came_ns = now;
 	w->deadline_ns = m->timeout_ms == WAIT_FOREVER ? UINT64_MAX : now + (uint64_t)m->timeout_ms * 1000000;
 	session_ref(s);
 	const struct seen *x = seen_find(d->waits, job, m->step);
@@ -475,7 +515,10 @@ void wait_step_durable(struct daemon *d, const char *job, uint64_t step)
 	}
 	uint64_t soon = g->polled_ns + (uint64_t)WAIT_POLL_FIRST_MS * 1000000;
 	uint64_t now = clock_now_ns();
-	g->next_poll_ns = soon > now ? soon : now;
+	if (soon < now)
+		soon = now;
+	if (soon < g->next_poll_ns) /* never later than a waiter's deadline brought it */
+		g->next_poll_ns = soon;
 	g->delay_ms = WAIT_POLL_FIRST_MS;
 	rearm(g);
 }

@@ -19,8 +19,8 @@ struct session;
 #define WAIT_POLL_MAX_MS 2000u
 /* A step seen complete is answered from memory for this long (a step
  * removed since may be answered complete, as a listing just before the
- * removal would have; one removed through this daemon is forgotten at
- * once). */
+ * removal would have; one removed through this daemon by ckptctl rm is
+ * forgotten at once, retention's within the minute). */
 #define WAIT_SEEN_MS 60000u
 #define WAIT_SEEN_MAX 64
 /* timeout_ms meaning "no limit". */

@@ -189,6 +189,40 @@ static void test_ctl_wait(void **state)
 	h_rank_close(&r0);
 }
 
+/* A waiter that joins while a listing is under way is not answered by
+ * it: that listing began before the waiter came (here before the last
+ * rank was durable), so even with timeout 0 the group looks again for
+ * it. A daemon of its own, whose listings answer 600 ms late. */
+static void test_joiner_mid_listing_gets_its_own_look(void **state)
+{
+	(void)state;
+	struct dctx E;
+	h_init(&E);
+	h_start(&E, "[debug]\nwait_delay_ms = 600\n");
+	struct dctx keep = D;
+	D = E; /* wait_thread and h_rank_open use D */
+	struct h_rank r0, r1;
+	h_rank_open(&D, &r0, "mid", 0, 2, 4096, "m", NULL, false);
+	h_rank_open(&D, &r1, "mid", 1, 2, 4096, "m", NULL, false);
+	save_durable(&r0, 1);
+	struct waiter first = { .job = "mid", .step = 1, .timeout_ms = 30000 };
+	assert_int_equal(pthread_create(&first.th, NULL, wait_thread, &first), 0);
+	usleep(200 * 1000); /* its first listing (1 of 2 ranks) is under way */
+	save_durable(&r1, 1);
+	struct waiter late = { .job = "mid", .step = 1, .timeout_ms = 0 };
+	wait_thread(&late);
+	if (late.r != 0)
+		fail_msg("a look-once waiter that came after the last rank: %s (%s)", ckpt_strerror(late.r), late.msg);
+	assert_int_equal(late.info.ranks_present, 2);
+	pthread_join(first.th, NULL);
+	assert_int_equal(first.r, 0);
+	h_rank_close(&r0);
+	h_rank_close(&r1);
+	E = D;
+	D = keep;
+	h_cleanup(&E);
+}
+
 /* A waiter whose session closes is dropped; the daemon goes on serving,
  * and its next poll ends the group. */
 static void test_waiter_that_leaves(void **state)
@@ -264,6 +298,7 @@ int main(void)
 		cmocka_unit_test(test_waiters_share_one_poll),
 		cmocka_unit_test(test_timeout_says_how_far),
 		cmocka_unit_test(test_ctl_wait),
+		cmocka_unit_test(test_joiner_mid_listing_gets_its_own_look),
 		cmocka_unit_test(test_waiter_that_leaves),
 		cmocka_unit_test(test_drain_answers_waiters),
 	};

@@ -466,3 +466,23 @@ def test_wait_complete_waits_for_every_rank(daemon, tmp_path):
     with pytest.raises(ValueError, match="needs ckptd"):
         fb.wait_complete(1)
     fb.close()
+
+
+def test_a_dropped_checkpointer_goes_without_the_gc(daemon):
+    """Its parts hold it weakly: a Checkpointer dropped without close()
+    goes at once (refcount), not when the cyclic GC finds a cycle through
+    its registrations. (Its Client stays in a cycle with its buffers and
+    table, as it always has, until the GC or close().)"""
+    import gc
+    import weakref
+    gc.collect()
+    gc.disable()
+    try:
+        cp = ckpt.torch.Checkpointer("dropped", socket=daemon.sock)
+        cp.save({"w": torch.arange(64, dtype=torch.float32)}, 1)
+        cp.wait()
+        ref_cp = weakref.ref(cp)
+        del cp
+        assert ref_cp() is None, "the Checkpointer is kept alive by a cycle"
+    finally:
+        gc.enable()

@@ -612,7 +612,8 @@ class Client:
         is not complete in time, saying how far it got."""
         if timeout is not None and not timeout >= 0:
             raise ValueError(f"timeout must be None or >= 0 seconds, not {timeout!r}")
-        ms = -1 if timeout is None else int(timeout * 1000)
+        # No limit: None, or more than the daemon's 49 days.
+        ms = -1 if timeout is None or timeout * 1000 >= 2**32 - 1 else int(timeout * 1000)
         info = _StepInfo()
         rc = lib.ckpt_wait_complete(self._handle(), job.encode() if job else None, int(step), ms,
                                     ctypes.byref(info))

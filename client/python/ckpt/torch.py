@@ -43,6 +43,7 @@ import os
 import pickle
 import re
 import time
+import weakref
 from typing import Any, Dict, List, Mapping, MutableMapping, Optional, Set, Tuple, Union
 
 import torch
@@ -248,7 +249,16 @@ class Checkpointer:
             self._cuda = CudaRegistrations(self.client)
             # A registration released may be named in the plan's table:
             # the plan goes first (Registrations.release).
-            self._regs = Registrations(self.client, self._cuda, drop_plan=self._drop_plan)
+            # Through a weak reference: the parts must not keep the
+            # Checkpointer (and so its client's session and buffers) alive
+            # in a cycle that only the cyclic GC would free.
+            drop = weakref.WeakMethod(self._drop_plan)
+
+            def drop_plan() -> None:
+                m = drop()
+                if m is not None:
+                    m()
+            self._regs = Registrations(self.client, self._cuda, drop_plan=drop_plan)
             self._plans = SavePlans(self.client, self._regs, self._cuda)
         self.overlap = self._watch(overlap)
         _raise_nofile()
@@ -338,21 +348,28 @@ class Checkpointer:
         rank instead of polling list() or a barrier: the ranks of a node
         share their daemon's one poll of storage. timeout: seconds (None:
         no limit; 0: look once); CkptError ETIMEDOUT, saying how many
-        ranks are in storage, when it is not complete in time. Without
-        ckptd (fallback_dir) each rank's file is durable when save()
-        returns and there is nothing to ask: ValueError."""
+        ranks are in storage, when it is not complete in time. A memory or
+        replicated step reaches storage only once persisted (persist()).
+        Without ckptd (fallback_dir) each rank's file is durable when
+        save() returns and there is nothing to ask: ValueError."""
         self._check_open()
+        if self.client is None:
+            raise ValueError("wait_complete() needs ckptd; with the torch.save fallback each rank's file is "
+                             "durable when save() returns")
         last = self._last_save
         if step is None:
             if last is None:
                 raise ValueError("wait_complete(): nothing saved yet; name the step")
             step = last.step
-        if self.client is None:
-            raise ValueError("wait_complete() needs ckptd; with the torch.save fallback each rank's file is "
-                             "durable when save() returns")
+        if timeout is not None and timeout == float("inf"):
+            timeout = None
         end = None if timeout is None else time.monotonic() + timeout
-        if last is not None and last.step == int(step):
-            last.result(timeout)
+        if last is not None and last.step == int(step) and last.tier == "durable":
+            try:
+                last.result(timeout)
+            except concurrent.futures.TimeoutError:
+                raise CkptError(errno.ETIMEDOUT, f"step {step} of job '{self.job}': this rank's save is not "
+                                f"durable within the wait's timeout") from None
         left = None if end is None else max(0.0, end - time.monotonic())
         return self.client.wait_complete(int(step), timeout=left)
 
@@ -678,6 +695,7 @@ class Checkpointer:
         self._drop_plan()
         if self._regs is not None:
             self._regs.clear()
+        self._plans = self._regs = self._cuda = None
         self.fallback_dir = None
         self._fallback = None
         if self.client is not None:
