@@ -220,21 +220,29 @@ static void test_joiner_mid_listing_gets_its_own_look(void **state)
 	h_cleanup(&E);
 }
 
-/* A waiter whose session closes is dropped; the daemon goes on serving,
- * and its next poll ends the group. */
-static void test_waiter_that_leaves(void **state)
+/* A control session on D waiting for step 1 of job with no limit, sent
+ * raw as request req_id; its fd. */
+static int raw_wait_forever(const char *job, uint64_t req_id)
 {
-	(void)state;
 	int fd = raw_connect(D.sock);
 	raw_hello(fd, "", 0, 0);
 	Ckpt__WaitRequest m = CKPT__WAIT_REQUEST__INIT;
-	m.job = (char *)"gone";
+	m.job = (char *)job;
 	m.step = 1;
 	m.timeout_ms = UINT32_MAX;
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_WAIT;
 	f.wait = &m;
-	assert_int_equal(raw_send(fd, &f, 7, NULL, 0), 0);
+	assert_int_equal(raw_send(fd, &f, req_id, NULL, 0), 0);
+	return fd;
+}
+
+/* A waiter whose session closes is dropped; the daemon goes on serving,
+ * and its next poll ends the group. */
+static void test_waiter_that_leaves(void **state)
+{
+	(void)state;
+	int fd = raw_wait_forever("gone", 7);
 	usleep(200 * 1000);
 	close(fd);
 	uint64_t p0 = h_metric(&D, "ckptd_wait_polls_total");
@@ -252,16 +260,7 @@ static void test_waiter_that_leaves(void **state)
 static void test_drain_answers_waiters(void **state)
 {
 	(void)state;
-	int fd = raw_connect(D.sock);
-	raw_hello(fd, "", 0, 0);
-	Ckpt__WaitRequest m = CKPT__WAIT_REQUEST__INIT;
-	m.job = (char *)"never";
-	m.step = 1;
-	m.timeout_ms = UINT32_MAX;
-	Ckpt__Frame f = CKPT__FRAME__INIT;
-	f.body_case = CKPT__FRAME__BODY_WAIT;
-	f.wait = &m;
-	assert_int_equal(raw_send(fd, &f, 9, NULL, 0), 0);
+	int fd = raw_wait_forever("never", 9);
 	usleep(300 * 1000);
 	int64_t t0 = now_ms();
 	kill(D.pid, SIGTERM);
