@@ -174,8 +174,12 @@ static void test_covered_only(void **state)
 	l[5].store = other;                                /* in another store */
 	start_all(l, th, 1);
 	wait_calls(o, 1);
-	start_all(l + 1, th + 1, 5);
+	/* The two inside join first: started beside l[3], l[2] could join
+	 * l[3]'s read instead (it covers [60K, 64K) too) and be gone before
+	 * two were ever joined at once. */
+	start_all(l + 1, th + 1, 2);
 	wait_joined(rs, o, 2);
+	start_all(l + 3, th + 3, 3);
 	wait_calls(o, 4); /* the three outside read while the first waits */
 	atomic_store(&o->go, 1);
 	join_all(l, th, 6);
