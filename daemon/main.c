@@ -11,6 +11,7 @@
 #include "journal.h"
 #include "log.h"
 #include "mancache.h"
+#include "rangecache.h"
 #include "readshare.h"
 #include "peer.h"
 #include "persist.h"
@@ -465,6 +466,15 @@ static int start_storage(struct daemon *d)
 		return -1;
 	}
 	readshare_set_fetch_delay_ms(d->readshare, d->cfg.debug_read_delay_ms);
+	/* Ranges kept for the peers (peer_range.c): only where they are shared. */
+	if (d->cfg.peer_listen[0] && d->cfg.peer_share_reads && d->cfg.peer_read_cache) {
+		d->rangecache = rangecache_new(d->cfg.peer_read_cache,
+					       (uint64_t)d->cfg.peer_read_cache_s * 1000000000ull);
+		if (d->rangecache == NULL) {
+			log_err("out of memory");
+			return -1;
+		}
+	}
 	if (journal_open(d->cfg.state_dir, &d->journal, err, sizeof(err)) < 0) {
 		log_err("%s", err);
 		return -1;
@@ -646,6 +656,7 @@ int main(int argc, char **argv)
 	journal_close(d->journal);
 	mancache_free(d->mancache);
 	readshare_free(d->readshare);
+	rangecache_free(d->rangecache);
 	for (uint32_t i = 0; i < d->ngc_pending; i++)
 		free(d->gc_pending[i]);
 	free(d->gc_pending);

@@ -298,6 +298,13 @@ const struct config_key config_keys[] = {
 	KEY("peers", "max_missing_ranks", cfg_u32, peer_max_missing_ranks, CFG_RESTART,
 	    .def = DEFAULT_PEER_MAX_MISSING_RANKS,
 	    .help = "saved ranks of a memory-only step a load asks the peers for in vain before it stops asking"),
+	KEY("peers", "share_reads", cfg_bool, peer_share_reads, CFG_RESTART, .def = true,
+	    .help = "restores read each range of a shard from storage once for all the nodes, and pass it over the "
+		    "peer links (jobs of the main store without a secret)"),
+	KEY("peers", "read_cache", cfg_size, peer_read_cache, CFG_RESTART, .def = DEFAULT_PEER_READ_CACHE,
+	    .help = "bytes of ranges this node read for the others kept in memory, at most (share_reads)"),
+	KEY("peers", "read_cache_s", cfg_u32, peer_read_cache_s, CFG_RESTART, .def = DEFAULT_PEER_READ_CACHE_S,
+	    .help = "seconds a range kept for the others stays after its last use (share_reads)"),
 
 	KEY("log", "level", cfg_enum, log_level, 0, .def = LOG_LVL_INFO, NAMES(level_names), .flag = "log-level",
 	    .flag_arg = "LEVEL", .help = "error | warn | info | debug"),
@@ -321,6 +328,8 @@ const struct config_key config_keys[] = {
 	    .help = "tests only: flip one byte of each copy the memory tier keeps"),
 	KEY("debug", "corrupt_replica", cfg_bool, debug_corrupt_replica, CFG_RESTART | CFG_DEBUG,
 	    .help = "tests only: flip one byte of each replica sent to a peer, on the wire"),
+	KEY("debug", "corrupt_range", cfg_bool, debug_corrupt_range, CFG_RESTART | CFG_DEBUG,
+	    .help = "tests only: flip one byte of each range sent to a peer that restores it, on the wire"),
 };
 const size_t config_nkeys = ELEMENTSOF(config_keys);
 

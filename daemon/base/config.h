@@ -37,6 +37,8 @@
 #define VERIFY_NAMES_OFF 0
 #define VERIFY_NAMES_ON 1
 #define VERIFY_NAMES_AUTO 2
+#define DEFAULT_PEER_READ_CACHE (1ull << 30)
+#define DEFAULT_PEER_READ_CACHE_S 60
 #define DEFAULT_PEER_MAX_LIST 768 /* a node holds tens of copies of one job */
 #define DEFAULT_PEER_MAX_MISSING_RANKS 8
 #define DEFAULT_MAX_FRAME_BYTES (4u << 20)
@@ -214,6 +216,9 @@ struct config {
 	uint32_t peer_max_missing_ranks; /* ranks of a memory-only step asked of peers in vain before a load stops */
 	int peer_verify_names;           /* VERIFY_NAMES_*: a peer's certificate must name its HOST (both ways) */
 	bool peer_serve_own;             /* peers may read this node's own copies, not only its replicas */
+	bool peer_share_reads;           /* restores' storage reads shared across nodes (peer_range.c) */
+	uint64_t peer_read_cache;        /* bytes of ranges kept for the peers, at most */
+	uint32_t peer_read_cache_s;      /* each kept this long after its last use */
 	/* testing only: sleep this long in the middle of every shard write */
 	uint32_t debug_store_delay_ms;
 	/* testing only: sleep this long in every manifest fetch of the cache */
@@ -227,6 +232,8 @@ struct config {
 	bool debug_corrupt_held;
 	/* testing only: flip one byte of each replica sent to a peer, on the way */
 	bool debug_corrupt_replica;
+	/* testing only: flip one byte of each range sent to a peer, on the way */
+	bool debug_corrupt_range;
 };
 
 extern const struct config_key config_keys[];

@@ -21,6 +21,7 @@ struct journal;
 struct load;
 struct cuda;
 struct readshare;
+struct rangecache;
 
 TAILQ_HEAD(session_list, session);
 TAILQ_HEAD(save_list, save);
@@ -35,6 +36,8 @@ struct Ckpt__Manifest;
  * same attempt, size and tensors, every CRC32C), held here as durable
  * under its shard's name in storage; no_sweep: only the peers likeliest
  * to hold it, never the whole ring. */
+#define PEER_RANGE_MINE 1 /* peer_range: this node reads the range */
+
 struct peer_want {
 	const char *job;
 	uint64_t step;
@@ -112,6 +115,10 @@ struct stats {
 	/* peers (daemon/peer/): counted on its threads */
 	atomic_uint_fast64_t peer_bytes_sent, peer_bytes_received, peer_link_errors, peer_restores;
 	atomic_uint_fast64_t held_copies_failed; /* a load's copy in memory failed its crc (load.c) */
+	/* restores' reads shared across nodes (peer_range.c, loadexec.c):
+	 * bytes got from and sent to the peers that hold ranges, and ranges
+	 * read from storage alone because the peers could not give them */
+	atomic_uint_fast64_t range_bytes_in, range_bytes_out, range_fallbacks;
 	uint64_t store_failures;
 	uint64_t wait_polls; /* step listings for WaitRequests (wire/wait_req.c) */
 	struct histogram stall_hist, durable_hist;
@@ -138,8 +145,9 @@ struct daemon {
 	struct store *store;
 	/* A tenant's own storage ([tenant.X] storage), by index; NULL: store. */
 	struct store *tenant_store[CONFIG_MAX_TENANTS];
-	struct mancache *mancache;   /* NULL: off; shared by the threadpool (thread-safe) */
-	struct readshare *readshare; /* restores' storage reads in flight (thread-safe) */
+	struct mancache *mancache;     /* NULL: off; shared by the threadpool (thread-safe) */
+	struct readshare *readshare;   /* restores' storage reads in flight (thread-safe) */
+	struct rangecache *rangecache; /* ranges kept for the peers (peer_range.c); NULL: not shared */
 	struct workq *copyq;
 	struct stats stats;
 	struct cuda *cuda; /* NULL: CUDA is off, cuda_why says why */
@@ -228,6 +236,13 @@ struct daemon {
 	void (*on_replicate)(struct daemon *d, struct save *sv);
 	int (*peer_fetch)(struct daemon *d, const struct peer_want *w, struct save **out, char *why, size_t whylen);
 	int (*peer_list)(struct daemon *d, const char *job, uint32_t rank, struct peer_copy **out, size_t *n);
+	/* Threadpool (a load's copy threads): range [off, off + len) of key,
+	 * a shard of job in the main store, from the node that reads it for
+	 * the job's nodes (daemon/peer/peer_range.c): 0 with its bytes in buf;
+	 * PEER_RANGE_MINE: this node reads it (and keeps it in rangecache);
+	 * -errno and why: read it alone. NULL: reads are not shared. */
+	int (*peer_range)(struct daemon *d, const char *job, const char *key, uint64_t off, uint64_t len, uint8_t *buf,
+			  char *why, size_t whylen);
 	/* Threadpool: the extra state of (job, step, rank)'s copy a peer
 	 * holds, without its shard (*extra malloc'd). */
 	int (*peer_extra)(struct daemon *d, const struct peer_want *w, uint8_t **extra, size_t *len, char *why,

@@ -432,16 +432,26 @@ static int find_step(struct load *ld, struct store *st, struct catalog_step *cs)
 	return 0;
 }
 
-/* A copy in memory (held here, or a peer's) failed its check against the
- * stored manifest: it is dropped (load_done), and the step read from
- * storage alone at once, never from that copy or peer again. */
+/* A copy in memory (held here, or a peer's), or bytes a peer read for the
+ * job's nodes, failed the check against the stored manifest: the copy is
+ * dropped (load_done), and the step read from storage alone at once,
+ * never from that copy or the peers again. */
 static void plan_again_from_storage(struct load *ld, struct catalog_step *cs)
 {
 	const struct save *bad = ld->bad_held;
-	log_warn("load: %s step %" PRIu64 " rank %u: %s (%s%s); reading the step from storage instead", ld->job,
-		 cs->step, ld->rank, ld->msg, bad->from_peer ? "a copy from peer " : "a copy held here",
-		 bad->from_peer ? bad->peer : "");
-	atomic_fetch_add_explicit(&ld->d->stats.held_copies_failed, 1, memory_order_relaxed);
+	if (bad) {
+		log_warn("load: %s step %" PRIu64 " rank %u: %s (%s%s); reading the step from storage instead", ld->job,
+			 cs->step, ld->rank, ld->msg, bad->from_peer ? "a copy from peer " : "a copy held here",
+			 bad->from_peer ? bad->peer : "");
+		atomic_fetch_add_explicit(&ld->d->stats.held_copies_failed, 1, memory_order_relaxed);
+	} else { /* bytes a peer read for the job's nodes (peer_range.c) */
+		log_warn("load: %s step %" PRIu64 " rank %u: %s (bytes from a peer that read them for the job's "
+			 "nodes); reading the step from storage alone instead",
+			 ld->job, cs->step, ld->rank, ld->msg);
+		atomic_fetch_add_explicit(&ld->d->stats.range_fallbacks, 1, memory_order_relaxed);
+	}
+	ld->from_peer_reads = false;
+	ld->no_shared = true;
 	for (size_t i = 0; i < ld->nreqs; i++) {
 		ld->reqs[i].covered = 0;
 		ld->reqs[i].napplied = 0;
@@ -505,7 +515,7 @@ static void load_run(uv_work_t *w)
 	struct catalog_group *g = &cs.groups[cs.best];
 	ld->loaded_step = cs.step;
 	plan_stored(ld, &cs);
-	if (ld->status == -EIO && ld->bad_held)
+	if (ld->status == -EIO && (ld->bad_held || atomic_load(&ld->from_peer_reads)))
 		plan_again_from_storage(ld, &cs);
 	if (ld->status == 0)
 		read_extra(ld, st, &cs, ld->rank < g->world_size ? ld->rank : 0);

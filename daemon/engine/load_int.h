@@ -5,6 +5,7 @@
 #define CKPTD_LOAD_INT_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -54,13 +55,15 @@ struct load {
 	struct load_req **by_name;
 	struct save **pinned; /* memory-tier copies of the job, pinned */
 	size_t npinned;
-	uint8_t *pin_flags; /* PIN_*, of pinned[i] */
-	bool memory_only;   /* the step is held here in memory only: no storage (load_copies) */
-	bool ask_peers;     /* a named step: copies may come from the peers (fetch_copy) */
-	bool storage_only;  /* Load.storage_only: neither memory nor peers */
-	bool no_copies;     /* a copy failed its crc: planned again from storage alone (load_run) */
-	char peer[128];     /* the peers copies came from, for Loaded.peer */
-	bool has_key;       /* the session's job key (requester.h): copies from peers are sealed with it */
+	uint8_t *pin_flags;          /* PIN_*, of pinned[i] */
+	bool memory_only;            /* the step is held here in memory only: no storage (load_copies) */
+	bool ask_peers;              /* a named step: copies may come from the peers (fetch_copy) */
+	bool storage_only;           /* Load.storage_only: neither memory nor peers */
+	bool no_copies;              /* a copy failed its crc: planned again from storage alone (load_run) */
+	bool no_shared;              /* nor reads shared across nodes (loadexec.c) */
+	atomic_bool from_peer_reads; /* bytes of a read shared across nodes came from a peer */
+	char peer[128];              /* the peers copies came from, for Loaded.peer */
+	bool has_key;                /* the session's job key (requester.h): copies from peers are sealed with it */
 	uint8_t key[32];
 	char peer_why[200]; /* why the peers gave none */
 	uv_work_t work;

@@ -7,6 +7,7 @@
 #include "load_int.h"
 #include "log.h"
 #include "manifest.h"
+#include "rangecache.h"
 #include "readshare.h"
 #include "saveobj.h"
 #include "store.h"
@@ -159,19 +160,73 @@ struct share_ctx {
 	const struct lread *rd;
 	struct store *st;
 	const char *key;
+	bool across; /* shared with the other nodes (peer_range.c) */
 };
 
+/* Where a read's bytes came from (readshare.h), besides storage. */
+#define FROM_KEPT 1 /* this node's own read, kept for its peers (rangecache.h) */
+#define FROM_PEER 2 /* the peer that read it for the job's nodes */
+
+/* Whether the load's storage reads are shared with the other nodes: a
+ * job of the main store (never a tenant's), whose trainer gave no secret
+ * (its bytes would cross the network in the clear), unless it asked for
+ * storage alone, or bytes from a peer already failed its check. */
+static bool shares_across(const struct load *ld)
+{
+	const struct daemon *d = ld->d;
+	return d->peer_range && d->rangecache && !ld->has_key && !ld->storage_only && !ld->no_shared &&
+	       config_tenant_of_job(&d->cfg, ld->job) == NULL && daemon_store_of(d, ld->job) == d->store;
+}
+
+/* Across nodes: kept here, else from the node that reads it for all, else
+ * read here (and kept for the others when the range's directory said this
+ * node reads it). */
 static int share_fetch(void *ctx, uint8_t *buf)
 {
 	struct share_ctx *sc = ctx;
-	return sc->st->ops->get_range(sc->st, sc->key, sc->rd->off, buf, (size_t)sc->rd->len);
+	const struct lread *rd = sc->rd;
+	struct load *ld = sc->ex->ld;
+	struct daemon *d = ld->d;
+	struct rc_entry *e = NULL;
+	int (*across)(struct daemon *, const char *, const char *, uint64_t, uint64_t, uint8_t *, char *,
+		      size_t) = sc->across ? d->peer_range : NULL;
+	if (across) {
+		const uint8_t *at;
+		if (rangecache_hold(d->rangecache, sc->st, sc->key, rd->off, rd->len, 0, &at, &e) == 0) {
+			memcpy(buf, at, (size_t)rd->len);
+			rangecache_release(d->rangecache, e);
+			return FROM_KEPT;
+		}
+		/* Made before the claim: a peer the directory sends here at
+		 * once finds the read in flight and waits for it. */
+		e = rangecache_begin(d->rangecache, sc->st, sc->key, rd->off, rd->len);
+		char why[300] = "";
+		int r = across(d, ld->job, sc->key, rd->off, rd->len, buf, why, sizeof(why));
+		if (r != PEER_RANGE_MINE && e) {
+			rangecache_end(d->rangecache, e, NULL);
+			e = NULL;
+		}
+		if (r == 0)
+			return FROM_PEER;
+		if (r != PEER_RANGE_MINE) {
+			atomic_fetch_add_explicit(&d->stats.range_fallbacks, 1, memory_order_relaxed);
+			log_debug("load: %s rank %u: %s bytes %" PRIu64 "+%" PRIu64 " read from storage alone: %s",
+				  ld->job, ld->rank, sc->key, rd->off, rd->len, why);
+		}
+	}
+	int r = sc->st->ops->get_range(sc->st, sc->key, rd->off, buf, (size_t)rd->len);
+	if (e)
+		rangecache_end(d->rangecache, e, r < 0 ? NULL : buf);
+	return r < 0 ? r : READSHARE_STORAGE;
 }
 
 /* src: the read's bytes, in our buffer or in another load's. */
-static void share_apply(void *ctx, const uint8_t *src)
+static void share_apply(void *ctx, const uint8_t *src, int how)
 {
 	struct share_ctx *sc = ctx;
 	const struct lread *rd = sc->rd;
+	if (how == FROM_PEER)
+		atomic_store(&sc->ex->ld->from_peer_reads, true);
 	for (size_t i = 0; i < rd->n && !atomic_load(&sc->ex->failed); i++) {
 		const struct ltask *tk = &sc->ex->tasks[rd->first + i];
 		apply_task(sc->ex, tk, src + (tk->off - rd->off));
@@ -190,7 +245,11 @@ static void run_read(struct exec *ex, const struct lread *rd, uint8_t *tmp)
 	}
 	/* From storage, shared with the node's other loads of the same range
 	 * that run now (readshare.h). */
-	struct share_ctx sc = { .ex = ex, .rd = rd, .st = daemon_store_of(ex->ld->d, ex->ld->job), .key = p->key };
+	struct share_ctx sc = { .ex = ex,
+				.rd = rd,
+				.st = daemon_store_of(ex->ld->d, ex->ld->job),
+				.key = p->key,
+				.across = shares_across(ex->ld) };
 	int r = readshare_read(ex->ld->d->readshare, sc.st, p->key, rd->off, rd->len, tmp, share_fetch, share_apply,
 			       &sc);
 	if (r < 0) {

@@ -23,6 +23,7 @@ struct rs_read {
 	uint64_t off, len;
 	const uint8_t *buf; /* the leader's */
 	enum rs_state state;
+	int how;         /* the leader's fetch's answer, when RS_READY */
 	unsigned joined; /* joiners that have not released it */
 	bool linked;
 };
@@ -80,16 +81,17 @@ static void unlink_read(struct readshare *rs, struct rs_read *e)
 static int read_alone(struct readshare *rs, uint64_t len, uint8_t *buf, readshare_fetch_fn fetch,
 		      readshare_apply_fn apply, void *ctx)
 {
-	int r = fetch(ctx, buf);
-	if (r < 0)
-		return r;
+	int how = fetch(ctx, buf);
+	if (how < 0)
+		return how;
 	if (rs) {
 		pthread_mutex_lock(&rs->mu);
-		rs->st.read_bytes += len;
+		if (how == READSHARE_STORAGE)
+			rs->st.read_bytes += len;
 		rs->st.reads++;
 		pthread_mutex_unlock(&rs->mu);
 	}
-	apply(ctx, buf);
+	apply(ctx, buf, how);
 	return 0;
 }
 
@@ -104,7 +106,7 @@ static int join_read(struct readshare *rs, struct rs_read *e, uint64_t off, uint
 	bool ok = e->state == RS_READY;
 	if (ok) {
 		pthread_mutex_unlock(&rs->mu);
-		apply(ctx, e->buf + (off - e->off));
+		apply(ctx, e->buf + (off - e->off), e->how);
 		pthread_mutex_lock(&rs->mu);
 		rs->st.shared++;
 		rs->st.shared_bytes += len;
@@ -124,22 +126,23 @@ static int lead_read(struct readshare *rs, struct rs_read *e, unsigned delay_ms,
 		struct timespec ts = { delay_ms / 1000, (long)(delay_ms % 1000) * 1000000 };
 		nanosleep(&ts, NULL);
 	}
-	int r = fetch(ctx, buf);
-	if (r > 0)
-		r = 0; /* a fetch's count of bytes is success, as for its joiners */
+	int how = fetch(ctx, buf);
+	int r = how < 0 ? how : 0;
 	pthread_mutex_lock(&rs->mu);
 	if (r < 0) {
 		e->state = RS_FAILED;
 		unlink_read(rs, e); /* never kept: the next one reads again */
 	} else {
 		e->state = RS_READY;
-		rs->st.read_bytes += e->len;
+		e->how = how;
+		if (how == READSHARE_STORAGE)
+			rs->st.read_bytes += e->len;
 		rs->st.reads++;
 	}
 	pthread_cond_broadcast(&rs->cv);
 	if (r == 0) {
 		pthread_mutex_unlock(&rs->mu);
-		apply(ctx, buf);
+		apply(ctx, buf, how);
 		pthread_mutex_lock(&rs->mu);
 		unlink_read(rs, e);
 	}

@@ -35,13 +35,18 @@
 
 struct readshare;
 
-/* Read the range into buf (len bytes): 0 or -errno. */
+/* Read the range into buf (len bytes): where the bytes came from (0:
+ * storage, counted in read_bytes; another READSHARE_* the fetch's own),
+ * or -errno. */
 typedef int (*readshare_fetch_fn)(void *ctx, uint8_t *buf);
-/* Use the range's bytes at src: valid during the call only, never changed. */
-typedef void (*readshare_apply_fn)(void *ctx, const uint8_t *src);
+/* Use the range's bytes at src: valid during the call only, never changed;
+ * how: the fetch's answer that brought them (to the joiners too). */
+typedef void (*readshare_apply_fn)(void *ctx, const uint8_t *src, int how);
+
+#define READSHARE_STORAGE 0
 
 struct readshare_stats {
-	uint64_t read_bytes;   /* read from storage, by leaders and by loaders alone */
+	uint64_t read_bytes;   /* read from storage (READSHARE_STORAGE), by leaders and by loaders alone */
 	uint64_t reads;        /* fetches that succeeded */
 	uint64_t shared;       /* reads served by another loader's read */
 	uint64_t shared_bytes; /* their bytes */

@@ -4,6 +4,7 @@
 #include "cudadev.h"
 #include "mancache.h"
 #include "pool.h"
+#include "rangecache.h"
 #include "readshare.h"
 #include "save.h"
 #include "wire.h"
@@ -85,6 +86,18 @@ const struct status_col status_cols[ST_NCOLS] = {
 	[ST_STORE_READ_SHARED_BYTES] = { "store_read_shared_bytes",
 					 "Bytes of restores' storage reads served by another load's read.", ST_COUNTER,
 					 ST_UNIT_BYTES, METRIC, "ckptd_store_read_shared_bytes_total" },
+	[ST_RANGE_BYTES_IN] = { "range_bytes_in",
+				"Bytes restores got from the peer that read them from storage for the job's nodes.",
+				ST_COUNTER, ST_UNIT_BYTES, METRIC, "ckptd_range_bytes_in_total" },
+	[ST_RANGE_BYTES_OUT] = { "range_bytes_out",
+				 "Bytes this node read from storage and sent to the peers that restore them too.",
+				 ST_COUNTER, ST_UNIT_BYTES, METRIC, "ckptd_range_bytes_out_total" },
+	[ST_RANGE_FALLBACKS] = { "range_fallbacks",
+				 "Reads shared across nodes read from storage alone instead: the peers did not give "
+				 "them, or their bytes failed the check.",
+				 ST_COUNTER, ST_UNIT_COUNT, METRIC, "ckptd_range_fallbacks_total" },
+	[ST_RANGE_KEPT_BYTES] = { "range_kept_bytes", "Bytes of ranges kept here for the peers ([peers] read_cache).",
+				  ST_GAUGE, ST_UNIT_BYTES, METRIC, "ckptd_range_kept_bytes" },
 	[ST_MANIFEST_READS] = { "manifest_reads", "Manifests read from storage (GETs), by any path.", ST_COUNTER,
 				ST_UNIT_COUNT, METRIC, "ckptd_manifest_reads_total", .backend = true },
 	[ST_STEP_INDEX_READS] = { "step_index_reads",
@@ -224,6 +237,13 @@ static void counters(const struct daemon *d, struct status *st)
 	v[ST_STORE_READ_BYTES] = rs.read_bytes;
 	v[ST_STORE_READS_SHARED] = rs.shared;
 	v[ST_STORE_READ_SHARED_BYTES] = rs.shared_bytes;
+	v[ST_RANGE_BYTES_IN] = atomic_load(&s->range_bytes_in);
+	v[ST_RANGE_BYTES_OUT] = atomic_load(&s->range_bytes_out);
+	v[ST_RANGE_FALLBACKS] = atomic_load(&s->range_fallbacks);
+	struct rangecache_stats rcs = { 0 };
+	if (d->rangecache)
+		rangecache_stats(d->rangecache, &rcs);
+	v[ST_RANGE_KEPT_BYTES] = rcs.bytes;
 	v[ST_MANIFEST_READS] = catalog_manifest_gets();
 	v[ST_STEP_INDEX_READS] = catalog_index_gets();
 	v[ST_STEP_INDEX_WRITES] = catalog_index_puts();

@@ -273,6 +273,8 @@ int peer_start(struct daemon *d, char *err, size_t errlen)
 	d->peer_extra = peer_extra;
 	d->peer_list = peer_list;
 	d->job_key = seal_derive;
+	if (c->peer_share_reads && d->rangecache)
+		d->peer_range = peer_range;
 	peer_log_started(p, c);
 	return 0;
 }
@@ -301,6 +303,7 @@ void peer_stop(struct daemon *d)
 	d->peer_extra = NULL;
 	d->peer_list = NULL;
 	d->job_key = NULL;
+	d->peer_range = NULL;
 	pthread_mutex_lock(&p->mu);
 	p->stopping = true;
 	/* Waiting loop calls give up (-ESHUTDOWN); every socket is shut, so

@@ -38,6 +38,9 @@
 #define DOWN 64                 /* peers that timed out, remembered (open_link) */
 #define DOWN_NS (10ull * 1000 * 1000 * 1000)
 #define RING_TTL_NS (5ull * 1000 * 1000 * 1000) /* the ring is built again after this (ring_now) */
+#define CLAIMS 4096                             /* ranges a directory remembers who reads (peer_range.c) */
+#define RANGE_MAX (64u << 20)                   /* bytes of one range shared across nodes, at most */
+#define RANGE_KEY_MAX 1024                      /* bytes of its key */
 
 /* A function run on the loop for a peer thread, which waits for it. */
 struct call {
@@ -113,6 +116,14 @@ struct peer {
 		char why[160];
 	} down[DOWN];
 	size_t next_down;
+	/* The ranges this node is the directory of (peer_range.c), under mu:
+	 * who reads each, until when; the oldest gives way. */
+	struct claim {
+		uint64_t h, off, len;
+		uint64_t until_ns;
+		char holder[RING_NAME_MAX];
+	} claims[CLAIMS];
+	size_t next_claim;
 	/* The ring after this node (ring_now), and when it was built. */
 	char (*ring)[RING_NAME_MAX];
 	size_t nring;
@@ -260,6 +271,18 @@ bool peer_is_down(struct peer *p, const char *name);
 
 void *peer_sender_main(void *arg);
 void peer_on_replicate(struct daemon *d, struct save *sv);
+
+/* ---- peer_range.c: restores' reads shared across nodes ---- */
+
+/* The hook (struct daemon): range [off, off + len) of key, a shard of job
+ * in the main store: 0 with its bytes in buf (from the node that holds
+ * it), PEER_RANGE_MINE (this node reads it from storage and keeps it for
+ * the others: rangecache.h), or -errno and why (read it alone). */
+int peer_range(struct daemon *d, const char *job, const char *key, uint64_t off, uint64_t len, uint8_t *buf, char *why,
+	       size_t whylen);
+/* A peer's RangeClaim and RangeGet. false: the connection cannot go on. */
+bool peer_serve_range_claim(struct peer *p, struct link *l, const Ckpt__RangeClaim *q, const char *from);
+bool peer_serve_range_get(struct peer *p, struct link *l, const Ckpt__RangeGet *g);
 
 /* ---- peer_fetch.c: the hooks of struct daemon ---- */
 

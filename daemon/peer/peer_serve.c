@@ -362,6 +362,8 @@ void peer_serve_frames(struct peer *p, struct link *l, const char *from)
 		case CKPT__PEER_FRAME__BODY_PUT: go = serve_put(p, l, f->put, from); break;
 		case CKPT__PEER_FRAME__BODY_GET: go = serve_get(p, l, f->get); break;
 		case CKPT__PEER_FRAME__BODY_LIST: go = serve_list(p, l, f->list); break;
+		case CKPT__PEER_FRAME__BODY_RANGE_CLAIM: go = peer_serve_range_claim(p, l, f->range_claim, from); break;
+		case CKPT__PEER_FRAME__BODY_RANGE_GET: go = peer_serve_range_get(p, l, f->range_get); break;
 		default:
 			log_warn("peers: %s sent an unexpected message (%d); closed", from, (int)f->body_case);
 			count(&p->d->stats.peer_link_errors, 1);

@@ -32,6 +32,7 @@ struct obj {
 	atomic_int fail;     /* -errno: the first fetch fails with it */
 	atomic_int fail_all; /* -errno: every fetch does */
 	atomic_int bad;      /* an apply saw wrong bytes */
+	atomic_int how;      /* what a fetch answers on success (where from) */
 };
 
 /* One loader's call. */
@@ -43,6 +44,7 @@ struct loader {
 	uint64_t off, len;
 	uint8_t *buf; /* its own read buffer */
 	int applied, r;
+	int how; /* what its apply was told */
 };
 
 static int fetch(void *ctx, uint8_t *buf)
@@ -57,13 +59,14 @@ static int fetch(void *ctx, uint8_t *buf)
 	if (atomic_load(&l->o->fail_all))
 		return atomic_load(&l->o->fail_all);
 	memcpy(buf, l->o->bytes + l->off, l->len);
-	return 0;
+	return atomic_load(&l->o->how);
 }
 
-static void apply(void *ctx, const uint8_t *src)
+static void apply(void *ctx, const uint8_t *src, int how)
 {
 	struct loader *l = ctx;
 	l->applied++;
+	l->how = how;
 	if (memcmp(src, l->o->bytes + l->off, l->len) != 0)
 		atomic_store(&l->o->bad, 1);
 }
@@ -152,6 +155,43 @@ static void test_concurrent_share_one_read(void **state)
 	assert_int_equal(st.shared, NTHR - 1);
 	assert_int_equal(st.shared_bytes, (NTHR - 1) * (64 << 10));
 	assert_int_equal(st.joined, 0);
+	readshare_free(rs);
+	free(o);
+}
+
+/* Bytes the leader's fetch got elsewhere than storage (a peer's, or kept
+ * here: its answer > 0) reach every joiner with that answer, and are not
+ * counted as read from storage. */
+static void test_how_reaches_joiners(void **state)
+{
+	(void)state;
+	struct readshare *rs = readshare_new();
+	struct obj *o = obj_new();
+	atomic_store(&o->how, 7);
+	struct loader l[3];
+	pthread_t th[3];
+	for (int i = 0; i < 3; i++)
+		loader_init(&l[i], rs, o, "j/step/rank-0.shard", 0, 32 << 10);
+	start_all(l, th, 3);
+	wait_joined(rs, o, 2);
+	atomic_store(&o->go, 1);
+	join_all(l, th, 3);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(l[i].r, 0);
+		assert_int_equal(l[i].how, 7);
+	}
+	struct readshare_stats st;
+	readshare_stats(rs, &st);
+	assert_int_equal(st.reads, 1);
+	assert_int_equal(st.read_bytes, 0);
+	assert_int_equal(st.shared, 2);
+	/* Alone (no sharing), the same. */
+	struct loader a;
+	loader_init(&a, NULL, o, "j/step/rank-0.shard", 0, 1024);
+	a.r = readshare_read(NULL, a.store, a.key, a.off, a.len, a.buf, fetch, apply, &a);
+	assert_int_equal(a.r, 0);
+	assert_int_equal(a.how, 7);
+	free(a.buf);
 	readshare_free(rs);
 	free(o);
 }
@@ -301,12 +341,12 @@ struct stress {
 	int reads;
 };
 
-static void stress_apply(void *ctx, const uint8_t *src)
+static void stress_apply(void *ctx, const uint8_t *src, int how)
 {
 	const struct loader *l = ctx;
 	if (l->off == 0)
 		usleep(100); /* a joiner slow to release */
-	apply(ctx, src);
+	apply(ctx, src, how);
 }
 
 static void *stress_run(void *arg)
@@ -364,6 +404,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_concurrent_share_one_read),
 		cmocka_unit_test(test_covered_only),
+		cmocka_unit_test(test_how_reaches_joiners),
 		cmocka_unit_test(test_after_reads_again),
 		cmocka_unit_test(test_leader_fails_joiners_read_alone),
 		cmocka_unit_test(test_all_fail),
