@@ -30,10 +30,14 @@
 #include "manifest.h"
 #include "peer_int.h"
 #include "memtier.h"
+#include "rangecache.h"
 #include "save.h"
 #include "seal.h"
 
 static struct daemon D;
+#define KEPT_KEY "j/step-000000000007/rank-00000-of-00001.a.0000000000000000.shard"
+#define KEPT_LEN 4096u
+static uint32_t kept_crc;
 static struct peer P;
 static struct save *own;
 static uint32_t own_crc;
@@ -202,6 +206,53 @@ static void write_seeds(const char *dir)
 			abort();
 		fclose(o);
 	}
+	/* 4: restores' reads shared across nodes: a claim, a get of the range
+	 * kept here, a part of it, and one of a key not kept. */
+	size_t n = 0;
+	buf[n++] = 2;
+	Ckpt__RangeClaim q = CKPT__RANGE_CLAIM__INIT;
+	q.key = (char *)KEPT_KEY;
+	q.off = 0;
+	q.len = KEPT_LEN;
+	Ckpt__PeerFrame f = CKPT__PEER_FRAME__INIT;
+	f.body_case = CKPT__PEER_FRAME__BODY_RANGE_CLAIM;
+	f.range_claim = &q;
+	n += put_frame(buf + n, &f);
+	q.failed_holder = (char *)"a:1";
+	n += put_frame(buf + n, &f);
+	Ckpt__RangeGet g = CKPT__RANGE_GET__INIT;
+	g.job = (char *)"j";
+	g.key = (char *)KEPT_KEY;
+	g.off = 0;
+	g.len = KEPT_LEN;
+	f.body_case = CKPT__PEER_FRAME__BODY_RANGE_GET;
+	f.range_get = &g;
+	n += put_frame(buf + n, &f);
+	g.off = 100;
+	g.len = 1000;
+	n += put_frame(buf + n, &f);
+	g.key = (char *)"j/step-000000000007/other.shard";
+	n += put_frame(buf + n, &f);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/stream4", dir);
+	FILE *o = fopen(path, "wb");
+	if (o == NULL || fwrite(buf, 1, n, o) != n)
+		abort();
+	fclose(o);
+}
+
+/* A range this node keeps for its peers (rangecache.h), of the main store. */
+static void keep_range(void)
+{
+	D.rangecache = rangecache_new(KEPT_LEN * 2, 3600ull * 1000000000);
+	struct rc_entry *e = rangecache_begin(D.rangecache, D.store, KEPT_KEY, 0, KEPT_LEN);
+	uint8_t *b = malloc(KEPT_LEN);
+	if (D.rangecache == NULL || e == NULL || b == NULL)
+		abort();
+	memset(b, 0x33, KEPT_LEN);
+	rangecache_end(D.rangecache, e, b);
+	kept_crc = crc32c_update(0, b, KEPT_LEN);
+	free(b);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -233,6 +284,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	D.peer = &P;
 	free_slots = pool_free_slots(&D.pool);
 	hold_own();
+	keep_range();
 	const char *seeds = getenv("CKPT_FUZZ_SEEDS");
 	if (seeds) {
 		write_seeds(seeds);
@@ -311,6 +363,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	pthread_join(t, NULL);
 	close(sp[1]);
 
+	/* What no peer may do, whatever it sent. The range kept for the
+	 * peers is still there, the same bytes, and none is left held. */
+	const uint8_t *at;
+	struct rc_entry *e;
+	if (rangecache_hold(D.rangecache, D.store, KEPT_KEY, 0, KEPT_LEN, 0, &at, &e) != 0 ||
+	    crc32c_update(0, at, KEPT_LEN) != kept_crc)
+		abort();
+	rangecache_release(D.rangecache, e);
+	struct rangecache_stats rs;
+	rangecache_stats(D.rangecache, &rs);
+	if (rs.entries != 1 || rs.bytes != KEPT_LEN)
+		abort(); /* a peer's request made or dropped a kept range */
 	/* What no peer may do, whatever it sent. */
 	bool held = false;
 	uint32_t nrep = 0;
