@@ -250,8 +250,11 @@ static void run_read(struct exec *ex, const struct lread *rd, uint8_t *tmp)
 				.st = daemon_store_of(ex->ld->d, ex->ld->job),
 				.key = p->key,
 				.across = shares_across(ex->ld) };
-	int r = readshare_read(ex->ld->d->readshare, sc.st, p->key, rd->off, rd->len, tmp, share_fetch, share_apply,
-			       &sc);
+	/* A read shared across nodes may bring a peer's bytes: only loads
+	 * that take those join it (the range cache stands for the main store
+	 * read that way). */
+	const void *as = sc.across ? (const void *)ex->ld->d->rangecache : (const void *)sc.st;
+	int r = readshare_read(ex->ld->d->readshare, as, p->key, rd->off, rd->len, tmp, share_fetch, share_apply, &sc);
 	if (r < 0) {
 		char more[64] = "";
 		if (rd->n > 1)
