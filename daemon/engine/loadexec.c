@@ -178,6 +178,22 @@ static bool shares_across(const struct load *ld)
 	       config_tenant_of_job(&d->cfg, ld->job) == NULL && daemon_store_of(d, ld->job) == d->store;
 }
 
+/* This node as its peers name it. */
+static const char *node_name(const struct config *c)
+{
+	return c->peer_advertise[0] ? c->peer_advertise : c->peer_listen;
+}
+
+static uint64_t name_hash(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdull;
+	return h ^ (h >> 33);
+}
+
 /* Across nodes: kept here, else from the node that reads it for all, else
  * read here (and kept for the others when the range's directory said this
  * node reads it). */
@@ -277,7 +293,7 @@ static void *exec_worker(void *arg)
 		size_t i = atomic_fetch_add(&ex->next, 1);
 		if (i >= ex->nreads || atomic_load(&ex->failed))
 			break;
-		run_read(ex, &ex->reads[i], tmp);
+		run_read(ex, &ex->reads[(i + ex->rot) % ex->nreads], tmp);
 	}
 	free(tmp);
 	return NULL;
@@ -483,6 +499,13 @@ void execute(struct exec *ex, unsigned nthreads)
 		exec_fail(ex, -ENOMEM, "out of memory");
 		return;
 	}
+	/* Shared across nodes, the first node to claim a range reads it: if
+	 * every node went through the reads in the same order, one would
+	 * claim them all and send the model R - 1 times. Each node starts at
+	 * its own point instead (by its name), so the first claims, and the
+	 * reading and sending, spread over the nodes. */
+	if (ex->nreads && shares_across(ex->ld))
+		ex->rot = (size_t)(name_hash(node_name(&ex->ld->d->cfg)) % ex->nreads);
 	if (nthreads > ex->nreads)
 		nthreads = ex->nreads ? (unsigned)ex->nreads : 1;
 	pthread_t th[64];

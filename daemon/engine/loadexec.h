@@ -29,6 +29,7 @@ struct exec {
 	size_t nreads;
 	uint64_t max_read;
 	atomic_size_t next;
+	size_t rot; /* reads start at this one (shares_across), then wrap */
 	atomic_int failed;
 	pthread_mutex_t mu;
 };
