@@ -8,6 +8,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -86,13 +88,19 @@ void h_start(struct dctx *d, const char *extra_conf)
 			static char opt[64];
 			snprintf(opt, sizeof(opt), "size=%s", d->store_tmpfs);
 			mkdir(d->store, 0755);
-			const char *pre[] = { "unshare", "-rm", "sh", "-c",
+			const char *pre[] = { "unshare",
+					      "-rm",
+					      "sh",
+					      "-c",
 					      "mount -t tmpfs -o \"$1\" ckpt-test \"$2\" && shift 2 && exec \"$@\"",
-					      "sh", opt, d->store };
+					      "sh",
+					      opt,
+					      d->store };
 			for (size_t k = 0; k < sizeof(pre) / sizeof(pre[0]); k++)
 				argv[n++] = pre[k];
 		}
-		const char *common[] = { bin, "--socket", d->sock, "--storage", url, "--state-dir", state, "--config", conf };
+		const char *common[] = { bin,           "--socket", d->sock,    "--storage", url,
+					 "--state-dir", state,      "--config", conf };
 		for (size_t k = 0; k < sizeof(common) / sizeof(common[0]); k++)
 			argv[n++] = common[k];
 		if (!d->default_pool) {
@@ -475,4 +483,67 @@ void h_rank_close(struct h_rank *rc)
 {
 	ckpt_buffer_free(rc->b);
 	ckpt_close(rc->c);
+}
+
+void h_save_blob(struct dctx *d, const char *job, size_t n, uint64_t seed)
+{
+	struct h_rank r;
+	h_rank_open(d, &r, job, 0, 1, n, "a", NULL, false);
+	h_fill(ckpt_buffer_data(r.b), n, seed);
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_save(r.c, 1, &r.t, 1, NULL, 0, &f), 0);
+	int e = ckpt_future_wait(f, CKPT_DURABLE, 60000);
+	if (e != 0)
+		fail_msg("save: %s: %s", ckpt_strerror(e), ckpt_future_message(f));
+	ckpt_future_free(f);
+	h_rank_close(&r);
+}
+
+int h_sh(const char *fmt, ...)
+{
+	char cmd[2048];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	return system(cmd);
+}
+
+int h_free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sa);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+int h_peer_certs(char *dir)
+{
+	if (mkdtemp(dir) == NULL)
+		return -1;
+	const char *ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+	return h_sh("cd '%s' && "
+		    "openssl req -x509 %s -keyout ca.key -out ca.crt -days 2 -subj /CN=ckpt-test-ca 2>/dev/null && "
+		    "openssl req %s -keyout node.key -out node.csr -subj /CN=ckptd-peer 2>/dev/null && "
+		    "openssl x509 -req -in node.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out node.crt -days 2 "
+		    "2>/dev/null",
+		    dir, ec, ec) == 0
+		       ? 0
+		       : -1;
+}
+
+int h_ctl(struct dctx *d, const char *args, bool with_stderr, char *out, size_t outlen)
+{
+	char cmd[1200];
+	snprintf(cmd, sizeof(cmd), "timeout 30 '%s' --socket '%s' %s%s", getenv("CKPTCTL_BIN"), d->sock, args,
+		 with_stderr ? " 2>&1" : "");
+	FILE *p = popen(cmd, "r");
+	assert_non_null(p);
+	size_t n = fread(out, 1, outlen - 1, p);
+	out[n] = '\0';
+	int st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }

@@ -99,4 +99,22 @@ void h_rank_open(struct dctx *d, struct h_rank *rc, const char *job, uint32_t ra
 		 const char *attempt, const char *policy, bool boxed);
 void h_rank_close(struct h_rank *rc);
 
+/* Rank 0 of 1 saves "blob.0" (n bytes of pattern seed) as step 1 of job,
+ * and waits until it is durable. */
+void h_save_blob(struct dctx *d, const char *job, size_t n, uint64_t seed);
+
+/* Run ckptctl (CKPTCTL_BIN, at most 30 s) against d with args (shell
+ * words), stderr into out too when with_stderr: its exit status (-1: it
+ * did not exit), its output in out. */
+int h_ctl(struct dctx *d, const char *args, bool with_stderr, char *out, size_t outlen);
+
+/* system() of the formatted command. */
+int h_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A TCP port on 127.0.0.1 free now. */
+int h_free_port(void);
+/* Peers' certificates in a new directory dir (mkdtemp template, rewritten):
+ * a CA (ca.crt, ca.key) and a certificate it signed for every node
+ * (node.crt, node.key). 0 or -1. */
+int h_peer_certs(char *dir);
+
 #endif

@@ -341,23 +341,10 @@ static void test_planner_errors(void **state)
 	assert_int_equal(load_one("cov", CKPT_LATEST, "part", CKPT_I32, 1, pshape, off, len, msg, sizeof(msg)), 0);
 }
 
-static FILE *ctl(const char *args)
-{
-	char cmd[1024];
-	snprintf(cmd, sizeof(cmd), "'%s' --socket '%s' %s", getenv("CKPTCTL_BIN"), D.sock, args);
-	FILE *p = popen(cmd, "r");
-	assert_non_null(p);
-	return p;
-}
-
-/* Run ckptctl; return its exit status, output in out. */
+/* Run ckptctl; return its exit status, output (stdout) in out. */
 static int ctl_run(const char *args, char *out, size_t outlen)
 {
-	FILE *p = ctl(args);
-	size_t n = fread(out, 1, outlen - 1, p);
-	out[n] = '\0';
-	int st = pclose(p);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	return h_ctl(&D, args, false, out, outlen);
 }
 
 static void save_steps(const char *job, uint64_t from, uint64_t to)

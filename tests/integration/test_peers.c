@@ -35,32 +35,17 @@
 static char certs[256]; /* ca.crt, node.crt, node.key; rogue.crt, rogue.key, rogue-ca.crt */
 static int ports[NODES + 1];
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	return system(cmd);
-}
-
 /* A CA and a certificate it signed for the nodes; another CA and one of
  * its own for the rogue peer. */
 static int make_certs(void **state)
 {
 	(void)state;
 	snprintf(certs, sizeof(certs), "/tmp/ckpt-peers-XXXXXX");
-	if (mkdtemp(certs) == NULL)
+	if (h_peer_certs(certs) < 0)
 		return -1;
 	const char *ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-	int r = sh(
+	int r = h_sh(
 		"cd '%s' && "
-		"openssl req -x509 %s -keyout ca.key -out ca.crt -days 2 -subj /CN=ckpt-test-ca 2>/dev/null && "
-		"openssl req %s -keyout node.key -out node.csr -subj /CN=ckptd-peer 2>/dev/null && "
-		"openssl x509 -req -in node.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out node.crt -days 2 "
-		"2>/dev/null && "
 		"openssl req -x509 %s -keyout rogue-ca.key -out rogue-ca.crt -days 2 -subj /CN=rogue-ca 2>/dev/null && "
 		"openssl req %s -keyout rogue.key -out rogue.csr -subj /CN=ckptd-peer 2>/dev/null && "
 		"openssl x509 -req -in rogue.csr -CA rogue-ca.crt -CAkey rogue-ca.key -CAcreateserial -out rogue.crt "
@@ -70,25 +55,14 @@ static int make_certs(void **state)
 		"openssl req %s -keyout ip$n.key -out ip$n.csr -subj /CN=ckptd-peer-$n 2>/dev/null && "
 		"openssl x509 -req -in ip$n.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out ip$n.crt -days 2 "
 		"-extfile ip$n.ext 2>/dev/null || exit 1; done",
-		certs, ec, ec, ec, ec, ec);
+		certs, ec, ec, ec);
 	return r == 0 ? 0 : -1;
 }
 
 static int drop_certs(void **state)
 {
 	(void)state;
-	return sh("rm -rf '%s'", certs) == 0 ? 0 : -1;
-}
-
-static int free_port(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t sl = sizeof(sa);
-	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
-	close(fd);
-	return ntohs(sa.sin_port);
+	return h_sh("rm -rf '%s'", certs) == 0 ? 0 : -1;
 }
 
 /* The [peers] section of node i (NODES: the rogue one) among nodes 0..n-1. */
@@ -115,7 +89,7 @@ struct cluster {
 static void cluster_start(struct cluster *c, int n, const char *const *extra)
 {
 	for (int i = 0; i <= NODES; i++)
-		ports[i] = free_port();
+		ports[i] = h_free_port();
 	for (int i = 0; i < n; i++) {
 		h_init(&c->n[i]);
 		if (i > 0)
@@ -1240,7 +1214,7 @@ static void test_names_bound_to_certificates(void **state)
 {
 	(void)state;
 	struct dctx n[2];
-	int port[2] = { free_port(), free_port() };
+	int port[2] = { h_free_port(), h_free_port() };
 	char conf[2][1024];
 	for (int i = 0; i < 2; i++) {
 		h_init(&n[i]);
@@ -1305,7 +1279,7 @@ static void test_lying_peer_is_bounded(void **state)
 {
 	(void)state;
 	struct dctx n;
-	int port[2] = { free_port(), free_port() };
+	int port[2] = { h_free_port(), h_free_port() };
 	char conf[1024];
 	h_init(&n);
 	snprintf(conf, sizeof(conf),

@@ -14,15 +14,12 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include <arpa/inet.h>
 #include <inttypes.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,50 +31,18 @@
 
 static char certs[256];
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	return system(cmd);
-}
-
 /* A CA and one certificate it signed for every node. */
 static int make_certs(void **state)
 {
 	(void)state;
 	snprintf(certs, sizeof(certs), "/tmp/ckpt-across-XXXXXX");
-	if (mkdtemp(certs) == NULL)
-		return -1;
-	const char *ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-	return sh("cd '%s' && "
-		  "openssl req -x509 %s -keyout ca.key -out ca.crt -days 2 -subj /CN=ckpt-test-ca 2>/dev/null && "
-		  "openssl req %s -keyout node.key -out node.csr -subj /CN=ckptd-peer 2>/dev/null && "
-		  "openssl x509 -req -in node.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out node.crt -days 2 "
-		  "2>/dev/null",
-		  certs, ec, ec) == 0
-		       ? 0
-		       : -1;
+	return h_peer_certs(certs);
 }
 
 static int drop_certs(void **state)
 {
 	(void)state;
-	return sh("rm -rf '%s'", certs) == 0 ? 0 : -1;
-}
-
-static int free_port(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t sl = sizeof(sa);
-	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
-	close(fd);
-	return ntohs(sa.sin_port);
+	return h_sh("rm -rf '%s'", certs) == 0 ? 0 : -1;
 }
 
 /* The saver (alone, no peers) and the three nodes, on one store. */
@@ -93,7 +58,7 @@ static void cluster_start(struct cluster *c, const char *extra)
 	char list[256] = "";
 	size_t used = 0;
 	for (int i = 0; i < NODES; i++) {
-		ports[i] = free_port();
+		ports[i] = h_free_port();
 		used += (size_t)snprintf(list + used, sizeof(list) - used, "%s127.0.0.1:%d", i ? "," : "", ports[i]);
 	}
 	h_init(&c->saver);
@@ -120,21 +85,6 @@ static void cluster_stop(struct cluster *c)
 	for (int i = NODES - 1; i >= 0; i--)
 		h_cleanup(&c->n[i]);
 	h_cleanup(&c->saver);
-}
-
-/* The saver's rank 0 of 1 saves "blob.0" (pattern seed) as step 1. */
-static void save_blob(struct cluster *c, const char *job, uint64_t seed)
-{
-	struct h_rank r;
-	h_rank_open(&c->saver, &r, job, 0, 1, N, "a", NULL, false);
-	h_fill(ckpt_buffer_data(r.b), N, seed);
-	ckpt_future *f = NULL;
-	assert_int_equal(ckpt_save(r.c, 1, &r.t, 1, NULL, 0, &f), 0);
-	int e = ckpt_future_wait(f, CKPT_DURABLE, 60000);
-	if (e != 0)
-		fail_msg("save: %s: %s", ckpt_strerror(e), ckpt_future_message(f));
-	ckpt_future_free(f);
-	h_rank_close(&r);
 }
 
 /* One rank on each node that is up restores all of "blob.0" at once (the
@@ -204,7 +154,7 @@ static void test_replicas_read_once(void **state)
 	(void)state;
 	struct cluster c;
 	cluster_start(&c, NULL);
-	save_blob(&c, "across", 38);
+	h_save_blob(&c.saver, "across", N, 38);
 	struct counts a = counts_now(&c);
 	restore_all(&c, "across", 38);
 	struct counts b = counts_now(&c);
@@ -235,7 +185,7 @@ static void test_bad_bytes_read_again(void **state)
 	(void)state;
 	struct cluster c;
 	cluster_start(&c, "corrupt_range = true\n");
-	save_blob(&c, "bad", 39);
+	h_save_blob(&c.saver, "bad", N, 39);
 	struct counts a = counts_now(&c);
 	restore_all(&c, "bad", 39);
 	struct counts b = counts_now(&c);
@@ -254,7 +204,7 @@ static void test_holder_killed(void **state)
 	(void)state;
 	struct cluster c;
 	cluster_start(&c, NULL);
-	save_blob(&c, "gone", 40);
+	h_save_blob(&c.saver, "gone", N, 40);
 	restore_all(&c, "gone", 40);
 	int holder = -1;
 	for (int i = 0; i < NODES && holder < 0; i++)
@@ -281,7 +231,7 @@ static void test_secret_not_shared(void **state)
 	(void)state;
 	struct cluster c;
 	cluster_start(&c, NULL);
-	save_blob(&c, "secret", 41);
+	h_save_blob(&c.saver, "secret", N, 41);
 	setenv("CKPT_JOB_KEY", "a secret of the job", 1);
 	struct counts a = counts_now(&c);
 	restore_all(&c, "secret", 41);

@@ -45,21 +45,6 @@ static int teardown(void **state)
 	return st == 0 ? 0 : -1;
 }
 
-/* Rank 0 of 1 saves "blob.0" (N bytes of pattern seed) as step 1 of job. */
-static void save_blob(const char *job, uint64_t seed)
-{
-	struct h_rank r;
-	h_rank_open(&D, &r, job, 0, 1, N, "a", NULL, false);
-	h_fill(ckpt_buffer_data(r.b), N, seed);
-	ckpt_future *f = NULL;
-	assert_int_equal(ckpt_save(r.c, 1, &r.t, 1, NULL, 0, &f), 0);
-	int e = ckpt_future_wait(f, CKPT_DURABLE, 60000);
-	if (e != 0)
-		fail_msg("save: %s: %s", ckpt_strerror(e), ckpt_future_message(f));
-	ckpt_future_free(f);
-	h_rank_close(&r);
-}
-
 /* n ranks of world LOADS restore all of "blob.0" from storage, at once
  * (together) or each after the last; 0 when all found pattern seed, else
  * the first error, with its message in msg. */
@@ -117,7 +102,7 @@ static struct reads reads_now(void)
 static void test_concurrent_loads_share_reads(void **state)
 {
 	(void)state;
-	save_blob("share", 38);
+	h_save_blob(&D, "share", N, 38);
 	struct reads a = reads_now();
 	char msg[512];
 	assert_int_equal(restore("share", LOADS, true, 38, msg, sizeof(msg)), 0);
@@ -148,7 +133,7 @@ static void test_concurrent_loads_share_reads(void **state)
 static void test_failed_read_fails_each_load(void **state)
 {
 	(void)state;
-	save_blob("gone", 7);
+	h_save_blob(&D, "gone", N, 7);
 	char dir[512], shard[1024];
 	snprintf(dir, sizeof(dir), "%s/gone/step-000000000001", D.store);
 	h_rank_object(dir, 0, 1, "shard", shard, sizeof(shard));

@@ -77,14 +77,7 @@ static int load_blob(struct dctx *d, const char *job, int64_t step, size_t n, ui
 /* Run ckptctl against d (stderr with stdout); its exit status, output in out. */
 static int ctl_run(struct dctx *d, const char *args, char *out, size_t outlen)
 {
-	char cmd[1024];
-	snprintf(cmd, sizeof(cmd), "timeout 30 '%s' --socket '%s' %s 2>&1", getenv("CKPTCTL_BIN"), d->sock, args);
-	FILE *p = popen(cmd, "r");
-	assert_non_null(p);
-	size_t n = fread(out, 1, outlen - 1, p);
-	out[n] = '\0';
-	int st = pclose(p);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	return h_ctl(d, args, true, out, outlen);
 }
 
 static void test_full_disk(void **state)

@@ -29,8 +29,8 @@
 #define rc_close h_rank_close
 
 /* "blob.<rank>" (harness.h). */
-static void rc_open(struct dctx *d, struct rank_client *rc, const char *job, uint32_t rank, uint32_t world,
-		    size_t n, const char *policy)
+static void rc_open(struct dctx *d, struct rank_client *rc, const char *job, uint32_t rank, uint32_t world, size_t n,
+		    const char *policy)
 {
 	h_rank_open(d, rc, job, rank, world, n, "t", policy, false);
 }
@@ -552,15 +552,9 @@ static void test_persist_failure_keeps_copy(void **state)
 /* Run ckptctl against d; its exit status, output (stdout and stderr) in out. */
 static int ctl(struct dctx *d, const char *args, char *out, size_t outlen)
 {
-	char cmd[1200];
-	snprintf(cmd, sizeof(cmd), "timeout 30 '%s' --socket '%s' %s 2>&1", getenv("CKPTCTL_BIN"), d->sock, args);
-	FILE *p = popen(cmd, "r");
-	assert_non_null(p);
-	size_t n = fread(out, 1, outlen - 1, p);
-	out[n] = '\0';
-	int st = pclose(p);
-	assert_true(WIFEXITED(st));
-	return WEXITSTATUS(st);
+	int st = h_ctl(d, args, true, out, outlen);
+	assert_true(st >= 0);
+	return st;
 }
 
 /* ckptctl ls shows the tier and where the copies are, status the held

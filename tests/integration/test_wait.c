@@ -146,22 +146,9 @@ static void test_timeout_says_how_far(void **state)
 	h_rank_close(&r0);
 }
 
-static FILE *ctl(const char *args)
-{
-	char cmd[1024];
-	snprintf(cmd, sizeof(cmd), "'%s' --socket '%s' %s 2>&1", getenv("CKPTCTL_BIN"), D.sock, args);
-	FILE *p = popen(cmd, "r");
-	assert_non_null(p);
-	return p;
-}
-
 static int ctl_run(const char *args, char *out, size_t outlen)
 {
-	FILE *p = ctl(args);
-	size_t n = fread(out, 1, outlen - 1, p);
-	out[n] = '\0';
-	int st = pclose(p);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	return h_ctl(&D, args, true, out, outlen);
 }
 
 /* ckptctl wait: complete, a timeout, --json, a removed step, and
