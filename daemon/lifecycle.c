@@ -1,6 +1,7 @@
 /* Daemon-wide lifecycle: the drain on SIGTERM/SIGINT (stop
  * admitting, let every staged save become durable, then close). */
 #include "lifecycle.h"
+#include "rangecache.h"
 #include "peer.h"
 #include "daemon.h"
 #include "journal.h"
@@ -102,6 +103,8 @@ static void on_status_timer(uv_timer_t *t)
 	struct daemon *d = t->data;
 	char line[256];
 	status_line(d, line, sizeof(line));
+	if (d->rangecache)
+		rangecache_sweep(d->rangecache);
 	if (d->watchdog_usec)
 		sd_notifyf(0, "WATCHDOG=1\n%s", line);
 	else

@@ -1,4 +1,5 @@
 #include "mancache.h"
+#include "hash.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -69,14 +70,6 @@ static uint64_t decoded_msg_bytes(const ProtobufCMessage *msg)
 		return b;
 	}
 	return decoded_bytes((const Ckpt__Manifest *)msg);
-}
-
-static uint64_t hash_key(const char *s)
-{
-	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-	for (; *s; s++)
-		h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
-	return h;
 }
 
 struct mancache *mancache_new(uint64_t max_bytes)
@@ -217,7 +210,7 @@ static int fetch_any(const struct any_fetch *f, ProtobufCMessage **out, char *er
 static int get_msg(struct mancache *c, const char *key, int64_t mtime_ns, uint64_t size, const struct any_fetch *fetch,
 		   const ProtobufCMessage **out, struct mancache_entry **ref, char *err, size_t errlen)
 {
-	uint64_t h = hash_key(key);
+	uint64_t h = hash_str(key);
 	pthread_mutex_lock(&c->mu);
 	struct mancache_entry *e = find(c, key, h);
 	if (e && (e->mtime_ns != mtime_ns || e->size != size)) {

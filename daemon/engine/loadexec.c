@@ -2,6 +2,7 @@
 #include "loadexec.h"
 #include "crc32c.h"
 #include "grow.h"
+#include "hash.h"
 #include "daemon.h"
 #include "hostbuf.h"
 #include "load_int.h"
@@ -184,16 +185,6 @@ static const char *node_name(const struct config *c)
 	return c->peer_advertise[0] ? c->peer_advertise : c->peer_listen;
 }
 
-static uint64_t name_hash(const char *s)
-{
-	uint64_t h = 0xcbf29ce484222325ull;
-	for (; *s; s++)
-		h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdull;
-	return h ^ (h >> 33);
-}
-
 /* Across nodes: kept here, else from the node that reads it for all, else
  * read here (and kept for the others when the range's directory said this
  * node reads it). */
@@ -214,17 +205,20 @@ static int share_fetch(void *ctx, uint8_t *buf)
 			return FROM_KEPT;
 		}
 		/* Made before the claim: a peer the directory sends here at
-		 * once finds the read in flight and waits for it. */
+		 * once finds the read in flight and waits for it. Without room
+		 * to keep it, this node claims nothing and reads alone. */
 		e = rangecache_begin(d->rangecache, sc->st, sc->key, rd->off, rd->len);
+	}
+	if (e) {
 		char why[300] = "";
 		int r = across(d, ld->job, sc->key, rd->off, rd->len, buf, why, sizeof(why));
-		if (r != PEER_RANGE_MINE && e) {
+		if (r != PEER_RANGE_MINE) {
 			rangecache_end(d->rangecache, e, NULL);
 			e = NULL;
 		}
 		if (r == 0)
 			return FROM_PEER;
-		if (r != PEER_RANGE_MINE) {
+		if (r < 0) {
 			atomic_fetch_add_explicit(&d->stats.range_fallbacks, 1, memory_order_relaxed);
 			log_debug("load: %s rank %u: %s bytes %" PRIu64 "+%" PRIu64 " read from storage alone: %s",
 				  ld->job, ld->rank, sc->key, rd->off, rd->len, why);
@@ -505,7 +499,7 @@ void execute(struct exec *ex, unsigned nthreads)
 	 * its own point instead (by its name), so the first claims, and the
 	 * reading and sending, spread over the nodes. */
 	if (ex->nreads && shares_across(ex->ld))
-		ex->rot = (size_t)(name_hash(node_name(&ex->ld->d->cfg)) % ex->nreads);
+		ex->rot = (size_t)(hash_mix(hash_str(node_name(&ex->ld->d->cfg))) % ex->nreads);
 	if (nthreads > ex->nreads)
 		nthreads = ex->nreads ? (unsigned)ex->nreads : 1;
 	pthread_t th[64];

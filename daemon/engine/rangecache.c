@@ -118,7 +118,8 @@ struct rc_entry *rangecache_begin(struct rangecache *rc, const void *store, cons
 		return NULL;
 	pthread_mutex_lock(&rc->mu);
 	struct rc_entry *e = NULL;
-	if (find(rc, store, key, off, len) == NULL && make_room(rc, len, clock_now_ns())) {
+	bool there = find(rc, store, key, off, len) != NULL;
+	if (!there && make_room(rc, len, clock_now_ns())) {
 		e = calloc(1, sizeof(*e));
 		if (e) {
 			e->key = strdup(key);
@@ -139,7 +140,7 @@ struct rc_entry *rangecache_begin(struct rangecache *rc, const void *store, cons
 			rc->st.bytes += len;
 			rc->st.entries++;
 		}
-	} else {
+	} else if (!there) {
 		rc->st.refused++;
 	}
 	pthread_mutex_unlock(&rc->mu);
@@ -221,6 +222,13 @@ void rangecache_release(struct rangecache *rc, struct rc_entry *e)
 	e->users--;
 	if (e->state == RC_FAILED && e->users == 0)
 		entry_free(e);
+	pthread_mutex_unlock(&rc->mu);
+}
+
+void rangecache_sweep(struct rangecache *rc)
+{
+	pthread_mutex_lock(&rc->mu);
+	make_room(rc, 0, clock_now_ns());
 	pthread_mutex_unlock(&rc->mu);
 }
 

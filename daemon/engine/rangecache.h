@@ -27,7 +27,7 @@ struct rangecache_stats {
 	uint64_t entries; /* held now */
 	uint64_t hits;    /* gets answered */
 	uint64_t misses;  /* gets that found nothing (or a read that failed) */
-	uint64_t refused; /* begins that did not fit */
+	uint64_t refused; /* begins that did not fit (not those of a range kept already) */
 };
 
 /* NULL when out of memory. max_bytes 0: nothing is ever kept. */
@@ -51,6 +51,10 @@ void rangecache_end(struct rangecache *rc, struct rc_entry *e, const uint8_t *sr
 int rangecache_hold(struct rangecache *rc, const void *store, const char *key, uint64_t off, uint64_t len,
 		    uint32_t wait_ms, const uint8_t **at, struct rc_entry **held);
 void rangecache_release(struct rangecache *rc, struct rc_entry *e);
+
+/* Let go of what expired (the daemon's status timer: an idle node keeps
+ * nothing past its ttl). */
+void rangecache_sweep(struct rangecache *rc);
 
 void rangecache_stats(struct rangecache *rc, struct rangecache_stats *out);
 

@@ -93,8 +93,8 @@ const struct status_col status_cols[ST_NCOLS] = {
 				 "Bytes this node read from storage and sent to the peers that restore them too.",
 				 ST_COUNTER, ST_UNIT_BYTES, METRIC, "ckptd_range_bytes_out_total" },
 	[ST_RANGE_FALLBACKS] = { "range_fallbacks",
-				 "Reads shared across nodes read from storage alone instead: the peers did not give "
-				 "them, or their bytes failed the check.",
+				 "Reads shared across nodes the peers did not give (gone, slow, no longer kept), or "
+				 "whose bytes failed the check, read from storage instead.",
 				 ST_COUNTER, ST_UNIT_COUNT, METRIC, "ckptd_range_fallbacks_total" },
 	[ST_RANGE_KEPT_BYTES] = { "range_kept_bytes", "Bytes of ranges kept here for the peers ([peers] read_cache).",
 				  ST_GAUGE, ST_UNIT_BYTES, METRIC, "ckptd_range_kept_bytes" },

@@ -117,13 +117,12 @@ struct peer {
 	} down[DOWN];
 	size_t next_down;
 	/* The ranges this node is the directory of (peer_range.c), under mu:
-	 * who reads each, until when; the oldest gives way. */
+	 * who reads each, until when; a range takes its hash's slot. */
 	struct claim {
 		uint64_t h, off, len;
 		uint64_t until_ns;
 		char holder[RING_NAME_MAX];
-	} claims[CLAIMS];
-	size_t next_claim;
+	} claims[CLAIMS]; /* by hash: claims[h % CLAIMS] */
 	/* The ring after this node (ring_now), and when it was built. */
 	char (*ring)[RING_NAME_MAX];
 	size_t nring;
@@ -250,6 +249,12 @@ void peer_serve_frames(struct peer *p, struct link *l, const char *from);
 /* The ring after this node, at most max names in *out (malloc'd), at
  * most RING_TTL_NS old; 0 with why when none. */
 size_t peer_ring_now(struct peer *p, size_t max, char (**out)[RING_NAME_MAX], char *why, size_t whylen);
+/* Of the ring and this node, the name that scores highest with hash h
+ * (rendezvous hashing: every node picks the same one from the same ring),
+ * into out (RING_NAME_MAX bytes). */
+void peer_ring_pick(struct peer *p, uint64_t h, char *out);
+/* Whether name is this node or in the ring now. */
+bool peer_ring_has(struct peer *p, const char *name);
 void peer_holder_get(struct peer *p, const char *job, uint32_t rank, char *out, size_t len);
 void peer_holder_set(struct peer *p, const char *job, uint32_t rank, const char *peer);
 /* A sweep of job's holders (peer_fetch.c) begins: its entry, or NULL when
@@ -266,6 +271,8 @@ void peer_sweep_end(struct peer *p, struct holders *h, bool whole);
 int peer_open_link(struct peer *p, const char *name, uint32_t version, bool even_down, struct link *l, char *why,
 		   size_t whylen);
 bool peer_is_down(struct peer *p, const char *name);
+/* The same, mu held. */
+bool peer_down_locked(struct peer *p, const char *name, uint64_t now);
 
 /* ---- peer_send.c ---- */
 

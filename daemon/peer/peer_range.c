@@ -24,10 +24,11 @@
  *
  * Per range a node restores: one claim, to one peer; and, when another
  * node holds it, one get of its bytes. A directory holds CLAIMS claims,
- * the newest; a node holds the ranges it claimed within [peers]
+ * each range in its hash's slot; a node holds the ranges it claimed within [peers]
  * read_cache bytes, each read_cache_s after its last use. */
 #include "peer_int.h"
 #include "clock.h"
+#include "hash.h"
 #include "log.h"
 #include "rangecache.h"
 #include "wire.h"
@@ -38,50 +39,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t mix(uint64_t h)
-{
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdull;
-	h ^= h >> 33;
-	h *= 0xc4ceb9fe1a85ec53ull;
-	h ^= h >> 33;
-	return h;
-}
-
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
-{
-	const uint8_t *b = p;
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ b[i]) * 0x100000001b3ull;
-	return h;
-}
-
-/* The range's own hash: what the directory files a claim under. */
+/* The range's own hash: what its directory is picked by and files its
+ * claim under. */
 static uint64_t range_hash(const char *key, uint64_t off, uint64_t len)
 {
-	uint64_t h = fnv(0xcbf29ce484222325ull, key, strlen(key) + 1);
-	h = fnv(h, &off, sizeof(off));
-	return mix(fnv(h, &len, sizeof(len)));
-}
-
-/* The range's directory: of the ring and this node, the name that scores
- * highest with the range's hash. out: at least RING_NAME_MAX bytes. */
-static void directory_of(struct peer *p, uint64_t h, char *out)
-{
-	char(*ring)[RING_NAME_MAX] = NULL;
-	char why[200] = "";
-	size_t n = peer_ring_now(p, RING_MAX, &ring, why, sizeof(why));
-	const char *best = p->self;
-	uint64_t top = mix(fnv(h, p->self, strlen(p->self)));
-	for (size_t i = 0; i < n; i++) {
-		uint64_t s = mix(fnv(h, ring[i], strlen(ring[i])));
-		if (s > top || (s == top && strcmp(ring[i], best) > 0)) {
-			top = s;
-			best = ring[i];
-		}
-	}
-	snprintf(out, RING_NAME_MAX, "%s", best);
-	free(ring);
+	uint64_t h = hash_fnv(HASH_FNV_SEED, key, strlen(key) + 1);
+	h = hash_fnv(h, &off, sizeof(off));
+	return hash_mix(hash_fnv(h, &len, sizeof(len)));
 }
 
 /* The directory's answer to asker for range (h, off, len): the holder to
@@ -90,24 +54,21 @@ static void directory_of(struct peer *p, uint64_t h, char *out)
 static void directory_claim(struct peer *p, uint64_t h, uint64_t off, uint64_t len, const char *asker,
 			    const char *failed, char *holder)
 {
+	holder[0] = '\0';
+	/* Only a node of the ring is named to others (a peer's hello may
+	 * name any HOST:PORT when names are not checked). */
+	if (!peer_ring_has(p, asker))
+		return;
 	uint64_t now = clock_now_ns();
 	uint64_t ttl = (uint64_t)p->d->cfg.peer_read_cache_s * 1000000000ull;
-	holder[0] = '\0';
 	pthread_mutex_lock(&p->mu);
-	struct claim *c = NULL;
-	for (size_t i = 0; i < CLAIMS && c == NULL; i++)
-		if (p->claims[i].h == h && p->claims[i].off == off && p->claims[i].len == len &&
-		    p->claims[i].until_ns > now)
-			c = &p->claims[i];
-	bool down = false;
-	for (size_t i = 0; c && i < DOWN && !down; i++)
-		down = p->down[i].until_ns > now && strcmp(p->down[i].name, c->holder) == 0;
-	if (c && !down && strcmp(c->holder, asker) != 0 && strcmp(c->holder, failed) != 0) {
+	struct claim *c = &p->claims[h % CLAIMS];
+	bool live = c->h == h && c->off == off && c->len == len && c->until_ns > now;
+	if (live && strcmp(c->holder, asker) != 0 && strcmp(c->holder, failed) != 0 &&
+	    !peer_down_locked(p, c->holder, now)) {
 		snprintf(holder, RING_NAME_MAX, "%s", c->holder);
 		c->until_ns = now + ttl; /* its holder keeps it as long after this use */
-	} else {
-		if (c == NULL)
-			c = &p->claims[p->next_claim++ % CLAIMS];
+	} else {                         /* the asker reads it: a new range, or one whose holder failed */
 		c->h = h;
 		c->off = off;
 		c->len = len;
@@ -166,6 +127,9 @@ static int claim(struct peer *p, const char *dir, uint64_t h, const char *key, u
 	} else if (strlen(in->range_holder->holder) >= RING_NAME_MAX) {
 		r = -EBADMSG;
 		snprintf(why, whylen, "directory %s: a holder's name too long", dir);
+	} else if (in->range_holder->holder[0] && !peer_ring_has(p, in->range_holder->holder)) {
+		r = -EBADMSG;
+		snprintf(why, whylen, "directory %s: a holder not in the ring", dir);
 	} else {
 		snprintf(holder, RING_NAME_MAX, "%s", in->range_holder->holder);
 		if (strcmp(holder, p->self) == 0)
@@ -219,7 +183,7 @@ int peer_range(struct daemon *d, const char *job, const char *key, uint64_t off,
 	}
 	uint64_t h = range_hash(key, off, len);
 	char dir[RING_NAME_MAX], holder[RING_NAME_MAX];
-	directory_of(p, h, dir);
+	peer_ring_pick(p, h, dir);
 	int r = claim(p, dir, h, key, off, len, "", holder, why, whylen);
 	if (r < 0)
 		return r;
@@ -230,15 +194,15 @@ int peer_range(struct daemon *d, const char *job, const char *key, uint64_t off,
 		count(&d->stats.range_bytes_in, len);
 		return 0;
 	}
-	if (r != -ENOENT)
-		return r;
-	/* The holder no longer has it (its cache let it go, or its read
-	 * failed): claimed again, naming it, so the directory gives the
-	 * range to this node rather than sending the next one there too. */
+	/* The holder did not give it (gone, slow, its cache let it go, or
+	 * its read failed): claimed again, naming it, so the directory gives
+	 * the range to this node rather than sending the next one there. */
 	char failed[RING_NAME_MAX], why2[200];
 	snprintf(failed, sizeof(failed), "%s", holder);
-	if (claim(p, dir, h, key, off, len, failed, holder, why2, sizeof(why2)) == 0 && holder[0] == '\0')
+	if (claim(p, dir, h, key, off, len, failed, holder, why2, sizeof(why2)) == 0 && holder[0] == '\0') {
+		count(&d->stats.range_fallbacks, 1);
 		return PEER_RANGE_MINE;
+	}
 	return r;
 }
 
@@ -272,7 +236,7 @@ bool peer_serve_range_get(struct peer *p, struct link *l, const Ckpt__RangeGet *
 	 * with the bucket's credentials may read, and never a tenant's. */
 	if (g->len == 0 || g->len > RANGE_MAX || kl > RANGE_KEY_MAX || jl == 0 || kl <= jl + 6 ||
 	    strncmp(g->key, g->job, jl) != 0 || g->key[jl] != '/' || strcmp(g->key + kl - 6, ".shard") != 0 ||
-	    config_tenant_of_job(&d->cfg, g->job) != NULL)
+	    config_tenant_of_job(&d->cfg, g->key) != NULL) /* the key's first part: TENANT/ */
 		r = -EINVAL;
 	else
 		r = rangecache_hold(d->rangecache, d->store, g->key, g->off, g->len, p->timeout_ms / 2, &at, &e);

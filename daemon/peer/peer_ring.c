@@ -2,6 +2,7 @@
  * rank's copies, and links to peers, a peer that timed out skipped for a
  * while. */
 #include "peer_int.h"
+#include "hash.h"
 #include "clock.h"
 #include "grow.h"
 
@@ -73,22 +74,28 @@ static size_t ring_build_now(struct peer *p, size_t max, char (**out)[RING_NAME_
  * copies' holders per shard, and the ring (a DNS lookup of every peer,
  * sorted) does not change that fast. This node's replicas go to the
  * first [peers] replicas of them. */
-size_t peer_ring_now(struct peer *p, size_t max, char (**out)[RING_NAME_MAX], char *why, size_t whylen)
+/* mu held (dropped while the ring is built): p->ring at most RING_TTL_NS old. */
+static void ring_fresh(struct peer *p)
 {
 	uint64_t now = clock_now_ns();
+	if (p->ring_at != 0 && now - p->ring_at <= RING_TTL_NS)
+		return;
+	pthread_mutex_unlock(&p->mu);
+	char(*fresh)[RING_NAME_MAX] = NULL;
+	char fwhy[200] = "";
+	size_t n = ring_build_now(p, RING_MAX, &fresh, fwhy, sizeof(fwhy));
 	pthread_mutex_lock(&p->mu);
-	if (p->ring_at == 0 || now - p->ring_at > RING_TTL_NS) {
-		pthread_mutex_unlock(&p->mu);
-		char(*fresh)[RING_NAME_MAX] = NULL;
-		char fwhy[200] = "";
-		size_t n = ring_build_now(p, RING_MAX, &fresh, fwhy, sizeof(fwhy));
-		pthread_mutex_lock(&p->mu);
-		free(p->ring);
-		p->ring = fresh;
-		p->nring = n;
-		snprintf(p->ring_why, sizeof(p->ring_why), "%s", fwhy);
-		p->ring_at = now;
-	}
+	free(p->ring);
+	p->ring = fresh;
+	p->nring = n;
+	snprintf(p->ring_why, sizeof(p->ring_why), "%s", fwhy);
+	p->ring_at = now;
+}
+
+size_t peer_ring_now(struct peer *p, size_t max, char (**out)[RING_NAME_MAX], char *why, size_t whylen)
+{
+	pthread_mutex_lock(&p->mu);
+	ring_fresh(p);
 	size_t n = p->nring < max ? p->nring : max;
 	*out = n ? malloc(n * sizeof(**out)) : NULL;
 	if (*out)
@@ -99,6 +106,34 @@ size_t peer_ring_now(struct peer *p, size_t max, char (**out)[RING_NAME_MAX], ch
 		snprintf(why, whylen, "%s", p->ring_why[0] ? p->ring_why : "out of memory");
 	pthread_mutex_unlock(&p->mu);
 	return n;
+}
+
+void peer_ring_pick(struct peer *p, uint64_t h, char *out)
+{
+	pthread_mutex_lock(&p->mu);
+	ring_fresh(p);
+	const char *best = p->self;
+	uint64_t top = hash_mix(hash_fnv(h, p->self, strlen(p->self)));
+	for (size_t i = 0; i < p->nring; i++) {
+		uint64_t sc = hash_mix(hash_fnv(h, p->ring[i], strlen(p->ring[i])));
+		if (sc > top || (sc == top && strcmp(p->ring[i], best) > 0)) {
+			top = sc;
+			best = p->ring[i];
+		}
+	}
+	snprintf(out, RING_NAME_MAX, "%s", best);
+	pthread_mutex_unlock(&p->mu);
+}
+
+bool peer_ring_has(struct peer *p, const char *name)
+{
+	pthread_mutex_lock(&p->mu);
+	ring_fresh(p);
+	bool in = strcmp(name, p->self) == 0;
+	for (size_t i = 0; i < p->nring && !in; i++)
+		in = strcmp(p->ring[i], name) == 0;
+	pthread_mutex_unlock(&p->mu);
+	return in;
 }
 
 /* The remembered holders of job (under mu), made if make (another job's
@@ -202,13 +237,18 @@ static int say_hello(struct peer *p, struct link *l, uint32_t version)
 }
 
 /* Peer name did not answer lately (peer_open_link skips it). */
+bool peer_down_locked(struct peer *p, const char *name, uint64_t now)
+{
+	for (size_t i = 0; i < DOWN; i++)
+		if (p->down[i].until_ns > now && strcmp(p->down[i].name, name) == 0)
+			return true;
+	return false;
+}
+
 bool peer_is_down(struct peer *p, const char *name)
 {
-	uint64_t now = clock_now_ns();
-	bool down = false;
 	pthread_mutex_lock(&p->mu);
-	for (size_t i = 0; i < DOWN && !down; i++)
-		down = p->down[i].until_ns > now && strcmp(p->down[i].name, name) == 0;
+	bool down = peer_down_locked(p, name, clock_now_ns());
 	pthread_mutex_unlock(&p->mu);
 	return down;
 }

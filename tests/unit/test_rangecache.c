@@ -2,7 +2,8 @@
  * of itself, and nothing else; a get waits for a read in flight, and
  * misses one that failed; the budget pushes out the least lately used
  * that no one reads, never one being read or held; an entry expires ttl
- * after its last use; and a held entry's bytes outlive a drop. */
+ * after its last use (at a begin, or a sweep); and a held entry's bytes
+ * outlive a drop. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -183,6 +184,12 @@ static void test_budget_and_ttl(void **state)
 	keep(rc, "j/1.shard", 0, b[1]);
 	assert_int_equal(got(rc, "j/0.shard", 0, 10, b[0]), -ENOENT);
 	assert_int_equal(got(rc, "j/1.shard", 0, 10, b[1]), 0);
+	/* ... and at a sweep, with no begin at all (an idle node). */
+	usleep(60000);
+	rangecache_sweep(rc);
+	rangecache_stats(rc, &st);
+	assert_int_equal(st.entries, 0);
+	assert_int_equal(st.bytes, 0);
 	rangecache_free(rc);
 }
 
