@@ -15,7 +15,6 @@
  * load (session_ref) and counts against max_inflight_loads; a waiter
  * whose session closed is dropped at the group's next tick. */
 #include "wait_req.h"
-#include "bgreq.h"
 #include "catalog.h"
 #include "daemon.h"
 #include "log.h"
@@ -75,8 +74,8 @@ struct group {
 		struct seen found; /* complete, or the best attempt so far */
 		char why[256];     /* status's words */
 	} res, last;
-	bool looked;    /* last holds a poll's result */
-	bool forgotten; /* removed (wait_forget) during this poll: its answer is not kept */
+	bool looked;  /* last holds a poll's result */
+	uint64_t gen; /* waits.forgets when this poll began */
 };
 TAILQ_HEAD(group_list, group);
 
@@ -84,6 +83,10 @@ struct waits {
 	struct group_list groups;
 	struct seen seen[WAIT_SEEN_MAX];
 	uint32_t next_seen;
+	/* Steps removed (wait_forget) so far: a poll that began before one
+	 * may have listed it, so its answer is not kept, whether or not its
+	 * group is still in groups (an ended group's poll runs on). */
+	uint64_t forgets;
 };
 
 int wait_init(struct daemon *d)
@@ -122,15 +125,11 @@ static void seen_add(struct waits *w, const struct seen *x)
 	w->next_seen = (w->next_seen + 1) % WAIT_SEEN_MAX;
 }
 
-static struct group *group_find(struct waits *ws, const char *job, uint64_t step);
-
 void wait_forget(struct daemon *d, const char *job, uint64_t step)
 {
 	if (d->waits == NULL)
 		return;
-	struct group *g = group_find(d->waits, job, step);
-	if (g != NULL && g->polling)
-		g->forgotten = true; /* its listing may predate the removal */
+	d->waits->forgets++;
 	for (size_t i = 0; i < WAIT_SEEN_MAX; i++) {
 		struct seen *x = &d->waits->seen[i];
 		if (x->at_ns && x->step == step && strcmp(x->job, job) == 0)
@@ -349,9 +348,8 @@ static void poll_done(uv_work_t *work, int status)
 		l->status = -ECANCELED;
 		snprintf(l->why, sizeof(l->why), "cancelled");
 	}
-	if (l->status == 0 && l->complete && !g->forgotten)
+	if (l->status == 0 && l->complete && g->gen == d->waits->forgets)
 		seen_add(d->waits, &l->found);
-	g->forgotten = false;
 	if (g->ended) {
 		uv_close((uv_handle_t *)&g->timer, group_free);
 	} else if (l->status == 0 && l->complete) {
@@ -387,6 +385,7 @@ static void poll_done(uv_work_t *work, int status)
 static void poll_start(struct group *g)
 {
 	g->polling = true;
+	g->gen = g->d->waits->forgets;
 	g->polled_ns = clock_now_ns();
 	g->d->stats.wait_polls++;
 	g->work.data = g;
