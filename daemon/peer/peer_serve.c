@@ -113,8 +113,9 @@ static bool serve_put(struct peer *p, struct link *l, const Ckpt__ReplicaPut *pu
 	r = sealed ? peer_recv_sealed(l, sv, NULL, NULL, NULL, why, sizeof(why))
 		   : peer_recv_shard(l, sv, m, why, sizeof(why));
 	struct commit c = { .sv = sv };
+	uint64_t bytes = sv->shard_bytes; /* hold_commit frees sv when it refuses it (-ESTALE) */
 	if (r == 0 && peer_loop_call(p, hold_commit, &c) == 0) {
-		count(&d->stats.peer_bytes_received, sv->shard_bytes);
+		count(&d->stats.peer_bytes_received, bytes);
 		log_debug("peers: holding %s step %" PRIu64 " rank %u for %s (%" PRIu64 " bytes)", m->job, m->step,
 			  m->rank, from, m->shard_bytes);
 		reply_status(l, CKPT__PEER_FRAME__BODY_ACK, c.status, c.msg);
