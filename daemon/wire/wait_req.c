@@ -2,13 +2,15 @@
  * of one group, and the group polls the step's listing on the threadpool
  * (catalog_resolve_step: one LIST page per 1000 objects, and the commit
  * object's create-only PUT once the step is complete), first at once,
- * then WAIT_POLL_FIRST_MS after, doubling to WAIT_POLL_MAX_MS. When the
- * last of the step's saves in flight on this node is durable, the backoff
- * starts over, so a job whose last rank is on this node is answered
- * within WAIT_POLL_FIRST_MS of it.
+ * then WAIT_POLL_FIRST_MS after, doubling to WAIT_POLL_MAX_MS. While this
+ * node still saves the step, the backoff's looks are skipped (hold_poll).
+ * When the last of the step's saves in flight on this node is durable,
+ * the backoff starts over, so a job whose last rank is on this node is
+ * answered within WAIT_POLL_FIRST_MS of it.
  * So the requests of a wait depend on how long the step takes to be
- * complete, not on how many ranks wait: 48 ranks waiting 3 s on one node
- * cost about 8 LISTs, where each rank polling every 50 ms cost 2,880.
+ * complete after this node's last rank, not on how many ranks wait: 48
+ * ranks waiting 3 s on one node cost about 8 LISTs, where each rank
+ * polling every 50 ms cost 2,880.
  *
  * One timer per group serves both its next poll and its waiters'
  * deadlines (the earliest of them). A waiter holds its session like a
@@ -400,6 +402,34 @@ static void poll_start(struct group *g)
 	}
 }
 
+static bool saving_here(struct daemon *d, const char *job, uint64_t step);
+
+/* Whether a waiter not yet looked for is at its deadline: it gets its
+ * look now, whatever else holds the poll back. */
+static bool waiter_due(const struct group *g, uint64_t now)
+{
+	const struct waiter *w;
+	TAILQ_FOREACH (w, &g->waiters, link)
+		if (!w->looked && w->deadline_ns <= now)
+			return true;
+	return false;
+}
+
+/* The backoff's next poll, taken without a look while this node still
+ * saves the step: the step cannot be complete before its ranks here are,
+ * and their last durable starts the backoff over (wait_step_durable). A
+ * save that fails instead leaves the list, and the tick after it looks.
+ * So a node's looks start when its own ranks are done, not when its first
+ * rank waits: the looks of a wait are counted from the node's last rank,
+ * however long the saves of the rest take. */
+static bool hold_poll(struct group *g, uint64_t now)
+{
+	if (!saving_here(g->d, g->job, g->step) || waiter_due(g, now))
+		return false;
+	g->next_poll_ns = now + (uint64_t)g->delay_ms * 1000000;
+	return true;
+}
+
 static void on_tick(uv_timer_t *t)
 {
 	struct group *g = t->data;
@@ -409,7 +439,7 @@ static void on_tick(uv_timer_t *t)
 		group_end(g);
 		return;
 	}
-	if (!g->polling && now >= g->next_poll_ns)
+	if (!g->polling && now >= g->next_poll_ns && !hold_poll(g, now))
 		poll_start(g);
 	if (!g->ended) /* else the poll could not be queued: answered */
 		rearm(g);
@@ -474,9 +504,9 @@ void wait_start(struct session *s, uint64_t req_id, const Ckpt__WaitRequest *m)
 	TAILQ_INSERT_TAIL(&g->waiters, w, link);
 	/* Every waiter is looked for by its deadline: one with a short
 	 * timeout brings the group's next poll forward. */
-	if (fresh)
+	if (fresh && !hold_poll(g, now))
 		poll_start(g);
-	else if (!g->polling && w->deadline_ns < g->next_poll_ns)
+	else if (!fresh && !g->polling && w->deadline_ns < g->next_poll_ns)
 		g->next_poll_ns = w->deadline_ns;
 	if (!g->ended)
 		rearm(g);

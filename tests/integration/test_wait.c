@@ -207,6 +207,49 @@ static void test_joiner_mid_listing_gets_its_own_look(void **state)
 	h_cleanup(&E);
 }
 
+/* The backoff does not look while this node still saves the step: the
+ * step cannot be complete before its ranks here are. Rank 1's save is
+ * slow (store_delay_ms); while it is in flight a waiter's group lists
+ * nothing, except the one look a timeout-0 waiter is owed, and rank 1's
+ * durable brings the look that answers. A daemon of its own. */
+static void test_no_look_while_saving_here(void **state)
+{
+	(void)state;
+	h_init(&E);
+	h_start(&E, "[debug]\nstore_delay_ms = 2500\n");
+	struct h_rank r0, r1;
+	h_rank_open(&E, &r0, "here", 0, 2, 8 << 20, "h", NULL, false);
+	h_rank_open(&E, &r1, "here", 1, 2, 8 << 20, "h", NULL, false);
+	save_durable(&r0, 1);
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_save(r1.c, 1, &r1.t, 1, NULL, 0, &f), 0);
+	assert_int_equal(ckpt_future_wait(f, CKPT_STAGED, 30000), 0);
+	uint64_t p0 = h_metric(&E, "ckptd_wait_polls_total");
+	struct waiter w = { .sock = E.sock, .job = "here", .step = 1, .timeout_ms = 30000 };
+	assert_int_equal(pthread_create(&w.th, NULL, wait_thread, &w), 0);
+	usleep(1000 * 1000);
+	assert_int_equal(ckpt_future_poll(f, CKPT_DURABLE), 0); /* still saving */
+	assert_int_equal(h_metric(&E, "ckptd_wait_polls_total"), p0);
+	struct waiter once = { .sock = E.sock, .job = "here", .step = 1, .timeout_ms = 0 };
+	wait_thread(&once);
+	assert_int_equal(once.r, -ETIMEDOUT);
+	if (strstr(once.msg, "1 of 2 ranks of attempt 'h'") == NULL)
+		fail_msg("timeout message: %s", once.msg);
+	assert_int_equal(h_metric(&E, "ckptd_wait_polls_total"), p0 + 1);
+	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 30000), 0);
+	ckpt_future_free(f);
+	pthread_join(w.th, NULL);
+	if (w.r != 0)
+		fail_msg("waiter: %s (%s)", ckpt_strerror(w.r), w.msg);
+	assert_int_equal(w.info.ranks_present, 2);
+	uint64_t polls = h_metric(&E, "ckptd_wait_polls_total") - p0;
+	if (polls < 2 || polls > 3)
+		fail_msg("%" PRIu64 " polls; want the timeout-0 look and one or two after rank 1", polls);
+	h_rank_close(&r0);
+	h_rank_close(&r1);
+	h_cleanup(&E);
+}
+
 /* A control session on D waiting for step 1 of job with no limit, sent
  * raw as request req_id; its fd. */
 static int raw_wait_forever(const char *job, uint64_t req_id)
@@ -283,6 +326,7 @@ int main(void)
 		cmocka_unit_test(test_timeout_says_how_far),
 		cmocka_unit_test(test_ctl_wait),
 		cmocka_unit_test(test_joiner_mid_listing_gets_its_own_look),
+		cmocka_unit_test(test_no_look_while_saving_here),
 		cmocka_unit_test(test_waiter_that_leaves),
 		cmocka_unit_test(test_drain_answers_waiters),
 	};
