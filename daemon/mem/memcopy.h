@@ -26,9 +26,19 @@ enum memcopy_kind {
  * memcopy_chosen(), picked once at start by the CPU's features. */
 void memcopy_stream(void *dst, const void *src, size_t n);
 /* memcopy_stream, and *crc (if not NULL) extended over the n bytes of
- * src, in one pass over memory: MEMCOPY_CRC_BLOCK at a time, each block's
- * crc taken just after it is copied, from the cache the copy filled. */
+ * src, in one pass over memory: by lanes where the CPU has AVX2 and
+ * SSE4.2 (the crc in the copy's loop: memcopy.c), else by blocks
+ * (MEMCOPY_CRC_BLOCK at a time, each block's crc taken just after it is
+ * copied, from the cache the copy filled). tests/bench/memcopy_bench
+ * times both. */
 void memcopy_crc(void *dst, const void *src, size_t n, uint32_t *crc);
+/* The two ways memcopy_crc can take, for tests and tests/bench/memcopy_bench:
+ * by blocks (any routine: a block's copy, then its crc from cache), and
+ * by lanes (AVX2 and SSE4.2: the crc in the copy's loop, memcopy.c). */
+void memcopy_crc_blocks(void *dst, const void *src, size_t n, uint32_t *crc);
+bool memcopy_lanes_supported(void);
+/* Only where memcopy_lanes_supported(). */
+void memcopy_crc_lanes(void *dst, const void *src, size_t n, uint32_t *crc);
 
 enum memcopy_kind memcopy_chosen(void);
 bool memcopy_kind_supported(enum memcopy_kind k);

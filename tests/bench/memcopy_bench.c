@@ -11,7 +11,9 @@
  *            byte ([pool] verify_held): two passes per call (the crc of the
  *            call's bytes, then the copy) or fused block by block, a block's
  *            crc and then its copy from cache, or (memcopy_crc's way) its
- *            copy and then its crc from the cache the copy filled
+ *            copy and then its crc from the cache the copy filled, or
+ *            the crc in the copy's loop (memcopy.c's lanes, where the CPU
+ *            has AVX2 and SSE4.2)
  *
  * on 1 and 2 threads (each its contiguous half). The baseline is glibc's
  * memcpy as ckpt-bench times it: each thread's half in one call. Each repetition runs every
@@ -46,7 +48,8 @@ enum how {
 	COPY,
 	TWO_PASS,
 	FUSED,
-	FUSED_COPY_FIRST
+	FUSED_COPY_FIRST,
+	LANES
 };
 
 struct variant {
@@ -86,6 +89,10 @@ static void *run_job(void *arg)
 			crc = crc32c_update(crc, s, n);
 		if (v->how == COPY || v->how == TWO_PASS) {
 			memcopy_with(v->kind, d, s, n);
+			continue;
+		}
+		if (v->how == LANES) {
+			memcopy_crc_lanes(d, s, n, &crc);
 			continue;
 		}
 		for (size_t i = 0; i < n; i += v->block) {
@@ -141,7 +148,7 @@ static double median(double *v, unsigned n)
 
 static size_t add(struct variant *v, size_t nv, enum dir dir, enum how how, enum memcopy_kind k, size_t block)
 {
-	if (!memcopy_kind_supported(k) || nv == MAX_VARIANTS)
+	if (!memcopy_kind_supported(k) || nv == MAX_VARIANTS || (how == LANES && !memcopy_lanes_supported()))
 		return nv;
 	v[nv] = (struct variant){ .dir = dir, .how = how, .kind = k, .block = block };
 	if (how == COPY && block == SIZE_MAX) {
@@ -149,6 +156,8 @@ static size_t add(struct variant *v, size_t nv, enum dir dir, enum how how, enum
 		snprintf(v[nv].name, sizeof(v[nv].name), "memcpy, one call per thread");
 	} else if (how == COPY)
 		snprintf(v[nv].name, sizeof(v[nv].name), "%s", memcopy_kind_name(k));
+	else if (how == LANES)
+		snprintf(v[nv].name, sizeof(v[nv].name), "crc in the copy's loop, 3 lanes, avx2-nt");
 	else if (how == TWO_PASS)
 		snprintf(v[nv].name, sizeof(v[nv].name), "crc, then %s", memcopy_kind_name(k));
 	else
@@ -230,6 +239,7 @@ int main(int argc, char **argv)
 			nv = add(v, nv, RESTORE, FUSED, (enum memcopy_kind)k, blocks[b]);
 	for (size_t b = 0; b < sizeof(blocks) / sizeof(blocks[0]); b++)
 		nv = add(v, nv, RESTORE, FUSED_COPY_FIRST, MEMCOPY_AVX2_NT, blocks[b]);
+	nv = add(v, nv, RESTORE, LANES, MEMCOPY_AVX2_NT, 0);
 
 	printf("memcopy_bench: %zu MiB, %u repetitions, the daemon's routine: %s, fused block %u KiB\n", mb, reps,
 	       memcopy_kind_name(memcopy_chosen()), MEMCOPY_CRC_BLOCK >> 10);
