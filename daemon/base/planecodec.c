@@ -3,6 +3,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+/* For ZSTD_c_literalCompressionMode, an experimental parameter (see
+ * planecodec_init): only its number, no unstable function. */
+#define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 #include <zstd_errors.h>
 
@@ -337,6 +340,19 @@ int planecodec_init(struct planecodec *c, int level)
 		planecodec_free(c);
 		return -ENOMEM;
 	}
+	if (ZSTD_isError(ZSTD_CCtx_setParameter(c->cctx, ZSTD_c_compressionLevel, c->level)))
+		c->level = PLANECODEC_LEVEL_DEFAULT;
+	ZSTD_CCtx_setParameter(c->cctx, ZSTD_c_compressionLevel, c->level);
+	/* At negative levels zstd stores literals raw; an exponent plane is
+	 * nearly all literals (its matches are short and cost more than they
+	 * save), so its whole gain is their Huffman coding: keep it. Far
+	 * negative, with few matches tried, this is in effect Huffman alone,
+	 * 3x as fast as level 1 and smaller (tests/bench/codec_bench.c). A
+	 * libzstd without the parameter refuses it and compresses less. */
+#if ZSTD_VERSION_NUMBER >= 10500
+	if (c->level < 0)
+		ZSTD_CCtx_setParameter(c->cctx, ZSTD_c_literalCompressionMode, ZSTD_ps_enable);
+#endif
 	return 0;
 }
 
@@ -374,7 +390,7 @@ size_t planecodec_bound(size_t n)
  * (the plane is then stored raw), or -EIO. */
 static ssize_t zstd_into(struct planecodec *c, void *dst, size_t cap, const void *src, size_t len)
 {
-	size_t r = ZSTD_compressCCtx(c->cctx, dst, cap, src, len, c->level);
+	size_t r = ZSTD_compress2(c->cctx, dst, cap, src, len);
 	if (!ZSTD_isError(r))
 		return (ssize_t)r;
 	return ZSTD_getErrorCode(r) == ZSTD_error_dstSize_tooSmall ? 0 : -EIO;

@@ -52,12 +52,14 @@ struct planecodec {
 	uint8_t *scratch;
 	size_t scratch_cap;
 	uint8_t *sample;
-	int level;                 /* zstd's level; negative is its fast mode */
+	int level;                 /* zstd's; negative is its fast mode */
 	enum planecodec_kind kind; /* planecodec_chosen() at init */
 };
 
-/* The level planecodec_init takes for 0: tests/bench/codec_bench.c. */
-#define PLANECODEC_LEVEL_DEFAULT 1
+/* The level planecodec_init takes for 0: far into zstd's fast mode, with
+ * Huffman-coded literals (planecodec_init), 2-3x level 1's speed and a
+ * little smaller on weights and Adam moments (tests/bench/codec_bench.c). */
+#define PLANECODEC_LEVEL_DEFAULT (-500)
 
 /* 0, or -ENOMEM. level 0 is PLANECODEC_LEVEL_DEFAULT. */
 int planecodec_init(struct planecodec *c, int level);
