@@ -404,15 +404,16 @@ static void poll_start(struct group *g)
 
 static bool saving_here(struct daemon *d, const char *job, uint64_t step);
 
-/* Whether a waiter not yet looked for is at its deadline: it gets its
- * look now, whatever else holds the poll back. */
-static bool waiter_due(const struct group *g, uint64_t now)
+/* The earliest deadline of a waiter not yet looked for (UINT64_MAX:
+ * none): it gets its look then, whatever else holds the poll back. */
+static uint64_t unlooked_deadline(const struct group *g)
 {
+	uint64_t at = UINT64_MAX;
 	const struct waiter *w;
 	TAILQ_FOREACH (w, &g->waiters, link)
-		if (!w->looked && w->deadline_ns <= now)
-			return true;
-	return false;
+		if (!w->looked && w->deadline_ns < at)
+			at = w->deadline_ns;
+	return at;
 }
 
 /* The backoff's next poll, taken without a look while this node still
@@ -424,9 +425,12 @@ static bool waiter_due(const struct group *g, uint64_t now)
  * however long the saves of the rest take. */
 static bool hold_poll(struct group *g, uint64_t now)
 {
-	if (!saving_here(g->d, g->job, g->step) || waiter_due(g, now))
+	uint64_t due = unlooked_deadline(g);
+	if (!saving_here(g->d, g->job, g->step) || due <= now)
 		return false;
 	g->next_poll_ns = now + (uint64_t)g->delay_ms * 1000000;
+	if (due < g->next_poll_ns)
+		g->next_poll_ns = due;
 	return true;
 }
 

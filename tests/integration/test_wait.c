@@ -210,13 +210,14 @@ static void test_joiner_mid_listing_gets_its_own_look(void **state)
 /* The backoff does not look while this node still saves the step: the
  * step cannot be complete before its ranks here are. Rank 1's save is
  * slow (store_delay_ms); while it is in flight a waiter's group lists
- * nothing, except the one look a timeout-0 waiter is owed, and rank 1's
- * durable brings the look that answers. A daemon of its own. */
+ * nothing, except the look each waiter is owed by its deadline (timeout
+ * 0: at once), and rank 1's durable brings the look that answers. A
+ * daemon of its own. */
 static void test_no_look_while_saving_here(void **state)
 {
 	(void)state;
 	h_init(&E);
-	h_start(&E, "[debug]\nstore_delay_ms = 2500\n");
+	h_start(&E, "[debug]\nstore_delay_ms = 4000\n");
 	struct h_rank r0, r1;
 	h_rank_open(&E, &r0, "here", 0, 2, 8 << 20, "h", NULL, false);
 	h_rank_open(&E, &r1, "here", 1, 2, 8 << 20, "h", NULL, false);
@@ -236,6 +237,17 @@ static void test_no_look_while_saving_here(void **state)
 	if (strstr(once.msg, "1 of 2 ranks of attempt 'h'") == NULL)
 		fail_msg("timeout message: %s", once.msg);
 	assert_int_equal(h_metric(&E, "ckptd_wait_polls_total"), p0 + 1);
+	/* One with a timeout is looked for by its deadline, not after. */
+	struct waiter soon = { .sock = E.sock, .job = "here", .step = 1, .timeout_ms = 300 };
+	int64_t t0 = now_ms();
+	wait_thread(&soon);
+	int64_t took = now_ms() - t0;
+	assert_int_equal(soon.r, -ETIMEDOUT);
+	if (strstr(soon.msg, "1 of 2 ranks of attempt 'h'") == NULL)
+		fail_msg("timeout message: %s", soon.msg);
+	if (took < 250 || took > 1200)
+		fail_msg("a 300 ms wait took %" PRId64 " ms", took);
+	assert_int_equal(h_metric(&E, "ckptd_wait_polls_total"), p0 + 2);
 	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 30000), 0);
 	ckpt_future_free(f);
 	pthread_join(w.th, NULL);
@@ -243,8 +255,8 @@ static void test_no_look_while_saving_here(void **state)
 		fail_msg("waiter: %s (%s)", ckpt_strerror(w.r), w.msg);
 	assert_int_equal(w.info.ranks_present, 2);
 	uint64_t polls = h_metric(&E, "ckptd_wait_polls_total") - p0;
-	if (polls < 2 || polls > 3)
-		fail_msg("%" PRIu64 " polls; want the timeout-0 look and one or two after rank 1", polls);
+	if (polls < 3 || polls > 4)
+		fail_msg("%" PRIu64 " polls; want the two timed-out waiters' looks and one or two after rank 1", polls);
 	h_rank_close(&r0);
 	h_rank_close(&r1);
 	h_cleanup(&E);
