@@ -347,11 +347,13 @@ int planecodec_init(struct planecodec *c, int level)
 	 * nearly all literals (its matches are short and cost more than they
 	 * save), so its whole gain is their Huffman coding: keep it. Far
 	 * negative, with few matches tried, this is in effect Huffman alone,
-	 * 3x as fast as level 1 and smaller (tests/bench/codec_bench.c). A
-	 * libzstd without the parameter refuses it and compresses less. */
-#if ZSTD_VERSION_NUMBER >= 10500
+	 * 3x as fast as level 1 and smaller (tests/bench/codec_bench.c). The
+	 * parameter came with zstd 1.4.0 (ZSTD_lcm_huffman, which later
+	 * headers keep beside ZSTD_ps_enable, the same value); older ones
+	 * leave literals raw and compress less. */
+#if ZSTD_VERSION_NUMBER >= 10400
 	if (c->level < 0)
-		ZSTD_CCtx_setParameter(c->cctx, ZSTD_c_literalCompressionMode, ZSTD_ps_enable);
+		ZSTD_CCtx_setParameter(c->cctx, ZSTD_c_literalCompressionMode, ZSTD_lcm_huffman);
 #endif
 	return 0;
 }

@@ -267,6 +267,7 @@ static int guarded_copy(void *dst, const void *src, size_t len, uint32_t *crc)
 	 * handler, and skipping the save skips a syscall per block. */
 	if (sigsetjmp(jb, 0) != 0) {
 		guard = NULL;
+		memcopy_fence(); /* the copy's own fence was jumped over */
 		return -EFAULT;
 	}
 	guard = &jb;

@@ -40,6 +40,11 @@ bool memcopy_lanes_supported(void);
 /* Only where memcopy_lanes_supported(). */
 void memcopy_crc_lanes(void *dst, const void *src, size_t n, uint32_t *crc);
 
+/* Order the streaming stores made so far before later ones and before
+ * other threads' reads: for a copy left half way (hostbuf.c's SIGBUS
+ * guard), which skipped the routine's own fence. */
+void memcopy_fence(void);
+
 enum memcopy_kind memcopy_chosen(void);
 bool memcopy_kind_supported(enum memcopy_kind k);
 const char *memcopy_kind_name(enum memcopy_kind k);

@@ -422,7 +422,10 @@ static uint64_t unlooked_deadline(const struct group *g)
  * save that fails instead leaves the list, and the tick after it looks.
  * So a node's looks start when its own ranks are done, not when its first
  * rank waits: the looks of a wait are counted from the node's last rank,
- * however long the saves of the rest take. */
+ * however long the saves of the rest take. A step already complete in
+ * another attempt while a rank here saves it again is seen once that save
+ * ends; a waiter looked for before it and due meanwhile times out with
+ * the count its look found. */
 static bool hold_poll(struct group *g, uint64_t now)
 {
 	uint64_t due = unlooked_deadline(g);
