@@ -460,11 +460,13 @@ ssize_t planecodec_encode(struct planecodec *c, const void *src, size_t n, unsig
 		} else {
 			e[0] = PLANECODEC_RAW;
 			put_le64(e + 8, m);
-			memcpy(d + off, planes[k], m);
+			if (m) /* planes[k] may be NULL for an empty piece */
+				memcpy(d + off, planes[k], m);
 			off += m;
 		}
 	}
-	memcpy(d + off, s + m * elem, tail);
+	if (tail)
+		memcpy(d + off, s + m * elem, tail);
 	return (ssize_t)(off + tail);
 }
 
@@ -564,11 +566,12 @@ int planecodec_decode(struct planecodec *c, const void *src, size_t srclen, void
 		planes[k] = out;
 	}
 	if (elem == 1) {
-		if (planes[0] != d)
+		if (m && planes[0] != d) /* d may be NULL for an empty piece */
 			memcpy(d, planes[0], m);
 	} else {
 		merges[c->kind](d, planes, m, elem);
 	}
-	memcpy(d + m * elem, s + off, tail);
+	if (tail)
+		memcpy(d + m * elem, s + off, tail);
 	return 0;
 }
