@@ -14,10 +14,18 @@
  * interleaved bytes as they are (no planes) shows what the planes buy.
  * Synthetic data: real weights (heavier tails, per-layer scales) differ.
  *
- * usage: codec_bench [--mb N] [--piece-mb P] [--reps R] [--levels -500,-50,-5,1,3] */
+ * --dir DIR takes the sets from files instead: every DIR/KIND.DTYPE (DTYPE
+ * bf16, fp16, fp32 or fp64) as tests/bench/trained_state.py writes a
+ * trained model's weights and Adam moments, and adds the row issue 39's
+ * target is about, "bf16 w + fp32 m, v" (weights.bf16, adam_m.fp32 and
+ * adam_v.fp32 together).
+ *
+ * usage: codec_bench [--mb N] [--piece-mb P] [--reps R] [--levels -500,-50,-5,1,3] [--dir DIR] */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +37,7 @@
 
 #define MAX_LEVELS 16
 #define NSETS 5
+#define MAX_SETS 16
 #define MAX_REPS 64
 
 struct set {
@@ -36,7 +45,59 @@ struct set {
 	unsigned elem;
 	uint8_t *data;
 	size_t n;
+	bool target; /* in the "bf16 w + fp32 m, v" row */
 };
+
+/* The files of dir as sets (--dir): how many, or -1 with a message. */
+static int load_dir(const char *dir, struct set *sets)
+{
+	DIR *d = opendir(dir);
+	if (d == NULL) {
+		fprintf(stderr, "codec_bench: %s: %s\n", dir, strerror(errno));
+		return -1;
+	}
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL && n < MAX_SETS) {
+		const char *dot = strrchr(e->d_name, '.');
+		unsigned elem = !dot                                             ? 0
+				: !strcmp(dot, ".bf16") || !strcmp(dot, ".fp16") ? 2
+				: !strcmp(dot, ".fp32")                          ? 4
+				: !strcmp(dot, ".fp64")                          ? 8
+										 : 0;
+		if (elem == 0)
+			continue;
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		FILE *f = fopen(path, "rb");
+		if (f == NULL || fseek(f, 0, SEEK_END) != 0) {
+			fprintf(stderr, "codec_bench: %s: %s\n", path, strerror(errno));
+			closedir(d);
+			return -1;
+		}
+		long len = ftell(f);
+		rewind(f);
+		struct set *s = &sets[n];
+		s->name = strdup(e->d_name);
+		s->elem = elem;
+		s->n = len > 0 ? (size_t)len : 0;
+		s->data = malloc(s->n ? s->n : 1);
+		s->target = !strcmp(e->d_name, "weights.bf16") || !strcmp(e->d_name, "adam_m.fp32") ||
+			    !strcmp(e->d_name, "adam_v.fp32");
+		if (s->name == NULL || s->data == NULL || fread(s->data, 1, s->n, f) != s->n) {
+			fprintf(stderr, "codec_bench: reading %s failed\n", path);
+			fclose(f);
+			closedir(d);
+			return -1;
+		}
+		fclose(f);
+		n++;
+	}
+	closedir(d);
+	if (n == 0)
+		fprintf(stderr, "codec_bench: no KIND.bf16/fp16/fp32/fp64 file in %s\n", dir);
+	return n ? n : -1;
+}
 
 static uint64_t rng = 88172645463325252ull;
 
@@ -152,7 +213,7 @@ static int run_set(struct planecodec *c, const struct set *s, size_t piece, int 
 
 static void print_row(const char *what, const char *name, int level, const struct result *r)
 {
-	printf("%-8s %6d  %-8s %7.3f %10.0f %10.0f\n", what, level, name, (double)r->raw / (double)r->stored,
+	printf("%-8s %6d  %-18s %7.3f %10.0f %10.0f\n", what, level, name, (double)r->raw / (double)r->stored,
 	       (double)r->raw / r->enc_s / 1e6, (double)r->raw / r->dec_s / 1e6);
 }
 
@@ -160,17 +221,21 @@ int main(int argc, char **argv)
 {
 	size_t mb = 32, piece_mb = 4;
 	int reps = 3, levels[MAX_LEVELS] = { -500, -50, -5, 1, 3 }, nlevels = 5;
-	static const struct option opts[] = {
-		{ "mb", required_argument, NULL, 'm' },   { "piece-mb", required_argument, NULL, 'p' },
-		{ "reps", required_argument, NULL, 'r' }, { "levels", required_argument, NULL, 'l' },
-		{ "help", no_argument, NULL, 'h' },       { NULL, 0, NULL, 0 }
-	};
+	static const struct option opts[] = { { "mb", required_argument, NULL, 'm' },
+					      { "piece-mb", required_argument, NULL, 'p' },
+					      { "reps", required_argument, NULL, 'r' },
+					      { "levels", required_argument, NULL, 'l' },
+					      { "dir", required_argument, NULL, 'd' },
+					      { "help", no_argument, NULL, 'h' },
+					      { NULL, 0, NULL, 0 } };
+	const char *dir = NULL;
 	int o;
 	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (o) {
 		case 'm': mb = strtoul(optarg, NULL, 10); break;
 		case 'p': piece_mb = strtoul(optarg, NULL, 10); break;
 		case 'r': reps = atoi(optarg); break;
+		case 'd': dir = optarg; break;
 		case 'l': {
 			nlevels = 0;
 			char *save = NULL;
@@ -181,7 +246,8 @@ int main(int argc, char **argv)
 		}
 		default:
 			fprintf(stderr,
-				"usage: codec_bench [--mb N] [--piece-mb P] [--reps R] [--levels -500,-50,-5,1,3]\n");
+				"usage: codec_bench [--mb N] [--piece-mb P] [--reps R] [--levels -500,-50,-5,1,3] "
+				"[--dir DIR]\n");
 			return o == 'h' ? 0 : 2;
 		}
 	}
@@ -190,34 +256,42 @@ int main(int argc, char **argv)
 			MAX_REPS);
 		return 2;
 	}
-	struct set sets[NSETS] = { { "bf16 w", 2, NULL, 0 },
-				   { "fp32 w", 4, NULL, 0 },
-				   { "fp32 m", 4, NULL, 0 },
-				   { "fp32 v", 4, NULL, 0 },
-				   { "bf16 v", 2, NULL, 0 } };
+	struct set sets[MAX_SETS] = { { "bf16 w", 2, NULL, 0, false },
+				      { "fp32 w", 4, NULL, 0, false },
+				      { "fp32 m", 4, NULL, 0, false },
+				      { "fp32 v", 4, NULL, 0, false },
+				      { "bf16 v", 2, NULL, 0, false } };
+	int nsets = NSETS;
+	if (dir != NULL && (nsets = load_dir(dir, sets)) < 0)
+		return 1;
 	size_t piece = piece_mb << 20, cap = planecodec_bound(piece);
 	uint8_t *blob = malloc(cap > ZSTD_compressBound(piece) ? cap : ZSTD_compressBound(piece));
 	uint8_t *out = malloc(piece);
 	if (blob == NULL || out == NULL)
 		return 1;
 	cap = cap > ZSTD_compressBound(piece) ? cap : ZSTD_compressBound(piece);
-	for (int i = 0; i < NSETS; i++) {
+	for (int i = 0; dir == NULL && i < NSETS; i++) {
 		sets[i].n = mb << 20;
 		sets[i].data = malloc(sets[i].n);
 		if (sets[i].data == NULL)
 			return 1;
 		fill(&sets[i], i == 4 ? 3 : i);
 	}
-	printf("# %zu MiB a set, pieces of %zu MiB, median of %d; transposes: %s; one core\n", mb, piece_mb, reps,
-	       planecodec_kind_name(planecodec_chosen()));
-	printf("%-8s %6s  %-8s %7s %10s %10s\n", "method", "level", "set", "ratio", "comp MB/s", "decomp MB/s");
+	if (dir)
+		printf("# the files of %s, pieces of %zu MiB, median of %d; transposes: %s; one core\n", dir, piece_mb,
+		       reps, planecodec_kind_name(planecodec_chosen()));
+	else
+		printf("# %zu MiB a set, pieces of %zu MiB, median of %d; transposes: %s; one core\n", mb, piece_mb,
+		       reps, planecodec_kind_name(planecodec_chosen()));
+	printf("%-8s %6s  %-18s %7s %10s %10s\n", "method", "level", "set", "ratio", "comp MB/s", "decomp MB/s");
 	for (int planar = 1; planar >= 0; planar--)
 		for (int li = 0; li < nlevels; li++) {
 			struct planecodec c;
 			if (planecodec_init(&c, levels[li]) != 0)
 				return 1;
-			struct result all = { 0 };
-			for (int i = 0; i < NSETS; i++) {
+			struct result all = { 0 }, target = { 0 };
+			bool any_target = false;
+			for (int i = 0; i < nsets; i++) {
 				struct result r = { 0 };
 				int e = run_set(&c, &sets[i], piece, reps, planar, blob, cap, out, &r);
 				if (e < 0) {
@@ -230,27 +304,39 @@ int main(int argc, char **argv)
 				all.stored += r.stored;
 				all.enc_s += r.enc_s;
 				all.dec_s += r.dec_s;
+				if (sets[i].target) {
+					any_target = true;
+					target.raw += r.raw;
+					target.stored += r.stored;
+					target.enc_s += r.enc_s;
+					target.dec_s += r.dec_s;
+				}
 			}
 			print_row(planar ? "planes" : "zstd", "all", levels[li], &all);
+			if (any_target)
+				print_row(planar ? "planes" : "zstd", "bf16 w + fp32 m, v", levels[li], &target);
 			planecodec_free(&c);
 		}
 	/* planecodec_worth on every piece: what the sample costs. */
 	struct planecodec c;
 	if (planecodec_init(&c, 0) != 0)
 		return 1;
-	for (int i = 0; i < NSETS; i++) {
+	for (int i = 0; i < nsets; i++) {
 		size_t yes = 0, pieces = 0;
 		double t0 = now();
 		for (size_t off = 0; off < sets[i].n; off += piece, pieces++)
 			yes += planecodec_worth(&c, sets[i].data + off,
 						sets[i].n - off < piece ? sets[i].n - off : piece, sets[i].elem);
 		double t = now() - t0;
-		printf("# worth %-8s %zu of %zu pieces, %.1f us a piece\n", sets[i].name, yes, pieces,
+		printf("# worth %-18s %zu of %zu pieces, %.1f us a piece\n", sets[i].name, yes, pieces,
 		       t / (double)pieces * 1e6);
 	}
 	planecodec_free(&c);
-	for (int i = 0; i < NSETS; i++)
+	for (int i = 0; i < nsets; i++) {
 		free(sets[i].data);
+		if (dir)
+			free((char *)sets[i].name);
+	}
 	free(blob);
 	free(out);
 	return 0;
