@@ -1,4 +1,5 @@
-/* The operator calls: show, verify, delete, gc, metrics. */
+/* The catalogue's calls: list, wait, show, verify, resolve, held, delete,
+ * gc, metrics. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,6 +238,53 @@ int ckpt_resolve(ckpt_client *c, const char *job, int64_t step, ckpt_step_info *
 		return answered(rep, -EPROTO);
 	}
 	client_copy_step(out, rep->resolve_reply->info);
+	return answered(rep, 0);
+}
+
+int ckpt_wait_complete(ckpt_client *c, const char *job, uint64_t step, int64_t timeout_ms, ckpt_step_info *out)
+{
+	if (!c)
+		return bad_args();
+	Ckpt__WaitRequest m = CKPT__WAIT_REQUEST__INIT;
+	m.job = (char *)(job ? job : "");
+	m.step = step;
+	/* UINT32_MAX is the daemon's "no limit"; a limit is at most 49 days. */
+	m.timeout_ms = timeout_ms < 0 ? UINT32_MAX : timeout_ms >= UINT32_MAX ? UINT32_MAX - 1 : (uint32_t)timeout_ms;
+	Ckpt__Frame *rep;
+	int r = ask(c, FRAME(WAIT, wait, &m), CKPT__FRAME__BODY_RESOLVE_REPLY, &rep);
+	if (r < 0)
+		return r;
+	if (rep->resolve_reply->info == NULL) {
+		client_set_errmsg("ckptd answered wait without a step");
+		return answered(rep, -EPROTO);
+	}
+	if (out)
+		client_copy_step(out, rep->resolve_reply->info);
+	return answered(rep, 0);
+}
+
+int ckpt_list(ckpt_client *c, const char *job, ckpt_step_info **out, size_t *count)
+{
+	if (out)
+		*out = NULL;
+	if (count)
+		*count = 0;
+	if (!c || !out || !count)
+		return bad_args();
+	Ckpt__ListRequest m = CKPT__LIST_REQUEST__INIT;
+	m.job = (char *)(job ? job : "");
+	Ckpt__Frame *rep;
+	int r = ask(c, FRAME(LIST, list, &m), CKPT__FRAME__BODY_LIST_REPLY, &rep);
+	if (r < 0)
+		return r;
+	const Ckpt__ListReply *l = rep->list_reply;
+	ckpt_step_info *v = NULL; /* none: *out stays NULL */
+	if (l->n_steps && (v = calloc(l->n_steps, sizeof(*v))) == NULL)
+		return answered(rep, -ENOMEM);
+	for (size_t i = 0; i < l->n_steps; i++)
+		client_copy_step(&v[i], l->steps[i]);
+	*out = v;
+	*count = l->n_steps;
 	return answered(rep, 0);
 }
 
