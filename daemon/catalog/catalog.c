@@ -63,6 +63,19 @@ bool catalog_step_complete(const struct catalog_step *cs)
 	return cs->best >= 0 && !cs->stale_commit && group_complete(&cs->groups[cs->best]);
 }
 
+void catalog_step_summary(const struct catalog_step *cs, struct catalog_summary *out)
+{
+	const struct catalog_group *g = &cs->groups[cs->best];
+	memset(out, 0, sizeof(*out));
+	snprintf(out->attempt, sizeof(out->attempt), "%s", g->attempt);
+	out->world_size = g->world_size;
+	out->count = g->count;
+	out->bytes = g->bytes;
+	out->bytes_unlisted = !g->legacy && g->count > 0 && g->shards_listed == 0;
+	out->complete = catalog_step_complete(cs);
+	out->saved_ns = g->newest_ns;
+}
+
 /* A group is an attempt and world size in one naming format: format 1
  * and format 2 manifests of one attempt (saved across an upgrade) are
  * keyed and read differently, so they are two groups. */

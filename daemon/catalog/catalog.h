@@ -69,6 +69,18 @@ int catalog_list_step(struct store *s, const char *job, uint64_t step, struct ca
 int catalog_resolve_step(struct store *s, const char *job, uint64_t step, struct catalog_step *out);
 void catalog_step_free(struct catalog_step *cs);
 bool catalog_step_complete(const struct catalog_step *cs);
+/* What a listing says of a step's best attempt (cs->best >= 0), in the
+ * words a StepInfo answers with: one rule for every request that answers
+ * one (catalog_req.c, wait_req.c). */
+struct catalog_summary {
+	char attempt[ATTEMPT_BUF];
+	uint32_t world_size, count; /* ranks with a manifest */
+	uint64_t bytes;
+	bool bytes_unlisted; /* manifests but no shard listed: the shards are elsewhere (layout spread) */
+	bool complete;
+	int64_t saved_ns; /* its newest manifest's time */
+};
+void catalog_step_summary(const struct catalog_step *cs, struct catalog_summary *out);
 /* A step listed with a commit object but not pinned by the listing (one
  * complete attempt): GET the commit, so that cs->pinned says whether best
  * is the attempt it names. 0, or a storage error. */

@@ -36,10 +36,11 @@
 
 static int step_info(Ckpt__StepInfo *si, const char *job, const struct catalog_step *cs)
 {
-	const struct catalog_group *g = &cs->groups[cs->best];
+	struct catalog_summary x;
+	catalog_step_summary(cs, &x);
 	ckpt__step_info__init(si);
 	si->job = strdup(job);
-	si->attempt_id = strdup(g->attempt);
+	si->attempt_id = strdup(x.attempt);
 	if (si->job == NULL || si->attempt_id == NULL) {
 		free(si->job);
 		free(si->attempt_id);
@@ -47,12 +48,12 @@ static int step_info(Ckpt__StepInfo *si, const char *job, const struct catalog_s
 		return -ENOMEM;
 	}
 	si->step = cs->step;
-	si->complete = catalog_step_complete(cs);
-	si->bytes = g->bytes;
-	si->bytes_unlisted = !g->legacy && g->count > 0 && g->shards_listed == 0;
-	si->ranks_present = g->count;
-	si->world_size = g->world_size;
-	si->saved_unix_ns = g->newest_ns;
+	si->complete = x.complete;
+	si->bytes = x.bytes;
+	si->bytes_unlisted = x.bytes_unlisted;
+	si->ranks_present = x.count;
+	si->world_size = x.world_size;
+	si->saved_unix_ns = x.saved_ns;
 	return 0;
 }
 

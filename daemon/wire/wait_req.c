@@ -31,15 +31,11 @@
 #include <string.h>
 #include <time.h>
 
-/* What a poll found of a complete step: its StepInfo's fields. */
+/* What a poll found of a step (complete, or the best attempt so far). */
 struct seen {
 	char job[JOB_BUF];
 	uint64_t step;
-	char attempt[ATTEMPT_BUF];
-	uint32_t world_size, count;
-	uint64_t bytes;
-	bool bytes_unlisted;
-	int64_t saved_ns;
+	struct catalog_summary sum;
 	uint64_t at_ns; /* when (clock_now_ns); 0: a free slot */
 };
 
@@ -160,12 +156,12 @@ static void answer(struct waiter *w, const struct seen *x, int status, const cha
 	si.job = (char *)shown;
 	si.step = x->step;
 	si.complete = true;
-	si.bytes = x->bytes;
-	si.bytes_unlisted = x->bytes_unlisted;
-	si.ranks_present = x->count;
-	si.world_size = x->world_size;
-	si.attempt_id = (char *)x->attempt;
-	si.saved_unix_ns = x->saved_ns;
+	si.bytes = x->sum.bytes;
+	si.bytes_unlisted = x->sum.bytes_unlisted;
+	si.ranks_present = x->sum.count;
+	si.world_size = x->sum.world_size;
+	si.attempt_id = (char *)x->sum.attempt;
+	si.saved_unix_ns = x->sum.saved_ns;
 	Ckpt__ResolveReply rep = CKPT__RESOLVE_REPLY__INIT;
 	rep.info = &si;
 	Ckpt__Frame f = CKPT__FRAME__INIT;
@@ -190,8 +186,8 @@ static void not_yet(const struct group *g, const struct waiter *w, char *buf, si
 	else if (l->status < 0)
 		snprintf(buf, len, "the last look failed: %s", l->why);
 	else
-		snprintf(buf, len, "%u of %u ranks of attempt '%s' in storage", l->found.count, l->found.world_size,
-			 l->found.attempt);
+		snprintf(buf, len, "%u of %u ranks of attempt '%s' in storage", l->found.sum.count,
+			 l->found.sum.world_size, l->found.sum.attempt);
 }
 
 static void timed_out(struct group *g, struct waiter *w)
@@ -270,16 +266,10 @@ static void rearm(struct group *g)
 
 static void seen_of(struct seen *x, const char *job, const struct catalog_step *cs)
 {
-	const struct catalog_group *cg = &cs->groups[cs->best];
 	memset(x, 0, sizeof(*x));
 	snprintf(x->job, sizeof(x->job), "%s", job);
 	x->step = cs->step;
-	snprintf(x->attempt, sizeof(x->attempt), "%s", cg->attempt);
-	x->world_size = cg->world_size;
-	x->count = cg->count;
-	x->bytes = cg->bytes;
-	x->bytes_unlisted = !cg->legacy && cg->count > 0 && cg->shards_listed == 0;
-	x->saved_ns = cg->newest_ns;
+	catalog_step_summary(cs, &x->sum);
 }
 
 static void poll_run(uv_work_t *work)
