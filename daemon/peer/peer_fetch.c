@@ -38,25 +38,22 @@ static int ask_copy(struct peer *p, const char *name, struct fetch *ft, struct l
 		snprintf(why, whylen, "asked already");
 		return -ENOENT;
 	}
-	int r = peer_open_link(p, name, PEER_PROTOCOL_VERSION, ft->only_down, l, why, whylen);
-	if (r == -EHOSTDOWN)
-		ft->skipped = true;
-	if (r < 0)
-		return r;
 	Ckpt__PeerFrame f = CKPT__PEER_FRAME__INIT;
 	f.body_case = CKPT__PEER_FRAME__BODY_GET;
 	f.get = (Ckpt__ReplicaGet *)g;
 	Ckpt__PeerFrame *in = NULL;
-	r = link_send(l, &f);
-	if (r == 0)
-		r = link_recv(l, frame_max(&p->d->cfg), &in);
+	int r = peer_request(p, name, ft->only_down, &f, frame_max(&p->d->cfg), l, &in, why, whylen);
+	if (r == -EHOSTDOWN)
+		ft->skipped = true;
 	if (r == -EMSGSIZE) {
 		refuse(p, PEER_LIMIT_FRAME_BYTES);
 		snprintf(why, whylen,
 			 "its answer is larger than %zu bytes, the largest manifest this node's [limits] allow",
 			 frame_max(&p->d->cfg));
 	}
-	if (r == 0 && in->body_case != CKPT__PEER_FRAME__BODY_DATA)
+	if (r < 0)
+		return r;
+	if (in->body_case != CKPT__PEER_FRAME__BODY_DATA)
 		r = -EPROTO;
 	if (r == 0 && in->data->status != 0) {
 		r = wire_errno(in->data->status);
@@ -339,9 +336,6 @@ static int list_one(struct peer *p, const char *name, const char *job, uint32_t 
 {
 	struct link l;
 	char err[300];
-	int r = peer_open_link(p, name, PEER_PROTOCOL_VERSION, false, &l, err, sizeof(err));
-	if (r < 0)
-		return r;
 	Ckpt__ReplicaList q = CKPT__REPLICA_LIST__INIT;
 	q.job = (char *)job;
 	q.rank = rank;
@@ -351,15 +345,15 @@ static int list_one(struct peer *p, const char *name, const char *job, uint32_t 
 	f.list = &q;
 	Ckpt__PeerFrame *in = NULL;
 	size_t max = (size_t)p->d->cfg.peer_max_list * LIST_ENTRY_BYTES + 4096;
-	r = link_send(&l, &f);
-	if (r == 0)
-		r = link_recv(&l, max, &in);
+	int r = peer_request(p, name, false, &f, max, &l, &in, err, sizeof(err));
 	if (r == -EMSGSIZE) {
 		refuse(p, PEER_LIMIT_LIST);
 		log_warn("peers: %s answered a list of %s with more than %zu bytes ([peers] max_list); not read", name,
 			 job, max);
 	}
-	if (r == 0 && in->body_case != CKPT__PEER_FRAME__BODY_LIST_REPLY)
+	if (r < 0)
+		return r;
+	if (in->body_case != CKPT__PEER_FRAME__BODY_LIST_REPLY)
 		r = -EPROTO;
 	char why[200];
 	if (r == 0 && (r = peer_msg_list(in->list_reply, &q, p->d->cfg.peer_max_list, why, sizeof(why))) < 0) {

@@ -270,6 +270,13 @@ void peer_sweep_end(struct peer *p, struct holders *h, bool whole);
  * link, it is asked again by all. */
 int peer_open_link(struct peer *p, const char *name, uint32_t version, bool even_down, struct link *l, char *why,
 		   size_t whylen);
+/* One request on a new link (peer_open_link with PEER_PROTOCOL_VERSION):
+ * f sent to name and its answer, at most max bytes, in *in, the link
+ * left open for what follows (a shard's bytes). 0, or -errno with why
+ * (-EMSGSIZE: the answer is larger than max; -EHOSTDOWN: skipped as
+ * down) and the link closed. The caller checks the answer's kind. */
+int peer_request(struct peer *p, const char *name, bool even_down, const Ckpt__PeerFrame *f, size_t max, struct link *l,
+		 Ckpt__PeerFrame **in, char *why, size_t whylen);
 bool peer_is_down(struct peer *p, const char *name);
 /* The same, mu held. */
 bool peer_down_locked(struct peer *p, const char *name, uint64_t now);

@@ -82,18 +82,7 @@ static void directory_claim(struct peer *p, uint64_t h, uint64_t off, uint64_t l
 static int ask(struct peer *p, const char *name, const Ckpt__PeerFrame *f, struct link *l, Ckpt__PeerFrame **in,
 	       char *why, size_t whylen)
 {
-	*in = NULL;
-	int r = peer_open_link(p, name, PEER_PROTOCOL_VERSION, false, l, why, whylen);
-	if (r < 0)
-		return r;
-	r = link_send(l, f);
-	if (r == 0)
-		r = link_recv(l, 64u << 10, in);
-	if (r < 0) {
-		snprintf(why, whylen, "%s: %s", name, strerror(-r));
-		link_close(l);
-	}
-	return r;
+	return peer_request(p, name, false, f, 64u << 10, l, in, why, whylen);
 }
 
 /* Who holds the range, as its directory dir says: into holder ("": this

@@ -300,3 +300,22 @@ int peer_open_link(struct peer *p, const char *name, uint32_t version, bool even
 	}
 	return r;
 }
+
+int peer_request(struct peer *p, const char *name, bool even_down, const Ckpt__PeerFrame *f, size_t max, struct link *l,
+		 Ckpt__PeerFrame **in, char *why, size_t whylen)
+{
+	*in = NULL;
+	int r = peer_open_link(p, name, PEER_PROTOCOL_VERSION, even_down, l, why, whylen);
+	if (r < 0)
+		return r;
+	r = link_send(l, f);
+	if (r == 0)
+		r = link_recv(l, max, in);
+	if (r == -EMSGSIZE)
+		snprintf(why, whylen, "%s: an answer larger than %zu bytes", name, max);
+	else if (r < 0)
+		snprintf(why, whylen, "%s: %s", name, strerror(-r));
+	if (r < 0)
+		link_close(l);
+	return r;
+}
