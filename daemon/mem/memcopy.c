@@ -190,6 +190,7 @@ void memcopy_with(enum memcopy_kind k, void *dst, const void *src, size_t n)
 }
 
 static enum memcopy_kind chosen = MEMCOPY_SSE2_NT;
+static bool by_lanes; /* memcopy_crc's way, picked with chosen */
 
 __attribute__((constructor)) static void memcopy_pick(void)
 {
@@ -197,6 +198,7 @@ __attribute__((constructor)) static void memcopy_pick(void)
 		chosen = MEMCOPY_AVX2_NT;
 	else if (!kind_ok(MEMCOPY_SSE2_NT))
 		chosen = MEMCOPY_LIBC;
+	by_lanes = chosen == MEMCOPY_AVX2_NT && lanes_ok();
 }
 
 enum memcopy_kind memcopy_chosen(void)
@@ -247,7 +249,7 @@ void memcopy_crc(void *dst, const void *src, size_t n, uint32_t *crc)
 {
 	if (crc == NULL)
 		memcopy_stream(dst, src, n);
-	else if (chosen == MEMCOPY_AVX2_NT && lanes_ok())
+	else if (by_lanes)
 		copy_crc_lanes(dst, src, n, crc);
 	else
 		memcopy_crc_blocks(dst, src, n, crc);

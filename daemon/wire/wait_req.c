@@ -392,7 +392,15 @@ static void poll_start(struct group *g)
 	}
 }
 
-static bool saving_here(struct daemon *d, const char *job, uint64_t step);
+/* Whether a save of (job, step) is still in flight here. */
+static bool saving_here(struct daemon *d, const char *job, uint64_t step)
+{
+	struct save *sv;
+	TAILQ_FOREACH (sv, &d->saves, link)
+		if (sv->step == step && strcmp(sv->job, job) == 0)
+			return true;
+	return false;
+}
 
 /* The earliest deadline of a waiter not yet looked for (UINT64_MAX:
  * none): it gets its look then, whatever else holds the poll back. */
@@ -516,16 +524,6 @@ void wait_cancel_all(struct daemon *d, int status, const char *why)
 		return;
 	while ((g = TAILQ_FIRST(&d->waits->groups)) != NULL)
 		answer_all(g, NULL, status, why);
-}
-
-/* Whether a save of (job, step) is still in flight here. */
-static bool saving_here(struct daemon *d, const char *job, uint64_t step)
-{
-	struct save *sv;
-	TAILQ_FOREACH (sv, &d->saves, link)
-		if (sv->step == step && strcmp(sv->job, job) == 0)
-			return true;
-	return false;
 }
 
 void wait_step_durable(struct daemon *d, const char *job, uint64_t step)
