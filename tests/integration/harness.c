@@ -535,15 +535,20 @@ int h_peer_certs(char *dir)
 		       : -1;
 }
 
-int h_ctl(struct dctx *d, const char *args, bool with_stderr, char *out, size_t outlen)
+int h_run(const char *cmd, char *out, size_t outlen)
 {
-	char cmd[1200];
-	snprintf(cmd, sizeof(cmd), "timeout 30 '%s' --socket '%s' %s%s", getenv("CKPTCTL_BIN"), d->sock, args,
-		 with_stderr ? " 2>&1" : "");
 	FILE *p = popen(cmd, "r");
 	assert_non_null(p);
 	size_t n = fread(out, 1, outlen - 1, p);
 	out[n] = '\0';
 	int st = pclose(p);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int h_ctl(struct dctx *d, const char *args, bool with_stderr, char *out, size_t outlen)
+{
+	char cmd[1200];
+	snprintf(cmd, sizeof(cmd), "timeout 30 '%s' --socket '%s' %s%s", getenv("CKPTCTL_BIN"), d->sock, args,
+		 with_stderr ? " 2>&1" : "");
+	return h_run(cmd, out, outlen);
 }

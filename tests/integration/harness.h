@@ -103,6 +103,9 @@ void h_rank_close(struct h_rank *rc);
  * and waits until it is durable. */
 void h_save_blob(struct dctx *d, const char *job, size_t n, uint64_t seed);
 
+/* Run the shell command cmd: its exit status (-1: it did not exit), its
+ * standard output (the first outlen - 1 bytes) in out. */
+int h_run(const char *cmd, char *out, size_t outlen);
 /* Run ckptctl (CKPTCTL_BIN, at most 30 s) against d with args (shell
  * words), stderr into out too when with_stderr: its exit status (-1: it
  * did not exit), its output in out. */

@@ -33,16 +33,6 @@
 
 #include <json-c/json.h>
 
-static int run_cmd(const char *cmd, char *out, size_t outlen)
-{
-	FILE *p = popen(cmd, "r");
-	assert_non_null(p);
-	size_t n = fread(out, 1, outlen - 1, p);
-	out[n] = '\0';
-	int st = pclose(p);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 static void test_check_config(void **state)
 {
 	(void)state;
@@ -56,7 +46,7 @@ static void test_check_config(void **state)
 	fclose(f);
 	snprintf(cmd, sizeof(cmd), "'%s' --check-config --config '%s' --set pool.policy=skip --log-level debug",
 		 getenv("CKPTD_BIN"), conf);
-	assert_int_equal(run_cmd(cmd, out, sizeof(out)), 0);
+	assert_int_equal(h_run(cmd, out, sizeof(out)), 0);
 	assert_non_null(strstr(out, "staging_bytes = 134217728"));
 	assert_non_null(strstr(out, "policy = skip"));
 	assert_non_null(strstr(out, "[job.big]"));
@@ -68,18 +58,18 @@ static void test_check_config(void **state)
 	fprintf(f, "[storage]\nurl = file:///tmp/x\n\n[pool]\nstagin_bytes = 1G\n");
 	fclose(f);
 	snprintf(cmd, sizeof(cmd), "'%s' --check-config --config '%s' 2>&1", getenv("CKPTD_BIN"), conf);
-	assert_int_equal(run_cmd(cmd, out, sizeof(out)), 2);
+	assert_int_equal(h_run(cmd, out, sizeof(out)), 2);
 	assert_non_null(strstr(out, "bad.conf:5"));
 	assert_non_null(strstr(out, "stagin_bytes"));
 	/* A bad value, and a bad --set. */
 	f = fopen(conf, "w");
 	fprintf(f, "[storage]\nurl = file:///tmp/x\n[pool]\npolicy = maybe\n");
 	fclose(f);
-	assert_int_equal(run_cmd(cmd, out, sizeof(out)), 2);
+	assert_int_equal(h_run(cmd, out, sizeof(out)), 2);
 	assert_non_null(strstr(out, "bad.conf:4"));
 	snprintf(cmd, sizeof(cmd), "'%s' --check-config --storage file:///x --set pool.copy_threads=lots 2>&1",
 		 getenv("CKPTD_BIN"));
-	assert_int_equal(run_cmd(cmd, out, sizeof(out)), 2);
+	assert_int_equal(h_run(cmd, out, sizeof(out)), 2);
 	assert_non_null(strstr(out, "copy_threads"));
 	/* The storage URL as a start would take it: scheme, bucket, every
 	 * option of the URL and of [storage], without a connection. */
@@ -95,7 +85,7 @@ static void test_check_config(void **state)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		snprintf(cmd, sizeof(cmd), "'%s' --check-config --config /dev/null --storage '%s' 2>&1",
 			 getenv("CKPTD_BIN"), bad[i].storage);
-		assert_int_equal(run_cmd(cmd, out, sizeof(out)), 2);
+		assert_int_equal(h_run(cmd, out, sizeof(out)), 2);
 		if (strstr(out, bad[i].says) == NULL)
 			fail_msg("--storage %s: %s", bad[i].storage, out);
 	}
@@ -103,14 +93,14 @@ static void test_check_config(void **state)
 	fprintf(f, "[storage]\nurl = s3://bucket/p\nendpiont = http://127.0.0.1:1\n");
 	fclose(f);
 	snprintf(cmd, sizeof(cmd), "'%s' --check-config --config '%s' 2>&1", getenv("CKPTD_BIN"), conf);
-	assert_int_equal(run_cmd(cmd, out, sizeof(out)), 2);
+	assert_int_equal(h_run(cmd, out, sizeof(out)), 2);
 	assert_non_null(strstr(out, "endpiont"));
 	/* A good object-store URL passes without reaching any endpoint. */
 	snprintf(cmd, sizeof(cmd),
 		 "'%s' --check-config --config /dev/null --storage "
 		 "'s3://bucket/p?endpoint=http://127.0.0.1:1&region=us-east-1' 2>&1",
 		 getenv("CKPTD_BIN"));
-	assert_int_equal(run_cmd(cmd, out, sizeof(out)), 0);
+	assert_int_equal(h_run(cmd, out, sizeof(out)), 0);
 	h_cleanup(&d);
 }
 
@@ -550,7 +540,7 @@ static void test_socket_in_use_exits_1(void **state)
 		 "'%s' --config /dev/null --socket '%s' --storage 'file://%s' --state-dir '%s/state2' "
 		 "--staging-bytes 16M --chunk-bytes 4M 2>&1",
 		 getenv("CKPTD_BIN"), d.sock, d.store, d.dir);
-	assert_int_equal(run_cmd(cmd, out, sizeof(out)), 1);
+	assert_int_equal(h_run(cmd, out, sizeof(out)), 1);
 	if (strstr(out, d.sock) == NULL || strstr(out, "another ckptd is listening on") == NULL)
 		fail_msg("second ckptd on %s said: %s", d.sock, out);
 	h_assert_serves(&d);

@@ -67,6 +67,20 @@ static void *wait_thread(void *arg)
 	return NULL;
 }
 
+/* w waits, and times out within lo to hi ms with a message that says
+ * how far the step got. */
+static void expect_timeout(struct waiter *w, const char *says, int64_t lo, int64_t hi)
+{
+	int64_t t0 = now_ms();
+	wait_thread(w);
+	int64_t took = now_ms() - t0;
+	assert_int_equal(w->r, -ETIMEDOUT);
+	if (strstr(w->msg, says) == NULL)
+		fail_msg("timeout message: %s", w->msg);
+	if (took < lo || took > hi)
+		fail_msg("a %" PRId64 " ms wait took %" PRId64 " ms", w->timeout_ms, took);
+}
+
 /* WAITERS sessions wait for step 1 of a 2-rank job whose rank 1 saves a
  * second later: every one is answered complete, and the daemon polled
  * storage a handful of times in all, where each waiter polling every
@@ -126,14 +140,7 @@ static void test_timeout_says_how_far(void **state)
 	save_durable(&r0, 3);
 	uint64_t polls0 = h_metric(&D, "ckptd_wait_polls_total");
 	struct waiter w = { .job = "half", .step = 3, .timeout_ms = 400 };
-	int64_t t0 = now_ms();
-	wait_thread(&w);
-	int64_t took = now_ms() - t0;
-	assert_int_equal(w.r, -ETIMEDOUT);
-	if (strstr(w.msg, "1 of 2 ranks of attempt 'b'") == NULL)
-		fail_msg("timeout message: %s", w.msg);
-	if (took < 350 || took > 10000)
-		fail_msg("a 400 ms wait took %" PRId64 " ms", took);
+	expect_timeout(&w, "1 of 2 ranks of attempt 'b'", 350, 10000);
 
 	struct waiter once = { .job = "half", .step = 9, .timeout_ms = 0 };
 	uint64_t before = h_metric(&D, "ckptd_wait_polls_total");
@@ -239,14 +246,7 @@ static void test_no_look_while_saving_here(void **state)
 	assert_int_equal(h_metric(&E, "ckptd_wait_polls_total"), p0 + 1);
 	/* One with a timeout is looked for by its deadline, not after. */
 	struct waiter soon = { .sock = E.sock, .job = "here", .step = 1, .timeout_ms = 300 };
-	int64_t t0 = now_ms();
-	wait_thread(&soon);
-	int64_t took = now_ms() - t0;
-	assert_int_equal(soon.r, -ETIMEDOUT);
-	if (strstr(soon.msg, "1 of 2 ranks of attempt 'h'") == NULL)
-		fail_msg("timeout message: %s", soon.msg);
-	if (took < 250 || took > 1200)
-		fail_msg("a 300 ms wait took %" PRId64 " ms", took);
+	expect_timeout(&soon, "1 of 2 ranks of attempt 'h'", 250, 1200);
 	assert_int_equal(h_metric(&E, "ckptd_wait_polls_total"), p0 + 2);
 	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 30000), 0);
 	ckpt_future_free(f);
