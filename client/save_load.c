@@ -161,6 +161,10 @@ int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors, size
 		client_set_errmsgf("unknown tier %d", opts->tier);
 		return -EINVAL;
 	}
+	if (opts && (opts->compress < CKPT_COMPRESS_JOB || opts->compress > CKPT_COMPRESS_OFF)) {
+		client_set_errmsgf("unknown compress %d", opts->compress);
+		return -EINVAL;
+	}
 	if (opts && opts->tier != CKPT_TIER_DURABLE && !(c->capabilities & CKPT_CAP_TIERS)) {
 		client_set_errmsg("this ckptd has no tiers (an older version): only durable saves");
 		return -ENOTSUP;
@@ -185,6 +189,7 @@ int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors, size
 	}
 	s.step = step;
 	s.tier = (Ckpt__Tier)(opts ? opts->tier : CKPT_TIER_DURABLE);
+	s.compress = (Ckpt__Compress)(opts ? opts->compress : CKPT_COMPRESS_JOB);
 	s.n_tensors = ts.n;
 	s.tensors = ts.ptrs;
 	s.extra_state.data = (uint8_t *)extra;

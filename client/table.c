@@ -162,6 +162,10 @@ int ckpt_save_table_ex(ckpt_client *c, uint64_t step, const ckpt_table *t, const
 		client_set_errmsgf("unknown tier %d", tier);
 		return -EINVAL;
 	}
+	if (opts && (opts->compress < CKPT_COMPRESS_JOB || opts->compress > CKPT_COMPRESS_OFF)) {
+		client_set_errmsgf("unknown compress %d", opts->compress);
+		return -EINVAL;
+	}
 	if (tier != CKPT_TIER_DURABLE && !(c->capabilities & CKPT_CAP_TIERS)) {
 		client_set_errmsg("this ckptd has no tiers (an older version): only durable saves");
 		return -ENOTSUP;
@@ -179,6 +183,7 @@ int ckpt_save_table_ex(ckpt_client *c, uint64_t step, const ckpt_table *t, const
 	Ckpt__Save s = CKPT__SAVE__INIT;
 	s.step = step;
 	s.tier = (Ckpt__Tier)tier;
+	s.compress = (Ckpt__Compress)(opts ? opts->compress : CKPT_COMPRESS_JOB);
 	s.table_id = t->id;
 	s.extra_state.data = (uint8_t *)extra;
 	s.extra_state.len = extra_len;

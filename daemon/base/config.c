@@ -77,6 +77,7 @@ void config_job_policy(const struct config *c, const char *job, uint64_t pool_by
 	uint32_t qp = c->quota_pct;
 	out->max_inflight_saves = c->max_inflight_saves;
 	out->retention = c->retention;
+	out->compress = c->compress;
 	/* A tenant's job TENANT/NAME takes [job.NAME] (every tenant's NAME),
 	 * then [job.TENANT/NAME] over it. */
 	const char *slash = strchr(job, '/');
@@ -101,6 +102,8 @@ void config_job_policy(const struct config *c, const char *job, uint64_t pool_by
 			out->retention.max_age_s = j->retention.max_age_s;
 		if (SET(JOB_KEY_INCOMPLETE_GRACE))
 			out->retention.incomplete_grace_s = j->retention.incomplete_grace_s;
+		if (SET(JOB_KEY_COMPRESS))
+			out->compress = j->compress;
 #undef SET
 	}
 	if (qp)
@@ -216,6 +219,8 @@ const struct config_key config_keys[] = {
 	    .help = "keep each (job, rank)'s newest durable step in the pool for restores"),
 	KEY("pool", "verify_held", cfg_bool, verify_held, 0, .def = true,
 	    .help = "CRC-check restores from the memory tier as from storage"),
+	KEY("pool", "compress", cfg_bool, compress, 0, .def = false,
+	    .help = "store shards compressed (byte planes and zstd), losslessly, on upload"),
 
 	KEY("retention", "keep_last", cfg_u32, retention.keep_last, 0, .help = "the newest N complete steps"),
 	KEY("retention", "keep_every", cfg_u32, retention.keep_every, 0, .help = "and every step divisible by K"),
@@ -354,6 +359,7 @@ const struct config_key config_job_keys[JOB_KEY_COUNT] = {
 				    .help = "complete steps older than this go"),
 	[JOB_KEY_INCOMPLETE_GRACE] = JOB_KEY("incomplete_grace", cfg_duration, retention.incomplete_grace_s,
 					     .help = "incomplete steps older than this go"),
+	[JOB_KEY_COMPRESS] = JOB_KEY("compress", cfg_bool, compress, .help = "store shards compressed on upload"),
 };
 
 #define TENANT_KEY(key, ty, fld, ...) \

@@ -90,6 +90,7 @@ enum job_key {
 	JOB_KEY_KEEP_EVERY,
 	JOB_KEY_MAX_AGE,
 	JOB_KEY_INCOMPLETE_GRACE,
+	JOB_KEY_COMPRESS,
 	JOB_KEY_COUNT,
 };
 
@@ -103,6 +104,7 @@ struct job_config {
 	uint64_t quota_bytes;
 	uint32_t quota_pct;
 	uint32_t max_inflight_saves; /* 0: the default */
+	bool compress;
 };
 
 /* The rows of config_tenant_keys[], in order. */
@@ -142,6 +144,7 @@ struct job_policy {
 	uint64_t quota_bytes; /* of the pool; the whole pool when unlimited */
 	uint32_t max_inflight_saves;
 	struct retention retention;
+	bool compress; /* uploads stored compressed (upload.c) */
 };
 
 struct config {
@@ -188,6 +191,7 @@ struct config {
 	uint32_t max_parallel_uploads;
 	bool memory_tier;
 	bool verify_held; /* CRC-check restores from held copies */
+	bool compress;    /* [pool] compress: shards stored compressed, unless a job says otherwise */
 	struct retention retention;
 	struct job_config jobs[CONFIG_MAX_JOBS];
 	size_t njobs;

@@ -1,4 +1,5 @@
 #include "manifest.h"
+#include "pieces.h"
 #include "tensor.h"
 
 #include <errno.h>
@@ -259,9 +260,9 @@ static int check_unique_names(const Ckpt__Manifest *m, char *err, size_t errlen)
 
 int manifest_check(const Ckpt__Manifest *m, char *err, size_t errlen)
 {
-	if (m->format_version != MANIFEST_FORMAT_VERSION) {
-		snprintf(err, errlen, "manifest format version %u, this ckptd reads %d", m->format_version,
-			 MANIFEST_FORMAT_VERSION);
+	if (m->format_version != MANIFEST_FORMAT_VERSION && m->format_version != MANIFEST_FORMAT_PIECES) {
+		snprintf(err, errlen, "manifest format version %u, this ckptd reads %d and %d", m->format_version,
+			 MANIFEST_FORMAT_VERSION, MANIFEST_FORMAT_PIECES);
 		return -EBADMSG;
 	}
 	if (!manifest_job_valid(m->job) || !manifest_name_valid(m->attempt_id, ATTEMPT_MAX_LEN)) {
@@ -304,6 +305,8 @@ int manifest_check(const Ckpt__Manifest *m, char *err, size_t errlen)
 			return -EBADMSG;
 		}
 	}
+	if (pieces_check(m, err, errlen) < 0)
+		return -EBADMSG;
 	char key[1024];
 	if (manifest_shard_of(m, key, sizeof(key)) < 0) {
 		snprintf(err, errlen, "manifest shard '%.100s%s%.200s' is not a shard of rank %u of %u", m->shard_dir,

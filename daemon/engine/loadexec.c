@@ -8,6 +8,8 @@
 #include "load_int.h"
 #include "log.h"
 #include "manifest.h"
+#include "pieces.h"
+#include "planecodec.h"
 #include "rangecache.h"
 #include "readshare.h"
 #include "saveobj.h"
@@ -37,6 +39,7 @@ struct tplan {
 	const struct save *held; /* memory-tier copy, or NULL: storage */
 	bool verify;             /* crc the held copy too ([pool] verify_held) */
 	const char *key;         /* the shard in storage */
+	const struct pieces *pc; /* its pieces (storage only), or NULL: stored raw */
 	struct box saved;
 	size_t es;
 	uint64_t nrows, row_bytes, rows_per, nslabs;
@@ -55,10 +58,16 @@ struct ltask {
 /* One read: tasks [first, first + n) of one shard in storage, in offset
  * order, fetched by one ranged GET of [off, off + len) when they lie close
  * together (READ_GAP), up to READ_BLOCK; a held copy's task is its own. A
- * rank's many small tensors then cost a GET per 16 MiB, not one each. */
+ * rank's many small tensors then cost a GET per 16 MiB, not one each.
+ * A shard with pieces: [off, off + len) is the raw bytes of its pieces
+ * [p0, p1), whole, and the GET is of their stored bytes; tasks that share
+ * a piece share a read, so that no piece is fetched twice (unless the
+ * read would pass READ_BLOCK twice over, which no layout of ours makes). */
 struct lread {
 	size_t first, n;
 	uint64_t off, len;
+	const struct pieces *pc;
+	size_t p0, p1;
 };
 #define READ_GAP (256u << 10) /* bytes of a gap worth reading rather than a request */
 
@@ -161,7 +170,10 @@ struct share_ctx {
 	const struct lread *rd;
 	struct store *st;
 	const char *key;
-	bool across; /* shared with the other nodes (peer_range.c) */
+	uint64_t off, len; /* of the object: rd's range, or its pieces' stored bytes */
+	bool across;       /* shared with the other nodes (peer_range.c) */
+	uint8_t *raw;      /* rd's pieces decoded (the worker's) */
+	struct planecodec *codec;
 };
 
 /* Where a read's bytes came from (readshare.h), besides storage. */
@@ -191,7 +203,6 @@ static const char *node_name(const struct config *c)
 static int share_fetch(void *ctx, uint8_t *buf)
 {
 	struct share_ctx *sc = ctx;
-	const struct lread *rd = sc->rd;
 	struct load *ld = sc->ex->ld;
 	struct daemon *d = ld->d;
 	struct rc_entry *e = NULL;
@@ -199,19 +210,19 @@ static int share_fetch(void *ctx, uint8_t *buf)
 		      size_t) = sc->across ? d->peer_range : NULL;
 	if (across) {
 		const uint8_t *at;
-		if (rangecache_hold(d->rangecache, sc->st, sc->key, rd->off, rd->len, 0, &at, &e) == 0) {
-			memcpy(buf, at, (size_t)rd->len);
+		if (rangecache_hold(d->rangecache, sc->st, sc->key, sc->off, sc->len, 0, &at, &e) == 0) {
+			memcpy(buf, at, (size_t)sc->len);
 			rangecache_release(d->rangecache, e);
 			return FROM_KEPT;
 		}
 		/* Made before the claim: a peer the directory sends here at
 		 * once finds the read in flight and waits for it. Without room
 		 * to keep it, this node claims nothing and reads alone. */
-		e = rangecache_begin(d->rangecache, sc->st, sc->key, rd->off, rd->len);
+		e = rangecache_begin(d->rangecache, sc->st, sc->key, sc->off, sc->len);
 	}
 	if (e) {
 		char why[300] = "";
-		int r = across(d, ld->job, sc->key, rd->off, rd->len, buf, why, sizeof(why));
+		int r = across(d, ld->job, sc->key, sc->off, sc->len, buf, why, sizeof(why));
 		if (r != PEER_RANGE_MINE) {
 			rangecache_end(d->rangecache, e, NULL);
 			e = NULL;
@@ -221,10 +232,10 @@ static int share_fetch(void *ctx, uint8_t *buf)
 		if (r < 0) {
 			atomic_fetch_add_explicit(&d->stats.range_fallbacks, 1, memory_order_relaxed);
 			log_debug("load: %s rank %u: %s bytes %" PRIu64 "+%" PRIu64 " read from storage alone: %s",
-				  ld->job, ld->rank, sc->key, rd->off, rd->len, why);
+				  ld->job, ld->rank, sc->key, sc->off, sc->len, why);
 		}
 	}
-	int r = sc->st->ops->get_range(sc->st, sc->key, rd->off, buf, (size_t)rd->len);
+	int r = sc->st->ops->get_range(sc->st, sc->key, sc->off, buf, (size_t)sc->len);
 	if (e)
 		rangecache_end(d->rangecache, e, r < 0 ? NULL : buf);
 	return r < 0 ? r : READSHARE_STORAGE;
@@ -237,14 +248,37 @@ static void share_apply(void *ctx, const uint8_t *src, int how)
 	const struct lread *rd = sc->rd;
 	if (how == FROM_PEER)
 		atomic_store(&sc->ex->ld->from_peer_reads, true);
+	if (rd->pc) {
+		/* Each load decodes for itself: the bytes it shares with the
+		 * node's other loads (and nodes) are the stored ones. */
+		char why[300];
+		int r = sc->codec ? pieces_decode(rd->pc, sc->codec, rd->p0, rd->p1, src, sc->raw, why, sizeof(why))
+				  : -ENOMEM;
+		if (r < 0) {
+			exec_fail(sc->ex, r == -EBADMSG ? -EIO : r, "reading tensor '%s' from %s: %s",
+				  sc->ex->plans[sc->ex->tasks[rd->first].plan].t->name, sc->key,
+				  sc->codec ? why : "out of memory for a decoder");
+			return;
+		}
+		src = sc->raw;
+	}
 	for (size_t i = 0; i < rd->n && !atomic_load(&sc->ex->failed); i++) {
 		const struct ltask *tk = &sc->ex->tasks[rd->first + i];
 		apply_task(sc->ex, tk, src + (tk->off - rd->off));
 	}
 }
 
-static void run_read(struct exec *ex, const struct lread *rd, uint8_t *tmp)
+/* A worker's buffers: tmp for a read's bytes as fetched, raw for its
+ * pieces decoded, and the decoder, made on its first read of pieces. */
+struct worker {
+	uint8_t *tmp, *raw;
+	struct planecodec codec;
+	bool have_codec;
+};
+
+static void run_read(struct exec *ex, const struct lread *rd, struct worker *w)
 {
+	uint8_t *tmp = w->tmp;
 	const struct ltask *first = &ex->tasks[rd->first];
 	struct tplan *p = &ex->plans[first->plan];
 	if (p->held) {
@@ -259,12 +293,22 @@ static void run_read(struct exec *ex, const struct lread *rd, uint8_t *tmp)
 				.rd = rd,
 				.st = daemon_store_of(ex->ld->d, ex->ld->job),
 				.key = p->key,
+				.off = rd->off,
+				.len = rd->len,
 				.across = shares_across(ex->ld) };
+	if (rd->pc) {
+		sc.off = rd->pc->stored[rd->p0];
+		sc.len = rd->pc->stored[rd->p1] - sc.off;
+		sc.raw = w->raw;
+		if (!w->have_codec)
+			w->have_codec = planecodec_init(&w->codec, 0) == 0;
+		sc.codec = w->have_codec ? &w->codec : NULL;
+	}
 	/* A read shared across nodes may bring a peer's bytes: only loads
 	 * that take those join it (the range cache stands for the main store
 	 * read that way). */
 	const void *as = sc.across ? (const void *)ex->ld->d->rangecache : (const void *)sc.st;
-	int r = readshare_read(ex->ld->d->readshare, as, p->key, rd->off, rd->len, tmp, share_fetch, share_apply, &sc);
+	int r = readshare_read(ex->ld->d->readshare, as, p->key, sc.off, sc.len, tmp, share_fetch, share_apply, &sc);
 	if (r < 0) {
 		char more[64] = "";
 		if (rd->n > 1)
@@ -278,18 +322,27 @@ static void run_read(struct exec *ex, const struct lread *rd, uint8_t *tmp)
 static void *exec_worker(void *arg)
 {
 	struct exec *ex = arg;
-	uint8_t *tmp = malloc(ex->max_read ? (size_t)ex->max_read : 1);
-	if (tmp == NULL) {
-		exec_fail(ex, -ENOMEM, "out of memory for a read buffer of %" PRIu64 " bytes", ex->max_read);
-		return NULL;
+	/* Without pieces a read's bytes land in tmp; with them, stored bytes
+	 * land in tmp and raw ones in raw. */
+	uint64_t tmp_len = ex->max_stored > ex->max_read ? ex->max_stored : ex->max_read;
+	struct worker w = { .tmp = malloc(tmp_len ? (size_t)tmp_len : 1) };
+	if (ex->max_stored)
+		w.raw = malloc(ex->max_read ? (size_t)ex->max_read : 1);
+	if (w.tmp == NULL || (ex->max_stored && w.raw == NULL)) {
+		exec_fail(ex, -ENOMEM, "out of memory for a read buffer of %" PRIu64 " bytes", tmp_len);
+		goto out;
 	}
 	for (;;) {
 		size_t i = atomic_fetch_add(&ex->next, 1);
 		if (i >= ex->nreads || atomic_load(&ex->failed))
 			break;
-		run_read(ex, &ex->reads[(i + ex->rot) % ex->nreads], tmp);
+		run_read(ex, &ex->reads[(i + ex->rot) % ex->nreads], &w);
 	}
-	free(tmp);
+out:
+	if (w.have_codec)
+		planecodec_free(&w.codec);
+	free(w.tmp);
+	free(w.raw);
 	return NULL;
 }
 
@@ -308,7 +361,7 @@ static int cut_seen(const struct load_req *q, const struct box *cut)
 }
 
 /* Add the plan for saved tensor t meeting hits/cuts; account coverage. */
-static int plan_tensor(struct exec *ex, const char *key, const struct save *held, unsigned src,
+static int plan_tensor(struct exec *ex, const char *key, const struct pieces *pc, const struct save *held, unsigned src,
 		       const Ckpt__ManifestTensor *t, const struct box *saved, struct load_req **hits,
 		       const struct box *cuts, size_t nh)
 {
@@ -324,11 +377,17 @@ static int plan_tensor(struct exec *ex, const char *key, const struct save *held
 	 * storage, against the stored manifest's CRC32C. */
 	p->verify = ld->d->cfg.verify_held || src == SRC_PEER || (held && held->replica);
 	p->key = key;
+	p->pc = held ? NULL : pc;
 	p->saved = *saved;
 	p->es = tensor_dtype_size(t->dtype);
 	p->nrows = saved->ndim > 0 ? saved->len[0] : 1;
 	p->row_bytes = p->nrows ? t->nbytes / p->nrows : 0;
 	p->rows_per = p->row_bytes == 0 || p->row_bytes >= READ_BLOCK ? 1 : READ_BLOCK / p->row_bytes;
+	if (p->pc && p->row_bytes > 0 && p->row_bytes <= PIECE_BYTES) {
+		/* Slabs of whole units, the save's pieces (pieces.h). */
+		uint64_t unit = piece_unit(p->row_bytes);
+		p->rows_per = (READ_BLOCK / unit ? READ_BLOCK / unit : 1) * (unit / p->row_bytes);
+	}
 	p->nslabs = p->nrows == 0 ? 0 : (p->nrows + p->rows_per - 1) / p->rows_per;
 	if (p->rows_per * p->row_bytes > SIZE_MAX / 2)
 		return load_fail(ld, -ENOMEM, "tensor '%s': one row of %" PRIu64 " bytes is too large", t->name,
@@ -372,10 +431,21 @@ int plan_manifest(struct exec *ex, const Ckpt__Manifest *m, const char *key, con
 			src = SRC_PEER;
 	struct load_req **hits = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*hits));
 	struct box *cuts = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*cuts));
+	struct pieces *pc = NULL;
 	int r = 0;
 	if (hits == NULL || cuts == NULL) {
 		r = load_fail(ld, -ENOMEM, "out of memory");
 		goto out;
+	}
+	if (held == NULL && m->n_pieces > 0) {
+		/* Kept until exec_free: the plans point into it (and it into m). */
+		pc = malloc(sizeof(*pc));
+		if (pc == NULL || GROW(ex->pieces, ex->pieces_cap, ex->npieces + 1, 8) < 0 || pieces_index(pc, m) < 0) {
+			free(pc);
+			r = load_fail(ld, -ENOMEM, "out of memory");
+			goto out;
+		}
+		ex->pieces[ex->npieces++] = pc;
 	}
 	for (size_t i = 0; i < m->n_tensors && r == 0; i++) {
 		const Ckpt__ManifestTensor *t = m->tensors[i];
@@ -415,7 +485,7 @@ int plan_manifest(struct exec *ex, const Ckpt__Manifest *m, const char *key, con
 				hits[nh++] = q;
 		}
 		if (r == 0 && nh > 0)
-			r = plan_tensor(ex, key, held, src, t, &saved, hits, cuts, nh);
+			r = plan_tensor(ex, key, pc, held, src, t, &saved, hits, cuts, nh);
 	}
 out:
 	free(hits);
@@ -437,6 +507,31 @@ static int cmp_task(const void *a, const void *b, void *arg)
 	return x->off < y->off ? -1 : x->off > y->off;
 }
 
+/* Task tk as a read on its own: its bytes, or its pieces' whole. */
+static struct lread task_read(const struct exec *ex, size_t i)
+{
+	const struct ltask *tk = &ex->tasks[i];
+	const struct pieces *pc = ex->plans[tk->plan].pc;
+	struct lread rd = { .first = i, .n = 1, .off = tk->off, .len = tk->len };
+	if (pc && tk->len > 0) {
+		rd.pc = pc;
+		pieces_span(pc, tk->off, tk->len, &rd.p0, &rd.p1);
+		rd.off = pc->raw[rd.p0];
+		rd.len = pc->raw[rd.p1] - rd.off;
+	}
+	return rd;
+}
+
+/* Whether read nx joins read rd (the one before it, of the same shard). */
+static bool joins(const struct lread *rd, const struct lread *nx)
+{
+	uint64_t end = rd->off + rd->len;
+	uint64_t len = nx->off + nx->len > end ? nx->off + nx->len - rd->off : rd->len;
+	if (nx->pc && nx->p0 < rd->p1) /* a piece of both */
+		return len <= 2 * (uint64_t)READ_BLOCK;
+	return nx->off >= end && nx->off - end <= READ_GAP && len <= READ_BLOCK;
+}
+
 /* Sort the tasks and cut them into reads (struct lread). */
 static int group_reads(struct exec *ex)
 {
@@ -448,22 +543,28 @@ static int group_reads(struct exec *ex)
 		const struct ltask *tk = &ex->tasks[i];
 		const struct tplan *p = &ex->plans[tk->plan];
 		struct lread *rd = ex->nreads ? &ex->reads[ex->nreads - 1] : NULL;
+		struct lread nx = task_read(ex, i);
 		if (rd && !p->held) {
 			const struct ltask *prev = &ex->tasks[rd->first + rd->n - 1];
 			const struct tplan *pp = &ex->plans[prev->plan];
-			uint64_t end = rd->off + rd->len;
-			if (!pp->held && strcmp(pp->key, p->key) == 0 && tk->off >= end && tk->off - end <= READ_GAP &&
-			    tk->off + tk->len - rd->off <= READ_BLOCK) {
+			if (!pp->held && strcmp(pp->key, p->key) == 0 && pp->pc == p->pc && joins(rd, &nx)) {
 				rd->n++;
-				rd->len = tk->off + tk->len - rd->off;
+				if (nx.off + nx.len > rd->off + rd->len)
+					rd->len = nx.off + nx.len - rd->off;
+				if (nx.p1 > rd->p1)
+					rd->p1 = nx.p1;
 				continue;
 			}
 		}
-		ex->reads[ex->nreads++] = (struct lread){ .first = i, .n = 1, .off = tk->off, .len = tk->len };
+		ex->reads[ex->nreads++] = nx;
 	}
-	for (size_t i = 0; i < ex->nreads; i++)
-		if (ex->reads[i].len > ex->max_read)
-			ex->max_read = ex->reads[i].len;
+	for (size_t i = 0; i < ex->nreads; i++) {
+		const struct lread *rd = &ex->reads[i];
+		if (rd->len > ex->max_read)
+			ex->max_read = rd->len;
+		if (rd->pc && rd->pc->stored[rd->p1] - rd->pc->stored[rd->p0] > ex->max_stored)
+			ex->max_stored = rd->pc->stored[rd->p1] - rd->pc->stored[rd->p0];
+	}
 	return 0;
 }
 
@@ -546,6 +647,11 @@ void exec_free(struct exec *ex)
 	free(ex->plans);
 	free(ex->tasks);
 	free(ex->reads);
+	for (size_t i = 0; i < ex->npieces; i++) {
+		pieces_free(ex->pieces[i]);
+		free(ex->pieces[i]);
+	}
+	free(ex->pieces);
 	pthread_mutex_destroy(&ex->mu);
 }
 

@@ -401,6 +401,7 @@ static void send_durable(struct save *sv)
 	save_step_location(sv->d, sv->job, sv->step, where, sizeof(where));
 	Ckpt__SaveDurable dur = CKPT__SAVE_DURABLE__INIT;
 	dur.bytes = sv->shard_bytes;
+	dur.stored_bytes = sv->stored_bytes;
 	dur.location = where;
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_SAVE_DURABLE;
@@ -885,6 +886,8 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 	sv->policy = rq->policy >= 0 ? (enum admit_policy)rq->policy : jp.policy;
 	sv->quota_bytes = jp.quota_bytes;
 	sv->spread = d->cfg.layout_spread;
+	sv->compress = m->compress == CKPT__COMPRESS__COMPRESS_ON ||
+		       (m->compress == CKPT__COMPRESS__COMPRESS_JOB && jp.compress);
 	if ((r = admit_may_start(sv, &jp, err, sizeof(err))) < 0 || (r = save_layout(sv, m, err, sizeof(err))) < 0) {
 		save_fail(sv, r, "%s", r == -ENOMEM ? "out of memory" : err);
 		return;

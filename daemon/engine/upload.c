@@ -3,9 +3,11 @@
  * both (upload.h). */
 #include "upload.h"
 #include "catalog.h"
+#include "compress.h"
 #include "daemon.h"
 #include "journal.h"
 #include "manifest.h"
+#include "pieces.h"
 #include "saveobj.h"
 #include "store.h"
 
@@ -21,7 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static int build_manifest(struct save *sv, uint8_t **out, size_t *outlen, const char *shard_name)
+static int build_manifest(struct save *sv, uint8_t **out, size_t *outlen, const char *shard_name,
+			  const struct stored_shard *ss)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
@@ -29,6 +32,11 @@ static int build_manifest(struct save *sv, uint8_t **out, size_t *outlen, const 
 	int r = save_manifest_view(sv, &m, shard_name, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec);
 	if (r < 0)
 		return r;
+	if (ss && ss->npieces) {
+		m.format_version = MANIFEST_FORMAT_PIECES;
+		m.n_pieces = ss->npieces;
+		m.pieces = ss->ptrs;
+	}
 	size_t len = ckpt__manifest__get_packed_size(&m);
 	uint8_t *buf = malloc(len ? len : 1);
 	if (buf)
@@ -96,6 +104,32 @@ static uint64_t shard_nonce(void)
 	return x;
 }
 
+/* The shard as it is in the pool: one piece per chunk, with its CRC. */
+static int put_raw(struct save *sv, struct store *st, const char *key)
+{
+	struct iovec *iov = calloc(sv->nchunks ? sv->nchunks : 1, sizeof(*iov));
+	if (iov == NULL)
+		return -ENOMEM;
+	uint64_t cb = sv->d->pool.chunk_bytes;
+	for (uint32_t i = 0; i < sv->nchunks; i++) {
+		iov[i].iov_base = pool_span_ptr(&sv->d->pool, sv->chunks[i]);
+		uint64_t left = sv->shard_bytes - (uint64_t)i * cb;
+		iov[i].iov_len = left < cb ? left : cb;
+	}
+	store_clear_error();
+	int r = st->ops->put(st, key, iov, sv->nchunks, sv->chunk_crc);
+	free(iov);
+	return r;
+}
+
+/* The shard compressed: object stores take each part's CRC from its
+ * bytes. */
+static int put_stored(struct store *st, const char *key, const struct stored_shard *ss)
+{
+	store_clear_error();
+	return st->ops->put(st, key, ss->iov, ss->niov, NULL);
+}
+
 void save_upload(struct save *sv)
 {
 	assert(sv->state == SAVE_UPLOADING && sv->status == 0);
@@ -116,21 +150,24 @@ void save_upload(struct save *sv)
 		upload_fail(sv, r, "writing the journal in %s: %s", sv->d->cfg.state_dir, strerror(-r));
 		return;
 	}
-	struct iovec *iov = calloc(sv->nchunks ? sv->nchunks : 1, sizeof(*iov));
-	if (iov == NULL) {
-		upload_fail(sv, -ENOMEM, "out of memory");
-		goto out;
+	struct stored_shard ss = { 0 };
+	bool stored = false;
+	if (sv->compress) {
+		char why[300];
+		r = compress_shard(sv, &ss, why, sizeof(why));
+		if (r < 0) {
+			upload_fail(sv, r, "%s", why);
+			goto out;
+		}
+		stored = true;
+		r = put_stored(st, shard_key, &ss);
+	} else {
+		r = put_raw(sv, st, shard_key);
 	}
-	uint64_t cb = sv->d->pool.chunk_bytes;
-	for (uint32_t i = 0; i < sv->nchunks; i++) {
-		iov[i].iov_base = pool_span_ptr(&sv->d->pool, sv->chunks[i]);
-		uint64_t left = sv->shard_bytes - (uint64_t)i * cb;
-		iov[i].iov_len = left < cb ? left : cb;
-	}
-	store_clear_error();
-	r = st->ops->put(st, shard_key, iov, sv->nchunks, sv->chunk_crc);
-	free(iov);
+	sv->stored_bytes = stored ? ss.bytes : sv->shard_bytes;
+	sv->coded_bytes = stored ? ss.coded_bytes : 0;
 	if (r < 0) {
+		stored_shard_free(&ss);
 		upload_fail(sv, r, "writing %s to %s: %s", shard_key, st->url, store_error(r));
 		goto out;
 	}
@@ -138,7 +175,8 @@ void save_upload(struct save *sv)
 	size_t mlen = 0;
 	const char *shard_name = strrchr(shard_key, '/') + 1;
 	snprintf(sv->shard_name, sizeof(sv->shard_name), "%s", shard_name);
-	r = build_manifest(sv, &mbuf, &mlen, shard_name);
+	r = build_manifest(sv, &mbuf, &mlen, shard_name, stored ? &ss : NULL);
+	stored_shard_free(&ss);
 	if (r == 0) {
 		struct iovec one = { .iov_base = mbuf, .iov_len = mlen };
 		store_clear_error();

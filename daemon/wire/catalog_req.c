@@ -12,6 +12,8 @@
 #include "load.h"
 #include "log.h"
 #include "manifest.h"
+#include "pieces.h"
+#include "planecodec.h"
 #include "retention.h"
 #include "memtier.h"
 #include "save.h"
@@ -357,6 +359,85 @@ static int cmp_tensor_off(const void *a, const void *b)
 	return x->shard_offset < y->shard_offset ? -1 : x->shard_offset > y->shard_offset;
 }
 
+/* A shard's raw bytes in order, a block at a time: as stored, or, where
+ * the manifest has pieces, whole pieces decoded (up to VERIFY_BLOCK of
+ * them, at least one). */
+struct shard_reader {
+	struct store *st;
+	const char *key;
+	const Ckpt__Manifest *m;
+	struct pieces pc;
+	size_t next; /* the next piece */
+	struct planecodec codec;
+	bool have_codec;
+	uint8_t *raw, *stored; /* pieces: their buffers, of raw_cap and stored_cap */
+	uint64_t raw_cap, stored_cap;
+};
+
+static void reader_free(struct shard_reader *rd)
+{
+	pieces_free(&rd->pc);
+	if (rd->have_codec)
+		planecodec_free(&rd->codec);
+	free(rd->raw);
+	free(rd->stored);
+}
+
+static int grow_buf(uint8_t **p, uint64_t *cap, uint64_t want)
+{
+	if (want <= *cap)
+		return 0;
+	uint8_t *n = realloc(*p, (size_t)want);
+	if (n == NULL)
+		return -ENOMEM;
+	*p = n;
+	*cap = want;
+	return 0;
+}
+
+/* The shard's bytes from pos on (where the last call left off): *out and
+ * their length, or -errno with why. */
+static int reader_next(struct shard_reader *rd, uint64_t pos, uint8_t *buf, const uint8_t **out, size_t *len, char *why,
+		       size_t whylen)
+{
+	const Ckpt__Manifest *m = rd->m;
+	if (rd->pc.n == 0) {
+		*len = m->shard_bytes - pos < VERIFY_BLOCK ? (size_t)(m->shard_bytes - pos) : VERIFY_BLOCK;
+		*out = buf;
+		int r = rd->st->ops->get_range(rd->st, rd->key, pos, buf, *len);
+		if (r < 0)
+			snprintf(why, whylen, "reading %s at %" PRIu64 ": %s", rd->key, pos,
+				 r == -ENODATA ? "the shard is shorter than its manifest says" : store_error(r));
+		return r;
+	}
+	const struct pieces *pc = &rd->pc;
+	size_t p0 = rd->next, p1 = p0 + 1;
+	while (p1 < pc->n && pc->raw[p1 + 1] - pc->raw[p0] <= VERIFY_BLOCK)
+		p1++;
+	uint64_t soff = pc->stored[p0], slen = pc->stored[p1] - soff, rlen = pc->raw[p1] - pc->raw[p0];
+	if (grow_buf(&rd->raw, &rd->raw_cap, rlen) < 0 || grow_buf(&rd->stored, &rd->stored_cap, slen) < 0 ||
+	    (!rd->have_codec && !(rd->have_codec = planecodec_init(&rd->codec, 0) == 0))) {
+		snprintf(why, whylen, "out of memory");
+		return -ENOMEM;
+	}
+	int r = rd->st->ops->get_range(rd->st, rd->key, soff, rd->stored, (size_t)slen);
+	if (r < 0) {
+		snprintf(why, whylen, "reading %s at %" PRIu64 ": %s", rd->key, soff,
+			 r == -ENODATA ? "the shard is shorter than its manifest's pieces say" : store_error(r));
+		return r;
+	}
+	char what[300];
+	r = pieces_decode(pc, &rd->codec, p0, p1, rd->stored, rd->raw, what, sizeof(what));
+	if (r < 0) {
+		snprintf(why, whylen, "%s: %s", rd->key, what);
+		return r;
+	}
+	rd->next = p1;
+	*out = rd->raw;
+	*len = (size_t)rlen;
+	return 0;
+}
+
 /* Read one shard once, in order, and check every chunk crc and every
  * tensor crc from the same pass: each segment between chunk and tensor
  * boundaries is crc'd once and folded into both. */
@@ -383,6 +464,12 @@ static void verify_shard(struct step_req *q, const Ckpt__Manifest *m, uint8_t *b
 			problem(q, "rank %u: tensor '%s' is empty but has crc32c %08x", m->rank, ts[i]->name,
 				ts[i]->crc32c);
 	}
+	struct shard_reader rd = { .st = st, .key = key, .m = m };
+	if (pieces_index(&rd.pc, m) < 0) {
+		problem(q, "rank %u: out of memory", m->rank);
+		free(ts);
+		return;
+	}
 	uint64_t cb = m->chunk_bytes;
 	size_t ti = 0;     /* next tensor not yet finished */
 	uint32_t tcrc = 0; /* running crc of ts[ti] */
@@ -390,11 +477,11 @@ static void verify_shard(struct step_req *q, const Ckpt__Manifest *m, uint8_t *b
 	while (ti < m->n_tensors && ts[ti]->nbytes == 0)
 		ti++;
 	for (uint64_t pos = 0; pos < m->shard_bytes;) {
-		size_t len = m->shard_bytes - pos < VERIFY_BLOCK ? (size_t)(m->shard_bytes - pos) : VERIFY_BLOCK;
-		int r = st->ops->get_range(st, key, pos, buf, len);
-		if (r < 0) {
-			problem(q, "rank %u: reading %s at %" PRIu64 ": %s", m->rank, key, pos,
-				r == -ENODATA ? "the shard is shorter than its manifest says" : store_error(r));
+		size_t len;
+		const uint8_t *blk;
+		char why[512];
+		if (reader_next(&rd, pos, buf, &blk, &len, why, sizeof(why)) < 0) {
+			problem(q, "rank %u: %s", m->rank, why);
 			break;
 		}
 		q->bytes_checked += len;
@@ -413,7 +500,7 @@ static void verify_shard(struct step_req *q, const Ckpt__Manifest *m, uint8_t *b
 				else if (pos >= s && e > pos && e < nb)
 					nb = e;
 			}
-			uint32_t seg = crc32c_update(0, buf + (pos - (end - len)), nb - pos);
+			uint32_t seg = crc32c_update(0, blk + (pos - (end - len)), nb - pos);
 			ccrc = crc32c_combine(ccrc, seg, nb - pos);
 			if (ti < m->n_tensors && pos >= ts[ti]->shard_offset) {
 				tcrc = crc32c_combine(tcrc, seg, nb - pos);
@@ -438,6 +525,7 @@ static void verify_shard(struct step_req *q, const Ckpt__Manifest *m, uint8_t *b
 			pos = nb;
 		}
 	}
+	reader_free(&rd);
 	free(ts);
 }
 

@@ -196,7 +196,17 @@ typedef struct {
 	 * legacy default stream. */
 	void *cuda_stream;
 	int tier; /* ckpt_tier; 0: durable */
+	/* ckpt_compress: whether the daemon stores the shard compressed
+	 * (lossless; docs/format.md "Pieces"). 0: as its configuration says
+	 * for the job. */
+	int compress;
 } ckpt_save_opts;
+
+typedef enum {
+	CKPT_COMPRESS_JOB = 0, /* [pool] compress, or the job's [job.NAME] compress */
+	CKPT_COMPRESS_ON = 1,
+	CKPT_COMPRESS_OFF = 2,
+} ckpt_compress;
 
 /* Start saving step. Returns at once; the future reaches CKPT_STAGED and then
  * CKPT_DURABLE, or fails. The tensors' buffers must not change before

@@ -1,0 +1,113 @@
+/* A shard's pieces: see pieces.h. */
+#include "pieces.h"
+#include "planecodec.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int pieces_check(const Ckpt__Manifest *m, char *err, size_t errlen)
+{
+	if ((m->n_pieces > 0) != (m->format_version == MANIFEST_FORMAT_PIECES)) {
+		snprintf(err, errlen, "manifest format version %u with %zu pieces", m->format_version, m->n_pieces);
+		return -EBADMSG;
+	}
+	uint64_t raw = 0;
+	for (size_t i = 0; i < m->n_pieces; i++) {
+		const Ckpt__ManifestPiece *p = m->pieces[i];
+		bool ok = p->raw_bytes > 0 && p->raw_bytes <= PIECE_MAX_BYTES && p->raw_bytes <= m->shard_bytes - raw;
+		if (ok && p->codec == CKPT__CODEC__CODEC_NONE)
+			ok = p->stored_bytes == p->raw_bytes;
+		else if (ok && p->codec == CKPT__CODEC__CODEC_PLANES_ZSTD)
+			ok = (p->elem == 1 || p->elem == 2 || p->elem == 4 || p->elem == 8) &&
+			     p->stored_bytes >= PLANECODEC_HDR(p->elem) &&
+			     p->stored_bytes <= planecodec_bound((size_t)p->raw_bytes);
+		else
+			ok = false;
+		if (!ok) {
+			snprintf(err, errlen,
+				 "manifest piece %zu: %" PRIu64 " raw bytes stored in %" PRIu64 " by codec %d elem %u "
+				 "cannot be",
+				 i, p->raw_bytes, p->stored_bytes, (int)p->codec, p->elem);
+			return -EBADMSG;
+		}
+		raw += p->raw_bytes;
+	}
+	if (m->n_pieces > 0 && raw != m->shard_bytes) {
+		snprintf(err, errlen, "manifest pieces hold %" PRIu64 " of the shard's %" PRIu64 " bytes", raw,
+			 m->shard_bytes);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+int pieces_index(struct pieces *x, const Ckpt__Manifest *m)
+{
+	memset(x, 0, sizeof(*x));
+	if (m->n_pieces == 0)
+		return 0;
+	x->raw = malloc(2 * (m->n_pieces + 1) * sizeof(uint64_t));
+	if (x->raw == NULL)
+		return -ENOMEM;
+	x->stored = x->raw + m->n_pieces + 1;
+	x->raw[0] = x->stored[0] = 0;
+	for (size_t i = 0; i < m->n_pieces; i++) {
+		x->raw[i + 1] = x->raw[i] + m->pieces[i]->raw_bytes;
+		x->stored[i + 1] = x->stored[i] + m->pieces[i]->stored_bytes;
+	}
+	x->n = m->n_pieces;
+	x->p = (const Ckpt__ManifestPiece *const *)m->pieces;
+	return 0;
+}
+
+void pieces_free(struct pieces *x)
+{
+	free(x->raw);
+	memset(x, 0, sizeof(*x));
+}
+
+/* The piece that holds raw byte off (< the shard's length). */
+static size_t piece_at(const struct pieces *x, uint64_t off)
+{
+	size_t lo = 0, hi = x->n; /* raw[lo] <= off < raw[hi] */
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (x->raw[mid] <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+void pieces_span(const struct pieces *x, uint64_t off, uint64_t len, size_t *p0, size_t *p1)
+{
+	*p0 = piece_at(x, off);
+	*p1 = piece_at(x, off + len - 1) + 1;
+}
+
+int pieces_decode(const struct pieces *x, struct planecodec *c, size_t p0, size_t p1, const uint8_t *stored,
+		  uint8_t *raw, char *why, size_t whylen)
+{
+	for (size_t i = p0; i < p1; i++) {
+		const Ckpt__ManifestPiece *p = x->p[i];
+		const uint8_t *s = stored + (x->stored[i] - x->stored[p0]);
+		uint8_t *d = raw + (x->raw[i] - x->raw[p0]);
+		if (p->codec == CKPT__CODEC__CODEC_NONE) {
+			memcpy(d, s, (size_t)p->raw_bytes);
+			continue;
+		}
+		int r = planecodec_decode(c, s, (size_t)p->stored_bytes, d, (size_t)p->raw_bytes);
+		if (r < 0) {
+			snprintf(why, whylen,
+				 "piece %zu (shard bytes %" PRIu64 "+%" PRIu64 ", object bytes %" PRIu64 "+%" PRIu64
+				 ") %s",
+				 i, x->raw[i], p->raw_bytes, x->stored[i], p->stored_bytes,
+				 r == -EBADMSG ? "does not decode: the object is damaged" : strerror(-r));
+			return r;
+		}
+	}
+	return 0;
+}

@@ -1,0 +1,65 @@
+/* A shard's pieces (proto ManifestPiece; docs/format.md "Pieces"): where
+ * each raw byte of a shard stored compressed lies in its object, and how
+ * to get it back. A manifest without pieces stores its shard raw: byte i
+ * of the object is byte i of the shard. */
+#ifndef CKPTD_PIECES_H
+#define CKPTD_PIECES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt.pb-c.h"
+
+struct planecodec;
+
+/* A manifest with pieces has this format_version (1: none). */
+#define MANIFEST_FORMAT_PIECES 2
+/* No piece is larger (manifest_check): a reader's buffers stay bounded
+ * whatever a manifest says. */
+#define PIECE_MAX_BYTES (64u << 20)
+
+/* How a save cuts its shard (compress.c): a tensor of at least
+ * PIECE_BYTES / 4 into units of whole rows (along dim 0) of at most
+ * PIECE_BYTES, or of one row where a row is larger (cut again every
+ * PIECE_BYTES); smaller tensors of one element size share a piece of at
+ * most PIECE_BYTES. A load reads a tensor in slabs of whole units
+ * (loadexec.c), so that no piece is fetched or decoded twice. */
+#define PIECE_BYTES (4u << 20)
+
+/* The unit of a tensor whose rows are row_bytes long. */
+static inline uint64_t piece_unit(uint64_t row_bytes)
+{
+	if (row_bytes == 0)
+		return PIECE_BYTES;
+	return row_bytes <= PIECE_BYTES ? PIECE_BYTES / row_bytes * row_bytes : row_bytes;
+}
+
+/* A manifest's pieces, indexed: piece i is raw [raw[i], raw[i + 1]) of
+ * the shard and stored [stored[i], stored[i + 1]) of its object. */
+struct pieces {
+	size_t n; /* 0: the shard is stored raw */
+	uint64_t *raw, *stored;
+	const Ckpt__ManifestPiece *const *p;
+};
+
+/* The pieces' part of manifest_check: a format 2 manifest has pieces,
+ * a format 1 none; they tile [0, shard_bytes); each has a known codec and
+ * a stored length it can have. 0 or -EBADMSG with err. */
+int pieces_check(const Ckpt__Manifest *m, char *err, size_t errlen);
+
+/* x for m (checked): 0 or -ENOMEM. pieces_free frees what it holds. */
+int pieces_index(struct pieces *x, const Ckpt__Manifest *m);
+void pieces_free(struct pieces *x);
+
+/* The pieces [*p0, *p1) that hold raw bytes [off, off + len), len > 0,
+ * inside the shard; x->n > 0. */
+void pieces_span(const struct pieces *x, uint64_t off, uint64_t len, size_t *p0, size_t *p1);
+
+/* Pieces [p0, p1) back to raw bytes: stored holds the object's bytes from
+ * x->stored[p0] on, raw gets the shard's from x->raw[p0] on. 0, or
+ * -EBADMSG with why naming the piece (a damaged object); -ENOMEM. */
+int pieces_decode(const struct pieces *x, struct planecodec *c, size_t p0, size_t p1, const uint8_t *stored,
+		  uint8_t *raw, char *why, size_t whylen);
+
+#endif

@@ -1,0 +1,44 @@
+/* Compression on upload (docs/format.md "Pieces"): a save's shard cut into
+ * pieces, each stored by planecodec where a sample shows it shrinks by a
+ * tenth, else as it is. Runs on the upload's thread, after staged: the
+ * trainer's stall does not change. */
+#ifndef CKPTD_COMPRESS_H
+#define CKPTD_COMPRESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "ckpt.pb-c.h"
+
+struct save;
+struct save_tensor;
+
+/* One piece as cut: it ends at raw byte end; elem, its planes' element. */
+struct piece_cut {
+	uint64_t end;
+	unsigned elem;
+};
+
+/* The pieces of a shard of shard_bytes holding tensors t[0..n) (any
+ * order), per pieces.h's rule: malloc'd into *out. 0 or -ENOMEM. */
+int compress_cut(const struct save_tensor *t, size_t n, uint64_t shard_bytes, struct piece_cut **out, size_t *nout);
+
+/* A shard as stored: the manifest's pieces, and the object's bytes as iov
+ * (pieces stored as they are point into the pool; the others into buf). */
+struct stored_shard {
+	Ckpt__ManifestPiece *pieces;
+	Ckpt__ManifestPiece **ptrs;
+	size_t npieces;
+	struct iovec *iov;
+	size_t niov;
+	uint8_t *buf;
+	uint64_t bytes;       /* the object's */
+	uint64_t coded_bytes; /* raw bytes of the pieces planecodec stored */
+};
+
+/* sv's shard, stored: 0, or -ENOMEM / -EIO with why. */
+int compress_shard(const struct save *sv, struct stored_shard *out, char *why, size_t whylen);
+void stored_shard_free(struct stored_shard *s);
+
+#endif
