@@ -110,6 +110,7 @@ struct stats {
 	atomic_uint_fast64_t peer_refused[PEER_LIMIT_N];
 	uint64_t saves_total, saves_failed, saves_superseded, saves_skipped;
 	uint64_t bytes_staged, bytes_durable, bytes_restored, bytes_restored_memory;
+	uint64_t bytes_stored; /* of the shards' objects: bytes_durable after compression */
 	uint64_t restores_from_memory, restores_from_storage;
 	uint64_t reclaimed_bytes;
 	/* peers (daemon/peer/): counted on its threads */

@@ -586,6 +586,7 @@ static void persist_ended(struct save *sv, int status)
 	struct log_ctx lctx = { .job = sv->job, .rank = sv->rank, .step = (int64_t)sv->step, .save_id = sv->id };
 	if (status == 0) {
 		d->stats.bytes_durable += sv->shard_bytes;
+		d->stats.bytes_stored += sv->stored_bytes;
 		sv->durable = true;
 		log_ctx_msg(LOG_LVL_INFO, &lctx,
 			    "save %" PRIu64 ": %s step %" PRIu64 " rank %u persisted, %" PRIu64 " bytes", sv->id,
@@ -631,10 +632,12 @@ static void enter_durable(struct save *sv, enum save_state old)
 	bool gc_here = sv->rank == 0;
 	sv->durable = true;
 	d->stats.bytes_durable += sv->shard_bytes;
+	d->stats.bytes_stored += sv->stored_bytes;
 	hist_observe(&d->stats.durable_hist, (double)(clock_now_ns() - sv->t_start) / 1e9);
 	log_ctx_msg(LOG_LVL_INFO, &lctx,
-		    "save %" PRIu64 ": %s step %" PRIu64 " rank %u/%u durable, %" PRIu64 " bytes in %.1f ms", sv->id,
-		    sv->job, sv->step, sv->rank, sv->world_size, sv->shard_bytes,
+		    "save %" PRIu64 ": %s step %" PRIu64 " rank %u/%u durable, %" PRIu64 " bytes (%" PRIu64
+		    " stored) in %.1f ms",
+		    sv->id, sv->job, sv->step, sv->rank, sv->world_size, sv->shard_bytes, sv->stored_bytes,
 		    (double)(clock_now_ns() - sv->t_start) / 1e6);
 	send_durable(sv);
 	save_finish(sv);

@@ -27,6 +27,8 @@ const struct status_col status_cols[ST_NCOLS] = {
 			      REPLY | METRIC, "ckptd_bytes_staged_total" },
 	[ST_BYTES_DURABLE] = { "bytes_durable", "Bytes made durable in storage.", ST_COUNTER, ST_UNIT_BYTES,
 			       REPLY | METRIC, "ckptd_bytes_uploaded_total", .backend = true },
+	[ST_BYTES_STORED] = { "bytes_stored", "Bytes of shard objects written: bytes made durable, after compression.",
+			      ST_COUNTER, ST_UNIT_BYTES, METRIC, "ckptd_bytes_stored_total", .backend = true },
 	[ST_BYTES_RESTORED_MEMORY] = { "bytes_restored_memory", "Bytes restored into trainer buffers.", ST_COUNTER,
 				       ST_UNIT_BYTES, REPLY | METRIC, "ckptd_bytes_restored_total",
 				       "source=\"memory\"" },
@@ -201,6 +203,7 @@ static void counters(const struct daemon *d, struct status *st)
 	uint64_t *v = st->v;
 	v[ST_BYTES_STAGED] = s->bytes_staged;
 	v[ST_BYTES_DURABLE] = s->bytes_durable;
+	v[ST_BYTES_STORED] = s->bytes_stored;
 	v[ST_BYTES_RESTORED_MEMORY] = s->bytes_restored_memory;
 	v[ST_BYTES_RESTORED_STORAGE] = s->bytes_restored - s->bytes_restored_memory;
 	v[ST_BYTES_RESTORED] = s->bytes_restored;

@@ -227,6 +227,9 @@ static void test_stored_in_pieces(void **state)
 	assert_true(plain >= 1); /* the noise */
 	/* bf16 and f32 weights of a normal law: a tenth smaller at least. */
 	assert_true(stored * 10 < m->shard_bytes * 9);
+	/* The metrics count both. */
+	assert_int_equal(h_metric(&D, "ckptd_bytes_uploaded_total"), m->shard_bytes);
+	assert_int_equal(h_metric(&D, "ckptd_bytes_stored_total"), stored);
 	ckpt__manifest__free_unpacked(m, NULL);
 }
 
