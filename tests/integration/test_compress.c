@@ -425,6 +425,54 @@ static void test_damaged_raw_piece(void **state)
 	verify_expect(true, NULL);
 }
 
+/* A memory save with compression on, persisted later: its upload stores
+ * it compressed too, and a restore from storage alone is bit-exact. */
+static void test_persist_compresses(void **state)
+{
+	(void)state;
+	struct dctx E;
+	h_init(&E);
+	h_start(&E, NULL);
+	ckpt_hello h = { .job = JOB, .rank = 0, .world_size = 1, .attempt_id = "a" };
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(E.sock, &h, &c), 0);
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, total, &b), 0);
+	fill(ckpt_buffer_data(b), 1);
+	ckpt_tensor t[NT];
+	for (int i = 0; i < NT; i++)
+		t[i] = (ckpt_tensor){ .name = T[i].name,
+				      .dtype = T[i].dtype,
+				      .ndim = T[i].ndim,
+				      .global_shape = T[i].shape,
+				      .buffer = b,
+				      .offset = offset(i),
+				      .nbytes = nbytes(i) };
+	ckpt_save_opts o = { .tier = CKPT_TIER_MEMORY, .compress = CKPT_COMPRESS_ON };
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_save_ex(c, 7, t, NT, NULL, 0, &o, &f), 0);
+	assert_int_equal(ckpt_future_wait(f, CKPT_KEPT, 60000), 0);
+	ckpt_future_free(f);
+	assert_int_equal(ckpt_persist(c, NULL, 7, &f), 0);
+	int r = ckpt_future_wait(f, CKPT_DURABLE, 60000);
+	if (r != 0)
+		fail_msg("persist: %s: %s", ckpt_strerror(r), ckpt_future_message(f));
+	ckpt_future_free(f);
+	uint64_t stored = h_metric(&E, "ckptd_bytes_stored_total");
+	assert_true(stored * 10 < total * 9);
+	memset(ckpt_buffer_data(b), 0xEE, total);
+	assert_int_equal(ckpt_load_ex(c, 7, t, NT, CKPT_LOAD_STORAGE_ONLY, &f), 0);
+	r = ckpt_future_wait(f, CKPT_LOADED, 60000);
+	if (r != 0)
+		fail_msg("load: %s: %s", ckpt_strerror(r), ckpt_future_message(f));
+	ckpt_future_free(f);
+	for (int i = 0; i < NT; i++)
+		assert_memory_equal((uint8_t *)ckpt_buffer_data(b) + offset(i), expect + offset(i), nbytes(i));
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+	h_cleanup(&E);
+}
+
 /* A save may say otherwise than the daemon: off gives a format 1
  * manifest and a raw object. */
 static void test_save_turns_it_off(void **state)
@@ -444,7 +492,7 @@ int main(void)
 		cmocka_unit_test(test_stored_in_pieces),         cmocka_unit_test(test_restore_whole),
 		cmocka_unit_test(test_restore_resharded),        cmocka_unit_test(test_verify_passes),
 		cmocka_unit_test(test_damaged_compressed_piece), cmocka_unit_test(test_damaged_raw_piece),
-		cmocka_unit_test(test_save_turns_it_off),
+		cmocka_unit_test(test_persist_compresses),       cmocka_unit_test(test_save_turns_it_off),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -87,16 +87,24 @@ static void cluster_stop(struct cluster *c)
 	h_cleanup(&c->saver);
 }
 
+/* Pattern seed with each byte masked by mask (0x0F: compressible). */
+static void fill_masked(uint8_t *p, uint64_t seed, uint8_t mask)
+{
+	h_fill(p, N, seed);
+	for (size_t i = 0; i < N; i++)
+		p[i] &= mask;
+}
+
 /* One rank on each node that is up restores all of "blob.0" at once (the
  * whole model on every rank, as data-parallel replicas do); each must
- * find pattern seed. */
-static void restore_all(struct cluster *c, const char *job, uint64_t seed)
+ * find pattern seed, masked by mask. */
+static void restore_masked(struct cluster *c, const char *job, uint64_t seed, uint8_t mask)
 {
 	struct h_rank r[NODES];
 	ckpt_future *f[NODES] = { 0 };
 	uint8_t *want = malloc(N);
 	assert_non_null(want);
-	h_fill(want, N, seed);
+	fill_masked(want, seed, mask);
 	for (int i = 0; i < NODES; i++) {
 		if (!c->up[i])
 			continue;
@@ -119,6 +127,11 @@ static void restore_all(struct cluster *c, const char *job, uint64_t seed)
 		h_rank_close(&r[i]);
 	}
 	free(want);
+}
+
+static void restore_all(struct cluster *c, const char *job, uint64_t seed)
+{
+	restore_masked(c, job, seed, 0xFF);
 }
 
 /* A metric summed over the nodes that are up. */
@@ -174,6 +187,35 @@ static void test_replicas_read_once(void **state)
 	assert_true(h_metric(&c.n[0], "ckptd_range_kept_bytes") + h_metric(&c.n[1], "ckptd_range_kept_bytes") +
 			    h_metric(&c.n[2], "ckptd_range_kept_bytes") ==
 		    (uint64_t)N);
+	cluster_stop(&c);
+}
+
+/* A step stored compressed (docs/format.md "Pieces"): the nodes share its
+ * stored bytes, read from storage once between them, and each decodes
+ * them for itself. */
+static void test_compressed_read_once(void **state)
+{
+	(void)state;
+	struct cluster c;
+	cluster_start(&c, NULL);
+	struct h_rank r;
+	h_rank_open(&c.saver, &r, "zip", 0, 1, N, "a", NULL, false);
+	fill_masked(ckpt_buffer_data(r.b), 41, 0x0F);
+	ckpt_save_opts o = { .compress = CKPT_COMPRESS_ON };
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_save_ex(r.c, 1, &r.t, 1, NULL, 0, &o, &f), 0);
+	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), 0);
+	ckpt_future_free(f);
+	h_rank_close(&r);
+	uint64_t stored = h_metric(&c.saver, "ckptd_bytes_stored_total");
+	assert_true(stored < (uint64_t)N * 3 / 4);
+	struct counts a = counts_now(&c);
+	restore_masked(&c, "zip", 41, 0x0F);
+	struct counts b = counts_now(&c);
+	print_counts("3 nodes restore 32 MiB stored compressed", a, b);
+	assert_int_equal(b.read - a.read, stored);
+	assert_int_equal(b.in - a.in, 2 * stored);
+	assert_int_equal(b.fallbacks, a.fallbacks);
 	cluster_stop(&c);
 }
 
@@ -246,9 +288,8 @@ static void test_secret_not_shared(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_replicas_read_once),
-		cmocka_unit_test(test_bad_bytes_read_again),
-		cmocka_unit_test(test_holder_killed),
+		cmocka_unit_test(test_compressed_read_once), cmocka_unit_test(test_replicas_read_once),
+		cmocka_unit_test(test_bad_bytes_read_again), cmocka_unit_test(test_holder_killed),
 		cmocka_unit_test(test_secret_not_shared),
 	};
 	return cmocka_run_group_tests(tests, make_certs, drop_certs);
