@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,7 +113,9 @@ void stored_shard_free(struct stored_shard *s)
 	free(s->pieces);
 	free(s->ptrs);
 	free(s->iov);
-	free(s->buf);
+	for (size_t i = 0; i < s->nbufs; i++)
+		free(s->bufs[i]);
+	free(s->bufs);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -140,80 +143,153 @@ static void add_raw(struct stored_shard *s, const struct save *sv, uint64_t off,
 	}
 }
 
-int compress_shard(const struct save *sv, struct stored_shard *out, char *why, size_t whylen)
+/* One thread's share: pieces [first, last), coded into its own buf (at
+ * most their raw bytes: a piece that does not shrink is left raw). */
+struct share {
+	const struct save *sv;
+	const struct piece_cut *cuts;
+	Ckpt__ManifestPiece *pieces;
+	size_t first, last;
+	uint8_t *buf;
+	uint64_t *at; /* per piece of the share: where its coded bytes are in buf */
+	int err;
+	char why[200];
+	pthread_t th;
+};
+
+static void *code_share(void *arg)
 {
-	memset(out, 0, sizeof(*out));
-	struct piece_cut *cuts = NULL;
-	size_t n = 0;
-	struct planecodec c;
-	bool have_codec = false;
-	uint8_t *tmp = NULL, *enc = NULL;
-	int r = compress_cut(sv->tensors, sv->ntensors, sv->shard_bytes, &cuts, &n);
-	if (r < 0)
-		goto fail;
-	uint64_t maxp = 0, chunks = sv->nchunks;
-	for (size_t i = 0, prev = 0; i < n; prev = cuts[i++].end)
-		if (cuts[i].end - prev > maxp)
-			maxp = cuts[i].end - prev;
+	struct share *sh = arg;
+	const struct piece_cut *cuts = sh->cuts;
+	uint64_t maxp = 0, total = 0;
+	for (size_t i = sh->first; i < sh->last; i++) {
+		uint64_t len = cuts[i].end - (i ? cuts[i - 1].end : 0);
+		maxp = len > maxp ? len : maxp;
+		total += len;
+	}
 	size_t encap = planecodec_bound((size_t)maxp);
-	out->pieces = calloc(n ? n : 1, sizeof(*out->pieces));
-	out->ptrs = calloc(n ? n : 1, sizeof(*out->ptrs));
-	/* A raw piece spans at most its chunks (each piece's one more). */
-	out->iov = calloc(n + chunks + 1, sizeof(*out->iov));
-	out->buf = malloc(sv->shard_bytes ? (size_t)sv->shard_bytes : 1);
-	tmp = malloc(maxp ? (size_t)maxp : 1);
-	enc = malloc(encap);
-	r = -ENOMEM;
-	if (!out->pieces || !out->ptrs || !out->iov || !out->buf || !tmp || !enc)
-		goto fail;
-	if ((r = planecodec_init(&c, 0)) < 0)
-		goto fail;
-	have_codec = true;
+	struct planecodec c;
+	uint8_t *tmp = malloc(maxp ? (size_t)maxp : 1), *enc = malloc(encap);
+	sh->buf = malloc(total ? (size_t)total : 1);
+	sh->at = calloc(sh->last - sh->first + 1, sizeof(*sh->at));
+	bool have = false;
+	sh->err = -ENOMEM;
+	if (!tmp || !enc || !sh->buf || !sh->at || (sh->err = planecodec_init(&c, 0)) < 0)
+		goto out;
+	have = true;
 	uint64_t in_buf = 0;
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = sh->first; i < sh->last; i++) {
 		uint64_t off = i ? cuts[i - 1].end : 0, len = cuts[i].end - off;
-		Ckpt__ManifestPiece *p = &out->pieces[i];
-		ckpt__manifest_piece__init(p);
-		out->ptrs[i] = p;
-		p->raw_bytes = len;
-		p->stored_bytes = len;
-		const uint8_t *src = save_shard_bytes(sv, off, len, tmp);
+		Ckpt__ManifestPiece *p = &sh->pieces[i];
+		const uint8_t *src = save_shard_bytes(sh->sv, off, len, tmp);
 		ssize_t k = 0;
-		if (planecodec_worth(&c, src, (size_t)len, cuts[i].elem)) {
+		if (planecodec_worth(&c, src, (size_t)len, cuts[i].elem))
 			k = planecodec_encode(&c, src, (size_t)len, cuts[i].elem, enc, encap);
-			if (k < 0 && k != -ENOSPC) {
-				r = (int)k;
-				snprintf(why, whylen, "compressing shard bytes %" PRIu64 "+%" PRIu64 ": %s", off, len,
-					 strerror(-r));
-				goto fail_msg;
-			}
+		if (k < 0) {
+			sh->err = (int)k;
+			snprintf(sh->why, sizeof(sh->why), "compressing shard bytes %" PRIu64 "+%" PRIu64 ": %s", off,
+				 len, strerror(-sh->err));
+			goto out;
 		}
 		if (k > 0 && (uint64_t)k < len) {
-			memcpy(out->buf + in_buf, enc, (size_t)k);
-			iov_add(out, out->buf + in_buf, (size_t)k);
+			memcpy(sh->buf + in_buf, enc, (size_t)k);
+			sh->at[i - sh->first] = in_buf;
 			in_buf += (uint64_t)k;
 			p->codec = CKPT__CODEC__CODEC_PLANES_ZSTD;
 			p->elem = cuts[i].elem;
 			p->stored_bytes = (uint64_t)k;
-			out->coded_bytes += len;
-		} else {
-			add_raw(out, sv, off, len);
 		}
 	}
-	out->npieces = n;
-	planecodec_free(&c);
-	free(cuts);
+	sh->err = 0;
+out:
+	if (have)
+		planecodec_free(&c);
 	free(tmp);
 	free(enc);
+	return NULL;
+}
+
+int compress_shard(const struct save *sv, unsigned nthreads, struct stored_shard *out, char *why, size_t whylen)
+{
+	memset(out, 0, sizeof(*out));
+	struct piece_cut *cuts = NULL;
+	size_t n = 0;
+	struct share sh[COMPRESS_MAX_THREADS];
+	unsigned nsh = 0;
+	int r = compress_cut(sv->tensors, sv->ntensors, sv->shard_bytes, &cuts, &n);
+	if (r < 0)
+		goto fail;
+	out->pieces = calloc(n ? n : 1, sizeof(*out->pieces));
+	out->ptrs = calloc(n ? n : 1, sizeof(*out->ptrs));
+	/* A raw piece spans at most its chunks (each piece's one more). */
+	out->iov = calloc(n + sv->nchunks + 1, sizeof(*out->iov));
+	out->bufs = calloc(COMPRESS_MAX_THREADS, sizeof(*out->bufs));
+	r = -ENOMEM;
+	if (!out->pieces || !out->ptrs || !out->iov || !out->bufs)
+		goto fail;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t len = cuts[i].end - (i ? cuts[i - 1].end : 0);
+		ckpt__manifest_piece__init(&out->pieces[i]);
+		out->pieces[i].raw_bytes = out->pieces[i].stored_bytes = len;
+		out->ptrs[i] = &out->pieces[i];
+	}
+	/* Shares of about equal raw bytes, in piece order. */
+	if (nthreads < 1)
+		nthreads = 1;
+	if (nthreads > COMPRESS_MAX_THREADS)
+		nthreads = COMPRESS_MAX_THREADS;
+	for (size_t i = 0; i < n && nsh < nthreads;) {
+		uint64_t goal = (sv->shard_bytes - (i ? cuts[i - 1].end : 0)) / (nthreads - nsh);
+		uint64_t from = i ? cuts[i - 1].end : 0;
+		size_t j = i + 1;
+		while (j < n && cuts[j - 1].end - from < goal)
+			j++;
+		if (nsh == nthreads - 1)
+			j = n;
+		sh[nsh++] = (struct share){ .sv = sv, .cuts = cuts, .pieces = out->pieces, .first = i, .last = j };
+		i = j;
+	}
+	unsigned started = 0;
+	for (unsigned t = 1; t < nsh; t++) {
+		if (pthread_create(&sh[t].th, NULL, code_share, &sh[t]) != 0)
+			break;
+		started = t;
+	}
+	for (unsigned t = 0; t < nsh; t++)
+		if (t == 0 || t > started)
+			code_share(&sh[t]); /* this thread's share, and any whose thread did not start */
+	for (unsigned t = 1; t <= started; t++)
+		pthread_join(sh[t].th, NULL);
+	r = 0;
+	for (unsigned t = 0; t < nsh; t++) {
+		out->bufs[out->nbufs++] = sh[t].buf;
+		if (sh[t].err < 0 && r == 0) {
+			r = sh[t].err;
+			snprintf(why, whylen, "%s", sh[t].why[0] ? sh[t].why : strerror(-r));
+		}
+	}
+	for (unsigned t = 0; t < nsh && r == 0; t++)
+		for (size_t i = sh[t].first; i < sh[t].last; i++) {
+			Ckpt__ManifestPiece *p = &out->pieces[i];
+			if (p->codec == CKPT__CODEC__CODEC_PLANES_ZSTD) {
+				iov_add(out, sh[t].buf + sh[t].at[i - sh[t].first], (size_t)p->stored_bytes);
+				out->coded_bytes += p->raw_bytes;
+			} else {
+				add_raw(out, sv, cuts[i].end - p->raw_bytes, p->raw_bytes);
+			}
+		}
+	for (unsigned t = 0; t < nsh; t++)
+		free(sh[t].at);
+	free(cuts);
+	if (r < 0) {
+		stored_shard_free(out);
+		return r;
+	}
+	out->npieces = n;
 	return 0;
 fail:
 	snprintf(why, whylen, "compressing the shard: %s", strerror(-r));
-fail_msg:
-	if (have_codec)
-		planecodec_free(&c);
 	free(cuts);
-	free(tmp);
-	free(enc);
 	stored_shard_free(out);
 	return r;
 }

@@ -25,20 +25,25 @@ struct piece_cut {
 int compress_cut(const struct save_tensor *t, size_t n, uint64_t shard_bytes, struct piece_cut **out, size_t *nout);
 
 /* A shard as stored: the manifest's pieces, and the object's bytes as iov
- * (pieces stored as they are point into the pool; the others into buf). */
+ * (pieces stored as they are point into the pool; the others into bufs,
+ * one per thread that coded them). */
 struct stored_shard {
 	Ckpt__ManifestPiece *pieces;
 	Ckpt__ManifestPiece **ptrs;
 	size_t npieces;
 	struct iovec *iov;
 	size_t niov;
-	uint8_t *buf;
+	uint8_t **bufs;
+	size_t nbufs;
 	uint64_t bytes;       /* the object's */
 	uint64_t coded_bytes; /* raw bytes of the pieces planecodec stored */
 };
 
-/* sv's shard, stored: 0, or -ENOMEM / -EIO with why. */
-int compress_shard(const struct save *sv, struct stored_shard *out, char *why, size_t whylen);
+/* sv's shard, stored, its pieces coded on nthreads threads (this one
+ * among them; at most COMPRESS_MAX_THREADS), each taking a run of pieces
+ * of about equal bytes: 0, or -ENOMEM / -EIO with why. */
+#define COMPRESS_MAX_THREADS 16
+int compress_shard(const struct save *sv, unsigned nthreads, struct stored_shard *out, char *why, size_t whylen);
 void stored_shard_free(struct stored_shard *s);
 
 #endif

@@ -5,7 +5,9 @@
 #include "catalog.h"
 #include "compress.h"
 #include "daemon.h"
+#include "clock.h"
 #include "journal.h"
+#include "log.h"
 #include "manifest.h"
 #include "pieces.h"
 #include "saveobj.h"
@@ -154,12 +156,17 @@ void save_upload(struct save *sv)
 	bool stored = false;
 	if (sv->compress) {
 		char why[300];
-		r = compress_shard(sv, &ss, why, sizeof(why));
+		uint64_t t0 = clock_now_ns();
+		r = compress_shard(sv, sv->d->cfg.copy_threads, &ss, why, sizeof(why));
 		if (r < 0) {
 			upload_fail(sv, r, "%s", why);
 			goto out;
 		}
 		stored = true;
+		log_debug("save %" PRIu64 ": %s step %" PRIu64 " rank %u: %" PRIu64 " bytes stored in %" PRIu64
+			  " (%zu pieces, %" PRIu64 " bytes of them coded) in %.1f ms",
+			  sv->id, sv->job, sv->step, sv->rank, sv->shard_bytes, ss.bytes, ss.npieces, ss.coded_bytes,
+			  (double)(clock_now_ns() - t0) / 1e6);
 		r = put_stored(st, shard_key, &ss);
 	} else {
 		r = put_raw(sv, st, shard_key);
