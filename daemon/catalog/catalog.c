@@ -757,6 +757,115 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* The step directories' numbers under dir, ascending; a dir that is not
+ * there has none. */
+static int steps_under(struct store *s, const char *dir, uint64_t **steps, size_t *count)
+{
+	char **names = NULL;
+	size_t n = 0;
+	*steps = NULL;
+	*count = 0;
+	int r = s->ops->list(s, dir, &names, &n);
+	if (r == -ENOENT)
+		n = 0;
+	else if (r < 0)
+		return r;
+	uint64_t *v = malloc((n ? n : 1) * sizeof(*v));
+	if (v == NULL) {
+		store_names_free(names, n);
+		return -ENOMEM;
+	}
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (manifest_parse_step_dir(names[i], &v[k]) == 0)
+			k++;
+	store_names_free(names, n);
+	qsort(v, k, sizeof(*v), cmp_u64);
+	*steps = v;
+	*count = k;
+	return 0;
+}
+
+int catalog_ref_steps(struct store *s, const char *job, uint64_t **steps, size_t *n)
+{
+	char dir[512];
+	int r = snprintf(dir, sizeof(dir), "%s/" REFS_DIR, job);
+	if (r < 0 || (size_t)r >= sizeof(dir))
+		return -ENAMETOOLONG;
+	return steps_under(s, dir, steps, n);
+}
+
+int catalog_refs_of(struct store *s, const char *job, uint64_t step, uint64_t **targets, size_t *n)
+{
+	char dir[512];
+	int r = manifest_refs_dir(dir, sizeof(dir), job, step);
+	return r < 0 ? r : steps_under(s, dir, targets, n);
+}
+
+static bool has_step(const uint64_t *v, size_t n, uint64_t step)
+{
+	return bsearch(&step, v, n, sizeof(*v), cmp_u64) != NULL;
+}
+
+int catalog_referrer(struct store *s, const char *job, uint64_t target, uint64_t *by)
+{
+	uint64_t *refs = NULL;
+	size_t nrefs = 0;
+	int r = catalog_ref_steps(s, job, &refs, &nrefs);
+	int found = -ENOENT;
+	/* Refs count whether or not their step's manifests are there yet: a
+	 * save writes them first. */
+	for (size_t i = nrefs; i-- > 0 && r == 0 && found == -ENOENT;) {
+		if (refs[i] == target)
+			continue;
+		uint64_t *t = NULL;
+		size_t nt = 0;
+		r = catalog_refs_of(s, job, refs[i], &t, &nt);
+		if (r == 0 && has_step(t, nt, target)) {
+			*by = refs[i];
+			found = 0;
+		}
+		free(t);
+	}
+	free(refs);
+	return r < 0 ? r : found;
+}
+
+/* Remove step's references (its refs directory, two levels deep). */
+static int delete_refs(struct store *s, const char *job, uint64_t step)
+{
+	char dir[512], sub[600], key[900];
+	int r = manifest_refs_dir(dir, sizeof(dir), job, step);
+	if (r < 0)
+		return r;
+	uint64_t *t = NULL;
+	size_t nt = 0;
+	if ((r = steps_under(s, dir, &t, &nt)) < 0)
+		return r;
+	int err = 0;
+	for (size_t i = 0; i < nt; i++) {
+		snprintf(sub, sizeof(sub), "%s/step-%012" PRIu64, dir, t[i]);
+		char **names = NULL;
+		size_t n = 0;
+		r = s->ops->list(s, sub, &names, &n);
+		if (r < 0 && r != -ENOENT) {
+			err = err ? err : r;
+			continue;
+		}
+		for (size_t k = 0; k < n; k++) {
+			snprintf(key, sizeof(key), "%s/%s", sub, names[k]);
+			r = s->ops->remove(s, key);
+			if (r < 0 && r != -ENOENT && err == 0)
+				err = r;
+		}
+		store_names_free(names, n);
+		(void)s->ops->remove_dir(s, sub);
+	}
+	free(t);
+	(void)s->ops->remove_dir(s, dir);
+	return err;
+}
+
 int catalog_steps(struct store *s, const char *job, uint64_t **steps, size_t *count)
 {
 	char **names = NULL;
@@ -949,6 +1058,11 @@ int catalog_delete_step(struct store *s, struct mancache *cache, const char *job
 	char **names = NULL;
 	size_t n = 0;
 	r = s->ops->list(s, dir, &names, &n);
+	if (r == -ENOENT) {
+		/* Gone already (a removal cut short after it): not its refs. */
+		int e = delete_refs(s, job, step);
+		return e < 0 ? e : -ENOENT;
+	}
 	if (r < 0)
 		return r;
 	int err = 0;
@@ -977,6 +1091,10 @@ int catalog_delete_step(struct store *s, struct mancache *cache, const char *job
 	/* Other nodes' temporaries may still sit there: then it stays. */
 	r = s->ops->remove_dir(s, dir);
 	if (r < 0 && r != -ENOTEMPTY && r != -EEXIST && r != -ENOENT && err == 0)
+		err = r;
+	/* Last: while its manifests were there, these kept what it refers to. */
+	r = delete_refs(s, job, step);
+	if (r < 0 && err == 0)
 		err = r;
 	/* Also after a partial failure: some manifests may be gone. An entry a
 	 * racing load puts back is never served: a step saved again under the

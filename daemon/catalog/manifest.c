@@ -15,6 +15,22 @@ int manifest_step_dir(char *out, size_t cap, const char *job, uint64_t step)
 	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
 }
 
+int manifest_refs_dir(char *out, size_t cap, const char *job, uint64_t step)
+{
+	int n = snprintf(out, cap, "%s/" REFS_DIR "/step-%012" PRIu64, job, step);
+	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
+}
+
+int manifest_ref_key(char *out, size_t cap, const char *job, uint64_t step, uint64_t target, uint32_t rank,
+		     uint32_t world_size, const char *attempt)
+{
+	int n = snprintf(out, cap,
+			 "%s/" REFS_DIR "/step-%012" PRIu64 "/step-%012" PRIu64 "/rank-%05" PRIu32 "-of-%05" PRIu32
+			 ".%s",
+			 job, step, target, rank, world_size, attempt);
+	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
+}
+
 int manifest_key(char *out, size_t cap, const char *job, uint64_t step, uint32_t rank, uint32_t world_size,
 		 const char *ext)
 {

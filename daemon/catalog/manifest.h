@@ -56,6 +56,19 @@ int manifest_commit_key(char *out, size_t cap, const char *job, uint64_t step);
 /* "<job>/step-<12>/index" */
 int manifest_index_key(char *out, size_t cap, const char *job, uint64_t step);
 int manifest_step_dir(char *out, size_t cap, const char *job, uint64_t step);
+/* References between steps (incremental steps: a step's pieces stored in
+ * an older step's shard; docs/architecture.md "References between
+ * steps"). A rank of step S whose pieces lie in step T's shard puts the
+ * empty object "<job>/refs/step-<S12>/step-<T12>/rank-<5>-of-<5>.<attempt>"
+ * before its manifest; retention keeps T while S is kept, and removing S
+ * removes its refs. They live outside the step directories, so restores,
+ * waits and listings of steps never page through them. */
+#define REFS_DIR "refs"
+/* "<job>/refs/step-<12>": what step refers to. */
+int manifest_refs_dir(char *out, size_t cap, const char *job, uint64_t step);
+/* "<job>/refs/step-<S12>/step-<T12>/rank-<5>-of-<5>.<attempt>" */
+int manifest_ref_key(char *out, size_t cap, const char *job, uint64_t step, uint64_t target, uint32_t rank,
+		     uint32_t world_size, const char *attempt);
 /* Parses "step-000000000123"; 0 or -EINVAL. */
 int manifest_parse_step_dir(const char *name, uint64_t *step);
 

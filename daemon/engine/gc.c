@@ -70,6 +70,40 @@ int gc_remove_step(struct daemon *d, struct store *st, const char *job, uint64_t
 
 /* ---- one pass ---- */
 
+static int cmp_step(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Keep every step that a kept step refers to (manifest.h REFS_DIR), newest
+ * first, so that a step kept for a newer one keeps what it refers to in
+ * turn. Listed after the steps: a step seen complete there wrote its refs
+ * before its manifests. 0, or a storage error (then nothing is removed). */
+static int keep_referenced(struct store *st, const char *job, struct step_view *v, size_t k)
+{
+	uint64_t *refs = NULL;
+	size_t nrefs = 0;
+	int r = catalog_ref_steps(st, job, &refs, &nrefs);
+	for (size_t i = k; i-- > 0 && r == 0;) {
+		if (v[i].remove || !bsearch(&v[i].step, refs, nrefs, sizeof(*refs), cmp_step))
+			continue;
+		uint64_t *t = NULL;
+		size_t nt = 0;
+		r = catalog_refs_of(st, job, v[i].step, &t, &nt);
+		for (size_t x = 0; x < i && r == 0; x++) {
+			if (!v[x].remove || !bsearch(&v[x].step, t, nt, sizeof(*t), cmp_step))
+				continue;
+			v[x].remove = false;
+			log_info("gc: %s step %" PRIu64 " kept: step %" PRIu64 " refers to its shard", job, v[x].step,
+				 v[i].step);
+		}
+		free(t);
+	}
+	free(refs);
+	return r;
+}
+
 static void gc_job_run(struct gc_pass *g, const char *job, const struct retention *rt, uint64_t now_ns)
 {
 	struct store *st = daemon_store_of(g->d, job);
@@ -97,6 +131,11 @@ static void gc_job_run(struct gc_pass *g, const char *job, const struct retentio
 		k++;
 	}
 	retention_plan(rt, v, k, now_ns);
+	int kr = keep_referenced(st, job, v, k);
+	if (kr < 0) {
+		log_warn("gc: %s: listing the references between steps: %s; nothing removed", job, store_error(kr));
+		goto out;
+	}
 	for (size_t i = 0; i < k; i++) {
 		if (!v[i].remove)
 			continue;

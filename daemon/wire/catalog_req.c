@@ -902,6 +902,20 @@ static void del_run(struct bgreq *b)
 			   r == -ENOENT ? "not found" : store_error(r));
 		return;
 	}
+	uint64_t by;
+	r = catalog_referrer(st, q->job, q->step, &by);
+	if (r == 0) {
+		bgreq_fail(b, -EBUSY,
+			   "step %" PRIu64 " of job '%s' holds bytes that step %" PRIu64
+			   " refers to (incremental steps); remove step %" PRIu64 " first",
+			   q->step, q->job, by, by);
+		return;
+	}
+	if (r != -ENOENT) {
+		bgreq_fail(b, r, "listing the references to step %" PRIu64 " of job '%s': %s", q->step, q->job,
+			   store_error(r));
+		return;
+	}
 	r = steplock_delete_begin(q->job, q->step);
 	if (r < 0) {
 		bgreq_fail(b, r, "step %" PRIu64 " of job '%s' is being written", q->step, q->job);

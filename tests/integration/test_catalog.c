@@ -787,6 +787,78 @@ static void test_gc_dry_run_and_rm(void **state)
 	assert_int_equal(ctl_run("rm keepall 2 2>/dev/null", out, sizeof(out)), 1);
 }
 
+/* References between steps (manifest.h REFS_DIR), as incremental saves
+ * write them, before their manifests: retention keeps a step that a kept
+ * step refers to (and what that one refers to in turn), and removes a
+ * step's refs with it; rm refuses a step another refers to. */
+static void ref(uint64_t from, uint64_t to)
+{
+	assert_int_equal(h_sh("mkdir -p '%s/refjob/refs/step-%012llu/step-%012llu' && "
+			      "touch '%s/refjob/refs/step-%012llu/step-%012llu/rank-00000-of-00001.g'",
+			      D.store, (unsigned long long)from, (unsigned long long)to, D.store,
+			      (unsigned long long)from, (unsigned long long)to),
+			 0);
+}
+
+static bool refs_dir_exists(uint64_t step)
+{
+	char p[600];
+	snprintf(p, sizeof(p), "%s/refjob/refs/step-%012llu", D.store, (unsigned long long)step);
+	return access(p, F_OK) == 0;
+}
+
+static void test_references_keep_steps(void **state)
+{
+	(void)state;
+	static char out[1 << 16];
+	const char *group = "[job.gcjob]\nkeep_last = 2\nkeep_every = 10\n[job.grace]\nincomplete_grace = 1s\n";
+	char conf[512];
+	snprintf(conf, sizeof(conf), "%s[job.refjob]\nkeep_last = 1\n", group);
+	assert_int_equal(h_stop(&D), 0);
+	h_start(&D, conf);
+	uint64_t s[8];
+	size_t n = 0;
+	save_steps("refjob", 1, 1);
+	ref(2, 1); /* step 2 will keep bytes in step 1's shard */
+	save_steps("refjob", 2, 2);
+	assert_int_equal(ctl_run("gc refjob", out, sizeof(out)), 0);
+	steps_of("refjob", s, &n);
+	assert_int_equal(n, 2); /* keep_last 1, but 2 refers to 1 */
+	/* Step 4 refers to 1 (a frozen base) and 3; 3 refers to 1 too. Only 3
+	 * and 1 stay when 4 is the one kept... */
+	ref(3, 1);
+	save_steps("refjob", 3, 3);
+	ref(4, 1);
+	ref(4, 3);
+	save_steps("refjob", 4, 4);
+	assert_int_equal(ctl_run("gc refjob", out, sizeof(out)), 0);
+	steps_of("refjob", s, &n);
+	assert_int_equal(n, 3);
+	assert_int_equal(s[0], 1);
+	assert_int_equal(s[1], 3);
+	assert_int_equal(s[2], 4);
+	/* ...and step 2's refs went with it. */
+	assert_false(refs_dir_exists(2));
+	assert_true(refs_dir_exists(4));
+	/* rm of a step another refers to: refused, naming the newest. */
+	assert_int_equal(ctl_run("rm refjob 1 2>&1", out, sizeof(out)), 1);
+	assert_non_null(strstr(out, "step 4 refers to"));
+	assert_int_equal(ctl_run("rm refjob 3 2>&1", out, sizeof(out)), 1);
+	/* Once the newest is gone, retention keeps what 3 (now newest) still
+	 * refers to. */
+	assert_int_equal(ctl_run("rm refjob 4", out, sizeof(out)), 0);
+	assert_false(refs_dir_exists(4));
+	assert_int_equal(ctl_run("gc refjob", out, sizeof(out)), 0);
+	steps_of("refjob", s, &n);
+	assert_int_equal(n, 2);
+	assert_int_equal(ctl_run("rm refjob 3", out, sizeof(out)), 0);
+	assert_int_equal(ctl_run("rm refjob 1", out, sizeof(out)), 0);
+	steps_of("refjob", s, &n);
+	assert_int_equal(n, 0);
+	assert_int_equal(h_stop(&D), 0);
+	h_start(&D, group);
+}
+
 static void test_example_restores_at_other_world_size(void **state)
 {
 	(void)state;
@@ -966,6 +1038,7 @@ int main(void)
 		cmocka_unit_test(test_retention_after_durable),
 		cmocka_unit_test(test_retention_of_many_jobs_waiting_for_a_pass),
 		cmocka_unit_test(test_gc_dry_run_and_rm),
+		cmocka_unit_test(test_references_keep_steps),
 		cmocka_unit_test(test_example_restores_at_other_world_size),
 		cmocka_unit_test(test_planted_fifo_and_symlink),
 		cmocka_unit_test(test_planted_bad_manifests_fail_loudly),

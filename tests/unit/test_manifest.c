@@ -33,6 +33,14 @@ static void test_key_format(void **state)
 	assert_int_equal(manifest_key(buf, n, "job", 123, 3, 8, "manifest"), -ENAMETOOLONG);
 	assert_int_equal(manifest_step_dir(buf, 21, "job", 123), -ENAMETOOLONG);
 	assert_int_equal(manifest_step_dir(buf, 22, "job", 123), 0);
+
+	/* References between steps: outside the step directories. */
+	assert_int_equal(manifest_refs_dir(buf, sizeof(buf), "job", 12), 0);
+	assert_string_equal(buf, "job/refs/step-000000000012");
+	assert_int_equal(manifest_ref_key(buf, sizeof(buf), "job", 12, 3, 5, 8, "run.7"), 0);
+	assert_string_equal(buf, "job/refs/step-000000000012/step-000000000003/rank-00005-of-00008.run.7");
+	assert_int_equal(manifest_ref_key(buf, 40, "job", 12, 3, 5, 8, "run.7"), -ENAMETOOLONG);
+	assert_int_equal(manifest_refs_dir(buf, 26, "job", 12), -ENAMETOOLONG);
 }
 
 static void test_parse_step_dir(void **state)
