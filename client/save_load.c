@@ -161,8 +161,9 @@ int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors, size
 		client_set_errmsgf("unknown tier %d", opts->tier);
 		return -EINVAL;
 	}
-	if (opts && (opts->compress < CKPT_COMPRESS_JOB || opts->compress > CKPT_COMPRESS_OFF)) {
-		client_set_errmsgf("unknown compress %d", opts->compress);
+	if (opts && (opts->compress < CKPT_BY_JOB || opts->compress > CKPT_OFF || opts->incremental < CKPT_BY_JOB ||
+		     opts->incremental > CKPT_OFF)) {
+		client_set_errmsgf("unknown compress %d or incremental %d", opts->compress, opts->incremental);
 		return -EINVAL;
 	}
 	if (opts && opts->tier != CKPT_TIER_DURABLE && !(c->capabilities & CKPT_CAP_TIERS)) {
@@ -189,7 +190,8 @@ int ckpt_save_ex(ckpt_client *c, uint64_t step, const ckpt_tensor *tensors, size
 	}
 	s.step = step;
 	s.tier = (Ckpt__Tier)(opts ? opts->tier : CKPT_TIER_DURABLE);
-	s.compress = (Ckpt__Compress)(opts ? opts->compress : CKPT_COMPRESS_JOB);
+	s.compress = (Ckpt__Setting)(opts ? opts->compress : CKPT_BY_JOB);
+	s.incremental = (Ckpt__Setting)(opts ? opts->incremental : CKPT_BY_JOB);
 	s.n_tensors = ts.n;
 	s.tensors = ts.ptrs;
 	s.extra_state.data = (uint8_t *)extra;

@@ -162,8 +162,9 @@ int ckpt_save_table_ex(ckpt_client *c, uint64_t step, const ckpt_table *t, const
 		client_set_errmsgf("unknown tier %d", tier);
 		return -EINVAL;
 	}
-	if (opts && (opts->compress < CKPT_COMPRESS_JOB || opts->compress > CKPT_COMPRESS_OFF)) {
-		client_set_errmsgf("unknown compress %d", opts->compress);
+	if (opts && (opts->compress < CKPT_BY_JOB || opts->compress > CKPT_OFF || opts->incremental < CKPT_BY_JOB ||
+		     opts->incremental > CKPT_OFF)) {
+		client_set_errmsgf("unknown compress %d or incremental %d", opts->compress, opts->incremental);
 		return -EINVAL;
 	}
 	if (tier != CKPT_TIER_DURABLE && !(c->capabilities & CKPT_CAP_TIERS)) {
@@ -183,7 +184,8 @@ int ckpt_save_table_ex(ckpt_client *c, uint64_t step, const ckpt_table *t, const
 	Ckpt__Save s = CKPT__SAVE__INIT;
 	s.step = step;
 	s.tier = (Ckpt__Tier)tier;
-	s.compress = (Ckpt__Compress)(opts ? opts->compress : CKPT_COMPRESS_JOB);
+	s.compress = (Ckpt__Setting)(opts ? opts->compress : CKPT_BY_JOB);
+	s.incremental = (Ckpt__Setting)(opts ? opts->incremental : CKPT_BY_JOB);
 	s.table_id = t->id;
 	s.extra_state.data = (uint8_t *)extra;
 	s.extra_state.len = extra_len;

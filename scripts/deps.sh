@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(meson ninja-build pkg-config gcc python3
       libuv1-dev libssl-dev libprotobuf-c-dev protobuf-c-compiler libsystemd-dev
       libcmocka-dev libcurl4-openssl-dev libisal-dev libjson-c-dev libexpat1-dev
-      libinih-dev libzstd-dev systemd python3-yaml python3-venv gnuplot-nox clang-format clang
+      libinih-dev libzstd-dev libxxhash-dev systemd python3-yaml python3-venv gnuplot-nox clang-format clang
       fuse3 libfuse3-dev radosgw ceph-mon ceph-osd)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -78,6 +78,7 @@ void config_job_policy(const struct config *c, const char *job, uint64_t pool_by
 	out->max_inflight_saves = c->max_inflight_saves;
 	out->retention = c->retention;
 	out->compress = c->compress;
+	out->incremental = c->incremental;
 	/* A tenant's job TENANT/NAME takes [job.NAME] (every tenant's NAME),
 	 * then [job.TENANT/NAME] over it. */
 	const char *slash = strchr(job, '/');
@@ -104,6 +105,8 @@ void config_job_policy(const struct config *c, const char *job, uint64_t pool_by
 			out->retention.incomplete_grace_s = j->retention.incomplete_grace_s;
 		if (SET(JOB_KEY_COMPRESS))
 			out->compress = j->compress;
+		if (SET(JOB_KEY_INCREMENTAL))
+			out->incremental = j->incremental;
 #undef SET
 	}
 	if (qp)
@@ -221,6 +224,8 @@ const struct config_key config_keys[] = {
 	    .help = "CRC-check restores from the memory tier as from storage"),
 	KEY("pool", "compress", cfg_bool, compress, 0, .def = false,
 	    .help = "store shards compressed (byte planes and zstd), losslessly, on upload"),
+	KEY("pool", "incremental", cfg_bool, incremental, 0, .def = false,
+	    .help = "store pieces unchanged since a rank's previous step as references to it"),
 
 	KEY("retention", "keep_last", cfg_u32, retention.keep_last, 0, .help = "the newest N complete steps"),
 	KEY("retention", "keep_every", cfg_u32, retention.keep_every, 0, .help = "and every step divisible by K"),
@@ -360,6 +365,8 @@ const struct config_key config_job_keys[JOB_KEY_COUNT] = {
 	[JOB_KEY_INCOMPLETE_GRACE] = JOB_KEY("incomplete_grace", cfg_duration, retention.incomplete_grace_s,
 					     .help = "incomplete steps older than this go"),
 	[JOB_KEY_COMPRESS] = JOB_KEY("compress", cfg_bool, compress, .help = "store shards compressed on upload"),
+	[JOB_KEY_INCREMENTAL] = JOB_KEY("incremental", cfg_bool, incremental,
+					.help = "store unchanged pieces as references to the previous step"),
 };
 
 #define TENANT_KEY(key, ty, fld, ...) \

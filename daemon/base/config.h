@@ -91,6 +91,7 @@ enum job_key {
 	JOB_KEY_MAX_AGE,
 	JOB_KEY_INCOMPLETE_GRACE,
 	JOB_KEY_COMPRESS,
+	JOB_KEY_INCREMENTAL,
 	JOB_KEY_COUNT,
 };
 
@@ -105,6 +106,7 @@ struct job_config {
 	uint32_t quota_pct;
 	uint32_t max_inflight_saves; /* 0: the default */
 	bool compress;
+	bool incremental;
 };
 
 /* The rows of config_tenant_keys[], in order. */
@@ -144,7 +146,8 @@ struct job_policy {
 	uint64_t quota_bytes; /* of the pool; the whole pool when unlimited */
 	uint32_t max_inflight_saves;
 	struct retention retention;
-	bool compress; /* uploads stored compressed (upload.c) */
+	bool compress;    /* uploads stored compressed (upload.c) */
+	bool incremental; /* unchanged pieces stored as references (upload.c) */
 };
 
 struct config {
@@ -192,6 +195,7 @@ struct config {
 	bool memory_tier;
 	bool verify_held; /* CRC-check restores from held copies */
 	bool compress;    /* [pool] compress: shards stored compressed, unless a job says otherwise */
+	bool incremental; /* [pool] incremental: unchanged pieces stored as references to older steps */
 	struct retention retention;
 	struct job_config jobs[CONFIG_MAX_JOBS];
 	size_t njobs;

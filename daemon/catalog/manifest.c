@@ -189,6 +189,46 @@ int manifest_shard_of(const Ckpt__Manifest *m, char *out, size_t cap)
 	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
 }
 
+int manifest_shard_ref(const Ckpt__Manifest *m, char *out, size_t cap)
+{
+	int n = m->shard_dir[0] ? snprintf(out, cap, "%s/%s", m->shard_dir, m->shard_name)
+				: snprintf(out, cap, "step-%012" PRIu64 "/%s", m->step, m->shard_name);
+	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
+}
+
+int manifest_ref_check(const Ckpt__Manifest *m, const char *ref, uint64_t *step)
+{
+	const char *name = strrchr(ref, '/');
+	if (name == NULL)
+		return -EBADMSG;
+	name++;
+	struct step_name sn;
+	manifest_parse_object(name, &sn);
+	if (sn.kind != OBJ_SHARD || sn.attempt[0] == '\0' || sn.rank != m->rank || sn.world_size != m->world_size)
+		return -EBADMSG;
+	/* The directory: "step-<12>" or "shards/<hh>/step-<12>". */
+	size_t dlen = (size_t)(name - 1 - ref);
+	char dir[64];
+	if (dlen >= sizeof(dir))
+		return -EBADMSG;
+	memcpy(dir, ref, dlen);
+	dir[dlen] = '\0';
+	const char *sd = strncmp(dir, "shards/", 7) == 0 ? strrchr(dir, '/') + 1 : dir;
+	uint64_t t;
+	if (manifest_parse_step_dir(sd, &t) < 0 || t >= m->step)
+		return -EBADMSG;
+	char want[64];
+	if (sd != dir && (manifest_spread_dir(want, sizeof(want), m->rank, t) < 0 || strcmp(want, dir) != 0))
+		return -EBADMSG;
+	if (sd == dir) {
+		snprintf(want, sizeof(want), "step-%012" PRIu64, t);
+		if (strcmp(want, dir) != 0)
+			return -EBADMSG;
+	}
+	*step = t;
+	return 0;
+}
+
 int manifest_name_valid(const char *s, size_t max)
 {
 	size_t n = strlen(s);

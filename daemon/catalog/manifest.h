@@ -101,5 +101,13 @@ int manifest_check(const Ckpt__Manifest *m, char *err, size_t errlen);
  * the spread directory of m's rank and step) and shard_name, which must
  * name a shard of m's own rank (and attempt, in format 2 names). */
 int manifest_shard_of(const Ckpt__Manifest *m, char *out, size_t cap);
+/* m's shard relative to its job, as a later step's pieces refer to it
+ * (ManifestPiece.ref): "step-<12>/<name>" or "<shard_dir>/<name>". */
+int manifest_shard_ref(const Ckpt__Manifest *m, char *out, size_t cap);
+/* Whether ref may be a piece's reference in m: the shard of an older step
+ * of m's rank and world size, named as a save names it, in that step's
+ * directory or its spread one. 0 with *step (the older step's), or
+ * -EBADMSG. */
+int manifest_ref_check(const Ckpt__Manifest *m, const char *ref, uint64_t *step);
 
 #endif

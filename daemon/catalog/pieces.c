@@ -1,5 +1,6 @@
 /* A shard's pieces: see pieces.h. */
 #include "pieces.h"
+#include "manifest.h"
 #include "planecodec.h"
 
 #include <errno.h>
@@ -26,11 +27,19 @@ int pieces_check(const Ckpt__Manifest *m, char *err, size_t errlen)
 			     p->stored_bytes <= planecodec_bound((size_t)p->raw_bytes);
 		else
 			ok = false;
+		uint64_t t;
+		if (ok && p->hash.len != 0 && p->hash.len != 16)
+			ok = false;
+		if (ok && p->ref[0] != '\0')
+			ok = manifest_ref_check(m, p->ref, &t) == 0 && p->ref_offset <= UINT64_MAX - p->stored_bytes;
+		else if (ok)
+			ok = p->ref_offset == 0;
 		if (!ok) {
 			snprintf(err, errlen,
-				 "manifest piece %zu: %" PRIu64 " raw bytes stored in %" PRIu64 " by codec %d elem %u "
-				 "cannot be",
-				 i, p->raw_bytes, p->stored_bytes, (int)p->codec, p->elem);
+				 "manifest piece %zu: %" PRIu64 " raw bytes stored in %" PRIu64
+				 " by codec %d elem %u (hash of %zu bytes, in '%.200s' at %" PRIu64 ") cannot be",
+				 i, p->raw_bytes, p->stored_bytes, (int)p->codec, p->elem, p->hash.len, p->ref,
+				 p->ref_offset);
 			return -EBADMSG;
 		}
 		raw += p->raw_bytes;
@@ -48,16 +57,35 @@ int pieces_index(struct pieces *x, const Ckpt__Manifest *m)
 	memset(x, 0, sizeof(*x));
 	if (m->n_pieces == 0)
 		return 0;
-	x->raw = malloc(2 * (m->n_pieces + 1) * sizeof(uint64_t));
-	if (x->raw == NULL)
+	size_t n = m->n_pieces;
+	x->raw = malloc(3 * (n + 1) * sizeof(uint64_t));
+	x->ref = calloc(n, sizeof(*x->ref));
+	if (x->raw == NULL || x->ref == NULL) {
+		free(x->raw);
+		free(x->ref);
+		x->raw = NULL;
+		x->ref = NULL;
 		return -ENOMEM;
-	x->stored = x->raw + m->n_pieces + 1;
-	x->raw[0] = x->stored[0] = 0;
-	for (size_t i = 0; i < m->n_pieces; i++) {
-		x->raw[i + 1] = x->raw[i] + m->pieces[i]->raw_bytes;
-		x->stored[i + 1] = x->stored[i] + m->pieces[i]->stored_bytes;
 	}
-	x->n = m->n_pieces;
+	x->at = x->raw + n + 1;
+	x->cum = x->at + n + 1;
+	x->raw[0] = x->cum[0] = 0;
+	uint64_t own = 0; /* the manifest's own shard: its pieces back to back */
+	for (size_t i = 0; i < n; i++) {
+		const Ckpt__ManifestPiece *p = m->pieces[i];
+		x->raw[i + 1] = x->raw[i] + p->raw_bytes;
+		x->cum[i + 1] = x->cum[i] + p->stored_bytes;
+		if (p->ref[0]) {
+			x->ref[i] = p->ref;
+			x->at[i] = p->ref_offset;
+		} else {
+			x->at[i] = own;
+			own += p->stored_bytes;
+		}
+	}
+	x->at[n] = own;
+	x->n = n;
+	x->job = m->job;
 	x->p = (const Ckpt__ManifestPiece *const *)m->pieces;
 	return 0;
 }
@@ -65,6 +93,7 @@ int pieces_index(struct pieces *x, const Ckpt__Manifest *m)
 void pieces_free(struct pieces *x)
 {
 	free(x->raw);
+	free(x->ref);
 	memset(x, 0, sizeof(*x));
 }
 
@@ -88,12 +117,31 @@ void pieces_span(const struct pieces *x, uint64_t off, uint64_t len, size_t *p0,
 	*p1 = piece_at(x, off + len - 1) + 1;
 }
 
+int pieces_key(const struct pieces *x, size_t i, const char *own, char *out, size_t cap)
+{
+	int n = x->ref[i] ? snprintf(out, cap, "%s/%s", x->job, x->ref[i]) : snprintf(out, cap, "%s", own);
+	return (n < 0 || (size_t)n >= cap) ? -ENAMETOOLONG : 0;
+}
+
+static bool same_object(const char *a, const char *b)
+{
+	return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+size_t pieces_segment(const struct pieces *x, size_t a, size_t p1)
+{
+	size_t b = a + 1;
+	while (b < p1 && same_object(x->ref[b], x->ref[a]) && x->at[b] == x->at[a] + (x->cum[b] - x->cum[a]))
+		b++;
+	return b;
+}
+
 int pieces_decode(const struct pieces *x, struct planecodec *c, size_t p0, size_t p1, const uint8_t *stored,
 		  uint8_t *raw, char *why, size_t whylen)
 {
 	for (size_t i = p0; i < p1; i++) {
 		const Ckpt__ManifestPiece *p = x->p[i];
-		const uint8_t *s = stored + (x->stored[i] - x->stored[p0]);
+		const uint8_t *s = stored + (x->cum[i] - x->cum[p0]);
 		uint8_t *d = raw + (x->raw[i] - x->raw[p0]);
 		if (p->codec == CKPT__CODEC__CODEC_NONE) {
 			memcpy(d, s, (size_t)p->raw_bytes);
@@ -103,8 +151,9 @@ int pieces_decode(const struct pieces *x, struct planecodec *c, size_t p0, size_
 		if (r < 0) {
 			snprintf(why, whylen,
 				 "piece %zu (shard bytes %" PRIu64 "+%" PRIu64 ", object bytes %" PRIu64 "+%" PRIu64
-				 ") %s",
-				 i, x->raw[i], p->raw_bytes, x->stored[i], p->stored_bytes,
+				 "%s%s) %s",
+				 i, x->raw[i], p->raw_bytes, x->at[i], p->stored_bytes, x->ref[i] ? " of " : "",
+				 x->ref[i] ? x->ref[i] : "",
 				 r == -EBADMSG ? "does not decode: the object is damaged" : strerror(-r));
 			return r;
 		}

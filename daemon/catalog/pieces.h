@@ -36,12 +36,22 @@ static inline uint64_t piece_unit(uint64_t row_bytes)
 }
 
 /* A manifest's pieces, indexed: piece i is raw [raw[i], raw[i + 1]) of
- * the shard and stored [stored[i], stored[i + 1]) of its object. */
+ * the shard, and its stored bytes are at at[i] of its object: the
+ * manifest's own shard, or ref[i] (relative to the job) where a later
+ * step refers to an older one's. cum[i] is the stored bytes of the pieces
+ * before i, wherever they are: a read of pieces [p0, p1) needs
+ * cum[p1] - cum[p0] bytes for them, and keeps piece i at cum[i] - cum[p0]. */
 struct pieces {
 	size_t n; /* 0: the shard is stored raw */
-	uint64_t *raw, *stored;
+	uint64_t *raw, *at, *cum;
+	const char **ref; /* NULL: in the manifest's own shard */
 	const Ckpt__ManifestPiece *const *p;
+	const char *job; /* the manifest's: refs are relative to it */
 };
+
+/* The object piece i lies in: own (the manifest's shard) or job/ref. 0 or
+ * -ENAMETOOLONG. */
+int pieces_key(const struct pieces *x, size_t i, const char *own, char *out, size_t cap);
 
 /* The pieces' part of manifest_check: a format 2 manifest has pieces,
  * a format 1 none; they tile [0, shard_bytes); each has a known codec and
@@ -56,8 +66,13 @@ void pieces_free(struct pieces *x);
  * inside the shard; x->n > 0. */
 void pieces_span(const struct pieces *x, uint64_t off, uint64_t len, size_t *p0, size_t *p1);
 
-/* Pieces [p0, p1) back to raw bytes: stored holds the object's bytes from
- * x->stored[p0] on, raw gets the shard's from x->raw[p0] on. 0, or
+/* The end of the segment that starts at piece a, before p1: the pieces
+ * after a that lie right after it in the same object, fetched by one
+ * ranged read of [at[a], at[a] + cum[end] - cum[a]). */
+size_t pieces_segment(const struct pieces *x, size_t a, size_t p1);
+
+/* Pieces [p0, p1) back to raw bytes: stored holds their stored bytes, piece
+ * i at cum[i] - cum[p0]; raw gets the shard's from x->raw[p0] on. 0, or
  * -EBADMSG with why naming the piece (a damaged object); -ENOMEM. */
 int pieces_decode(const struct pieces *x, struct planecodec *c, size_t p0, size_t p1, const uint8_t *stored,
 		  uint8_t *raw, char *why, size_t whylen);

@@ -2,6 +2,8 @@
 #include "compress.h"
 #include "daemon.h"
 #include "grow.h"
+#include "incbase.h"
+#include "macro.h"
 #include "pieces.h"
 #include "planecodec.h"
 #include "saveobj.h"
@@ -12,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 struct cutter {
 	struct piece_cut *v;
@@ -110,6 +113,8 @@ int compress_cut(const struct save_tensor *t, size_t n, uint64_t shard_bytes, st
 
 void stored_shard_free(struct stored_shard *s)
 {
+	incbase_unref(s->base);
+	free(s->hashes);
 	free(s->pieces);
 	free(s->ptrs);
 	free(s->iov);
@@ -143,12 +148,21 @@ static void add_raw(struct stored_shard *s, const struct save *sv, uint64_t off,
 	}
 }
 
-/* One thread's share: pieces [first, last), coded into its own buf (at
- * most their raw bytes: a piece that does not shrink is left raw). */
+/* One thread's share: pieces [first, last). Phase HASH takes each piece's
+ * XXH3-128; phase CODE codes those without a reference into its own buf
+ * (at most their raw bytes: a piece that does not shrink is left raw). */
+enum {
+	HASH,
+	CODE
+};
+
 struct share {
 	const struct save *sv;
 	const struct piece_cut *cuts;
 	Ckpt__ManifestPiece *pieces;
+	uint8_t *hashes; /* 16 bytes per piece */
+	bool compress;
+	int phase;
 	size_t first, last;
 	uint8_t *buf;
 	uint64_t *at; /* per piece of the share: where its coded bytes are in buf */
@@ -157,13 +171,43 @@ struct share {
 	pthread_t th;
 };
 
-static void *code_share(void *arg)
+static uint64_t cut_off(const struct piece_cut *cuts, size_t i)
 {
-	struct share *sh = arg;
+	return i ? cuts[i - 1].end : 0;
+}
+
+static void *hash_share(struct share *sh)
+{
+	const struct piece_cut *cuts = sh->cuts;
+	uint64_t maxp = 0;
+	for (size_t i = sh->first; i < sh->last; i++)
+		maxp = cuts[i].end - cut_off(cuts, i) > maxp ? cuts[i].end - cut_off(cuts, i) : maxp;
+	uint8_t *tmp = malloc(maxp ? (size_t)maxp : 1);
+	sh->err = -ENOMEM;
+	if (tmp == NULL)
+		return NULL;
+	for (size_t i = sh->first; i < sh->last; i++) {
+		uint64_t off = cut_off(cuts, i), len = cuts[i].end - off;
+		XXH128_hash_t h = XXH3_128bits(save_shard_bytes(sh->sv, off, len, tmp), (size_t)len);
+		XXH128_canonical_t c;
+		XXH128_canonicalFromHash(&c, h); /* high half first */
+		memcpy(sh->hashes + 16 * i, c.digest, 16);
+		sh->pieces[i].hash.data = sh->hashes + 16 * i;
+		sh->pieces[i].hash.len = 16;
+	}
+	free(tmp);
+	sh->err = 0;
+	return NULL;
+}
+
+static void *code_share(struct share *sh)
+{
 	const struct piece_cut *cuts = sh->cuts;
 	uint64_t maxp = 0, total = 0;
 	for (size_t i = sh->first; i < sh->last; i++) {
-		uint64_t len = cuts[i].end - (i ? cuts[i - 1].end : 0);
+		uint64_t len = cuts[i].end - cut_off(cuts, i);
+		if (sh->pieces[i].ref[0])
+			continue; /* in an older step's shard */
 		maxp = len > maxp ? len : maxp;
 		total += len;
 	}
@@ -179,8 +223,10 @@ static void *code_share(void *arg)
 	have = true;
 	uint64_t in_buf = 0;
 	for (size_t i = sh->first; i < sh->last; i++) {
-		uint64_t off = i ? cuts[i - 1].end : 0, len = cuts[i].end - off;
+		uint64_t off = cut_off(cuts, i), len = cuts[i].end - off;
 		Ckpt__ManifestPiece *p = &sh->pieces[i];
+		if (p->ref[0])
+			continue;
 		const uint8_t *src = save_shard_bytes(sh->sv, off, len, tmp);
 		ssize_t k = 0;
 		if (planecodec_worth(&c, src, (size_t)len, cuts[i].elem))
@@ -209,7 +255,83 @@ out:
 	return NULL;
 }
 
-int compress_shard(const struct save *sv, unsigned nthreads, struct stored_shard *out, char *why, size_t whylen)
+static void *run_share(void *arg)
+{
+	struct share *sh = arg;
+	return sh->phase == HASH ? hash_share(sh) : code_share(sh);
+}
+
+/* Run phase on every share, this thread taking the first (and any whose
+ * thread did not start); the first error into why. */
+static int run_phase(struct share *sh, unsigned nsh, int phase, char *why, size_t whylen)
+{
+	unsigned started = 0;
+	for (unsigned t = 0; t < nsh; t++)
+		sh[t].phase = phase;
+	for (unsigned t = 1; t < nsh; t++) {
+		if (pthread_create(&sh[t].th, NULL, run_share, &sh[t]) != 0)
+			break;
+		started = t;
+	}
+	for (unsigned t = 0; t < nsh; t++)
+		if (t == 0 || t > started)
+			run_share(&sh[t]);
+	for (unsigned t = 1; t <= started; t++)
+		pthread_join(sh[t].th, NULL);
+	for (unsigned t = 0; t < nsh; t++)
+		if (sh[t].err < 0) {
+			snprintf(why, whylen, "%s", sh[t].why[0] ? sh[t].why : strerror(-sh[t].err));
+			return sh[t].err;
+		}
+	return 0;
+}
+
+/* Pieces whose bytes the base holds become references to them, in at
+ * most INCBASE_MAX_REFS older shards: those holding the most of them
+ * (the rest are stored again). */
+static void refer(struct stored_shard *out, const struct piece_cut *cuts, const struct incbase *b)
+{
+	uint64_t bytes[INCBASE_MAX_REFS + 64] = { 0 };
+	size_t nobj = b->nobj < ELEMENTSOF(bytes) ? b->nobj : ELEMENTSOF(bytes);
+	const struct base_piece **hit = calloc(out->npieces ? out->npieces : 1, sizeof(*hit));
+	if (hit == NULL)
+		return; /* stored again, all of them */
+	for (size_t i = 0; i < out->npieces; i++) {
+		const struct base_piece *q = incbase_find(b, cut_off(cuts, i), out->pieces[i].raw_bytes,
+							  out->hashes + 16 * i);
+		if (q && q->obj < nobj) {
+			hit[i] = q;
+			bytes[q->obj] += q->stored;
+		}
+	}
+	/* Keep the INCBASE_MAX_REFS shards with the most bytes referred to. */
+	bool keep[ELEMENTSOF(bytes)] = { false };
+	for (size_t k = 0; k < INCBASE_MAX_REFS; k++) {
+		size_t best = nobj;
+		for (size_t o = 0; o < nobj; o++)
+			if (!keep[o] && bytes[o] > 0 && (best == nobj || bytes[o] > bytes[best]))
+				best = o;
+		if (best == nobj)
+			break;
+		keep[best] = true;
+	}
+	for (size_t i = 0; i < out->npieces; i++) {
+		const struct base_piece *q = hit[i];
+		if (q == NULL || !keep[q->obj])
+			continue;
+		Ckpt__ManifestPiece *p = &out->pieces[i];
+		p->ref = b->obj[q->obj];
+		p->ref_offset = q->at;
+		p->stored_bytes = q->stored;
+		p->codec = (Ckpt__Codec)q->codec;
+		p->elem = q->elem;
+		out->ref_bytes += p->raw_bytes;
+	}
+	free(hit);
+}
+
+int compress_shard(const struct save *sv, unsigned nthreads, const struct shard_opts *o, struct stored_shard *out,
+		   char *why, size_t whylen)
 {
 	memset(out, 0, sizeof(*out));
 	struct piece_cut *cuts = NULL;
@@ -224,11 +346,13 @@ int compress_shard(const struct save *sv, unsigned nthreads, struct stored_shard
 	/* A raw piece spans at most its chunks (each piece's one more). */
 	out->iov = calloc(n + sv->nchunks + 1, sizeof(*out->iov));
 	out->bufs = calloc(COMPRESS_MAX_THREADS, sizeof(*out->bufs));
+	out->hashes = o->incremental ? malloc(16 * (n ? n : 1)) : NULL;
 	r = -ENOMEM;
-	if (!out->pieces || !out->ptrs || !out->iov || !out->bufs)
+	if (!out->pieces || !out->ptrs || !out->iov || !out->bufs || (o->incremental && !out->hashes))
 		goto fail;
+	out->npieces = n;
 	for (size_t i = 0; i < n; i++) {
-		uint64_t len = cuts[i].end - (i ? cuts[i - 1].end : 0);
+		uint64_t len = cuts[i].end - cut_off(cuts, i);
 		ckpt__manifest_piece__init(&out->pieces[i]);
 		out->pieces[i].raw_bytes = out->pieces[i].stored_bytes = len;
 		out->ptrs[i] = &out->pieces[i];
@@ -239,45 +363,48 @@ int compress_shard(const struct save *sv, unsigned nthreads, struct stored_shard
 	if (nthreads > COMPRESS_MAX_THREADS)
 		nthreads = COMPRESS_MAX_THREADS;
 	for (size_t i = 0; i < n && nsh < nthreads;) {
-		uint64_t goal = (sv->shard_bytes - (i ? cuts[i - 1].end : 0)) / (nthreads - nsh);
-		uint64_t from = i ? cuts[i - 1].end : 0;
+		uint64_t from = cut_off(cuts, i);
+		uint64_t goal = (sv->shard_bytes - from) / (nthreads - nsh);
 		size_t j = i + 1;
 		while (j < n && cuts[j - 1].end - from < goal)
 			j++;
 		if (nsh == nthreads - 1)
 			j = n;
-		sh[nsh++] = (struct share){ .sv = sv, .cuts = cuts, .pieces = out->pieces, .first = i, .last = j };
+		sh[nsh++] = (struct share){ .sv = sv,
+					    .cuts = cuts,
+					    .pieces = out->pieces,
+					    .hashes = out->hashes,
+					    .compress = o->compress,
+					    .first = i,
+					    .last = j };
 		i = j;
 	}
-	unsigned started = 0;
-	for (unsigned t = 1; t < nsh; t++) {
-		if (pthread_create(&sh[t].th, NULL, code_share, &sh[t]) != 0)
-			break;
-		started = t;
-	}
-	for (unsigned t = 0; t < nsh; t++)
-		if (t == 0 || t > started)
-			code_share(&sh[t]); /* this thread's share, and any whose thread did not start */
-	for (unsigned t = 1; t <= started; t++)
-		pthread_join(sh[t].th, NULL);
 	r = 0;
-	for (unsigned t = 0; t < nsh; t++) {
-		out->bufs[out->nbufs++] = sh[t].buf;
-		if (sh[t].err < 0 && r == 0) {
-			r = sh[t].err;
-			snprintf(why, whylen, "%s", sh[t].why[0] ? sh[t].why : strerror(-r));
+	if (o->incremental)
+		r = run_phase(sh, nsh, HASH, why, whylen);
+	if (r == 0 && o->base) {
+		refer(out, cuts, o->base);
+		out->base = o->base;
+		atomic_fetch_add(&out->base->refs, 1);
+	}
+	if (r == 0 && o->compress)
+		r = run_phase(sh, nsh, CODE, why, whylen);
+	for (unsigned t = 0; t < nsh; t++)
+		if (sh[t].buf)
+			out->bufs[out->nbufs++] = sh[t].buf;
+	for (size_t i = 0, t = 0; i < n && r == 0; i++) {
+		Ckpt__ManifestPiece *p = &out->pieces[i];
+		while (t < nsh && i >= sh[t].last)
+			t++;
+		if (p->ref[0])
+			continue;
+		if (p->codec == CKPT__CODEC__CODEC_PLANES_ZSTD) {
+			iov_add(out, sh[t].buf + sh[t].at[i - sh[t].first], (size_t)p->stored_bytes);
+			out->coded_bytes += p->raw_bytes;
+		} else {
+			add_raw(out, sv, cut_off(cuts, i), p->raw_bytes);
 		}
 	}
-	for (unsigned t = 0; t < nsh && r == 0; t++)
-		for (size_t i = sh[t].first; i < sh[t].last; i++) {
-			Ckpt__ManifestPiece *p = &out->pieces[i];
-			if (p->codec == CKPT__CODEC__CODEC_PLANES_ZSTD) {
-				iov_add(out, sh[t].buf + sh[t].at[i - sh[t].first], (size_t)p->stored_bytes);
-				out->coded_bytes += p->raw_bytes;
-			} else {
-				add_raw(out, sv, cuts[i].end - p->raw_bytes, p->raw_bytes);
-			}
-		}
 	for (unsigned t = 0; t < nsh; t++)
 		free(sh[t].at);
 	free(cuts);
@@ -285,7 +412,6 @@ int compress_shard(const struct save *sv, unsigned nthreads, struct stored_shard
 		stored_shard_free(out);
 		return r;
 	}
-	out->npieces = n;
 	return 0;
 fail:
 	snprintf(why, whylen, "compressing the shard: %s", strerror(-r));

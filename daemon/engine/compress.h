@@ -5,6 +5,7 @@
 #ifndef CKPTD_COMPRESS_H
 #define CKPTD_COMPRESS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -13,6 +14,7 @@
 
 struct save;
 struct save_tensor;
+struct incbase;
 
 /* One piece as cut: it ends at raw byte end; elem, its planes' element. */
 struct piece_cut {
@@ -35,15 +37,28 @@ struct stored_shard {
 	size_t niov;
 	uint8_t **bufs;
 	size_t nbufs;
+	uint8_t *hashes;      /* incremental: 16 bytes per piece, the pieces' hash fields */
+	struct incbase *base; /* referenced: the refs point into it */
 	uint64_t bytes;       /* the object's */
 	uint64_t coded_bytes; /* raw bytes of the pieces planecodec stored */
+	uint64_t ref_bytes;   /* raw bytes of the pieces stored as references */
+};
+
+/* What a save stores: its pieces compressed, hashed (incremental), and
+ * those base holds the same bytes of (same place, same hash) as
+ * references to them. */
+struct shard_opts {
+	bool compress;
+	bool incremental;
+	struct incbase *base; /* NULL: none */
 };
 
 /* sv's shard, stored, its pieces coded on nthreads threads (this one
  * among them; at most COMPRESS_MAX_THREADS), each taking a run of pieces
  * of about equal bytes: 0, or -ENOMEM / -EIO with why. */
 #define COMPRESS_MAX_THREADS 16
-int compress_shard(const struct save *sv, unsigned nthreads, struct stored_shard *out, char *why, size_t whylen);
+int compress_shard(const struct save *sv, unsigned nthreads, const struct shard_opts *o, struct stored_shard *out,
+		   char *why, size_t whylen);
 void stored_shard_free(struct stored_shard *s);
 
 #endif

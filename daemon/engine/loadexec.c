@@ -170,10 +170,11 @@ struct share_ctx {
 	const struct lread *rd;
 	struct store *st;
 	const char *key;
-	uint64_t off, len; /* of the object: rd's range, or its pieces' stored bytes */
+	uint64_t off, len; /* of the object: rd's range, or a segment's stored bytes */
 	bool across;       /* shared with the other nodes (peer_range.c) */
 	uint8_t *raw;      /* rd's pieces decoded (the worker's) */
 	struct planecodec *codec;
+	size_t s0, s1; /* with pieces: the segment fetched (pieces_segment) */
 };
 
 /* Where a read's bytes came from (readshare.h), besides storage. */
@@ -250,17 +251,18 @@ static void share_apply(void *ctx, const uint8_t *src, int how)
 		atomic_store(&sc->ex->ld->from_peer_reads, true);
 	if (rd->pc) {
 		/* Each load decodes for itself: the bytes it shares with the
-		 * node's other loads (and nodes) are the stored ones. */
-		char why[300];
-		int r = sc->codec ? pieces_decode(rd->pc, sc->codec, rd->p0, rd->p1, src, sc->raw, why, sizeof(why))
+		 * node's other loads (and nodes) are the stored ones. The tasks
+		 * run once every segment is in (run_read). */
+		char why[400];
+		const struct pieces *pc = rd->pc;
+		int r = sc->codec ? pieces_decode(pc, sc->codec, sc->s0, sc->s1, src,
+						  sc->raw + (pc->raw[sc->s0] - pc->raw[rd->p0]), why, sizeof(why))
 				  : -ENOMEM;
-		if (r < 0) {
+		if (r < 0)
 			exec_fail(sc->ex, r == -EBADMSG ? -EIO : r, "reading tensor '%s' from %s: %s",
 				  sc->ex->plans[sc->ex->tasks[rd->first].plan].t->name, sc->key,
 				  sc->codec ? why : "out of memory for a decoder");
-			return;
-		}
-		src = sc->raw;
+		return;
 	}
 	for (size_t i = 0; i < rd->n && !atomic_load(&sc->ex->failed); i++) {
 		const struct ltask *tk = &sc->ex->tasks[rd->first + i];
@@ -275,6 +277,15 @@ struct worker {
 	struct planecodec codec;
 	bool have_codec;
 };
+
+static void read_failed(struct exec *ex, const struct lread *rd, const char *key, int r)
+{
+	char more[64] = "";
+	if (rd->n > 1)
+		snprintf(more, sizeof(more), " (one read with %zu more)", rd->n - 1);
+	exec_fail(ex, r, "reading tensor '%s' from %s%s: %s", ex->plans[ex->tasks[rd->first].plan].t->name, key, more,
+		  r == -ENODATA ? "the shard is shorter than its manifest says" : store_error(r));
+}
 
 static void run_read(struct exec *ex, const struct lread *rd, struct worker *w)
 {
@@ -296,26 +307,45 @@ static void run_read(struct exec *ex, const struct lread *rd, struct worker *w)
 				.off = rd->off,
 				.len = rd->len,
 				.across = shares_across(ex->ld) };
-	if (rd->pc) {
-		sc.off = rd->pc->stored[rd->p0];
-		sc.len = rd->pc->stored[rd->p1] - sc.off;
-		sc.raw = w->raw;
-		if (!w->have_codec)
-			w->have_codec = planecodec_init(&w->codec, 0) == 0;
-		sc.codec = w->have_codec ? &w->codec : NULL;
-	}
 	/* A read shared across nodes may bring a peer's bytes: only loads
 	 * that take those join it (the range cache stands for the main store
 	 * read that way). */
 	const void *as = sc.across ? (const void *)ex->ld->d->rangecache : (const void *)sc.st;
-	int r = readshare_read(ex->ld->d->readshare, as, p->key, sc.off, sc.len, tmp, share_fetch, share_apply, &sc);
-	if (r < 0) {
-		char more[64] = "";
-		if (rd->n > 1)
-			snprintf(more, sizeof(more), " (one read with %zu more)", rd->n - 1);
-		exec_fail(ex, r, "reading tensor '%s' from %s%s: %s", p->t->name, p->key, more,
-			  r == -ENODATA ? "the shard is shorter than its manifest says" : store_error(r));
+	if (rd->pc == NULL) {
+		int r = readshare_read(ex->ld->d->readshare, as, p->key, sc.off, sc.len, tmp, share_fetch, share_apply,
+				       &sc);
+		if (r < 0)
+			read_failed(ex, rd, p->key, r);
 		return;
+	}
+	/* Pieces: each segment (a run of them in one object) fetched and
+	 * decoded into raw, then the tasks from raw. */
+	const struct pieces *pc = rd->pc;
+	sc.raw = w->raw;
+	if (!w->have_codec)
+		w->have_codec = planecodec_init(&w->codec, 0) == 0;
+	sc.codec = w->have_codec ? &w->codec : NULL;
+	char key[1024];
+	for (size_t a = rd->p0; a < rd->p1 && !atomic_load(&ex->failed); a = sc.s1) {
+		sc.s0 = a;
+		sc.s1 = pieces_segment(pc, a, rd->p1);
+		sc.off = pc->at[a];
+		sc.len = pc->cum[sc.s1] - pc->cum[a];
+		if (pieces_key(pc, a, p->key, key, sizeof(key)) < 0) {
+			exec_fail(ex, -ENAMETOOLONG, "tensor '%s': a piece's object name is too long", p->t->name);
+			return;
+		}
+		sc.key = key;
+		int r = readshare_read(ex->ld->d->readshare, as, key, sc.off, sc.len, tmp, share_fetch, share_apply,
+				       &sc);
+		if (r < 0) {
+			read_failed(ex, rd, key, r);
+			return;
+		}
+	}
+	for (size_t i = 0; i < rd->n && !atomic_load(&ex->failed); i++) {
+		const struct ltask *tk = &ex->tasks[rd->first + i];
+		apply_task(ex, tk, w->raw + (tk->off - rd->off));
 	}
 }
 
@@ -562,10 +592,37 @@ static int group_reads(struct exec *ex)
 		const struct lread *rd = &ex->reads[i];
 		if (rd->len > ex->max_read)
 			ex->max_read = rd->len;
-		if (rd->pc && rd->pc->stored[rd->p1] - rd->pc->stored[rd->p0] > ex->max_stored)
-			ex->max_stored = rd->pc->stored[rd->p1] - rd->pc->stored[rd->p0];
+		if (rd->pc && rd->pc->cum[rd->p1] - rd->pc->cum[rd->p0] > ex->max_stored)
+			ex->max_stored = rd->pc->cum[rd->p1] - rd->pc->cum[rd->p0];
 	}
 	return 0;
+}
+
+/* The objects tensor p's bytes were read from: its shard, or with pieces
+ * each object its pieces lie in (an incremental step's older shards). */
+static void tensor_objects(const struct tplan *p, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s", p->key);
+	if (p->pc == NULL || p->t->nbytes == 0)
+		return;
+	size_t p0, p1, used = 0;
+	pieces_span(p->pc, p->t->shard_offset, p->t->nbytes, &p0, &p1);
+	const char *seen[4];
+	size_t nseen = 0;
+	for (size_t i = p0; i < p1 && nseen < 4; i++) {
+		const char *ref = p->pc->ref[i] ? p->pc->ref[i] : "";
+		size_t k = 0;
+		while (k < nseen && strcmp(seen[k], ref) != 0)
+			k++;
+		if (k < nseen)
+			continue;
+		seen[nseen++] = ref;
+		char key[1024];
+		if (pieces_key(p->pc, i, p->key, key, sizeof(key)) < 0)
+			continue;
+		int w = snprintf(out + used, cap - used, "%s%s", nseen > 1 ? " and " : "", key);
+		used = w < 0 || (size_t)w >= cap - used ? cap - 1 : used + (size_t)w;
+	}
 }
 
 /* Run every read on up to copy_threads threads, this one included. */
@@ -628,10 +685,12 @@ void execute(struct exec *ex, unsigned nthreads)
 		if (crc != p->t->crc32c) {
 			if (p->held)
 				ex->ld->bad_held = p->held; /* load_done drops it */
+			char where[1200];
+			tensor_objects(p, where, sizeof(where));
 			exec_fail(ex, -EIO,
 				  "checksum mismatch in tensor '%s' of %s%s: manifest says crc32c %08x, "
 				  "data has %08x",
-				  p->t->name, p->held ? "the memory tier's copy of " : "", p->key, p->t->crc32c, crc);
+				  p->t->name, p->held ? "the memory tier's copy of " : "", where, p->t->crc32c, crc);
 			return;
 		}
 	}

@@ -889,8 +889,10 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 	sv->policy = rq->policy >= 0 ? (enum admit_policy)rq->policy : jp.policy;
 	sv->quota_bytes = jp.quota_bytes;
 	sv->spread = d->cfg.layout_spread;
-	sv->compress = m->compress == CKPT__COMPRESS__COMPRESS_ON ||
-		       (m->compress == CKPT__COMPRESS__COMPRESS_JOB && jp.compress);
+	sv->compress = m->compress == CKPT__SETTING__SETTING_ON ||
+		       (m->compress == CKPT__SETTING__SETTING_JOB && jp.compress);
+	sv->incremental = m->incremental == CKPT__SETTING__SETTING_ON ||
+			  (m->incremental == CKPT__SETTING__SETTING_JOB && jp.incremental);
 	if ((r = admit_may_start(sv, &jp, err, sizeof(err))) < 0 || (r = save_layout(sv, m, err, sizeof(err))) < 0) {
 		save_fail(sv, r, "%s", r == -ENOMEM ? "out of memory" : err);
 		return;

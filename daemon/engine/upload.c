@@ -4,6 +4,7 @@
 #include "upload.h"
 #include "catalog.h"
 #include "compress.h"
+#include "incbase.h"
 #include "daemon.h"
 #include "clock.h"
 #include "journal.h"
@@ -132,6 +133,131 @@ static int put_stored(struct store *st, const char *key, const struct stored_sha
 	return st->ops->put(st, key, ss->iov, ss->niov, NULL);
 }
 
+/* The steps ss refers to: their numbers, distinct, into t (at most
+ * INCBASE_MAX_REFS); how many. */
+static size_t ref_steps(const struct save *sv, const struct stored_shard *ss, uint64_t *t)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < ss->npieces; i++) {
+		const Ckpt__ManifestPiece *p = &ss->pieces[i];
+		uint64_t step;
+		if (p->ref[0] == '\0' ||
+		    manifest_ref_check(
+			    &(Ckpt__Manifest){ .rank = sv->rank, .world_size = sv->world_size, .step = sv->step },
+			    p->ref, &step) < 0)
+			continue;
+		size_t k = 0;
+		while (k < n && t[k] != step)
+			k++;
+		if (k == n && n < INCBASE_MAX_REFS)
+			t[n++] = step;
+	}
+	return n;
+}
+
+/* Before the manifest (docs/architecture.md "References between steps"):
+ * a name per older step ss refers to, so retention keeps those; then
+ * each piece's object looked at once, so a step removed before the names
+ * were there (ckptctl rm) is found now and not referred to. 0; -ENOENT
+ * when an object is gone (the save stores every piece again); else a
+ * storage error. */
+static int write_refs(struct save *sv, struct store *st, const struct stored_shard *ss)
+{
+	uint64_t t[INCBASE_MAX_REFS];
+	size_t n = ref_steps(sv, ss, t);
+	char key[1024];
+	for (size_t i = 0; i < n; i++) {
+		if (manifest_ref_key(key, sizeof(key), sv->job, sv->step, t[i], sv->rank, sv->world_size, sv->attempt) <
+		    0)
+			return -ENAMETOOLONG;
+		store_clear_error();
+		int r = store_create_announced(st, key, NULL, 0);
+		if (r < 0 && r != -EEXIST) {
+			upload_fail(sv, r, "writing %s to %s: %s", key, st->url, store_error(r));
+			return r;
+		}
+	}
+	const char *seen[INCBASE_MAX_REFS] = { 0 };
+	size_t nseen = 0;
+	for (size_t i = 0; i < ss->npieces; i++) {
+		const Ckpt__ManifestPiece *p = &ss->pieces[i];
+		size_t k = 0;
+		while (k < nseen && strcmp(seen[k], p->ref) != 0)
+			k++;
+		if (p->ref[0] == '\0' || k < nseen || nseen == INCBASE_MAX_REFS)
+			continue;
+		seen[nseen++] = p->ref;
+		uint8_t one;
+		snprintf(key, sizeof(key), "%s/%s", sv->job, p->ref);
+		store_clear_error();
+		int r = st->ops->get_range(st, key, p->ref_offset, &one, 1);
+		if (r == -ENOENT || r == -ENODATA) {
+			log_warn("save %" PRIu64 ": %s step %" PRIu64 " rank %u: %s, which the previous step's pieces "
+				 "are in, is gone; storing every piece again",
+				 sv->id, sv->job, sv->step, sv->rank, key);
+			return -ENOENT;
+		}
+		if (r < 0) {
+			upload_fail(sv, r, "reading %s at %s: %s", key, st->url, store_error(r));
+			return r;
+		}
+	}
+	return 0;
+}
+
+/* The stored form of sv's shard (compress.h): compressed, and with
+ * incremental the pieces this rank's previous step holds the same bytes
+ * of as references to them, written down (write_refs) before anything
+ * refers to them. 0, or the save's failure. */
+static int make_stored(struct save *sv, struct store *st, struct stored_shard *ss)
+{
+	struct shard_opts o = { .compress = sv->compress, .incremental = sv->incremental };
+	if (sv->incremental)
+		o.base = incbase_get(sv->job, sv->rank, sv->world_size);
+	if (o.base && o.base->step >= sv->step) { /* a step saved again, or out of order: nothing older */
+		incbase_unref(o.base);
+		o.base = NULL;
+	}
+	char why[300];
+	for (;;) {
+		uint64_t t0 = clock_now_ns();
+		int r = compress_shard(sv, sv->d->cfg.copy_threads, &o, ss, why, sizeof(why));
+		if (r < 0) {
+			upload_fail(sv, r, "%s", why);
+			break;
+		}
+		log_debug("save %" PRIu64 ": %s step %" PRIu64 " rank %u: %" PRIu64 " bytes stored in %" PRIu64
+			  " (%zu pieces, %" PRIu64 " bytes of them coded, %" PRIu64 " in older steps) in %.1f ms",
+			  sv->id, sv->job, sv->step, sv->rank, sv->shard_bytes, ss->bytes, ss->npieces, ss->coded_bytes,
+			  ss->ref_bytes, (double)(clock_now_ns() - t0) / 1e6);
+		r = ss->ref_bytes ? write_refs(sv, st, ss) : 0;
+		if (r == -ENOENT && o.base) {
+			stored_shard_free(ss);
+			incbase_unref(o.base);
+			o.base = NULL;
+			continue;
+		}
+		if (r < 0)
+			stored_shard_free(ss);
+		incbase_unref(o.base);
+		return r;
+	}
+	incbase_unref(o.base);
+	return sv->status;
+}
+
+/* The manifest sv just wrote becomes its rank's base (incbase.h). */
+static void remember_base(struct save *sv, const uint8_t *buf, size_t len)
+{
+	Ckpt__Manifest *m = ckpt__manifest__unpack(NULL, len, buf);
+	char ref[768];
+	if (m == NULL || manifest_shard_ref(m, ref, sizeof(ref)) < 0 || incbase_record(m, ref) < 0)
+		log_warn("save %" PRIu64 ": %s rank %u: out of memory; the next save stores every piece", sv->id,
+			 sv->job, sv->rank);
+	if (m)
+		ckpt__manifest__free_unpacked(m, NULL);
+}
+
 void save_upload(struct save *sv)
 {
 	assert(sv->state == SAVE_UPLOADING && sv->status == 0);
@@ -154,19 +280,11 @@ void save_upload(struct save *sv)
 	}
 	struct stored_shard ss = { 0 };
 	bool stored = false;
-	if (sv->compress) {
-		char why[300];
-		uint64_t t0 = clock_now_ns();
-		r = compress_shard(sv, sv->d->cfg.copy_threads, &ss, why, sizeof(why));
-		if (r < 0) {
-			upload_fail(sv, r, "%s", why);
+	if (sv->compress || sv->incremental) {
+		r = make_stored(sv, st, &ss);
+		if (r < 0)
 			goto out;
-		}
 		stored = true;
-		log_debug("save %" PRIu64 ": %s step %" PRIu64 " rank %u: %" PRIu64 " bytes stored in %" PRIu64
-			  " (%zu pieces, %" PRIu64 " bytes of them coded) in %.1f ms",
-			  sv->id, sv->job, sv->step, sv->rank, sv->shard_bytes, ss.bytes, ss.npieces, ss.coded_bytes,
-			  (double)(clock_now_ns() - t0) / 1e6);
 		r = put_stored(st, shard_key, &ss);
 	} else {
 		r = put_raw(sv, st, shard_key);
@@ -184,12 +302,22 @@ void save_upload(struct save *sv)
 	snprintf(sv->shard_name, sizeof(sv->shard_name), "%s", shard_name);
 	r = build_manifest(sv, &mbuf, &mlen, shard_name, stored ? &ss : NULL);
 	stored_shard_free(&ss);
+	uint8_t *mbuf_copy = NULL; /* an incremental save's, for the next one's base */
+	size_t mlen_copy = 0;
 	if (r == 0) {
 		struct iovec one = { .iov_base = mbuf, .iov_len = mlen };
 		store_clear_error();
 		r = st->ops->create(st, man_key, &one, 1, NULL);
-		free(mbuf);
+		if (sv->incremental) {
+			mbuf_copy = mbuf;
+			mlen_copy = mlen;
+		} else {
+			free(mbuf);
+		}
 	}
+	if (r == 0 && sv->incremental)
+		remember_base(sv, mbuf_copy, mlen_copy);
+	free(mbuf_copy);
 	if (r == -EEXIST) {
 		upload_fail(sv, -EEXIST,
 			    "step %" PRIu64 " of job '%s' is already saved by rank %u in attempt '%s'; "

@@ -414,19 +414,32 @@ static int reader_next(struct shard_reader *rd, uint64_t pos, uint8_t *buf, cons
 	size_t p0 = rd->next, p1 = p0 + 1;
 	while (p1 < pc->n && pc->raw[p1 + 1] - pc->raw[p0] <= VERIFY_BLOCK)
 		p1++;
-	uint64_t soff = pc->stored[p0], slen = pc->stored[p1] - soff, rlen = pc->raw[p1] - pc->raw[p0];
+	uint64_t slen = pc->cum[p1] - pc->cum[p0], rlen = pc->raw[p1] - pc->raw[p0];
 	if (grow_buf(&rd->raw, &rd->raw_cap, rlen) < 0 || grow_buf(&rd->stored, &rd->stored_cap, slen) < 0 ||
 	    (!rd->have_codec && !(rd->have_codec = planecodec_init(&rd->codec, 0) == 0))) {
 		snprintf(why, whylen, "out of memory");
 		return -ENOMEM;
 	}
-	int r = rd->st->ops->get_range(rd->st, rd->key, soff, rd->stored, (size_t)slen);
-	if (r < 0) {
-		snprintf(why, whylen, "reading %s at %" PRIu64 ": %s", rd->key, soff,
-			 r == -ENODATA ? "the shard is shorter than its manifest's pieces say" : store_error(r));
-		return r;
+	/* A segment at a time: pieces an incremental step keeps in an older
+	 * step's shard are read from there. */
+	char key[1024];
+	int r = 0;
+	for (size_t a = p0, b; a < p1; a = b) {
+		b = pieces_segment(pc, a, p1);
+		if ((r = pieces_key(pc, a, rd->key, key, sizeof(key))) < 0) {
+			snprintf(why, whylen, "a piece's object name is too long");
+			return r;
+		}
+		r = rd->st->ops->get_range(rd->st, key, pc->at[a], rd->stored + (pc->cum[a] - pc->cum[p0]),
+					   (size_t)(pc->cum[b] - pc->cum[a]));
+		if (r < 0) {
+			snprintf(why, whylen, "reading %s at %" PRIu64 ": %s", key, pc->at[a],
+				 r == -ENODATA ? "the object is shorter than the manifest's pieces say"
+					       : store_error(r));
+			return r;
+		}
 	}
-	char what[300];
+	char what[400];
 	r = pieces_decode(pc, &rd->codec, p0, p1, rd->stored, rd->raw, what, sizeof(what));
 	if (r < 0) {
 		snprintf(why, whylen, "%s: %s", rd->key, what);

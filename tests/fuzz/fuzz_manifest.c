@@ -28,9 +28,16 @@ static void fuzz_pieces(const Ckpt__Manifest *m, const uint8_t *data, size_t siz
 		if (p0 != i || p1 != i + 1)
 			abort();
 	}
-	char why[300];
+	char key[1200];
+	for (size_t a = 0, b; a < x.n; a = b) {
+		b = pieces_segment(&x, a, x.n);
+		if (b <= a || b > x.n)
+			abort();
+		(void)pieces_key(&x, a, "own", key, sizeof(key));
+	}
+	char why[500];
 	uint8_t *out = x.raw[x.n] <= (1u << 20) ? malloc(x.raw[x.n] ? x.raw[x.n] : 1) : NULL;
-	if (out && have && x.stored[x.n] <= size)
+	if (out && have && x.cum[x.n] <= size)
 		(void)pieces_decode(&x, &c, 0, x.n, data, out, why, sizeof(why));
 	free(out);
 	pieces_free(&x);

@@ -206,7 +206,7 @@ static int group_teardown(void **state)
 static void test_stored_in_pieces(void **state)
 {
 	(void)state;
-	save_step(1, CKPT_COMPRESS_JOB);
+	save_step(1, CKPT_BY_JOB);
 	Ckpt__Manifest *m = read_manifest(1);
 	assert_int_equal(m->format_version, 2);
 	assert_true(m->n_pieces >= 8);
@@ -448,7 +448,7 @@ static void test_persist_compresses(void **state)
 				      .buffer = b,
 				      .offset = offset(i),
 				      .nbytes = nbytes(i) };
-	ckpt_save_opts o = { .tier = CKPT_TIER_MEMORY, .compress = CKPT_COMPRESS_ON };
+	ckpt_save_opts o = { .tier = CKPT_TIER_MEMORY, .compress = CKPT_ON };
 	ckpt_future *f = NULL;
 	assert_int_equal(ckpt_save_ex(c, 7, t, NT, NULL, 0, &o, &f), 0);
 	assert_int_equal(ckpt_future_wait(f, CKPT_KEPT, 60000), 0);
@@ -478,7 +478,7 @@ static void test_persist_compresses(void **state)
 static void test_save_turns_it_off(void **state)
 {
 	(void)state;
-	save_step(2, CKPT_COMPRESS_OFF);
+	save_step(2, CKPT_OFF);
 	Ckpt__Manifest *m = read_manifest(2);
 	assert_int_equal(m->format_version, 1);
 	assert_int_equal(m->n_pieces, 0);

@@ -201,7 +201,7 @@ static void test_compressed_read_once(void **state)
 	struct h_rank r;
 	h_rank_open(&c.saver, &r, "zip", 0, 1, N, "a", NULL, false);
 	fill_masked(ckpt_buffer_data(r.b), 41, 0x0F);
-	ckpt_save_opts o = { .compress = CKPT_COMPRESS_ON };
+	ckpt_save_opts o = { .compress = CKPT_ON };
 	ckpt_future *f = NULL;
 	assert_int_equal(ckpt_save_ex(r.c, 1, &r.t, 1, NULL, 0, &o, &f), 0);
 	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), 0);

@@ -193,9 +193,11 @@ static void test_span(void **state)
 	struct pieces x;
 	assert_int_equal(pieces_index(&x, &m), 0);
 	assert_int_equal(x.n, 3);
-	assert_int_equal(x.stored[1], 100);
-	assert_int_equal(x.stored[2], 150);
-	assert_int_equal(x.stored[3], 450);
+	assert_int_equal(x.at[1], 100);
+	assert_int_equal(x.cum[1], 100);
+	assert_int_equal(x.at[2], 150);
+	assert_int_equal(x.cum[3], 450);
+	assert_int_equal(pieces_segment(&x, 0, 3), 3);
 	size_t p0, p1;
 	pieces_span(&x, 0, 1, &p0, &p1);
 	assert_int_equal(p0, 0);

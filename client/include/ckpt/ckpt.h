@@ -196,17 +196,21 @@ typedef struct {
 	 * legacy default stream. */
 	void *cuda_stream;
 	int tier; /* ckpt_tier; 0: durable */
-	/* ckpt_compress: whether the daemon stores the shard compressed
-	 * (lossless; docs/format.md "Pieces"). 0: as its configuration says
-	 * for the job. */
+	/* ckpt_setting: whether the daemon stores the shard compressed
+	 * (lossless; docs/format.md "Pieces"). */
 	int compress;
+	/* ckpt_setting: whether pieces that have not changed since this
+	 * rank's previous durable step on this daemon are stored as references
+	 * to it instead of again (docs/format.md "Pieces"). */
+	int incremental;
 } ckpt_save_opts;
 
+/* A save's choice of what the daemon's configuration also decides. */
 typedef enum {
-	CKPT_COMPRESS_JOB = 0, /* [pool] compress, or the job's [job.NAME] compress */
-	CKPT_COMPRESS_ON = 1,
-	CKPT_COMPRESS_OFF = 2,
-} ckpt_compress;
+	CKPT_BY_JOB = 0, /* as [pool] or the job's [job.NAME] say */
+	CKPT_ON = 1,
+	CKPT_OFF = 2,
+} ckpt_setting;
 
 /* Start saving step. Returns at once; the future reaches CKPT_STAGED and then
  * CKPT_DURABLE, or fails. The tensors' buffers must not change before
