@@ -34,6 +34,7 @@ static const ckpt_abi_field rows[] = {
 	SIZE(ckpt_save_opts),
 	FIELD(ckpt_save_opts, cuda_stream),
 	FIELD(ckpt_save_opts, tier),
+	FIELD(ckpt_save_opts, compress),
 	SIZE(ckpt_step_info),
 	FIELD(ckpt_step_info, job),
 	FIELD(ckpt_step_info, step),

@@ -12,10 +12,11 @@ venv=${1:-$root/.venv-test}
 ok() { "$venv/bin/python" -c "import torch, pytest, numpy, boto3, moto.server" 2>/dev/null; }
 wheel() {
   # What the suite also tests with: ckpt.format's fast CRC32C (it falls back
-  # to pure Python without it), the frameworks of ckpt's plugins, and the
-  # type checker the suite runs on the package.
-  "$venv/bin/python" -c "import google_crc32c, lightning, transformers, accelerate, mypy" 2>/dev/null ||
-    "$venv/bin/pip" install -q google-crc32c lightning transformers accelerate mypy >/dev/null || return 1
+  # to pure Python without it) and its zstd (for compressed steps), the
+  # frameworks of ckpt's plugins, and the type checker the suite runs on the
+  # package.
+  "$venv/bin/python" -c "import google_crc32c, zstandard, lightning, transformers, accelerate, mypy" 2>/dev/null ||
+    "$venv/bin/pip" install -q google-crc32c zstandard lightning transformers accelerate mypy >/dev/null || return 1
   rm -rf "$root/build-wheel"
   "$venv/bin/pip" uninstall -q -y ckpt >/dev/null 2>&1 # the package's name before it became ckptd
   "$venv/bin/pip" wheel -q --no-deps -w "$root/build-wheel" "$root" >/dev/null &&

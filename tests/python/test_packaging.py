@@ -1,6 +1,7 @@
-"""pyproject.toml's extras: pip install 'ckptd[torch]', 'ckptd[lightning]'
-and 'ckptd[hf]' bring what ckpt.torch / ckpt.dcp, ckpt.lightning and
-ckpt.hf import."""
+"""pyproject.toml's extras: pip install 'ckptd[torch]', 'ckptd[lightning]',
+'ckptd[hf]' and 'ckptd[zstd]' bring what ckpt.torch / ckpt.dcp,
+ckpt.lightning, ckpt.hf and ckpt.format's reading of compressed steps
+import; the wheel itself requires none of them."""
 import os
 import re
 
@@ -25,6 +26,7 @@ def _names(reqs):
     ("torch", {"torch"}),
     ("lightning", {"torch", "lightning"}),
     ("hf", {"torch", "transformers", "accelerate"}),
+    ("zstd", {"zstandard", "numpy"}),
 ])
 def test_extra_requires(extra, wanted):
     extras = _extras()
@@ -38,3 +40,11 @@ def test_extras_pin_torch_alike():
     torch_req = [r for r in extras["torch"] if _names([r]) == {"torch"}]
     for name in ("lightning", "hf"):
         assert [r for r in extras[name] if _names([r]) == {"torch"}] == torch_req, extras[name]
+
+
+def test_zstandard_stays_optional():
+    """ckpt.format imports zstandard only for a compressed step: the wheel
+    does not require it."""
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)["project"]
+    assert "zstandard" not in _names(project.get("dependencies", [])), project.get("dependencies")

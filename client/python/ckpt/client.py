@@ -14,8 +14,8 @@ import threading
 import weakref
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
-from ._lib import (CKPT_DURABLE, CKPT_KEPT, CKPT_LATEST, CKPT_LOADED, CKPT_REPLICATED, CKPT_STAGED, FUTURE_CB,
-                   TIER_NAMES, TIERS, _HeldInfo, _Hello, _SaveOpts, _StepDetail, _StepInfo, _Tensor, lib, libc)
+from ._lib import (CKPT_COMPRESS_JOB, CKPT_COMPRESS_OFF, CKPT_COMPRESS_ON, CKPT_DURABLE, CKPT_KEPT, CKPT_LATEST,
+                   CKPT_LOADED, CKPT_REPLICATED, CKPT_STAGED, FUTURE_CB, TIER_NAMES, TIERS, _HeldInfo, _Hello, _SaveOpts, _StepDetail, _StepInfo, _Tensor, lib, libc)
 
 LATEST = CKPT_LATEST
 
@@ -52,6 +52,16 @@ def _tier(tier):
     if isinstance(tier, int) and tier in TIER_NAMES:
         return tier
     raise ValueError(f"tier {tier!r}: want one of {', '.join(TIERS)}")
+
+
+def _compress(compress: Optional[bool]) -> int:
+    """compress= as ckpt_compress: None, the job's configuration; True, on;
+    False, off."""
+    if compress is None:
+        return CKPT_COMPRESS_JOB
+    if compress is True or compress is False:
+        return CKPT_COMPRESS_ON if compress else CKPT_COMPRESS_OFF
+    raise ValueError(f"compress={compress!r}: want None (as the job's configuration says), True or False")
 
 
 def _phases(tier):
@@ -493,16 +503,19 @@ class Client:
         return b
 
     def save(self, step: int, specs: Sequence[TensorSpec], extra: bytes = b"", cuda_stream: Optional[int] = None,
-             tier: str = "durable") -> SaveFuture:
+             tier: str = "durable", compress: Optional[bool] = None) -> SaveFuture:
         """cuda_stream: the CUstream (an int, torch's .cuda_stream) whose
         work the daemon's copies of CUDA buffers wait for; None: the legacy
         default stream. tier: "durable", "memory" or "replicated" (docs/tiers.md
-        "Tiers")."""
+        "Tiers"). compress: whether the daemon stores the shard compressed
+        (lossless; docs/format.md "Pieces"): None as the job's
+        configuration says ([pool] or [job.NAME] compress), True or False."""
         t = _tier(tier)
+        z = _compress(compress)
         arr, keep = _tensor_array(specs)
         fut = ctypes.c_void_p()
         ex = ctypes.create_string_buffer(extra, len(extra)) if extra else None
-        opts = _SaveOpts(ctypes.c_void_p(cuda_stream or None), t)
+        opts = _SaveOpts(ctypes.c_void_p(cuda_stream or None), t, z)
         rc = lib.ckpt_save_ex(self._handle(), step, arr, len(specs), ex, len(extra or b""), ctypes.byref(opts),
                               ctypes.byref(fut))
         del keep
@@ -523,14 +536,17 @@ class Client:
         self._tables.add(t)
         return t
 
-    def save_table(self, step: int, table: Table, extra: bytes = b"", tier: str = "durable") -> SaveFuture:
-        """Save step from a table's tensors (Client.table)."""
+    def save_table(self, step: int, table: Table, extra: bytes = b"", tier: str = "durable",
+                   compress: Optional[bool] = None) -> SaveFuture:
+        """Save step from a table's tensors (Client.table); tier and
+        compress as save's."""
         t = _tier(tier)
+        z = _compress(compress)
         if not table._h:
             raise CkptError(_errno.EBADF, "the table was freed")
         fut = ctypes.c_void_p()
         ex = ctypes.create_string_buffer(extra, len(extra)) if extra else None
-        opts = _SaveOpts(None, t)
+        opts = _SaveOpts(None, t, z)
         rc = lib.ckpt_save_table_ex(self._handle(), step, table._h, ex, len(extra or b""), ctypes.byref(opts),
                                     ctypes.byref(fut))
         if rc < 0:

@@ -182,7 +182,9 @@ class Writer(StorageWriter, AsyncStager):
     (resolve_rank: ones given that disagree raise ValueError at the first
     save). attempt_id, policy: as ckpt.torch.Checkpointer's. async_staging: stage() returns before ckptd has
     staged (the module's text). tier: "durable", "memory" or "replicated"
-    (checked at the first save). exist_ok: save into a job that has steps
+    (checked at the first save). compress: whether ckptd stores the shards
+    compressed (docs/format.md "Pieces"): None as the job's configuration
+    says, True or False (checked at the first save). exist_ok: save into a job that has steps
     though this process did not load from it (by default rank 0's first
     save then raises CkptError EEXIST, as ckpt.torch.Checkpointer's;
     loading through a Reader first continues the job). Writers and Readers
@@ -197,12 +199,14 @@ class Writer(StorageWriter, AsyncStager):
 
     def __init__(self, job: str, step: Optional[int] = None, socket: Optional[str] = None, rank: Optional[int] = None,
                  world_size: Optional[int] = None, attempt_id: Optional[str] = None, policy: Optional[str] = None,
-                 async_staging: bool = False, tier: str = "durable", exist_ok: bool = False) -> None:
+                 async_staging: bool = False, tier: str = "durable", exist_ok: bool = False,
+                 compress: Optional[bool] = None) -> None:
         super().__init__()
         self.exist_ok = exist_ok
         self.job, self.socket = job, socket
         self.step = None if step is None else step_of(step)
         self.tier = tier
+        self.compress = compress
         self.rank, self.world_size = rank, world_size
         self.attempt_id, self.policy = attempt_id, policy
         self.async_staging = async_staging
@@ -237,7 +241,7 @@ class Writer(StorageWriter, AsyncStager):
         for s, (_, t, shape, offs) in zip(specs, items):
             s.shape, s.offsets, s.lengths = shape, offs, tuple(t.shape)
         stream = cuda_stream([t for _, t in tensors])  # as Checkpointer.save
-        return (client.save(step, specs, b"", cuda_stream=stream, tier=self.tier),
+        return (client.save(step, specs, b"", cuda_stream=stream, tier=self.tier, compress=self.compress),
                 {s.name: s.nbytes for s in specs})
 
     def persist(self, step: Optional[int] = None) -> Any:

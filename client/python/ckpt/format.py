@@ -14,16 +14,29 @@ same endpoint= option).
 It needs neither the daemon nor libckpt (import ckpt.format loads no
 library), and checks CRC32C with the google-crc32c or crc32c wheel when one
 is installed (pip install google-crc32c), else in pure Python (slow).
+
+It reads manifests of format version 1 (the shard object is the raw shard)
+and 2 (compression on upload, docs/format.md "Pieces": the object holds the
+stored bytes of pieces that tile the raw shard). A CODEC_PLANES_ZSTD piece
+(the "CKPZ" v1 blob of daemon/base/planecodec.h) is checked as the daemon's
+decoder checks it and decoded with numpy and the zstandard package, imported
+only when a step has such a piece (pip install zstandard, or
+pip install 'ckptd[zstd]'; without it, such a step raises ImportError
+saying so). A piece that does not decode raises ValueError naming the piece
+and the object; the CRC32Cs stay those of the raw bytes, checked as for
+format 1.
 """
 from __future__ import annotations
 
+import bisect
 import io
 import os
 import re
 import struct
-from typing import Any, Dict, List, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-__all__ = ["load_step", "list_steps", "read_manifest", "crc32c", "crc32c_py", "CRC32C_IMPLEMENTATION"]
+__all__ = ["load_step", "list_steps", "read_manifest", "crc32c", "crc32c_py", "CRC32C_IMPLEMENTATION", "CODEC_NONE",
+           "CODEC_PLANES_ZSTD"]
 
 # ---- a minimal protobuf reader for proto/ckpt.proto's Manifest ----
 
@@ -97,16 +110,61 @@ def _tensor(b):
     return t
 
 
+def _piece(b):
+    p = {"raw_bytes": 0, "stored_bytes": 0, "codec": 0, "elem": 0}
+    for num, wt, v in _fields(b):
+        if num in (1, 2, 3, 4) and wt == 0:
+            p[("raw_bytes", "stored_bytes", "codec", "elem")[num - 1]] = v
+    return p
+
+
+# Manifest format versions: 1, the shard stored raw; 2, in pieces
+# (docs/format.md "Pieces"), which pieces_check (daemon/catalog/pieces.c)
+# checks as _check_pieces does.
+FORMAT_RAW, FORMAT_PIECES = 1, 2
+CODEC_NONE, CODEC_PLANES_ZSTD = 0, 1
+_PIECE_MAX_BYTES = 64 << 20
+
+
+def _check_pieces(m):
+    """The manifest's pieces as the daemon's pieces_check takes them: a
+    format 2 manifest has pieces, a format 1 none; they tile the shard;
+    each has a known codec and a stored length it can have."""
+    pieces = m["pieces"]
+    if bool(pieces) != (m["format_version"] == FORMAT_PIECES):
+        raise ValueError(f"manifest format version {m['format_version']} with {len(pieces)} pieces")
+    raw = 0
+    for i, p in enumerate(pieces):
+        ok = 0 < p["raw_bytes"] <= _PIECE_MAX_BYTES and p["raw_bytes"] <= m["shard_bytes"] - raw
+        if ok and p["codec"] == CODEC_NONE:
+            ok = p["stored_bytes"] == p["raw_bytes"]
+        elif ok and p["codec"] == CODEC_PLANES_ZSTD:
+            # planecodec_bound: a plane is never stored larger than it is.
+            ok = p["elem"] in (1, 2, 4, 8) and \
+                16 + 16 * p["elem"] <= p["stored_bytes"] <= p["raw_bytes"] + 16 + 16 * 8
+        else:
+            ok = False
+        if not ok:
+            raise ValueError(f"manifest piece {i}: {p['raw_bytes']} raw bytes stored in {p['stored_bytes']} by "
+                             f"codec {p['codec']} elem {p['elem']} cannot be")
+        raw += p["raw_bytes"]
+    if pieces and raw != m["shard_bytes"]:
+        raise ValueError(f"manifest pieces hold {raw} of the shard's {m['shard_bytes']} bytes")
+
+
 def read_manifest(data: bytes) -> Dict[str, Any]:
     """Decode one rank's manifest (proto/ckpt.proto's Manifest, format
-    version 1) from data, its bytes. Returns a dict: format_version, job,
-    step, rank, world_size, attempt_id, created_unix_ns (only when the
+    version 1 or 2) from data, its bytes. Returns a dict: format_version,
+    job, step, rank, world_size, attempt_id, created_unix_ns (only when the
     manifest has it), shard_name, shard_dir ("" but with layout spread),
-    shard_bytes, chunk_bytes, chunk_crc32c (ints), extra_state (bytes) and
+    shard_bytes, chunk_bytes, chunk_crc32c (ints), extra_state (bytes),
     tensors, a list of dicts: name, dtype (ckptd's dtype code), global_shape,
     box_offsets, box_lengths (the whole tensor when no box is saved),
-    shard_offset, nbytes, crc32c. Raises ValueError when data is malformed
-    or of another format version."""
+    shard_offset, nbytes, crc32c; and pieces (empty in format 1; in format
+    2, docs/format.md "Pieces"), a list of dicts: raw_bytes, stored_bytes,
+    codec (CODEC_NONE or CODEC_PLANES_ZSTD), elem. Raises ValueError when
+    data is malformed, its pieces do not tile the shard, or it is of
+    another format version."""
     try:
         return _read_manifest(data)
     except (IndexError, struct.error, TypeError, UnicodeDecodeError) as e:
@@ -134,7 +192,7 @@ def shard_key(job: str, m: Dict[str, Any]) -> str:
 def _read_manifest(data):
     m = {"format_version": 0, "job": "", "step": 0, "rank": 0, "world_size": 0, "attempt_id": "",
          "shard_name": "", "shard_dir": "", "shard_bytes": 0, "chunk_bytes": 0, "chunk_crc32c": [], "tensors": [],
-         "extra_state": b""}
+         "extra_state": b"", "pieces": []}
     names = {1: "format_version", 3: "step", 4: "rank", 5: "world_size", 7: "created_unix_ns", 9: "shard_bytes",
              10: "chunk_bytes"}
     for num, wt, v in _fields(data):
@@ -154,8 +212,13 @@ def _read_manifest(data):
             m["extra_state"] = v
         elif num == 14:
             m["shard_dir"] = v.decode()
-    if m["format_version"] != 1:
-        raise ValueError(f"manifest format version {m['format_version']}, this reader knows 1")
+        elif num == 15 and wt == 2:
+            m["pieces"].append(_piece(v))
+    if m["format_version"] not in (FORMAT_RAW, FORMAT_PIECES):
+        newer = "; a newer ckptd wrote it (upgrade the ckptd package)" if m["format_version"] > FORMAT_PIECES else ""
+        raise ValueError(f"manifest format version {m['format_version']}: this reader (ckpt.format) reads versions "
+                         f"{FORMAT_RAW} and {FORMAT_PIECES}{newer}")
+    _check_pieces(m)
     return m
 
 
@@ -212,6 +275,140 @@ _fast = _fast_crc32c()
 # CRC32C_IMPLEMENTATION names which ("google-crc32c", "crc32c", "python").
 crc32c = _fast[0] if _fast else crc32c_py
 CRC32C_IMPLEMENTATION = _fast[1] if _fast else "python"
+
+
+# ---- a shard's pieces (format 2): CKPZ v1, daemon/base/planecodec.h ----
+
+
+class _Damaged(ValueError):
+    """A CKPZ blob that planecodec_decode would refuse (why: its text)."""
+
+
+def _zstandard(key: str) -> Any:
+    """The zstandard module, imported now: only a step with a coded piece
+    needs it. ImportError saying how to install it when it is missing."""
+    try:
+        import zstandard
+    except ImportError as e:
+        raise ImportError(f"{key} has compressed pieces (CODEC_PLANES_ZSTD, docs/format.md \"Pieces\"): reading "
+                          "them needs the zstandard package: pip install zstandard (or pip install 'ckptd[zstd]')"
+                          ) from e
+    return zstandard
+
+
+def _le64(b: bytes, at: int) -> int:
+    return int.from_bytes(b[at:at + 8], "little")
+
+
+def _planes_decode(blob: Union[bytes, memoryview], n: int, zstd: Any) -> bytes:
+    """The n raw bytes of a CODEC_PLANES_ZSTD piece from blob, its stored
+    bytes: "CKPZ" version 1 (daemon/base/planecodec.h), checked as
+    planecodec_decode checks it (magic, version, elem 1, 2, 4 or 8, zero
+    bytes, the raw length n, each plane raw (its n // elem bytes) or one
+    zstd frame, strictly smaller, that records and holds n // elem bytes,
+    and the stored lengths and the tail adding up to len(blob) exactly).
+    zstd: the zstandard module. Raises ValueError (why) when blob is not a
+    blob the daemon could have stored for n bytes."""
+    import numpy as np
+    b = bytes(blob)
+    if len(b) < 16 or b[:4] != b"CKPZ" or b[4] != 1 or b[5] not in (1, 2, 4, 8) or b[6] or b[7] or \
+            _le64(b, 8) != n:
+        raise _Damaged("its header is not CKPZ version 1 of this piece's length")
+    elem = b[5]
+    m, tail = divmod(n, elem)
+    off = 16 + 16 * elem
+    if len(b) < off:
+        raise _Damaged("its plane table is cut short")
+    spans = []
+    for k in range(elem):
+        e = b[16 + 16 * k:32 + 16 * k]
+        ln = _le64(e, 8)
+        if any(e[1:8]) or (ln != m if e[0] == 0 else e[0] != 1 or ln == 0 or ln >= m) or ln > len(b) - off:
+            raise _Damaged(f"plane {k}'s entry (method {e[0]}, {ln} bytes) cannot be")
+        spans.append((e[0], off, ln))
+        off += ln
+    if len(b) - off != tail:
+        raise _Damaged(f"its planes and tail hold {off + tail} bytes, the piece {len(b)}")
+    planes = []
+    for k, (method, at, ln) in enumerate(spans):
+        if method == 0:
+            planes.append(b[at:at + ln])
+            continue
+        frame = b[at:at + ln]
+        try:
+            size = zstd.frame_content_size(frame)
+            d = zstd.ZstdDecompressor().decompressobj()
+            out = d.decompress(frame) if size == m else b""
+            whole = d.eof and not d.unused_data
+        except zstd.ZstdError as e:
+            raise _Damaged(f"plane {k}'s zstd frame does not decode: {e}") from e
+        if size != m or not whole or len(out) != m:
+            raise _Damaged(f"plane {k} is not one zstd frame of its {m} bytes")
+        planes.append(out)
+    if elem == 1:
+        body = planes[0]
+    else:
+        merged = np.empty((m, elem), dtype=np.uint8)
+        for k, p in enumerate(planes):
+            merged[:, k] = np.frombuffer(p, dtype=np.uint8)
+        body = merged.tobytes()
+    return body + b[off:]
+
+
+class _Shard:
+    """A rank's shard read from its object (key: its name, for messages):
+    raw bytes, whether the object holds them as they are (no pieces) or in
+    pieces. A piece is decoded once for reads in ascending order (as
+    load_step reads a manifest's tensors): those before a read's first
+    piece are dropped, so that at most a read's worth stays decoded."""
+
+    def __init__(self, key: str, obj: bytes, pieces: Sequence[Dict[str, Any]]) -> None:
+        self.key, self.obj, self.pieces = key, obj, pieces
+        self.raw = [0]
+        self.stored = [0]
+        for p in pieces:
+            self.raw.append(self.raw[-1] + p["raw_bytes"])
+            self.stored.append(self.stored[-1] + p["stored_bytes"])
+        self._decoded: Dict[int, bytes] = {}
+        self._zstd: Optional[Any] = None
+        if pieces and len(obj) != self.stored[-1]:
+            raise ValueError(f"{key}: the object holds {len(obj)} bytes, its pieces {self.stored[-1]}")
+
+    def _piece(self, i: int) -> bytes:
+        got = self._decoded.get(i)
+        if got is not None:
+            return got
+        p = self.pieces[i]
+        stored = memoryview(self.obj)[self.stored[i]:self.stored[i + 1]]
+        if p["codec"] == CODEC_NONE:
+            got = bytes(stored)
+        else:
+            if self._zstd is None:
+                self._zstd = _zstandard(self.key)
+            try:
+                got = _planes_decode(stored, p["raw_bytes"], self._zstd)
+            except _Damaged as e:
+                raise ValueError(f"{self.key}: piece {i} (shard bytes {self.raw[i]}+{p['raw_bytes']}, object bytes "
+                                 f"{self.stored[i]}+{p['stored_bytes']}) does not decode ({e}): the object is "
+                                 "damaged") from e
+        self._decoded[i] = got
+        return got
+
+    def read(self, off: int, n: int) -> bytes:
+        """Raw bytes [off, off + n) of the shard; fewer where it ends
+        before."""
+        if not self.pieces:
+            return self.obj[off:off + n]
+        end = min(off + n, self.raw[-1])
+        if off >= end:
+            return b""
+        first = bisect.bisect_right(self.raw, off) - 1
+        last = bisect.bisect_right(self.raw, end - 1) - 1
+        for i in [i for i in self._decoded if i < first]:
+            del self._decoded[i]
+        parts = [self._piece(i)[max(off, self.raw[i]) - self.raw[i]:min(end, self.raw[i + 1]) - self.raw[i]]
+                 for i in range(first, last + 1)]
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 # ---- steps ----
@@ -385,9 +582,13 @@ def load_step(url: str, job: str, step: Union[int, str] = "latest", verify: bool
     (CRC32C_IMPLEMENTATION says with what). Checkpointer saves come back
     with their nesting and non-tensor values; DCP saves as a flat
     {fqn: value}, each non-tensor value torch.load'ed from its bytes.
+    A compressed step (manifest format 2) is decoded piece by piece; its
+    coded pieces need the zstandard package (the module's text).
     Raises FileNotFoundError when there is no complete step (or step is
     not complete), ValueError for a manifest that is malformed or not the
-    one its name says, a short shard or a crc32c mismatch, and the store's
+    one its name says, a short shard, a piece that does not decode (naming
+    the piece and the object) or a crc32c mismatch, ImportError for a step
+    with coded pieces where zstandard is not installed, and the store's
     own errors. The step's extra state is unpickled: read only checkpoints
     you trust."""
     import torch
@@ -413,9 +614,10 @@ def load_step(url: str, job: str, step: Union[int, str] = "latest", verify: bool
                              f"'{m['job']}', attempt '{m['attempt_id']}'")
     full: Dict[str, Any] = {}
     for m in group:
-        shard = st.read(shard_key(job, m))
+        key = shard_key(job, m)
+        shard = _Shard(key, st.read(key), m["pieces"])
         for t in m["tensors"]:
-            raw = shard[t["shard_offset"]:t["shard_offset"] + t["nbytes"]]
+            raw = shard.read(t["shard_offset"], t["nbytes"])
             if len(raw) != t["nbytes"]:
                 raise ValueError(f"tensor '{t['name']}' of rank {m['rank']}: shard too short")
             if verify and crc32c(raw) != t["crc32c"]:
