@@ -35,6 +35,7 @@ static const ckpt_abi_field rows[] = {
 	FIELD(ckpt_save_opts, cuda_stream),
 	FIELD(ckpt_save_opts, tier),
 	FIELD(ckpt_save_opts, compress),
+	FIELD(ckpt_save_opts, incremental),
 	SIZE(ckpt_step_info),
 	FIELD(ckpt_step_info, job),
 	FIELD(ckpt_step_info, step),

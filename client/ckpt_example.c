@@ -38,6 +38,7 @@ struct opts {
 	const char *socket, *job, *attempt;
 	uint32_t rank, world, local_rank;
 	uint64_t steps, size_mb, ntensors;
+	uint64_t frozen;    /* the first tensors, which keep step 1's values */
 	uint64_t load_step; /* 0: latest */
 	int restore_only;
 	int shm; /* register a /dev/shm file (pread path) instead of a sealed memfd */
@@ -48,6 +49,7 @@ struct layout {
 	uint64_t tensor_bytes; /* local bytes per tensor */
 	uint64_t total_bytes;
 	uint64_t jobh;
+	uint64_t frozen; /* opts.frozen */
 	char (*names)[48];
 	uint64_t shape[2], boff[2], blen[2];
 	ckpt_tensor *t;
@@ -117,7 +119,7 @@ static inline float elem_value(uint64_t base, uint64_t gidx)
 static void fill(const struct layout *L, float *data, uint64_t step, uint64_t ntensors)
 {
 	for (uint64_t k = 0; k < ntensors; k++) {
-		uint64_t base = tensor_base(L->jobh, step, k);
+		uint64_t base = tensor_base(L->jobh, k < L->frozen ? 1 : step, k);
 		float *p = data + k * (L->tensor_bytes / sizeof(float));
 
 		for (uint64_t r = L->lo; r < L->hi; r++)
@@ -130,7 +132,7 @@ static void fill(const struct layout *L, float *data, uint64_t step, uint64_t nt
 static int verify(const struct layout *L, const float *data, uint64_t step, uint64_t ntensors)
 {
 	for (uint64_t k = 0; k < ntensors; k++) {
-		uint64_t base = tensor_base(L->jobh, step, k);
+		uint64_t base = tensor_base(L->jobh, k < L->frozen ? 1 : step, k);
 		const float *p = data + k * (L->tensor_bytes / sizeof(float));
 
 		for (uint64_t r = L->lo; r < L->hi; r++)
@@ -188,6 +190,7 @@ static void usage(FILE *f)
 		"      --steps N         steps to save (default 3)\n"
 		"      --size-mb M       MiB of state of the whole job (default 64)\n"
 		"      --tensors K       tensors it is split into (default 4)\n"
+		"      --frozen F        the first F tensors keep step 1's values, as a frozen base does\n"
 		"      --restore-only    save nothing; restore and check\n"
 		"      --step S          restore step S instead of the latest\n"
 		"      --shm             register a /dev/shm file (staged with pread), not a sealed memfd\n"
@@ -223,6 +226,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		{ "steps", required_argument, NULL, 'n' },
 		{ "size-mb", required_argument, NULL, 'm' },
 		{ "tensors", required_argument, NULL, 'k' },
+		{ "frozen", required_argument, NULL, 'F' },
 		{ "step", required_argument, NULL, 'S' },
 		{ "restore-only", no_argument, NULL, 'R' },
 		{ "shm", no_argument, NULL, 'H' },
@@ -241,6 +245,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		case 'n': o->steps = parse_u64("--steps", optarg, 1000000); break;
 		case 'm': o->size_mb = parse_u64("--size-mb", optarg, 1u << 20); break;
 		case 'k': o->ntensors = parse_u64("--tensors", optarg, 100000); break;
+		case 'F': o->frozen = parse_u64("--frozen", optarg, 100000); break;
 		case 'S':
 			o->load_step = parse_u64("--step", optarg, INT64_MAX);
 			if (o->load_step == 0)
@@ -276,6 +281,7 @@ static void parse_args(int argc, char **argv, struct opts *o)
 
 static void make_layout(const struct opts *o, struct layout *L, ckpt_buffer *buf)
 {
+	L->frozen = o->frozen;
 	L->t = calloc(o->ntensors, sizeof(*L->t));
 	L->names = calloc(o->ntensors, sizeof(*L->names));
 	if (!L->t || !L->names)

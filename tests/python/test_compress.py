@@ -164,7 +164,8 @@ def test_other_format_versions_are_refused_clearly():
     with pytest.raises(ValueError, match="format version 1 with 1 pieces"):
         ckpt.format.read_manifest(bytes([0x08, 1, 0x48, 4, 0x7A, len(piece)]) + piece)
     m = ckpt.format.read_manifest(bytes([0x08, 2, 0x48, 4, 0x7A, len(piece)]) + piece)
-    assert m["pieces"] == [{"raw_bytes": 4, "stored_bytes": 4, "codec": 0, "elem": 0}]
+    assert m["pieces"] == [{"raw_bytes": 4, "stored_bytes": 4, "codec": 0, "elem": 0, "hash": b"", "ref": "",
+                           "ref_offset": 0}]
     with pytest.raises(ValueError, match="pieces hold 4 of the shard's 5 bytes"):
         ckpt.format.read_manifest(bytes([0x08, 2, 0x48, 5, 0x7A, len(piece)]) + piece)
 
@@ -268,3 +269,36 @@ def test_dcp_writer_compresses(daemon):
     assert m["format_version"] == 2 and coded(m)
     got = ckpt.format.load_step(daemon.url, "dz")
     assert all(torch.equal(got[k], v) for k, v in sd.items())
+
+
+def test_incremental_steps_restore_through_references(daemon):
+    """incremental=True: a frozen tensor is stored once and referred to by
+    later steps; ckpt.format follows the references into the older
+    shards, and so does the daemon; both are bit-exact."""
+    g = torch.Generator().manual_seed(3)
+    frozen = torch.randn(2048, 1024, generator=g)  # 8 MiB: two pieces, never changed
+    steps = []
+    with ckpt.torch.Checkpointer("inc", socket=daemon.sock, incremental=True, compress=True) as cp:
+        for s in (1, 2, 3):
+            sd = {"frozen": frozen, "adapter": torch.randn(64, 256, generator=g), "step": s}
+            cp.save(sd, s).durable.result(60)
+            steps.append(sd)
+    m1, _ = manifest(daemon, "inc", 1)
+    assert not any(p["ref"] for p in m1["pieces"])
+    assert all(len(p["hash"]) == 16 for p in m1["pieces"])
+    m3, obj3 = manifest(daemon, "inc", 3)
+    refs = [p for p in m3["pieces"] if p["ref"]]
+    assert sum(p["raw_bytes"] for p in refs) >= 8 << 20, m3["pieces"]
+    # Each reference names the shard that holds the bytes: step 1's.
+    assert all(p["ref"].startswith("step-000000000001/rank-00000-of-00001.") for p in refs), refs
+    assert os.path.getsize(obj3) < 1 << 20
+    daemon.stop()
+    assert_same(steps[2], ckpt.format.load_step(daemon.url, "inc", 3))
+    daemon.start()
+    got = {"frozen": torch.zeros_like(frozen), "adapter": torch.zeros(64, 256), "step": None}
+    with ckpt.torch.Checkpointer("inc", socket=daemon.sock) as cp:
+        step, _ = cp.load(got, 3)
+        assert step == 3 and cp.last_load["source"] == "storage", cp.last_load
+    assert_same(steps[2], got)
+    with pytest.raises(ValueError, match="incremental"):
+        ckpt.torch.Checkpointer("inc", socket=daemon.sock, incremental="yes")

@@ -66,9 +66,9 @@ class Daemon:
         self.proc.wait()
         os.unlink(self.sock)
 
-    def example(self, job, steps=2, size_mb=16, restore_only=False, check=True):
+    def example(self, job, steps=2, size_mb=16, restore_only=False, check=True, extra=()):
         cmd = [EXAMPLE, "--socket", self.sock, "--job", job, "--steps", str(steps), "--size-mb", str(size_mb),
-               "--tensors", "3"]
+               "--tensors", "3", *extra]
         if restore_only:
             cmd.append("--restore-only")
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

@@ -13,9 +13,10 @@ CKPT_STAGED, CKPT_DURABLE, CKPT_LOADED, CKPT_KEPT, CKPT_REPLICATED = 1, 2, 3, 4,
 # ckpt_tier (docs/tiers.md "Tiers")
 TIERS = {"durable": 0, "memory": 1, "replicated": 2}
 TIER_NAMES = {v: k for k, v in TIERS.items()}
-# ckpt_compress (docs/format.md "Pieces"): as the job's configuration says,
-# on, off
-CKPT_COMPRESS_JOB, CKPT_COMPRESS_ON, CKPT_COMPRESS_OFF = 0, 1, 2
+# ckpt_setting, of compress and incremental (docs/format.md "Pieces"): as
+# the job's configuration says, on, off
+CKPT_BY_JOB, CKPT_ON, CKPT_OFF = 0, 1, 2
+CKPT_COMPRESS_JOB, CKPT_COMPRESS_ON, CKPT_COMPRESS_OFF = CKPT_BY_JOB, CKPT_ON, CKPT_OFF
 CKPT_MAX_DIMS = 8
 
 
@@ -34,7 +35,8 @@ class _Tensor(ctypes.Structure):
 
 
 class _SaveOpts(ctypes.Structure):
-    _fields_ = [("cuda_stream", ctypes.c_void_p), ("tier", ctypes.c_int), ("compress", ctypes.c_int)]
+    _fields_ = [("cuda_stream", ctypes.c_void_p), ("tier", ctypes.c_int), ("compress", ctypes.c_int),
+                ("incremental", ctypes.c_int)]
 
 
 class _Hello(ctypes.Structure):

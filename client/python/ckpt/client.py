@@ -54,14 +54,19 @@ def _tier(tier):
     raise ValueError(f"tier {tier!r}: want one of {', '.join(TIERS)}")
 
 
-def _compress(compress: Optional[bool]) -> int:
-    """compress= as ckpt_compress: None, the job's configuration; True, on;
-    False, off."""
-    if compress is None:
+def _setting(value: Optional[bool], name: str = "compress") -> int:
+    """compress= or incremental= as ckpt_setting: None, the job's
+    configuration; True, on; False, off."""
+    if value is None:
         return CKPT_COMPRESS_JOB
-    if compress is True or compress is False:
-        return CKPT_COMPRESS_ON if compress else CKPT_COMPRESS_OFF
-    raise ValueError(f"compress={compress!r}: want None (as the job's configuration says), True or False")
+    if value is True or value is False:
+        return CKPT_COMPRESS_ON if value else CKPT_COMPRESS_OFF
+    raise ValueError(f"{name}={value!r}: want None (as the job's configuration says), True or False")
+
+
+def _compress(compress: Optional[bool]) -> int:
+    """compress= as ckpt_setting."""
+    return _setting(compress, "compress")
 
 
 def _phases(tier):
@@ -503,19 +508,24 @@ class Client:
         return b
 
     def save(self, step: int, specs: Sequence[TensorSpec], extra: bytes = b"", cuda_stream: Optional[int] = None,
-             tier: str = "durable", compress: Optional[bool] = None) -> SaveFuture:
+             tier: str = "durable", compress: Optional[bool] = None,
+             incremental: Optional[bool] = None) -> SaveFuture:
         """cuda_stream: the CUstream (an int, torch's .cuda_stream) whose
         work the daemon's copies of CUDA buffers wait for; None: the legacy
         default stream. tier: "durable", "memory" or "replicated" (docs/tiers.md
         "Tiers"). compress: whether the daemon stores the shard compressed
         (lossless; docs/format.md "Pieces"): None as the job's
-        configuration says ([pool] or [job.NAME] compress), True or False."""
+        configuration says ([pool] or [job.NAME] compress), True or False.
+        incremental: whether pieces unchanged since this rank's previous
+        durable step are stored as references to it (docs/format.md
+        "Pieces"), as compress."""
         t = _tier(tier)
         z = _compress(compress)
+        inc = _setting(incremental, "incremental")
         arr, keep = _tensor_array(specs)
         fut = ctypes.c_void_p()
         ex = ctypes.create_string_buffer(extra, len(extra)) if extra else None
-        opts = _SaveOpts(ctypes.c_void_p(cuda_stream or None), t, z)
+        opts = _SaveOpts(ctypes.c_void_p(cuda_stream or None), t, z, inc)
         rc = lib.ckpt_save_ex(self._handle(), step, arr, len(specs), ex, len(extra or b""), ctypes.byref(opts),
                               ctypes.byref(fut))
         del keep
@@ -537,16 +547,17 @@ class Client:
         return t
 
     def save_table(self, step: int, table: Table, extra: bytes = b"", tier: str = "durable",
-                   compress: Optional[bool] = None) -> SaveFuture:
-        """Save step from a table's tensors (Client.table); tier and
-        compress as save's."""
+                   compress: Optional[bool] = None, incremental: Optional[bool] = None) -> SaveFuture:
+        """Save step from a table's tensors (Client.table); tier, compress
+        and incremental as save's."""
         t = _tier(tier)
         z = _compress(compress)
+        inc = _setting(incremental, "incremental")
         if not table._h:
             raise CkptError(_errno.EBADF, "the table was freed")
         fut = ctypes.c_void_p()
         ex = ctypes.create_string_buffer(extra, len(extra)) if extra else None
-        opts = _SaveOpts(None, t, z)
+        opts = _SaveOpts(None, t, z, inc)
         rc = lib.ckpt_save_table_ex(self._handle(), step, table._h, ex, len(extra or b""), ctypes.byref(opts),
                                     ctypes.byref(fut))
         if rc < 0:

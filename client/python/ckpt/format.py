@@ -111,11 +111,34 @@ def _tensor(b):
 
 
 def _piece(b):
-    p = {"raw_bytes": 0, "stored_bytes": 0, "codec": 0, "elem": 0}
+    p = {"raw_bytes": 0, "stored_bytes": 0, "codec": 0, "elem": 0, "hash": b"", "ref": "", "ref_offset": 0}
     for num, wt, v in _fields(b):
         if num in (1, 2, 3, 4) and wt == 0:
             p[("raw_bytes", "stored_bytes", "codec", "elem")[num - 1]] = v
+        elif num == 5 and wt == 2:
+            p["hash"] = bytes(v)
+        elif num == 6 and wt == 2:
+            p["ref"] = bytes(v).decode()
+        elif num == 7 and wt == 0:
+            p["ref_offset"] = v
     return p
+
+
+_REF = re.compile(r"^(?:step-(\d{12,20})|shards/([0-9a-f]{2})/step-(\d{12,20}))/"
+                  r"rank-(\d{5})-of-(\d{5})\.[A-Za-z0-9._-]+\.[0-9a-f]{16}\.shard$")
+
+
+def _ref_ok(m, ref):
+    """Whether ref may be a piece's reference in m (manifest_ref_check): the
+    shard of an older step of m's rank and world size, in that step's
+    directory or its spread one."""
+    g = _REF.match(ref)
+    if g is None or ".." in ref:
+        return False
+    step = int(g.group(1) or g.group(3))
+    if g.group(2) is not None and g.group(2) != f"{m['rank'] % 256:02x}":
+        return False
+    return step < m["step"] and int(g.group(4)) == m["rank"] and int(g.group(5)) == m["world_size"]
 
 
 # Manifest format versions: 1, the shard stored raw; 2, in pieces
@@ -144,6 +167,7 @@ def _check_pieces(m):
                 16 + 16 * p["elem"] <= p["stored_bytes"] <= p["raw_bytes"] + 16 + 16 * 8
         else:
             ok = False
+        ok = ok and len(p["hash"]) in (0, 16) and (_ref_ok(m, p["ref"]) if p["ref"] else p["ref_offset"] == 0)
         if not ok:
             raise ValueError(f"manifest piece {i}: {p['raw_bytes']} raw bytes stored in {p['stored_bytes']} by "
                              f"codec {p['codec']} elem {p['elem']} cannot be")
@@ -362,24 +386,48 @@ class _Shard:
     load_step reads a manifest's tensors): those before a read's first
     piece are dropped, so that at most a read's worth stays decoded."""
 
-    def __init__(self, key: str, obj: bytes, pieces: Sequence[Dict[str, Any]]) -> None:
+    def __init__(self, key: str, obj: bytes, pieces: Sequence[Dict[str, Any]], job: str = "",
+                 read: Optional[Any] = None) -> None:
+        """pieces that an incremental step keeps in an older step's shard
+        (a ref) are read from there, through read(key) (a whole object,
+        read once), relative to job."""
         self.key, self.obj, self.pieces = key, obj, pieces
+        self.job, self._read = job, read
+        self._objs: Dict[str, bytes] = {}
         self.raw = [0]
-        self.stored = [0]
+        self.at = []  # where each piece's stored bytes begin in its object
+        own = 0
         for p in pieces:
             self.raw.append(self.raw[-1] + p["raw_bytes"])
-            self.stored.append(self.stored[-1] + p["stored_bytes"])
+            self.at.append(p["ref_offset"] if p["ref"] else own)
+            if not p["ref"]:
+                own += p["stored_bytes"]
         self._decoded: Dict[int, bytes] = {}
         self._zstd: Optional[Any] = None
-        if pieces and len(obj) != self.stored[-1]:
-            raise ValueError(f"{key}: the object holds {len(obj)} bytes, its pieces {self.stored[-1]}")
+        if pieces and len(obj) != own:
+            raise ValueError(f"{key}: the object holds {len(obj)} bytes, its pieces {own}")
+
+    def _object(self, i: int) -> Tuple[str, bytes]:
+        ref = self.pieces[i]["ref"]
+        if not ref:
+            return self.key, self.obj
+        key = f"{self.job}/{ref}"
+        if key not in self._objs:
+            if self._read is None:
+                raise ValueError(f"{self.key}: piece {i} is in {key}, and no store to read it from")
+            self._objs[key] = self._read(key)
+        return key, self._objs[key]
 
     def _piece(self, i: int) -> bytes:
         got = self._decoded.get(i)
         if got is not None:
             return got
         p = self.pieces[i]
-        stored = memoryview(self.obj)[self.stored[i]:self.stored[i + 1]]
+        key, obj = self._object(i)
+        if self.at[i] + p["stored_bytes"] > len(obj):
+            raise ValueError(f"{key}: piece {i} (object bytes {self.at[i]}+{p['stored_bytes']}) is past the "
+                             f"object's {len(obj)} bytes")
+        stored = memoryview(obj)[self.at[i]:self.at[i] + p["stored_bytes"]]
         if p["codec"] == CODEC_NONE:
             got = bytes(stored)
         else:
@@ -388,8 +436,8 @@ class _Shard:
             try:
                 got = _planes_decode(stored, p["raw_bytes"], self._zstd)
             except _Damaged as e:
-                raise ValueError(f"{self.key}: piece {i} (shard bytes {self.raw[i]}+{p['raw_bytes']}, object bytes "
-                                 f"{self.stored[i]}+{p['stored_bytes']}) does not decode ({e}): the object is "
+                raise ValueError(f"{key}: piece {i} (shard bytes {self.raw[i]}+{p['raw_bytes']}, object bytes "
+                                 f"{self.at[i]}+{p['stored_bytes']}) does not decode ({e}): the object is "
                                  "damaged") from e
         self._decoded[i] = got
         return got
@@ -615,7 +663,7 @@ def load_step(url: str, job: str, step: Union[int, str] = "latest", verify: bool
     full: Dict[str, Any] = {}
     for m in group:
         key = shard_key(job, m)
-        shard = _Shard(key, st.read(key), m["pieces"])
+        shard = _Shard(key, st.read(key), m["pieces"], job, st.read)
         for t in m["tensors"]:
             raw = shard.read(t["shard_offset"], t["nbytes"])
             if len(raw) != t["nbytes"]:

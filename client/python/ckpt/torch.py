@@ -53,7 +53,7 @@ from ._fallback import Fallback
 from ._plan import SavePlans, flatten
 from ._regs import Registrations
 from ._tree import DTYPE_CODES, TORCH_DTYPES, _materialize, _Ref, load_meta  # noqa: F401
-from .client import _CONNECTION_ERRNOS, LATEST, CkptError, Client, DaemonUnavailable, Superseded, _compress
+from .client import _CONNECTION_ERRNOS, LATEST, CkptError, Client, DaemonUnavailable, Superseded, _compress, _setting
 
 __all__ = ["Checkpointer", "DTYPE_CODES", "DaemonUnavailable"]
 
@@ -181,7 +181,8 @@ class Checkpointer:
     def __init__(self, job: str, rank: Optional[int] = None, world_size: Optional[int] = None,
                  socket: Optional[str] = None, attempt_id: Optional[str] = None, policy: Optional[str] = None,
                  fallback_dir: Optional[str] = None, *, alone: bool = False, overlap: bool = False,
-                 exist_ok: bool = False, compress: Optional[bool] = None) -> None:
+                 exist_ok: bool = False, compress: Optional[bool] = None,
+                 incremental: Optional[bool] = None) -> None:
         """Connect to ckptd as one rank of job.
 
         job: the checkpoint's name, 1-128 characters of [A-Za-z0-9._-].
@@ -224,13 +225,20 @@ class Checkpointer:
         (lossless byte planes and zstd; docs/format.md "Pieces"): None (the
         default) as its configuration says for the job ([pool] or
         [job.NAME] compress), True or False. The torch.save fallback
-        ignores it."""
+        ignores it.
+
+        incremental: whether pieces (a tensor's whole rows, at most 4 MiB)
+        unchanged since this rank's previous durable step are stored as
+        references to it (docs/format.md "Pieces"), as compress: a frozen
+        base or an embedding table's untouched rows are then stored once."""
         _compress(compress)  # a ValueError now, not at the first save
+        _setting(incremental, "incremental")
         rank, world_size, local_rank = (0, 1, 0) if alone else resolve_rank(rank, world_size)
         self.job, self.rank, self.world_size = job, rank, world_size
         self.fallback_dir: Optional[str] = None
         self.exist_ok = exist_ok
         self.compress = compress
+        self.incremental = incremental
         self._inflight: List[Any] = []  # SaveFutures whose failures are not yet reported (_check_saves)
         self._unstaged: List[Any] = []  # SaveFutures saved with overlap, maybe not staged yet
         self._hooks: List[Any] = []  # overlap's hook handles, removed by close()
@@ -506,12 +514,14 @@ class Checkpointer:
             named, specs = plans.cuda_specs(p, tensors, fresh)
             regs.copy_in(named, specs)
             return self._track(SaveFuture(client.save(step, specs, blob, cuda_stream=cuda_stream(tensors),
-                                                      tier=tier, compress=self.compress), step))
+                                                      tier=tier, compress=self.compress,
+                                                      incremental=self.incremental), step))
         plans.copy_scratch(p, tensors)
         if p.table is not None:
-            return self._track(SaveFuture(client.save_table(step, p.table, blob, tier=tier, compress=self.compress),
-                                          step))
-        return self._track(SaveFuture(client.save(step, p.specs, blob, tier=tier, compress=self.compress), step))
+            return self._track(SaveFuture(client.save_table(step, p.table, blob, tier=tier, compress=self.compress,
+                                                            incremental=self.incremental), step))
+        return self._track(SaveFuture(client.save(step, p.specs, blob, tier=tier, compress=self.compress,
+                                                  incremental=self.incremental), step))
 
     def _track(self, fut: SaveFuture) -> SaveFuture:
         self._last_save = fut
