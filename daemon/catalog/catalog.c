@@ -1,6 +1,7 @@
 #include "catalog.h"
 #include "log.h"
 #include "macro.h"
+#include "pieces.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -705,6 +706,13 @@ static void write_index(struct store *s, const char *job, const struct catalog_s
 		copy[r] = *g->by_rank[r];
 		copy[r].extra_state.len = 0; /* show never returns it */
 		copy[r].extra_state.data = NULL;
+		/* Nor does it read the shard: its pieces (about 100 bytes per
+		 * 4 MiB with references) would make a large step's index pass
+		 * STEP_INDEX_MAX_BYTES. Without them the copy is format 1. */
+		copy[r].n_pieces = 0;
+		copy[r].pieces = NULL;
+		if (copy[r].format_version == MANIFEST_FORMAT_PIECES)
+			copy[r].format_version = MANIFEST_FORMAT_VERSION;
 		ms[r] = &copy[r];
 	}
 	Ckpt__StepIndex ix = CKPT__STEP_INDEX__INIT;

@@ -349,6 +349,29 @@ static void test_verify_passes(void **state)
 	verify_expect(true, NULL);
 }
 
+/* show of the pinned step writes its index; the index's manifests leave
+ * the pieces out (show reads no shard), and show from it still works. */
+static void test_index_without_pieces(void **state)
+{
+	(void)state;
+	char out[8192], path[700];
+	assert_int_equal(h_ctl(&D, "show " JOB " 1", true, out, sizeof(out)), 0);
+	snprintf(path, sizeof(path), "%s/" JOB "/step-000000000001/index", D.store);
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	static uint8_t buf[1 << 20];
+	size_t n = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	Ckpt__StepIndex *ix = ckpt__step_index__unpack(NULL, n, buf);
+	assert_non_null(ix);
+	assert_int_equal(ix->n_manifests, 1);
+	assert_int_equal(ix->manifests[0]->n_pieces, 0);
+	assert_int_equal(ix->manifests[0]->format_version, 1);
+	ckpt__step_index__free_unpacked(ix, NULL);
+	assert_int_equal(h_ctl(&D, "show " JOB " 1", true, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "w32"));
+}
+
 /* Flip one byte of the object at off; flip it back with the same call. */
 static void flip(uint64_t off)
 {
@@ -489,10 +512,11 @@ static void test_save_turns_it_off(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_stored_in_pieces),         cmocka_unit_test(test_restore_whole),
-		cmocka_unit_test(test_restore_resharded),        cmocka_unit_test(test_verify_passes),
-		cmocka_unit_test(test_damaged_compressed_piece), cmocka_unit_test(test_damaged_raw_piece),
-		cmocka_unit_test(test_persist_compresses),       cmocka_unit_test(test_save_turns_it_off),
+		cmocka_unit_test(test_stored_in_pieces),     cmocka_unit_test(test_restore_whole),
+		cmocka_unit_test(test_restore_resharded),    cmocka_unit_test(test_verify_passes),
+		cmocka_unit_test(test_index_without_pieces), cmocka_unit_test(test_damaged_compressed_piece),
+		cmocka_unit_test(test_damaged_raw_piece),    cmocka_unit_test(test_persist_compresses),
+		cmocka_unit_test(test_save_turns_it_off),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -28,6 +28,7 @@
 #define CONF "incremental = true\nmemory_tier = false\n[job.inc]\nkeep_last = 1\n"
 
 static struct dctx D;
+static struct dctx *cur = &D; /* the daemon the helpers talk to */
 
 static const uint64_t FROZEN_SHAPE[2] = { 2048, 1024 }, ADAPTER_SHAPE[2] = { 64, 1024 }, EMB_SHAPE[2] = { 4096, 1024 },
 		      COUNT_SHAPE[1] = { 1 };
@@ -97,7 +98,7 @@ static ckpt_client *connect_rank(uint32_t rank, uint32_t world)
 {
 	ckpt_hello h = { .job = JOB, .rank = rank, .world_size = world, .attempt_id = "a" };
 	ckpt_client *c = NULL;
-	int r = ckpt_connect(D.sock, &h, &c);
+	int r = ckpt_connect(cur->sock, &h, &c);
 	if (r < 0)
 		fail_msg("connect: %s (%s)", ckpt_strerror(r), ckpt_errmsg());
 	return c;
@@ -135,7 +136,7 @@ static void save_step(uint64_t step)
 
 static void step_dir(uint64_t step, char *out, size_t cap)
 {
-	snprintf(out, cap, "%s/" JOB "/step-%012llu", D.store, (unsigned long long)step);
+	snprintf(out, cap, "%s/" JOB "/step-%012llu", cur->store, (unsigned long long)step);
 }
 
 static Ckpt__Manifest *read_manifest(uint64_t step)
@@ -373,6 +374,47 @@ static void test_rm_and_restart(void **state)
 	ckpt__manifest__free_unpacked(m, NULL);
 }
 
+/* With [storage] layout = spread, references name the spread directory
+ * (shards/<hh>/step-<12>/...), and restores follow them. */
+static void test_spread_layout(void **state)
+{
+	(void)state;
+	struct dctx E;
+	h_init(&E);
+	h_start(&E, "incremental = true\nmemory_tier = false\n[storage]\nlayout = spread\n");
+	cur = &E;
+	save_step(1);
+	save_step(2);
+	Ckpt__Manifest *m = read_manifest(2);
+	uint64_t refd = 0;
+	for (size_t i = 0; i < m->n_pieces; i++)
+		if (m->pieces[i]->ref[0]) {
+			assert_int_equal(strncmp(m->pieces[i]->ref, "shards/00/step-000000000001/", 28), 0);
+			refd += m->pieces[i]->raw_bytes;
+		}
+	assert_int_equal(refd, 8u * 1048576 + 3 * 4u * 1048576);
+	ckpt__manifest__free_unpacked(m, NULL);
+	uint8_t *want = malloc(total());
+	fill(want, 2);
+	ckpt_client *c = connect_rank(0, 1);
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, total(), &b), 0);
+	ckpt_tensor t[NT];
+	tensors(t, b);
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_load(c, 2, t, NT, &f), 0);
+	int r = ckpt_future_wait(f, CKPT_LOADED, 60000);
+	if (r != 0)
+		fail_msg("load: %s", ckpt_future_message(f));
+	assert_memory_equal(ckpt_buffer_data(b), want, total());
+	ckpt_future_free(f);
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+	free(want);
+	cur = &D;
+	h_cleanup(&E);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -380,6 +422,7 @@ int main(void)
 		cmocka_unit_test(test_restore_across_steps),
 		cmocka_unit_test(test_damaged_referenced_object),
 		cmocka_unit_test(test_rm_and_restart),
+		cmocka_unit_test(test_spread_layout),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
