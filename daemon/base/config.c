@@ -79,6 +79,7 @@ void config_job_policy(const struct config *c, const char *job, uint64_t pool_by
 	out->retention = c->retention;
 	out->compress = c->compress;
 	out->incremental = c->incremental;
+	out->piece_bytes = c->piece_bytes;
 	/* A tenant's job TENANT/NAME takes [job.NAME] (every tenant's NAME),
 	 * then [job.TENANT/NAME] over it. */
 	const char *slash = strchr(job, '/');
@@ -107,6 +108,8 @@ void config_job_policy(const struct config *c, const char *job, uint64_t pool_by
 			out->compress = j->compress;
 		if (SET(JOB_KEY_INCREMENTAL))
 			out->incremental = j->incremental;
+		if (SET(JOB_KEY_PIECE_BYTES))
+			out->piece_bytes = j->piece_bytes;
 #undef SET
 	}
 	if (qp)
@@ -226,6 +229,8 @@ const struct config_key config_keys[] = {
 	    .help = "store shards compressed (byte planes and zstd), losslessly, on upload"),
 	KEY("pool", "incremental", cfg_bool, incremental, 0, .def = false,
 	    .help = "store pieces unchanged since a rank's previous step as references to it"),
+	KEY("pool", "piece_bytes", cfg_size, piece_bytes, 0, .def = DEFAULT_PIECE_BYTES,
+	    .help = "the pieces compressed and incremental shards are cut into (4K..64M)"),
 
 	KEY("retention", "keep_last", cfg_u32, retention.keep_last, 0, .help = "the newest N complete steps"),
 	KEY("retention", "keep_every", cfg_u32, retention.keep_every, 0, .help = "and every step divisible by K"),
@@ -367,6 +372,8 @@ const struct config_key config_job_keys[JOB_KEY_COUNT] = {
 	[JOB_KEY_COMPRESS] = JOB_KEY("compress", cfg_bool, compress, .help = "store shards compressed on upload"),
 	[JOB_KEY_INCREMENTAL] = JOB_KEY("incremental", cfg_bool, incremental,
 					.help = "store unchanged pieces as references to the previous step"),
+	[JOB_KEY_PIECE_BYTES] = JOB_KEY("piece_bytes", cfg_size, piece_bytes,
+					.help = "the pieces its shards are cut into (4K..64M)"),
 };
 
 #define TENANT_KEY(key, ty, fld, ...) \
@@ -645,6 +652,17 @@ static int metrics_addr_check(const char *a)
 
 int config_validate(const struct config *c, char *err, size_t errlen)
 {
+	bool bad_piece = c->piece_bytes < PIECE_BYTES_MIN || c->piece_bytes > PIECE_BYTES_MAX ||
+			 c->piece_bytes % PIECE_BYTES_MIN;
+	for (size_t i = 0; i < c->njobs; i++)
+		if (c->jobs[i].set & (1u << JOB_KEY_PIECE_BYTES))
+			bad_piece |= c->jobs[i].piece_bytes < PIECE_BYTES_MIN ||
+				     c->jobs[i].piece_bytes > PIECE_BYTES_MAX ||
+				     c->jobs[i].piece_bytes % PIECE_BYTES_MIN;
+	if (bad_piece) {
+		snprintf(err, errlen, "piece_bytes must be a multiple of 4K from 4K to 64M");
+		return -EINVAL;
+	}
 	if (c->chunk_bytes < 4096 || (c->chunk_bytes & 4095)) {
 		snprintf(err, errlen, "chunk_bytes %" PRIu64 " must be a multiple of 4096", c->chunk_bytes);
 		return -EINVAL;

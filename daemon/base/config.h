@@ -60,6 +60,11 @@
 #define DEFAULT_MANIFEST_CACHE_BYTES (256ull << 20)
 
 #define DEFAULT_MAX_PARALLEL_UPLOADS 2
+/* [pool] piece_bytes: pieces.h's PIECE_BYTES; 4 KiB to 64 MiB, multiples of 4 KiB
+ * (PIECE_MIN_BYTES, PIECE_MAX_BYTES). */
+#define DEFAULT_PIECE_BYTES (4ull << 20)
+#define PIECE_BYTES_MIN (4ull << 10)
+#define PIECE_BYTES_MAX (64ull << 20)
 #define CONFIG_MAX_JOBS 64
 #define CONFIG_MAX_TENANTS 32
 #define TENANT_NAME_MAX 32
@@ -92,6 +97,7 @@ enum job_key {
 	JOB_KEY_INCOMPLETE_GRACE,
 	JOB_KEY_COMPRESS,
 	JOB_KEY_INCREMENTAL,
+	JOB_KEY_PIECE_BYTES,
 	JOB_KEY_COUNT,
 };
 
@@ -107,6 +113,7 @@ struct job_config {
 	uint32_t max_inflight_saves; /* 0: the default */
 	bool compress;
 	bool incremental;
+	uint64_t piece_bytes;
 };
 
 /* The rows of config_tenant_keys[], in order. */
@@ -146,8 +153,9 @@ struct job_policy {
 	uint64_t quota_bytes; /* of the pool; the whole pool when unlimited */
 	uint32_t max_inflight_saves;
 	struct retention retention;
-	bool compress;    /* uploads stored compressed (upload.c) */
-	bool incremental; /* unchanged pieces stored as references (upload.c) */
+	bool compress;        /* uploads stored compressed (upload.c) */
+	bool incremental;     /* unchanged pieces stored as references (upload.c) */
+	uint64_t piece_bytes; /* the pieces a shard is cut into (pieces.h) */
 };
 
 struct config {
@@ -193,9 +201,10 @@ struct config {
 	uint32_t quota_pct;
 	uint32_t max_parallel_uploads;
 	bool memory_tier;
-	bool verify_held; /* CRC-check restores from held copies */
-	bool compress;    /* [pool] compress: shards stored compressed, unless a job says otherwise */
-	bool incremental; /* [pool] incremental: unchanged pieces stored as references to older steps */
+	bool verify_held;     /* CRC-check restores from held copies */
+	bool compress;        /* [pool] compress: shards stored compressed, unless a job says otherwise */
+	bool incremental;     /* [pool] incremental: unchanged pieces stored as references to older steps */
+	uint64_t piece_bytes; /* [pool] piece_bytes: what compressed and incremental shards are cut into */
 	struct retention retention;
 	struct job_config jobs[CONFIG_MAX_JOBS];
 	size_t njobs;

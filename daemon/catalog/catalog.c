@@ -815,6 +815,19 @@ static bool has_step(const uint64_t *v, size_t n, uint64_t step)
 	return bsearch(&step, v, n, sizeof(*v), cmp_u64) != NULL;
 }
 
+bool catalog_step_kept(struct store *s, const char *job, uint64_t step)
+{
+	char key[600];
+	void *buf = NULL;
+	size_t len = 0;
+	int n = snprintf(key, sizeof(key), "%s/step-%012" PRIu64 "/" KEPT_NAME, job, step);
+	if (n < 0 || (size_t)n >= sizeof(key))
+		return false;
+	int r = s->ops->get_all(s, key, 16, &buf, &len);
+	free(buf);
+	return r == 0;
+}
+
 int catalog_referrer(struct store *s, const char *job, uint64_t target, uint64_t *by)
 {
 	uint64_t *refs = NULL;
@@ -824,8 +837,8 @@ int catalog_referrer(struct store *s, const char *job, uint64_t target, uint64_t
 	/* Refs count whether or not their step's manifests are there yet: a
 	 * save writes them first. */
 	for (size_t i = nrefs; i-- > 0 && r == 0 && found == -ENOENT;) {
-		if (refs[i] == target)
-			continue;
+		if (refs[i] <= target)
+			break; /* a step refers only to older ones */
 		uint64_t *t = NULL;
 		size_t nt = 0;
 		r = catalog_refs_of(s, job, refs[i], &t, &nt);
@@ -1075,8 +1088,28 @@ int catalog_delete_step(struct store *s, struct mancache *cache, const char *job
 		return r;
 	int err = 0;
 	/* Manifests, then the commit object, the index, then shards and the
-	 * rest. */
+	 * rest. Before the shards, what refers to this step is looked at
+	 * again: a save writes its refs and then looks for the manifest of
+	 * the step it refers to, so either it saw the manifests gone (and
+	 * stores everything) or its refs are seen here (and the shards stay,
+	 * for it). */
+	uint64_t by = 0;
 	for (int pass = 0; pass < 4; pass++) {
+		if (pass == 3 && (r = catalog_referrer(s, job, step, &by)) != -ENOENT) {
+			if (r == 0) {
+				/* Marked, so that retention finishes it once free. */
+				snprintf(key, sizeof(key), "%s/" KEPT_NAME, dir);
+				(void)store_create_announced(s, key, NULL, 0);
+				store_set_error("step %" PRIu64 " refers to its shard, which is kept", by);
+				r = -EBUSY;
+			}
+			store_names_free(names, n);
+			if (cache) {
+				snprintf(key, sizeof(key), "%s/", dir);
+				mancache_drop_prefix(cache, key);
+			}
+			return r;
+		}
 		for (size_t i = 0; i < n; i++) {
 			struct step_name sn;
 			manifest_parse_object(names[i], &sn);

@@ -119,13 +119,17 @@ const char *catalog_no_fallback_hint(int r);
  * being complete before any shard goes, then the commit object, the
  * index, the rest and the directory, then its references to older steps
  * (so that they protect those until the step is gone); and drop the step
- * from cache (may be NULL). 0, or the first error. */
+ * from cache (may be NULL). 0, or the first error; -EBUSY when, once its
+ * manifests are gone, another step refers to it (its shards stay). */
 int catalog_delete_step(struct store *s, struct mancache *cache, const char *job, uint64_t step);
 /* References between steps (manifest.h REFS_DIR). The steps of job that
  * refer to others: one listing of "<job>/refs/", ascending. */
 int catalog_ref_steps(struct store *s, const char *job, uint64_t **steps, size_t *n);
 /* The steps step refers to, ascending: one listing; none is 0 and n 0. */
 int catalog_refs_of(struct store *s, const char *job, uint64_t step, uint64_t **targets, size_t *n);
+/* Whether job/step holds KEPT_NAME (manifest.h): a removal that stopped
+ * for a step that refers to it. One GET. */
+bool catalog_step_kept(struct store *s, const char *job, uint64_t step);
 /* The newest step of job, other than target, that refers to target (its
  * manifests there or not yet: a save writes its refs first): 0 with *by,
  * -ENOENT if none, or a storage error. For ckptctl rm: a listing of the

@@ -472,7 +472,7 @@ static int finish_removals(journal_store_fn store_of, void *sctx, struct records
 		if (m->ended || !manifest_job_valid(m->job) || manifest_step_dir(dir, sizeof(dir), m->job, m->step) < 0)
 			continue;
 		int e = catalog_delete_step(store_of(sctx, dir), NULL, m->job, m->step);
-		if (e < 0 && e != -ENOENT) {
+		if (e < 0 && e != -ENOENT && e != -EBUSY) { /* EBUSY: its shard is referred to, and stays */
 			log_warn("recovery: finishing the removal of %s step %" PRIu64 ": %s", m->job, m->step,
 				 store_error(e));
 			continue;

@@ -26,6 +26,10 @@
  * hold rank-<5>-of-<5>.manifest and .shard, and stay readable. */
 #define MANIFEST_NONCE_HEX 16
 #define COMMIT_NAME "commit"
+/* Empty; in a step whose removal stopped because another step refers to
+ * its shard (catalog_delete_step): its manifests are gone, and retention
+ * takes the rest once nothing refers to it. */
+#define KEPT_NAME "kept"
 #define INDEX_NAME "index"
 /* The step index is never written larger, nor read past this: a step
  * whose manifests together exceed it is shown from its manifests. */

@@ -15,6 +15,25 @@ int pieces_check(const Ckpt__Manifest *m, char *err, size_t errlen)
 		snprintf(err, errlen, "manifest format version %u with %zu pieces", m->format_version, m->n_pieces);
 		return -EBADMSG;
 	}
+	if (m->piece_bytes != 0 && (m->piece_bytes < PIECE_MIN_BYTES || m->piece_bytes > PIECE_MAX_BYTES ||
+				    m->piece_bytes % PIECE_MIN_BYTES != 0)) {
+		snprintf(err, errlen, "manifest piece_bytes %" PRIu64 " is not a multiple of %u up to %u",
+			 m->piece_bytes, PIECE_MIN_BYTES, PIECE_MAX_BYTES);
+		return -EBADMSG;
+	}
+	if (m->n_refs > PIECES_MAX_REFS || (m->n_refs > 0 && m->n_pieces == 0)) {
+		snprintf(err, errlen, "manifest refers to %zu older shards", m->n_refs);
+		return -EBADMSG;
+	}
+	for (size_t k = 0; k < m->n_refs; k++) {
+		uint64_t t;
+		if (manifest_ref_check(m, m->refs[k], &t) < 0) {
+			snprintf(err, errlen,
+				 "manifest reference %zu, '%.200s', is not a shard of an older step of rank %u of %u",
+				 k + 1, m->refs[k], m->rank, m->world_size);
+			return -EBADMSG;
+		}
+	}
 	uint64_t raw = 0;
 	for (size_t i = 0; i < m->n_pieces; i++) {
 		const Ckpt__ManifestPiece *p = m->pieces[i];
@@ -27,19 +46,19 @@ int pieces_check(const Ckpt__Manifest *m, char *err, size_t errlen)
 			     p->stored_bytes <= planecodec_bound((size_t)p->raw_bytes);
 		else
 			ok = false;
-		uint64_t t;
 		if (ok && p->hash.len != 0 && p->hash.len != 16)
 			ok = false;
-		if (ok && p->ref[0] != '\0')
-			ok = manifest_ref_check(m, p->ref, &t) == 0 && p->ref_offset <= UINT64_MAX - p->stored_bytes;
+		if (ok && p->ref != 0)
+			ok = p->ref <= m->n_refs && p->ref_offset <= UINT64_MAX - p->stored_bytes;
 		else if (ok)
 			ok = p->ref_offset == 0;
 		if (!ok) {
 			snprintf(err, errlen,
 				 "manifest piece %zu: %" PRIu64 " raw bytes stored in %" PRIu64
-				 " by codec %d elem %u (hash of %zu bytes, in '%.200s' at %" PRIu64 ") cannot be",
+				 " by codec %d elem %u (hash of %zu bytes, in shard %u of %zu at %" PRIu64
+				 ") cannot be",
 				 i, p->raw_bytes, p->stored_bytes, (int)p->codec, p->elem, p->hash.len, p->ref,
-				 p->ref_offset);
+				 m->n_refs, p->ref_offset);
 			return -EBADMSG;
 		}
 		raw += p->raw_bytes;
@@ -75,8 +94,8 @@ int pieces_index(struct pieces *x, const Ckpt__Manifest *m)
 		const Ckpt__ManifestPiece *p = m->pieces[i];
 		x->raw[i + 1] = x->raw[i] + p->raw_bytes;
 		x->cum[i + 1] = x->cum[i] + p->stored_bytes;
-		if (p->ref[0]) {
-			x->ref[i] = p->ref;
+		if (p->ref) {
+			x->ref[i] = m->refs[p->ref - 1];
 			x->at[i] = p->ref_offset;
 		} else {
 			x->at[i] = own;
@@ -86,6 +105,7 @@ int pieces_index(struct pieces *x, const Ckpt__Manifest *m)
 	x->at[n] = own;
 	x->n = n;
 	x->job = m->job;
+	x->piece_bytes = m->piece_bytes ? m->piece_bytes : PIECE_BYTES;
 	x->p = (const Ckpt__ManifestPiece *const *)m->pieces;
 	return 0;
 }
@@ -131,7 +151,8 @@ static bool same_object(const char *a, const char *b)
 size_t pieces_segment(const struct pieces *x, size_t a, size_t p1)
 {
 	size_t b = a + 1;
-	while (b < p1 && same_object(x->ref[b], x->ref[a]) && x->at[b] == x->at[a] + (x->cum[b] - x->cum[a]))
+	while (b < p1 && same_object(x->ref[b], x->ref[a]) && x->at[a] <= UINT64_MAX - (x->cum[b] - x->cum[a]) &&
+	       x->at[b] == x->at[a] + (x->cum[b] - x->cum[a]))
 		b++;
 	return b;
 }

@@ -18,21 +18,28 @@ struct planecodec;
 /* No piece is larger (manifest_check): a reader's buffers stay bounded
  * whatever a manifest says. */
 #define PIECE_MAX_BYTES (64u << 20)
+/* The smallest piece size a save may cut with ([pool] piece_bytes), and
+ * what every piece size is a multiple of. */
+#define PIECE_MIN_BYTES (4u << 10)
+/* The most older shards one manifest refers to (incbase.h). */
+#define PIECES_MAX_REFS 64
 
-/* How a save cuts its shard (compress.c): a tensor of at least
- * PIECE_BYTES / 4 into units of whole rows (along dim 0) of at most
- * PIECE_BYTES, or of one row where a row is larger (cut again every
- * PIECE_BYTES); smaller tensors of one element size share a piece of at
- * most PIECE_BYTES. A load reads a tensor in slabs of whole units
- * (loadexec.c), so that no piece is fetched or decoded twice. */
-#define PIECE_BYTES (4u << 20)
+/* How a save cuts its shard (compress.c), with pieces of piece_bytes
+ * ([pool] piece_bytes, PIECE_BYTES by default; recorded in the manifest):
+ * a tensor of at least piece_bytes / 4 into units of whole rows (along
+ * dim 0) of at most piece_bytes, or of one row where a row is larger (cut
+ * again every piece_bytes); smaller tensors of one element size share a
+ * piece of at most piece_bytes. A load reads a tensor in slabs of whole
+ * units (loadexec.c), so that no piece is fetched or decoded twice. */
+#define PIECE_BYTES (4u << 20) /* the default ([pool] piece_bytes) */
 
-/* The unit of a tensor whose rows are row_bytes long. */
-static inline uint64_t piece_unit(uint64_t row_bytes)
+/* The unit of a tensor whose rows are row_bytes long, cut with pieces of
+ * piece_bytes. */
+static inline uint64_t piece_unit(uint64_t row_bytes, uint64_t piece_bytes)
 {
 	if (row_bytes == 0)
-		return PIECE_BYTES;
-	return row_bytes <= PIECE_BYTES ? PIECE_BYTES / row_bytes * row_bytes : row_bytes;
+		return piece_bytes;
+	return row_bytes <= piece_bytes ? piece_bytes / row_bytes * row_bytes : row_bytes;
 }
 
 /* A manifest's pieces, indexed: piece i is raw [raw[i], raw[i + 1]) of
@@ -46,7 +53,8 @@ struct pieces {
 	uint64_t *raw, *at, *cum;
 	const char **ref; /* NULL: in the manifest's own shard */
 	const Ckpt__ManifestPiece *const *p;
-	const char *job; /* the manifest's: refs are relative to it */
+	const char *job;      /* the manifest's: refs are relative to it */
+	uint64_t piece_bytes; /* what the save cut with */
 };
 
 /* The object piece i lies in: own (the manifest's shard) or job/ref. 0 or

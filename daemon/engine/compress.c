@@ -41,13 +41,13 @@ static int cmp_off(const void *a, const void *b)
 
 /* A large tensor's pieces: units of whole rows, a row larger than
  * PIECE_BYTES cut every PIECE_BYTES from its start. */
-static int cut_large(struct cutter *c, const struct save_tensor *t, unsigned elem)
+static int cut_large(struct cutter *c, const struct save_tensor *t, unsigned elem, uint64_t pb)
 {
 	uint64_t s = t->shard_off, end = s + t->nbytes;
 	uint64_t nrows = t->box.ndim > 0 ? t->box.len[0] : 1;
 	uint64_t row = nrows ? t->nbytes / nrows : t->nbytes;
-	uint64_t unit = piece_unit(row);
-	uint64_t sub = row <= PIECE_BYTES ? unit : PIECE_BYTES;
+	uint64_t unit = piece_unit(row, pb);
+	uint64_t sub = row <= pb ? unit : pb;
 	for (uint64_t at = s; at < end;) {
 		uint64_t base = s + (at - s) / unit * unit;
 		uint64_t next = base + ((at - base) / sub + 1) * sub;
@@ -62,7 +62,8 @@ static int cut_large(struct cutter *c, const struct save_tensor *t, unsigned ele
 	return 0;
 }
 
-int compress_cut(const struct save_tensor *t, size_t n, uint64_t shard_bytes, struct piece_cut **out, size_t *nout)
+int compress_cut(const struct save_tensor *t, size_t n, uint64_t shard_bytes, uint64_t pb, struct piece_cut **out,
+		 size_t *nout)
 {
 	struct cutter c = { 0 };
 	const struct save_tensor **by = malloc((n ? n : 1) * sizeof(*by));
@@ -78,7 +79,7 @@ int compress_cut(const struct save_tensor *t, size_t n, uint64_t shard_bytes, st
 			continue;
 		unsigned e = (unsigned)tensor_dtype_size(x->dtype);
 		uint64_t s = x->shard_off, end = s + x->nbytes;
-		if (x->nbytes >= PIECE_BYTES / 4) {
+		if (x->nbytes >= pb / 4) {
 			/* What lies before: a small run closes there; bare
 			 * padding joins the piece before it. */
 			if (s > c.start) {
@@ -88,10 +89,10 @@ int compress_cut(const struct save_tensor *t, size_t n, uint64_t shard_bytes, st
 					c.v[c.n - 1].end = c.start = s;
 			}
 			if (r == 0)
-				r = cut_large(&c, x, e);
+				r = cut_large(&c, x, e, pb);
 			continue;
 		}
-		if (c.elem && (c.elem != e || end - c.start > PIECE_BYTES))
+		if (c.elem && (c.elem != e || end - c.start > pb))
 			r = close_at(&c, s, c.elem);
 		c.elem = e;
 	}
@@ -114,6 +115,7 @@ int compress_cut(const struct save_tensor *t, size_t n, uint64_t shard_bytes, st
 void stored_shard_free(struct stored_shard *s)
 {
 	incbase_unref(s->base);
+	free(s->refs);
 	free(s->hashes);
 	free(s->pieces);
 	free(s->ptrs);
@@ -206,7 +208,7 @@ static void *code_share(struct share *sh)
 	uint64_t maxp = 0, total = 0;
 	for (size_t i = sh->first; i < sh->last; i++) {
 		uint64_t len = cuts[i].end - cut_off(cuts, i);
-		if (sh->pieces[i].ref[0])
+		if (sh->pieces[i].ref)
 			continue; /* in an older step's shard */
 		maxp = len > maxp ? len : maxp;
 		total += len;
@@ -225,7 +227,7 @@ static void *code_share(struct share *sh)
 	for (size_t i = sh->first; i < sh->last; i++) {
 		uint64_t off = cut_off(cuts, i), len = cuts[i].end - off;
 		Ckpt__ManifestPiece *p = &sh->pieces[i];
-		if (p->ref[0])
+		if (p->ref)
 			continue;
 		const uint8_t *src = save_shard_bytes(sh->sv, off, len, tmp);
 		ssize_t k = 0;
@@ -288,14 +290,21 @@ static int run_phase(struct share *sh, unsigned nsh, int phase, char *why, size_
 
 /* Pieces whose bytes the base holds become references to them, in at
  * most INCBASE_MAX_REFS older shards: those holding the most of them
- * (the rest are stored again). */
-static void refer(struct stored_shard *out, const struct piece_cut *cuts, const struct incbase *b)
+ * (the rest are stored again). out->refs gets the shards, in the base's
+ * order. */
+static int refer(struct stored_shard *out, const struct piece_cut *cuts, const struct incbase *b)
 {
-	uint64_t bytes[INCBASE_MAX_REFS + 64] = { 0 };
-	size_t nobj = b->nobj < ELEMENTSOF(bytes) ? b->nobj : ELEMENTSOF(bytes);
+	size_t nobj = b->nobj;
+	uint64_t *bytes = calloc(nobj ? nobj : 1, sizeof(*bytes));
+	uint32_t *index = calloc(nobj ? nobj : 1, sizeof(*index)); /* 1-based ref of each kept shard */
 	const struct base_piece **hit = calloc(out->npieces ? out->npieces : 1, sizeof(*hit));
-	if (hit == NULL)
-		return; /* stored again, all of them */
+	out->refs = calloc(INCBASE_MAX_REFS, sizeof(*out->refs));
+	if (!bytes || !index || !hit || !out->refs) {
+		free(bytes);
+		free(index);
+		free(hit);
+		return -ENOMEM;
+	}
 	for (size_t i = 0; i < out->npieces; i++) {
 		const struct base_piece *q = incbase_find(b, cut_off(cuts, i), out->pieces[i].raw_bytes,
 							  out->hashes + 16 * i);
@@ -304,30 +313,37 @@ static void refer(struct stored_shard *out, const struct piece_cut *cuts, const 
 			bytes[q->obj] += q->stored;
 		}
 	}
-	/* Keep the INCBASE_MAX_REFS shards with the most bytes referred to. */
-	bool keep[ELEMENTSOF(bytes)] = { false };
+	/* The INCBASE_MAX_REFS shards with the most bytes referred to. */
 	for (size_t k = 0; k < INCBASE_MAX_REFS; k++) {
 		size_t best = nobj;
 		for (size_t o = 0; o < nobj; o++)
-			if (!keep[o] && bytes[o] > 0 && (best == nobj || bytes[o] > bytes[best]))
+			if (!index[o] && bytes[o] > 0 && (best == nobj || bytes[o] > bytes[best]))
 				best = o;
 		if (best == nobj)
 			break;
-		keep[best] = true;
+		index[best] = UINT32_MAX; /* chosen; numbered below, in the base's order */
 	}
+	for (size_t o = 0; o < nobj; o++)
+		if (index[o]) {
+			out->refs[out->nrefs++] = b->obj[o];
+			index[o] = (uint32_t)out->nrefs;
+		}
 	for (size_t i = 0; i < out->npieces; i++) {
 		const struct base_piece *q = hit[i];
-		if (q == NULL || !keep[q->obj])
+		if (q == NULL || !index[q->obj])
 			continue;
 		Ckpt__ManifestPiece *p = &out->pieces[i];
-		p->ref = b->obj[q->obj];
+		p->ref = index[q->obj];
 		p->ref_offset = q->at;
 		p->stored_bytes = q->stored;
 		p->codec = (Ckpt__Codec)q->codec;
 		p->elem = q->elem;
 		out->ref_bytes += p->raw_bytes;
 	}
+	free(bytes);
+	free(index);
 	free(hit);
+	return 0;
 }
 
 int compress_shard(const struct save *sv, unsigned nthreads, const struct shard_opts *o, struct stored_shard *out,
@@ -338,7 +354,8 @@ int compress_shard(const struct save *sv, unsigned nthreads, const struct shard_
 	size_t n = 0;
 	struct share sh[COMPRESS_MAX_THREADS];
 	unsigned nsh = 0;
-	int r = compress_cut(sv->tensors, sv->ntensors, sv->shard_bytes, &cuts, &n);
+	out->piece_bytes = o->piece_bytes ? o->piece_bytes : PIECE_BYTES;
+	int r = compress_cut(sv->tensors, sv->ntensors, sv->shard_bytes, out->piece_bytes, &cuts, &n);
 	if (r < 0)
 		goto fail;
 	out->pieces = calloc(n ? n : 1, sizeof(*out->pieces));
@@ -383,9 +400,10 @@ int compress_shard(const struct save *sv, unsigned nthreads, const struct shard_
 	if (o->incremental)
 		r = run_phase(sh, nsh, HASH, why, whylen);
 	if (r == 0 && o->base) {
-		refer(out, cuts, o->base);
-		out->base = o->base;
+		out->base = o->base; /* out->refs point into it */
 		atomic_fetch_add(&out->base->refs, 1);
+		if ((r = refer(out, cuts, o->base)) < 0)
+			snprintf(why, whylen, "out of memory");
 	}
 	if (r == 0 && o->compress)
 		r = run_phase(sh, nsh, CODE, why, whylen);
@@ -396,7 +414,7 @@ int compress_shard(const struct save *sv, unsigned nthreads, const struct shard_
 		Ckpt__ManifestPiece *p = &out->pieces[i];
 		while (t < nsh && i >= sh[t].last)
 			t++;
-		if (p->ref[0])
+		if (p->ref)
 			continue;
 		if (p->codec == CKPT__CODEC__CODEC_PLANES_ZSTD) {
 			iov_add(out, sh[t].buf + sh[t].at[i - sh[t].first], (size_t)p->stored_bytes);

@@ -23,8 +23,10 @@ struct piece_cut {
 };
 
 /* The pieces of a shard of shard_bytes holding tensors t[0..n) (any
- * order), per pieces.h's rule: malloc'd into *out. 0 or -ENOMEM. */
-int compress_cut(const struct save_tensor *t, size_t n, uint64_t shard_bytes, struct piece_cut **out, size_t *nout);
+ * order), cut with piece_bytes per pieces.h's rule: malloc'd into *out. 0
+ * or -ENOMEM. */
+int compress_cut(const struct save_tensor *t, size_t n, uint64_t shard_bytes, uint64_t piece_bytes,
+		 struct piece_cut **out, size_t *nout);
 
 /* A shard as stored: the manifest's pieces, and the object's bytes as iov
  * (pieces stored as they are point into the pool; the others into bufs,
@@ -38,7 +40,10 @@ struct stored_shard {
 	uint8_t **bufs;
 	size_t nbufs;
 	uint8_t *hashes;      /* incremental: 16 bytes per piece, the pieces' hash fields */
-	struct incbase *base; /* referenced: the refs point into it */
+	struct incbase *base; /* referenced: refs point into it */
+	const char **refs;    /* the older shards pieces refer to (Manifest.refs) */
+	size_t nrefs;
+	uint64_t piece_bytes; /* cut with */
 	uint64_t bytes;       /* the object's */
 	uint64_t coded_bytes; /* raw bytes of the pieces planecodec stored */
 	uint64_t ref_bytes;   /* raw bytes of the pieces stored as references */
@@ -50,6 +55,7 @@ struct stored_shard {
 struct shard_opts {
 	bool compress;
 	bool incremental;
+	uint64_t piece_bytes; /* 0: PIECE_BYTES */
 	struct incbase *base; /* NULL: none */
 };
 

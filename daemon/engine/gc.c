@@ -70,6 +70,20 @@ int gc_remove_step(struct daemon *d, struct store *st, const char *job, uint64_t
 
 /* ---- one pass ---- */
 
+/* A step whose removal stopped for a step that referred to its shard
+ * (catalog.h KEPT_NAME): removed once nothing does. */
+static void finish_kept(struct gc_pass *g, struct store *st, const char *job, uint64_t step)
+{
+	if (steplock_delete_begin(job, step) < 0)
+		return;
+	int r = gc_remove_step(g->d, st, job, step);
+	steplock_delete_end(job, step);
+	if (r == 0)
+		log_info("gc: removed the rest of %s step %" PRIu64 " (no step refers to it any more)", job, step);
+	else if (r != -EBUSY)
+		log_warn("gc: removing the rest of %s step %" PRIu64 ": %s", job, step, store_error(r));
+}
+
 static int cmp_step(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -118,7 +132,11 @@ static void gc_job_run(struct gc_pass *g, const char *job, const struct retentio
 		goto out;
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (catalog_list_step(st, job, steps[i], &cs[k]) < 0)
+		int lr = catalog_list_step(st, job, steps[i], &cs[k]);
+		if (lr == -ENOENT && !g->dry_run && !busy_has(&g->busy, job, steps[i]) &&
+		    catalog_step_kept(st, job, steps[i]))
+			finish_kept(g, st, job, steps[i]);
+		if (lr < 0)
 			continue;
 		have[k] = true;
 		struct catalog_group *grp = &cs[k].groups[cs[k].best];
@@ -147,6 +165,11 @@ static void gc_job_run(struct gc_pass *g, const char *job, const struct retentio
 			}
 			int r = gc_remove_step(g->d, st, job, v[i].step);
 			steplock_delete_end(job, v[i].step);
+			if (r == -EBUSY) { /* a save in flight refers to it */
+				log_info("gc: %s step %" PRIu64 ": manifests removed, %s", job, v[i].step,
+					 store_error(r));
+				continue;
+			}
 			if (r < 0) {
 				log_warn("gc: removing %s step %" PRIu64 ": %s", job, v[i].step, store_error(r));
 				continue;

@@ -77,6 +77,7 @@ int incbase_record(const Ckpt__Manifest *m, const char *own_ref)
 	b->rank = m->rank;
 	b->world_size = m->world_size;
 	b->step = m->step;
+	snprintf(b->attempt, sizeof(b->attempt), "%s", m->attempt_id);
 	b->p = calloc(m->n_pieces ? m->n_pieces : 1, sizeof(*b->p));
 	if (b->p == NULL)
 		goto nomem;
@@ -85,8 +86,8 @@ int incbase_record(const Ckpt__Manifest *m, const char *own_ref)
 		const Ckpt__ManifestPiece *p = m->pieces[i];
 		struct base_piece *q = &b->p[b->n];
 		uint64_t step = m->step;
-		const char *ref = p->ref[0] ? p->ref : own_ref;
-		if (p->ref[0] && manifest_ref_check(m, p->ref, &step) < 0)
+		const char *ref = p->ref ? m->refs[p->ref - 1] : own_ref;
+		if (p->ref && manifest_ref_check(m, ref, &step) < 0)
 			ref = NULL;
 		long o = ref ? obj_index(b, ref, step) : 0;
 		if (o < 0)
@@ -94,7 +95,7 @@ int incbase_record(const Ckpt__Manifest *m, const char *own_ref)
 		if (ref && p->hash.len == 16) { /* a piece without a hash is never matched */
 			*q = (struct base_piece){ .raw_off = raw,
 						  .raw_len = p->raw_bytes,
-						  .at = p->ref[0] ? p->ref_offset : own,
+						  .at = p->ref ? p->ref_offset : own,
 						  .stored = p->stored_bytes,
 						  .obj = (uint32_t)o,
 						  .elem = p->elem,
@@ -103,14 +104,15 @@ int incbase_record(const Ckpt__Manifest *m, const char *own_ref)
 			b->n++;
 		}
 		raw += p->raw_bytes;
-		if (p->ref[0] == '\0')
+		if (p->ref == 0)
 			own += p->stored_bytes;
 	}
 	pthread_mutex_lock(&mu);
 	size_t i = 0;
 	while (i < nbases && !same_rank(bases[i], b->job, b->rank, b->world_size))
 		i++;
-	if (i < nbases && bases[i]->step > b->step) { /* a newer one got here first */
+	if (i < nbases && bases[i]->step > b->step && strcmp(bases[i]->attempt, b->attempt) == 0) {
+		/* a newer one of this attempt got here first */
 		pthread_mutex_unlock(&mu);
 		incbase_unref(b);
 		return 0;

@@ -30,6 +30,7 @@ struct incbase {
 	char job[JOB_BUF];
 	uint32_t rank, world_size;
 	uint64_t step;
+	char attempt[ATTEMPT_BUF];
 	char **obj; /* shards holding its pieces, relative to the job (ManifestPiece.ref) */
 	uint64_t *obj_step;
 	size_t nobj;
@@ -48,7 +49,8 @@ struct incbase *incbase_get(const char *job, uint32_t rank, uint32_t world_size)
 void incbase_unref(struct incbase *b);
 /* From manifest m as uploaded (its pieces hashed; own_ref: its shard as
  * manifest_shard_ref names it): becomes the base of its (job, rank, world
- * size) unless that one is of a newer step. 0 or -ENOMEM. */
+ * size) unless that one is of a newer step of the same attempt (a run
+ * restarted from an older step takes its own). 0 or -ENOMEM. */
 int incbase_record(const Ckpt__Manifest *m, const char *own_ref);
 /* The piece of b at raw_off of raw_len bytes with this hash, or NULL. */
 const struct base_piece *incbase_find(const struct incbase *b, uint64_t raw_off, uint64_t raw_len,

@@ -413,9 +413,9 @@ static int plan_tensor(struct exec *ex, const char *key, const struct pieces *pc
 	p->nrows = saved->ndim > 0 ? saved->len[0] : 1;
 	p->row_bytes = p->nrows ? t->nbytes / p->nrows : 0;
 	p->rows_per = p->row_bytes == 0 || p->row_bytes >= READ_BLOCK ? 1 : READ_BLOCK / p->row_bytes;
-	if (p->pc && p->row_bytes > 0 && p->row_bytes <= PIECE_BYTES) {
+	if (p->pc && p->row_bytes > 0 && p->row_bytes <= p->pc->piece_bytes) {
 		/* Slabs of whole units, the save's pieces (pieces.h). */
-		uint64_t unit = piece_unit(p->row_bytes);
+		uint64_t unit = piece_unit(p->row_bytes, p->pc->piece_bytes);
 		p->rows_per = (READ_BLOCK / unit ? READ_BLOCK / unit : 1) * (unit / p->row_bytes);
 	}
 	p->nslabs = p->nrows == 0 ? 0 : (p->nrows + p->rows_per - 1) / p->rows_per;
@@ -557,6 +557,8 @@ static bool joins(const struct lread *rd, const struct lread *nx)
 {
 	uint64_t end = rd->off + rd->len;
 	uint64_t len = nx->off + nx->len > end ? nx->off + nx->len - rd->off : rd->len;
+	if (rd->pc != nx->pc)
+		return false;
 	if (nx->pc && nx->p0 < rd->p1) /* a piece of both */
 		return len <= 2 * (uint64_t)READ_BLOCK;
 	return nx->off >= end && nx->off - end <= READ_GAP && len <= READ_BLOCK;

@@ -39,6 +39,9 @@ static int build_manifest(struct save *sv, uint8_t **out, size_t *outlen, const 
 		m.format_version = MANIFEST_FORMAT_PIECES;
 		m.n_pieces = ss->npieces;
 		m.pieces = ss->ptrs;
+		m.n_refs = ss->nrefs;
+		m.refs = (char **)ss->refs;
+		m.piece_bytes = ss->piece_bytes;
 	}
 	size_t len = ckpt__manifest__get_packed_size(&m);
 	uint8_t *buf = malloc(len ? len : 1);
@@ -133,43 +136,20 @@ static int put_stored(struct store *st, const char *key, const struct stored_sha
 	return st->ops->put(st, key, ss->iov, ss->niov, NULL);
 }
 
-/* The steps ss refers to: their numbers, distinct, into t (at most
- * INCBASE_MAX_REFS); how many. */
-static size_t ref_steps(const struct save *sv, const struct stored_shard *ss, uint64_t *t)
-{
-	size_t n = 0;
-	for (size_t i = 0; i < ss->npieces; i++) {
-		const Ckpt__ManifestPiece *p = &ss->pieces[i];
-		uint64_t step;
-		if (p->ref[0] == '\0' ||
-		    manifest_ref_check(
-			    &(Ckpt__Manifest){ .rank = sv->rank, .world_size = sv->world_size, .step = sv->step },
-			    p->ref, &step) < 0)
-			continue;
-		size_t k = 0;
-		while (k < n && t[k] != step)
-			k++;
-		if (k == n && n < INCBASE_MAX_REFS)
-			t[n++] = step;
-	}
-	return n;
-}
-
 /* Before the manifest (docs/architecture.md "References between steps"):
- * a name per older step ss refers to, so retention keeps those; then
- * each piece's object looked at once, so a step removed before the names
- * were there (ckptctl rm) is found now and not referred to. 0; -ENOENT
- * when an object is gone (the save stores every piece again); else a
- * storage error. */
+ * a name per older step ss refers to, so retention keeps those; then that
+ * each such step still has this rank's manifest (one byte of it read), so
+ * a step being removed is not referred to. 0; -ENOENT when one is gone
+ * (the save stores every piece again); else the save's failure. */
 static int write_refs(struct save *sv, struct store *st, const struct stored_shard *ss)
 {
-	uint64_t t[INCBASE_MAX_REFS];
-	size_t n = ref_steps(sv, ss, t);
+	const Ckpt__Manifest who = { .rank = sv->rank, .world_size = sv->world_size, .step = sv->step };
 	char key[1024];
-	for (size_t i = 0; i < n; i++) {
-		if (manifest_ref_key(key, sizeof(key), sv->job, sv->step, t[i], sv->rank, sv->world_size, sv->attempt) <
-		    0)
-			return -ENAMETOOLONG;
+	for (size_t k = 0; k < ss->nrefs; k++) {
+		uint64_t t;
+		if (manifest_ref_check(&who, ss->refs[k], &t) < 0 ||
+		    manifest_ref_key(key, sizeof(key), sv->job, sv->step, t, sv->rank, sv->world_size, sv->attempt) < 0)
+			return -ENOENT; /* not a shard a save refers to: store everything */
 		store_clear_error();
 		int r = store_create_announced(st, key, NULL, 0);
 		if (r < 0 && r != -EEXIST) {
@@ -177,24 +157,23 @@ static int write_refs(struct save *sv, struct store *st, const struct stored_sha
 			return r;
 		}
 	}
-	const char *seen[INCBASE_MAX_REFS] = { 0 };
-	size_t nseen = 0;
-	for (size_t i = 0; i < ss->npieces; i++) {
-		const Ckpt__ManifestPiece *p = &ss->pieces[i];
-		size_t k = 0;
-		while (k < nseen && strcmp(seen[k], p->ref) != 0)
-			k++;
-		if (p->ref[0] == '\0' || k < nseen || nseen == INCBASE_MAX_REFS)
-			continue;
-		seen[nseen++] = p->ref;
+	/* Each step referred to must still have this rank's manifest: a
+	 * removal takes the manifests first, then looks for refs like ours
+	 * (catalog_delete_step), so one of us sees the other. */
+	for (size_t k = 0; k < ss->nrefs; k++) {
+		uint64_t t;
+		struct step_name sn;
+		manifest_parse_object(strrchr(ss->refs[k], '/') + 1, &sn);
+		if (manifest_ref_check(&who, ss->refs[k], &t) < 0 ||
+		    manifest_key_attempt(key, sizeof(key), sv->job, t, sv->rank, sv->world_size, sn.attempt) < 0)
+			return -ENOENT;
 		uint8_t one;
-		snprintf(key, sizeof(key), "%s/%s", sv->job, p->ref);
 		store_clear_error();
-		int r = st->ops->get_range(st, key, p->ref_offset, &one, 1);
+		int r = st->ops->get_range(st, key, 0, &one, 1);
 		if (r == -ENOENT || r == -ENODATA) {
-			log_warn("save %" PRIu64 ": %s step %" PRIu64 " rank %u: %s, which the previous step's pieces "
-				 "are in, is gone; storing every piece again",
-				 sv->id, sv->job, sv->step, sv->rank, key);
+			log_warn("save %" PRIu64 ": %s step %" PRIu64 " rank %u: step %" PRIu64 ", which the previous "
+				 "step's pieces are in, is being removed; storing every piece again",
+				 sv->id, sv->job, sv->step, sv->rank, t);
 			return -ENOENT;
 		}
 		if (r < 0) {
@@ -208,10 +187,13 @@ static int write_refs(struct save *sv, struct store *st, const struct stored_sha
 /* The stored form of sv's shard (compress.h): compressed, and with
  * incremental the pieces this rank's previous step holds the same bytes
  * of as references to them, written down (write_refs) before anything
- * refers to them. 0, or the save's failure. */
+ * refers to them. 0; 1 when there is no memory for it (the shard is then
+ * stored as it is); or the save's failure. */
 static int make_stored(struct save *sv, struct store *st, struct stored_shard *ss)
 {
-	struct shard_opts o = { .compress = sv->compress, .incremental = sv->incremental };
+	struct shard_opts o = { .compress = sv->compress,
+				.incremental = sv->incremental,
+				.piece_bytes = sv->piece_bytes };
 	if (sv->incremental)
 		o.base = incbase_get(sv->job, sv->rank, sv->world_size);
 	if (o.base && o.base->step >= sv->step) { /* a step saved again, or out of order: nothing older */
@@ -222,6 +204,14 @@ static int make_stored(struct save *sv, struct store *st, struct stored_shard *s
 	for (;;) {
 		uint64_t t0 = clock_now_ns();
 		int r = compress_shard(sv, sv->d->cfg.copy_threads, &o, ss, why, sizeof(why));
+		if (r == -ENOMEM) {
+			/* Its coded pieces live outside the pool until written:
+			 * without that memory, the shard goes as it is. */
+			log_warn("save %" PRIu64 ": %s step %" PRIu64 " rank %u: %s; storing the shard as it is",
+				 sv->id, sv->job, sv->step, sv->rank, why);
+			incbase_unref(o.base);
+			return 1;
+		}
 		if (r < 0) {
 			upload_fail(sv, r, "%s", why);
 			break;
@@ -280,15 +270,14 @@ void save_upload(struct save *sv)
 	}
 	struct stored_shard ss = { 0 };
 	bool stored = false;
-	if (sv->compress || sv->incremental) {
-		r = make_stored(sv, st, &ss);
-		if (r < 0)
-			goto out;
-		stored = true;
-		r = put_stored(st, shard_key, &ss);
-	} else {
-		r = put_raw(sv, st, shard_key);
+	r = sv->compress || sv->incremental ? make_stored(sv, st, &ss) : 1;
+	if (r < 0) {
+		if (sv->status == 0)
+			upload_fail(sv, r, "storing %s: %s", shard_key, strerror(-r));
+		goto out;
 	}
+	stored = r == 0;
+	r = stored ? put_stored(st, shard_key, &ss) : put_raw(sv, st, shard_key);
 	sv->stored_bytes = stored ? ss.bytes : sv->shard_bytes;
 	sv->coded_bytes = stored ? ss.coded_bytes : 0;
 	if (r < 0) {

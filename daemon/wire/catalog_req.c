@@ -900,6 +900,27 @@ struct del_req {
 	uint64_t step;
 };
 
+/* A step with no directory may still have refs: a save that failed after
+ * writing them (docs/architecture.md "References between steps"). rm of
+ * it removes them; true if there were any. */
+static bool left_refs(struct bgreq *b, struct store *st, const char *job, uint64_t step)
+{
+	uint64_t *t = NULL;
+	size_t nt = 0;
+	int r = catalog_refs_of(st, job, step, &t, &nt);
+	free(t);
+	if (r < 0 || nt == 0)
+		return false;
+	r = gc_remove_step(b->d, st, job, step);
+	if (r < 0 && r != -ENOENT)
+		bgreq_fail(b, r, "removing the references of step %" PRIu64 " of job '%s': %s", step, job,
+			   store_error(r));
+	else
+		log_info("rm: %s step %" PRIu64 ": its references to %zu older step(s) removed (it has no manifest)",
+			 job, step, nt);
+	return true;
+}
+
 static void del_run(struct bgreq *b)
 {
 	struct del_req *q = (struct del_req *)b;
@@ -910,6 +931,8 @@ static void del_run(struct bgreq *b)
 		r = 0; /* only unreadable manifests: remove them too */
 	else if (r == 0)
 		catalog_step_free(&cs);
+	if (r == -ENOENT && left_refs(b, st, q->job, q->step))
+		return;
 	if (r < 0) {
 		bgreq_fail(b, r, "step %" PRIu64 " of job '%s': %s", q->step, q->job,
 			   r == -ENOENT ? "not found" : store_error(r));

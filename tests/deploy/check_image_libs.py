@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 BASE = {"libc6"}  # in debian:12-slim already
-OURS = {"libckpt.so.1"}
+OURS = {"libckpt.so.2"}
 
 
 def stages(dockerfile):

@@ -24,7 +24,7 @@ check "ckptctl in bin" has '/bin/ckptctl$'
 check "ckpt-bench in bin" has '/bin/ckpt-bench$'
 check "ckpt-example not in bin" hasnt '/bin/ckpt-example$'
 check "ckpt-example among the examples" has '/share/doc/ckptd/examples/ckpt-example$'
-check "libckpt.so.1 and its development link" bash -c "grep -Eq '/libckpt\.so\.1$' <<<'$files' && grep -Eq '/libckpt\.so$' <<<'$files'"
+check "libckpt.so.2 and its development link" bash -c "grep -Eq '/libckpt\.so\.2$' <<<'$files' && grep -Eq '/libckpt\.so$' <<<'$files'"
 check "ckpt/ckpt.h" has '/include/ckpt/ckpt\.h$'
 check "libckpt.pc" has '/pkgconfig/libckpt\.pc$'
 check "ckptd.service" has '/systemd/system/ckptd\.service$'
@@ -38,7 +38,7 @@ check "LICENSE, README and the manual in the docs" bash -c "grep -Eq '/share/doc
 unit=$(grep -E '/systemd/system/ckptd\.service$' <<<"$files" | head -1)
 sbin=$(dirname "$(grep -E '/sbin/ckptd$' <<<"$files" | head -1)")
 check "the installed unit starts the installed ckptd" grep -q "^ExecStart=$sbin/ckptd " "$tmp$unit"
-lib=$(dirname "$(grep -E '/libckpt\.so\.1$' <<<"$files" | head -1)")
+lib=$(dirname "$(grep -E '/libckpt\.so\.2$' <<<"$files" | head -1)")
 ctl=$(grep -E '/bin/ckptctl$' <<<"$files" | head -1)
 check "the installed ckptctl runs against the installed libckpt" \
   bash -c "LD_LIBRARY_PATH='$tmp$lib' '$tmp$ctl' --version | grep -q '^ckptctl '"

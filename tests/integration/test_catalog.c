@@ -855,6 +855,25 @@ static void test_references_keep_steps(void **state)
 	assert_int_equal(ctl_run("rm refjob 1", out, sizeof(out)), 0);
 	steps_of("refjob", s, &n);
 	assert_int_equal(n, 0);
+	/* A save of step 7 in flight (its refs written, no manifest yet):
+	 * retention after step 6 removes step 5's manifests, sees the refs,
+	 * and keeps its shard (catalog_delete_step), so the save either
+	 * finds the manifest gone or its bytes still there. */
+	save_steps("refjob", 5, 5);
+	ref(7, 5);
+	save_steps("refjob", 6, 6);
+	assert_int_equal(ctl_run("gc refjob", out, sizeof(out)), 0);
+	char dir[600], path[700];
+	snprintf(dir, sizeof(dir), "%s/refjob/step-000000000005", D.store);
+	h_rank_object(dir, 0, 1, "shard", path, sizeof(path));          /* still there */
+	assert_int_equal(h_sh("ls '%s' | grep -q manifest", dir), 256); /* gone */
+	/* The save of 7 failed: rm of step 7 (no manifest) removes its refs,
+	 * and then step 5's shard can go. */
+	assert_int_equal(ctl_run("rm refjob 7", out, sizeof(out)), 0);
+	assert_false(refs_dir_exists(7));
+	assert_int_equal(ctl_run("gc refjob", out, sizeof(out)), 0);
+	assert_int_equal(access(dir, F_OK), -1);
+	assert_int_equal(h_sh("rm -rf '%s/refjob'", D.store), 0);
 	assert_int_equal(h_stop(&D), 0);
 	h_start(&D, group);
 }

@@ -61,7 +61,7 @@ static void test_cut(void **state)
 	off += 40; /* and 40 bytes of tail */
 	struct piece_cut *c = NULL;
 	size_t n = 0;
-	assert_int_equal(compress_cut(t, 10, off, &c, &n), 0);
+	assert_int_equal(compress_cut(t, 10, off, PIECE_BYTES, &c, &n), 0);
 	uint64_t a = t[3].shard_off, b = t[4].shard_off, e = t[5].shard_off;
 	const struct piece_cut want[] = {
 		{ 2048, 4 },
@@ -86,18 +86,37 @@ static void test_cut(void **state)
 	struct save_tensor r[10];
 	for (int i = 0; i < 10; i++)
 		r[i] = t[9 - i];
-	assert_int_equal(compress_cut(r, 10, off, &c, &n), 0);
+	assert_int_equal(compress_cut(r, 10, off, PIECE_BYTES, &c, &n), 0);
 	assert_int_equal(n, ELEMENTSOF(want));
 	for (size_t i = 0; i < n; i++)
 		assert_int_equal(c[i].end, want[i].end);
 	free(c);
 	/* Nothing but padding, and an empty shard. */
-	assert_int_equal(compress_cut(NULL, 0, 100, &c, &n), 0);
+	assert_int_equal(compress_cut(NULL, 0, 100, PIECE_BYTES, &c, &n), 0);
 	assert_int_equal(n, 1);
 	assert_int_equal(c[0].end, 100);
 	free(c);
-	assert_int_equal(compress_cut(NULL, 0, 0, &c, &n), 0);
+	assert_int_equal(compress_cut(NULL, 0, 0, PIECE_BYTES, &c, &n), 0);
 	assert_int_equal(n, 0);
+	free(c);
+}
+
+/* A smaller piece size ([pool] piece_bytes): an embedding table of
+ * 2 KiB rows in units of 32 rows, so that a changed row costs 64 KiB. */
+static void test_cut_small_pieces(void **state)
+{
+	(void)state;
+	struct save_tensor t[2];
+	t[0] = tensor(CKPT__DTYPE__F32, 0, 1000, 512); /* 2,048,000 B: 31 units of 32 rows + 8 rows */
+	t[1] = tensor(CKPT__DTYPE__F32, t[0].nbytes, 1, 100);
+	struct piece_cut *c = NULL;
+	size_t n = 0;
+	assert_int_equal(compress_cut(t, 2, t[0].nbytes + 400, 64 << 10, &c, &n), 0);
+	assert_int_equal(n, 33);
+	for (size_t i = 0; i < 31; i++)
+		assert_int_equal(c[i].end, (i + 1) * 32 * 2048);
+	assert_int_equal(c[31].end, t[0].nbytes);
+	assert_int_equal(c[32].end, t[0].nbytes + 400);
 	free(c);
 }
 
@@ -105,10 +124,12 @@ static void test_cut(void **state)
 static void test_unit(void **state)
 {
 	(void)state;
-	assert_int_equal(piece_unit(4096), 4 * MIB);
-	assert_int_equal(piece_unit(3072), 1365 * 3072);
-	assert_int_equal(piece_unit(6000000), 6000000);
-	assert_int_equal(piece_unit(0), PIECE_BYTES);
+	assert_int_equal(piece_unit(4096, PIECE_BYTES), 4 * MIB);
+	assert_int_equal(piece_unit(3072, PIECE_BYTES), 1365 * 3072);
+	assert_int_equal(piece_unit(6000000, PIECE_BYTES), 6000000);
+	assert_int_equal(piece_unit(0, PIECE_BYTES), PIECE_BYTES);
+	assert_int_equal(piece_unit(2048, 64 << 10), 64 << 10);
+	assert_int_equal(piece_unit(3000, 64 << 10), 21 * 3000);
 }
 
 static Ckpt__ManifestPiece P[4];
@@ -180,6 +201,55 @@ static void test_check(void **state)
 	piece(0, PIECE_MAX_BYTES + 1, PIECE_MAX_BYTES + 1, CKPT__CODEC__CODEC_NONE, 0);
 	manifest_with(&m, 1, PIECE_MAX_BYTES + 1);
 	check_fails(&m, "piece 0");
+	/* References: to an older shard of the same rank and world size. */
+	piece(0, 1000, 1000, CKPT__CODEC__CODEC_NONE, 0);
+	piece(1, 4000, 900, CKPT__CODEC__CODEC_PLANES_ZSTD, 4);
+	manifest_with(&m, 2, 5000);
+	m.step = 9;
+	m.rank = 3;
+	m.world_size = 8;
+	char *refs[2] = { "step-000000000007/rank-00003-of-00008.a.0123456789abcdef.shard",
+			  "shards/03/step-000000000002/rank-00003-of-00008.b.00000000000000ff.shard" };
+	m.refs = refs;
+	m.n_refs = 2;
+	P[1].ref = 2;
+	P[1].ref_offset = 77;
+	assert_int_equal(pieces_check(&m, err, sizeof(err)), 0);
+	struct pieces x;
+	assert_int_equal(pieces_index(&x, &m), 0);
+	assert_string_equal(x.ref[1], refs[1]);
+	assert_int_equal(x.at[1], 77);
+	assert_null(x.ref[0]);
+	assert_int_equal(pieces_segment(&x, 0, 2), 1);
+	char key[256];
+	m.job = "j";
+	x.job = "j";
+	assert_int_equal(pieces_key(&x, 1, "own", key, sizeof(key)), 0);
+	assert_string_equal(key, "j/shards/03/step-000000000002/rank-00003-of-00008.b.00000000000000ff.shard");
+	pieces_free(&x);
+	P[1].ref = 3; /* no such */
+	check_fails(&m, "piece 1");
+	P[1].ref = 1;
+	P[1].hash.len = 5;
+	check_fails(&m, "hash of 5 bytes");
+	P[1].hash.len = 0;
+	const char *bad[] = {
+		"step-000000000009/rank-00003-of-00008.a.0123456789abcdef.shard",           /* not older */
+		"step-000000000007/rank-00004-of-00008.a.0123456789abcdef.shard",           /* another rank */
+		"step-000000000007/rank-00003-of-00016.a.0123456789abcdef.shard",           /* another world */
+		"step-000000000007/rank-00003-of-00008.shard",                              /* format 1 name */
+		"shards/04/step-000000000002/rank-00003-of-00008.b.00000000000000ff.shard", /* wrong spread */
+		"step-000000000007/../rank-00003-of-00008.a.0123456789abcdef.shard",
+		"x/step-000000000007/rank-00003-of-00008.a.0123456789abcdef.shard",
+		"rank-00003-of-00008.a.0123456789abcdef.shard",
+	};
+	for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+		refs[0] = (char *)bad[i];
+		check_fails(&m, "reference 1");
+	}
+	refs[0] = "step-000000000007/rank-00003-of-00008.a.0123456789abcdef.shard";
+	m.piece_bytes = 5000; /* not a multiple of 4 KiB */
+	check_fails(&m, "piece_bytes");
 }
 
 static void test_span(void **state)
@@ -269,7 +339,8 @@ static void test_decode(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_cut),  cmocka_unit_test(test_unit),   cmocka_unit_test(test_check),
+		cmocka_unit_test(test_cut),  cmocka_unit_test(test_cut_small_pieces),
+		cmocka_unit_test(test_unit), cmocka_unit_test(test_check),
 		cmocka_unit_test(test_span), cmocka_unit_test(test_decode),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -177,7 +177,7 @@ def _find():
         if hits:
             return hits[0]
     found = ctypes.util.find_library("ckpt")
-    return found or "libckpt.so.1"
+    return found or "libckpt.so.2"
 
 
 def _load():

@@ -111,14 +111,14 @@ def _tensor(b):
 
 
 def _piece(b):
-    p = {"raw_bytes": 0, "stored_bytes": 0, "codec": 0, "elem": 0, "hash": b"", "ref": "", "ref_offset": 0}
+    p = {"raw_bytes": 0, "stored_bytes": 0, "codec": 0, "elem": 0, "hash": b"", "ref": 0, "ref_offset": 0}
     for num, wt, v in _fields(b):
         if num in (1, 2, 3, 4) and wt == 0:
             p[("raw_bytes", "stored_bytes", "codec", "elem")[num - 1]] = v
         elif num == 5 and wt == 2:
             p["hash"] = bytes(v)
-        elif num == 6 and wt == 2:
-            p["ref"] = bytes(v).decode()
+        elif num == 6 and wt == 0:
+            p["ref"] = v  # an index into the manifest's refs; _check_pieces names it
         elif num == 7 and wt == 0:
             p["ref_offset"] = v
     return p
@@ -149,13 +149,27 @@ CODEC_NONE, CODEC_PLANES_ZSTD = 0, 1
 _PIECE_MAX_BYTES = 64 << 20
 
 
-def _check_pieces(m):
+def _check_pieces(m, refs=()):
     """The manifest's pieces as the daemon's pieces_check takes them: a
     format 2 manifest has pieces, a format 1 none; they tile the shard;
-    each has a known codec and a stored length it can have."""
+    each has a known codec and a stored length it can have; references
+    name older shards of the same rank (refs, the manifest's list: each
+    piece's "ref" becomes the shard's name, "" for its own)."""
     pieces = m["pieces"]
     if bool(pieces) != (m["format_version"] == FORMAT_PIECES):
         raise ValueError(f"manifest format version {m['format_version']} with {len(pieces)} pieces")
+    pb = m.get("piece_bytes", 0)
+    if pb and (pb < 4096 or pb > _PIECE_MAX_BYTES or pb % 4096):
+        raise ValueError(f"manifest piece_bytes {pb} is not a multiple of 4096 up to {_PIECE_MAX_BYTES}")
+    if len(refs) > 64 or (refs and not pieces):
+        raise ValueError(f"manifest refers to {len(refs)} older shards")
+    for k, ref in enumerate(refs):
+        if not _ref_ok(m, ref):
+            raise ValueError(f"manifest reference {k + 1}, '{ref[:200]}', is not a shard of an older step of rank "
+                             f"{m['rank']} of {m['world_size']}")
+    for p in pieces:
+        if isinstance(p["ref"], int):
+            p["ref"] = "" if p["ref"] == 0 else refs[p["ref"] - 1] if p["ref"] <= len(refs) else None
     raw = 0
     for i, p in enumerate(pieces):
         ok = 0 < p["raw_bytes"] <= _PIECE_MAX_BYTES and p["raw_bytes"] <= m["shard_bytes"] - raw
@@ -167,7 +181,7 @@ def _check_pieces(m):
                 16 + 16 * p["elem"] <= p["stored_bytes"] <= p["raw_bytes"] + 16 + 16 * 8
         else:
             ok = False
-        ok = ok and len(p["hash"]) in (0, 16) and (_ref_ok(m, p["ref"]) if p["ref"] else p["ref_offset"] == 0)
+        ok = ok and len(p["hash"]) in (0, 16) and p["ref"] is not None and (p["ref"] != "" or p["ref_offset"] == 0)
         if not ok:
             raise ValueError(f"manifest piece {i}: {p['raw_bytes']} raw bytes stored in {p['stored_bytes']} by "
                              f"codec {p['codec']} elem {p['elem']} cannot be")
@@ -216,7 +230,8 @@ def shard_key(job: str, m: Dict[str, Any]) -> str:
 def _read_manifest(data):
     m = {"format_version": 0, "job": "", "step": 0, "rank": 0, "world_size": 0, "attempt_id": "",
          "shard_name": "", "shard_dir": "", "shard_bytes": 0, "chunk_bytes": 0, "chunk_crc32c": [], "tensors": [],
-         "extra_state": b"", "pieces": []}
+         "extra_state": b"", "pieces": [], "piece_bytes": 0}
+    refs: List[str] = []
     names = {1: "format_version", 3: "step", 4: "rank", 5: "world_size", 7: "created_unix_ns", 9: "shard_bytes",
              10: "chunk_bytes"}
     for num, wt, v in _fields(data):
@@ -238,11 +253,15 @@ def _read_manifest(data):
             m["shard_dir"] = v.decode()
         elif num == 15 and wt == 2:
             m["pieces"].append(_piece(v))
+        elif num == 16 and wt == 2:
+            refs.append(bytes(v).decode())
+        elif num == 17 and wt == 0:
+            m["piece_bytes"] = v
     if m["format_version"] not in (FORMAT_RAW, FORMAT_PIECES):
         newer = "; a newer ckptd wrote it (upgrade the ckptd package)" if m["format_version"] > FORMAT_PIECES else ""
         raise ValueError(f"manifest format version {m['format_version']}: this reader (ckpt.format) reads versions "
                          f"{FORMAT_RAW} and {FORMAT_PIECES}{newer}")
-    _check_pieces(m)
+    _check_pieces(m, refs)
     return m
 
 

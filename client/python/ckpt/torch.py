@@ -227,7 +227,7 @@ class Checkpointer:
         [job.NAME] compress), True or False. The torch.save fallback
         ignores it.
 
-        incremental: whether pieces (a tensor's whole rows, at most 4 MiB)
+        incremental: whether pieces (a tensor's whole rows, at most [pool] piece_bytes, 4 MiB by default)
         unchanged since this rank's previous durable step are stored as
         references to it (docs/format.md "Pieces"), as compress: a frozen
         base or an embedding table's untouched rows are then stored once."""
