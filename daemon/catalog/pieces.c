@@ -148,6 +148,11 @@ static bool same_object(const char *a, const char *b)
 	return a == b || (a && b && strcmp(a, b) == 0);
 }
 
+bool pieces_same_object(const struct pieces *x, size_t i, size_t j)
+{
+	return same_object(x->ref[i], x->ref[j]);
+}
+
 size_t pieces_segment(const struct pieces *x, size_t a, size_t p1)
 {
 	size_t b = a + 1;

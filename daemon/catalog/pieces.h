@@ -74,6 +74,9 @@ void pieces_free(struct pieces *x);
  * inside the shard; x->n > 0. */
 void pieces_span(const struct pieces *x, uint64_t off, uint64_t len, size_t *p0, size_t *p1);
 
+/* Whether pieces i and j lie in the same object. */
+bool pieces_same_object(const struct pieces *x, size_t i, size_t j);
+
 /* The end of the segment that starts at piece a, before p1: the pieces
  * after a that lie right after it in the same object, fetched by one
  * ranged read of [at[a], at[a] + cum[end] - cum[a]). */

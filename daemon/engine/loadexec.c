@@ -174,7 +174,8 @@ struct share_ctx {
 	bool across;       /* shared with the other nodes (peer_range.c) */
 	uint8_t *raw;      /* rd's pieces decoded (the worker's) */
 	struct planecodec *codec;
-	size_t s0, s1; /* with pieces: the segment fetched (pieces_segment) */
+	const size_t *run; /* with pieces: the run fetched (read_pieces), [off, off + len) */
+	size_t nrun;
 };
 
 /* Where a read's bytes came from (readshare.h), besides storage. */
@@ -255,9 +256,12 @@ static void share_apply(void *ctx, const uint8_t *src, int how)
 		 * run once every segment is in (run_read). */
 		char why[400];
 		const struct pieces *pc = rd->pc;
-		int r = sc->codec ? pieces_decode(pc, sc->codec, sc->s0, sc->s1, src,
-						  sc->raw + (pc->raw[sc->s0] - pc->raw[rd->p0]), why, sizeof(why))
-				  : -ENOMEM;
+		int r = sc->codec ? 0 : -ENOMEM;
+		for (size_t j = 0; j < sc->nrun && r == 0; j++) {
+			size_t i = sc->run[j];
+			r = pieces_decode(pc, sc->codec, i, i + 1, src + (pc->at[i] - sc->off),
+					  sc->raw + (pc->raw[i] - pc->raw[rd->p0]), why, sizeof(why));
+		}
 		if (r < 0)
 			exec_fail(sc->ex, r == -EBADMSG ? -EIO : r, "reading tensor '%s' from %s: %s",
 				  sc->ex->plans[sc->ex->tasks[rd->first].plan].t->name, sc->key,
@@ -274,9 +278,71 @@ static void share_apply(void *ctx, const uint8_t *src, int how)
  * pieces decoded, and the decoder, made on its first read of pieces. */
 struct worker {
 	uint8_t *tmp, *raw;
+	uint64_t cap; /* tmp's bytes */
 	struct planecodec codec;
 	bool have_codec;
+	size_t *run; /* read_pieces' run, and which pieces are done */
+	size_t run_cap;
+	uint8_t *done;
+	size_t done_cap;
 };
+
+static void read_failed(struct exec *ex, const struct lread *rd, const char *key, int r);
+
+/* A read of pieces: object by object, in runs of its pieces that lie in
+ * order close together there (a gap of up to READ_GAP read too: a piece a
+ * later step stored anew leaves such a hole in an older shard), each run
+ * by one ranged read of at most w->cap bytes and its pieces decoded into
+ * w->raw. An incremental step's pieces then cost about a read per shard
+ * they lie in, not one per change of shard. 0, or the load failed. */
+static int read_pieces(struct exec *ex, const struct lread *rd, struct worker *w, struct share_ctx *sc, const void *as)
+{
+	const struct pieces *pc = rd->pc;
+	size_t n = rd->p1 - rd->p0;
+	if (GROW(w->run, w->run_cap, n, 64) < 0 || GROW(w->done, w->done_cap, n, 64) < 0) {
+		exec_fail(ex, -ENOMEM, "out of memory");
+		return -ENOMEM;
+	}
+	memset(w->done, 0, n);
+	sc->raw = w->raw;
+	if (!w->have_codec)
+		w->have_codec = planecodec_init(&w->codec, 0) == 0;
+	sc->codec = w->have_codec ? &w->codec : NULL;
+	sc->run = w->run;
+	char key[1024];
+	for (size_t a = rd->p0; a < rd->p1 && !atomic_load(&ex->failed); a++) {
+		if (w->done[a - rd->p0])
+			continue;
+		uint64_t start = pc->at[a], end = start + pc->p[a]->stored_bytes;
+		size_t k = 0;
+		w->run[k++] = a;
+		w->done[a - rd->p0] = 1;
+		for (size_t i = a + 1; i < rd->p1; i++) {
+			uint64_t s = pc->at[i], e = s + pc->p[i]->stored_bytes;
+			if (w->done[i - rd->p0] || !pieces_same_object(pc, i, a) || s < end || s - end > READ_GAP ||
+			    e - start > w->cap)
+				continue;
+			w->run[k++] = i;
+			w->done[i - rd->p0] = 1;
+			end = e;
+		}
+		sc->nrun = k;
+		sc->off = start;
+		sc->len = end - start;
+		if (pieces_key(pc, a, ex->plans[ex->tasks[rd->first].plan].key, key, sizeof(key)) < 0) {
+			exec_fail(ex, -ENAMETOOLONG, "a piece's object name is too long");
+			return -ENAMETOOLONG;
+		}
+		sc->key = key;
+		int r = readshare_read(ex->ld->d->readshare, as, key, sc->off, sc->len, w->tmp, share_fetch,
+				       share_apply, sc);
+		if (r < 0) {
+			read_failed(ex, rd, key, r);
+			return r;
+		}
+	}
+	return atomic_load(&ex->failed) ? -EIO : 0;
+}
 
 static void read_failed(struct exec *ex, const struct lread *rd, const char *key, int r)
 {
@@ -318,31 +384,8 @@ static void run_read(struct exec *ex, const struct lread *rd, struct worker *w)
 			read_failed(ex, rd, p->key, r);
 		return;
 	}
-	/* Pieces: each segment (a run of them in one object) fetched and
-	 * decoded into raw, then the tasks from raw. */
-	const struct pieces *pc = rd->pc;
-	sc.raw = w->raw;
-	if (!w->have_codec)
-		w->have_codec = planecodec_init(&w->codec, 0) == 0;
-	sc.codec = w->have_codec ? &w->codec : NULL;
-	char key[1024];
-	for (size_t a = rd->p0; a < rd->p1 && !atomic_load(&ex->failed); a = sc.s1) {
-		sc.s0 = a;
-		sc.s1 = pieces_segment(pc, a, rd->p1);
-		sc.off = pc->at[a];
-		sc.len = pc->cum[sc.s1] - pc->cum[a];
-		if (pieces_key(pc, a, p->key, key, sizeof(key)) < 0) {
-			exec_fail(ex, -ENAMETOOLONG, "tensor '%s': a piece's object name is too long", p->t->name);
-			return;
-		}
-		sc.key = key;
-		int r = readshare_read(ex->ld->d->readshare, as, key, sc.off, sc.len, tmp, share_fetch, share_apply,
-				       &sc);
-		if (r < 0) {
-			read_failed(ex, rd, key, r);
-			return;
-		}
-	}
+	if (read_pieces(ex, rd, w, &sc, as) < 0)
+		return;
 	for (size_t i = 0; i < rd->n && !atomic_load(&ex->failed); i++) {
 		const struct ltask *tk = &ex->tasks[rd->first + i];
 		apply_task(ex, tk, w->raw + (tk->off - rd->off));
@@ -354,8 +397,10 @@ static void *exec_worker(void *arg)
 	struct exec *ex = arg;
 	/* Without pieces a read's bytes land in tmp; with them, stored bytes
 	 * land in tmp and raw ones in raw. */
-	uint64_t tmp_len = ex->max_stored > ex->max_read ? ex->max_stored : ex->max_read;
-	struct worker w = { .tmp = malloc(tmp_len ? (size_t)tmp_len : 1) };
+	uint64_t tmp_len = ex->max_stored ? ex->max_stored + READ_GAP : 0;
+	if (ex->max_read > tmp_len)
+		tmp_len = ex->max_read;
+	struct worker w = { .tmp = malloc(tmp_len ? (size_t)tmp_len : 1), .cap = tmp_len };
 	if (ex->max_stored)
 		w.raw = malloc(ex->max_read ? (size_t)ex->max_read : 1);
 	if (w.tmp == NULL || (ex->max_stored && w.raw == NULL)) {
@@ -373,6 +418,8 @@ out:
 		planecodec_free(&w.codec);
 	free(w.tmp);
 	free(w.raw);
+	free(w.run);
+	free(w.done);
 	return NULL;
 }
 
