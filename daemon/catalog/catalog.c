@@ -711,6 +711,9 @@ static void write_index(struct store *s, const char *job, const struct catalog_s
 		 * STEP_INDEX_MAX_BYTES. Without them the copy is format 1. */
 		copy[r].n_pieces = 0;
 		copy[r].pieces = NULL;
+		copy[r].n_refs = 0;
+		copy[r].refs = NULL;
+		copy[r].piece_bytes = 0;
 		if (copy[r].format_version == MANIFEST_FORMAT_PIECES)
 			copy[r].format_version = MANIFEST_FORMAT_VERSION;
 		ms[r] = &copy[r];

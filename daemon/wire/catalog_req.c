@@ -451,6 +451,33 @@ static int reader_next(struct shard_reader *rd, uint64_t pos, uint8_t *buf, cons
 	return 0;
 }
 
+/* Each older step m refers to must have m's ref (docs/architecture.md
+ * "References between steps"), or retention may take the bytes m needs:
+ * one GET per step referred to. */
+static void verify_refs(struct step_req *q, const Ckpt__Manifest *m)
+{
+	struct store *st = daemon_store_of(q->base.d, q->job);
+	for (size_t k = 0; k < m->n_refs; k++) {
+		uint64_t t;
+		char key[1024];
+		void *buf = NULL;
+		size_t len = 0;
+		if (manifest_ref_check(m, m->refs[k], &t) < 0 ||
+		    manifest_ref_key(key, sizeof(key), m->job, m->step, t, m->rank, m->world_size, m->attempt_id) < 0)
+			continue; /* manifest_check refused such a manifest already */
+		int r = st->ops->get_all(st, key, 64, &buf, &len);
+		free(buf);
+		if (r == -ENOENT)
+			problem(q,
+				"rank %u: pieces lie in step %" PRIu64
+				"'s shard, but %s is missing: retention may remove "
+				"that shard",
+				m->rank, t, key);
+		else if (r < 0)
+			problem(q, "rank %u: reading %s: %s", m->rank, key, store_error(r));
+	}
+}
+
 /* Read one shard once, in order, and check every chunk crc and every
  * tensor crc from the same pass: each segment between chunk and tensor
  * boundaries is crc'd once and folded into both. */
@@ -477,6 +504,7 @@ static void verify_shard(struct step_req *q, const Ckpt__Manifest *m, uint8_t *b
 			problem(q, "rank %u: tensor '%s' is empty but has crc32c %08x", m->rank, ts[i]->name,
 				ts[i]->crc32c);
 	}
+	verify_refs(q, m);
 	struct shard_reader rd = { .st = st, .key = key, .m = m };
 	if (pieces_index(&rd.pc, m) < 0) {
 		problem(q, "rank %u: out of memory", m->rank);

@@ -320,6 +320,15 @@ static void test_restore_across_steps(void **state)
 	char out[4096];
 	if (h_ctl(&D, "verify " JOB " 3", true, out, sizeof(out)) != 0)
 		fail_msg("verify: %s", out);
+	/* A ref gone (by hand): verify says retention may take the shard. */
+	char ref[700], moved[720];
+	snprintf(ref, sizeof(ref), "%s/" JOB "/refs/step-000000000003/step-000000000002/rank-00000-of-00001.a",
+		 D.store);
+	snprintf(moved, sizeof(moved), "%s.away", ref);
+	assert_int_equal(rename(ref, moved), 0);
+	assert_int_equal(h_ctl(&D, "verify " JOB " 3", true, out, sizeof(out)), 1);
+	assert_non_null(strstr(out, "retention may remove"));
+	assert_int_equal(rename(moved, ref), 0);
 	free(want);
 }
 
@@ -367,12 +376,22 @@ static void test_rm_and_restart(void **state)
 	ckpt__manifest__free_unpacked(m, NULL);
 	static const uint64_t four[1] = { 4 };
 	steps_are(four, 1);
+	/* The pass goes on after the manifests (what ckpt_list sees): the
+	 * shards, then the refs, last. */
+	for (int i = 0; i < 100 && exists("refs/step-000000000003"); i++)
+		usleep(50 * 1000);
 	assert_false(exists("refs/step-000000000003"));
 	/* And step 5 refers to 4 again. */
 	save_step(5);
 	m = read_manifest(5);
 	assert_true(bytes_in(m, 4) > 20u * 1048576);
 	ckpt__manifest__free_unpacked(m, NULL);
+	/* Steps 1 and 2 lost their manifests to retention while step 3 still
+	 * referred to them (KEPT_NAME); with step 3 gone, a pass takes the
+	 * rest. */
+	assert_int_equal(h_ctl(&D, "gc " JOB, true, out, sizeof(out)), 0);
+	assert_false(exists("step-000000000001"));
+	assert_false(exists("step-000000000002"));
 }
 
 /* With [storage] layout = spread, references name the spread directory
