@@ -436,6 +436,52 @@ static void test_spread_layout(void **state)
 	h_cleanup(&E);
 }
 
+/* A memory save persisted later is incremental too: its pieces refer to
+ * the rank's previous durable step, and a restore from storage alone
+ * follows them. */
+static void test_persist_refers(void **state)
+{
+	(void)state;
+	struct dctx E;
+	h_init(&E);
+	h_start(&E, "incremental = true\n");
+	cur = &E;
+	save_step(1);
+	ckpt_client *c = connect_rank(0, 1);
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, total(), &b), 0);
+	fill(ckpt_buffer_data(b), 2);
+	ckpt_tensor t[NT];
+	tensors(t, b);
+	ckpt_save_opts o = { .tier = CKPT_TIER_MEMORY };
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_save_ex(c, 2, t, NT, NULL, 0, &o, &f), 0);
+	assert_int_equal(ckpt_future_wait(f, CKPT_KEPT, 60000), 0);
+	ckpt_future_free(f);
+	assert_int_equal(ckpt_persist(c, NULL, 2, &f), 0);
+	int r = ckpt_future_wait(f, CKPT_DURABLE, 60000);
+	if (r != 0)
+		fail_msg("persist: %s", ckpt_future_message(f));
+	ckpt_future_free(f);
+	Ckpt__Manifest *m = read_manifest(2);
+	assert_int_equal(bytes_in(m, 1), 8u * 1048576 + 3 * 4u * 1048576);
+	ckpt__manifest__free_unpacked(m, NULL);
+	uint8_t *want = malloc(total());
+	fill(want, 2);
+	memset(ckpt_buffer_data(b), 0xEE, total());
+	assert_int_equal(ckpt_load_ex(c, 2, t, NT, CKPT_LOAD_STORAGE_ONLY, &f), 0);
+	r = ckpt_future_wait(f, CKPT_LOADED, 60000);
+	if (r != 0)
+		fail_msg("load: %s", ckpt_future_message(f));
+	assert_memory_equal(ckpt_buffer_data(b), want, total());
+	ckpt_future_free(f);
+	free(want);
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+	cur = &D;
+	h_cleanup(&E);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -444,6 +490,7 @@ int main(void)
 		cmocka_unit_test(test_damaged_referenced_object),
 		cmocka_unit_test(test_rm_and_restart),
 		cmocka_unit_test(test_spread_layout),
+		cmocka_unit_test(test_persist_refers),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

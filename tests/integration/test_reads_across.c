@@ -219,6 +219,58 @@ static void test_compressed_read_once(void **state)
 	cluster_stop(&c);
 }
 
+/* An incremental step (docs/format.md "Pieces"): its pieces lie in its
+ * own shard and in step 1's; the nodes restore it at once, bit-exact, each
+ * range read from storage once between them, from both shards. */
+static void test_incremental_read_once(void **state)
+{
+	(void)state;
+	struct cluster c;
+	cluster_start(&c, NULL);
+	struct h_rank r;
+	h_rank_open(&c.saver, &r, "inc", 0, 1, N, "a", NULL, false);
+	uint8_t *p = ckpt_buffer_data(r.b);
+	ckpt_save_opts o = { .incremental = CKPT_ON };
+	for (uint64_t step = 1; step <= 2; step++) {
+		fill_masked(p, 42, 0xFF);
+		if (step == 2)
+			memset(p + N / 2, 0x5A, N / 4); /* a quarter changed */
+		ckpt_future *f = NULL;
+		assert_int_equal(ckpt_save_ex(r.c, step, &r.t, 1, NULL, 0, &o, &f), 0);
+		assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), 0);
+		ckpt_future_free(f);
+	}
+	h_rank_close(&r);
+	uint64_t stored = h_metric(&c.saver, "ckptd_bytes_stored_total");
+	assert_true(stored < (uint64_t)N * 3 / 2); /* step 2 stored its changed quarter */
+	struct counts a = counts_now(&c);
+	struct h_rank q[NODES];
+	ckpt_future *f[NODES];
+	uint8_t *want = malloc(N);
+	fill_masked(want, 42, 0xFF);
+	memset(want + N / 2, 0x5A, N / 4);
+	for (int i = 0; i < NODES; i++) {
+		h_rank_open(&c.n[i], &q[i], "inc", (uint32_t)i, NODES, N, "b", NULL, false);
+		snprintf(q[i].name, sizeof(q[i].name), "blob.0");
+		assert_int_equal(ckpt_load(q[i].c, 2, &q[i].t, 1, &f[i]), 0);
+	}
+	for (int i = 0; i < NODES; i++) {
+		int e = ckpt_future_wait(f[i], CKPT_LOADED, 60000);
+		if (e != 0)
+			fail_msg("node %d: %s", i, ckpt_future_message(f[i]));
+		assert_memory_equal(ckpt_buffer_data(q[i].b), want, N);
+		ckpt_future_free(f[i]);
+		h_rank_close(&q[i]);
+	}
+	free(want);
+	struct counts b = counts_now(&c);
+	print_counts("3 nodes restore an incremental step of 32 MiB", a, b);
+	assert_int_equal(b.read - a.read, (uint64_t)N);
+	assert_int_equal(b.in - a.in, 2ull * N);
+	assert_int_equal(b.fallbacks, a.fallbacks);
+	cluster_stop(&c);
+}
+
 /* A peer's bytes that fail the manifest's CRC32C (flipped on the wire by
  * its [debug] corrupt_range): the restore reads the step from storage
  * alone, bit-exact, and says so in its fallbacks. */
@@ -288,9 +340,9 @@ static void test_secret_not_shared(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_compressed_read_once), cmocka_unit_test(test_replicas_read_once),
-		cmocka_unit_test(test_bad_bytes_read_again), cmocka_unit_test(test_holder_killed),
-		cmocka_unit_test(test_secret_not_shared),
+		cmocka_unit_test(test_compressed_read_once), cmocka_unit_test(test_incremental_read_once),
+		cmocka_unit_test(test_replicas_read_once),   cmocka_unit_test(test_bad_bytes_read_again),
+		cmocka_unit_test(test_holder_killed),        cmocka_unit_test(test_secret_not_shared),
 	};
 	return cmocka_run_group_tests(tests, make_certs, drop_certs);
 }
