@@ -826,7 +826,7 @@ bool catalog_step_kept(struct store *s, const char *job, uint64_t step)
 	int n = snprintf(key, sizeof(key), "%s/step-%012" PRIu64 "/" KEPT_NAME, job, step);
 	if (n < 0 || (size_t)n >= sizeof(key))
 		return false;
-	int r = s->ops->get_all(s, key, 16, &buf, &len);
+	int r = s->ops->get_all(s, key, 16u << 20, &buf, &len); /* the manifests it took (keep_for) */
 	free(buf);
 	return r == 0;
 }
@@ -1072,6 +1072,79 @@ static int delete_spread_shards(struct store *s, const char *job, uint64_t step,
 	return err;
 }
 
+/* A removal stopped for step by (catalog_delete_step): KEPT_NAME, holding
+ * the names of the manifests it took (one per line), so that retention
+ * finishes it once nothing refers to it, spread shards included. -EBUSY,
+ * or the error that kept the marker from being written (the removal is
+ * then tried again). */
+static int keep_for(struct store *s, const char *dir, char **names, size_t n, uint64_t by)
+{
+	size_t len = 0;
+	struct step_name sn;
+	for (size_t i = 0; i < n; i++) {
+		manifest_parse_object(names[i], &sn);
+		if (sn.kind == OBJ_MANIFEST)
+			len += strlen(names[i]) + 1;
+	}
+	char *body = malloc(len ? len : 1), key[768];
+	if (body == NULL)
+		return -ENOMEM;
+	size_t at = 0;
+	for (size_t i = 0; i < n; i++) {
+		manifest_parse_object(names[i], &sn);
+		if (sn.kind == OBJ_MANIFEST)
+			at += (size_t)sprintf(body + at, "%s\n", names[i]);
+	}
+	snprintf(key, sizeof(key), "%s/" KEPT_NAME, dir);
+	struct iovec iov = { body, at };
+	int r = store_create_announced(s, key, &iov, 1);
+	free(body);
+	if (r < 0 && r != -EEXIST)
+		return r;
+	store_set_error("step %" PRIu64 " refers to its shard, which is kept", by);
+	return -EBUSY;
+}
+
+/* names (a step's listing): with KEPT_NAME among them and no manifest,
+ * the manifest names the marker holds are added. 0 or -errno. */
+static int kept_names(struct store *s, const char *dir, char ***names, size_t *n)
+{
+	bool kept = false;
+	struct step_name sn;
+	for (size_t i = 0; i < *n; i++) {
+		manifest_parse_object((*names)[i], &sn);
+		if (sn.kind == OBJ_MANIFEST)
+			return 0;
+		kept |= strcmp((*names)[i], KEPT_NAME) == 0;
+	}
+	if (!kept)
+		return 0;
+	char key[768];
+	void *buf = NULL;
+	size_t len = 0;
+	snprintf(key, sizeof(key), "%s/" KEPT_NAME, dir);
+	int r = s->ops->get_all(s, key, 16u << 20, &buf, &len);
+	if (r < 0)
+		return r == -ENOENT ? 0 : r;
+	int err = 0;
+	for (char *line = buf, *end = (char *)buf + len; line < end && err == 0;) {
+		char *nl = memchr(line, '\n', (size_t)(end - line));
+		size_t k = nl ? (size_t)(nl - line) : (size_t)(end - line);
+		char **v = realloc(*names, (*n + 1) * sizeof(**names));
+		if (v == NULL || (v[*n] = strndup(line, k)) == NULL) {
+			if (v)
+				*names = v;
+			err = -ENOMEM;
+			break;
+		}
+		*names = v;
+		(*n)++;
+		line += k + 1;
+	}
+	free(buf);
+	return err;
+}
+
 int catalog_delete_step(struct store *s, struct mancache *cache, const char *job, uint64_t step)
 {
 	char dir[512], key[768];
@@ -1097,15 +1170,23 @@ int catalog_delete_step(struct store *s, struct mancache *cache, const char *job
 	 * stores everything) or its refs are seen here (and the shards stay,
 	 * for it). */
 	uint64_t by = 0;
+	/* A removal that stopped before (KEPT_NAME) names the manifests it
+	 * took, for the spread directories their shards are in. */
+	r = kept_names(s, dir, &names, &n);
+	if (r < 0) {
+		store_names_free(names, n);
+		return r;
+	}
 	for (int pass = 0; pass < 4; pass++) {
+		/* A manifest that could not be removed may be the one a save
+		 * looks for (write_refs): then no shard goes. */
+		if (pass == 1 && err != 0) {
+			store_names_free(names, n);
+			return err;
+		}
 		if (pass == 3 && (r = catalog_referrer(s, job, step, &by)) != -ENOENT) {
-			if (r == 0) {
-				/* Marked, so that retention finishes it once free. */
-				snprintf(key, sizeof(key), "%s/" KEPT_NAME, dir);
-				(void)store_create_announced(s, key, NULL, 0);
-				store_set_error("step %" PRIu64 " refers to its shard, which is kept", by);
-				r = -EBUSY;
-			}
+			if (r == 0)
+				r = keep_for(s, dir, names, n, by);
 			store_names_free(names, n);
 			if (cache) {
 				snprintf(key, sizeof(key), "%s/", dir);

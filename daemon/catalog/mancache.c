@@ -56,6 +56,12 @@ static uint64_t decoded_bytes(const Ckpt__Manifest *m)
 		b += sizeof(*t) + OVERHEAD + str_bytes(t->name) +
 		     (t->n_global_shape + t->n_box_offsets + t->n_box_lengths) * sizeof(uint64_t) + 3 * OVERHEAD;
 	}
+	/* A compressed or incremental shard's pieces: up to one per 4 KiB. */
+	b += m->n_pieces * (sizeof(void *) + sizeof(Ckpt__ManifestPiece) + OVERHEAD) + OVERHEAD;
+	for (size_t i = 0; i < m->n_pieces; i++)
+		b += m->pieces[i]->hash.len ? m->pieces[i]->hash.len + OVERHEAD : 0;
+	for (size_t i = 0; i < m->n_refs; i++)
+		b += sizeof(void *) + str_bytes(m->refs[i]);
 	return b;
 }
 

@@ -154,7 +154,10 @@ static void gc_job_run(struct gc_pass *g, const char *job, const struct retentio
 		log_warn("gc: %s: listing the references between steps: %s; nothing removed", job, store_error(kr));
 		goto out;
 	}
-	for (size_t i = 0; i < k; i++) {
+	/* Newest first: a step this pass removes that refers to an older one
+	 * it removes too takes its refs with it before the older one's turn
+	 * (else that one's removal stops for it: catalog_delete_step). */
+	for (size_t i = k; i-- > 0;) {
 		if (!v[i].remove)
 			continue;
 		if (!g->dry_run) {

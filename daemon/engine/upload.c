@@ -236,6 +236,29 @@ static int make_stored(struct save *sv, struct store *st, struct stored_shard *s
 	return sv->status;
 }
 
+/* The older steps ss refers to, into t (at most INCBASE_MAX_REFS). */
+static size_t ref_targets(const struct save *sv, const struct stored_shard *ss, uint64_t *t)
+{
+	const Ckpt__Manifest who = { .rank = sv->rank, .world_size = sv->world_size, .step = sv->step };
+	size_t n = 0;
+	for (size_t k = 0; k < ss->nrefs && n < INCBASE_MAX_REFS; k++)
+		if (manifest_ref_check(&who, ss->refs[k], &t[n]) == 0)
+			n++;
+	return n;
+}
+
+/* A save that will never have a manifest takes back the refs it wrote,
+ * so they keep nothing for it (best effort: one left keeps its step's
+ * shard until ckptctl rm of this step). */
+static void unwrite_refs(struct save *sv, struct store *st, const uint64_t *t, size_t n)
+{
+	char key[1024];
+	for (size_t i = 0; i < n; i++)
+		if (manifest_ref_key(key, sizeof(key), sv->job, sv->step, t[i], sv->rank, sv->world_size,
+				     sv->attempt) == 0)
+			(void)st->ops->remove(st, key);
+}
+
 /* The manifest sv just wrote becomes its rank's base (incbase.h). */
 static void remember_base(struct save *sv, const uint8_t *buf, size_t len)
 {
@@ -277,12 +300,15 @@ void save_upload(struct save *sv)
 		goto out;
 	}
 	stored = r == 0;
+	uint64_t refd[INCBASE_MAX_REFS]; /* the steps its refs name */
+	size_t nrefd = stored ? ref_targets(sv, &ss, refd) : 0;
 	r = stored ? put_stored(st, shard_key, &ss) : put_raw(sv, st, shard_key);
 	sv->stored_bytes = stored ? ss.bytes : sv->shard_bytes;
 	sv->coded_bytes = stored ? ss.coded_bytes : 0;
 	if (r < 0) {
 		stored_shard_free(&ss);
 		upload_fail(sv, r, "writing %s to %s: %s", shard_key, st->url, store_error(r));
+		unwrite_refs(sv, st, refd, nrefd);
 		goto out;
 	}
 	uint8_t *mbuf = NULL;
@@ -319,8 +345,10 @@ void save_upload(struct save *sv)
 		 * the way), the shard is only clutter. */
 		void *mb = NULL;
 		size_t ml = 0;
-		if (st->ops->get_all(st, man_key, MANIFEST_MAX_BYTES, &mb, &ml) == -ENOENT)
+		if (st->ops->get_all(st, man_key, MANIFEST_MAX_BYTES, &mb, &ml) == -ENOENT) {
 			(void)st->ops->remove(st, shard_key);
+			unwrite_refs(sv, st, refd, nrefd);
+		}
 		free(mb);
 	}
 out:

@@ -928,24 +928,29 @@ struct del_req {
 	uint64_t step;
 };
 
-/* A step with no directory may still have refs: a save that failed after
- * writing them (docs/architecture.md "References between steps"). rm of
- * it removes them; true if there were any. */
-static bool left_refs(struct bgreq *b, struct store *st, const char *job, uint64_t step)
+/* A step with no manifest may still have refs (a save that failed after
+ * writing them) or be a removal that stopped for another step's
+ * reference (KEPT_NAME; docs/architecture.md "References between
+ * steps"). rm of it removes what is left; true if there was any. */
+static bool leftovers(struct bgreq *b, struct store *st, const char *job, uint64_t step)
 {
 	uint64_t *t = NULL;
 	size_t nt = 0;
 	int r = catalog_refs_of(st, job, step, &t, &nt);
 	free(t);
-	if (r < 0 || nt == 0)
+	if (r < 0 || (nt == 0 && !catalog_step_kept(st, job, step)))
 		return false;
+	if ((r = steplock_delete_begin(job, step)) < 0) {
+		bgreq_fail(b, r, "step %" PRIu64 " of job '%s' is being written", step, job);
+		return true;
+	}
 	r = gc_remove_step(b->d, st, job, step);
+	steplock_delete_end(job, step);
 	if (r < 0 && r != -ENOENT)
-		bgreq_fail(b, r, "removing the references of step %" PRIu64 " of job '%s': %s", step, job,
+		bgreq_fail(b, r, "removing what is left of step %" PRIu64 " of job '%s': %s", step, job,
 			   store_error(r));
 	else
-		log_info("rm: %s step %" PRIu64 ": its references to %zu older step(s) removed (it has no manifest)",
-			 job, step, nt);
+		log_info("rm: %s step %" PRIu64 ": what was left of it removed (it has no manifest)", job, step);
 	return true;
 }
 
@@ -959,7 +964,7 @@ static void del_run(struct bgreq *b)
 		r = 0; /* only unreadable manifests: remove them too */
 	else if (r == 0)
 		catalog_step_free(&cs);
-	if (r == -ENOENT && left_refs(b, st, q->job, q->step))
+	if (r == -ENOENT && leftovers(b, st, q->job, q->step))
 		return;
 	if (r < 0) {
 		bgreq_fail(b, r, "step %" PRIu64 " of job '%s': %s", q->step, q->job,

@@ -8,9 +8,15 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cmocka.h>
 
+#include "backends.h"
+#include "catalog.h"
 #include "compress.h"
+#include "manifest.h"
+#include "store.h"
 #include "macro.h"
 #include "pieces.h"
 #include "planecodec.h"
@@ -336,12 +342,61 @@ static void test_decode(void **state)
 	free(out);
 }
 
+static int sh(const char *fmt, const char *dir)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd), fmt, dir, dir, dir, dir);
+	return system(cmd);
+}
+
+/* A removal that finds, once the manifests are gone, that a step refers
+ * to this one (a save in flight, its refs written): -EBUSY, its shard
+ * kept, with the spread layout's too, and a marker naming the manifests
+ * taken; once the ref is gone, the next removal takes the rest, the
+ * spread directory included. */
+static void test_removal_stopped_for_a_ref(void **state)
+{
+	(void)state;
+	char dir[64] = "/tmp/ckptd-kept-XXXXXX", url[128], err[256];
+	assert_non_null(mkdtemp(dir));
+	snprintf(url, sizeof(url), "file://%s", dir);
+	struct store *s = NULL;
+	assert_int_equal(store_open(url, &s, err, sizeof(err)), 0);
+	assert_int_equal(sh("mkdir -p %s/j/step-000000000001 %s/j/shards/00/step-000000000001 "
+			    "%s/j/refs/step-000000000002/step-000000000001 && cd %s/j && "
+			    "echo m > step-000000000001/rank-00000-of-00001.a.manifest && "
+			    "echo c > step-000000000001/commit && "
+			    "echo s > shards/00/step-000000000001/rank-00000-of-00001.a.00000000000000aa.shard && "
+			    "touch refs/step-000000000002/step-000000000001/rank-00000-of-00001.a",
+			    dir),
+			 0);
+	assert_int_equal(catalog_delete_step(s, NULL, "j", 1), -EBUSY);
+	assert_non_null(strstr(store_error(-EBUSY), "step 2 refers to"));
+	char p[256];
+	snprintf(p, sizeof(p), "%s/j/step-000000000001/rank-00000-of-00001.a.manifest", dir);
+	assert_int_equal(access(p, F_OK), -1); /* the manifest went first */
+	snprintf(p, sizeof(p), "%s/j/shards/00/step-000000000001/rank-00000-of-00001.a.00000000000000aa.shard", dir);
+	assert_int_equal(access(p, F_OK), 0); /* the shard stays */
+	assert_true(catalog_step_kept(s, "j", 1));
+	/* Still referred to: stopped again. */
+	assert_int_equal(catalog_delete_step(s, NULL, "j", 1), -EBUSY);
+	assert_int_equal(access(p, F_OK), 0);
+	assert_int_equal(sh("rm -r %s/j/refs/step-000000000002", dir), 0);
+	assert_int_equal(catalog_delete_step(s, NULL, "j", 1), 0);
+	assert_int_equal(access(p, F_OK), -1); /* the spread shard too */
+	snprintf(p, sizeof(p), "%s/j/step-000000000001", dir);
+	assert_int_equal(access(p, F_OK), -1);
+	store_free(s);
+	assert_int_equal(sh("rm -rf %s", dir), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_cut),  cmocka_unit_test(test_cut_small_pieces),
-		cmocka_unit_test(test_unit), cmocka_unit_test(test_check),
-		cmocka_unit_test(test_span), cmocka_unit_test(test_decode),
+		cmocka_unit_test(test_cut),    cmocka_unit_test(test_cut_small_pieces),
+		cmocka_unit_test(test_unit),   cmocka_unit_test(test_check),
+		cmocka_unit_test(test_span),   cmocka_unit_test(test_removal_stopped_for_a_ref),
+		cmocka_unit_test(test_decode),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
