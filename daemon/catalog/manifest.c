@@ -1,5 +1,6 @@
 #include "manifest.h"
 #include "pieces.h"
+#include "planecodec.h"
 #include "tensor.h"
 
 #include <errno.h>
@@ -312,6 +313,69 @@ static int check_unique_names(const Ckpt__Manifest *m, char *err, size_t errlen)
 		}
 	free(names);
 	return r;
+}
+
+/* The pieces' part of manifest_check (manifest.h). */
+int pieces_check(const Ckpt__Manifest *m, char *err, size_t errlen)
+{
+	if ((m->n_pieces > 0) != (m->format_version == MANIFEST_FORMAT_PIECES)) {
+		snprintf(err, errlen, "manifest format version %u with %zu pieces", m->format_version, m->n_pieces);
+		return -EBADMSG;
+	}
+	if (m->piece_bytes != 0 && (m->piece_bytes < PIECE_MIN_BYTES || m->piece_bytes > PIECE_MAX_BYTES ||
+				    m->piece_bytes % PIECE_MIN_BYTES != 0)) {
+		snprintf(err, errlen, "manifest piece_bytes %" PRIu64 " is not a multiple of %u up to %u",
+			 m->piece_bytes, PIECE_MIN_BYTES, PIECE_MAX_BYTES);
+		return -EBADMSG;
+	}
+	if (m->n_refs > PIECES_MAX_REFS || (m->n_refs > 0 && m->n_pieces == 0)) {
+		snprintf(err, errlen, "manifest refers to %zu older shards", m->n_refs);
+		return -EBADMSG;
+	}
+	for (size_t k = 0; k < m->n_refs; k++) {
+		uint64_t t;
+		if (manifest_ref_check(m, m->refs[k], &t) < 0) {
+			snprintf(err, errlen,
+				 "manifest reference %zu, '%.200s', is not a shard of an older step of rank %u of %u",
+				 k + 1, m->refs[k], m->rank, m->world_size);
+			return -EBADMSG;
+		}
+	}
+	uint64_t raw = 0;
+	for (size_t i = 0; i < m->n_pieces; i++) {
+		const Ckpt__ManifestPiece *p = m->pieces[i];
+		bool ok = p->raw_bytes > 0 && p->raw_bytes <= PIECE_MAX_BYTES && p->raw_bytes <= m->shard_bytes - raw;
+		if (ok && p->codec == CKPT__CODEC__CODEC_NONE)
+			ok = p->stored_bytes == p->raw_bytes;
+		else if (ok && p->codec == CKPT__CODEC__CODEC_PLANES_ZSTD)
+			ok = (p->elem == 1 || p->elem == 2 || p->elem == 4 || p->elem == 8) &&
+			     p->stored_bytes >= PLANECODEC_HDR(p->elem) &&
+			     p->stored_bytes <= planecodec_bound((size_t)p->raw_bytes);
+		else
+			ok = false;
+		if (ok && p->hash.len != 0 && p->hash.len != 16)
+			ok = false;
+		if (ok && p->ref != 0)
+			ok = p->ref <= m->n_refs && p->ref_offset <= UINT64_MAX - p->stored_bytes;
+		else if (ok)
+			ok = p->ref_offset == 0;
+		if (!ok) {
+			snprintf(err, errlen,
+				 "manifest piece %zu: %" PRIu64 " raw bytes stored in %" PRIu64
+				 " by codec %d elem %u (hash of %zu bytes, in shard %u of %zu at %" PRIu64
+				 ") cannot be",
+				 i, p->raw_bytes, p->stored_bytes, (int)p->codec, p->elem, p->hash.len, p->ref,
+				 m->n_refs, p->ref_offset);
+			return -EBADMSG;
+		}
+		raw += p->raw_bytes;
+	}
+	if (m->n_pieces > 0 && raw != m->shard_bytes) {
+		snprintf(err, errlen, "manifest pieces hold %" PRIu64 " of the shard's %" PRIu64 " bytes", raw,
+			 m->shard_bytes);
+		return -EBADMSG;
+	}
+	return 0;
 }
 
 int manifest_check(const Ckpt__Manifest *m, char *err, size_t errlen)

@@ -101,6 +101,10 @@ int manifest_job_valid(const char *job);
  * the reason in err. The caller frees with ckpt__manifest__free_unpacked. */
 int manifest_decode(const void *buf, size_t len, Ckpt__Manifest **out, char *err, size_t errlen);
 int manifest_check(const Ckpt__Manifest *m, char *err, size_t errlen);
+/* The pieces' part of manifest_check (pieces.h): a format 2 manifest has pieces,
+ * a format 1 none; they tile [0, shard_bytes); each has a known codec and
+ * a stored length it can have. 0 or -EBADMSG with err. */
+int pieces_check(const Ckpt__Manifest *m, char *err, size_t errlen);
 /* The key of m's shard: its step directory (or shard_dir, which must be
  * the spread directory of m's rank and step) and shard_name, which must
  * name a shard of m's own rank (and attempt, in format 2 names). */

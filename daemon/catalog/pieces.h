@@ -61,11 +61,6 @@ struct pieces {
  * -ENAMETOOLONG. */
 int pieces_key(const struct pieces *x, size_t i, const char *own, char *out, size_t cap);
 
-/* The pieces' part of manifest_check: a format 2 manifest has pieces,
- * a format 1 none; they tile [0, shard_bytes); each has a known codec and
- * a stored length it can have. 0 or -EBADMSG with err. */
-int pieces_check(const Ckpt__Manifest *m, char *err, size_t errlen);
-
 /* x for m (checked): 0 or -ENOMEM. pieces_free frees what it holds. */
 int pieces_index(struct pieces *x, const Ckpt__Manifest *m);
 void pieces_free(struct pieces *x);

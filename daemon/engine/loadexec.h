@@ -27,8 +27,8 @@ struct exec {
 	size_t ntasks;
 	struct lread *reads;
 	size_t nreads;
-	uint64_t max_read;   /* raw bytes of the largest read */
-	uint64_t max_stored; /* stored bytes of the largest read of pieces */
+	uint64_t max_read;      /* raw bytes of the largest read */
+	uint64_t max_stored;    /* stored bytes of the largest read of pieces */
 	struct pieces **pieces; /* of the manifests planned whose shards have pieces */
 	size_t npieces, pieces_cap;
 	atomic_size_t next;
