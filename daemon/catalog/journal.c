@@ -480,8 +480,8 @@ static int finish_removals(journal_store_fn store_of, void *sctx, struct records
 		m->ended = true;
 		done++;
 		char what[600];
-		snprintf(what, sizeof(what), "the rest of %s step %" PRIu64 " (its removal was cut short)", m->job,
-			 m->step);
+		snprintf(what, sizeof(what), "the rest of %s step %" PRIu64 " (its removal was cut short)%s", m->job,
+			 m->step, e == -EBUSY ? "; its shards are kept while a step refers to them" : "");
 		report(ctx, what);
 	}
 	return done;
