@@ -1086,7 +1086,7 @@ static int keep_for(struct store *s, const char *dir, char **names, size_t n, ui
 		if (sn.kind == OBJ_MANIFEST)
 			len += strlen(names[i]) + 1;
 	}
-	char *body = malloc(len ? len : 1), key[768];
+	char *body = malloc(len + 1), key[768]; /* and sprintf's NUL */
 	if (body == NULL)
 		return -ENOMEM;
 	size_t at = 0;
