@@ -769,15 +769,15 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 /* The step directories' numbers under dir, ascending; a dir that is not
- * there has none. */
-static int steps_under(struct store *s, const char *dir, uint64_t **steps, size_t *count)
+ * there has none where missing_ok, else is -ENOENT. */
+static int steps_under(struct store *s, const char *dir, bool missing_ok, uint64_t **steps, size_t *count)
 {
 	char **names = NULL;
 	size_t n = 0;
 	*steps = NULL;
 	*count = 0;
 	int r = s->ops->list(s, dir, &names, &n);
-	if (r == -ENOENT)
+	if (r == -ENOENT && missing_ok)
 		n = 0;
 	else if (r < 0)
 		return r;
@@ -803,14 +803,14 @@ int catalog_ref_steps(struct store *s, const char *job, uint64_t **steps, size_t
 	int r = snprintf(dir, sizeof(dir), "%s/" REFS_DIR, job);
 	if (r < 0 || (size_t)r >= sizeof(dir))
 		return -ENAMETOOLONG;
-	return steps_under(s, dir, steps, n);
+	return steps_under(s, dir, true, steps, n);
 }
 
 int catalog_refs_of(struct store *s, const char *job, uint64_t step, uint64_t **targets, size_t *n)
 {
 	char dir[512];
 	int r = manifest_refs_dir(dir, sizeof(dir), job, step);
-	return r < 0 ? r : steps_under(s, dir, targets, n);
+	return r < 0 ? r : steps_under(s, dir, true, targets, n);
 }
 
 static bool has_step(const uint64_t *v, size_t n, uint64_t step)
@@ -864,7 +864,7 @@ static int delete_refs(struct store *s, const char *job, uint64_t step)
 		return r;
 	uint64_t *t = NULL;
 	size_t nt = 0;
-	if ((r = steps_under(s, dir, &t, &nt)) < 0)
+	if ((r = steps_under(s, dir, true, &t, &nt)) < 0)
 		return r;
 	int err = 0;
 	for (size_t i = 0; i < nt; i++) {
@@ -892,25 +892,7 @@ static int delete_refs(struct store *s, const char *job, uint64_t step)
 
 int catalog_steps(struct store *s, const char *job, uint64_t **steps, size_t *count)
 {
-	char **names = NULL;
-	size_t n = 0;
-	int r = s->ops->list(s, job, &names, &n);
-	if (r < 0)
-		return r;
-	uint64_t *v = malloc((n ? n : 1) * sizeof(*v));
-	if (v == NULL) {
-		store_names_free(names, n);
-		return -ENOMEM;
-	}
-	size_t k = 0;
-	for (size_t i = 0; i < n; i++)
-		if (manifest_parse_step_dir(names[i], &v[k]) == 0)
-			k++;
-	store_names_free(names, n);
-	qsort(v, k, sizeof(*v), cmp_u64);
-	*steps = v;
-	*count = k;
-	return 0;
+	return steps_under(s, job, false, steps, count);
 }
 
 int catalog_latest(struct store *s, const char *job, struct catalog_step *out)

@@ -552,3 +552,26 @@ int h_ctl(struct dctx *d, const char *args, bool with_stderr, char *out, size_t 
 		 with_stderr ? " 2>&1" : "");
 	return h_run(cmd, out, outlen);
 }
+
+Ckpt__Manifest *h_rank_manifest(const char *dir)
+{
+	char path[1024];
+	h_rank_object(dir, 0, 1, "manifest", path, sizeof(path));
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	static uint8_t buf[1 << 20];
+	size_t n = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	Ckpt__Manifest *m = ckpt__manifest__unpack(NULL, n, buf);
+	assert_non_null(m);
+	return m;
+}
+
+uint64_t h_rank_shard_size(const char *dir)
+{
+	char path[1024];
+	h_rank_object(dir, 0, 1, "shard", path, sizeof(path));
+	struct stat st;
+	assert_int_equal(stat(path, &st), 0);
+	return (uint64_t)st.st_size;
+}

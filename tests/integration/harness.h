@@ -79,6 +79,10 @@ int make_memfd(size_t n, int v);
 uint64_t h_metric(struct dctx *d, const char *name);
 
 void h_rank_object(const char *dir, uint32_t rank, uint32_t ws, const char *ext, char *out, size_t cap);
+/* Rank 0 of 1's manifest in step directory dir, decoded (the caller frees
+ * it with ckpt__manifest__free_unpacked), and its shard's size. */
+Ckpt__Manifest *h_rank_manifest(const char *dir);
+uint64_t h_rank_shard_size(const char *dir);
 
 /* n bytes of a pattern that seed decides. */
 void h_fill(uint8_t *p, size_t n, uint64_t seed);

@@ -141,27 +141,16 @@ static void step_dir(uint64_t step, char *out, size_t cap)
 
 static Ckpt__Manifest *read_manifest(uint64_t step)
 {
-	char dir[600], path[700];
+	char dir[600];
 	step_dir(step, dir, sizeof(dir));
-	h_rank_object(dir, 0, 1, "manifest", path, sizeof(path));
-	FILE *f = fopen(path, "rb");
-	assert_non_null(f);
-	static uint8_t buf[1 << 20];
-	size_t n = fread(buf, 1, sizeof(buf), f);
-	fclose(f);
-	Ckpt__Manifest *m = ckpt__manifest__unpack(NULL, n, buf);
-	assert_non_null(m);
-	return m;
+	return h_rank_manifest(dir);
 }
 
 static uint64_t shard_size(uint64_t step)
 {
-	char dir[600], path[700];
+	char dir[600];
 	step_dir(step, dir, sizeof(dir));
-	h_rank_object(dir, 0, 1, "shard", path, sizeof(path));
-	struct stat st;
-	assert_int_equal(stat(path, &st), 0);
-	return (uint64_t)st.st_size;
+	return h_rank_shard_size(dir);
 }
 
 /* Raw bytes of step's pieces stored in step ref_step's shard (0: its own). */
