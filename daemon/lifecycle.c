@@ -1,6 +1,8 @@
 /* Daemon-wide lifecycle: the drain on SIGTERM/SIGINT (stop
- * admitting, let every staged save become durable, then close). */
+ * admitting, let every staged save become durable, then close), and the
+ * same drain once the daemon was idle for [server] idle_exit_ms. */
 #include "lifecycle.h"
+#include "clock.h"
 #include "rangecache.h"
 #include "peer.h"
 #include "daemon.h"
@@ -35,6 +37,7 @@ static void close_all(struct daemon *d)
 	uv_close((uv_handle_t *)&d->sigint, NULL);
 	uv_close((uv_handle_t *)&d->sighup, NULL);
 	uv_close((uv_handle_t *)&d->status_timer, NULL);
+	uv_close((uv_handle_t *)&d->idle_timer, NULL);
 	uv_close((uv_handle_t *)&d->admit_timer, NULL);
 	uv_close((uv_handle_t *)&d->drain_timer, NULL);
 	uv_close((uv_handle_t *)&d->finish_timer, NULL);
@@ -111,6 +114,8 @@ static void on_status_timer(uv_timer_t *t)
 		sd_notify(0, line);
 }
 
+static void start_idle_timer(struct daemon *d);
+
 void daemon_notify_start(struct daemon *d)
 {
 	char line[256];
@@ -127,6 +132,22 @@ void daemon_notify_start(struct daemon *d)
 		log_info("systemd watchdog: %" PRIu64 " ms, pinging every %" PRIu64 " ms", usec / 1000, period_ms);
 	}
 	uv_timer_start(&d->status_timer, on_status_timer, period_ms, period_ms);
+	start_idle_timer(d);
+}
+
+/* Stop admitting, end what waits, and exit once every staged save is
+ * durable (or the deadline passed). */
+static void start_drain(struct daemon *d)
+{
+	sd_notify(0, "STOPPING=1");
+	d->draining = true;
+	d->on_work_ended = maybe_finish_drain;
+	uv_timer_stop(&d->idle_timer);
+	server_stop(d);
+	save_cancel_waiting(d, -ESHUTDOWN, "ckptd is shutting down; this save was not admitted");
+	wait_cancel_all(d, -ESHUTDOWN, "ckptd is shutting down; the step's wait ended");
+	uv_timer_start(&d->drain_timer, on_drain_timeout, d->cfg.drain_timeout_ms, 0);
+	maybe_finish_drain(d);
 }
 
 void daemon_on_signal(uv_signal_t *h, int signum)
@@ -137,12 +158,45 @@ void daemon_on_signal(uv_signal_t *h, int signum)
 		_exit(1);
 	}
 	log_info("signal %d: draining (%u saves in flight, %u waiting)", signum, d->nsaves, d->nwaiting);
-	sd_notify(0, "STOPPING=1");
-	d->draining = true;
-	d->on_work_ended = maybe_finish_drain;
-	server_stop(d);
-	save_cancel_waiting(d, -ESHUTDOWN, "ckptd is shutting down; this save was not admitted");
-	wait_cancel_all(d, -ESHUTDOWN, "ckptd is shutting down; the step's wait ended");
-	uv_timer_start(&d->drain_timer, on_drain_timeout, d->cfg.drain_timeout_ms, 0);
-	maybe_finish_drain(d);
+	start_drain(d);
+}
+
+/* Nothing connected and nothing in flight: no session (a trainer's, a
+ * ckptctl's), no save (staged, uploading or waiting), no load or
+ * catalogue request, no retention run, no persist. Steps held only in
+ * memory do not count: they go with the daemon. */
+static bool idle(const struct daemon *d)
+{
+	return d->nsessions == 0 && d->nsaves == 0 && d->nwaiting == 0 && d->nloads == 0 && !d->gc_running &&
+	       d->ngc_pending == 0 && TAILQ_EMPTY(&d->persists);
+}
+
+static void on_idle_timer(uv_timer_t *t)
+{
+	struct daemon *d = t->data;
+	uint64_t now = clock_now_ns();
+	if (d->draining || !idle(d)) {
+		d->idle_since_ns = 0;
+		return;
+	}
+	if (d->idle_since_ns == 0) {
+		d->idle_since_ns = now;
+		return;
+	}
+	if (now - d->idle_since_ns < (uint64_t)d->cfg.idle_exit_ms * 1000000ull)
+		return;
+	log_info("idle for %u ms (idle_exit_ms): no session and nothing in flight; exiting", d->cfg.idle_exit_ms);
+	start_drain(d);
+}
+
+/* [server] idle_exit_ms: look four times per period (at most once a
+ * second, at least every 50 ms), so the exit comes at most a quarter late. */
+static void start_idle_timer(struct daemon *d)
+{
+	if (d->cfg.idle_exit_ms == 0)
+		return;
+	uint64_t period = d->cfg.idle_exit_ms / 4;
+	period = period < 50 ? 50 : period > 1000 ? 1000 : period;
+	d->idle_since_ns = clock_now_ns();
+	uv_timer_start(&d->idle_timer, on_idle_timer, period, period);
 }

@@ -558,6 +558,8 @@ static int start_loop(struct daemon *d)
 	d->finish_timer.data = d;
 	uv_timer_init(d->loop, &d->status_timer);
 	d->status_timer.data = d;
+	uv_timer_init(d->loop, &d->idle_timer);
+	d->idle_timer.data = d;
 	uv_signal_init(d->loop, &d->sigterm);
 	uv_signal_init(d->loop, &d->sigint);
 	uv_signal_init(d->loop, &d->sighup);

@@ -172,6 +172,7 @@ struct config {
 	unsigned copy_threads;
 	unsigned admit_timeout_ms;
 	unsigned drain_timeout_ms;
+	unsigned idle_exit_ms; /* [server] idle_exit_ms: exit when idle this long; 0: never (lifecycle.c) */
 	uid_t allowed_uids[CONFIG_MAX_IDS];
 	size_t n_allowed_uids;
 	gid_t allowed_gids[CONFIG_MAX_IDS];

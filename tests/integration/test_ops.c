@@ -258,8 +258,9 @@ static void test_metrics(void **state)
 	ckpt_buffer *b = NULL;
 	assert_int_equal(ckpt_buffer_alloc(c, 1 << 20, &b), 0);
 	uint64_t shape[1] = { 1 << 20 };
-	ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b,
-			  .nbytes = 1 << 20 };
+	ckpt_tensor t = {
+		.name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b, .nbytes = 1 << 20
+	};
 	ckpt_future *f = NULL;
 	assert_int_equal(ckpt_save(c, 1, &t, 1, NULL, 0, &f), 0);
 	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 30000), 0);
@@ -381,8 +382,9 @@ static void test_sigterm_drains(void **state)
 	ckpt_buffer *b = NULL;
 	assert_int_equal(ckpt_buffer_alloc(c, 8 << 20, &b), 0);
 	uint64_t shape[1] = { 8 << 20 };
-	ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b,
-			  .nbytes = 8 << 20 };
+	ckpt_tensor t = {
+		.name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b, .nbytes = 8 << 20
+	};
 	ckpt_future *f = NULL;
 	assert_int_equal(ckpt_save(c, 1, &t, 1, NULL, 0, &f), 0);
 	assert_int_equal(ckpt_future_wait(f, CKPT_STAGED, 30000), 0);
@@ -424,6 +426,50 @@ static void test_sigterm_drains(void **state)
 	h_cleanup(&d);
 }
 
+/* [server] idle_exit_ms: a daemon started on demand exits 0 once nothing
+ * is connected and nothing in flight, not while a session is open, and
+ * not while a save whose trainer went away is still uploading: that save
+ * becomes durable first. */
+static void test_idle_exit(void **state)
+{
+	(void)state;
+	struct dctx d;
+	h_init(&d);
+	h_start(&d, "[debug]\nstore_delay_ms = 1500\n[server]\nidle_exit_ms = 300\n");
+	ckpt_hello h = { .job = "idle", .rank = 0, .world_size = 1 };
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(d.sock, &h, &c), 0);
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, 8 << 20, &b), 0);
+	uint64_t shape[1] = { 8 << 20 };
+	ckpt_tensor t = {
+		.name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b, .nbytes = 8 << 20
+	};
+	h_fill(ckpt_buffer_data(b), 8 << 20, 7);
+	/* A session open and silent: no exit. */
+	usleep(800 * 1000);
+	int st;
+	assert_int_equal(waitpid(d.pid, &st, WNOHANG), 0);
+	/* The trainer saves and goes at once: the upload (1.5 s) keeps the
+	 * daemon, and the step becomes durable before it exits. */
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_save(c, 1, &t, 1, NULL, 0, &f), 0);
+	assert_int_equal(ckpt_future_wait(f, CKPT_STAGED, 30000), 0);
+	ckpt_future_free(f);
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+	usleep(700 * 1000);
+	assert_int_equal(waitpid(d.pid, &st, WNOHANG), 0);
+	assert_int_equal(waitpid(d.pid, &st, 0), d.pid);
+	d.pid = -1;
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	char dir[600], path[700];
+	snprintf(dir, sizeof(dir), "%s/idle/step-000000000001", d.store);
+	h_rank_object(dir, 0, 1, "manifest", path, sizeof(path)); /* fails unless exactly one */
+	h_cleanup(&d);
+}
+
 static void test_drain_deadline(void **state)
 {
 	(void)state;
@@ -436,8 +482,9 @@ static void test_drain_deadline(void **state)
 	ckpt_buffer *b = NULL;
 	assert_int_equal(ckpt_buffer_alloc(c, 8 << 20, &b), 0);
 	uint64_t shape[1] = { 8 << 20 };
-	ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b,
-			  .nbytes = 8 << 20 };
+	ckpt_tensor t = {
+		.name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b, .nbytes = 8 << 20
+	};
 	ckpt_future *f = NULL;
 	assert_int_equal(ckpt_save(c, 1, &t, 1, NULL, 0, &f), 0);
 	assert_int_equal(ckpt_future_wait(f, CKPT_STAGED, 30000), 0);
@@ -490,8 +537,9 @@ static void test_json_logs(void **state)
 	ckpt_buffer *b = NULL;
 	assert_int_equal(ckpt_buffer_alloc(c, 1 << 20, &b), 0);
 	uint64_t shape[1] = { 1 << 20 };
-	ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b,
-			  .nbytes = 1 << 20 };
+	ckpt_tensor t = {
+		.name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b, .nbytes = 1 << 20
+	};
 	ckpt_future *f = NULL;
 	assert_int_equal(ckpt_save(c, 5, &t, 1, NULL, 0, &f), 0);
 	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 30000), 0);
@@ -562,8 +610,9 @@ static void test_inflight_loads_cap(void **state)
 	ckpt_buffer *b = NULL;
 	assert_int_equal(ckpt_buffer_alloc(c, 1 << 20, &b), 0);
 	uint64_t shape[1] = { 1 << 20 };
-	ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b,
-			  .nbytes = 1 << 20 };
+	ckpt_tensor t = {
+		.name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b, .nbytes = 1 << 20
+	};
 	ckpt_future *f = NULL;
 	assert_int_equal(ckpt_save(c, 1, &t, 1, NULL, 0, &f), 0);
 	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 30000), 0);
@@ -667,8 +716,7 @@ static void test_sighup_reload(void **state)
 	ckpt_buffer *b = NULL;
 	assert_int_equal(ckpt_buffer_alloc(c, 4096, &b), 0);
 	uint64_t shape[1] = { 4096 };
-	ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b,
-			  .nbytes = 4096 };
+	ckpt_tensor t = { .name = "w", .dtype = CKPT_U8, .ndim = 1, .global_shape = shape, .buffer = b, .nbytes = 4096 };
 	for (uint64_t s = 1; s <= 3; s++) {
 		ckpt_future *fu = NULL;
 		assert_int_equal(ckpt_save(c, s, &t, 1, NULL, 0, &fu), 0);
@@ -722,6 +770,7 @@ int main(void)
 		cmocka_unit_test(test_metrics),
 		cmocka_unit_test(test_sigterm_drains),
 		cmocka_unit_test(test_drain_deadline),
+		cmocka_unit_test(test_idle_exit),
 		cmocka_unit_test(test_sighup_reload),
 		cmocka_unit_test(test_json_logs),
 		cmocka_unit_test(test_socket_in_use_exits_1),
