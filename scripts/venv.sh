@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Make (or reuse) the Python venv for the python and s3 suites: torch 2.x,
 # numpy, pytest, boto3 and moto[server] from PyPI, and the project's own wheel,
-# the distribution ckptd (import name ckpt, libckpt inside it): built from
-# the source tree with meson-python (pyproject.toml) into build-wheel/ and
-# installed, on every run, so that the python suite tests what pip installs.
+# the distribution ckptd (import name ckpt; libckpt, ckptd and ckptctl
+# inside it): built from the source tree with meson-python (pyproject.toml)
+# and repaired into a manylinux wheel (scripts/wheel.sh) in build-wheel/,
+# and installed, on every run, so that the python suite tests what pip
+# installs.
 # If PyPI torch cannot be installed, fall back to Debian's python3-torch
 # (1.13): the suite then skips what needs DCP and says so.
 set -uo pipefail
@@ -17,10 +19,12 @@ wheel() {
   # package.
   "$venv/bin/python" -c "import google_crc32c, zstandard, lightning, transformers, accelerate, mypy" 2>/dev/null ||
     "$venv/bin/pip" install -q google-crc32c zstandard lightning transformers accelerate mypy >/dev/null || return 1
-  rm -rf "$root/build-wheel"
   "$venv/bin/pip" uninstall -q -y ckpt >/dev/null 2>&1 # the package's name before it became ckptd
-  "$venv/bin/pip" wheel -q --no-deps -w "$root/build-wheel" "$root" >/dev/null &&
-    "$venv/bin/pip" install -q --no-deps --force-reinstall "$root"/build-wheel/ckptd-*.whl >/dev/null
+  # The manylinux wheel (scripts/wheel.sh: auditwheel repair), as a user
+  # installs it.
+  local whl
+  whl=$("$root/scripts/wheel.sh" "$venv/bin/python") &&
+    "$venv/bin/pip" install -q --no-deps --force-reinstall "$whl" >/dev/null
 }
 if [ -x "$venv/bin/python" ] && ok; then
   wheel && exit 0

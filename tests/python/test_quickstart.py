@@ -1,7 +1,7 @@
 """Issue 32: the README's quick start, run as written, saves every step's
 own weights. The Python blocks marked <!-- quickstart:NAME --> in
 README.md are taken from it and run against a real ckptd ($CKPTD_SOCKET,
-as the README sets it), with Checkpointer.save wrapped to record a clone
+which wins over the blocks' storage=: test_node.py starts daemons), with Checkpointer.save wrapped to record a clone
 of every tensor at the moment of the call; each step is then loaded back
 and compared bit for bit with what was saved. The same for the overlap
 block, where opt.step() follows save() at once and must wait for staged

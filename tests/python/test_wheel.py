@@ -55,3 +55,70 @@ def test_wheel_into_a_fresh_venv(daemon, tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert str(venv) in r.stdout
+
+
+MANYLINUX = sorted(glob.glob(os.path.join(ROOT, "build-wheel", "ckptd-*manylinux*.whl")))
+# What ckptd and libckpt link that no manylinux system provides: the wheel
+# must carry its own copies (ckptd.libs/).
+GRAFTED = ("libprotobuf-c.so.1", "libuv.so.1", "libisal.so.2", "libinih.so.1", "libjson-c.so.5", "libxxhash.so.0",
+           "libcurl.so.4", "libsystemd.so.0")
+
+
+@pytest.mark.skipif(not MANYLINUX, reason="no build-wheel/ckptd-*manylinux*.whl (scripts/venv.sh builds it)")
+def test_the_wheel_is_manylinux_and_carries_the_daemon():
+    """auditwheel show proves the tag scripts/wheel.sh gave it; the wheel
+    holds ckptd, ckptctl and the libraries they need."""
+    r = subprocess.run([sys.executable, "-m", "auditwheel", "show", MANYLINUX[-1]], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    said = " ".join(r.stdout.split())
+    assert 'consistent with the following platform tag: "manylinux_2_34_x86_64"' in said, said
+    assert MANYLINUX[-1].endswith("-manylinux_2_34_x86_64.whl")
+    import zipfile
+    names = zipfile.ZipFile(MANYLINUX[-1]).namelist()
+    for want in ("ckpt/_bin/ckptd", "ckpt/_bin/ckptctl", "ckpt/libckpt.so"):
+        assert want in names
+    libs = [n for n in names if n.startswith("ckptd.libs/")]
+    for so in GRAFTED:
+        stem = so.split(".so")[0]
+        assert any(os.path.basename(n).startswith(stem + "-") for n in libs), (so, libs)
+
+
+HIDDEN = r"""
+set -e
+for so in $LIBS; do
+  f=$(readlink -f /lib/x86_64-linux-gnu/$so 2>/dev/null || true)
+  [ -f "$f" ] && mount --bind /dev/null "$f"
+done
+# The system's copies are gone for this namespace ...
+if "$PY" -c "import ctypes; ctypes.CDLL('libprotobuf-c.so.1')" 2>/dev/null; then
+  echo "the system's libprotobuf-c is still there"; exit 1
+fi
+# ... and the wheel installs and runs without them.
+"$PY" -m venv "$T/venv"
+"$T/venv/bin/pip" install -q --no-deps --no-index "$WHEEL"
+"$T/venv/bin/ckptd" --version
+if ldd "$T"/venv/lib/python3*/site-packages/ckpt/_bin/ckptd | grep 'not found'; then exit 1; fi
+"$T/venv/bin/ckptctl" --version
+"$T/venv/bin/ckptd" --socket "$T/s.sock" --storage "file://$T/store" --state-dir "$T/state" \
+    --staging-bytes 64M --set server.idle_exit_ms=2000 2> "$T/ckptd.log" &
+for i in $(seq 100); do [ -S "$T/s.sock" ] && break; sleep 0.1; done
+cd / && "$T/venv/bin/python" -c "$ROUND_TRIP" "$T/s.sock"
+"""
+
+
+@pytest.mark.skipif(not MANYLINUX, reason="no build-wheel/ckptd-*manylinux*.whl (scripts/venv.sh builds it)")
+@pytest.mark.skipif(os.geteuid() != 0, reason="hiding the system's libraries takes a mount namespace (root)")
+def test_the_wheel_works_where_its_libraries_are_absent(tmp_path):
+    """In a mount namespace where protobuf-c, libuv, curl and the rest of
+    what ckptd links are hidden (/dev/null bound over them), pip installs
+    the wheel into a fresh venv, and its ckptd and libckpt save and
+    restore."""
+    env = clean_env()
+    env.update(LIBS=" ".join(GRAFTED), PY=sys.executable, T=str(tmp_path), WHEEL=MANYLINUX[-1],
+               ROUND_TRIP=ROUND_TRIP)
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", HIDDEN], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr + (tmp_path / "ckptd.log").read_text(errors="replace") \
+        if (tmp_path / "ckptd.log").exists() else r.stdout + r.stderr
+    assert "ok " in r.stdout

@@ -48,6 +48,7 @@ from typing import Any, Dict, List, Mapping, MutableMapping, Optional, Set, Tupl
 
 import torch
 
+from . import _node
 from ._cuda import CudaRegistrations, cuda_stream  # noqa: F401 (cuda_stream: ckpt.torch's, for ckpt.dcp)
 from ._fallback import Fallback
 from ._plan import SavePlans, flatten
@@ -182,7 +183,7 @@ class Checkpointer:
                  socket: Optional[str] = None, attempt_id: Optional[str] = None, policy: Optional[str] = None,
                  fallback_dir: Optional[str] = None, *, alone: bool = False, overlap: bool = False,
                  exist_ok: bool = False, compress: Optional[bool] = None,
-                 incremental: Optional[bool] = None) -> None:
+                 incremental: Optional[bool] = None, storage: Optional[str] = None) -> None:
         """Connect to ckptd as one rank of job.
 
         job: the checkpoint's name, 1-128 characters of [A-Za-z0-9._-].
@@ -230,7 +231,15 @@ class Checkpointer:
         incremental: whether pieces (a tensor's whole rows, at most [pool] piece_bytes, 4 MiB by default)
         unchanged since this rank's previous durable step are stored as
         references to it (docs/format.md "Pieces"), as compress: a frozen
-        base or an embedding table's untouched rows are then stored once."""
+        base or an embedding table's untouched rows are then stored once.
+
+        storage: where this job's steps go ("file:///abs/path",
+        "s3://bucket/prefix", "gs://bucket/prefix") when no ckptd runs on
+        the node: without socket= or $CKPTD_SOCKET, and with nothing at
+        the system socket (which always wins), local rank 0 starts this
+        user's daemon for that storage from the wheel and the other ranks
+        wait for it (ckpt._node; docs/python.md "A daemon started on
+        demand"). Ignored when a daemon answers: it has its own storage."""
         _compress(compress)  # a ValueError now, not at the first save
         _setting(incremental, "incremental")
         rank, world_size, local_rank = (0, 1, 0) if alone else resolve_rank(rank, world_size)
@@ -253,6 +262,7 @@ class Checkpointer:
         self._plans: Optional[SavePlans] = None
         self.client: Optional[Client]
         try:
+            socket = _node.resolve(socket, storage, local_rank)
             self.client = Client(socket, job=job, rank=rank, world_size=world_size, local_rank=local_rank,
                                  attempt_id=attempt_id, policy=policy)
         except DaemonUnavailable:
