@@ -359,8 +359,14 @@ class SaveFuture:
 
 class LoadFuture:
     """.loaded, a concurrent.futures.Future of a load's result: a dict
-    with step, bytes, extra (the step's extra bytes), source ("memory",
-    "peer", "storage" or "mixed"), sources (per tensor) and peer."""
+    with step, bytes, extra (the step's extra bytes), source, sources (per
+    tensor) and peer. source says where this load's bytes came from:
+    "memory" (this node's ckptd), "peer" (a copy from a peer ckptd's
+    memory, brought back for this load or by a show just before it, as
+    Checkpointer.load runs one: the first load that reads the copy says
+    "peer", later ones "memory"), "storage", or "mixed"; peer names the
+    peer(s) ("HOST:PORT", comma-separated) when a source is "peer", else
+    ""."""
 
     def __init__(self, native: Any) -> None:
         self._native = native
