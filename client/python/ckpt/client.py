@@ -154,7 +154,7 @@ class TensorSpec:
 
     def __init__(self, name: str, dtype: Union[str, int], shape: Sequence[int], buffer: Buffer, offset: int,
                  nbytes: int, offsets: Optional[Sequence[int]] = None, lengths: Optional[Sequence[int]] = None) -> None:
-        self.name, self.dtype, self.shape = name, dtype, tuple(int(s) for s in shape)
+        self.name, self.dtype, self.shape = name, dtype, tuple(map(int, shape))
         self.offsets = tuple(offsets) if offsets is not None else None
         self.lengths = tuple(lengths) if lengths is not None else None
         self.buffer, self.offset, self.nbytes = buffer, offset, nbytes
