@@ -148,12 +148,16 @@ static struct save *fetch_one(struct load *ld, const struct peer_want *w)
 	ld->pinned[ld->npinned] = sv;
 	ld->pin_flags[ld->npinned] = PIN_FETCHED;
 	ld->npinned++;
-	/* Loaded.peer: the peers the copies came from. */
+	load_note_peer(ld, sv);
+	return sv;
+}
+
+void load_note_peer(struct load *ld, const struct save *sv)
+{
 	if (strstr(ld->peer, sv->peer) == NULL) {
 		size_t n = strlen(ld->peer);
 		snprintf(ld->peer + n, sizeof(ld->peer) - n, "%s%s", n ? "," : "", sv->peer);
 	}
-	return sv;
 }
 
 /* Saved rank r's copy (of world ws) of a step not in storage, from the
@@ -452,6 +456,8 @@ static void plan_again_from_storage(struct load *ld, struct catalog_step *cs)
 	}
 	ld->from_peer_reads = false;
 	ld->no_shared = true;
+	for (size_t i = 0; i < ld->npinned; i++)
+		ld->pin_flags[i] &= (uint8_t)~PIN_READ_PEER;
 	for (size_t i = 0; i < ld->nreqs; i++) {
 		ld->reqs[i].covered = 0;
 		ld->reqs[i].napplied = 0;
@@ -574,6 +580,11 @@ static void load_done(uv_work_t *w, int status)
 	TAILQ_REMOVE(&d->loads, ld, link);
 	if (ld->bad_held) /* still pinned: freed by the unpin below */
 		memtier_drop_corrupt(d, (struct save *)ld->bad_held);
+	/* A peer's copy read by a load that succeeded is this node's now:
+	 * later loads of it say "memory". */
+	for (size_t i = 0; i < ld->npinned && ld->status == 0 && status == 0; i++)
+		if (ld->pin_flags[i] & PIN_READ_PEER)
+			ld->pinned[i]->peer_unread = false;
 	memtier_unpin(ld->pinned, ld->npinned);
 	if (ld->npinned)
 		save_admit_waiting(d); /* copies dropped while pinned are free now */
@@ -689,6 +700,11 @@ void load_start(struct daemon *d, const struct requester *rq, const Ckpt__Load *
 	}
 	for (size_t i = 0; i < ld->npinned; i++) {
 		ld->pin_flags[i] = ld->pinned[i]->durable ? PIN_DURABLE : 0;
+		/* Brought back from a peer by a show just before (ckpt.torch
+		 * shows its rank's manifest first): read, its bytes are the
+		 * peer's for this load too. */
+		if (ld->pinned[i]->from_peer && ld->pinned[i]->peer_unread)
+			ld->pin_flags[i] |= PIN_FETCHED;
 		/* A named step held here in memory only, by a copy of this
 		 * node's own: restored from there (a replica held for a peer
 		 * never decides it: memtier.h). */

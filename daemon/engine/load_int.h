@@ -39,7 +39,11 @@ struct load_req {
 #define SRC_PEER 4u /* a copy brought back from a peer for this load */
 
 #define PIN_DURABLE 1u /* the copy was in storage when pinned (held_copy) */
-#define PIN_FETCHED 2u /* brought from a peer by this load (fetch_copy) */
+/* Brought from a peer by this load (fetch_copy), or by a show just before
+ * it and read by no load since (save.peer_unread): read, its bytes are
+ * the peer's (SRC_PEER). */
+#define PIN_FETCHED 2u
+#define PIN_READ_PEER 4u /* a PIN_FETCHED copy this load read (plan_manifest) */
 
 struct load {
 	TAILQ_ENTRY(load) link; /* daemon.loads */
@@ -75,6 +79,9 @@ struct load {
 	uint8_t *extra;
 	size_t extra_len;
 };
+
+/* Loaded.peer: add the peer copy sv came from to those this load names. */
+void load_note_peer(struct load *ld, const struct save *sv);
 
 static inline int load_fail(struct load *ld, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Record the load's failure (the first one wins only by the callers' checks); returns status. */

@@ -504,8 +504,11 @@ int plan_manifest(struct exec *ex, const Ckpt__Manifest *m, const char *key, con
 	struct load *ld = ex->ld;
 	unsigned src = held ? SRC_MEMORY : SRC_STORAGE;
 	for (size_t i = 0; i < ld->npinned && held; i++)
-		if (ld->pinned[i] == held && (ld->pin_flags[i] & PIN_FETCHED))
+		if (ld->pinned[i] == held && (ld->pin_flags[i] & PIN_FETCHED)) {
 			src = SRC_PEER;
+			ld->pin_flags[i] |= PIN_READ_PEER;
+			load_note_peer(ld, held);
+		}
 	struct load_req **hits = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*hits));
 	struct box *cuts = calloc(ld->nreqs ? ld->nreqs : 1, sizeof(*cuts));
 	struct pieces *pc = NULL;

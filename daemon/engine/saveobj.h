@@ -98,8 +98,12 @@ struct save {
 	enum save_tier tier;
 	/* Peers (daemon/peer/): replica, a copy held for the peer named peer
 	 * (reclaimed before anything of this node's); from_peer, this node's
-	 * own copy brought back from the peer named peer for a restore. */
-	bool replica, from_peer;
+	 * own copy brought back from the peer named peer for a restore;
+	 * peer_unread, from_peer and read by no load yet: the first load that
+	 * reads it says it came from that peer (Loaded.source "peer"), even
+	 * when a show brought it back just before (catalog_req.c). Loop
+	 * thread, once held. */
+	bool replica, from_peer, peer_unread;
 	char peer[128];
 	char replicated_to[256]; /* a replicated save: the peers that hold it, comma-separated */
 	char job[JOB_BUF], attempt[ATTEMPT_BUF];

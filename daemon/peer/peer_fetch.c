@@ -163,7 +163,7 @@ static int take_copy(struct peer *p, struct fetch *ft, Ckpt__Manifest *m, const 
 			    : peer_recv_shard(l, sv, m, why, whylen);
 	struct commit c = { .sv = sv, .pin = true, .durable = w->expect != NULL };
 	if (r == 0) {
-		sv->from_peer = true;
+		sv->from_peer = sv->peer_unread = true;
 		snprintf(sv->peer, sizeof(sv->peer), "%s", name);
 		if (w->expect)
 			snprintf(sv->shard_name, sizeof(sv->shard_name), "%s", w->expect->shard_name);

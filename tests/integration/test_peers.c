@@ -350,7 +350,8 @@ static void test_killed_node_restores_from_peer(void **state)
 	rc_close(&rc);
 	/* Again, the way ckpt.torch restores: it shows its rank's manifest
 	 * first, which brings the copy back from the peer; the load then
-	 * reads memory. */
+	 * reads it here, and says where its bytes came from: the peer (a
+	 * second load: memory). */
 	node_kill(&c, 0);
 	h_start(&c.n[0], c.conf[0]);
 	rc_open(&c.n[0], &rc, "kill", 0, NODES, n);
@@ -361,9 +362,13 @@ static void test_killed_node_restores_from_peer(void **state)
 	assert_int_equal(det->ntensors, 1);
 	assert_string_equal(det->info.tier, "replicated");
 	ckpt_step_detail_free(det);
-	rc_load(&rc, 7, 0, src, sizeof(src), NULL, 0);
-	assert_string_equal(src, "memory");
+	rc_load(&rc, 7, 0, src, sizeof(src), peer, sizeof(peer));
+	assert_string_equal(src, "peer");
+	assert_string_equal(peer, want_peer);
 	assert_int_equal(h_metric(&c.n[0], "ckptd_restores_from_peers_total"), 1);
+	rc_load(&rc, 7, 0, src, sizeof(src), peer, sizeof(peer));
+	assert_string_equal(src, "memory");
+	assert_string_equal(peer, "");
 	/* A step nobody has: not found, saying where it looked. */
 	r = ckpt_show_rank(rc.c, "kill", 99, 0, &det);
 	assert_int_equal(r, -ENOENT);

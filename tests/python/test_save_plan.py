@@ -11,6 +11,7 @@ import torch
 
 import ckpt.format as ckpt_format
 import ckpt._regs
+import ckpt.client
 import ckpt.torch
 from ckpt.client import CkptError
 from conftest import same
@@ -230,4 +231,59 @@ def test_a_torch_that_will_not_swap_falls_back(daemon, monkeypatch):
         cp.save({k: v.detach() for k, v in sd.items()}, 2).durable.result()
         with ckpt.torch.Checkpointer("plan-noswap", socket=daemon.sock) as reader:
             out, _ = restore(reader, sd, 2)
+        assert same(out, sd)
+
+
+def test_the_arena_is_registered_as_it_fills(daemon, monkeypatch):
+    """A first save without prepare() (issue 40): the plan's file has its
+    pages at once (fallocate) and is registered on another thread while
+    the storages are copied into it, so the daemon maps it meanwhile; a
+    registration that fails fails the save and leaves nothing registered
+    (the next save makes the plan again), and a file that cannot have its
+    pages up front is registered after the copies. Each restores."""
+    import threading
+    if not ckpt._regs.CAN_SWAP:
+        pytest.skip("this torch has no UntypedStorage._swap_data_ptr_: no arena")
+    real = ckpt.client.Client.register_fds
+    seen = []
+
+    def watch(self, fds, sizes):
+        import os
+        main = threading.current_thread() is threading.main_thread()
+        seen.append((main, os.fstat(fds[0]).st_blocks * 512 >= sizes[0]))
+        return real(self, fds, sizes)
+    monkeypatch.setattr(ckpt.client.Client, "register_fds", watch)
+    sd = make_sd(30)
+    with ckpt.torch.Checkpointer("plan-fill", socket=daemon.sock) as cp:
+        cp.save(sd, 1).durable.result()
+        assert seen == [(False, True)], "registered off the trainer's thread, its pages allocated"
+        assert len({s.buffer for s in cp._plans.last.specs}) == 1
+        with ckpt.torch.Checkpointer("plan-fill", socket=daemon.sock) as reader:
+            out, _ = restore(reader, sd, 1)
+        assert same(out, sd)
+
+    def refuse(self, fds, sizes):
+        raise CkptError(errno.ENOMEM, "no room for the arena")
+    monkeypatch.setattr(ckpt.client.Client, "register_fds", refuse)
+    sd = make_sd(30)
+    with ckpt.torch.Checkpointer("plan-fill-refused", socket=daemon.sock) as cp:
+        with pytest.raises(CkptError, match="no room for the arena"):
+            cp.save(sd, 1)
+        assert not cp.client._buffers and cp._plans.last is None
+        monkeypatch.setattr(ckpt.client.Client, "register_fds", watch)
+        cp.save({k: v.detach() for k, v in sd.items()}, 2).durable.result()
+        with ckpt.torch.Checkpointer("plan-fill-refused", socket=daemon.sock) as reader:
+            out, _ = restore(reader, sd, 2)
+        assert same(out, sd)
+
+    def no_fallocate(fd, off, n):
+        raise OSError(errno.EOPNOTSUPP, "no fallocate here")
+    monkeypatch.setattr(ckpt._regs.os, "posix_fallocate", no_fallocate)
+    seen.clear()
+    sd = make_sd(30)
+    with ckpt.torch.Checkpointer("plan-fill-sparse", socket=daemon.sock) as cp:
+        cp.save(sd, 1).durable.result()
+        assert [m for m, _ in seen] == [True], "registered after the copies, on the trainer's thread"
+        with ckpt.torch.Checkpointer("plan-fill-sparse", socket=daemon.sock) as reader:
+            out, _ = restore(reader, sd, 1)
         assert same(out, sd)

@@ -247,7 +247,10 @@ def _two_peers(daemon_factory, tmp_path, serve_own=False):
 def test_replacement_node_restores_latest_from_its_peer(daemon_factory, tmp_path):
     """Two daemons replicate to each other; one is SIGKILLed and replaced by
     a fresh one (empty pool): Checkpointer.load() of "latest" finds the
-    memory step on the peer and restores it from there."""
+    memory step on the peer and restores it from there, and last_load
+    says so (the show load() runs first brought the copy back: its bytes
+    are the peer's all the same); a second load reads this node's
+    memory."""
     ds, ports = _two_peers(daemon_factory, tmp_path)
     with ckpt.torch.Checkpointer("tpeer", socket=ds[0].sock) as cp:
         cp.save(_sd(1), 1).result(30)
@@ -255,11 +258,17 @@ def test_replacement_node_restores_latest_from_its_peer(daemon_factory, tmp_path
         assert f.result(30) > 0 and f.replicated.result(30) == f.kept.result()
     ds[0].stop(signal.SIGKILL)
     ds[0].start()                                        # same config: same name in the ring
+    peer = "127.0.0.1:%d" % ports[1]
     with ckpt.torch.Checkpointer("tpeer", socket=ds[0].sock) as cp:
         [h] = cp.client.held()
-        assert h["step"] == 2 and h["peer"] == "127.0.0.1:%d" % ports[1]
+        assert h["step"] == 2 and h["peer"] == peer
         sd = _sd(0)
         assert cp.load(sd)[0] == 2 and _same(sd, _sd(2))
+        assert (cp.last_load["source"], cp.last_load["peer"]) == ("peer", peer)
+        assert set(cp.last_load["sources"].values()) == {"peer"}
+        sd = _sd(0)
+        assert cp.load(sd)[0] == 2 and _same(sd, _sd(2))
+        assert (cp.last_load["source"], cp.last_load["peer"]) == ("memory", "")
 
 
 def test_sealed_replicas_through_checkpointer(daemon_factory, tmp_path, monkeypatch):

@@ -287,8 +287,11 @@ uint64_t ckpt_future_step(ckpt_future *f);
 uint32_t ckpt_future_replicas(ckpt_future *f);
 /* For loads: the extra state saved with the step (valid until freed). */
 const void *ckpt_future_extra(ckpt_future *f, size_t *len);
-/* For loads, once loaded: "memory" (the daemon's memory tier), "peer" (a
- * copy from a peer daemon's memory), "storage", or "mixed"; "" before. */
+/* For loads, once loaded: where this load's bytes came from: "memory"
+ * (the daemon's memory tier), "peer" (a copy from a peer daemon's memory,
+ * brought back for this load or by a show just before it: the first load
+ * that reads the copy says "peer", later ones "memory"), "storage", or
+ * "mixed"; "" before. */
 const char *ckpt_future_source(ckpt_future *f);
 /* For loads from a peer: the peer ("HOST:PORT"); "" otherwise. */
 const char *ckpt_future_peer(ckpt_future *f);

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -189,7 +190,13 @@ class Registrations:
         every alias sees it, as with share_memory_(), but the daemon maps one
         file, not one per storage, and copies neighbouring tensors as one
         run (10,000 files cost it about 1 us each per save). Registered
-        once. Returns {key: Slot} under the storages' new addresses."""
+        once. Returns {key: Slot} under the storages' new addresses.
+
+        Most of its time is the new file's pages (a first save's, without
+        prepare(): issue 40). They are allocated in one call (fallocate),
+        and the file is registered at once on another thread, so that the
+        daemon maps and pre-faults its view (hostbuf.c) while the storages
+        are copied here, not after."""
         slots, off = [], 0
         for st in storages.values():
             off = (off + 63) & ~63
@@ -197,21 +204,44 @@ class Registrations:
             off += st.nbytes()
         total = max(off, 64)
         fd = os.memfd_create("ckpt-arena", os.MFD_CLOEXEC)
+        reg: Optional[threading.Thread] = None
+        got: List[object] = []  # the Buffer, or what register_fds raised
         try:
-            os.ftruncate(fd, total)
+            try:
+                os.posix_fallocate(fd, 0, total)
+            except OSError:
+                os.ftruncate(fd, total)  # a sparse file: the daemon maps it as the copies fill it
+            else:
+                reg = threading.Thread(target=_register, args=(self.client, fd, total, got), daemon=True)
+                reg.start()
             mm = mmap.mmap(fd, total)
             view = memoryview(mm)
             moved = []
-            for st, at in zip(storages.values(), slots):
-                nb = st.nbytes()
-                dst = torch.frombuffer(view[at:at + nb], dtype=torch.uint8)
-                dst.copy_(torch.empty(0, dtype=torch.uint8).set_(st, 0, (nb,), (1,)))
-                # The storage takes the arena's bytes; its old ones go with dst.
-                # (torch 2.15's, missing from its stubs; CAN_SWAP said it is there)
-                st._swap_data_ptr_(dst.untyped_storage())  # type: ignore[attr-defined]
-                moved.append(st)
-            del dst
-            [buf] = self.client.register_fds([fd], [total])
+            try:
+                for st, at in zip(storages.values(), slots):
+                    nb = st.nbytes()
+                    dst = torch.frombuffer(view[at:at + nb], dtype=torch.uint8)
+                    dst.copy_(torch.empty(0, dtype=torch.uint8).set_(st, 0, (nb,), (1,)))
+                    # The storage takes the arena's bytes; its old ones go with dst.
+                    # (torch 2.15's, missing from its stubs; CAN_SWAP said it is there)
+                    st._swap_data_ptr_(dst.untyped_storage())  # type: ignore[attr-defined]
+                    moved.append(st)
+                del dst
+            except BaseException:
+                if reg is not None:
+                    reg.join()
+                for b in got:
+                    if isinstance(b, Buffer):
+                        b.free()
+                raise
+            if reg is not None:
+                reg.join()
+            else:
+                _register(self.client, fd, total, got)
+            buf = got[0]
+            if isinstance(buf, BaseException):
+                raise buf  # what register_fds raised
+            assert isinstance(buf, Buffer)
         finally:
             os.close(fd)
         arena = Arena(buf, len(moved))
@@ -272,6 +302,14 @@ class Registrations:
         """Forget the host registrations (the Checkpointer closes: its
         client frees them all)."""
         self.shared, self.arena, self.scratch = {}, {}, {}
+
+
+def _register(client: Client, fd: int, nbytes: int, out: List[object]) -> None:
+    """Register an arena's file: its Buffer into out, or what was raised."""
+    try:
+        out.append(client.register_fds([fd], [nbytes])[0])
+    except BaseException as e:
+        out.append(e)
 
 
 def _bytes(spec: TensorSpec) -> torch.Tensor:

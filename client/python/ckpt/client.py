@@ -154,7 +154,7 @@ class TensorSpec:
 
     def __init__(self, name: str, dtype: Union[str, int], shape: Sequence[int], buffer: Buffer, offset: int,
                  nbytes: int, offsets: Optional[Sequence[int]] = None, lengths: Optional[Sequence[int]] = None) -> None:
-        self.name, self.dtype, self.shape = name, dtype, tuple(int(s) for s in shape)
+        self.name, self.dtype, self.shape = name, dtype, tuple(map(int, shape))
         self.offsets = tuple(offsets) if offsets is not None else None
         self.lengths = tuple(lengths) if lengths is not None else None
         self.buffer, self.offset, self.nbytes = buffer, offset, nbytes
@@ -359,8 +359,14 @@ class SaveFuture:
 
 class LoadFuture:
     """.loaded, a concurrent.futures.Future of a load's result: a dict
-    with step, bytes, extra (the step's extra bytes), source ("memory",
-    "peer", "storage" or "mixed"), sources (per tensor) and peer."""
+    with step, bytes, extra (the step's extra bytes), source, sources (per
+    tensor) and peer. source says where this load's bytes came from:
+    "memory" (this node's ckptd), "peer" (a copy from a peer ckptd's
+    memory, brought back for this load or by a show just before it, as
+    Checkpointer.load runs one: the first load that reads the copy says
+    "peer", later ones "memory"), "storage", or "mixed"; peer names the
+    peer(s) ("HOST:PORT", comma-separated) when a source is "peer", else
+    ""."""
 
     def __init__(self, native: Any) -> None:
         self._native = native

@@ -648,7 +648,11 @@ class Checkpointer:
     def load(self, state_dict: MutableMapping[str, Any], step: Union[int, str] = "latest") -> Tuple[int, Any]:
         """Load step (or the latest complete one) into state_dict, in place.
         Returns (step, extra). Tensors the dict lacks are created; non-tensor
-        values and the nesting come from the checkpoint."""
+        values and the nesting come from the checkpoint. self.last_load is
+        then the load's result (ckpt.client.LoadFuture): its "source" and
+        "peer" say where the bytes came from ("peer" and the peer's name
+        for a copy a replacement node brought back from a peer, though
+        the show that load runs first fetched it)."""
         self._check_open()
         if self.client is None:
             assert self._fallback is not None  # open, without a client
