@@ -41,8 +41,6 @@ import concurrent.futures
 import errno
 import os
 import pickle
-import re
-import time
 import weakref
 from typing import Any, Dict, List, Mapping, MutableMapping, Optional, Set, Tuple, Union
 
@@ -53,8 +51,9 @@ from ._cuda import CudaRegistrations, cuda_stream  # noqa: F401 (cuda_stream: ck
 from ._fallback import Fallback
 from ._plan import SavePlans, flatten
 from ._regs import Registrations
+from ._saving import _INFLIGHT, SaveFuture, SaveTracking, _failure, _finished, _phases, _resumed  # noqa: F401
 from ._tree import DTYPE_CODES, TORCH_DTYPES, _materialize, _Ref, load_meta  # noqa: F401
-from .client import _CONNECTION_ERRNOS, LATEST, CkptError, Client, DaemonUnavailable, Superseded, _compress, _setting
+from .client import LATEST, CkptError, Client, DaemonUnavailable, _compress, _setting
 
 __all__ = ["Checkpointer", "DTYPE_CODES", "DaemonUnavailable"]
 
@@ -69,32 +68,6 @@ def _raise_nofile():
     except (ImportError, ValueError, OSError):
         pass
 
-
-class SaveFuture:
-    """.staged, .kept, .replicated and .durable are concurrent.futures.Future
-    objects, None for a phase the save's tier never reaches (ckpt.SaveFuture;
-    docs/tiers.md "Tiers"); .step the step; .result() waits until the save is safe
-    at its tier."""
-
-    def __init__(self, inner: Any, step: int) -> None:
-        self._inner = inner
-        self.step = step
-        self.tier = getattr(inner, "tier", "durable")
-        self.staged = inner.staged
-        self.kept = getattr(inner, "kept", None)
-        self.replicated = getattr(inner, "replicated", None)
-        self.durable = inner.durable
-
-    def result(self, timeout: Optional[float] = None) -> Any:
-        """Wait until the save is safe at its tier (durable, or kept);
-        its bytes, or raise CkptError."""
-        return self._inner.result(timeout)
-
-    @property
-    def daemon_stall(self) -> Optional[float]:
-        """Seconds ckptd took from the request to staged (None before
-        staged, and for fallback saves)."""
-        return getattr(self._inner, "daemon_stall", None)
 
 
 def _launcher():
@@ -134,36 +107,12 @@ def resolve_rank(rank: Optional[int] = None, world_size: Optional[int] = None) -
     return rank, world_size, local if local is not None else 0
 
 
-# ckptd's refusal of a save over max_inflight_saves (daemon/engine/save.c).
-_INFLIGHT = re.compile(r"(\d+) saves of job .* are in flight \(max_inflight_saves")
-
-
-def _phases(f):
-    """The phases of SaveFuture f its tier reaches, but replicated (whose
-    failure leaves the save kept): staged, then kept or durable."""
-    return [x for x in (f.staged, f.kept, f.durable) if x is not None]
-
-
-def _finished(f):
-    """Whether every phase of SaveFuture f (but replicated) is done."""
-    return all(x.done() for x in _phases(f))
-
-
-def _failure(fut):
-    """A completed future's exception, without marking it seen."""
-    return None if fut.cancelled() else concurrent.futures.Future.exception(fut, 0)
-
-
-# Jobs some Checkpointer of this process loaded (or tried to load) from,
-# as (socket, job): saving into them continues them (Checkpointer exist_ok).
-_resumed: "set[tuple[str, str]]" = set()
-
 # Layers whose train-mode forward changes saved tensors in place (running
 # statistics): with overlap=model, their forward waits for staged.
 _STAT_LAYERS = (torch.nn.modules.batchnorm._NormBase,)
 
 
-class Checkpointer:
+class Checkpointer(SaveTracking):
     """Saves and loads one job's state dicts through this node's ckptd.
 
         cp = ckpt.torch.Checkpointer("llama")      # socket: $CKPTD_SOCKET or /run/ckptd/ckptd.sock
@@ -178,6 +127,8 @@ class Checkpointer:
     A save that fails after save() returned raises at the next save(),
     wait() or close().
     """
+
+    _FALLBACK = "the torch.save fallback"
 
     def __init__(self, job: str, rank: Optional[int] = None, world_size: Optional[int] = None,
                  socket: Optional[str] = None, attempt_id: Optional[str] = None, policy: Optional[str] = None,
@@ -326,109 +277,6 @@ class Checkpointer:
 
     # ---- failures after save() returned ----
 
-    def _check_saves(self):
-        """Forget finished saves; raise the first failure of one nobody
-        has seen (its futures' result() or exception() not called), naming
-        the step. A save superseded under the coalesce policy, and one
-        that is kept but not replicated, are not failures."""
-        keep, failed = [], []
-        for f in self._inflight:
-            phases = _phases(f)
-            bad = [x for x in phases if x.done() and _failure(x) is not None]
-            if bad:
-                err = _failure(bad[0])
-                # Seen once (a phase's result() raised it) is seen.
-                if not any(getattr(x, "seen", True) for x in bad) and not isinstance(err, Superseded):
-                    failed.append((f, err))
-                for x in phases:
-                    x.seen = True
-            elif not all(x.done() for x in phases):
-                keep.append(f)
-        self._inflight = keep
-        if failed:
-            f, err = failed[0]
-            more = f" (and {len(failed) - 1} later save(s) failed too)" if len(failed) > 1 else ""
-            raise CkptError(err.errno or errno.EIO,
-                            f"step {f.step} of job '{self.job}' was not saved: {err.strerror or err}{more}") from err
-
-    def wait(self, timeout: Optional[float] = None) -> None:
-        """Wait until every save this Checkpointer started is safe at its
-        tier (durable, or kept for a memory save) and raise the first
-        failure nobody has seen (CkptError naming the step). TimeoutError
-        after timeout seconds."""
-        self._check_open()
-        last = []
-        for f in self._inflight:
-            last += _phases(f)
-        _, pending = concurrent.futures.wait(last, timeout)
-        if pending:
-            raise TimeoutError(f"{len({id(f) for f in self._inflight})} save(s) of job '{self.job}' not finished "
-                               f"after {timeout} s")
-        self._check_saves()
-
-    def wait_complete(self, step: Optional[int] = None, timeout: Optional[float] = None) -> Dict[str, Any]:
-        """Wait until step (default: the last one this checkpointer saved)
-        is complete in storage on every rank, and pin it as a restore
-        would; its entry as Client.list gives it. This rank's save of the
-        step is waited for first (and its failure raised). Call it on every
-        rank instead of polling list() or a barrier: the ranks of a node
-        share their daemon's one poll of storage. timeout: seconds (None:
-        no limit; 0: look once); CkptError ETIMEDOUT, saying how many
-        ranks are in storage, when it is not complete in time. A memory or
-        replicated step reaches storage only once persisted (persist()).
-        Without ckptd (fallback_dir) each rank's file is durable when
-        save() returns and there is nothing to ask: ValueError."""
-        self._check_open()
-        if self.client is None:
-            raise ValueError("wait_complete() needs ckptd; with the torch.save fallback each rank's file is "
-                             "durable when save() returns")
-        last = self._last_save
-        if step is None:
-            if last is None:
-                raise ValueError("wait_complete(): nothing saved yet; name the step")
-            step = last.step
-        if timeout is not None and timeout == float("inf"):
-            timeout = None
-        end = None if timeout is None else time.monotonic() + timeout
-        if last is not None and last.step == int(step) and last.tier == "durable":
-            try:
-                last.result(timeout)
-            except concurrent.futures.TimeoutError:
-                raise CkptError(errno.ETIMEDOUT, f"step {step} of job '{self.job}': this rank's save is not "
-                                f"durable within the wait's timeout") from None
-        left = None if end is None else max(0.0, end - time.monotonic())
-        return self.client.wait_complete(int(step), timeout=left)
-
-    def _check_fresh(self):
-        """The first save into a job with steps, by a process that did not
-        load from it, raises (exist_ok; rank 0 asks the daemon once it
-        answered: a refusal, or a listing that failed, asks again at the
-        next save)."""
-        if self.exist_ok or self.rank != 0 or (self.client.socket, self.job) in _resumed:
-            self._fresh_checked = True
-            return
-        try:
-            # Complete steps only: every rank's save of a step is in it, rank
-            # 0's too, so none is this run's (the other ranks' first saves
-            # may be listed already, incomplete).
-            steps = sorted({s["step"] for s in self.client.list(self.job) if s["job"] == self.job and s["complete"]})
-        except CkptError as e:
-            if e.errno in _CONNECTION_ERRNOS and e.errno != errno.ENOENT:
-                raise
-            # A job never seen (nothing to collide with), or storage that
-            # did not answer (not this save's to fail: asked again next time).
-            self._fresh_checked = e.errno == errno.ENOENT
-            return
-        self._fresh_checked = not steps
-        if steps:
-            have = (f"complete step {steps[0]}" if len(steps) == 1
-                    else f"{len(steps)} complete steps ({steps[0]} to {steps[-1]})")
-            raise CkptError(errno.EEXIST,
-                            f"job '{self.job}' already has {have} and this process has not loaded from it: "
-                            f"to resume, call load() before saving; to start afresh, use a new job name or "
-                            f"remove the old steps (ckptctl rm {self.job} STEP); to add steps anyway, "
-                            "Checkpointer(..., exist_ok=True)")
-
     # ---- its parts ----
 
     def _drop_plan(self) -> None:
@@ -486,34 +334,10 @@ class Checkpointer:
         self._check_saves()
         if not self._fresh_checked:
             self._check_fresh()
-        while True:
-            self._make_room()
-            fut = self._save(state_dict, step, extra, tier)
-            self._inflight.append(fut)
-            if self.overlap:
-                self._unstaged.append(fut)
-                return fut
-            try:
-                fut.staged.result()  # staged: the trainer may change the tensors
-                return fut
-            except CkptError as e:
-                self._inflight.pop()  # raised here: not again at the next call
-                m = _INFLIGHT.search(str(e)) if e.errno == errno.EBUSY else None
-                if m is None or not any(not _finished(f) for f in self._inflight):
-                    raise
-                # More saves in flight than the daemon takes: wait for ours.
-                self._max_inflight = max(1, int(m.group(1)))
-
-    def _make_room(self):
-        """Backpressure: while this rank has as many saves in flight as
-        the daemon admits (max_inflight_saves: 4 by default, or what its
-        refusal said), wait for the oldest to finish, rather than have
-        ckptd refuse the next with EBUSY."""
-        while True:
-            busy = [f for f in self._inflight if not _finished(f)]
-            if len(busy) < self._max_inflight:
-                return
-            concurrent.futures.wait(_phases(busy[0]))
+        fut = self._submit(lambda: self._save(state_dict, step, extra, tier), bool(self.overlap))
+        if self.overlap:
+            self._unstaged.append(fut)
+        return fut
 
     def _save(self, state_dict: Mapping[str, Any], step: int, extra: Any, tier: str) -> SaveFuture:
         client, regs, plans = self._live()
@@ -532,42 +356,6 @@ class Checkpointer:
                                                             incremental=self.incremental), step))
         return self._track(SaveFuture(client.save(step, p.specs, blob, tier=tier, compress=self.compress,
                                                   incremental=self.incremental), step))
-
-    def _track(self, fut: SaveFuture) -> SaveFuture:
-        self._last_save = fut
-        return fut
-
-    def persist(self, step: Optional[int] = None) -> SaveFuture:
-        """Make a memory or replicated step durable (default: the last one
-        this checkpointer saved), for example when the job is told to stop:
-        this rank's save of it is waited for first, then this node's daemon
-        uploads every copy of the step it holds in memory. Call it on every
-        rank (each node persists its own ranks' copies; a copy persisted
-        already is not written again). Returns a SaveFuture whose .durable
-        and result() complete once they are durable."""
-        self._check_open()
-        last = getattr(self, "_last_save", None)
-        if step is None:
-            if last is None:
-                raise ValueError("persist(): nothing saved yet; name the step")
-            step = last.step
-        if self.client is None:
-            raise ValueError("persist() needs ckptd; the torch.save fallback is durable already")
-        if last is not None and last.step == int(step):
-            last.result()  # its copy must be kept before it can be persisted
-        return SaveFuture(self.client.persist(int(step)), int(step))
-
-    # ---- load ----
-
-    def _held_steps(self):
-        """The steps this node's daemon holds in memory only for this rank
-        (at this world size): restorable here, unknown to storage. Durable
-        copies are storage's to count (its latest needs every rank)."""
-        try:
-            return sorted({h["step"] for h in self.client.held()
-                           if h["world_size"] == self.world_size and not h["durable"]})
-        except Exception:
-            return []  # an older daemon: storage only
 
     def _resolve_step(self, step, pin=False, first=None):
         """The one step every rank loads. "latest" is the newer of two: the
@@ -620,30 +408,6 @@ class Checkpointer:
             raise CkptError(box[0][1], f"rank 0 could not decide {what}: {box[0][2]}")
         self._in_every_memory = box[0][1] in common
         return box[0][1]
-
-    def _decide(self, want, in_memory):
-        """want (LATEST or a step) resolved by the daemon from storage, or
-        from in_memory (the steps every rank's daemon holds for it): with
-        LATEST, the newest of them when it is newer than storage's or
-        storage has none; a named step held in memory by every rank when
-        storage has not got it. A storage error other than none raises: it
-        never falls back."""
-        import errno as _errno
-        from .client import CkptError
-        newest = max(in_memory) if in_memory else None
-        try:
-            stored = self.client.resolve(want)
-        except CkptError as e:
-            if e.errno != _errno.ENOENT:
-                raise
-            if want == LATEST and newest is not None:
-                return newest
-            if want != LATEST and want in in_memory:
-                return want
-            raise
-        if want == LATEST and newest is not None and newest > stored:
-            return newest
-        return stored
 
     def load(self, state_dict: MutableMapping[str, Any], step: Union[int, str] = "latest") -> Tuple[int, Any]:
         """Load step (or the latest complete one) into state_dict, in place.
