@@ -15,10 +15,11 @@ ok() { "$venv/bin/python" -c "import torch, pytest, numpy, boto3, moto.server" 2
 wheel() {
   # What the suite also tests with: ckpt.format's fast CRC32C (it falls back
   # to pure Python without it) and its zstd (for compressed steps), the
-  # frameworks of ckpt's plugins, and the type checker the suite runs on the
+  # frameworks of ckpt's plugins (jax and orbax-checkpoint: ckpt.jax and
+  # ckpt.orbax, tested on CPU), and the type checker the suite runs on the
   # package.
-  "$venv/bin/python" -c "import google_crc32c, zstandard, lightning, transformers, accelerate, mypy" 2>/dev/null ||
-    "$venv/bin/pip" install -q google-crc32c zstandard lightning transformers accelerate mypy >/dev/null || return 1
+  "$venv/bin/python" -c "import google_crc32c, zstandard, lightning, transformers, accelerate, mypy, jax, orbax.checkpoint" 2>/dev/null ||
+    "$venv/bin/pip" install -q google-crc32c zstandard lightning transformers accelerate mypy jax orbax-checkpoint >/dev/null || return 1
   "$venv/bin/pip" uninstall -q -y ckpt >/dev/null 2>&1 # the package's name before it became ckptd
   # The manylinux wheel (scripts/wheel.sh: auditwheel repair), as a user
   # installs it.

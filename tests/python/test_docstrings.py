@@ -8,7 +8,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PKG = os.path.join(ROOT, "client", "python", "ckpt")
 # Constructors whose arguments users pass: their own docstring says them.
 CONSTRUCTORS = {("torch.py", "Checkpointer"), ("lightning.py", "CkptdCheckpointIO"), ("hf.py", "CkptdCallback"),
-                ("client.py", "Client")}
+                ("client.py", "Client"), ("jax.py", "Checkpointer"), ("orbax.py", "Handler")}
 
 
 def missing():

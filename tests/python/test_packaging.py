@@ -1,7 +1,7 @@
 """pyproject.toml's extras: pip install 'ckptd[torch]', 'ckptd[lightning]',
-'ckptd[hf]' and 'ckptd[zstd]' bring what ckpt.torch / ckpt.dcp,
-ckpt.lightning, ckpt.hf and ckpt.format's reading of compressed steps
-import; the wheel itself requires none of them."""
+'ckptd[hf]', 'ckptd[jax]' and 'ckptd[zstd]' bring what ckpt.torch /
+ckpt.dcp, ckpt.lightning, ckpt.hf, ckpt.jax / ckpt.orbax and ckpt.format's
+reading of compressed steps import; the wheel itself requires none of them."""
 import os
 import re
 
@@ -27,6 +27,7 @@ def _names(reqs):
     ("lightning", {"torch", "lightning"}),
     ("hf", {"torch", "transformers", "accelerate"}),
     ("zstd", {"zstandard", "numpy"}),
+    ("jax", {"jax", "orbax-checkpoint"}),
 ])
 def test_extra_requires(extra, wanted):
     extras = _extras()
@@ -48,3 +49,13 @@ def test_zstandard_stays_optional():
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         project = tomllib.load(f)["project"]
     assert "zstandard" not in _names(project.get("dependencies", [])), project.get("dependencies")
+
+
+def test_every_module_is_installed():
+    """client/python/meson.build installs every module of the package (the
+    wheel and meson install hold what it lists, nothing else)."""
+    pkg = os.path.join(ROOT, "client", "python", "ckpt")
+    with open(os.path.join(ROOT, "client", "python", "meson.build")) as f:
+        listed = set(re.findall(r"'ckpt/([^']+)'", f.read()))
+    have = {n for n in os.listdir(pkg) if n.endswith(".py") or n == "py.typed"}
+    assert have == listed, (sorted(have - listed), sorted(listed - have))
