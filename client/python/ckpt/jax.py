@@ -485,8 +485,8 @@ class Checkpointer(SaveTracking):
             except CkptError as e:
                 err = e
         self._inflight = []
-        if self._layout is not None and self.client is not None:
-            self._layout = None  # the client's close frees its buffer and table
+        self._layout = None  # the client's close frees its buffer, table and device registrations
+        self._cuda.regs = {}
         if self.client is not None:
             self.client.close()
             self.client = None
