@@ -61,6 +61,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import jax
 import numpy as np
 
+from . import _node
 from ._saving import SaveFuture, SaveTracking, _phases, _resumed
 from .client import LATEST, Buffer, CkptError, Client, DaemonUnavailable, TensorSpec, cuda_allocation, cuda_identity
 
@@ -317,12 +318,13 @@ class Checkpointer(SaveTracking):
     def __init__(self, job: str, rank: Optional[int] = None, world_size: Optional[int] = None,
                  socket: Optional[str] = None, attempt_id: Optional[str] = None, policy: Optional[str] = None,
                  *, exist_ok: bool = False, compress: Optional[bool] = None,
-                 incremental: Optional[bool] = None) -> None:
+                 incremental: Optional[bool] = None, storage: Optional[str] = None) -> None:
         """Connect to ckptd as this process's rank of job. job, socket,
-        attempt_id, policy, exist_ok, compress and incremental as
-        ckpt.torch.Checkpointer's; rank and world_size are jax's process
-        index and count (given by hand they must agree). Raises
-        ckpt.DaemonUnavailable when no ckptd answers."""
+        attempt_id, policy, exist_ok, compress, incremental and storage
+        (this user's daemon started on demand when none runs; local rank 0
+        is $LOCAL_RANK's, else 0) as ckpt.torch.Checkpointer's; rank and
+        world_size are jax's process index and count (given by hand they
+        must agree). Raises ckpt.DaemonUnavailable when no ckptd answers."""
         rank, world_size = _process_rank(rank, world_size)
         self.job, self.rank, self.world_size = job, rank, world_size
         self.exist_ok, self.compress, self.incremental = exist_ok, compress, incremental
@@ -331,8 +333,10 @@ class Checkpointer(SaveTracking):
         self._max_inflight = 4
         self._last_save: Optional[SaveFuture] = None
         self.last_load: Optional[Dict[str, Any]] = None
+        local_rank = int(os.environ.get("LOCAL_RANK") or 0)
+        socket = _node.resolve(socket, storage, local_rank)
         self.client: Optional[Client] = Client(socket, job=job, rank=rank, world_size=world_size,
-                                               attempt_id=attempt_id, policy=policy)
+                                               local_rank=local_rank, attempt_id=attempt_id, policy=policy)
         self._layout: Optional[_Layout] = None
         self._cuda = _Cuda(self.client)
 

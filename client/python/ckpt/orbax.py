@@ -80,14 +80,15 @@ class Handler(ocp.handlers.AsyncCheckpointHandler):
     only); restores from the step ckptd.json names."""
 
     def __init__(self, job: str, socket: Optional[str] = None, *, exist_ok: bool = False,
-                 compress: Optional[bool] = None, incremental: Optional[bool] = None) -> None:
+                 compress: Optional[bool] = None, incremental: Optional[bool] = None,
+                 storage: Optional[str] = None) -> None:
         """Connect to ckptd as this process's rank of job (ckpt.jax.Checkpointer,
-        with its exist_ok, compress and incremental): ckpt.DaemonUnavailable
-        when no ckptd answers."""
+        with its exist_ok, compress, incremental and storage):
+        ckpt.DaemonUnavailable when no ckptd answers."""
         self.job = job
         self._orphans_cleared = False
         self.checkpointer = Checkpointer(job, socket=socket, exist_ok=exist_ok, compress=compress,
-                                         incremental=incremental)
+                                         incremental=incremental, storage=storage)
 
     async def async_save(self, directory: epath.Path, args: Save) -> Optional[List[Any]]:
         """Save args.item as args.step (default: the Orbax step); returns
