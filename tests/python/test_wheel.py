@@ -73,7 +73,7 @@ def test_the_wheel_is_manylinux_and_carries_the_daemon():
     assert r.returncode == 0, r.stdout + r.stderr
     said = " ".join(r.stdout.split())
     assert 'consistent with the following platform tag: "manylinux_2_34_x86_64"' in said, said
-    assert MANYLINUX[-1].endswith("-manylinux_2_34_x86_64.whl")
+    assert MANYLINUX[-1].endswith("-py3-none-manylinux_2_34_x86_64.whl")  # any Python 3: no extension module
     import zipfile
     names = zipfile.ZipFile(MANYLINUX[-1]).namelist()
     for want in ("ckpt/_bin/ckptd", "ckpt/_bin/ckptctl", "ckpt/libckpt.so"):
@@ -122,3 +122,38 @@ def test_the_wheel_works_where_its_libraries_are_absent(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr + (tmp_path / "ckptd.log").read_text(errors="replace") \
         if (tmp_path / "ckptd.log").exists() else r.stdout + r.stderr
     assert "ok " in r.stdout
+
+
+def other_pythons():
+    """Python 3 interpreters here other than this one (pyenv's, or on
+    $PATH), newest of each minor version: the trainer images' 3.10 and 3.12
+    among them where present."""
+    import shutil
+    found = {}
+    mine = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    for minor in ("3.9", "3.10", "3.12", "3.13"):
+        if minor == mine:
+            continue
+        cands = sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{minor}.*/bin/python3")))
+        path = cands[-1] if cands else shutil.which(f"python{minor}")
+        if path:
+            found[minor] = path
+    return found
+
+
+@pytest.mark.skipif(not MANYLINUX, reason="no build-wheel/ckptd-*manylinux*.whl (scripts/venv.sh builds it)")
+@pytest.mark.skipif(not other_pythons(), reason="no Python 3 here but the suite's")
+@pytest.mark.parametrize("minor", sorted(other_pythons()) or ["none"])
+def test_one_wheel_for_every_python(daemon, tmp_path, minor):
+    """The wheel is py3-none: the same file installs into a venv of
+    another Python 3 and saves and restores there."""
+    py = other_pythons()[minor]
+    venv = tmp_path / "venv"
+    subprocess.run([py, "-m", "venv", str(venv)], check=True, timeout=300)
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", "--no-index", MANYLINUX[-1]],
+                         capture_output=True, text=True, timeout=300)
+    assert pip.returncode == 0, pip.stdout + pip.stderr
+    r = subprocess.run([str(venv / "bin" / "python"), "-c", ROUND_TRIP, daemon.sock], env=clean_env(), cwd="/",
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert str(venv) in r.stdout
