@@ -229,3 +229,25 @@ def test_a_shared_runtime_directory_is_refused(monkeypatch, tmp_path):
     os.chmod(tmp_path / "ckptd", 0o777)
     with pytest.raises(ckpt.CkptError, match="alone"):
         ckpt._node.runtime_dir()
+
+
+DCP = r"""
+import sys, torch, torch.distributed.checkpoint as dcp, ckpt.dcp as cd
+store = sys.argv[1]
+sd = {"w": torch.arange(1000, dtype=torch.float32), "b": torch.ones(3, dtype=torch.bfloat16)}
+dcp.save(sd, storage_writer=cd.Writer("dcpjob", step=1, storage=store))
+cd.close_all()
+got = {k: torch.zeros_like(v) for k, v in sd.items()}
+dcp.load(got, storage_reader=cd.Reader("dcpjob", step=1, storage=store))
+assert all(torch.equal(got[k], sd[k]) for k in sd)
+print("dcp ok")
+"""
+
+
+def test_dcp_writer_and_reader_start_the_daemon_too(node, fresh, tmp_path):
+    """storage= on ckpt.dcp's Writer and Reader (and ckpt.lightning's,
+    ckpt.hf's, ckpt.jax's) reaches the Checkpointer's: the daemon is
+    started for it."""
+    env, store = node
+    assert run(fresh, env, DCP, store).strip().endswith("dcp ok")
+    assert glob.glob(f"{tmp_path}/store/dcpjob/step-000000000001/*.manifest")

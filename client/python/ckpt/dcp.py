@@ -117,15 +117,15 @@ def _identity(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]
 
 
 def _checkpointer(job: str, rank: int, world_size: int, socket: Optional[str], attempt_id: Optional[str],
-                  policy: Optional[str]) -> Checkpointer:
+                  policy: Optional[str], storage: Optional[str] = None) -> Checkpointer:
     """One Checkpointer per identity, shared by Writer/Reader objects, so the
     shared-memory registrations carry over from one save to the next."""
-    key = (job, rank, world_size, socket, attempt_id, policy)
+    key = (job, rank, world_size, socket, attempt_id, policy, storage)
     with _cache_lock:
         cp = _cache.get(key)
         if cp is None or cp.client is None:
             cp = _cache[key] = Checkpointer(job, rank=rank, world_size=world_size, socket=socket,
-                                            attempt_id=attempt_id, policy=policy)
+                                            attempt_id=attempt_id, policy=policy, storage=storage)
         return cp
 
 
@@ -189,7 +189,9 @@ class Writer(StorageWriter, AsyncStager):
     save then raises CkptError EEXIST, as ckpt.torch.Checkpointer's;
     loading through a Reader first continues the job). Writers and Readers
     of one identity share one Checkpointer, and so its connection and
-    registrations. Raises ValueError when step_of() reads no step from
+    registrations. storage: where steps go when no ckptd runs on the node
+    (this user's daemon is then started, as ckpt.torch.Checkpointer's
+    storage=). Raises ValueError when step_of() reads no step from
     step."""
 
     # async_save never calls synchronize_staging() itself: with blocking
@@ -200,10 +202,10 @@ class Writer(StorageWriter, AsyncStager):
     def __init__(self, job: str, step: Optional[int] = None, socket: Optional[str] = None, rank: Optional[int] = None,
                  world_size: Optional[int] = None, attempt_id: Optional[str] = None, policy: Optional[str] = None,
                  async_staging: bool = False, tier: str = "durable", exist_ok: bool = False,
-                 compress: Optional[bool] = None) -> None:
+                 compress: Optional[bool] = None, storage: Optional[str] = None) -> None:
         super().__init__()
         self.exist_ok = exist_ok
-        self.job, self.socket = job, socket
+        self.job, self.socket, self.storage = job, socket, storage
         self.step = None if step is None else step_of(step)
         self.tier = tier
         self.compress = compress
@@ -220,7 +222,7 @@ class Writer(StorageWriter, AsyncStager):
 
     def _cp(self) -> Checkpointer:
         rank, ws = _identity(self.rank, self.world_size)
-        return _checkpointer(self.job, rank, ws, self.socket, self.attempt_id, self.policy)
+        return _checkpointer(self.job, rank, ws, self.socket, self.attempt_id, self.policy, self.storage)
 
     def _step(self) -> int:
         """This Writer's step; ValueError without one."""
@@ -431,12 +433,14 @@ class Reader(StorageReader):
     job: the job's name. step: "latest" (default; None and LATEST alike),
     the newest step every rank can restore, decided in read_metadata();
     else an int or a checkpoint_id step_of() reads (ValueError when it
-    reads none). socket, rank, world_size, attempt_id: as Writer's."""
+    reads none). socket, rank, world_size, attempt_id, storage: as
+    Writer's."""
 
     def __init__(self, job: str, step: Union[int, str] = "latest", socket: Optional[str] = None,
-                 rank: Optional[int] = None, world_size: Optional[int] = None, attempt_id: Optional[str] = None) -> None:
+                 rank: Optional[int] = None, world_size: Optional[int] = None, attempt_id: Optional[str] = None,
+                 storage: Optional[str] = None) -> None:
         super().__init__()
-        self.job, self.socket = job, socket
+        self.job, self.socket, self.storage = job, socket, storage
         self.step = step if step in (None, "latest", LATEST) else step_of(step)
         self.rank, self.world_size, self.attempt_id = rank, world_size, attempt_id
         self._resolved: Optional[int] = None
@@ -444,7 +448,7 @@ class Reader(StorageReader):
 
     def _cp(self) -> Checkpointer:
         rank, ws = _identity(self.rank, self.world_size)
-        return _checkpointer(self.job, rank, ws, self.socket, self.attempt_id, None)
+        return _checkpointer(self.job, rank, ws, self.socket, self.attempt_id, None, self.storage)
 
     def reset(self, checkpoint_id: CheckpointId = None) -> None:
         """StorageReader.reset: a checkpoint_id (dcp.load's) sets the step

@@ -63,13 +63,16 @@ class CkptdCallback(TrainerCallback):
     docstring)."""
 
     def __init__(self, job: str, socket: Optional[str] = None, attempt_id: Optional[str] = None,
-                 exist_ok: bool = False) -> None:
+                 exist_ok: bool = False, storage: Optional[str] = None) -> None:
         """job: the ckptd job; socket: ckptd's socket (default
         $CKPTD_SOCKET, else /run/ckptd/ckptd.sock); exist_ok: save into a
         job that has steps without resuming from it (by default the first
         save then raises, unless the training resumed: from
-        checkpoint_dir(), or from any checkpoint with a global step)."""
+        checkpoint_dir(), or from any checkpoint with a global step); storage:
+        where steps go when no ckptd runs on the node (this user's daemon is
+        then started, as ckpt.torch.Checkpointer's storage=)."""
         self.job, self.socket, self.attempt_id, self.exist_ok = job, socket, attempt_id, exist_ok
+        self.storage = storage
         self._cp: Optional[Checkpointer] = None
         self._futs: List[SaveFuture] = []
         self._resumed = False
@@ -77,7 +80,7 @@ class CkptdCallback(TrainerCallback):
     def _checkpointer(self) -> Checkpointer:
         if self._cp is None:
             self._cp = Checkpointer(self.job, socket=self.socket, attempt_id=self.attempt_id, alone=True,
-                                    exist_ok=self.exist_ok or self._resumed)
+                                    exist_ok=self.exist_ok or self._resumed, storage=self.storage)
         return self._cp
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
@@ -150,12 +153,12 @@ class CkptdCallback(TrainerCallback):
 
 
 def checkpoint_dir(job: str, output_dir: Union[str, "os.PathLike[str]"], step: Union[int, str] = "latest",
-                   socket: Optional[str] = None) -> Optional[str]:
+                   socket: Optional[str] = None, storage: Optional[str] = None) -> Optional[str]:
     """Write step (default: the latest complete one) of job as a Trainer
     checkpoint directory under output_dir; its path, or None when the job
-    has no complete step. A CkptdCallback of the same job in this process
+    has no complete step (storage: as CkptdCallback's). A CkptdCallback of the same job in this process
     then continues the job (its first save does not raise EEXIST)."""
-    with Checkpointer(job, socket=socket, alone=True) as cp:
+    with Checkpointer(job, socket=socket, alone=True, storage=storage) as cp:
         if step == "latest":
             client = cp._live()[0]
             done = [s["step"] for s in client.list(job) if s["complete"]]

@@ -81,7 +81,7 @@ class CkptdCheckpointIO(CheckpointIO):
     (module docstring)."""
 
     def __init__(self, job: str, socket: Optional[str] = None, attempt_id: Optional[str] = None,
-                 remove_steps: bool = True, exist_ok: bool = False) -> None:
+                 remove_steps: bool = True, exist_ok: bool = False, storage: Optional[str] = None) -> None:
         """job: the ckptd job (its steps are the trainer's global steps);
         socket: ckptd's socket (default $CKPTD_SOCKET, else
         /run/ckptd/ckptd.sock); remove_steps: a step no pointer names any
@@ -89,9 +89,11 @@ class CkptdCheckpointIO(CheckpointIO):
         removed from ckptd too; exist_ok: save into a job that has steps
         without resuming from it (by default the first save then raises:
         a second run of the same script must resume, with
-        fit(ckpt_path=...), or use a new job name)."""
+        fit(ckpt_path=...), or use a new job name); storage: where steps go
+        when no ckptd runs on the node (this user's daemon is then started,
+        as ckpt.torch.Checkpointer's storage=)."""
         super().__init__()
-        self.job, self.socket, self.attempt_id = job, socket, attempt_id
+        self.job, self.socket, self.attempt_id, self.storage = job, socket, attempt_id, storage
         self.remove_steps, self.exist_ok = remove_steps, exist_ok
         self._cp: Optional[Checkpointer] = None
         self._lock = threading.Lock()
@@ -105,7 +107,7 @@ class CkptdCheckpointIO(CheckpointIO):
     def _checkpointer(self) -> Checkpointer:
         if self._cp is None:
             self._cp = Checkpointer(self.job, socket=self.socket, attempt_id=self.attempt_id, alone=True,
-                                    exist_ok=self.exist_ok)
+                                    exist_ok=self.exist_ok, storage=self.storage)
         return self._cp
 
     def _write_pointer(self, path: str, step: int) -> None:
