@@ -408,8 +408,10 @@ static void test_inflight_cap_per_rank(void **state)
 	 * is in flight even on a loaded machine (1.5 s was not, once). */
 	h_start(&slow, "[limits]\nmax_inflight_saves = 1\n[debug]\nstore_delay_ms = 4000\n");
 	struct rank a, b;
-	rank_open_at(&a, slow.sock, "cap", 0, 2, "a", 100);
-	rank_open_at(&b, slow.sock, "cap", 1, 2, "a", 100);
+	/* 2 MiB a rank: two of the harness's 1 MiB chunks, so the shard is
+	 * written in two parts and store_delay_ms applies between them. */
+	rank_open_at(&a, slow.sock, "cap", 0, 2, "a", 1 << 19);
+	rank_open_at(&b, slow.sock, "cap", 1, 2, "a", 1 << 19);
 	save_start(&a, 1, 'a');
 	assert_int_equal(ckpt_future_wait(a.f, CKPT_STAGED, 60000), 0);
 	/* A step being written cannot be removed meanwhile (steplock). */
