@@ -154,6 +154,18 @@ static int read_manifest(struct store *s, const char *key, const char *job, uint
 	return 0;
 }
 
+int catalog_get_manifest(struct store *s, const char *job, uint64_t step, uint32_t rank, uint32_t ws,
+			 const char *attempt, Ckpt__Manifest **out, char *err, size_t errlen)
+{
+	char key[768];
+	int r = manifest_key_attempt(key, sizeof(key), job, step, rank, ws, attempt);
+	if (r < 0) {
+		snprintf(err, errlen, "job and attempt names make too long a key");
+		return r;
+	}
+	return read_manifest(s, key, job, step, rank, ws, attempt, out, err, errlen);
+}
+
 /* A format 1 manifest: its attempt is known only from inside it. */
 static int add_legacy(struct store *s, const char *job, uint64_t step, const char *dir, const struct step_name *sn,
 		      const char *name, struct catalog_step *out)

@@ -103,6 +103,11 @@ int catalog_read_all(struct store *s, const char *job, struct catalog_step *cs);
  * index that is damaged, too large or not the commit's attempt is
  * ignored (a warning once); a failure to write it never fails the show. */
 int catalog_read_all_indexed(struct store *s, const char *job, struct catalog_step *cs);
+/* One GET of rank's manifest (of world ws, attempt) of job/step, checked
+ * (its contents match its name): 0, -ENOENT, -EBADMSG (err says why), or
+ * a storage error. */
+int catalog_get_manifest(struct store *s, const char *job, uint64_t step, uint32_t rank, uint32_t ws,
+			 const char *attempt, Ckpt__Manifest **out, char *err, size_t errlen);
 /* The commit object of job/step: 0 and attempt and ws filled, -ENOENT, -EBADMSG. */
 int catalog_read_commit(struct store *s, const char *job, uint64_t step, char *attempt, size_t cap, uint32_t *ws);
 /* Steps of job, ascending, malloc'd. */

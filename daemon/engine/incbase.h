@@ -1,9 +1,10 @@
 /* Incremental steps (docs/format.md "Pieces"): per (job, rank, world
- * size), the pieces of that rank's newest durable step on this daemon,
+ * size), the pieces of that rank's newest durable step (saved here, or read back),
  * with their hashes and where their stored bytes are, so that the next
  * save stores a piece whose bytes have not changed as a reference to them.
- * Thread-safe (uploads run on the threadpool); kept in memory only: the
- * first save after a start stores everything. */
+ * Thread-safe (uploads run on the threadpool); kept in memory, and after
+ * a start read back from storage by the first save (upload.c
+ * base_from_storage). */
 #ifndef CKPTD_INCBASE_H
 #define CKPTD_INCBASE_H
 

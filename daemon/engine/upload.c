@@ -184,6 +184,47 @@ static int write_refs(struct save *sv, struct store *st, const struct stored_sha
 	return 0;
 }
 
+/* No base in memory for sv's rank (the first save since this daemon
+ * started, or the rank moved here): the newest older step of this rank in
+ * storage becomes it, so a restart does not store a frozen base again.
+ * Flat in the world size: 1 LIST of the job's steps, then for the newest
+ * step before sv's, 1 GET of its commit object (the attempt every reader
+ * loads; else sv's own attempt) and 1 GET of this rank's manifest. Any
+ * failure only means no base: the save then stores every piece. */
+static struct incbase *base_from_storage(struct save *sv, struct store *st)
+{
+	uint64_t *steps = NULL;
+	size_t n = 0;
+	if (catalog_steps(st, sv->job, &steps, &n) < 0)
+		return NULL;
+	uint64_t prev = 0;
+	bool found = false;
+	for (size_t i = n; i-- > 0 && !found;)
+		if (steps[i] < sv->step) {
+			prev = steps[i];
+			found = true;
+		}
+	free(steps);
+	if (!found)
+		return NULL;
+	char attempt[ATTEMPT_BUF], err[512];
+	uint32_t ws = 0;
+	if (catalog_read_commit(st, sv->job, prev, attempt, sizeof(attempt), &ws) < 0 || ws != sv->world_size)
+		snprintf(attempt, sizeof(attempt), "%s", sv->attempt);
+	Ckpt__Manifest *m = NULL;
+	char ref[768];
+	int r = catalog_get_manifest(st, sv->job, prev, sv->rank, sv->world_size, attempt, &m, err, sizeof(err));
+	if (r == 0 && manifest_shard_ref(m, ref, sizeof(ref)) == 0 && m->n_pieces > 0 && incbase_record(m, ref) == 0)
+		log_info("save %" PRIu64 ": %s rank %u: step %" PRIu64 " in storage is the base of incremental saves",
+			 sv->id, sv->job, sv->rank, prev);
+	else if (r < 0 && r != -ENOENT)
+		log_warn("save %" PRIu64 ": %s rank %u: no base from step %" PRIu64 " (%s); storing every piece",
+			 sv->id, sv->job, sv->rank, prev, err);
+	if (m)
+		ckpt__manifest__free_unpacked(m, NULL);
+	return incbase_get(sv->job, sv->rank, sv->world_size);
+}
+
 /* The stored form of sv's shard (compress.h): compressed, and with
  * incremental the pieces this rank's previous step holds the same bytes
  * of as references to them, written down (write_refs) before anything
@@ -194,8 +235,11 @@ static int make_stored(struct save *sv, struct store *st, struct stored_shard *s
 	struct shard_opts o = { .compress = sv->compress,
 				.incremental = sv->incremental,
 				.piece_bytes = sv->piece_bytes };
-	if (sv->incremental)
+	if (sv->incremental) {
 		o.base = incbase_get(sv->job, sv->rank, sv->world_size);
+		if (o.base == NULL)
+			o.base = base_from_storage(sv, st);
+	}
 	if (o.base && o.base->step >= sv->step) { /* a step saved again, or out of order: nothing older */
 		incbase_unref(o.base);
 		o.base = NULL;

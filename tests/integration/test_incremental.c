@@ -5,7 +5,8 @@
  * steps restores bit-exact, whole and resharded, after retention ran
  * (it kept those steps); a flipped byte in a referenced object fails the
  * load naming that object; rm refuses a referenced step; after a restart
- * (no base) a save stores everything again and retention frees the rest. */
+ * a save takes its base from storage; a save with incremental off stores
+ * everything again and retention frees the rest. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -126,6 +127,26 @@ static void save_step(uint64_t step)
 	tensors(t, b);
 	ckpt_future *f = NULL;
 	assert_int_equal(ckpt_save(c, step, t, NT, NULL, 0, &f), 0);
+	int r = ckpt_future_wait(f, CKPT_DURABLE, 60000);
+	if (r != 0)
+		fail_msg("durable: %s: %s", ckpt_strerror(r), ckpt_future_message(f));
+	ckpt_future_free(f);
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+}
+
+/* save_step with incremental off for this save: every piece stored. */
+static void save_step_full(uint64_t step)
+{
+	ckpt_client *c = connect_rank(0, 1);
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, total(), &b), 0);
+	fill(ckpt_buffer_data(b), step);
+	ckpt_tensor t[NT];
+	tensors(t, b);
+	ckpt_save_opts o = { .incremental = CKPT_OFF };
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_save_ex(c, step, t, NT, NULL, 0, &o, &f), 0);
 	int r = ckpt_future_wait(f, CKPT_DURABLE, 60000);
 	if (r != 0)
 		fail_msg("durable: %s: %s", ckpt_strerror(r), ckpt_future_message(f));
@@ -348,9 +369,11 @@ static void test_damaged_referenced_object(void **state)
 	free(want);
 }
 
-/* rm of a referenced step is refused; after a restart (no base) a save
- * stores everything, and retention then frees the steps nobody refers
- * to. */
+/* rm of a referenced step is refused. After a restart the daemon has no
+ * base in memory: the first save takes it from storage (step 3's
+ * manifest), so it refers to the shards step 3 did. A save with
+ * incremental off stores everything, and retention then frees the steps
+ * nobody refers to. */
 static void test_rm_and_restart(void **state)
 {
 	(void)state;
@@ -361,26 +384,48 @@ static void test_rm_and_restart(void **state)
 	h_start(&D, CONF);
 	save_step(4);
 	Ckpt__Manifest *m = read_manifest(4);
-	assert_int_equal(bytes_in(m, 0), m->shard_bytes);
+	assert_int_equal(bytes_in(m, 1), 8u * 1048576 + 2 * 4u * 1048576);
+	assert_int_equal(bytes_in(m, 2), 4u * 1048576);
+	assert_int_equal(bytes_in(m, 3), 4u * 1048576);
+	assert_true(bytes_in(m, 0) < 5u * 1048576);
 	ckpt__manifest__free_unpacked(m, NULL);
-	static const uint64_t four[1] = { 4 };
-	steps_are(four, 1);
+	assert_true(exists("refs/step-000000000004/step-000000000003/rank-00000-of-00001.a"));
+	static const uint64_t upto4[4] = { 1, 2, 3, 4 };
+	steps_are(upto4, 4);
+	save_step_full(5);
+	m = read_manifest(5);
+	assert_int_equal(m->n_refs, 0); /* no pieces at all: neither compressed nor incremental */
+	assert_int_equal(m->n_pieces, 0);
+	ckpt__manifest__free_unpacked(m, NULL);
+	static const uint64_t five[1] = { 5 };
+	steps_are(five, 1);
 	/* The pass goes on after the manifests (what ckpt_list sees): the
 	 * shards, then the refs, last. */
-	for (int i = 0; i < 100 && exists("refs/step-000000000003"); i++)
+	for (int i = 0; i < 100 && (exists("refs/step-000000000003") || exists("refs/step-000000000004")); i++)
 		usleep(50 * 1000);
 	assert_false(exists("refs/step-000000000003"));
-	/* And step 5 refers to 4 again. */
-	save_step(5);
-	m = read_manifest(5);
-	assert_true(bytes_in(m, 4) > 20u * 1048576);
+	assert_false(exists("refs/step-000000000004"));
+	/* Step 5 has no pieces to refer to, and the base in memory is still
+	 * step 4, whose pieces lie in steps being removed: step 6's save sees
+	 * their manifests gone (the handshake) and stores everything; step 7
+	 * refers to step 6. */
+	save_step(6);
+	m = read_manifest(6);
+	assert_int_equal(bytes_in(m, 0), m->shard_bytes);
 	ckpt__manifest__free_unpacked(m, NULL);
-	/* Steps 1 and 2 lost their manifests to retention while step 3 still
-	 * referred to them (KEPT_NAME); with step 3 gone, a pass takes the
-	 * rest. */
+	save_step(7);
+	m = read_manifest(7);
+	assert_true(bytes_in(m, 6) > 20u * 1048576);
+	ckpt__manifest__free_unpacked(m, NULL);
+	/* Steps 1 to 3 lost their manifests to retention while a later step
+	 * still referred to them (KEPT_NAME); with those gone, a pass takes
+	 * the rest. */
 	assert_int_equal(h_ctl(&D, "gc " JOB, true, out, sizeof(out)), 0);
-	assert_false(exists("step-000000000001"));
-	assert_false(exists("step-000000000002"));
+	for (uint64_t k = 1; k <= 5; k++) {
+		char rel[64];
+		snprintf(rel, sizeof(rel), "step-%012llu", (unsigned long long)k);
+		assert_false(exists(rel));
+	}
 }
 
 /* With [storage] layout = spread, references name the spread directory

@@ -200,7 +200,7 @@ typedef struct {
 	 * (lossless; docs/format.md "Pieces"). */
 	int compress;
 	/* ckpt_setting: whether pieces that have not changed since this
-	 * rank's previous durable step on this daemon are stored as references
+	 * rank's previous durable step are stored as references
 	 * to it instead of again (docs/format.md "Pieces"). */
 	int incremental;
 } ckpt_save_opts;
