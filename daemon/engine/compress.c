@@ -11,10 +11,35 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
+
+/* What is left of the coding budget (compress_set_budget). */
+static _Atomic uint64_t budget_left = UINT64_MAX;
+
+void compress_set_budget(uint64_t bytes)
+{
+	atomic_store(&budget_left, bytes);
+}
+
+static bool reserve(uint64_t n)
+{
+	uint64_t left = atomic_load(&budget_left);
+	do {
+		if (left < n)
+			return false;
+	} while (!atomic_compare_exchange_weak(&budget_left, &left, left - n));
+	return true;
+}
+
+static void unreserve(uint64_t n)
+{
+	if (n)
+		atomic_fetch_add(&budget_left, n);
+}
 
 struct cutter {
 	struct piece_cut *v;
@@ -114,6 +139,7 @@ int compress_cut(const struct save_tensor *t, size_t n, uint64_t shard_bytes, ui
 
 void stored_shard_free(struct stored_shard *s)
 {
+	unreserve(s->reserved);
 	incbase_unref(s->base);
 	free(s->refs);
 	free(s->hashes);
@@ -167,7 +193,9 @@ struct share {
 	int phase;
 	size_t first, last;
 	uint8_t *buf;
-	uint64_t *at; /* per piece of the share: where its coded bytes are in buf */
+	uint64_t *at;      /* per piece of the share: where its coded bytes are in buf */
+	uint64_t reserved; /* of the budget, for buf's bytes */
+	size_t over_budget;
 	int err;
 	char why[200];
 	pthread_t th;
@@ -202,25 +230,40 @@ static void *hash_share(struct share *sh)
 	return NULL;
 }
 
+/* Room in sh->buf for n more bytes after used: grown by doubling. */
+static bool buf_room(struct share *sh, uint64_t used, uint64_t n, uint64_t *cap)
+{
+	if (used + n <= *cap)
+		return true;
+	uint64_t want = *cap * 2 > used + n ? *cap * 2 : used + n;
+	uint8_t *p = realloc(sh->buf, (size_t)want);
+	if (p == NULL)
+		return false;
+	sh->buf = p;
+	*cap = want;
+	return true;
+}
+
 static void *code_share(struct share *sh)
 {
 	const struct piece_cut *cuts = sh->cuts;
-	uint64_t maxp = 0, total = 0;
+	uint64_t maxp = 0;
 	for (size_t i = sh->first; i < sh->last; i++) {
 		uint64_t len = cuts[i].end - cut_off(cuts, i);
 		if (sh->pieces[i].ref)
 			continue; /* in an older step's shard */
 		maxp = len > maxp ? len : maxp;
-		total += len;
 	}
 	size_t encap = planecodec_bound((size_t)maxp);
 	struct planecodec c;
 	uint8_t *tmp = malloc(maxp ? (size_t)maxp : 1), *enc = malloc(encap);
-	sh->buf = malloc(total ? (size_t)total : 1);
+	/* The coded bytes, grown as pieces shrink: each piece's share of the
+	 * daemon's budget is reserved before it is kept. */
+	uint64_t cap = 0;
 	sh->at = calloc(sh->last - sh->first + 1, sizeof(*sh->at));
 	bool have = false;
 	sh->err = -ENOMEM;
-	if (!tmp || !enc || !sh->buf || !sh->at || (sh->err = planecodec_init(&c, 0)) < 0)
+	if (!tmp || !enc || !sh->at || (sh->err = planecodec_init(&c, 0)) < 0)
 		goto out;
 	have = true;
 	uint64_t in_buf = 0;
@@ -239,7 +282,17 @@ static void *code_share(struct share *sh)
 				 len, strerror(-sh->err));
 			goto out;
 		}
+		if (k > 0 && (uint64_t)k < len && !reserve((uint64_t)k)) {
+			sh->over_budget++; /* stored as it is, from the pool */
+			continue;
+		}
 		if (k > 0 && (uint64_t)k < len) {
+			sh->reserved += (uint64_t)k;
+			if (!buf_room(sh, in_buf, (uint64_t)k, &cap)) {
+				sh->err = -ENOMEM;
+				snprintf(sh->why, sizeof(sh->why), "out of memory for coded pieces");
+				goto out;
+			}
 			memcpy(sh->buf + in_buf, enc, (size_t)k);
 			sh->at[i - sh->first] = in_buf;
 			in_buf += (uint64_t)k;
@@ -407,9 +460,12 @@ int compress_shard(const struct save *sv, unsigned nthreads, const struct shard_
 	}
 	if (r == 0 && o->compress)
 		r = run_phase(sh, nsh, CODE, why, whylen);
-	for (unsigned t = 0; t < nsh; t++)
+	for (unsigned t = 0; t < nsh; t++) {
 		if (sh[t].buf)
 			out->bufs[out->nbufs++] = sh[t].buf;
+		out->reserved += sh[t].reserved;
+		out->over_budget += sh[t].over_budget;
+	}
 	for (size_t i = 0, t = 0; i < n && r == 0; i++) {
 		Ckpt__ManifestPiece *p = &out->pieces[i];
 		while (t < nsh && i >= sh[t].last)

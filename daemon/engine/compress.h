@@ -47,6 +47,8 @@ struct stored_shard {
 	uint64_t bytes;       /* the object's */
 	uint64_t coded_bytes; /* raw bytes of the pieces planecodec stored */
 	uint64_t ref_bytes;   /* raw bytes of the pieces stored as references */
+	uint64_t reserved;    /* of the coding budget (compress_set_budget), given back by stored_shard_free */
+	size_t over_budget;   /* pieces that shrank but were stored as they are: the budget was spent */
 };
 
 /* What a save stores: its pieces compressed, hashed (incremental), and
@@ -66,5 +68,12 @@ struct shard_opts {
 int compress_shard(const struct save *sv, unsigned nthreads, const struct shard_opts *o, struct stored_shard *out,
 		   char *why, size_t whylen);
 void stored_shard_free(struct stored_shard *s);
+
+/* Coded pieces live outside the pool until their object is written: at
+ * most bytes of them daemon-wide, across every upload. A piece that would
+ * pass it is stored as it is (from the pool), so compression never needs
+ * more memory than the pool's share set here. Set once at start (main.c:
+ * a quarter of [pool] staging_bytes, at least 64 MiB); unset: no bound. */
+void compress_set_budget(uint64_t bytes);
 
 #endif

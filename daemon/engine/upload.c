@@ -260,6 +260,10 @@ static int make_stored(struct save *sv, struct store *st, struct stored_shard *s
 			upload_fail(sv, r, "%s", why);
 			break;
 		}
+		if (ss->over_budget)
+			log_warn("save %" PRIu64 ": %s step %" PRIu64 " rank %u: %zu pieces stored uncompressed: the "
+				 "memory for coded pieces (a quarter of the pool, daemon-wide) was in use",
+				 sv->id, sv->job, sv->step, sv->rank, ss->over_budget);
 		log_debug("save %" PRIu64 ": %s step %" PRIu64 " rank %u: %" PRIu64 " bytes stored in %" PRIu64
 			  " (%zu pieces, %" PRIu64 " bytes of them coded, %" PRIu64 " in older steps) in %.1f ms",
 			  sv->id, sv->job, sv->step, sv->rank, sv->shard_bytes, ss->bytes, ss->npieces, ss->coded_bytes,

@@ -4,7 +4,8 @@
  * whole and resharded (rows, columns, a row cut in several pieces);
  * verify passes; a damaged compressed piece and a damaged raw piece each
  * fail the load and verify loudly; a save may turn compression on or off
- * against the daemon's setting. */
+ * against the daemon's setting; coded pieces stay within their memory
+ * budget. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -485,6 +486,77 @@ static void test_persist_compresses(void **state)
 	h_cleanup(&E);
 }
 
+/* Coded pieces wait outside the pool for their upload, within a budget
+ * (compress.h; here [debug] compress_budget_bytes = 4M): a save whose
+ * coded pieces would need more stores the rest as they are, restores
+ * bit-exact, and gives the budget back for the next save. */
+static uint64_t coded_stored(const Ckpt__Manifest *m, size_t *n)
+{
+	uint64_t s = 0;
+	*n = 0;
+	for (size_t i = 0; i < m->n_pieces; i++)
+		if (m->pieces[i]->codec == CKPT__CODEC__CODEC_PLANES_ZSTD) {
+			s += m->pieces[i]->stored_bytes;
+			(*n)++;
+		}
+	return s;
+}
+
+static void test_budget_for_coded_pieces(void **state)
+{
+	(void)state;
+	struct dctx E;
+	h_init(&E);
+	h_start(&E, "compress = true\nmemory_tier = false\n[debug]\ncompress_budget_bytes = 4M\n");
+	ckpt_hello h = { .job = JOB, .rank = 0, .world_size = 1, .attempt_id = "a" };
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(E.sock, &h, &c), 0);
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, total, &b), 0);
+	fill(ckpt_buffer_data(b), 1);
+	ckpt_tensor t[NT];
+	for (int i = 0; i < NT; i++)
+		t[i] = (ckpt_tensor){ .name = T[i].name,
+				      .dtype = T[i].dtype,
+				      .ndim = T[i].ndim,
+				      .global_shape = T[i].shape,
+				      .buffer = b,
+				      .offset = offset(i),
+				      .nbytes = nbytes(i) };
+	for (uint64_t step = 1; step <= 2; step++) {
+		ckpt_future *f = NULL;
+		assert_int_equal(ckpt_save(c, step, t, NT, NULL, 0, &f), 0);
+		int r = ckpt_future_wait(f, CKPT_DURABLE, 60000);
+		if (r != 0)
+			fail_msg("durable: %s: %s", ckpt_strerror(r), ckpt_future_message(f));
+		ckpt_future_free(f);
+		char dir[600];
+		snprintf(dir, sizeof(dir), "%s/" JOB "/step-%012llu", E.store, (unsigned long long)step);
+		Ckpt__Manifest *m = h_rank_manifest(dir);
+		size_t n = 0;
+		uint64_t coded = coded_stored(m, &n);
+		assert_true(n >= 1);            /* what fits is coded, at every save */
+		assert_true(coded <= 4u << 20); /* within the budget */
+		assert_true(n < m->n_pieces - 1);
+		ckpt__manifest__free_unpacked(m, NULL);
+	}
+	memset(ckpt_buffer_data(b), 0xEE, total);
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_load_ex(c, 2, t, NT, CKPT_LOAD_STORAGE_ONLY, &f), 0);
+	int r = ckpt_future_wait(f, CKPT_LOADED, 60000);
+	if (r != 0)
+		fail_msg("load: %s: %s", ckpt_strerror(r), ckpt_future_message(f));
+	ckpt_future_free(f);
+	for (int i = 0; i < NT; i++)
+		assert_memory_equal((uint8_t *)ckpt_buffer_data(b) + offset(i), expect + offset(i), nbytes(i));
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+	char log[700];
+	snprintf(log, sizeof(log), "%s/ckptd.log", E.dir);
+	assert_int_equal(h_sh("grep -q 'stored uncompressed: the memory for coded pieces' %s", log), 0);
+	h_cleanup(&E);
+}
+
 /* A save may say otherwise than the daemon: off gives a format 1
  * manifest and a raw object. */
 static void test_save_turns_it_off(void **state)
@@ -505,7 +577,7 @@ int main(void)
 		cmocka_unit_test(test_restore_resharded),    cmocka_unit_test(test_verify_passes),
 		cmocka_unit_test(test_index_without_pieces), cmocka_unit_test(test_damaged_compressed_piece),
 		cmocka_unit_test(test_damaged_raw_piece),    cmocka_unit_test(test_persist_compresses),
-		cmocka_unit_test(test_save_turns_it_off),
+		cmocka_unit_test(test_save_turns_it_off),    cmocka_unit_test(test_budget_for_coded_pieces),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
