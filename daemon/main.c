@@ -516,9 +516,9 @@ static int start_memory(struct daemon *d)
 	}
 	log_info("pool: %u chunks of %" PRIu64 " MiB pre-faulted in %.0f ms%s", d->pool.nchunks,
 		 d->pool.chunk_bytes >> 20, (double)(clock_now_ns() - t0) / 1e6, d->pool.locked ? ", locked" : "");
-	/* Coded pieces wait outside the pool for their upload: a quarter of
+	/* Coded pieces wait outside the pool for their upload: half of
 	 * the pool's size at most, daemon-wide (compress.h). */
-	uint64_t budget = d->cfg.staging_bytes / 4 > (64u << 20) ? d->cfg.staging_bytes / 4 : (64u << 20);
+	uint64_t budget = d->cfg.staging_bytes / 2 > (64u << 20) ? d->cfg.staging_bytes / 2 : (64u << 20);
 	compress_set_budget(d->cfg.debug_compress_budget ? d->cfg.debug_compress_budget : budget);
 	d->cuda = cuda_open(d->cfg.copy_threads, d->cuda_why, sizeof(d->cuda_why));
 	if (d->cuda == NULL) {

@@ -342,7 +342,7 @@ const struct config_key config_keys[] = {
 	KEY("debug", "gc_delay_ms", cfg_u32, debug_gc_delay_ms, CFG_RESTART | CFG_DEBUG,
 	    .help = "tests only: pause at the start of each retention pass after a durable step"),
 	KEY("debug", "compress_budget_bytes", cfg_size, debug_compress_budget, CFG_RESTART | CFG_DEBUG,
-	    .help = "tests only: the memory for coded pieces waiting for upload (0: a quarter of the pool)"),
+	    .help = "tests only: the memory for coded pieces waiting for upload (0: half the pool)"),
 	KEY("debug", "corrupt_held", cfg_bool, debug_corrupt_held, CFG_RESTART | CFG_DEBUG,
 	    .help = "tests only: flip one byte of each copy the memory tier keeps"),
 	KEY("debug", "corrupt_replica", cfg_bool, debug_corrupt_replica, CFG_RESTART | CFG_DEBUG,

@@ -73,7 +73,7 @@ void stored_shard_free(struct stored_shard *s);
  * most bytes of them daemon-wide, across every upload. A piece that would
  * pass it is stored as it is (from the pool), so compression never needs
  * more memory than the pool's share set here. Set once at start (main.c:
- * a quarter of [pool] staging_bytes, at least 64 MiB); unset: no bound. */
+ * half of [pool] staging_bytes, at least 64 MiB); unset: no bound. */
 void compress_set_budget(uint64_t bytes);
 
 #endif

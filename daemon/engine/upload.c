@@ -262,7 +262,7 @@ static int make_stored(struct save *sv, struct store *st, struct stored_shard *s
 		}
 		if (ss->over_budget)
 			log_warn("save %" PRIu64 ": %s step %" PRIu64 " rank %u: %zu pieces stored uncompressed: the "
-				 "memory for coded pieces (a quarter of the pool, daemon-wide) was in use",
+				 "memory for coded pieces (half the pool, daemon-wide) was in use",
 				 sv->id, sv->job, sv->step, sv->rank, ss->over_budget);
 		log_debug("save %" PRIu64 ": %s step %" PRIu64 " rank %u: %" PRIu64 " bytes stored in %" PRIu64
 			  " (%zu pieces, %" PRIu64 " bytes of them coded, %" PRIu64 " in older steps) in %.1f ms",
