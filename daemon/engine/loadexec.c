@@ -319,9 +319,12 @@ static int read_pieces(struct exec *ex, const struct lread *rd, struct worker *w
 		w->done[a - rd->p0] = 1;
 		for (size_t i = a + 1; i < rd->p1; i++) {
 			uint64_t s = pc->at[i], e = s + pc->p[i]->stored_bytes;
-			if (w->done[i - rd->p0] || !pieces_same_object(pc, i, a) || s < end || s - end > READ_GAP ||
-			    e - start > w->cap)
+			if (w->done[i - rd->p0] || !pieces_same_object(pc, i, a) || s < end)
 				continue;
+			/* An object's pieces lie in raw order: its later ones are
+			 * further on still (any that are not get runs of their own). */
+			if (s - end > READ_GAP || e - start > w->cap)
+				break;
 			w->run[k++] = i;
 			w->done[i - rd->p0] = 1;
 			end = e;
