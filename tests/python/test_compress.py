@@ -302,3 +302,20 @@ def test_incremental_steps_restore_through_references(daemon):
     assert_same(steps[2], got)
     with pytest.raises(ValueError, match="incremental"):
         ckpt.torch.Checkpointer("inc", socket=daemon.sock, incremental="yes")
+
+
+def test_piece_fields_of_32_bits_read_as_the_daemon_reads_them():
+    """ManifestPiece's uint32 fields (codec, elem, ref) keep a varint's low
+    32 bits, as protobuf-c does: a crafted ref of 2**32 + 1 is ref 1 to
+    both readers, never an index only one of them takes."""
+    def varint(v):
+        out = bytearray()
+        while True:
+            b, v = v & 0x7F, v >> 7
+            out.append(b | (0x80 if v else 0))
+            if not v:
+                return bytes(out)
+    raw = (bytes([0x08]) + varint(4096) + bytes([0x10]) + varint(4096) + bytes([0x20]) + varint((1 << 32) + 4)
+           + bytes([0x30]) + varint((1 << 32) + 1) + bytes([0x38]) + varint(1 << 40))
+    p = ckpt.format._piece(raw)
+    assert (p["raw_bytes"], p["stored_bytes"], p["elem"], p["ref"], p["ref_offset"]) == (4096, 4096, 4, 1, 1 << 40)

@@ -113,12 +113,16 @@ def _tensor(b):
 def _piece(b):
     p = {"raw_bytes": 0, "stored_bytes": 0, "codec": 0, "elem": 0, "hash": b"", "ref": 0, "ref_offset": 0}
     for num, wt, v in _fields(b):
-        if num in (1, 2, 3, 4) and wt == 0:
-            p[("raw_bytes", "stored_bytes", "codec", "elem")[num - 1]] = v
+        if num in (1, 2) and wt == 0:
+            p[("raw_bytes", "stored_bytes")[num - 1]] = v
+        elif num in (3, 4) and wt == 0:
+            # 32-bit fields: the varint's low 32 bits, as protobuf-c reads
+            # them, so the daemon and this reader agree on any manifest.
+            p[("codec", "elem")[num - 3]] = v & 0xFFFFFFFF
         elif num == 5 and wt == 2:
             p["hash"] = bytes(v)
         elif num == 6 and wt == 0:
-            p["ref"] = v  # an index into the manifest's refs; _check_pieces names it
+            p["ref"] = v & 0xFFFFFFFF  # uint32: an index into the manifest's refs; _check_pieces names it
         elif num == 7 and wt == 0:
             p["ref_offset"] = v
     return p
