@@ -179,8 +179,10 @@ static void on_idle_timer(uv_timer_t *t)
 		d->idle_since_ns = 0;
 		return;
 	}
-	if (d->idle_since_ns == 0) {
-		d->idle_since_ns = now;
+	/* A session that came and went between two looks (a probe, a
+	 * ckptctl) was activity too. */
+	if (d->idle_since_ns == 0 || d->last_session_ns > d->idle_since_ns) {
+		d->idle_since_ns = d->idle_since_ns == 0 ? now : d->last_session_ns;
 		return;
 	}
 	if (now - d->idle_since_ns < (uint64_t)d->cfg.idle_exit_ms * 1000000ull)
@@ -195,6 +197,12 @@ static void start_idle_timer(struct daemon *d)
 {
 	if (d->cfg.idle_exit_ms == 0)
 		return;
+	/* With peers, replicas held for other nodes and replication in
+	 * flight are not this daemon's to drop on a whim. */
+	if (d->cfg.peer_listen[0]) {
+		log_warn("idle_exit_ms is ignored with [peers] listen set: this daemon holds other nodes' replicas");
+		return;
+	}
 	uint64_t period = d->cfg.idle_exit_ms / 4;
 	period = period < 50 ? 50 : period > 1000 ? 1000 : period;
 	d->idle_since_ns = clock_now_ns();

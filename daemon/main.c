@@ -31,6 +31,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -311,6 +312,18 @@ static int start_process(struct daemon *d)
 		}
 	} else if (errno != EEXIST) {
 		log_err("state dir %s: %s", d->cfg.state_dir, strerror(errno));
+		return -1;
+	}
+	/* One daemon per state dir: a second one's journal recovery would
+	 * abort the first's uploads and delete its shards. The lock is held
+	 * until the process ends, however it ends. */
+	char lock[1100];
+	snprintf(lock, sizeof(lock), "%s/lock", d->cfg.state_dir);
+	int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		log_err("state dir %s: %s", d->cfg.state_dir,
+			fd >= 0 && errno == EWOULDBLOCK ? "another ckptd is using it (it holds its lock)"
+							: strerror(errno));
 		return -1;
 	}
 	return 0;

@@ -190,7 +190,7 @@ const struct config_key config_keys[] = {
 	    .help = "with root, the gids that see every tenant on the main socket"),
 	KEY("server", "drain_timeout_ms", cfg_u32, drain_timeout_ms, 0, .def = DEFAULT_DRAIN_TIMEOUT_MS,
 	    .help = "how long a stop waits for saves to become durable"),
-	KEY("server", "idle_exit_ms", cfg_u32, idle_exit_ms, 0,
+	KEY("server", "idle_exit_ms", cfg_u32, idle_exit_ms, CFG_RESTART,
 	    .help = "exit once no session, save or load was seen this long (a daemon started on demand); 0: never"),
 
 	KEY("storage", "url", cfg_str, storage_url, CFG_RESTART, .flag = "storage", .flag_arg = "URL",

@@ -208,9 +208,10 @@ struct daemon {
 	bool metrics_on;
 	int metrics_port;
 	uint32_t metrics_conns;
-	uv_timer_t status_timer; /* sd_notify STATUS= and WATCHDOG=1 */
-	uv_timer_t idle_timer;   /* [server] idle_exit_ms (lifecycle.c) */
-	uint64_t idle_since_ns;  /* when the daemon was last seen busy; 0: busy now */
+	uv_timer_t status_timer;  /* sd_notify STATUS= and WATCHDOG=1 */
+	uv_timer_t idle_timer;    /* [server] idle_exit_ms (lifecycle.c) */
+	uint64_t idle_since_ns;   /* when the daemon was last seen busy; 0: busy now */
+	uint64_t last_session_ns; /* a session last opened or closed (session.c): one between two looks counts */
 	uint64_t watchdog_usec;
 	/* Hooks set at start by the modules above the engine, so that
 	 * completions flow up without calls into them. */

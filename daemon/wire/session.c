@@ -141,6 +141,7 @@ void session_close(struct session *s, int status, const char *fmt, ...)
 		save_detach_session(sv);
 	TAILQ_REMOVE(&s->d->sessions, s, link);
 	s->d->nsessions--;
+	s->d->last_session_ns = clock_now_ns(); /* idle_exit_ms counts from here (lifecycle.c) */
 	if (s->tenant >= 0) {
 		s->d->tenant_sessions[s->tenant]--;
 		s->d->tenant_registered[s->tenant] -= s->registered_bytes;
@@ -756,6 +757,7 @@ int session_start(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid, int
 	s->poll.data = s;
 	TAILQ_INSERT_TAIL(&d->sessions, s, link);
 	d->nsessions++;
+	d->last_session_ns = clock_now_ns();
 	if (tenant >= 0)
 		d->tenant_sessions[tenant]++;
 	session_set_events(s, UV_READABLE);

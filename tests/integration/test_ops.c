@@ -470,6 +470,26 @@ static void test_idle_exit(void **state)
 	h_cleanup(&d);
 }
 
+/* One daemon per state dir: a second one on the same journal would abort
+ * the first's uploads at its recovery. It exits 1 and says why; the first
+ * goes on serving. */
+static void test_state_dir_locked(void **state)
+{
+	(void)state;
+	struct dctx d;
+	h_init(&d);
+	h_start(&d, NULL);
+	char cmd[1600], out[8192];
+	snprintf(cmd, sizeof(cmd),
+		 "timeout 30 '%s' --socket '%s/other.sock' --state-dir '%s/state' --storage 'file://%s/other' "
+		 "--staging-bytes 16M --chunk-bytes 1M 2>&1",
+		 getenv("CKPTD_BIN"), d.dir, d.dir, d.dir);
+	assert_int_equal(h_run(cmd, out, sizeof(out)), 1);
+	assert_non_null(strstr(out, "another ckptd is using it"));
+	h_assert_serves(&d);
+	h_cleanup(&d);
+}
+
 static void test_drain_deadline(void **state)
 {
 	(void)state;
@@ -771,6 +791,7 @@ int main(void)
 		cmocka_unit_test(test_sigterm_drains),
 		cmocka_unit_test(test_drain_deadline),
 		cmocka_unit_test(test_idle_exit),
+		cmocka_unit_test(test_state_dir_locked),
 		cmocka_unit_test(test_sighup_reload),
 		cmocka_unit_test(test_json_logs),
 		cmocka_unit_test(test_socket_in_use_exits_1),
