@@ -189,3 +189,26 @@ def test_sharded_arrays_restore_onto_other_meshes(daemon, tmp_path):
         _, back = cp.restore(1)
     a = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
     assert same({"rows": jnp.asarray(a), "cols": jnp.asarray(a, jnp.bfloat16), "rep": jnp.arange(4)}, back)
+
+
+def test_orbax_new_run_does_not_remove_an_old_runs_steps(daemon_module, tmp_path):
+    """A new run that reuses a job name with a new (empty) Orbax directory
+    did not restore from the job: its first save fails with EEXIST, as
+    ckpt.jax's, and the old run's ckptd steps stay (the handler removes
+    steps Orbax never finalized only for a run that continues the job)."""
+    job = "orbax-reused"
+    said, _ = run_trainer(daemon_module, tmp_path, "first", job, "orbax", crash_at=10)
+    assert said[-2:] == ["saved", "10"], said
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"), JAX_PLATFORMS="cpu")
+    p = subprocess.run([sys.executable, os.path.join(HERE, "jax_train.py"), "--mode", "orbax", "--job", job,
+                        "--socket", daemon_module.sock, "--dir", str(tmp_path / "orbax-new"), "--out",
+                        str(tmp_path / "new.npz"), "--steps", "5"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode != 0 and ("EEXIST" in p.stderr or "exist" in p.stderr), p.stderr[-3000:]
+    import ckpt
+    c = ckpt.Client(daemon_module.sock)
+    try:
+        steps = sorted(s["step"] for s in c.list(job) if s["complete"])
+    finally:
+        c.close()
+    assert 5 in steps, steps

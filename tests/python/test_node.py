@@ -8,11 +8,13 @@ trainer SIGKILLed after staged, whose step still becomes durable. The
 daemon leaves once idle ($CKPTD_IDLE_EXIT)."""
 import glob
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 
 import pytest
@@ -48,13 +50,16 @@ def node(tmp_path, fresh):
     """(env, store URL) of a node with no daemon: the XDG directories in
     tmp_path; the daemons started there are killed at the end."""
     env = {k: v for k, v in os.environ.items() if k not in ("CKPTD_SOCKET", "CKPT_LIB", "PYTHONPATH")}
-    for k in ("XDG_RUNTIME_DIR", "XDG_STATE_HOME", "XDG_CONFIG_HOME"):
+    for k in ("XDG_STATE_HOME", "XDG_CONFIG_HOME"):
         env[k] = str(tmp_path / k.lower())
         os.makedirs(env[k])
+    # Short: a Unix socket's path has at most 107 bytes.
+    env["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="ckn")
     env.update(CKPTD_STAGING_BYTES="256M", CKPTD_IDLE_EXIT="2", PATH=f"{fresh}/bin:{env['PATH']}")
     yield env, f"file://{tmp_path}/store"
     for pid in daemons(str(tmp_path)):
         os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(env["XDG_RUNTIME_DIR"], ignore_errors=True)
 
 
 def daemons(under):
@@ -125,7 +130,7 @@ def test_torchrun_two_ranks_start_one_daemon_from_the_wheel(node, fresh, tmp_pat
     assert len(pids) == 1, pids
     exe = os.path.realpath(f"/proc/{pids[0]}/exe")
     assert exe.startswith(os.path.realpath(str(fresh))) and exe.endswith("/ckpt/_bin/ckptd"), exe
-    assert os.getsid(pids[0]) == pids[0]
+    assert os.getsid(pids[0]) != os.getsid(0)  # a session of its own: no terminal's or launcher's signal
     # Idle for $CKPTD_IDLE_EXIT (2 s): it leaves, and takes its socket.
     deadline = time.monotonic() + 30
     while daemons(str(tmp_path)) and time.monotonic() < deadline:
@@ -251,3 +256,31 @@ def test_dcp_writer_and_reader_start_the_daemon_too(node, fresh, tmp_path):
     env, store = node
     assert run(fresh, env, DCP, store).strip().endswith("dcp ok")
     assert glob.glob(f"{tmp_path}/store/dcpjob/step-000000000001/*.manifest")
+
+
+def test_runtime_dir_others_can_write_is_not_used(monkeypatch, tmp_path):
+    """$XDG_RUNTIME_DIR that is not this user's alone (inherited through
+    sudo, or group-writable) is passed over for /tmp/ckptd-<uid>."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(shared))
+    assert ckpt._node.runtime_dir() == f"/tmp/ckptd-{os.getuid()}"
+    assert not (shared / "ckptd").exists()
+
+
+def test_idle_exit_and_key(monkeypatch):
+    """$CKPTD_IDLE_EXIT=0 is never (the config's 0), not 1 ms; a trailing
+    slash names the same daemon; other storage credentials another one."""
+    monkeypatch.setenv("CKPTD_IDLE_EXIT", "0")
+    assert ckpt._node._idle_exit_ms() == 0
+    monkeypatch.setenv("CKPTD_IDLE_EXIT", "2.5")
+    assert ckpt._node._idle_exit_ms() == 2500
+    monkeypatch.setenv("CKPTD_IDLE_EXIT", "-1")
+    with pytest.raises(ValueError):
+        ckpt._node._idle_exit_ms()
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
+    a = ckpt._node._key("s3://b/p?region=x")
+    assert ckpt._node._key("s3://b/p/?region=x") == a
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "other")
+    assert ckpt._node._key("s3://b/p?region=x") != a

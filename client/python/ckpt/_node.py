@@ -8,8 +8,11 @@ daemon of this user for that storage:
 
 - its socket is $XDG_RUNTIME_DIR/ckptd/<key>.sock, else
   /tmp/ckptd-<uid>/<key>.sock (a 0700 directory of this user's), where
-  <key> names the storage URL: jobs of one user that save to one place
-  share one daemon and its pool; another storage gets a daemon of its own;
+  <key> names the storage URL (a trailing "/" aside), this host, and the
+  storage credentials in the environment (AWS_*, GOOGLE_*, GCE_*): jobs
+  of one user that save to one place with the same credentials share one
+  daemon and its pool; others get a daemon of their own. A daemon found
+  there must run as this user (SO_PEERCRED), or it is refused;
 - local rank 0 of each job starts it, under an flock on <key>.lock beside
   the socket, so that two jobs starting together agree on one daemon;
   the other local ranks wait for its socket;
@@ -20,7 +23,8 @@ daemon of this user for that storage:
 - its pool ([pool] staging_bytes) is $CKPTD_STAGING_BYTES, else an eighth
   of the node's memory, between 1 GiB and 16 GiB; its journal is in
   $XDG_STATE_HOME/ckptd/<key> (else ~/.local/state/ckptd/<key>), its log
-  ckptd.log there;
+  ckptd.log there; the daemon holds that directory's lock for life, so a
+  new one waits for an old one still draining;
 - its other settings come from $XDG_CONFIG_HOME/ckptd/ckptd.conf (else
   ~/.config/ckptd/ckptd.conf) when that file exists (ckptd.conf(5)),
   never from /etc/ckptd/ckptd.conf, which is the system service's.
@@ -33,12 +37,16 @@ import fcntl
 import hashlib
 import os
 import socket as _socket
+import stat
+import struct
 import subprocess
 import sys
 import time
-from typing import NoReturn, Optional
+from typing import Callable, NoReturn, Optional, TypeVar
 
 from .client import CkptError, DaemonUnavailable
+
+T = TypeVar("T")
 
 SYSTEM_SOCKET = "/run/ckptd/ckptd.sock"
 IDLE_EXIT_S = 600
@@ -75,21 +83,40 @@ def ckptctl() -> NoReturn:
     _exec("ckptctl")
 
 
-def answers(path: str) -> bool:
-    """Whether something accepts connections on the Unix socket path."""
+def answers(path: str, uid: Optional[int] = None) -> bool:
+    """Whether something accepts connections on the Unix socket path (and,
+    with uid, runs as that user: SO_PEERCRED)."""
     s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         s.settimeout(5)
         s.connect(path)
+        if uid is not None:
+            _pid, peer_uid, _gid = struct.unpack("3i", s.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED,
+                                                                   struct.calcsize("3i")))
+            if peer_uid != uid:
+                raise CkptError(_errno.EPERM, f"the ckptd at {path} runs as uid {peer_uid}, not this user's "
+                                f"{uid}: refusing to hand it this job's tensors")
         return True
+    except CkptError:
+        raise
     except OSError:
         return False
     finally:
         s.close()
 
 
+# The environment a daemon started here serves with: its storage
+# credentials are part of its key (a job with other credentials gets a
+# daemon of its own).
+_CRED_PREFIXES = ("AWS_", "GOOGLE_", "GCE_", "GCS_")
+
+
 def _key(storage: str) -> str:
-    return hashlib.sha256(storage.encode()).hexdigest()[:16]
+    url, _, query = storage.partition("?")
+    url = url.rstrip("/") + ("?" + query if query else "")
+    creds = sorted((k, v) for k, v in os.environ.items() if k.startswith(_CRED_PREFIXES))
+    h = hashlib.sha256(repr((url, _socket.gethostname(), creds)).encode())
+    return h.hexdigest()[:16]
 
 
 def _private_dir(path: str) -> str:
@@ -98,17 +125,32 @@ def _private_dir(path: str) -> str:
     that this user's trainers would hand their tensors to."""
     os.makedirs(path, mode=0o700, exist_ok=True)
     st = os.lstat(path)
-    import stat
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise CkptError(_errno.EPERM, f"{path} is not a directory of this user's alone (mode 0700): "
-                        "refusing to use a ckptd socket there")
+        try:
+            import pwd
+            owner = pwd.getpwuid(st.st_uid).pw_name
+        except (KeyError, ImportError):
+            owner = str(st.st_uid)
+        raise CkptError(_errno.EPERM, f"{path} (owner {owner}, mode {stat.S_IMODE(st.st_mode):o}) is not a "
+                        "directory of this user's alone (mode 0700): refusing to use a ckptd socket there; "
+                        "set $XDG_RUNTIME_DIR to a directory of yours, or name a daemon with socket=")
     return path
+
+
+def _owned(path: str) -> bool:
+    """Whether path is a directory of this user's that no one else can
+    write into (a runtime directory inherited through sudo is not)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
 
 
 def runtime_dir() -> str:
     """Where this user's daemons' sockets and locks are."""
     xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg and os.path.isdir(xdg):
+    if xdg and _owned(xdg):
         return _private_dir(os.path.join(xdg, "ckptd"))
     return _private_dir(f"/tmp/ckptd-{os.getuid()}")
 
@@ -130,7 +172,11 @@ def user_config() -> Optional[str]:
 
 def socket_for(storage: str) -> str:
     """The socket of this user's daemon for storage."""
-    return os.path.join(runtime_dir(), _key(storage) + ".sock")
+    path = os.path.join(runtime_dir(), _key(storage) + ".sock")
+    if len(path.encode()) > 107:
+        raise CkptError(_errno.ENAMETOOLONG, f"{path} is too long for a Unix socket (107 bytes): set "
+                        "$XDG_RUNTIME_DIR to a shorter directory")
+    return path
 
 
 def staging_bytes() -> str:
@@ -147,12 +193,15 @@ def staging_bytes() -> str:
 
 
 def _idle_exit_ms() -> int:
+    """$CKPTD_IDLE_EXIT in ms: seconds, 0 for never (the config's 0)."""
     s = os.environ.get("CKPTD_IDLE_EXIT")
     try:
         v = float(s) if s else IDLE_EXIT_S
     except ValueError:
-        raise ValueError(f"$CKPTD_IDLE_EXIT={s!r}: want seconds") from None
-    return max(1, int(v * 1000))
+        v = -1
+    if v < 0:
+        raise ValueError(f"$CKPTD_IDLE_EXIT={s!r}: want seconds, 0 for never")
+    return 0 if v == 0 else max(1, int(v * 1000))
 
 
 def _tail(path: str, n: int = 2000) -> str:
@@ -165,30 +214,60 @@ def _tail(path: str, n: int = 2000) -> str:
         return ""
 
 
+def _wait_state_lock(sd: str, deadline: float) -> None:
+    """Wait until no daemon holds sd's lock (one still draining its
+    uploads after an idle exit or a SIGTERM): the next one would refuse
+    to start on the same journal."""
+    fd = os.open(os.path.join(sd, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise DaemonUnavailable(_errno.ETIMEDOUT, f"the ckptd of {sd} is still draining; try again "
+                                            "later") from None
+                time.sleep(0.1)
+    finally:
+        os.close(fd)  # unlocked: the new daemon takes it
+
+
 def _start(storage: str, path: str, deadline: float) -> None:
-    """Start ckptd for storage on path, in a session of its own, and wait
-    until it answers (or exits, or the deadline passes)."""
+    """Start ckptd for storage on path, detached (a session of its own,
+    reparented to init: nothing to reap here), and wait until it answers
+    (or exits, or the deadline passes)."""
     sd = state_dir(storage)
     log = os.path.join(sd, "ckptd.log")
+    _wait_state_lock(sd, deadline)
     argv = [binary("ckptd"), "--config", user_config() or "/dev/null", "--socket", path, "--storage", storage,
-            "--state-dir", sd,
-            "--staging-bytes", staging_bytes(), "--set", f"server.idle_exit_ms={_idle_exit_ms()}"]
+            "--state-dir", sd, "--staging-bytes", staging_bytes(), "--set", f"server.idle_exit_ms={_idle_exit_ms()}"]
     # The daemon serves every rank of the node: not one rank's device
-    # subset (it finds devices by UUID).
-    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "CKPTD_SOCKET")}
-    with open(log, "ab") as out:
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd="/", env=env,
-                             start_new_session=True, close_fds=True)
+    # subset (it finds devices by UUID), nor a library one rank preloads.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("CUDA_VISIBLE_DEVICES", "CKPTD_SOCKET", "LD_PRELOAD")}
+    # sh starts it in the background and exits at once, saying its pid.
+    sh = subprocess.run(["/bin/sh", "-c", 'log=$1; shift; "$@" </dev/null >>"$log" 2>&1 & echo $!', "sh", log]
+                        + argv, env=env, cwd="/", start_new_session=True, capture_output=True, text=True,
+                        timeout=30)
+    pid = int(sh.stdout.strip() or 0)
     while time.monotonic() < deadline:
-        if answers(path):
+        if answers(path, os.getuid()):
             return
-        rc = p.poll()
-        if rc is not None:
-            raise DaemonUnavailable(_errno.ECONNREFUSED, f"ckptd started for {storage} exited with status {rc}: "
-                                    f"{_tail(log)} (its log: {log})")
+        if pid <= 0 or not os.path.exists(f"/proc/{pid}") or _zombie(pid):
+            raise DaemonUnavailable(_errno.ECONNREFUSED, f"ckptd started for {storage} exited: {_tail(log)} "
+                                    f"(its log: {log})")
         time.sleep(0.05)
     raise DaemonUnavailable(_errno.ETIMEDOUT, f"ckptd started for {storage} did not answer on {path} "
-                            f"within {START_WAIT_S:.0f} s (its log: {log})")
+                            f"in time (its log: {log})")
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def ensure(storage: str, local_rank: int, wait_s: float = START_WAIT_S) -> str:
@@ -196,25 +275,41 @@ def ensure(storage: str, local_rank: int, wait_s: float = START_WAIT_S) -> str:
     answers: by local rank 0 under the lock; the other local ranks wait
     for it."""
     path = socket_for(storage)
+    uid = os.getuid()
     deadline = time.monotonic() + wait_s
-    if answers(path):
+    if answers(path, uid):
         return path
     if local_rank != 0:
         while time.monotonic() < deadline:
             time.sleep(0.1)
-            if answers(path):
+            if answers(path, uid):
                 return path
         raise DaemonUnavailable(_errno.ETIMEDOUT, f"no ckptd answered on {path} within {wait_s:.0f} s: local rank 0 "
                                 f"starts it (its log: {os.path.join(state_dir(storage), 'ckptd.log')})")
     lock = os.path.join(runtime_dir(), _key(storage) + ".lock")
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        if not answers(path):
-            _start(storage, path, deadline)
+        if not answers(path, uid):
+            _start(storage, path, max(deadline, time.monotonic() + START_WAIT_S))
         return path
     finally:
         os.close(fd)
+
+
+def connect(make: Callable[[Optional[str]], T], socket: Optional[str], storage: Optional[str],
+            local_rank: int) -> T:
+    """make(the socket resolve() gives); once more when this user's daemon
+    went away between the look and the connection (an idle exit's last
+    moment): then it is started again."""
+    path = resolve(socket, storage, local_rank)
+    try:
+        return make(path)
+    except (DaemonUnavailable, CkptError) as e:
+        if not storage or path is None or path == SYSTEM_SOCKET or path == socket or \
+                e.errno not in (_errno.ENOENT, _errno.ECONNREFUSED, _errno.ECONNRESET, _errno.EPIPE):
+            raise
+    return make(ensure(storage, local_rank))
 
 
 def resolve(socket: Optional[str], storage: Optional[str], local_rank: int) -> Optional[str]:

@@ -334,9 +334,9 @@ class Checkpointer(SaveTracking):
         self._last_save: Optional[SaveFuture] = None
         self.last_load: Optional[Dict[str, Any]] = None
         local_rank = int(os.environ.get("LOCAL_RANK") or 0)
-        socket = _node.resolve(socket, storage, local_rank)
-        self.client: Optional[Client] = Client(socket, job=job, rank=rank, world_size=world_size,
-                                               local_rank=local_rank, attempt_id=attempt_id, policy=policy)
+        self.client: Optional[Client] = _node.connect(
+            lambda path: Client(path, job=job, rank=rank, world_size=world_size, local_rank=local_rank,
+                                attempt_id=attempt_id, policy=policy), socket, storage, local_rank)
         self._layout: Optional[_Layout] = None
         self._cuda = _Cuda(self.client)
 

@@ -41,6 +41,7 @@ import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
+from ._saving import _resumed
 from .client import CkptError
 from .jax import Checkpointer, SaveFuture
 
@@ -121,13 +122,19 @@ class Handler(ocp.handlers.AsyncCheckpointHandler):
         saves of a run that died before Orbax finalized them (ckptd
         finishes a staged save without its trainer; Orbax does not), which
         the resumed run saves again, and ckptd never overwrites a step.
-        Process 0 removes them; every process waits for it."""
+        Only a run that continues the job does so (it restored from it, or
+        exist_ok), and only steps past the newest finished Orbax step: a
+        new run with an empty or mistyped directory must get the
+        Checkpointer's EEXIST, not remove the old run's steps. Process 0
+        removes them; every process waits for it."""
         if self._orphans_cleared:
             return
         self._orphans_cleared = True
+        client = self.checkpointer.client
+        assert client is not None, "open"
+        if not self.checkpointer.exist_ok and (client.socket, self.job) not in _resumed:
+            return
         if jax.process_index() == 0:
-            client = self.checkpointer.client
-            assert client is not None, "open"
             try:
                 saved = {s["step"] for s in client.list(self.job) if s["job"] == self.job}
             except CkptError as e:
@@ -135,7 +142,8 @@ class Handler(ocp.handlers.AsyncCheckpointHandler):
                     raise
                 saved = set()
             finished = _finished_steps(directory.parent.parent)
-            for n in sorted(s for s in saved if s >= step and s not in finished):
+            newest = max(finished, default=-1)
+            for n in sorted(s for s in saved if s >= step and s > newest and s not in finished):
                 client.delete(n)
         if jax.process_count() > 1:
             from jax.experimental import multihost_utils

@@ -213,9 +213,9 @@ class Checkpointer(SaveTracking):
         self._plans: Optional[SavePlans] = None
         self.client: Optional[Client]
         try:
-            socket = _node.resolve(socket, storage, local_rank)
-            self.client = Client(socket, job=job, rank=rank, world_size=world_size, local_rank=local_rank,
-                                 attempt_id=attempt_id, policy=policy)
+            self.client = _node.connect(lambda path: Client(path, job=job, rank=rank, world_size=world_size,
+                                                            local_rank=local_rank, attempt_id=attempt_id,
+                                                            policy=policy), socket, storage, local_rank)
         except DaemonUnavailable:
             if fallback_dir is None:
                 raise
