@@ -246,7 +246,7 @@ struct config {
 	uint32_t debug_wait_delay_ms;
 	/* testing only: sleep this long at the start of every retention pass after a durable step */
 	uint32_t debug_gc_delay_ms;
-	/* testing only: the memory for coded pieces (compress.h); 0: a quarter of the pool */
+	/* testing only: the memory for coded pieces (compress.h); 0: half the pool */
 	uint64_t debug_compress_budget;
 	/* testing only: flip one byte of each copy the memory tier keeps */
 	bool debug_corrupt_held;

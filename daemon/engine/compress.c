@@ -230,12 +230,14 @@ static void *hash_share(struct share *sh)
 	return NULL;
 }
 
-/* Room in sh->buf for n more bytes after used: grown by doubling. */
+/* Room in sh->buf for n more bytes after used: grown to what is
+ * reserved, no more (large blocks grow in place: mremap), so the memory
+ * held is what the budget counts. */
 static bool buf_room(struct share *sh, uint64_t used, uint64_t n, uint64_t *cap)
 {
 	if (used + n <= *cap)
 		return true;
-	uint64_t want = *cap * 2 > used + n ? *cap * 2 : used + n;
+	uint64_t want = used + n;
 	uint8_t *p = realloc(sh->buf, (size_t)want);
 	if (p == NULL)
 		return false;

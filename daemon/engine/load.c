@@ -152,9 +152,26 @@ static struct save *fetch_one(struct load *ld, const struct peer_want *w)
 	return sv;
 }
 
+/* Whether the comma-separated list has name as one of its items (not a
+ * part of one: "h:80" is not in "h:8080"). */
+static bool listed(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+	for (const char *p = list; *p;) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		if (len == n && strncmp(p, name, n) == 0)
+			return true;
+		if (!end)
+			break;
+		p = end + 1;
+	}
+	return false;
+}
+
 void load_note_peer(struct load *ld, const struct save *sv)
 {
-	if (strstr(ld->peer, sv->peer) == NULL) {
+	if (!listed(ld->peer, sv->peer)) {
 		size_t n = strlen(ld->peer);
 		snprintf(ld->peer + n, sizeof(ld->peer) - n, "%s%s", n ? "," : "", sv->peer);
 	}
