@@ -1,5 +1,6 @@
 #include "http.h"
 #include "grow.h"
+#include "macro.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 #include <uv.h>
 
 #define ERROR_BODY_MAX (64u << 10)
@@ -403,6 +405,39 @@ static void *engine_main(void *arg)
 	return NULL;
 }
 
+/* The CA bundle when the URL names none: $SSL_CERT_FILE or
+ * $CURL_CA_BUNDLE, else libcurl's own when it is there, else the first of
+ * the distributions' usual places (a ckptd from the wheel carries Debian's
+ * libcurl, whose path RHEL and SUSE do not have). Empty: libcurl's
+ * default. */
+static void system_ca(char *out, size_t cap)
+{
+	static const char *const env[] = { "SSL_CERT_FILE", "CURL_CA_BUNDLE" };
+	static const char *const known[] = {
+		"/etc/ssl/certs/ca-certificates.crt",                /* Debian, Ubuntu, Arch */
+		"/etc/pki/tls/certs/ca-bundle.crt",                  /* RHEL, Fedora, Amazon Linux */
+		"/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", /* RHEL 9 */
+		"/etc/ssl/ca-bundle.pem",                            /* SUSE */
+		"/etc/ssl/cert.pem",                                 /* Alpine */
+	};
+	out[0] = '\0';
+	for (size_t i = 0; i < ELEMENTSOF(env); i++) {
+		const char *v = getenv(env[i]);
+		if (v && v[0] && access(v, R_OK) == 0) {
+			snprintf(out, cap, "%s", v);
+			return;
+		}
+	}
+	const curl_version_info_data *vi = curl_version_info(CURLVERSION_NOW);
+	if (vi && vi->cainfo && access(vi->cainfo, R_OK) == 0)
+		return;
+	for (size_t i = 0; i < ELEMENTSOF(known); i++)
+		if (access(known[i], R_OK) == 0) {
+			snprintf(out, cap, "%s", known[i]);
+			return;
+		}
+}
+
 int http_init(struct http **out, const struct http_opts *o, char *err, size_t errlen)
 {
 	pthread_once(&global_once, global_init);
@@ -416,6 +451,8 @@ int http_init(struct http **out, const struct http_opts *o, char *err, size_t er
 	h->o = *o;
 	if (o->ca_bundle)
 		snprintf(h->ca, sizeof(h->ca), "%s", o->ca_bundle);
+	else
+		system_ca(h->ca, sizeof(h->ca));
 	pthread_mutex_init(&h->mu, NULL);
 	int r = uv_loop_init(&h->loop);
 	if (r < 0) {
