@@ -284,3 +284,22 @@ def test_idle_exit_and_key(monkeypatch):
     assert ckpt._node._key("s3://b/p/?region=x") == a
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "other")
     assert ckpt._node._key("s3://b/p?region=x") != a
+
+
+def test_binary_is_never_the_console_command(monkeypatch, tmp_path):
+    """Outside the wheel (no ckpt/_bin), ckptd is looked for on $PATH; the
+    wheel's console command there is a Python script that would exec
+    itself for ever: only a program is taken."""
+    shim = tmp_path / "bin" / "ckptd"
+    shim.parent.mkdir()
+    shim.write_text("#!/usr/bin/env python3\nimport ckpt._node; ckpt._node.ckptd()\n")
+    shim.chmod(0o755)
+    monkeypatch.setenv("PATH", str(shim.parent))
+    monkeypatch.setattr(ckpt._node, "__file__", str(tmp_path / "src" / "ckpt" / "_node.py"))
+    with pytest.raises(ckpt.DaemonUnavailable, match="nor on"):
+        ckpt._node.binary("ckptd")
+    real = tmp_path / "real"
+    real.mkdir()
+    shutil.copy(os.environ["CKPTD_BIN"], real / "ckptd")
+    monkeypatch.setenv("PATH", f"{shim.parent}:{real}")
+    assert ckpt._node.binary("ckptd") == str(real / "ckptd")

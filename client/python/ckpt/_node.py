@@ -54,18 +54,27 @@ START_WAIT_S = 120.0
 GIB = 1 << 30
 
 
+def _elf(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
+
+
 def binary(name: str) -> str:
     """The package's own ckptd or ckptctl (ckpt/_bin, in the wheel), else
-    the one on $PATH."""
+    the one on $PATH (a program, never the wheel's console command, which
+    would exec itself)."""
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bin", name)
     if os.access(here, os.X_OK):
         return here
-    import shutil
-    found = shutil.which(name)
-    if found is None:
-        raise DaemonUnavailable(_errno.ENOENT, f"no {name} in this package ({here}) nor on $PATH: "
-                                "install the ckptd wheel, or ckptd itself")
-    return found
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        cand = os.path.join(d or ".", name)
+        if os.access(cand, os.X_OK) and _elf(cand):
+            return cand
+    raise DaemonUnavailable(_errno.ENOENT, f"no {name} in this package ({here}) nor on $PATH: "
+                            "install the ckptd wheel, or ckptd itself")
 
 
 def _exec(name: str) -> NoReturn:
