@@ -121,6 +121,19 @@ static ckpt_client *connect_rank(uint32_t rank, uint32_t world)
 	return c;
 }
 
+/* The NT tensors, in b at their offsets. */
+static void tensors(ckpt_tensor *t, ckpt_buffer *b)
+{
+	for (int i = 0; i < NT; i++)
+		t[i] = (ckpt_tensor){ .name = T[i].name,
+				      .dtype = T[i].dtype,
+				      .ndim = T[i].ndim,
+				      .global_shape = T[i].shape,
+				      .buffer = b,
+				      .offset = offset(i),
+				      .nbytes = nbytes(i) };
+}
+
 static uint8_t *expect; /* fill(., 1), the saved bytes */
 static size_t total;
 
@@ -132,14 +145,7 @@ static void save_step(uint64_t step, int compress)
 	assert_int_equal(ckpt_buffer_alloc(c, total, &b), 0);
 	fill(ckpt_buffer_data(b), step);
 	ckpt_tensor t[NT];
-	for (int i = 0; i < NT; i++)
-		t[i] = (ckpt_tensor){ .name = T[i].name,
-				      .dtype = T[i].dtype,
-				      .ndim = T[i].ndim,
-				      .global_shape = T[i].shape,
-				      .buffer = b,
-				      .offset = offset(i),
-				      .nbytes = nbytes(i) };
+	tensors(t, b);
 	ckpt_save_opts o = { .compress = compress };
 	ckpt_future *f = NULL;
 	assert_int_equal(ckpt_save_ex(c, step, t, NT, NULL, 0, &o, &f), 0);
@@ -453,14 +459,7 @@ static void test_persist_compresses(void **state)
 	assert_int_equal(ckpt_buffer_alloc(c, total, &b), 0);
 	fill(ckpt_buffer_data(b), 1);
 	ckpt_tensor t[NT];
-	for (int i = 0; i < NT; i++)
-		t[i] = (ckpt_tensor){ .name = T[i].name,
-				      .dtype = T[i].dtype,
-				      .ndim = T[i].ndim,
-				      .global_shape = T[i].shape,
-				      .buffer = b,
-				      .offset = offset(i),
-				      .nbytes = nbytes(i) };
+	tensors(t, b);
 	ckpt_save_opts o = { .tier = CKPT_TIER_MEMORY, .compress = CKPT_ON };
 	ckpt_future *f = NULL;
 	assert_int_equal(ckpt_save_ex(c, 7, t, NT, NULL, 0, &o, &f), 0);
@@ -515,14 +514,7 @@ static void test_budget_for_coded_pieces(void **state)
 	assert_int_equal(ckpt_buffer_alloc(c, total, &b), 0);
 	fill(ckpt_buffer_data(b), 1);
 	ckpt_tensor t[NT];
-	for (int i = 0; i < NT; i++)
-		t[i] = (ckpt_tensor){ .name = T[i].name,
-				      .dtype = T[i].dtype,
-				      .ndim = T[i].ndim,
-				      .global_shape = T[i].shape,
-				      .buffer = b,
-				      .offset = offset(i),
-				      .nbytes = nbytes(i) };
+	tensors(t, b);
 	for (uint64_t step = 1; step <= 2; step++) {
 		ckpt_future *f = NULL;
 		assert_int_equal(ckpt_save(c, step, t, NT, NULL, 0, &f), 0);

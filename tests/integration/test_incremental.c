@@ -117,7 +117,9 @@ static void tensors(ckpt_tensor *t, ckpt_buffer *b)
 				      .nbytes = T[i].nbytes };
 }
 
-static void save_step(uint64_t step)
+/* Save step as rank 0 of 1 with incremental (ckpt_setting: CKPT_BY_JOB
+ * the daemon's, CKPT_OFF every piece stored); wait until durable. */
+static void save_step_with(uint64_t step, int incremental)
 {
 	ckpt_client *c = connect_rank(0, 1);
 	ckpt_buffer *b = NULL;
@@ -125,26 +127,7 @@ static void save_step(uint64_t step)
 	fill(ckpt_buffer_data(b), step);
 	ckpt_tensor t[NT];
 	tensors(t, b);
-	ckpt_future *f = NULL;
-	assert_int_equal(ckpt_save(c, step, t, NT, NULL, 0, &f), 0);
-	int r = ckpt_future_wait(f, CKPT_DURABLE, 60000);
-	if (r != 0)
-		fail_msg("durable: %s: %s", ckpt_strerror(r), ckpt_future_message(f));
-	ckpt_future_free(f);
-	ckpt_buffer_free(b);
-	ckpt_close(c);
-}
-
-/* save_step with incremental off for this save: every piece stored. */
-static void save_step_full(uint64_t step)
-{
-	ckpt_client *c = connect_rank(0, 1);
-	ckpt_buffer *b = NULL;
-	assert_int_equal(ckpt_buffer_alloc(c, total(), &b), 0);
-	fill(ckpt_buffer_data(b), step);
-	ckpt_tensor t[NT];
-	tensors(t, b);
-	ckpt_save_opts o = { .incremental = CKPT_OFF };
+	ckpt_save_opts o = { .incremental = incremental };
 	ckpt_future *f = NULL;
 	assert_int_equal(ckpt_save_ex(c, step, t, NT, NULL, 0, &o, &f), 0);
 	int r = ckpt_future_wait(f, CKPT_DURABLE, 60000);
@@ -153,6 +136,11 @@ static void save_step_full(uint64_t step)
 	ckpt_future_free(f);
 	ckpt_buffer_free(b);
 	ckpt_close(c);
+}
+
+static void save_step(uint64_t step)
+{
+	save_step_with(step, CKPT_BY_JOB);
 }
 
 static void step_dir(uint64_t step, char *out, size_t cap)
@@ -392,7 +380,7 @@ static void test_rm_and_restart(void **state)
 	assert_true(exists("refs/step-000000000004/step-000000000003/rank-00000-of-00001.a"));
 	static const uint64_t upto4[4] = { 1, 2, 3, 4 };
 	steps_are(upto4, 4);
-	save_step_full(5);
+	save_step_with(5, CKPT_OFF);
 	m = read_manifest(5);
 	assert_int_equal(m->n_refs, 0); /* no pieces at all: neither compressed nor incremental */
 	assert_int_equal(m->n_pieces, 0);

@@ -470,26 +470,6 @@ static void test_idle_exit(void **state)
 	h_cleanup(&d);
 }
 
-/* One daemon per state dir: a second one on the same journal would abort
- * the first's uploads at its recovery. It exits 1 and says why; the first
- * goes on serving. */
-static void test_state_dir_locked(void **state)
-{
-	(void)state;
-	struct dctx d;
-	h_init(&d);
-	h_start(&d, NULL);
-	char cmd[1600], out[8192];
-	snprintf(cmd, sizeof(cmd),
-		 "timeout 30 '%s' --socket '%s/other.sock' --state-dir '%s/state' --storage 'file://%s/other' "
-		 "--staging-bytes 16M --chunk-bytes 1M 2>&1",
-		 getenv("CKPTD_BIN"), d.dir, d.dir, d.dir);
-	assert_int_equal(h_run(cmd, out, sizeof(out)), 1);
-	assert_non_null(strstr(out, "another ckptd is using it"));
-	h_assert_serves(&d);
-	h_cleanup(&d);
-}
-
 static void test_drain_deadline(void **state)
 {
 	(void)state;
@@ -595,8 +575,9 @@ static void test_json_logs(void **state)
 	h_cleanup(&d);
 }
 
-/* docs/operations.md "Exit status": a socket another ckptd listens on is a runtime
- * error, exit 1, naming the socket; the first daemon goes on serving. */
+/* docs/operations.md "Exit status": a socket another ckptd listens on, or
+ * a state dir another ckptd uses, is a runtime error, exit 1, naming it;
+ * the first daemon goes on serving. */
 static void test_socket_in_use_exits_1(void **state)
 {
 	(void)state;
@@ -611,6 +592,14 @@ static void test_socket_in_use_exits_1(void **state)
 	assert_int_equal(h_run(cmd, out, sizeof(out)), 1);
 	if (strstr(out, d.sock) == NULL || strstr(out, "another ckptd is listening on") == NULL)
 		fail_msg("second ckptd on %s said: %s", d.sock, out);
+	/* Nor may one share its state dir: its journal recovery would abort
+	 * the first's uploads. */
+	snprintf(cmd, sizeof(cmd),
+		 "timeout 30 '%s' --config /dev/null --socket '%s/other.sock' --state-dir '%s/state' "
+		 "--storage 'file://%s/other' --staging-bytes 16M --chunk-bytes 1M 2>&1",
+		 getenv("CKPTD_BIN"), d.dir, d.dir, d.dir);
+	assert_int_equal(h_run(cmd, out, sizeof(out)), 1);
+	assert_non_null(strstr(out, "another ckptd is using it"));
 	h_assert_serves(&d);
 	h_cleanup(&d);
 }
@@ -791,7 +780,6 @@ int main(void)
 		cmocka_unit_test(test_sigterm_drains),
 		cmocka_unit_test(test_drain_deadline),
 		cmocka_unit_test(test_idle_exit),
-		cmocka_unit_test(test_state_dir_locked),
 		cmocka_unit_test(test_sighup_reload),
 		cmocka_unit_test(test_json_logs),
 		cmocka_unit_test(test_socket_in_use_exits_1),

@@ -44,17 +44,22 @@ def test_installed_wheel_works_without_environment(daemon):
     assert r.stdout.startswith("ok ")
 
 
-@pytest.mark.skipif(not WHEELS, reason="no build-wheel/ckptd-*.whl (scripts/venv.sh builds it)")
-def test_wheel_into_a_fresh_venv(daemon, tmp_path):
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", "--no-index", WHEELS[-1]],
+def round_trip_in_venv(python, wheel, daemon, venv):
+    """A fresh venv of python with only wheel in it saves and restores
+    through daemon, with the package from the venv."""
+    subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=300)
+    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", "--no-index", wheel],
                          capture_output=True, text=True, timeout=300)
     assert pip.returncode == 0, pip.stdout + pip.stderr
     r = subprocess.run([str(venv / "bin" / "python"), "-c", ROUND_TRIP, daemon.sock], env=clean_env(), cwd="/",
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert str(venv) in r.stdout
+
+
+@pytest.mark.skipif(not WHEELS, reason="no build-wheel/ckptd-*.whl (scripts/venv.sh builds it)")
+def test_wheel_into_a_fresh_venv(daemon, tmp_path):
+    round_trip_in_venv(sys.executable, WHEELS[-1], daemon, tmp_path / "venv")
 
 
 MANYLINUX = sorted(glob.glob(os.path.join(ROOT, "build-wheel", "ckptd-*manylinux*.whl")))
@@ -155,13 +160,4 @@ def other_pythons():
 def test_one_wheel_for_every_python(daemon, tmp_path, minor):
     """The wheel is py3-none: the same file installs into a venv of
     another Python 3 and saves and restores there."""
-    py = other_pythons()[minor]
-    venv = tmp_path / "venv"
-    subprocess.run([py, "-m", "venv", str(venv)], check=True, timeout=300)
-    pip = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", "--no-index", MANYLINUX[-1]],
-                         capture_output=True, text=True, timeout=300)
-    assert pip.returncode == 0, pip.stdout + pip.stderr
-    r = subprocess.run([str(venv / "bin" / "python"), "-c", ROUND_TRIP, daemon.sock], env=clean_env(), cwd="/",
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert str(venv) in r.stdout
+    round_trip_in_venv(other_pythons()[minor], MANYLINUX[-1], daemon, tmp_path / "venv")
