@@ -17,6 +17,11 @@ stall_ns, SaveFuture.daemon_stall).
 
     python tests/bench/py_tensors.py --socket /tmp/ckptd.sock [--json OUT]
 
+--breakdown N times the parts of one first save of N tensors instead
+(the walk that names them, the skeleton's pickle, the bind, the arena's
+new file and its copies, the table; docs/benchmarks.md "The first save
+of a state dict").
+
 ckptd's pool must hold a save and the copy in flight (--staging-bytes of
 twice --size-mb or more). Each case is its own job; every save waits for
 durable before the next, so uploads never overlap a measured stall.
@@ -62,6 +67,48 @@ def case(sock, job, sd, rounds):
     return first, prep, prepared, statistics.median(later), later, statistics.median(daemon)
 
 
+def breakdown(sock, size_mb, n):
+    """The parts of a first save of n tensors, in ms: each function's
+    total time inside that save (the bind holds arena_move, which holds
+    posix_fallocate), and four later saves."""
+    import functools
+    import os
+
+    import ckpt._plan as plan
+    import ckpt._regs as regs
+    import ckpt.client as client
+    spent = {}
+
+    def timed(owner, name):
+        f = getattr(owner, name)
+
+        @functools.wraps(f)
+        def g(*a, **k):
+            t = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.perf_counter() - t
+        setattr(owner, name, g)
+        return lambda: setattr(owner, name, f)
+    undo = [timed(plan, "flatten"), timed(plan, "dump_skeleton"), timed(regs.Registrations, "bind"),
+            timed(regs.Registrations, "arena_move"), timed(os, "posix_fallocate"), timed(client.Client, "table")]
+    total = size_mb << 20
+    sd = {f"layers.{i}.weight": torch.randn(total // 4 // n) for i in range(n)}
+    try:
+        with ckpt.torch.Checkpointer(f"bench-parts-{time.time_ns()}", socket=sock) as cp:
+            first = stall(cp, fresh(sd), 1)
+            got = dict(spent)
+            later = [stall(cp, fresh(sd), 2 + r) for r in range(4)]
+    finally:
+        for u in undo:
+            u()
+    print(f"{size_mb} MiB in {n:,} tensors: first save {first * 1e3:.1f} ms; later saves "
+          + ", ".join(f"{x * 1e3:.1f}" for x in later) + " ms")
+    for k, v in got.items():
+        print(f"  {k:16s} {v * 1e3:8.1f} ms")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--socket", required=True)
@@ -69,7 +116,11 @@ def main():
     ap.add_argument("--tensors", default="100,2000,10000")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json")
+    ap.add_argument("--breakdown", type=int, metavar="N")
     a = ap.parse_args()
+    if a.breakdown:
+        breakdown(a.socket, a.size_mb, a.breakdown)
+        return
     total = a.size_mb << 20
     torch.manual_seed(0)
     flat = {"flat": torch.randn(total // 4)}

@@ -55,6 +55,13 @@ def test_py_tensors_runs(daemon, tmp_path):
     rows = json.loads(out_json.read_text())["rows"]
     assert [r["tensors"] for r in rows] == [10, 200]
     assert all(r["daemon_ms"] > 0 and r["later_ms"] > 0 for r in rows)
+    # --breakdown: the parts of one first save, each timed inside it.
+    p = subprocess.run([sys.executable, os.path.join(BENCH, "py_tensors.py"), "--socket", daemon.sock,
+                        "--size-mb", "8", "--breakdown", "100"], capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert re.search(r"^8 MiB in 100 tensors: first save [0-9.]+ ms; later saves", p.stdout, re.M), p.stdout
+    for part in ("flatten", "dump_skeleton", "bind", "arena_move", "table"):
+        assert re.search(r"^  " + part + r" +[0-9.]+ ms$", p.stdout, re.M), p.stdout
 
 
 def test_s3_peers_runs(tmp_path):
