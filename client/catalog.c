@@ -314,11 +314,17 @@ int ckpt_held(ckpt_client *c, const char *job, int all_ranks, ckpt_held_info **o
 
 int ckpt_delete(ckpt_client *c, const char *job, uint64_t step)
 {
-	if (!c || !job)
+	return ckpt_delete_flags(c, job, step, 0);
+}
+
+int ckpt_delete_flags(ckpt_client *c, const char *job, uint64_t step, unsigned flags)
+{
+	if (!c || !job || (flags & ~CKPT_DELETE_FORCE))
 		return bad_args();
 	Ckpt__DeleteRequest m = CKPT__DELETE_REQUEST__INIT;
 	m.job = (char *)job;
 	m.step = step;
+	m.force = (flags & CKPT_DELETE_FORCE) != 0;
 	Ckpt__Frame *rep;
 	int r = ask(c, FRAME(DELETE, delete_, &m), CKPT__FRAME__BODY_REPLY, &rep);
 	return r < 0 ? r : answered(rep, 0);

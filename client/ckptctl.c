@@ -74,6 +74,7 @@ static void usage(FILE *f)
 		"      --json               JSON output, for scripts\n"
 		"      --dry-run            gc: say what would be removed, remove nothing\n"
 		"      --replicas           persist: also the copies held for peers (a lost node's ranks)\n"
+		"      --force              rm: also an attempt a save may still be writing (no manifest, young)\n"
 		"  -j, --jobs N             verify: ranks checked at once, 1 to 64 (default 4)\n"
 		"      --timeout SECONDS    wait: give up after this long (default: no limit; 0: look once)\n"
 		"  -V, --version            print the version and the commit, exit\n"
@@ -364,10 +365,10 @@ static int cmd_show(ckpt_client *c, const char *job, uint64_t step, int json)
 	return 0;
 }
 
-static int cmd_rm(ckpt_client *c, const char *job, uint64_t step, int json)
+static int cmd_rm(ckpt_client *c, const char *job, uint64_t step, int force, int json)
 {
 	char what[400];
-	int r = ckpt_delete(c, job, step);
+	int r = ckpt_delete_flags(c, job, step, force ? CKPT_DELETE_FORCE : 0);
 	if (r < 0) {
 		snprintf(what, sizeof(what), "rm %s %" PRIu64, job, step);
 		die(what, r);
@@ -534,7 +535,7 @@ static int run_verify(ckpt_client *c, char **a, int n, const struct opts *o)
 static int run_rm(ckpt_client *c, char **a, int n, const struct opts *o)
 {
 	(void)n;
-	return cmd_rm(c, a[0], parse_step(a[1]), o->json);
+	return cmd_rm(c, a[0], parse_step(a[1]), o->force, o->json);
 }
 static int run_persist(ckpt_client *c, char **a, int n, const struct opts *o)
 {
@@ -564,10 +565,13 @@ static int run_metrics(ckpt_client *c, char **a, int n, const struct opts *o)
  * go on, else the exit status (--help, --version, a usage error). */
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
+	/* One option a line. */
+	/* clang-format off */
 	static const struct option longopts[] = {
 		{ "socket", required_argument, NULL, 's' },
 		{ "json", no_argument, NULL, 'J' },
 		{ "dry-run", no_argument, NULL, 'n' },
+		{ "force", no_argument, NULL, 'F' },
 		{ "replicas", no_argument, NULL, 'R' },
 		{ "jobs", required_argument, NULL, 'j' },
 		{ "version", no_argument, NULL, 'V' },
@@ -575,12 +579,14 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "timeout", required_argument, NULL, 'T' },
 		{ NULL, 0, NULL, 0 },
 	};
+	/* clang-format on */
 	int ch;
 	while ((ch = getopt_long(argc, argv, "s:j:Vh", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 's': o->sock = optarg; break;
 		case 'J': o->json = 1; break;
 		case 'n': o->dry_run = 1; break;
+		case 'F': o->force = 1; break;
 		case 'R': o->replicas = 1; break;
 		case 'j': {
 			char *end;

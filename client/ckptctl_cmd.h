@@ -8,7 +8,7 @@
 #include "ckpt/ckpt.h"
 
 struct opts {
-	int json, dry_run, jobs, replicas;
+	int json, dry_run, jobs, replicas, force;
 	int64_t timeout_ms; /* wait: -1 no limit */
 	const char *sock;
 };

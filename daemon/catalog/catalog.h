@@ -125,8 +125,15 @@ const char *catalog_no_fallback_hint(int r);
  * index, the rest and the directory, then its references to older steps
  * (so that they protect those until the step is gone); and drop the step
  * from cache (may be NULL). 0, or the first error; -EBUSY when, once its
- * manifests are gone, another step refers to it (its shards stay). */
-int catalog_delete_step(struct store *s, struct mancache *cache, const char *job, uint64_t step);
+ * manifests are gone, another step refers to it (its shards stay), or when
+ * an attempt with no manifest has objects younger than CATALOG_SPARE_S
+ * (they stay: a save may be writing them; KEPT_NAME then marks the step
+ * for a later removal), unless force (ckptctl rm --force). */
+int catalog_delete_step(struct store *s, struct mancache *cache, const char *job, uint64_t step, bool force);
+/* How young an object of an attempt with no manifest makes a removal leave
+ * that attempt (removal.c): a save of the step may be writing it on
+ * another node (its shard and refs come before its manifest). */
+#define CATALOG_SPARE_S 3600u
 /* References between steps (manifest.h REFS_DIR). The steps of job that
  * refer to others: one listing of "<job>/refs/", ascending. */
 int catalog_ref_steps(struct store *s, const char *job, uint64_t **steps, size_t *n);

@@ -471,8 +471,10 @@ static int finish_removals(journal_store_fn store_of, void *sctx, struct records
 		}
 		if (m->ended || !manifest_job_valid(m->job) || manifest_step_dir(dir, sizeof(dir), m->job, m->step) < 0)
 			continue;
-		int e = catalog_delete_step(store_of(sctx, dir), NULL, m->job, m->step);
-		if (e < 0 && e != -ENOENT && e != -EBUSY) { /* EBUSY: its shard is referred to, and stays */
+		int e = catalog_delete_step(store_of(sctx, dir), NULL, m->job, m->step, false);
+		/* EBUSY: its shard is referred to, or a save may be writing an
+		 * attempt of it; that stays, marked for retention to finish. */
+		if (e < 0 && e != -ENOENT && e != -EBUSY) {
 			log_warn("recovery: finishing the removal of %s step %" PRIu64 ": %s", m->job, m->step,
 				 store_error(e));
 			continue;
@@ -481,7 +483,8 @@ static int finish_removals(journal_store_fn store_of, void *sctx, struct records
 		done++;
 		char what[600];
 		snprintf(what, sizeof(what), "the rest of %s step %" PRIu64 " (its removal was cut short)%s", m->job,
-			 m->step, e == -EBUSY ? "; its shards are kept while a step refers to them" : "");
+			 m->step,
+			 e == -EBUSY ? "; some is kept: a step refers to it, or a save may be writing it" : "");
 		report(ctx, what);
 	}
 	return done;

@@ -56,13 +56,13 @@ void busy_free(struct busy *b)
 	memset(b, 0, sizeof(*b));
 }
 
-int gc_remove_step(struct daemon *d, struct store *st, const char *job, uint64_t step)
+int gc_remove_step(struct daemon *d, struct store *st, const char *job, uint64_t step, bool force)
 {
 	uint64_t id = 0;
 	int r = d->journal ? journal_remove_begin(d->journal, job, step, &id) : 0;
 	if (r < 0)
 		return r;
-	r = catalog_delete_step(st, d->mancache, job, step);
+	r = catalog_delete_step(st, d->mancache, job, step, force);
 	if (r == 0 && d->journal)
 		(void)journal_remove_end(d->journal, id); /* else the next start finishes it */
 	return r;
@@ -76,7 +76,7 @@ static void finish_kept(struct gc_pass *g, struct store *st, const char *job, ui
 {
 	if (steplock_delete_begin(job, step) < 0)
 		return;
-	int r = gc_remove_step(g->d, st, job, step);
+	int r = gc_remove_step(g->d, st, job, step, false);
 	steplock_delete_end(job, step);
 	if (r == 0)
 		log_info("gc: removed the rest of %s step %" PRIu64 " (no step refers to it any more)", job, step);
@@ -166,7 +166,7 @@ static void gc_job_run(struct gc_pass *g, const char *job, const struct retentio
 				log_info("gc: %s step %" PRIu64 " is being written now; kept", job, v[i].step);
 				continue;
 			}
-			int r = gc_remove_step(g->d, st, job, v[i].step);
+			int r = gc_remove_step(g->d, st, job, v[i].step, false);
 			steplock_delete_end(job, v[i].step);
 			if (r == -EBUSY) { /* a save in flight refers to it */
 				log_info("gc: %s step %" PRIu64 ": manifests removed, %s", job, v[i].step,

@@ -40,8 +40,9 @@ void busy_free(struct busy *b);
 
 /* Remove job's step from st, journaled (journal_remove_begin): a crash
  * part way is finished by the next start, so nothing of the step stays
- * behind unlisted. Not journaled, not removed. Threadpool. */
-int gc_remove_step(struct daemon *d, struct store *st, const char *job, uint64_t step);
+ * behind unlisted. Not journaled, not removed. force: also what a save
+ * may still be writing (catalog_delete_step). Threadpool. */
+int gc_remove_step(struct daemon *d, struct store *st, const char *job, uint64_t step, bool force);
 
 struct gc_job {
 	char name[JOB_BUF];

@@ -787,6 +787,35 @@ static void test_gc_dry_run_and_rm(void **state)
 	assert_int_equal(ctl_run("rm keepall 2 2>/dev/null", out, sizeof(out)), 1);
 }
 
+/* A save of a step in flight on another node while retention removes
+ * that step's old, incomplete attempt (past incomplete_grace): the pass
+ * takes the old attempt's manifest and leaves the new attempt's shard (no
+ * manifest yet, younger than CATALOG_SPARE_S: removal.c), marking the
+ * step; once that shard is old (the save died), a later pass takes it. */
+static void test_retention_leaves_a_save_in_flight(void **state)
+{
+	(void)state;
+	static char out[1 << 16];
+	char dir[600];
+	snprintf(dir, sizeof(dir), "%s/grace/step-000000000008", D.store);
+	assert_int_equal(h_sh("mkdir -p '%s' && echo m > '%s/rank-00000-of-00002.old.manifest' && "
+			      "touch -d '-2 hours' '%s/rank-00000-of-00002.old.manifest' && "
+			      "echo s > '%s/rank-00001-of-00002.new.00000000000000aa.shard'",
+			      dir, dir, dir, dir),
+			 0);
+	save_steps("grace", 9, 9); /* complete and newer: step 8 may go */
+	assert_int_equal(ctl_run("gc grace 2>&1", out, sizeof(out)), 0);
+	assert_int_equal(h_sh("test ! -e '%s/rank-00000-of-00002.old.manifest'", dir), 0);
+	assert_int_equal(h_sh("test -e '%s/rank-00001-of-00002.new.00000000000000aa.shard'", dir), 0);
+	assert_int_equal(h_sh("test -e '%s/kept'", dir), 0);
+	assert_int_equal(ctl_run("gc grace 2>&1", out, sizeof(out)), 0);
+	assert_int_equal(h_sh("test -e '%s/rank-00001-of-00002.new.00000000000000aa.shard'", dir), 0);
+	/* The save died: its shard grows old, and the next pass finishes. */
+	assert_int_equal(h_sh("touch -d '-2 hours' '%s/rank-00001-of-00002.new.00000000000000aa.shard'", dir), 0);
+	assert_int_equal(ctl_run("gc grace 2>&1", out, sizeof(out)), 0);
+	assert_int_equal(access(dir, F_OK), -1);
+}
+
 /* References between steps (manifest.h REFS_DIR), as incremental saves
  * write them, before their manifests: retention keeps a step that a kept
  * step refers to (and what that one refers to in turn), and removes a
@@ -867,9 +896,13 @@ static void test_references_keep_steps(void **state)
 	snprintf(dir, sizeof(dir), "%s/refjob/step-000000000005", D.store);
 	h_rank_object(dir, 0, 1, "shard", path, sizeof(path));          /* still there */
 	assert_int_equal(h_sh("ls '%s' | grep -q manifest", dir), 256); /* gone */
-	/* The save of 7 failed: rm of step 7 (no manifest) removes its refs,
-	 * and then step 5's shard can go. */
-	assert_int_equal(ctl_run("rm refjob 7", out, sizeof(out)), 0);
+	/* The save of 7 failed: rm of step 7 (no manifest) leaves its refs
+	 * while they are young (a save of 7 may still be writing them:
+	 * removal.c), and --force removes them; then step 5's shard can go. */
+	assert_int_equal(ctl_run("rm refjob 7 2>&1", out, sizeof(out)), 1);
+	assert_non_null(strstr(out, "a save may be writing it"));
+	assert_true(refs_dir_exists(7));
+	assert_int_equal(ctl_run("rm --force refjob 7", out, sizeof(out)), 0);
 	assert_false(refs_dir_exists(7));
 	assert_int_equal(ctl_run("gc refjob", out, sizeof(out)), 0);
 	assert_int_equal(access(dir, F_OK), -1);
@@ -1057,6 +1090,7 @@ int main(void)
 		cmocka_unit_test(test_retention_after_durable),
 		cmocka_unit_test(test_retention_of_many_jobs_waiting_for_a_pass),
 		cmocka_unit_test(test_gc_dry_run_and_rm),
+		cmocka_unit_test(test_retention_leaves_a_save_in_flight),
 		cmocka_unit_test(test_references_keep_steps),
 		cmocka_unit_test(test_example_restores_at_other_world_size),
 		cmocka_unit_test(test_planted_fifo_and_symlink),

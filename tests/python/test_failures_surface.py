@@ -145,3 +145,22 @@ def test_stale_socket_says_nothing_listens(tmp_path, monkeypatch):
     msg = str(e.value)
     assert e.value.errno == errno.ECONNREFUSED
     assert "nothing listens" in msg and "from $CKPTD_SOCKET" in msg, msg
+
+
+def test_delete_leaves_a_save_in_flight_unless_forced(daemon):
+    """Client.delete of a step whose only objects are a young attempt's
+    refs (a save of it may be writing on another node; no manifest yet):
+    CkptError EBUSY naming the attempt, the refs stay; force=True removes
+    them (ckptctl rm --force)."""
+    from ckpt.client import CkptError, Client
+    refs = os.path.join(daemon.store, "fl", "refs", "step-000000000007", "step-000000000005")
+    os.makedirs(refs)
+    open(os.path.join(refs, "rank-00000-of-00001.new"), "w").close()
+    with Client(daemon.sock) as c:
+        with pytest.raises(CkptError) as e:
+            c.delete(7, job="fl")
+        assert e.value.errno == errno.EBUSY
+        assert "attempt 'new' of step 7" in str(e.value)
+        assert os.listdir(refs) == ["rank-00000-of-00001.new"]
+        c.delete(7, job="fl", force=True)
+    assert not os.path.exists(os.path.join(daemon.store, "fl", "refs", "step-000000000007"))

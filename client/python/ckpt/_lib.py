@@ -191,6 +191,7 @@ def _load():
     sig = {
         "ckpt_connect": (i, [ctypes.c_char_p, ctypes.POINTER(_Hello), ctypes.POINTER(vp)]),
         "ckpt_delete": (i, [vp, ctypes.c_char_p, u64]),
+        "ckpt_delete_flags": (i, [vp, ctypes.c_char_p, u64, ctypes.c_uint]),
         "ckpt_close": (None, [vp]),
         "ckpt_buffer_alloc": (i, [vp, sz, ctypes.POINTER(vp)]),
         "ckpt_buffer_register_fd": (i, [vp, i, sz, ctypes.POINTER(vp)]),

@@ -654,13 +654,15 @@ class Client:
             raise _error(rc, what=f"wait for step {step}")
         return _step_dict(info)
 
-    def delete(self, step: int, job: Optional[str] = None) -> None:
+    def delete(self, step: int, job: Optional[str] = None, force: bool = False) -> None:
         """Remove step of job (default: this client's) from storage, as
-        ckptctl rm does."""
+        ckptctl rm does. An attempt with no manifest and objects under an
+        hour old may be a save in flight on another node: it is left, and
+        CkptError(EBUSY) says so, unless force (ckptctl rm --force)."""
         name = job or self.job
         if not name:
             raise CkptError(_errno.EINVAL, "delete needs a job (this client is a control session)")
-        rc = lib.ckpt_delete(self._handle(), name.encode(), int(step))
+        rc = lib.ckpt_delete_flags(self._handle(), name.encode(), int(step), 1 if force else 0)
         if rc < 0:
             raise _error(rc, what=f"delete step {step}")
 
