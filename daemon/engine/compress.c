@@ -274,21 +274,27 @@ static void *code_share(struct share *sh)
 		Ckpt__ManifestPiece *p = &sh->pieces[i];
 		if (p->ref)
 			continue;
+		/* A piece is kept coded only if it shrinks: its raw length
+		 * bounds what it can take of the budget, reserved before the
+		 * coding (over the budget, no work is thrown away), the rest
+		 * given back after. */
+		if (!reserve(len)) {
+			sh->over_budget++; /* stored as it is, from the pool */
+			continue;
+		}
 		const uint8_t *src = save_shard_bytes(sh->sv, off, len, tmp);
 		ssize_t k = 0;
 		if (planecodec_worth(&c, src, (size_t)len, cuts[i].elem))
 			k = planecodec_encode(&c, src, (size_t)len, cuts[i].elem, enc, encap);
+		bool keep = k > 0 && (uint64_t)k < len;
+		unreserve(keep ? len - (uint64_t)k : len);
 		if (k < 0) {
 			sh->err = (int)k;
 			snprintf(sh->why, sizeof(sh->why), "compressing shard bytes %" PRIu64 "+%" PRIu64 ": %s", off,
 				 len, strerror(-sh->err));
 			goto out;
 		}
-		if (k > 0 && (uint64_t)k < len && !reserve((uint64_t)k)) {
-			sh->over_budget++; /* stored as it is, from the pool */
-			continue;
-		}
-		if (k > 0 && (uint64_t)k < len) {
+		if (keep) {
 			sh->reserved += (uint64_t)k;
 			if (!buf_room(sh, in_buf, (uint64_t)k, &cap)) {
 				sh->err = -ENOMEM;
