@@ -74,7 +74,7 @@ static void usage(FILE *f)
 		"      --json               JSON output, for scripts\n"
 		"      --dry-run            gc: say what would be removed, remove nothing\n"
 		"      --replicas           persist: also the copies held for peers (a lost node's ranks)\n"
-		"      --force              rm: also an attempt a save may still be writing (no manifest, young)\n"
+		"      --force              rm: also an attempt a save may still be writing (incomplete, young)\n"
 		"  -j, --jobs N             verify: ranks checked at once, 1 to 64 (default 4)\n"
 		"      --timeout SECONDS    wait: give up after this long (default: no limit; 0: look once)\n"
 		"  -V, --version            print the version and the commit, exit\n"

@@ -832,15 +832,17 @@ static bool has_step(const uint64_t *v, size_t n, uint64_t step)
 
 bool catalog_step_kept(struct store *s, const char *job, uint64_t step)
 {
-	char key[600];
-	void *buf = NULL;
-	size_t len = 0;
-	int n = snprintf(key, sizeof(key), "%s/step-%012" PRIu64 "/" KEPT_NAME, job, step);
-	if (n < 0 || (size_t)n >= sizeof(key))
+	char dir[600];
+	char **names = NULL;
+	size_t n = 0;
+	if (manifest_step_dir(dir, sizeof(dir), job, step) < 0 || s->ops->list(s, dir, &names, &n) < 0)
 		return false;
-	int r = s->ops->get_all(s, key, 16u << 20, &buf, &len); /* the manifests it took (keep_for) */
-	free(buf);
-	return r == 0;
+	bool kept = false;
+	for (size_t i = 0; i < n && !kept; i++)
+		kept = strncmp(names[i], KEPT_NAME, strlen(KEPT_NAME)) == 0 &&
+		       (names[i][strlen(KEPT_NAME)] == '\0' || names[i][strlen(KEPT_NAME)] == '.');
+	store_names_free(names, n);
+	return kept;
 }
 
 int catalog_referrer(struct store *s, const char *job, uint64_t target, uint64_t *by)

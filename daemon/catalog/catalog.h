@@ -120,27 +120,44 @@ int catalog_latest(struct store *s, const char *job, struct catalog_step *out);
  * or format 1 manifest that does not parse) is not, until it is repaired
  * or its step removed. Either way no older step was taken. */
 const char *catalog_no_fallback_hint(int r);
-/* Remove every object of job/step: manifests first, so the step stops
- * being complete before any shard goes, then the commit object, the
- * index, the rest and the directory, then its references to older steps
- * (so that they protect those until the step is gone); and drop the step
- * from cache (may be NULL). 0, or the first error; -EBUSY when, once its
- * manifests are gone, another step refers to it (its shards stay), or when
- * an attempt with no manifest has objects younger than CATALOG_SPARE_S
- * (they stay: a save may be writing them; KEPT_NAME then marks the step
- * for a later removal), unless force (ckptctl rm --force). */
-int catalog_delete_step(struct store *s, struct mancache *cache, const char *job, uint64_t step, bool force);
-/* How young an object of an attempt with no manifest makes a removal leave
- * that attempt (removal.c): a save of the step may be writing it on
- * another node (its shard and refs come before its manifest). */
+/* How a removal decides on each attempt of the step (removal.c). */
+enum catalog_removal_mode {
+	/* Retention, rm: complete attempts, and incomplete ones whose every
+	 * object is older than the in-flight window. */
+	CATALOG_REMOVE,
+	/* Journal recovery, gc finish_kept: what a marker names (a removal
+	 * took it before), and incomplete attempts older than the window;
+	 * never a complete attempt no removal decided on. */
+	CATALOG_FINISH,
+	/* rm --force: every attempt. */
+	CATALOG_FORCE,
+};
+/* Remove job/step's attempts that mode takes: manifests first, so the step
+ * stops being complete before any shard goes, then the commit object and
+ * the index (unless a complete attempt stays), the shards, the refs to
+ * older steps (so that they protect those until the step is gone), and
+ * the markers; and drop the step from cache (may be NULL). An incomplete
+ * attempt with an object younger than in_flight_s (0: CATALOG_SPARE_S) may
+ * be a save of the step in flight on another node: it is left. 0, or the
+ * first error; -EBUSY when, once its manifests are gone, another step
+ * refers to it (its shards stay), or when an attempt is left; a marker
+ * (KEPT_NAME) then says the step is to be finished (gc.c finish_kept). */
+int catalog_delete_step(struct store *s, struct mancache *cache, const char *job, uint64_t step,
+			enum catalog_removal_mode mode, uint64_t in_flight_s);
+/* The in-flight window when no job setting gives one: a save of one step
+ * is done on every rank within an hour. */
 #define CATALOG_SPARE_S 3600u
+/* The window of a job: its [retention] incomplete_grace (the owner's word
+ * for how long an incomplete step may still be written), else
+ * CATALOG_SPARE_S. Saves use it too (upload.c recheck_refs). */
+uint64_t catalog_in_flight_s(uint64_t incomplete_grace_s);
 /* References between steps (manifest.h REFS_DIR). The steps of job that
  * refer to others: one listing of "<job>/refs/", ascending. */
 int catalog_ref_steps(struct store *s, const char *job, uint64_t **steps, size_t *n);
 /* The steps step refers to, ascending: one listing; none is 0 and n 0. */
 int catalog_refs_of(struct store *s, const char *job, uint64_t step, uint64_t **targets, size_t *n);
-/* Whether job/step holds KEPT_NAME (manifest.h): a removal that stopped
- * for a step that refers to it. One GET. */
+/* Whether job/step holds a removal's marker (KEPT_NAME, or KEPT_NAME
+ * ".<attempt>"; manifest.h): a removal to be finished. One LIST. */
 bool catalog_step_kept(struct store *s, const char *job, uint64_t step);
 /* The newest step of job, other than target, that refers to target (its
  * manifests there or not yet: a save writes its refs first): 0 with *by,

@@ -471,7 +471,7 @@ static int finish_removals(journal_store_fn store_of, void *sctx, struct records
 		}
 		if (m->ended || !manifest_job_valid(m->job) || manifest_step_dir(dir, sizeof(dir), m->job, m->step) < 0)
 			continue;
-		int e = catalog_delete_step(store_of(sctx, dir), NULL, m->job, m->step, false);
+		int e = catalog_delete_step(store_of(sctx, dir), NULL, m->job, m->step, CATALOG_FINISH, 0);
 		/* EBUSY: its shard is referred to, or a save may be writing an
 		 * attempt of it; that stays, marked for retention to finish. */
 		if (e < 0 && e != -ENOENT && e != -EBUSY) {

@@ -26,9 +26,12 @@
  * hold rank-<5>-of-<5>.manifest and .shard, and stay readable. */
 #define MANIFEST_NONCE_HEX 16
 #define COMMIT_NAME "commit"
-/* Empty; in a step whose removal stopped because another step refers to
- * its shard (catalog_delete_step): its manifests are gone, and retention
- * takes the rest once nothing refers to it. */
+/* A removal's markers in a step directory (removal.c): KEPT_NAME ".<attempt>"
+ * for an attempt a removal takes, written before any of its objects goes
+ * (naming its manifests whose shards are in spread directories); and
+ * KEPT_NAME, empty, in a step whose removal left something (a save in
+ * flight, or another step refers to its shard): retention finishes it.
+ * (KEPT_NAME written by an older ckptd names every manifest it took.) */
 #define KEPT_NAME "kept"
 #define INDEX_NAME "index"
 /* The step index is never written larger, nor read past this: a step

@@ -1,13 +1,28 @@
 /* Removing a step (catalog.h catalog_delete_step; docs/architecture.md
- * "References between steps"). Everything is listed first; then the
- * marker (KEPT_NAME) names the manifests the removal takes; then go its
- * manifests, its commit and index, and, unless another step refers to it,
- * its shards (the spread layout's too), its refs, and the marker last.
- * An attempt with no manifest and a young object is left (struct removal).
+ * "References between steps", "Removal" and "What a removal leaves").
+ *
+ * A step may hold several attempts (a run restarted from an older step
+ * saves it again under a new attempt id), and a save writes its refs and
+ * shard before its manifest. So a removal decides per attempt, from
+ * listings made before anything goes:
+ *  - it takes an attempt a marker names (a removal took it before), a
+ *    complete one (CATALOG_REMOVE only), and an incomplete one whose every
+ *    object is older than the in-flight window (a save that died);
+ *  - it leaves an incomplete attempt with a younger object: a save of this
+ *    step may be writing it on another node.
+ * Before the first object of an attempt goes, "kept.<attempt>" marks it
+ * (create-only), naming its manifests whose shards are in spread
+ * directories; so a removal cut short is finished as it was meant, and
+ * never takes an attempt it did not decide on. Then go the taken
+ * attempts' manifests, the commit and index, and, unless another step
+ * refers to this one, their shards and refs, and their markers last.
+ * What is left keeps "kept" (KEPT_NAME), so that retention finishes the
+ * step later (gc.c finish_kept).
+ *
  * Requests per removed step: a LIST of its directory, of its refs (and
  * one per step it refers to), of each spread directory its manifests
- * point to, a GET of a marker already there, the marker's PUT and DELETE,
- * and a DELETE per object: flat in the world size but for the objects
+ * point to, a GET per marker there, a PUT and a DELETE per marker, and a
+ * DELETE per object: flat in the world size but for the objects
  * themselves. */
 #include "catalog.h"
 #include "log.h"
@@ -19,111 +34,26 @@
 #include <string.h>
 #include <time.h>
 
-/* A removal stopped (catalog_delete_step): KEPT_NAME, holding the names of
- * the manifests it took (one per line), so that retention finishes it once
- * nothing refers to it and nothing of it is left in flight, spread shards
- * included. Create-only: a marker already there stays. 0 or -errno. */
-static int write_kept(struct store *s, const char *dir, char **names, size_t n)
+/* "kept.<attempt>": an attempt a removal took. */
+#define MARK_PREFIX KEPT_NAME "."
+
+uint64_t catalog_in_flight_s(uint64_t incomplete_grace_s)
 {
-	size_t len = 0;
-	struct step_name sn;
-	for (size_t i = 0; i < n; i++) {
-		manifest_parse_object(names[i], &sn);
-		if (sn.kind == OBJ_MANIFEST)
-			len += strlen(names[i]) + 1;
-	}
-	char *body = malloc(len + 1), key[768]; /* and sprintf's NUL */
-	if (body == NULL)
-		return -ENOMEM;
-	size_t at = 0;
-	for (size_t i = 0; i < n; i++) {
-		manifest_parse_object(names[i], &sn);
-		if (sn.kind == OBJ_MANIFEST)
-			at += (size_t)sprintf(body + at, "%s\n", names[i]);
-	}
-	snprintf(key, sizeof(key), "%s/" KEPT_NAME, dir);
-	struct iovec iov = { body, at };
-	int r = store_create_announced(s, key, &iov, 1);
-	free(body);
-	return r == -EEXIST ? 0 : r;
+	return incomplete_grace_s ? incomplete_grace_s : CATALOG_SPARE_S;
 }
 
-/* Stopped for step by, which refers to this one: -EBUSY, or the error that
- * kept the marker from being written (the removal is then tried again). */
-static int keep_for(struct store *s, const char *dir, char **names, size_t n, uint64_t by)
-{
-	int r = write_kept(s, dir, names, n);
-	if (r < 0)
-		return r;
-	store_set_error("step %" PRIu64 " refers to its shard, which is kept", by);
-	return -EBUSY;
-}
-
-/* names (a step's listing): with KEPT_NAME among them, the manifest names
- * the marker holds are added (their attempts are the removal's too). 0 or
- * -errno. */
-static int kept_names(struct store *s, const char *dir, char ***names, size_t *n)
-{
-	bool kept = false;
-	for (size_t i = 0; i < *n; i++)
-		kept |= strcmp((*names)[i], KEPT_NAME) == 0;
-	if (!kept)
-		return 0;
-	char key[768];
-	void *buf = NULL;
-	size_t len = 0;
-	snprintf(key, sizeof(key), "%s/" KEPT_NAME, dir);
-	int r = s->ops->get_all(s, key, 16u << 20, &buf, &len);
-	if (r < 0)
-		return r == -ENOENT ? 0 : r;
-	int err = 0;
-	for (char *line = buf, *end = (char *)buf + len; line < end && err == 0;) {
-		char *nl = memchr(line, '\n', (size_t)(end - line));
-		size_t k = nl ? (size_t)(nl - line) : (size_t)(end - line);
-		char **v = realloc(*names, (*n + 1) * sizeof(**names));
-		if (v == NULL || (v[*n] = strndup(line, k)) == NULL) {
-			if (v)
-				*names = v;
-			err = -ENOMEM;
-			break;
-		}
-		*names = v;
-		(*n)++;
-		line += k + 1;
-	}
-	free(buf);
-	return err;
-}
-
-/* ---- what a removal takes and what it leaves ---- */
-
-/* A set of attempt names (a few per step). */
-struct attempts {
-	char **v;
-	size_t n;
+/* What a removal knows of one attempt of the step. */
+struct attempt {
+	char id[ATTEMPT_BUF]; /* "" for format 1 names */
+	int64_t newest_ns;    /* its newest object's time, as listed; 0: none known */
+	bool marked;          /* a marker names it: a removal took it before */
+	bool has_mark;        /* MARK_PREFIX<id> is there (listed, or written here) */
+	bool complete;        /* a manifest for every rank of one world size */
+	bool taken;
+	/* Its manifests listed, per world size (the first few). */
+	uint32_t ws[4], nman[4];
+	size_t nws;
 };
-
-static bool attempts_has(const struct attempts *a, const char *name)
-{
-	for (size_t i = 0; i < a->n; i++)
-		if (strcmp(a->v[i], name) == 0)
-			return true;
-	return false;
-}
-
-static int attempts_add(struct attempts *a, const char *name)
-{
-	if (attempts_has(a, name))
-		return 0;
-	char **v = realloc(a->v, (a->n + 1) * sizeof(*v));
-	if (v == NULL)
-		return -ENOMEM;
-	a->v = v;
-	if ((v[a->n] = strdup(name)) == NULL)
-		return -ENOMEM;
-	a->n++;
-	return 0;
-}
 
 /* One listed directory: its prefix and what was in it. */
 struct listed {
@@ -132,66 +62,95 @@ struct listed {
 	size_t n;
 };
 
-/* A removal of one step. taken: the attempts whose manifests it takes
- * (listed, or named by a stopped removal's marker). left: other attempts
- * with an object younger than CATALOG_SPARE_S: a save writes its shard
- * and refs before its manifest, so such an attempt may be a save of this
- * step in flight on another node, and none of its objects goes. The rest
- * (no manifest, every object older) is what a save that died left, and
- * goes. spread and refs: the spread directories and refs directories
- * listed, whose entries are removed once the manifests are gone. */
 struct removal {
 	struct store *s;
 	const char *job;
 	uint64_t step;
+	char dir[512];
 	int64_t now_ns;
-	bool force; /* nothing is left */
-	struct attempts taken, left;
-	struct listed *spread, *refs;
+	enum catalog_removal_mode mode;
+	int64_t in_flight_ns;
+	struct attempt *a;
+	size_t na;
+	struct listed here, *spread, *refs; /* here: the step directory */
 	size_t nspread, nrefs;
+	char **marked_manifests; /* named by markers: their spread directories */
+	size_t nmarked_manifests;
+	bool legacy_kept; /* KEPT_NAME listed */
 };
 
 static void removal_free(struct removal *rm)
 {
-	for (size_t i = 0; i < rm->taken.n; i++)
-		free(rm->taken.v[i]);
-	for (size_t i = 0; i < rm->left.n; i++)
-		free(rm->left.v[i]);
-	free(rm->taken.v);
-	free(rm->left.v);
+	free(rm->a);
+	store_entries_free(rm->here.v, rm->here.n);
 	for (size_t i = 0; i < rm->nspread; i++)
 		store_entries_free(rm->spread[i].v, rm->spread[i].n);
 	for (size_t i = 0; i < rm->nrefs; i++)
 		store_entries_free(rm->refs[i].v, rm->refs[i].n);
 	free(rm->spread);
 	free(rm->refs);
+	store_names_free(rm->marked_manifests, rm->nmarked_manifests);
 }
 
-/* An object of attempt, last modified at mtime_ns (0: not known, taken
- * as old): an attempt not taken with a young object is left. */
-static int note(struct removal *rm, const char *attempt, int64_t mtime_ns)
+static struct attempt *find(const struct removal *rm, const char *id)
 {
-	if (rm->force || attempt[0] == '\0' || attempts_has(&rm->taken, attempt))
-		return 0;
-	if (mtime_ns > 0 && rm->now_ns - mtime_ns < (int64_t)CATALOG_SPARE_S * 1000000000)
-		return attempts_add(&rm->left, attempt);
+	for (size_t i = 0; i < rm->na; i++)
+		if (strcmp(rm->a[i].id, id) == 0)
+			return &rm->a[i];
+	return NULL;
+}
+
+/* The attempt id, added if new; NULL when out of memory or id is too long. */
+static struct attempt *attempt_of(struct removal *rm, const char *id)
+{
+	struct attempt *a = find(rm, id);
+	if (a != NULL || strlen(id) >= ATTEMPT_BUF)
+		return a;
+	struct attempt *v = realloc(rm->a, (rm->na + 1) * sizeof(*v));
+	if (v == NULL)
+		return NULL;
+	rm->a = v;
+	a = &v[rm->na++];
+	memset(a, 0, sizeof(*a));
+	snprintf(a->id, sizeof(a->id), "%s", id);
+	return a;
+}
+
+/* An object of attempt id, last modified at mtime_ns. */
+static int seen(struct removal *rm, const char *id, int64_t mtime_ns)
+{
+	struct attempt *a = attempt_of(rm, id);
+	if (a == NULL)
+		return -ENOMEM;
+	if (mtime_ns > a->newest_ns)
+		a->newest_ns = mtime_ns;
 	return 0;
 }
 
-static bool leaves(const struct removal *rm, const char *attempt)
+static bool takes(const struct removal *rm, const char *id)
 {
-	return attempt[0] != '\0' && attempts_has(&rm->left, attempt);
+	const struct attempt *a = find(rm, id);
+	return a != NULL && a->taken;
 }
 
 /* The attempt of a ref's name, "rank-R-of-W.<attempt>" (manifest_ref_key);
- * "" if it is not one. */
+ * NULL if it is not one. */
 static const char *ref_attempt(const char *name)
 {
 	unsigned rank, ws;
 	int at = 0;
-	if (sscanf(name, "rank-%5u-of-%5u.%n", &rank, &ws, &at) != 2 || at == 0)
-		return "";
+	if (sscanf(name, "rank-%5u-of-%5u.%n", &rank, &ws, &at) != 2 || at == 0 || name[at] == '\0')
+		return NULL;
 	return name + at;
+}
+
+/* The attempt a marker's name gives, or NULL. */
+static const char *mark_attempt(const char *name)
+{
+	size_t n = strlen(MARK_PREFIX);
+	if (strncmp(name, MARK_PREFIX, n) != 0 || manifest_name_valid(name + n, ATTEMPT_MAX_LEN) < 0)
+		return NULL;
+	return name + n;
 }
 
 /* List dir into a new entry of *v. 0 (also when dir is not there: no
@@ -218,8 +177,87 @@ static int list_into(struct store *s, const char *dir, struct listed **v, size_t
 	return 0;
 }
 
+/* A marker's lines: manifest names (others are ignored), kept for the
+ * spread directories; with attempt NULL (KEPT_NAME, written by an older
+ * ckptd, naming every manifest it took) their attempts are marked. */
+static int read_marker(struct removal *rm, const char *name, const char *attempt)
+{
+	char key[768];
+	void *buf = NULL;
+	size_t len = 0;
+	snprintf(key, sizeof(key), "%s/%s", rm->dir, name);
+	int r = rm->s->ops->get_all(rm->s, key, 16u << 20, &buf, &len);
+	if (r < 0)
+		return r == -ENOENT ? 0 : r;
+	struct step_name sn;
+	for (char *line = buf, *end = (char *)buf + len; line < end && r == 0;) {
+		char *nl = memchr(line, '\n', (size_t)(end - line));
+		size_t k = nl ? (size_t)(nl - line) : (size_t)(end - line);
+		char one[600];
+		if (k > 0 && k < sizeof(one)) {
+			memcpy(one, line, k);
+			one[k] = '\0';
+			manifest_parse_object(one, &sn);
+			if (sn.kind == OBJ_MANIFEST && (attempt == NULL || strcmp(sn.attempt, attempt) == 0)) {
+				char **v = realloc(rm->marked_manifests, (rm->nmarked_manifests + 1) * sizeof(*v));
+				if (v == NULL || (v[rm->nmarked_manifests] = strdup(one)) == NULL) {
+					if (v)
+						rm->marked_manifests = v;
+					r = -ENOMEM;
+					break;
+				}
+				rm->marked_manifests = v;
+				rm->nmarked_manifests++;
+				struct attempt *a = attempt == NULL ? attempt_of(rm, sn.attempt) : NULL;
+				if (attempt == NULL && a == NULL)
+					r = -ENOMEM;
+				else if (a != NULL)
+					a->marked = true;
+			}
+		}
+		line += k + 1;
+	}
+	free(buf);
+	return r;
+}
+
+/* The step directory's entries: every attempt's objects and markers. */
+static int scan_step(struct removal *rm)
+{
+	struct step_name sn;
+	int r = 0;
+	for (size_t i = 0; i < rm->here.n && r == 0; i++) {
+		const struct store_entry *e = &rm->here.v[i];
+		const char *mark = mark_attempt(e->name);
+		manifest_parse_object(e->name, &sn);
+		if (mark != NULL) {
+			struct attempt *a = attempt_of(rm, mark);
+			if (a == NULL)
+				return -ENOMEM;
+			a->marked = a->has_mark = true;
+			r = read_marker(rm, e->name, mark);
+		} else if (strcmp(e->name, KEPT_NAME) == 0) {
+			rm->legacy_kept = true;
+			r = read_marker(rm, e->name, NULL);
+		} else if (sn.kind == OBJ_MANIFEST || sn.kind == OBJ_SHARD) {
+			r = seen(rm, sn.attempt, e->mtime_ns);
+			struct attempt *a = find(rm, sn.attempt);
+			if (r == 0 && sn.kind == OBJ_MANIFEST && a != NULL) {
+				size_t g = 0;
+				while (g < a->nws && a->ws[g] != sn.world_size)
+					g++;
+				if (g == a->nws && g < ELEMENTSOF(a->ws))
+					a->ws[a->nws++] = sn.world_size;
+				if (g < a->nws)
+					a->nman[g]++;
+			}
+		}
+	}
+	return r;
+}
+
 /* The step's refs: one listing of what it refers to, one per step there. */
-static int list_refs(struct removal *rm)
+static int scan_refs(struct removal *rm)
 {
 	char dir[512], sub[600];
 	int r = manifest_refs_dir(dir, sizeof(dir), rm->job, rm->step);
@@ -235,8 +273,11 @@ static int list_refs(struct removal *rm)
 	}
 	free(t);
 	for (size_t i = 0; i < rm->nrefs && r == 0; i++)
-		for (size_t k = 0; k < rm->refs[i].n && r == 0; k++)
-			r = note(rm, ref_attempt(rm->refs[i].v[k].name), rm->refs[i].v[k].mtime_ns);
+		for (size_t k = 0; k < rm->refs[i].n && r == 0; k++) {
+			const char *id = ref_attempt(rm->refs[i].v[k].name);
+			if (id != NULL)
+				r = seen(rm, id, rm->refs[i].v[k].mtime_ns);
+		}
 	return r;
 }
 
@@ -245,42 +286,103 @@ static int cmp_str_ptr(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Layout spread: a rank with a manifest in the step's listing but no
- * shard of its attempt there keeps its shards in its spread directory. One
- * LIST per such directory (at most SPREAD_FANOUT, W / 256 names each): no
- * manifest is read. Shards whose manifests were removed by an earlier,
- * interrupted delete are not found again here. */
-static int list_spread(struct removal *rm, char **names, size_t n)
+/* Whether manifest name (a listed one) has no shard of its own (rank,
+ * world size, attempt) beside it: its shard is in its spread directory.
+ * local: the "rank-R-of-W.<attempt>" of every shard listed, sorted. */
+static bool spread_of(const char *name, char **local, size_t nlocal)
 {
-	bool want[SPREAD_FANOUT] = { false };
-	/* "rank-R-of-W.<attempt>" of every shard beside the manifests, sorted:
-	 * a manifest whose own (rank, world size, attempt) has none there
-	 * keeps its shard in the spread directory. */
-	char **local = calloc(n ? n : 1, sizeof(*local));
-	size_t nlocal = 0;
-	if (local == NULL)
-		return -ENOMEM;
 	struct step_name sn;
 	char id[256];
-	for (size_t i = 0; i < n; i++) {
-		manifest_parse_object(names[i], &sn);
+	manifest_parse_object(name, &sn);
+	if (sn.kind != OBJ_MANIFEST || sn.attempt[0] == '\0')
+		return false;
+	snprintf(id, sizeof(id), "rank-%05u-of-%05u.%s", sn.rank, sn.world_size, sn.attempt);
+	const char *key = id;
+	return bsearch(&key, local, nlocal, sizeof(*local), cmp_str_ptr) == NULL;
+}
+
+/* The shards of every listed shard, as spread_of wants them; NULL when
+ * out of memory. */
+static char **local_shards(const struct removal *rm, size_t *n)
+{
+	char **local = calloc(rm->here.n ? rm->here.n : 1, sizeof(*local));
+	*n = 0;
+	if (local == NULL)
+		return NULL;
+	struct step_name sn;
+	char id[256];
+	for (size_t i = 0; i < rm->here.n; i++) {
+		manifest_parse_object(rm->here.v[i].name, &sn);
 		if (sn.kind != OBJ_SHARD || sn.attempt[0] == '\0')
 			continue;
 		snprintf(id, sizeof(id), "rank-%05u-of-%05u.%s", sn.rank, sn.world_size, sn.attempt);
-		if ((local[nlocal] = strdup(id)) == NULL)
-			break;
-		nlocal++;
+		if ((local[*n] = strdup(id)) == NULL) {
+			store_names_free(local, *n);
+			return NULL;
+		}
+		(*n)++;
 	}
-	qsort(local, nlocal, sizeof(*local), cmp_str_ptr);
-	for (size_t i = 0; i < n; i++) {
-		manifest_parse_object(names[i], &sn);
-		if (sn.kind != OBJ_MANIFEST || sn.attempt[0] == '\0')
-			continue;
-		snprintf(id, sizeof(id), "rank-%05u-of-%05u.%s", sn.rank, sn.world_size, sn.attempt);
-		const char *key = id;
-		if (bsearch(&key, local, nlocal, sizeof(*local), cmp_str_ptr) == NULL)
-			want[sn.rank % SPREAD_FANOUT] = true;
+	qsort(local, *n, sizeof(*local), cmp_str_ptr);
+	return local;
+}
+
+/* Decide each attempt (the file's comment); how many are left. */
+static size_t decide(struct removal *rm)
+{
+	size_t left = 0;
+	for (size_t i = 0; i < rm->na; i++) {
+		struct attempt *a = &rm->a[i];
+		a->complete = false;
+		for (size_t g = 0; g < a->nws; g++)
+			a->complete |= a->nman[g] == a->ws[g];
+		bool young = a->newest_ns > 0 && rm->now_ns - a->newest_ns < rm->in_flight_ns;
+		if (rm->mode == CATALOG_FORCE || a->marked)
+			a->taken = true;
+		else if (a->complete)
+			a->taken = rm->mode == CATALOG_REMOVE;
+		else
+			a->taken = !young;
+		left += !a->taken && !a->complete;
 	}
+	return left;
+}
+
+/* Layout spread: a manifest listed with no shard beside it, or one a
+ * marker names, keeps its shard in its rank's spread directory. One LIST
+ * per such directory of an attempt to be taken (at most SPREAD_FANOUT,
+ * W / 256 names each): no manifest is read. After scan_refs. */
+static int scan_spread(struct removal *rm)
+{
+	bool want[SPREAD_FANOUT] = { false };
+	size_t nlocal;
+	char **local = local_shards(rm, &nlocal);
+	if (local == NULL)
+		return -ENOMEM;
+	struct step_name sn;
+	/* Only the directories of attempts it would take: what the step's
+	 * directory and refs say (decide), which a young shard there may yet
+	 * turn (the caller decides again). */
+	(void)decide(rm);
+	for (size_t i = 0; i < rm->here.n; i++)
+		if (spread_of(rm->here.v[i].name, local, nlocal)) {
+			manifest_parse_object(rm->here.v[i].name, &sn);
+			want[sn.rank % SPREAD_FANOUT] |= takes(rm, sn.attempt);
+		}
+	for (size_t i = 0; i < rm->nmarked_manifests; i++) {
+		manifest_parse_object(rm->marked_manifests[i], &sn);
+		want[sn.rank % SPREAD_FANOUT] = true;
+	}
+	/* A rank with refs and no shard beside them may have one there and
+	 * no manifest yet (or ever: its save died). A spread shard of
+	 * neither is not found. */
+	for (size_t i = 0; i < rm->nrefs; i++)
+		for (size_t k = 0; k < rm->refs[i].n; k++) {
+			const char *name = rm->refs[i].v[k].name, *id = ref_attempt(name);
+			unsigned rank, ws;
+			if (id != NULL && takes(rm, id) && sscanf(name, "rank-%5u-of-%5u.", &rank, &ws) == 2 &&
+			    bsearch(&name, local, nlocal, sizeof(*local), cmp_str_ptr) == NULL)
+				want[rank % SPREAD_FANOUT] = true;
+		}
 	store_names_free(local, nlocal);
 	int r = 0;
 	for (uint32_t h = 0; h < SPREAD_FANOUT && r == 0; h++) {
@@ -296,50 +398,89 @@ static int list_spread(struct removal *rm, char **names, size_t n)
 		for (size_t k = 0; k < rm->spread[i].n && r == 0; k++) {
 			manifest_parse_object(rm->spread[i].v[k].name, &sn);
 			if (sn.kind == OBJ_SHARD)
-				r = note(rm, sn.attempt, rm->spread[i].v[k].mtime_ns);
+				r = seen(rm, sn.attempt, rm->spread[i].v[k].mtime_ns);
 		}
 	return r;
 }
 
-/* Remove what was listed in l but what the removal leaves (and, with
- * shards_only, what is not a shard: another node's temporary), then the
- * directory if it is empty. 0 or the first error. */
-static int remove_listed(struct removal *rm, const struct listed *l, bool shards_only)
+/* Mark each taken attempt before anything of it goes: MARK_PREFIX<id>,
+ * naming its listed manifests whose shards are in spread directories.
+ * Create-only: one there already was written by a removal before any of
+ * its objects went, from a listing made before that. */
+static int mark_taken(struct removal *rm)
 {
-	char key[900];
-	int err = 0;
-	struct step_name sn;
-	for (size_t i = 0; i < l->n; i++) {
-		const char *attempt;
-		if (shards_only) {
-			manifest_parse_object(l->v[i].name, &sn);
-			if (sn.kind != OBJ_SHARD)
-				continue;
-			attempt = sn.attempt;
-		} else {
-			attempt = ref_attempt(l->v[i].name);
-		}
-		if (leaves(rm, attempt))
+	size_t nlocal;
+	char **local = local_shards(rm, &nlocal);
+	if (local == NULL)
+		return -ENOMEM;
+	int r = 0;
+	for (size_t i = 0; i < rm->na && r == 0; i++) {
+		struct attempt *a = &rm->a[i];
+		if (!a->taken || a->has_mark || a->id[0] == '\0')
 			continue;
-		snprintf(key, sizeof(key), "%s/%s", l->dir, l->v[i].name);
-		int r = rm->s->ops->remove(rm->s, key);
-		if (r < 0 && r != -ENOENT && err == 0)
-			err = r;
+		size_t len = 0;
+		struct step_name sn;
+		for (size_t k = 0; k < rm->here.n; k++) {
+			manifest_parse_object(rm->here.v[k].name, &sn);
+			if (strcmp(sn.attempt, a->id) == 0 && spread_of(rm->here.v[k].name, local, nlocal))
+				len += strlen(rm->here.v[k].name) + 1;
+		}
+		char *body = malloc(len + 1), key[768];
+		if (body == NULL) {
+			r = -ENOMEM;
+			break;
+		}
+		size_t at = 0;
+		for (size_t k = 0; k < rm->here.n; k++) {
+			manifest_parse_object(rm->here.v[k].name, &sn);
+			if (strcmp(sn.attempt, a->id) == 0 && spread_of(rm->here.v[k].name, local, nlocal))
+				at += (size_t)sprintf(body + at, "%s\n", rm->here.v[k].name);
+		}
+		snprintf(key, sizeof(key), "%s/" MARK_PREFIX "%s", rm->dir, a->id);
+		struct iovec iov = { body, at };
+		r = store_create_announced(rm->s, key, &iov, 1);
+		free(body);
+		if (r == -EEXIST)
+			r = 0;
+		a->has_mark = r == 0;
 	}
-	int r = rm->s->ops->remove_dir(rm->s, l->dir);
-	if (r < 0 && r != -ENOTEMPTY && r != -EEXIST && r != -ENOENT && err == 0)
-		err = r;
-	return err;
+	store_names_free(local, nlocal);
+	return r;
 }
 
-/* The refs go last: while the step's manifests were there, they kept
- * what it refers to. */
-static int remove_refs(struct removal *rm)
+static int remove_key(struct removal *rm, const char *dir, const char *name, int err)
 {
-	int err = 0;
+	char key[900];
+	snprintf(key, sizeof(key), "%s/%s", dir, name);
+	int r = rm->s->ops->remove(rm->s, key);
+	return err == 0 && r < 0 && r != -ENOENT ? r : err;
+}
+
+/* The taken attempts' shards of l (a spread directory), then l if empty. */
+static int remove_spread(struct removal *rm, const struct listed *l, int err)
+{
+	struct step_name sn;
+	for (size_t i = 0; i < l->n; i++) {
+		manifest_parse_object(l->v[i].name, &sn);
+		if (sn.kind == OBJ_SHARD && takes(rm, sn.attempt))
+			err = remove_key(rm, l->dir, l->v[i].name, err);
+	}
+	int r = rm->s->ops->remove_dir(rm->s, l->dir);
+	return err == 0 && r < 0 && r != -ENOTEMPTY && r != -EEXIST && r != -ENOENT ? r : err;
+}
+
+/* The taken attempts' refs; they go after the shards: while the step's
+ * manifests were there, they kept what it refers to. */
+static int remove_refs(struct removal *rm, int err)
+{
 	for (size_t i = 0; i < rm->nrefs; i++) {
-		int r = remove_listed(rm, &rm->refs[i], false);
-		err = err ? err : r;
+		const struct listed *l = &rm->refs[i];
+		for (size_t k = 0; k < l->n; k++) {
+			const char *id = ref_attempt(l->v[k].name);
+			if (id != NULL && takes(rm, id))
+				err = remove_key(rm, l->dir, l->v[k].name, err);
+		}
+		(void)rm->s->ops->remove_dir(rm->s, l->dir);
 	}
 	char dir[512];
 	if (manifest_refs_dir(dir, sizeof(dir), rm->job, rm->step) == 0)
@@ -347,15 +488,48 @@ static int remove_refs(struct removal *rm)
 	return err;
 }
 
-/* What the removal left: -EBUSY naming it, else err. */
-static int left_error(const struct removal *rm, int err)
+/* KEPT_NAME, empty, unless listed: the step is to be finished later
+ * (gc.c finish_kept, which looks for any marker). */
+static int come_back(struct removal *rm)
 {
-	if (err != 0 || rm->left.n == 0)
+	if (rm->legacy_kept)
+		return 0;
+	char key[768];
+	snprintf(key, sizeof(key), "%s/" KEPT_NAME, rm->dir);
+	int r = store_create_announced(rm->s, key, NULL, 0);
+	return r == -EEXIST ? 0 : r;
+}
+
+/* What is left keeps a marker; -EBUSY naming it, else err. */
+static int leave(struct removal *rm, size_t left, int err)
+{
+	if (err != 0 || left == 0)
 		return err;
-	store_set_error("attempt '%s' of step %" PRIu64 " has objects younger than %u s and no manifest: a save may "
-			"be writing it, so it is left, for a removal after that",
-			rm->left.v[0], rm->step, (unsigned)CATALOG_SPARE_S);
+	int r = come_back(rm);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < rm->na; i++)
+		if (!rm->a[i].taken && !rm->a[i].complete) {
+			store_set_error("attempt '%s' of step %" PRIu64 " has objects younger than %" PRId64
+					" s and no complete set of manifests: a save may be writing it, so it is left, "
+					"for a removal after that",
+					rm->a[i].id, rm->step, rm->in_flight_ns / 1000000000);
+			break;
+		}
 	return -EBUSY;
+}
+
+/* No directory: a removal cut short after it, or a save of the spread
+ * layout whose shards are elsewhere. The refs of attempts it takes.
+ * -ENOENT, -EBUSY (something left, marked) or an error. */
+static int remove_refs_only(struct removal *rm)
+{
+	int r = scan_refs(rm);
+	if (r < 0)
+		return r;
+	size_t left = decide(rm);
+	r = leave(rm, left, remove_refs(rm, 0));
+	return r < 0 ? r : -ENOENT;
 }
 
 static int64_t wall_ns(void)
@@ -365,170 +539,116 @@ static int64_t wall_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* No directory: a removal cut short after it, or a save of the spread
- * layout whose shards are elsewhere. Its refs, but those of a save that
- * may be in flight. -ENOENT, -EBUSY or an error. */
-static int remove_refs_only(struct removal *rm)
+/* Remove the taken attempts' objects (listed by then), markers last. */
+static int remove_taken(struct removal *rm, size_t left)
 {
-	int r = list_refs(rm);
-	if (r == 0)
-		r = remove_refs(rm);
-	r = left_error(rm, r);
-	return r < 0 ? r : -ENOENT;
-}
-
-/* Before the first manifest goes, the marker names every manifest the
- * removal takes (names[0, nlisted) listed, the rest from a marker already
- * there): a removal cut short (a crash, a failed DELETE) is finished later
- * as this one was meant, and never takes an attempt it did not see. A
- * marker that names them all already stays. 0, 1 (written) or -errno. */
-static int mark_removal(struct store *s, const char *dir, char **names, size_t nlisted, size_t n, bool had_kept)
-{
-	char **kept = names + nlisted;
-	size_t nkept = n - nlisted, nnew = 0;
+	int err = 0;
 	struct step_name sn;
-	qsort(kept, nkept, sizeof(*kept), cmp_str_ptr);
-	for (size_t i = 0; i < nlisted; i++) {
-		manifest_parse_object(names[i], &sn);
-		const char *key = names[i];
-		if (sn.kind == OBJ_MANIFEST && bsearch(&key, kept, nkept, sizeof(*kept), cmp_str_ptr) == NULL)
-			nnew++;
+	/* Manifests, then, unless a complete attempt stays, the commit
+	 * object and the index. */
+	for (size_t i = 0; i < rm->here.n; i++) {
+		manifest_parse_object(rm->here.v[i].name, &sn);
+		if (sn.kind == OBJ_MANIFEST && takes(rm, sn.attempt))
+			err = remove_key(rm, rm->dir, rm->here.v[i].name, err);
 	}
-	if (nnew == 0)
-		return 0;
-	char key[768];
-	if (had_kept) {
-		/* A crash before the new one is written loses only what the
-		 * old one named: those manifests are gone, and their shards in
-		 * this directory go once they are old (note). */
-		snprintf(key, sizeof(key), "%s/" KEPT_NAME, dir);
-		int r = s->ops->remove(s, key);
-		if (r < 0 && r != -ENOENT)
-			return r;
+	/* A manifest that could not be removed may be the one a save looks
+	 * for (write_refs): then no shard goes. */
+	if (err != 0)
+		return err;
+	bool whole_stays = false, all_go = left == 0;
+	for (size_t i = 0; i < rm->na; i++) {
+		whole_stays |= rm->a[i].complete && !rm->a[i].taken;
+		all_go &= rm->a[i].taken;
 	}
-	int r = write_kept(s, dir, names, n);
-	return r < 0 ? r : 1;
+	for (int kind = OBJ_COMMIT; kind <= OBJ_INDEX && !whole_stays; kind++)
+		for (size_t i = 0; i < rm->here.n; i++) {
+			manifest_parse_object(rm->here.v[i].name, &sn);
+			if ((int)sn.kind == kind)
+				err = remove_key(rm, rm->dir, rm->here.v[i].name, err);
+		}
+	/* Before the shards, what refers to this step is looked at again: a
+	 * save writes its refs and then looks for the manifest of the step
+	 * it refers to, so either it saw the manifests gone (and stores
+	 * everything) or its refs are seen here (and the shards stay, for
+	 * it; the markers too, for the removal that finishes this one). */
+	uint64_t by = 0;
+	int r = catalog_referrer(rm->s, rm->job, rm->step, &by);
+	if (r != -ENOENT) {
+		if (r == 0 && (r = come_back(rm)) == 0) {
+			store_set_error("step %" PRIu64 " refers to its shard, which is kept", by);
+			return -EBUSY;
+		}
+		return r;
+	}
+	for (size_t i = 0; i < rm->here.n; i++) {
+		const char *name = rm->here.v[i].name;
+		manifest_parse_object(name, &sn);
+		if (sn.kind == OBJ_SHARD ? takes(rm, sn.attempt)
+					 : sn.kind == OBJ_OTHER && all_go && strcmp(name, KEPT_NAME) != 0 &&
+						   mark_attempt(name) == NULL)
+			err = remove_key(rm, rm->dir, name, err);
+	}
+	for (size_t i = 0; i < rm->nspread; i++)
+		err = remove_spread(rm, &rm->spread[i], err);
+	err = remove_refs(rm, err);
+	if (err != 0)
+		return err; /* the markers stay: the next removal finishes */
+	for (size_t i = 0; i < rm->na; i++)
+		if (rm->a[i].taken && rm->a[i].has_mark) {
+			char name[ATTEMPT_BUF + 8];
+			snprintf(name, sizeof(name), MARK_PREFIX "%s", rm->a[i].id);
+			err = remove_key(rm, rm->dir, name, err);
+		}
+	if (err == 0 && left == 0 && rm->legacy_kept)
+		err = remove_key(rm, rm->dir, KEPT_NAME, err);
+	/* Other nodes' temporaries may still sit there: then it stays. */
+	r = rm->s->ops->remove_dir(rm->s, rm->dir);
+	if (r < 0 && r != -ENOTEMPTY && r != -EEXIST && r != -ENOENT && err == 0)
+		err = r;
+	return leave(rm, left, err);
 }
 
-int catalog_delete_step(struct store *s, struct mancache *cache, const char *job, uint64_t step, bool force)
+int catalog_delete_step(struct store *s, struct mancache *cache, const char *job, uint64_t step,
+			enum catalog_removal_mode mode, uint64_t in_flight_s)
 {
-	char dir[512], key[768];
-	int r = manifest_step_dir(dir, sizeof(dir), job, step);
+	struct removal rm = { .s = s,
+			      .job = job,
+			      .step = step,
+			      .now_ns = wall_ns(),
+			      .mode = mode,
+			      .in_flight_ns = (int64_t)(in_flight_s ? in_flight_s : CATALOG_SPARE_S) * 1000000000 };
+	int r = manifest_step_dir(rm.dir, sizeof(rm.dir), job, step);
 	if (r < 0)
 		return r;
-	struct removal rm = { .s = s, .job = job, .step = step, .now_ns = wall_ns(), .force = force };
-	struct store_entry *ents = NULL;
-	size_t nents = 0;
-	r = s->ops->list_entries(s, dir, &ents, &nents);
+	r = s->ops->list_entries(s, rm.dir, &rm.here.v, &rm.here.n);
 	if (r == -ENOENT) {
+		rm.here.v = NULL;
+		rm.here.n = 0;
 		r = remove_refs_only(&rm);
 		removal_free(&rm);
 		return r;
 	}
 	if (r < 0)
 		return r;
-	char **names = calloc(nents ? nents : 1, sizeof(*names));
-	size_t n = 0;
-	if (names == NULL) {
-		store_entries_free(ents, nents);
-		return -ENOMEM;
+	/* Everything is listed, and each attempt decided, before anything
+	 * goes: a listing that fails removes nothing. */
+	if ((r = scan_step(&rm)) == 0 && (r = scan_refs(&rm)) == 0 && (r = scan_spread(&rm)) == 0) {
+		size_t left = decide(&rm), taken = 0;
+		for (size_t i = 0; i < rm.na; i++)
+			taken += rm.a[i].taken;
+		if (taken == 0 && left > 0)
+			r = leave(&rm, left, 0); /* nothing to take: not even the commit */
+		else if ((r = mark_taken(&rm)) == 0)
+			r = remove_taken(&rm, left);
 	}
-	while (n < nents && (names[n] = strdup(ents[n].name)) != NULL)
-		n++;
-	int err = n < nents ? -ENOMEM : 0;
-	size_t nlisted = n;
-	bool had_kept = false;
-	for (size_t i = 0; i < nlisted; i++)
-		had_kept |= strcmp(names[i], KEPT_NAME) == 0;
-	/* A removal that stopped before (KEPT_NAME) names the manifests it
-	 * took: their attempts, and the spread directories their shards are
-	 * in. */
-	if (err == 0)
-		err = kept_names(s, dir, &names, &n);
-	struct step_name sn;
-	for (size_t i = 0; i < n && err == 0; i++) {
-		manifest_parse_object(names[i], &sn);
-		if (sn.kind == OBJ_MANIFEST && sn.attempt[0])
-			err = attempts_add(&rm.taken, sn.attempt);
-	}
-	for (size_t i = 0; i < nents && err == 0; i++) {
-		manifest_parse_object(ents[i].name, &sn);
-		if (sn.kind != OBJ_MANIFEST)
-			err = note(&rm, sn.attempt, ents[i].mtime_ns);
-	}
-	store_entries_free(ents, nents);
-	/* Everything is listed before anything goes: a listing that fails
-	 * removes nothing. */
-	if (err == 0)
-		err = list_refs(&rm);
-	if (err == 0)
-		err = list_spread(&rm, names, n);
-	bool marked = had_kept;
-	if (err == 0 && (r = mark_removal(s, dir, names, nlisted, n, had_kept)) != 0) {
-		err = r < 0 ? r : 0;
-		marked = r > 0 || had_kept;
-	}
-	if (err != 0)
-		goto out;
-	/* Manifests, then the commit object, the index, then shards and the
-	 * rest. Before the shards, what refers to this step is looked at
-	 * again: a save writes its refs and then looks for the manifest of
-	 * the step it refers to, so either it saw the manifests gone (and
-	 * stores everything) or its refs are seen here (and the shards stay,
-	 * for it). */
-	uint64_t by = 0;
-	for (int pass = 0; pass < 4; pass++) {
-		/* A manifest that could not be removed may be the one a save
-		 * looks for (write_refs): then no shard goes. */
-		if (pass == 1 && err != 0)
-			goto out;
-		if (pass == 3 && (r = catalog_referrer(s, job, step, &by)) != -ENOENT) {
-			err = r == 0 ? keep_for(s, dir, names, n, by) : r;
-			goto out;
-		}
-		for (size_t i = 0; i < n; i++) {
-			manifest_parse_object(names[i], &sn);
-			int want = sn.kind == OBJ_MANIFEST ? 0
-				   : sn.kind == OBJ_COMMIT ? 1
-				   : sn.kind == OBJ_INDEX  ? 2
-							   : 3;
-			/* The marker goes last, once the rest is gone. */
-			if (want != pass || leaves(&rm, sn.attempt) || strcmp(names[i], KEPT_NAME) == 0)
-				continue;
-			snprintf(key, sizeof(key), "%s/%s", dir, names[i]);
-			r = s->ops->remove(s, key);
-			if (r < 0 && r != -ENOENT && err == 0)
-				err = r;
-		}
-	}
-	for (size_t i = 0; i < rm.nspread; i++) {
-		r = remove_listed(&rm, &rm.spread[i], true);
-		err = err ? err : r;
-	}
-	r = remove_refs(&rm);
-	err = err ? err : r;
-	snprintf(key, sizeof(key), "%s/" KEPT_NAME, dir);
-	if (err == 0 && rm.left.n == 0 && marked) {
-		r = s->ops->remove(s, key);
-		err = r < 0 && r != -ENOENT ? r : 0;
-	} else if (err == 0 && rm.left.n && !marked) {
-		/* What is left: a later removal finishes it (gc.c finish_kept). */
-		err = write_kept(s, dir, names, n);
-	}
-	/* Other nodes' temporaries may still sit there: then it stays. */
-	r = s->ops->remove_dir(s, dir);
-	if (r < 0 && r != -ENOTEMPTY && r != -EEXIST && r != -ENOENT && err == 0)
-		err = r;
-	err = left_error(&rm, err);
-out:
-	store_names_free(names, n);
 	removal_free(&rm);
 	/* Also after a partial failure: some manifests may be gone. An entry a
 	 * racing load puts back is never served: a step saved again under the
 	 * same names lists other times or sizes (catalog_listed). */
 	if (cache) {
-		snprintf(key, sizeof(key), "%s/", dir);
+		char key[600];
+		snprintf(key, sizeof(key), "%s/", rm.dir);
 		mancache_drop_prefix(cache, key);
 	}
-	return err;
+	return r;
 }

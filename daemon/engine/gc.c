@@ -56,30 +56,33 @@ void busy_free(struct busy *b)
 	memset(b, 0, sizeof(*b));
 }
 
-int gc_remove_step(struct daemon *d, struct store *st, const char *job, uint64_t step, bool force)
+int gc_remove_step(struct daemon *d, struct store *st, const char *job, uint64_t step, enum catalog_removal_mode mode,
+		   uint64_t in_flight_s)
 {
 	uint64_t id = 0;
 	int r = d->journal ? journal_remove_begin(d->journal, job, step, &id) : 0;
 	if (r < 0)
 		return r;
-	r = catalog_delete_step(st, d->mancache, job, step, force);
-	if (r == 0 && d->journal)
+	r = catalog_delete_step(st, d->mancache, job, step, mode, in_flight_s);
+	if ((r == 0 || r == -EBUSY) && d->journal)
 		(void)journal_remove_end(d->journal, id); /* else the next start finishes it */
 	return r;
 }
 
 /* ---- one pass ---- */
 
-/* A step whose removal stopped for a step that referred to its shard
- * (catalog.h KEPT_NAME): removed once nothing does. */
-static void finish_kept(struct gc_pass *g, struct store *st, const char *job, uint64_t step)
+/* A step with a removal's marker and no manifest (manifest.h KEPT_NAME):
+ * the removal stopped for a step that referred to its shard, or left an
+ * attempt a save may have been writing; what it took, and what is old by
+ * now, goes. */
+static void finish_kept(struct gc_pass *g, struct store *st, const char *job, uint64_t step, uint64_t in_flight_s)
 {
 	if (steplock_delete_begin(job, step) < 0)
 		return;
-	int r = gc_remove_step(g->d, st, job, step, false);
+	int r = gc_remove_step(g->d, st, job, step, CATALOG_FINISH, in_flight_s);
 	steplock_delete_end(job, step);
 	if (r == 0)
-		log_info("gc: removed the rest of %s step %" PRIu64 " (no step refers to it any more)", job, step);
+		log_info("gc: removed the rest of %s step %" PRIu64, job, step);
 	else if (r != -EBUSY)
 		log_warn("gc: removing the rest of %s step %" PRIu64 ": %s", job, step, store_error(r));
 }
@@ -135,7 +138,7 @@ static void gc_job_run(struct gc_pass *g, const char *job, const struct retentio
 		int lr = catalog_list_step(st, job, steps[i], &cs[k]);
 		if (lr == -ENOENT && !g->dry_run && !busy_has(&g->busy, job, steps[i]) &&
 		    catalog_step_kept(st, job, steps[i]))
-			finish_kept(g, st, job, steps[i]);
+			finish_kept(g, st, job, steps[i], catalog_in_flight_s(rt->incomplete_grace_s));
 		if (lr < 0)
 			continue;
 		have[k] = true;
@@ -166,7 +169,8 @@ static void gc_job_run(struct gc_pass *g, const char *job, const struct retentio
 				log_info("gc: %s step %" PRIu64 " is being written now; kept", job, v[i].step);
 				continue;
 			}
-			int r = gc_remove_step(g->d, st, job, v[i].step, false);
+			int r = gc_remove_step(g->d, st, job, v[i].step, CATALOG_REMOVE,
+					       catalog_in_flight_s(rt->incomplete_grace_s));
 			steplock_delete_end(job, v[i].step);
 			if (r == -EBUSY) { /* a save in flight refers to it */
 				log_info("gc: %s step %" PRIu64 ": manifests removed, %s", job, v[i].step,

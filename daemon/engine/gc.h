@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "catalog.h"
 #include "config.h"
 #include "names.h"
 #include "retention.h"
@@ -38,11 +39,14 @@ int busy_snapshot(struct daemon *d, struct busy *b);
 bool busy_has(const struct busy *b, const char *job, uint64_t step);
 void busy_free(struct busy *b);
 
-/* Remove job's step from st, journaled (journal_remove_begin): a crash
- * part way is finished by the next start, so nothing of the step stays
- * behind unlisted. Not journaled, not removed. force: also what a save
- * may still be writing (catalog_delete_step). Threadpool. */
-int gc_remove_step(struct daemon *d, struct store *st, const char *job, uint64_t step, bool force);
+/* Remove job's step from st as mode says (catalog_delete_step, with the
+ * job's in-flight window in_flight_s), journaled (journal_remove_begin): a
+ * crash part way is finished by the next start, so nothing of the step
+ * stays behind unlisted. Not journaled, not removed. A removal that left
+ * something (-EBUSY) is done as far as the journal goes: its marker
+ * carries the rest. Threadpool. */
+int gc_remove_step(struct daemon *d, struct store *st, const char *job, uint64_t step, enum catalog_removal_mode mode,
+		   uint64_t in_flight_s);
 
 struct gc_job {
 	char name[JOB_BUF];

@@ -894,6 +894,7 @@ void save_start(struct daemon *d, const struct requester *rq, const Ckpt__Save *
 	sv->incremental = m->incremental == CKPT__SETTING__SETTING_ON ||
 			  (m->incremental == CKPT__SETTING__SETTING_JOB && jp.incremental);
 	sv->piece_bytes = jp.piece_bytes;
+	sv->in_flight_s = catalog_in_flight_s(jp.retention.incomplete_grace_s);
 	if ((r = admit_may_start(sv, &jp, err, sizeof(err))) < 0 || (r = save_layout(sv, m, err, sizeof(err))) < 0) {
 		save_fail(sv, r, "%s", r == -ENOMEM ? "out of memory" : err);
 		return;

@@ -141,7 +141,7 @@ static int put_stored(struct store *st, const char *key, const struct stored_sha
  * each such step still has this rank's manifest (one byte of it read), so
  * a step being removed is not referred to. 0; -ENOENT when one is gone
  * (the save stores every piece again); else the save's failure. */
-static int write_refs(struct save *sv, struct store *st, const struct stored_shard *ss)
+static int write_refs(struct save *sv, struct store *st, const struct stored_shard *ss, const char *then)
 {
 	const Ckpt__Manifest who = { .rank = sv->rank, .world_size = sv->world_size, .step = sv->step };
 	char key[1024];
@@ -172,8 +172,8 @@ static int write_refs(struct save *sv, struct store *st, const struct stored_sha
 		int r = st->ops->get_range(st, key, 0, &one, 1);
 		if (r == -ENOENT || r == -ENODATA) {
 			log_warn("save %" PRIu64 ": %s step %" PRIu64 " rank %u: step %" PRIu64 ", which the previous "
-				 "step's pieces are in, is being removed; storing every piece again",
-				 sv->id, sv->job, sv->step, sv->rank, t);
+				 "step's pieces are in, is being removed; %s",
+				 sv->id, sv->job, sv->step, sv->rank, t, then);
 			return -ENOENT;
 		}
 		if (r < 0) {
@@ -182,6 +182,28 @@ static int write_refs(struct save *sv, struct store *st, const struct stored_sha
 		}
 	}
 	return 0;
+}
+
+/* The refs come before the shard, and while the shard is written they
+ * are all there is of this save: a removal of this step takes them as a
+ * dead save's once they are older than the job's in-flight window
+ * (catalog_in_flight_s, removal.c). A shard that took over half of it
+ * writes them again and looks at the steps they name again (nrefs more
+ * creates and reads; none for a quicker one). A step gone meanwhile may
+ * have taken pieces this shard refers to: the save fails, and the next
+ * one stores every piece. */
+static int recheck_refs(struct save *sv, struct store *st, const struct stored_shard *ss, uint64_t refs_at)
+{
+	uint64_t took = clock_now_ns() - refs_at;
+	if (took <= sv->in_flight_s * 500000000ull)
+		return 0;
+	int r = write_refs(sv, st, ss, "failing this save");
+	if (r == -ENOENT)
+		upload_fail(sv, -ESTALE,
+			    "step %" PRIu64 " of job '%s', rank %u: a step whose pieces this one refers to was removed "
+			    "while its shard was written (%.0f s); the next save stores every piece",
+			    sv->step, sv->job, sv->rank, (double)took / 1e9);
+	return r;
 }
 
 /* No base in memory for sv's rank (the first save since this daemon
@@ -268,7 +290,7 @@ static int make_stored(struct save *sv, struct store *st, struct stored_shard *s
 			  " (%zu pieces, %" PRIu64 " bytes of them coded, %" PRIu64 " in older steps) in %.1f ms",
 			  sv->id, sv->job, sv->step, sv->rank, sv->shard_bytes, ss->bytes, ss->npieces, ss->coded_bytes,
 			  ss->ref_bytes, (double)(clock_now_ns() - t0) / 1e6);
-		r = ss->ref_bytes ? write_refs(sv, st, ss) : 0;
+		r = ss->ref_bytes ? write_refs(sv, st, ss, "storing every piece again") : 0;
 		if (r == -ENOENT && o.base) {
 			stored_shard_free(ss);
 			incbase_unref(o.base);
@@ -348,7 +370,8 @@ void save_upload(struct save *sv)
 		goto out;
 	}
 	stored = r == 0;
-	uint64_t refd[INCBASE_MAX_REFS]; /* the steps its refs name */
+	uint64_t refs_at = clock_now_ns(); /* make_stored wrote them last */
+	uint64_t refd[INCBASE_MAX_REFS];   /* the steps its refs name */
 	size_t nrefd = stored ? ref_targets(sv, &ss, refd) : 0;
 	r = stored ? put_stored(st, shard_key, &ss) : put_raw(sv, st, shard_key);
 	sv->stored_bytes = stored ? ss.bytes : sv->shard_bytes;
@@ -356,6 +379,12 @@ void save_upload(struct save *sv)
 	if (r < 0) {
 		stored_shard_free(&ss);
 		upload_fail(sv, r, "writing %s to %s: %s", shard_key, st->url, store_error(r));
+		unwrite_refs(sv, st, refd, nrefd);
+		goto out;
+	}
+	if (stored && ss.ref_bytes && (r = recheck_refs(sv, st, &ss, refs_at)) < 0) {
+		stored_shard_free(&ss);
+		(void)st->ops->remove(st, shard_key); /* ours alone: its name is new */
 		unwrite_refs(sv, st, refd, nrefd);
 		goto out;
 	}

@@ -926,7 +926,8 @@ struct del_req {
 	struct bgreq base;
 	char job[JOB_BUF];
 	uint64_t step;
-	bool force; /* ckptctl rm --force */
+	bool force;           /* ckptctl rm --force */
+	uint64_t in_flight_s; /* the job's (catalog_in_flight_s) */
 };
 
 /* A step with no manifest may still have refs (a save that failed after
@@ -945,7 +946,8 @@ static bool leftovers(struct bgreq *b, struct store *st, const char *job, uint64
 		bgreq_fail(b, r, "step %" PRIu64 " of job '%s' is being written", step, job);
 		return true;
 	}
-	r = gc_remove_step(b->d, st, job, step, ((struct del_req *)b)->force);
+	const struct del_req *q = (const struct del_req *)b;
+	r = gc_remove_step(b->d, st, job, step, q->force ? CATALOG_FORCE : CATALOG_REMOVE, q->in_flight_s);
 	steplock_delete_end(job, step);
 	if (r < 0 && r != -ENOENT)
 		bgreq_fail(b, r, "removing what is left of step %" PRIu64 " of job '%s': %s", step, job,
@@ -991,7 +993,7 @@ static void del_run(struct bgreq *b)
 		bgreq_fail(b, r, "step %" PRIu64 " of job '%s' is being written", q->step, q->job);
 		return;
 	}
-	r = gc_remove_step(b->d, st, q->job, q->step, q->force);
+	r = gc_remove_step(b->d, st, q->job, q->step, q->force ? CATALOG_FORCE : CATALOG_REMOVE, q->in_flight_s);
 	steplock_delete_end(q->job, q->step);
 	if (r < 0)
 		bgreq_fail(b, r, "removing step %" PRIu64 " of job '%s': %s", q->step, q->job, store_error(r));
@@ -1037,6 +1039,9 @@ void delete_start(struct session *s, uint64_t req_id, const Ckpt__DeleteRequest 
 	snprintf(q->job, sizeof(q->job), "%s", job);
 	q->step = m->step;
 	q->force = m->force;
+	struct job_policy jp;
+	config_job_policy(&s->d->cfg, job, s->d->pool.bytes, &jp);
+	q->in_flight_s = catalog_in_flight_s(jp.retention.incomplete_grace_s);
 	q->base.run = del_run;
 	q->base.reply = del_reply;
 	q->base.destroy = del_destroy;

@@ -788,32 +788,39 @@ static void test_gc_dry_run_and_rm(void **state)
 }
 
 /* A save of a step in flight on another node while retention removes
- * that step's old, incomplete attempt (past incomplete_grace): the pass
- * takes the old attempt's manifest and leaves the new attempt's shard (no
- * manifest yet, younger than CATALOG_SPARE_S: removal.c), marking the
- * step; once that shard is old (the save died), a later pass takes it. */
+ * that step's old, incomplete attempt (past incomplete_grace, an hour
+ * here, which is also the job's in-flight window): the pass takes the old
+ * attempt and leaves the new one (incomplete, younger than the window:
+ * removal.c), marking the step; once the new one is old (its save died),
+ * a later pass takes it. */
 static void test_retention_leaves_a_save_in_flight(void **state)
 {
 	(void)state;
 	static char out[1 << 16];
-	char dir[600];
-	snprintf(dir, sizeof(dir), "%s/grace/step-000000000008", D.store);
+	const char *group = "[job.gcjob]\nkeep_last = 2\nkeep_every = 10\n[job.grace]\nincomplete_grace = 1s\n";
+	char conf[512], dir[600];
+	snprintf(conf, sizeof(conf), "%s[job.flight]\nincomplete_grace = 1h\n", group);
+	assert_int_equal(h_stop(&D), 0);
+	h_start(&D, conf);
+	snprintf(dir, sizeof(dir), "%s/flight/step-000000000008", D.store);
 	assert_int_equal(h_sh("mkdir -p '%s' && echo m > '%s/rank-00000-of-00002.old.manifest' && "
 			      "touch -d '-2 hours' '%s/rank-00000-of-00002.old.manifest' && "
 			      "echo s > '%s/rank-00001-of-00002.new.00000000000000aa.shard'",
 			      dir, dir, dir, dir),
 			 0);
-	save_steps("grace", 9, 9); /* complete and newer: step 8 may go */
-	assert_int_equal(ctl_run("gc grace 2>&1", out, sizeof(out)), 0);
+	save_steps("flight", 9, 9); /* complete and newer: step 8 may go */
+	assert_int_equal(ctl_run("gc flight 2>&1", out, sizeof(out)), 0);
 	assert_int_equal(h_sh("test ! -e '%s/rank-00000-of-00002.old.manifest'", dir), 0);
 	assert_int_equal(h_sh("test -e '%s/rank-00001-of-00002.new.00000000000000aa.shard'", dir), 0);
-	assert_int_equal(h_sh("test -e '%s/kept'", dir), 0);
-	assert_int_equal(ctl_run("gc grace 2>&1", out, sizeof(out)), 0);
+	assert_int_equal(h_sh("test -e '%s/kept' && test ! -e '%s/kept.old'", dir, dir), 0);
+	assert_int_equal(ctl_run("gc flight 2>&1", out, sizeof(out)), 0);
 	assert_int_equal(h_sh("test -e '%s/rank-00001-of-00002.new.00000000000000aa.shard'", dir), 0);
 	/* The save died: its shard grows old, and the next pass finishes. */
 	assert_int_equal(h_sh("touch -d '-2 hours' '%s/rank-00001-of-00002.new.00000000000000aa.shard'", dir), 0);
-	assert_int_equal(ctl_run("gc grace 2>&1", out, sizeof(out)), 0);
+	assert_int_equal(ctl_run("gc flight 2>&1", out, sizeof(out)), 0);
 	assert_int_equal(access(dir, F_OK), -1);
+	assert_int_equal(h_stop(&D), 0);
+	h_start(&D, group);
 }
 
 /* References between steps (manifest.h REFS_DIR), as incremental saves

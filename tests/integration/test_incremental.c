@@ -181,7 +181,7 @@ static uint64_t bytes_in(const Ckpt__Manifest *m, uint64_t ref_step)
 static bool exists(const char *rel)
 {
 	char p[700];
-	snprintf(p, sizeof(p), "%s/" JOB "/%s", D.store, rel);
+	snprintf(p, sizeof(p), "%s/" JOB "/%s", cur->store, rel);
 	return access(p, F_OK) == 0;
 }
 
@@ -504,6 +504,77 @@ static void test_persist_refers(void **state)
 	h_cleanup(&E);
 }
 
+/* A shard written for over half the job's in-flight window
+ * (incomplete_grace, 1 s here; each shard write paused 2 s): its refs,
+ * written before it, may have been taken by a removal of this step as a
+ * dead save's (removal.c), so the save writes them again, and looks at
+ * the step they name again, before its manifest (upload.c recheck_refs).
+ * A ref taken meanwhile is back afterwards; a step referred to that was
+ * removed meanwhile fails the save (ESTALE), and the next save stores
+ * every piece. */
+static void wait_for(const char *rel)
+{
+	for (int i = 0; i < 2000 && !exists(rel); i++)
+		usleep(5000);
+	assert_true(exists(rel));
+}
+
+static ckpt_future *start_save(ckpt_client *c, ckpt_buffer *b, uint64_t step)
+{
+	fill(ckpt_buffer_data(b), step);
+	ckpt_tensor t[NT];
+	tensors(t, b);
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_save_ex(c, step, t, NT, NULL, 0, &(ckpt_save_opts){ 0 }, &f), 0);
+	return f;
+}
+
+static void test_slow_shard_rechecks_its_refs(void **state)
+{
+	(void)state;
+	struct dctx E;
+	h_init(&E);
+	h_start(&E, "incremental = true\nmemory_tier = false\n[job.inc]\nincomplete_grace = 1s\n[debug]\n"
+		    "store_delay_ms = 2000\n");
+	cur = &E;
+	save_step(1);
+	ckpt_client *c = connect_rank(0, 1);
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, total(), &b), 0);
+	const char *ref2 = "refs/step-000000000002/step-000000000001/rank-00000-of-00001.a";
+	ckpt_future *f = start_save(c, b, 2);
+	wait_for(ref2);
+	assert_int_equal(h_sh("rm '%s/" JOB "/%s'", cur->store, ref2), 0); /* a removal took it */
+	int r = ckpt_future_wait(f, CKPT_DURABLE, 60000);
+	if (r != 0)
+		fail_msg("durable: %s", ckpt_future_message(f));
+	ckpt_future_free(f);
+	assert_true(exists(ref2)); /* written again */
+
+	const char *ref3 = "refs/step-000000000003/step-000000000002/rank-00000-of-00001.a";
+	f = start_save(c, b, 3);
+	wait_for(ref3);
+	char dir[600];
+	step_dir(2, dir, sizeof(dir));
+	assert_int_equal(h_sh("rm '%s/" JOB "/%s' '%s'/*.manifest", cur->store, ref3, dir), 0); /* step 2 removed */
+	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), -ESTALE);
+	assert_non_null(strstr(ckpt_future_message(f), "was removed while its shard was written"));
+	ckpt_future_free(f);
+	assert_false(exists(ref3));
+	step_dir(3, dir, sizeof(dir));
+	assert_int_equal(h_sh("ls '%s' 2>/dev/null | grep -q shard", dir), 256); /* its shard went too */
+	f = start_save(c, b, 4);
+	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), 0);
+	ckpt_future_free(f);
+	Ckpt__Manifest *m = read_manifest(4);
+	assert_int_equal(m->n_refs, 0); /* every piece stored */
+	ckpt__manifest__free_unpacked(m, NULL);
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+	cur = &D;
+	h_cleanup(&E);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -513,6 +584,7 @@ int main(void)
 		cmocka_unit_test(test_rm_and_restart),
 		cmocka_unit_test(test_spread_layout),
 		cmocka_unit_test(test_persist_refers),
+		cmocka_unit_test(test_slow_shard_rechecks_its_refs),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

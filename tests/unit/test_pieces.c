@@ -370,7 +370,7 @@ static void test_removal_stopped_for_a_ref(void **state)
 			    "touch refs/step-000000000002/step-000000000001/rank-00000-of-00001.a",
 			    dir),
 			 0);
-	assert_int_equal(catalog_delete_step(s, NULL, "j", 1, false), -EBUSY);
+	assert_int_equal(catalog_delete_step(s, NULL, "j", 1, CATALOG_REMOVE, 0), -EBUSY);
 	assert_non_null(strstr(store_error(-EBUSY), "step 2 refers to"));
 	char p[256];
 	snprintf(p, sizeof(p), "%s/j/step-000000000001/rank-00000-of-00001.a.manifest", dir);
@@ -379,10 +379,10 @@ static void test_removal_stopped_for_a_ref(void **state)
 	assert_int_equal(access(p, F_OK), 0); /* the shard stays */
 	assert_true(catalog_step_kept(s, "j", 1));
 	/* Still referred to: stopped again. */
-	assert_int_equal(catalog_delete_step(s, NULL, "j", 1, false), -EBUSY);
+	assert_int_equal(catalog_delete_step(s, NULL, "j", 1, CATALOG_REMOVE, 0), -EBUSY);
 	assert_int_equal(access(p, F_OK), 0);
 	assert_int_equal(sh("rm -r %s/j/refs/step-000000000002", dir), 0);
-	assert_int_equal(catalog_delete_step(s, NULL, "j", 1, false), 0);
+	assert_int_equal(catalog_delete_step(s, NULL, "j", 1, CATALOG_REMOVE, 0), 0);
 	assert_int_equal(access(p, F_OK), -1); /* the spread shard too */
 	snprintf(p, sizeof(p), "%s/j/step-000000000001", dir);
 	assert_int_equal(access(p, F_OK), -1);

@@ -87,65 +87,117 @@ static bool there(struct fixture *f, const char *key)
 	return access(path, F_OK) == 0;
 }
 
-/* Names of one step's objects, for attempt a (done long ago) and attempt
- * b (a save of the same step in flight elsewhere: shard and refs, no
- * manifest yet). */
+/* Names of one step's objects: attempt a (world size 1) and attempt b
+ * (world size 2), each with a manifest, a shard and a ref per rank. */
 struct step_keys {
-	char man_a[300], shard_a[300], ref_a[300], shard_b[300], ref_b[300];
+	char man_a[300], shard_a[300], ref_a[300];
+	char man_b[2][300], shard_b[2][300], ref_b[2][300];
 };
 
 static void keys(struct step_keys *k, uint64_t step, bool spread)
 {
 	assert_int_equal(manifest_key(k->man_a, sizeof(k->man_a), "j", step, 0, 1, "a.manifest"), 0);
 	assert_int_equal(manifest_shard_key(k->shard_a, sizeof(k->shard_a), "j", step, 0, 1, "a", 0x11, spread), 0);
-	assert_int_equal(manifest_shard_key(k->shard_b, sizeof(k->shard_b), "j", step, 0, 1, "b", 0x22, spread), 0);
 	assert_int_equal(manifest_ref_key(k->ref_a, sizeof(k->ref_a), "j", step, step - 1, 0, 1, "a"), 0);
-	assert_int_equal(manifest_ref_key(k->ref_b, sizeof(k->ref_b), "j", step, step - 1, 0, 1, "b"), 0);
+	for (uint32_t r = 0; r < 2; r++) {
+		assert_int_equal(manifest_key(k->man_b[r], sizeof(k->man_b[r]), "j", step, r, 2, "b.manifest"), 0);
+		assert_int_equal(manifest_shard_key(k->shard_b[r], sizeof(k->shard_b[r]), "j", step, r, 2, "b",
+						    0x22 + r, spread),
+				 0);
+		assert_int_equal(manifest_ref_key(k->ref_b[r], sizeof(k->ref_b[r]), "j", step, step - 1, r, 2, "b"), 0);
+	}
 }
 
-static void old_a_and_young_b(struct fixture *f, const struct step_keys *k)
+/* Attempt a complete and two hours old; attempt b in flight: rank 0's
+ * ref, shard and (with b_manifest) manifest, rank 1's ref and shard, no
+ * manifest of rank 1 yet. */
+static void a_done_b_in_flight(struct fixture *f, const struct step_keys *k, bool b_manifest)
 {
 	put(f, k->man_a, "m");
 	put(f, k->shard_a, "a");
 	put(f, k->ref_a, "");
-	put(f, k->shard_b, "b");
-	put(f, k->ref_b, "");
 	age(f, k->man_a);
 	age(f, k->shard_a);
 	age(f, k->ref_a);
+	for (uint32_t r = 0; r < 2; r++) {
+		put(f, k->ref_b[r], "");
+		put(f, k->shard_b[r], "b");
+	}
+	if (b_manifest)
+		put(f, k->man_b[0], "m");
 }
 
-/* Attempt a goes; b, younger than CATALOG_SPARE_S with no manifest, stays
- * (shard and refs), named by the error, and the step is marked for a
- * later removal, which takes b once it is old. */
+static void age_b(struct fixture *f, const struct step_keys *k)
+{
+	for (uint32_t r = 0; r < 2; r++) {
+		age(f, k->ref_b[r]);
+		age(f, k->shard_b[r]);
+		if (there(f, k->man_b[r]))
+			age(f, k->man_b[r]);
+	}
+}
+
+static int del(struct fixture *f, enum catalog_removal_mode mode)
+{
+	store_clear_error();
+	return catalog_delete_step(f->s, NULL, "j", 5, mode, 0);
+}
+
+/* Attempt a goes; b, incomplete with objects younger than the window,
+ * stays (shards, refs, and the manifest rank 0 wrote already), named by
+ * the error, and the step is marked; once b is old (its save died), the
+ * removal that finishes the step takes it. */
 static void test_leaves_a_save_in_flight(void **state)
 {
 	struct fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, false);
-	old_a_and_young_b(f, &k);
-	store_clear_error();
-	int r = catalog_delete_step(f->s, NULL, "j", 5, false);
+	a_done_b_in_flight(f, &k, true);
+	int r = del(f, CATALOG_REMOVE);
 	assert_int_equal(r, -EBUSY);
 	assert_non_null(strstr(store_error(r), "attempt 'b' of step 5"));
 	assert_false(there(f, k.man_a));
 	assert_false(there(f, k.shard_a));
 	assert_false(there(f, k.ref_a));
-	assert_true(there(f, k.shard_b));
-	assert_true(there(f, k.ref_b));
+	assert_false(there(f, "j/step-000000000005/" KEPT_NAME ".a")); /* done with a */
+	for (uint32_t i = 0; i < 2; i++) {
+		assert_true(there(f, k.shard_b[i]));
+		assert_true(there(f, k.ref_b[i]));
+	}
+	assert_true(there(f, k.man_b[0]));
 	assert_true(catalog_step_kept(f->s, "j", 5));
 
 	/* Still young: nothing more goes. */
-	assert_int_equal(catalog_delete_step(f->s, NULL, "j", 5, false), -EBUSY);
-	assert_true(there(f, k.shard_b));
+	assert_int_equal(del(f, CATALOG_FINISH), -EBUSY);
+	assert_true(there(f, k.shard_b[1]));
 
-	/* The save died: once its objects are old, the next removal takes
-	 * them, its marker and the directories. */
-	age(f, k.shard_b);
-	age(f, k.ref_b);
-	assert_int_equal(catalog_delete_step(f->s, NULL, "j", 5, false), 0);
-	assert_false(there(f, k.shard_b));
-	assert_false(there(f, k.ref_b));
+	age_b(f, &k);
+	assert_int_equal(del(f, CATALOG_FINISH), 0);
+	assert_false(there(f, k.man_b[0]));
+	assert_false(there(f, k.shard_b[1]));
+	assert_false(there(f, k.ref_b[1]));
+	assert_false(there(f, "j/step-000000000005"));
+	assert_false(there(f, "j/refs/step-000000000005"));
+}
+
+/* A removal finishing an earlier one takes what the marker names and
+ * never a complete attempt no removal decided on (b completed after the
+ * first removal left it); a new removal (retention, rm) does take it. */
+static void test_finish_never_takes_a_complete_attempt(void **state)
+{
+	struct fixture *f = *state;
+	struct step_keys k;
+	keys(&k, 5, false);
+	a_done_b_in_flight(f, &k, true);
+	assert_int_equal(del(f, CATALOG_REMOVE), -EBUSY);
+	put(f, k.man_b[1], "m"); /* b completes */
+	assert_int_equal(del(f, CATALOG_FINISH), 0);
+	for (uint32_t i = 0; i < 2; i++) {
+		assert_true(there(f, k.man_b[i]));
+		assert_true(there(f, k.shard_b[i]));
+		assert_true(there(f, k.ref_b[i]));
+	}
+	assert_int_equal(del(f, CATALOG_REMOVE), 0);
 	assert_false(there(f, "j/step-000000000005"));
 	assert_false(there(f, "j/refs/step-000000000005"));
 }
@@ -156,63 +208,116 @@ static void test_young_refs_keep_an_old_shard(void **state)
 	struct fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, false);
-	old_a_and_young_b(f, &k);
-	age(f, k.shard_b);
-	assert_int_equal(catalog_delete_step(f->s, NULL, "j", 5, false), -EBUSY);
-	assert_true(there(f, k.shard_b));
-	assert_true(there(f, k.ref_b));
+	a_done_b_in_flight(f, &k, false);
+	for (uint32_t r = 0; r < 2; r++)
+		age(f, k.shard_b[r]);
+	assert_int_equal(del(f, CATALOG_REMOVE), -EBUSY);
+	assert_true(there(f, k.shard_b[0]));
+	assert_true(there(f, k.ref_b[0]));
 }
 
-/* force (ckptctl rm --force) takes every attempt at once. */
+/* The in-flight window is the job's (incomplete_grace), when given. */
+static void test_window_is_the_callers(void **state)
+{
+	struct fixture *f = *state;
+	struct step_keys k;
+	keys(&k, 5, false);
+	a_done_b_in_flight(f, &k, false);
+	sleep(2);
+	assert_int_equal(catalog_delete_step(f->s, NULL, "j", 5, CATALOG_REMOVE, 1), 0);
+	assert_false(there(f, "j/step-000000000005"));
+}
+
+/* CATALOG_FORCE (ckptctl rm --force) takes every attempt at once. */
 static void test_force_takes_everything(void **state)
 {
 	struct fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, false);
-	old_a_and_young_b(f, &k);
-	assert_int_equal(catalog_delete_step(f->s, NULL, "j", 5, true), 0);
-	assert_false(there(f, k.shard_b));
-	assert_false(there(f, k.ref_b));
+	a_done_b_in_flight(f, &k, true);
+	assert_int_equal(del(f, CATALOG_FORCE), 0);
 	assert_false(there(f, "j/step-000000000005"));
+	assert_false(there(f, "j/refs/step-000000000005"));
 }
 
-/* Every object old, no manifest (a save that died): all of it goes, and
- * nothing is left marked. */
+/* Every object of an incomplete attempt old (a save that died): it goes,
+ * and nothing is left marked. */
 static void test_old_leftovers_go(void **state)
 {
 	struct fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, false);
-	old_a_and_young_b(f, &k);
-	age(f, k.shard_b);
-	age(f, k.ref_b);
-	assert_int_equal(catalog_delete_step(f->s, NULL, "j", 5, false), 0);
+	a_done_b_in_flight(f, &k, true);
+	age_b(f, &k);
+	assert_int_equal(del(f, CATALOG_REMOVE), 0);
 	assert_false(there(f, "j/step-000000000005"));
 	assert_false(there(f, "j/refs/step-000000000005"));
 }
 
-/* A removal cut short after its marker and its manifests: the marker
- * names attempt a, so a's young shard goes too (it is the removal's),
- * while b's stays. */
+/* A removal cut short after it marked attempt a and took a's manifest:
+ * the marker says a is the removal's, so a's young shard goes too, while
+ * b's stays. An older ckptd's marker (KEPT_NAME naming a's manifest)
+ * does the same; a line of it that is no manifest's name is ignored. */
 static void test_marker_names_what_a_cut_short_removal_takes(void **state)
 {
 	struct fixture *f = *state;
-	struct step_keys k;
-	keys(&k, 5, false);
-	put(f, k.shard_a, "a");
-	put(f, k.shard_b, "b");
-	char kept[300], body[400];
-	snprintf(kept, sizeof(kept), "j/step-000000000005/" KEPT_NAME);
-	snprintf(body, sizeof(body), "%s\n", strrchr(k.man_a, '/') + 1);
-	put(f, kept, body);
-	assert_int_equal(catalog_delete_step(f->s, NULL, "j", 5, false), -EBUSY);
-	assert_false(there(f, k.shard_a));
-	assert_true(there(f, k.shard_b));
-	assert_true(there(f, kept));
+	for (int legacy = 0; legacy < 2; legacy++) {
+		struct step_keys k;
+		keys(&k, 5, false);
+		put(f, k.shard_a, "a");
+		put(f, k.shard_b[0], "b");
+		put(f, "j/step-000000000005/x", "not a marker's to name");
+		char body[400];
+		snprintf(body, sizeof(body), "%s\nx\n../../x\n", strrchr(k.man_a, '/') + 1);
+		put(f, legacy ? "j/step-000000000005/" KEPT_NAME : "j/step-000000000005/" KEPT_NAME ".a",
+		    legacy ? body : "");
+		assert_int_equal(del(f, CATALOG_FINISH), -EBUSY);
+		assert_false(there(f, k.shard_a));
+		assert_true(there(f, k.shard_b[0]));
+		assert_true(there(f, "j/step-000000000005/x"));
+		assert_false(there(f, "j/step-000000000005/" KEPT_NAME ".a"));
+		assert_true(there(f, "j/step-000000000005/" KEPT_NAME));
+		assert_int_equal(del(f, CATALOG_FORCE), 0);
+		assert_false(there(f, "j/step-000000000005"));
+	}
 }
 
-/* The removal writes its marker before the first manifest goes, naming
- * them all, and takes it away last once nothing is left. */
+/* The order of a removal's writes, from a store that logs them. */
+static const struct store_ops *real_ops;
+static char oplog[64][320];
+static size_t nops;
+
+static void log_op(const char *op, const char *key)
+{
+	const char *name = strrchr(key, '/');
+	if (nops < 64)
+		snprintf(oplog[nops++], sizeof(oplog[0]), "%s %s", op, name ? name + 1 : key);
+}
+
+static int w_create(struct store *s, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs)
+{
+	log_op("create", key);
+	return real_ops->create(s, key, iov, n, crcs);
+}
+
+static int w_remove(struct store *s, const char *key)
+{
+	log_op("remove", key);
+	return real_ops->remove(s, key);
+}
+
+static size_t op_at(const char *what)
+{
+	for (size_t i = 0; i < nops; i++)
+		if (strcmp(oplog[i], what) == 0)
+			return i;
+	fail_msg("no '%s' in the removal's writes", what);
+	return 0;
+}
+
+/* The marker is written before the first object goes and removed after
+ * the last; a removal stopped by a manifest that cannot go leaves it,
+ * naming the spread shard. */
 static void test_marker_written_first_and_removed_last(void **state)
 {
 	struct fixture *f = *state;
@@ -220,28 +325,52 @@ static void test_marker_written_first_and_removed_last(void **state)
 	keys(&k, 5, false);
 	put(f, k.man_a, "m");
 	put(f, k.shard_a, "a");
-	/* The manifest cannot be removed (a directory in its place on
-	 * file:// fails the DELETE): the removal stops after its marker. */
-	char man_c[300], path[600];
-	assert_int_equal(manifest_key(man_c, sizeof(man_c), "j", 5, 0, 1, "c.manifest"), 0);
-	snprintf(path, sizeof(path), "%s/%s", f->dir, man_c);
+	put(f, k.ref_a, "");
+	static struct store_ops logged;
+	real_ops = f->s->ops;
+	logged = *real_ops;
+	logged.create = w_create;
+	logged.remove = w_remove;
+	f->s->ops = &logged;
+	nops = 0;
+	int r = del(f, CATALOG_REMOVE);
+	f->s->ops = real_ops;
+	assert_int_equal(r, 0);
+	size_t mark = op_at("create " KEPT_NAME ".a"), unmark = op_at("remove " KEPT_NAME ".a");
+	assert_true(mark < op_at("remove rank-00000-of-00001.a.manifest"));
+	assert_true(unmark > op_at("remove rank-00000-of-00001.a.0000000000000011.shard"));
+	assert_true(unmark > op_at("remove rank-00000-of-00001.a"));
+	assert_int_equal(mark, 0);
+	assert_int_equal(unmark, nops - 1);
+
+	/* Spread: a manifest that cannot go (a directory in its place fails
+	 * the DELETE on file://) stops the removal after its marker, which
+	 * names the manifest whose shard is in a spread directory. */
+	keys(&k, 6, true);
+	char man[300], path[600], sub[700];
+	assert_int_equal(manifest_key(man, sizeof(man), "j", 6, 0, 1, "a.manifest"), 0);
+	assert_int_equal(manifest_shard_key(k.shard_a, sizeof(k.shard_a), "j", 6, 0, 1, "a", 0x11, true), 0);
+	put(f, k.shard_a, "a");
+	snprintf(path, sizeof(path), "%s/j/step-000000000006", f->dir);
 	assert_int_equal(mkdir(path, 0755), 0);
-	char sub[700];
+	snprintf(path, sizeof(path), "%s/%s", f->dir, man);
+	assert_int_equal(mkdir(path, 0755), 0);
 	snprintf(sub, sizeof(sub), "%s/x", path);
 	assert_int_equal(close(open(sub, O_CREAT | O_WRONLY, 0600)), 0);
-	assert_true(catalog_delete_step(f->s, NULL, "j", 5, false) < 0);
+	assert_true(catalog_delete_step(f->s, NULL, "j", 6, CATALOG_REMOVE, 0) < 0);
 	void *got = NULL;
 	size_t len = 0;
-	assert_int_equal(f->s->ops->get_all(f->s, "j/step-000000000005/" KEPT_NAME, 4096, &got, &len), 0);
-	assert_non_null(memmem(got, len, "rank-00000-of-00001.a.manifest\n", 31));
-	assert_non_null(memmem(got, len, "rank-00000-of-00001.c.manifest\n", 31));
+	assert_int_equal(f->s->ops->get_all(f->s, "j/step-000000000006/" KEPT_NAME ".a", 4096, &got, &len), 0);
+	assert_int_equal(len, 31);
+	assert_memory_equal(got, "rank-00000-of-00001.a.manifest\n", 31);
 	free(got);
 	assert_true(there(f, k.shard_a)); /* no shard goes while a manifest stays */
-	/* Once it can go: everything does, the marker last. */
 	assert_int_equal(unlink(sub), 0);
 	assert_int_equal(rmdir(path), 0);
-	assert_int_equal(catalog_delete_step(f->s, NULL, "j", 5, false), 0);
-	assert_false(there(f, "j/step-000000000005"));
+	/* Finished as it was meant: the marker takes a's spread shard. */
+	assert_int_equal(catalog_delete_step(f->s, NULL, "j", 6, CATALOG_FINISH, 0), 0);
+	assert_false(there(f, k.shard_a));
+	assert_false(there(f, "j/step-000000000006"));
 }
 
 /* Layout spread: a's shard lives in a spread directory beside b's young
@@ -251,32 +380,33 @@ static void test_spread_shard_in_flight_stays(void **state)
 	struct fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, true);
-	old_a_and_young_b(f, &k);
-	assert_int_equal(catalog_delete_step(f->s, NULL, "j", 5, false), -EBUSY);
+	a_done_b_in_flight(f, &k, false);
+	assert_int_equal(del(f, CATALOG_REMOVE), -EBUSY);
 	assert_false(there(f, k.shard_a));
-	assert_true(there(f, k.shard_b));
-	age(f, k.shard_b);
-	age(f, k.ref_b);
-	assert_int_equal(catalog_delete_step(f->s, NULL, "j", 5, false), 0);
-	assert_false(there(f, k.shard_b));
+	assert_true(there(f, k.shard_b[0]));
+	age_b(f, &k);
+	assert_int_equal(del(f, CATALOG_FINISH), 0);
+	assert_false(there(f, k.shard_b[0]));
 }
 
 /* No step directory (a spread save's shards are elsewhere): its young
- * refs stay, old ones go. */
+ * refs stay, and the step is marked for a later removal; old ones go. */
 static void test_refs_without_a_directory(void **state)
 {
 	struct fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, false);
 	put(f, k.ref_a, "");
-	put(f, k.ref_b, "");
+	put(f, k.ref_b[0], "");
 	age(f, k.ref_a);
-	assert_int_equal(catalog_delete_step(f->s, NULL, "j", 5, false), -EBUSY);
+	assert_int_equal(del(f, CATALOG_REMOVE), -EBUSY);
 	assert_false(there(f, k.ref_a));
-	assert_true(there(f, k.ref_b));
-	age(f, k.ref_b);
-	assert_int_equal(catalog_delete_step(f->s, NULL, "j", 5, false), -ENOENT);
+	assert_true(there(f, k.ref_b[0]));
+	assert_true(catalog_step_kept(f->s, "j", 5));
+	age(f, k.ref_b[0]);
+	assert_int_equal(del(f, CATALOG_FINISH), 0);
 	assert_false(there(f, "j/refs/step-000000000005"));
+	assert_false(there(f, "j/step-000000000005"));
 }
 
 int main(void)
@@ -284,7 +414,9 @@ int main(void)
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 	const struct CMUnitTest tests[] = {
 		T(test_leaves_a_save_in_flight),
+		T(test_finish_never_takes_a_complete_attempt),
 		T(test_young_refs_keep_an_old_shard),
+		T(test_window_is_the_callers),
 		T(test_force_takes_everything),
 		T(test_old_leftovers_go),
 		T(test_marker_names_what_a_cut_short_removal_takes),

@@ -1037,7 +1037,7 @@ static void test_symlinks_never_followed(void **state)
 	assert_int_equal(symlink(outside, step), 0);
 
 	store_clear_error();
-	int r = catalog_delete_step(s, NULL, "j", 1, false);
+	int r = catalog_delete_step(s, NULL, "j", 1, CATALOG_REMOVE, 0);
 	assert_true(r == -ELOOP || r == -ENOTDIR);
 	assert_non_null(strstr(store_error(r), "symbolic link"));
 	assert_int_equal(count_files(outside), 1);
@@ -1057,7 +1057,7 @@ static void test_symlinks_never_followed(void **state)
 	assert_int_equal(symlink(path, link), 0);
 	assert_int_equal(s->ops->get_all(s, "j/step-000000000002/rank-00000-of-00002.manifest", 64, &got, &len),
 			 -ELOOP);
-	assert_int_equal(catalog_delete_step(s, NULL, "j", 2, false), 0);
+	assert_int_equal(catalog_delete_step(s, NULL, "j", 2, CATALOG_REMOVE, 0), 0);
 	assert_int_equal(access(link, F_OK), -1);
 	assert_int_equal(count_files(outside), 1);
 	assert_int_equal(unlink(path), 0);

@@ -478,10 +478,11 @@ int ckpt_verify_rank(ckpt_client *c, const char *job, uint64_t step, uint32_t ra
 void ckpt_verify_result_free(ckpt_verify_result *v);
 
 /* Remove job/step from storage (-EBUSY while it is written or read). An
- * attempt of the step with no manifest and objects younger than an hour
- * may be a save in flight on another node: it is left, and -EBUSY says so
- * (the rest goes; a later removal takes it), unless flags has
- * CKPT_DELETE_FORCE. ckpt_delete is ckpt_delete_flags with 0. */
+ * incomplete attempt of the step with an object younger than the job's
+ * in-flight window ([retention] incomplete_grace, else an hour) may be a
+ * save in flight on another node: it is left, and -EBUSY says so (the rest
+ * goes; a later removal takes it), unless flags has CKPT_DELETE_FORCE.
+ * ckpt_delete is ckpt_delete_flags with 0. */
 int ckpt_delete(ckpt_client *c, const char *job, uint64_t step);
 #define CKPT_DELETE_FORCE 1u
 int ckpt_delete_flags(ckpt_client *c, const char *job, uint64_t step, unsigned flags);

@@ -656,9 +656,10 @@ class Client:
 
     def delete(self, step: int, job: Optional[str] = None, force: bool = False) -> None:
         """Remove step of job (default: this client's) from storage, as
-        ckptctl rm does. An attempt with no manifest and objects under an
-        hour old may be a save in flight on another node: it is left, and
-        CkptError(EBUSY) says so, unless force (ckptctl rm --force)."""
+        ckptctl rm does. An incomplete attempt with an object younger than
+        the job's in-flight window (incomplete_grace, else an hour) may be
+        a save in flight on another node: it is left, and CkptError(EBUSY)
+        says so, unless force (ckptctl rm --force)."""
         name = job or self.job
         if not name:
             raise CkptError(_errno.EINVAL, "delete needs a job (this client is a control session)")
