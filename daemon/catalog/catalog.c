@@ -255,6 +255,8 @@ int catalog_list_step(struct store *s, const char *job, uint64_t step, struct ca
 		manifest_parse_object(v[i].name, &sn);
 		if (sn.kind == OBJ_COMMIT) {
 			out->has_commit = true;
+		} else if (sn.kind == OBJ_OTHER) {
+			out->marked |= manifest_is_marker(v[i].name);
 		} else if (sn.kind == OBJ_INDEX) {
 			out->has_index = true;
 			out->index_listed = (struct catalog_listed){ v[i].mtime_ns, v[i].size };
@@ -839,8 +841,7 @@ bool catalog_step_kept(struct store *s, const char *job, uint64_t step)
 		return false;
 	bool kept = false;
 	for (size_t i = 0; i < n && !kept; i++)
-		kept = strncmp(names[i], KEPT_NAME, strlen(KEPT_NAME)) == 0 &&
-		       (names[i][strlen(KEPT_NAME)] == '\0' || names[i][strlen(KEPT_NAME)] == '.');
+		kept = manifest_is_marker(names[i]);
 	store_names_free(names, n);
 	return kept;
 }

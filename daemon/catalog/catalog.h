@@ -50,6 +50,7 @@ struct catalog_step {
 	bool stale_commit;   /* the commit names an attempt that is not complete: not complete */
 	uint32_t unreadable; /* format 1 manifests that could not be read or were invalid */
 	bool has_index;      /* the index object is there (listed) */
+	bool marked;         /* a removal's marker is there (manifest.h KEPT_NAME): set on -ENOENT too */
 	struct catalog_listed index_listed;
 	struct mancache_entry *index_ref; /* the cache's decoded index, while by_rank points into it */
 	/* Set by the caller: manifests of a pinned step are read through this

@@ -29,10 +29,14 @@
 /* A removal's markers in a step directory (removal.c): KEPT_NAME ".<attempt>"
  * for an attempt a removal takes, written before any of its objects goes
  * (naming its manifests whose shards are in spread directories); and
- * KEPT_NAME, empty, in a step whose removal left something (a save in
+ * LEFT_NAME, empty, in a step whose removal left something (a save in
  * flight, or another step refers to its shard): retention finishes it.
- * (KEPT_NAME written by an older ckptd names every manifest it took.) */
+ * KEPT_NAME alone is an older ckptd's marker, naming every manifest it
+ * took; it is read, and removed with the rest. LEFT_NAME is no older
+ * ckptd's marker: one of those finishes a step marked KEPT_NAME by taking
+ * everything. */
 #define KEPT_NAME "kept"
+#define LEFT_NAME "removal-pending"
 #define INDEX_NAME "index"
 /* The step index is never written larger, nor read past this: a step
  * whose manifests together exceed it is shown from its manifests. */
@@ -94,8 +98,14 @@ struct step_name {
 /* What a name in a step directory is. Never fails: unknown names (other
  * nodes' temporaries, stray files) are OBJ_OTHER. */
 void manifest_parse_object(const char *name, struct step_name *out);
-/* Job and attempt names: [A-Za-z0-9._-], not starting with '.', no "..", bounded. */
+/* Job and attempt names: [A-Za-z0-9._-], not starting with '.', no "..",
+ * bounded: 1 if s is one, else 0. */
 int manifest_name_valid(const char *s, size_t max);
+/* The attempt of a marker KEPT_NAME ".<attempt>", or NULL. */
+const char *manifest_kept_attempt(const char *name);
+/* Whether name is a removal's marker (KEPT_NAME, LEFT_NAME, or an
+ * attempt's). */
+bool manifest_is_marker(const char *name);
 /* A job as ckptd keeps it: a name, or TENANT/NAME (docs/security.md "Tenants"): a
  * tenant name of [A-Za-z0-9_-] and a valid name, JOB_MAX_LEN in all. */
 int manifest_job_valid(const char *job);

@@ -76,7 +76,10 @@ struct removal {
 	size_t nspread, nrefs;
 	char **marked_manifests; /* named by markers: their spread directories */
 	size_t nmarked_manifests;
-	bool legacy_kept; /* KEPT_NAME listed */
+	bool legacy_kept; /* KEPT_NAME listed (an older ckptd's marker) */
+	bool left_mark;   /* LEFT_NAME listed */
+	bool manifests;   /* a manifest listed */
+	bool no_dir;      /* the step's directory was not there */
 };
 
 static void removal_free(struct removal *rm)
@@ -139,18 +142,10 @@ static const char *ref_attempt(const char *name)
 {
 	unsigned rank, ws;
 	int at = 0;
-	if (sscanf(name, "rank-%5u-of-%5u.%n", &rank, &ws, &at) != 2 || at == 0 || name[at] == '\0')
-		return NULL;
+	if (sscanf(name, "rank-%5u-of-%5u.%n", &rank, &ws, &at) != 2 || at == 0 ||
+	    !manifest_name_valid(name + at, ATTEMPT_MAX_LEN))
+		return NULL; /* a stray name: no attempt's */
 	return name + at;
-}
-
-/* The attempt a marker's name gives, or NULL. */
-static const char *mark_attempt(const char *name)
-{
-	size_t n = strlen(MARK_PREFIX);
-	if (strncmp(name, MARK_PREFIX, n) != 0 || manifest_name_valid(name + n, ATTEMPT_MAX_LEN) < 0)
-		return NULL;
-	return name + n;
 }
 
 /* List dir into a new entry of *v. 0 (also when dir is not there: no
@@ -215,7 +210,7 @@ static int read_marker(struct removal *rm, const char *name, const char *attempt
 					a->marked = true;
 			}
 		}
-		line += k + 1;
+		line = nl ? nl + 1 : end;
 	}
 	free(buf);
 	return r;
@@ -228,7 +223,7 @@ static int scan_step(struct removal *rm)
 	int r = 0;
 	for (size_t i = 0; i < rm->here.n && r == 0; i++) {
 		const struct store_entry *e = &rm->here.v[i];
-		const char *mark = mark_attempt(e->name);
+		const char *mark = manifest_kept_attempt(e->name);
 		manifest_parse_object(e->name, &sn);
 		if (mark != NULL) {
 			struct attempt *a = attempt_of(rm, mark);
@@ -239,7 +234,10 @@ static int scan_step(struct removal *rm)
 		} else if (strcmp(e->name, KEPT_NAME) == 0) {
 			rm->legacy_kept = true;
 			r = read_marker(rm, e->name, NULL);
+		} else if (strcmp(e->name, LEFT_NAME) == 0) {
+			rm->left_mark = true;
 		} else if (sn.kind == OBJ_MANIFEST || sn.kind == OBJ_SHARD) {
+			rm->manifests |= sn.kind == OBJ_MANIFEST;
 			r = seen(rm, sn.attempt, e->mtime_ns);
 			struct attempt *a = find(rm, sn.attempt);
 			if (r == 0 && sn.kind == OBJ_MANIFEST && a != NULL) {
@@ -488,16 +486,28 @@ static int remove_refs(struct removal *rm, int err)
 	return err;
 }
 
-/* KEPT_NAME, empty, unless listed: the step is to be finished later
- * (gc.c finish_kept, which looks for any marker). */
+/* LEFT_NAME, unless listed: the step is to be finished later (gc.c
+ * finish_kept, which looks for any marker). */
 static int come_back(struct removal *rm)
 {
-	if (rm->legacy_kept)
+	if (rm->left_mark)
 		return 0;
 	char key[768];
-	snprintf(key, sizeof(key), "%s/" KEPT_NAME, rm->dir);
+	snprintf(key, sizeof(key), "%s/" LEFT_NAME, rm->dir);
 	int r = store_create_announced(rm->s, key, NULL, 0);
+	rm->left_mark = r == 0 || r == -EEXIST;
 	return r == -EEXIST ? 0 : r;
+}
+
+/* The markers that only said "come back" (LEFT_NAME, an older ckptd's
+ * KEPT_NAME), once nothing is left. */
+static int unmark_step(struct removal *rm, int err)
+{
+	if (rm->left_mark)
+		err = remove_key(rm, rm->dir, LEFT_NAME, err);
+	if (rm->legacy_kept)
+		err = remove_key(rm, rm->dir, KEPT_NAME, err);
+	return err;
 }
 
 /* What is left keeps a marker; -EBUSY naming it, else err. */
@@ -519,19 +529,6 @@ static int leave(struct removal *rm, size_t left, int err)
 	return -EBUSY;
 }
 
-/* No directory: a removal cut short after it, or a save of the spread
- * layout whose shards are elsewhere. The refs of attempts it takes.
- * -ENOENT, -EBUSY (something left, marked) or an error. */
-static int remove_refs_only(struct removal *rm)
-{
-	int r = scan_refs(rm);
-	if (r < 0)
-		return r;
-	size_t left = decide(rm);
-	r = leave(rm, left, remove_refs(rm, 0));
-	return r < 0 ? r : -ENOENT;
-}
-
 static int64_t wall_ns(void)
 {
 	struct timespec ts;
@@ -539,13 +536,44 @@ static int64_t wall_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* Whether the commit object (and the index, which follows it) goes:
+ * unless it names an attempt that stays. A GET, only when a complete
+ * attempt stays. */
+static bool commit_goes(struct removal *rm, bool whole_stays)
+{
+	if (!whole_stays)
+		return true;
+	char attempt[ATTEMPT_BUF];
+	uint32_t ws = 0;
+	int r = catalog_read_commit(rm->s, rm->job, rm->step, attempt, sizeof(attempt), &ws);
+	if (r < 0)
+		return r == -ENOENT || r == -EBADMSG;
+	const struct attempt *a = find(rm, attempt);
+	return a == NULL || a->taken;
+}
+
+/* Before the shards, what refers to this step is looked at again: a save
+ * writes its refs and then looks for the manifest of the step it refers
+ * to, so either it saw the manifests gone (and stores everything) or its
+ * refs are seen here (and the shards stay, for it; the markers too, for
+ * the removal that finishes this one). -EBUSY, -ENOENT (none) or an
+ * error. */
+static int referred(struct removal *rm)
+{
+	uint64_t by = 0;
+	int r = catalog_referrer(rm->s, rm->job, rm->step, &by);
+	if (r == 0 && (r = come_back(rm)) == 0) {
+		store_set_error("step %" PRIu64 " refers to its shard, which is kept", by);
+		return -EBUSY;
+	}
+	return r;
+}
+
 /* Remove the taken attempts' objects (listed by then), markers last. */
-static int remove_taken(struct removal *rm, size_t left)
+static int remove_taken(struct removal *rm, size_t left, bool looked)
 {
 	int err = 0;
 	struct step_name sn;
-	/* Manifests, then, unless a complete attempt stays, the commit
-	 * object and the index. */
 	for (size_t i = 0; i < rm->here.n; i++) {
 		manifest_parse_object(rm->here.v[i].name, &sn);
 		if (sn.kind == OBJ_MANIFEST && takes(rm, sn.attempt))
@@ -560,32 +588,21 @@ static int remove_taken(struct removal *rm, size_t left)
 		whole_stays |= rm->a[i].complete && !rm->a[i].taken;
 		all_go &= rm->a[i].taken;
 	}
-	for (int kind = OBJ_COMMIT; kind <= OBJ_INDEX && !whole_stays; kind++)
-		for (size_t i = 0; i < rm->here.n; i++) {
-			manifest_parse_object(rm->here.v[i].name, &sn);
-			if ((int)sn.kind == kind)
-				err = remove_key(rm, rm->dir, rm->here.v[i].name, err);
-		}
-	/* Before the shards, what refers to this step is looked at again: a
-	 * save writes its refs and then looks for the manifest of the step
-	 * it refers to, so either it saw the manifests gone (and stores
-	 * everything) or its refs are seen here (and the shards stay, for
-	 * it; the markers too, for the removal that finishes this one). */
-	uint64_t by = 0;
-	int r = catalog_referrer(rm->s, rm->job, rm->step, &by);
-	if (r != -ENOENT) {
-		if (r == 0 && (r = come_back(rm)) == 0) {
-			store_set_error("step %" PRIu64 " refers to its shard, which is kept", by);
-			return -EBUSY;
-		}
+	if (commit_goes(rm, whole_stays))
+		for (int kind = OBJ_COMMIT; kind <= OBJ_INDEX; kind++)
+			for (size_t i = 0; i < rm->here.n; i++) {
+				manifest_parse_object(rm->here.v[i].name, &sn);
+				if ((int)sn.kind == kind)
+					err = remove_key(rm, rm->dir, rm->here.v[i].name, err);
+			}
+	int r = looked ? -ENOENT : referred(rm);
+	if (r != -ENOENT)
 		return r;
-	}
 	for (size_t i = 0; i < rm->here.n; i++) {
 		const char *name = rm->here.v[i].name;
 		manifest_parse_object(name, &sn);
 		if (sn.kind == OBJ_SHARD ? takes(rm, sn.attempt)
-					 : sn.kind == OBJ_OTHER && all_go && strcmp(name, KEPT_NAME) != 0 &&
-						   mark_attempt(name) == NULL)
+					 : sn.kind == OBJ_OTHER && all_go && !manifest_is_marker(name))
 			err = remove_key(rm, rm->dir, name, err);
 	}
 	for (size_t i = 0; i < rm->nspread; i++)
@@ -596,16 +613,61 @@ static int remove_taken(struct removal *rm, size_t left)
 	for (size_t i = 0; i < rm->na; i++)
 		if (rm->a[i].taken && rm->a[i].has_mark) {
 			char name[ATTEMPT_BUF + 8];
-			snprintf(name, sizeof(name), MARK_PREFIX "%s", rm->a[i].id);
+			snprintf(name, sizeof(name), KEPT_NAME ".%s", rm->a[i].id);
 			err = remove_key(rm, rm->dir, name, err);
 		}
-	if (err == 0 && left == 0 && rm->legacy_kept)
-		err = remove_key(rm, rm->dir, KEPT_NAME, err);
+	if (err == 0 && left == 0)
+		err = unmark_step(rm, err);
 	/* Other nodes' temporaries may still sit there: then it stays. */
 	r = rm->s->ops->remove_dir(rm->s, rm->dir);
 	if (r < 0 && r != -ENOTEMPTY && r != -EEXIST && r != -ENOENT && err == 0)
 		err = r;
 	return leave(rm, left, err);
+}
+
+/* The handshake with a slow save (upload.c check_not_taken): an attempt
+ * taken for its age (no manifest of it then) may be a save that took
+ * longer than the window and writes its manifest now. Its marker is
+ * written; a save whose manifest came after that sees the marker and
+ * fails, and one whose manifest came before is seen here, in a listing
+ * after the marker: that attempt is left, its marker removed. 0 or an
+ * error (nothing removed yet). */
+static int look_again(struct removal *rm, const bool *by_age, size_t *left)
+{
+	bool any = false;
+	for (size_t i = 0; i < rm->na; i++)
+		any |= by_age[i];
+	if (!any)
+		return 0;
+	struct store_entry *v = NULL;
+	size_t n = 0;
+	int r = rm->s->ops->list_entries(rm->s, rm->dir, &v, &n);
+	if (r == -ENOENT)
+		return 0;
+	if (r < 0)
+		return r;
+	struct step_name sn;
+	for (size_t i = 0; i < n && r == 0; i++) {
+		manifest_parse_object(v[i].name, &sn);
+		struct attempt *a = sn.kind == OBJ_MANIFEST ? find(rm, sn.attempt) : NULL;
+		if (a == NULL || !by_age[a - rm->a] || !a->taken)
+			continue;
+		bool listed = false;
+		for (size_t k = 0; k < rm->here.n && !listed; k++)
+			listed = strcmp(rm->here.v[k].name, v[i].name) == 0;
+		if (listed)
+			continue;
+		a->taken = false;
+		(*left)++;
+		if (a->has_mark) {
+			char name[ATTEMPT_BUF + 8];
+			snprintf(name, sizeof(name), KEPT_NAME ".%s", a->id);
+			r = remove_key(rm, rm->dir, name, 0);
+			a->has_mark = false;
+		}
+	}
+	store_entries_free(v, n);
+	return r;
 }
 
 int catalog_delete_step(struct store *s, struct mancache *cache, const char *job, uint64_t step,
@@ -620,27 +682,46 @@ int catalog_delete_step(struct store *s, struct mancache *cache, const char *job
 	int r = manifest_step_dir(rm.dir, sizeof(rm.dir), job, step);
 	if (r < 0)
 		return r;
+	/* No directory: a removal cut short after it, or a save of the spread
+	 * layout whose shards and refs are elsewhere. */
 	r = s->ops->list_entries(s, rm.dir, &rm.here.v, &rm.here.n);
 	if (r == -ENOENT) {
 		rm.here.v = NULL;
 		rm.here.n = 0;
-		r = remove_refs_only(&rm);
-		removal_free(&rm);
-		return r;
+		rm.no_dir = true;
+		r = 0;
 	}
 	if (r < 0)
 		return r;
+	bool *by_age = NULL, looked = false;
 	/* Everything is listed, and each attempt decided, before anything
-	 * goes: a listing that fails removes nothing. */
-	if ((r = scan_step(&rm)) == 0 && (r = scan_refs(&rm)) == 0 && (r = scan_spread(&rm)) == 0) {
-		size_t left = decide(&rm), taken = 0;
-		for (size_t i = 0; i < rm.na; i++)
-			taken += rm.a[i].taken;
-		if (taken == 0 && left > 0)
-			r = leave(&rm, left, 0); /* nothing to take: not even the commit */
-		else if ((r = mark_taken(&rm)) == 0)
-			r = remove_taken(&rm, left);
+	 * goes: a listing that fails removes nothing. A step with no manifest
+	 * left (a removal stopped, or finishing) asks first whether another
+	 * step refers to it, so that a kept step costs no more each pass. */
+	if ((r = scan_step(&rm)) == 0 && (r = scan_refs(&rm)) == 0 && !rm.manifests && rm.na > 0) {
+		r = referred(&rm);
+		looked = r == -ENOENT;
+		r = looked ? 0 : r;
 	}
+	if (r == 0 && (r = scan_spread(&rm)) == 0) {
+		size_t left = decide(&rm), taken = 0;
+		by_age = calloc(rm.na ? rm.na : 1, sizeof(*by_age));
+		for (size_t i = 0; i < rm.na && by_age; i++) {
+			taken += rm.a[i].taken;
+			by_age[i] = rm.a[i].taken && !rm.a[i].marked && !rm.a[i].complete && rm.mode != CATALOG_FORCE;
+		}
+		if (by_age == NULL)
+			r = -ENOMEM;
+		else if (taken == 0 && left > 0)
+			r = leave(&rm, left, 0); /* not even the commit */
+		else if (taken == 0 && (r = unmark_step(&rm, 0)) == 0)
+			(void)s->ops->remove_dir(s, rm.dir); /* nothing left to finish */
+		else if ((r = mark_taken(&rm)) == 0 && (r = look_again(&rm, by_age, &left)) == 0)
+			r = remove_taken(&rm, left, looked);
+	}
+	free(by_age);
+	if (r == 0 && rm.no_dir && rm.na == 0)
+		r = -ENOENT;
 	removal_free(&rm);
 	/* Also after a partial failure: some manifests may be gone. An entry a
 	 * racing load puts back is never served: a step saved again under the

@@ -64,7 +64,7 @@ int gc_remove_step(struct daemon *d, struct store *st, const char *job, uint64_t
 	if (r < 0)
 		return r;
 	r = catalog_delete_step(st, d->mancache, job, step, mode, in_flight_s);
-	if ((r == 0 || r == -EBUSY) && d->journal)
+	if ((r == 0 || r == -EBUSY || r == -ENOENT) && d->journal)
 		(void)journal_remove_end(d->journal, id); /* else the next start finishes it */
 	return r;
 }
@@ -136,9 +136,16 @@ static void gc_job_run(struct gc_pass *g, const char *job, const struct retentio
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
 		int lr = catalog_list_step(st, job, steps[i], &cs[k]);
-		if (lr == -ENOENT && !g->dry_run && !busy_has(&g->busy, job, steps[i]) &&
-		    catalog_step_kept(st, job, steps[i]))
+		/* A removal's marker: a removal stopped, or left an attempt a
+		 * save may be writing. Finished (as far as it can be) before
+		 * the plan; a step that was incomplete then sits this pass out. */
+		if ((lr == -ENOENT || (lr == 0 && !catalog_step_complete(&cs[k]))) && cs[k].marked && !g->dry_run &&
+		    !busy_has(&g->busy, job, steps[i])) {
 			finish_kept(g, st, job, steps[i], catalog_in_flight_s(rt->incomplete_grace_s));
+			if (lr == 0)
+				catalog_step_free(&cs[k]);
+			continue;
+		}
 		if (lr < 0)
 			continue;
 		have[k] = true;

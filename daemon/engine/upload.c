@@ -141,7 +141,7 @@ static int put_stored(struct store *st, const char *key, const struct stored_sha
  * each such step still has this rank's manifest (one byte of it read), so
  * a step being removed is not referred to. 0; -ENOENT when one is gone
  * (the save stores every piece again); else the save's failure. */
-static int write_refs(struct save *sv, struct store *st, const struct stored_shard *ss, const char *then)
+static int write_refs(struct save *sv, struct store *st, const struct stored_shard *ss, bool again, const char *then)
 {
 	const Ckpt__Manifest who = { .rank = sv->rank, .world_size = sv->world_size, .step = sv->step };
 	char key[1024];
@@ -151,7 +151,9 @@ static int write_refs(struct save *sv, struct store *st, const struct stored_sha
 		    manifest_ref_key(key, sizeof(key), sv->job, sv->step, t, sv->rank, sv->world_size, sv->attempt) < 0)
 			return -ENOENT; /* not a shard a save refers to: store everything */
 		store_clear_error();
-		int r = store_create_announced(st, key, NULL, 0);
+		/* Again: written anew, so that their time is now (removal.c
+		 * judges an attempt's age by its newest object). */
+		int r = again ? store_put_announced(st, key, NULL, 0) : store_create_announced(st, key, NULL, 0);
 		if (r < 0 && r != -EEXIST) {
 			upload_fail(sv, r, "writing %s to %s: %s", key, st->url, store_error(r));
 			return r;
@@ -188,22 +190,56 @@ static int write_refs(struct save *sv, struct store *st, const struct stored_sha
  * are all there is of this save: a removal of this step takes them as a
  * dead save's once they are older than the job's in-flight window
  * (catalog_in_flight_s, removal.c). A shard that took over half of it
- * writes them again and looks at the steps they name again (nrefs more
- * creates and reads; none for a quicker one). A step gone meanwhile may
- * have taken pieces this shard refers to: the save fails, and the next
- * one stores every piece. */
+ * writes them anew (their time is now) and looks at the steps they name
+ * again (nrefs more writes and reads; none for a quicker one). A step
+ * gone meanwhile may have taken pieces this shard refers to: the save
+ * fails, and the next one stores every piece. */
 static int recheck_refs(struct save *sv, struct store *st, const struct stored_shard *ss, uint64_t refs_at)
 {
 	uint64_t took = clock_now_ns() - refs_at;
 	if (took <= sv->in_flight_s * 500000000ull)
 		return 0;
-	int r = write_refs(sv, st, ss, "failing this save");
+	int r = write_refs(sv, st, ss, true, "failing this save");
 	if (r == -ENOENT)
 		upload_fail(sv, -ESTALE,
 			    "step %" PRIu64 " of job '%s', rank %u: a step whose pieces this one refers to was removed "
 			    "while its shard was written (%.0f s); the next save stores every piece",
 			    sv->step, sv->job, sv->rank, (double)took / 1e9);
 	return r;
+}
+
+/* A save that took over half the job's in-flight window may have been
+ * judged dead by a removal of this step (removal.c), which then marks
+ * its attempt before taking any of it and lists the step again after:
+ * its manifest, created before, is seen there (the attempt is left), or
+ * the marker is seen here (the save fails: what it wrote may be going,
+ * and it takes back its own). One GET, for such a save only. 0 or the
+ * save's failure. */
+static int check_not_taken(struct save *sv, struct store *st, uint64_t t0)
+{
+	uint64_t took = clock_now_ns() - t0;
+	if (took <= sv->in_flight_s * 500000000ull)
+		return 0;
+	char key[768];
+	void *buf = NULL;
+	size_t len = 0;
+	if (manifest_step_dir(key, sizeof(key) - ATTEMPT_BUF - 8, sv->job, sv->step) < 0)
+		return 0;
+	snprintf(key + strlen(key), ATTEMPT_BUF + 8, "/" KEPT_NAME ".%s", sv->attempt);
+	store_clear_error();
+	int r = st->ops->get_all(st, key, 16u << 20, &buf, &len);
+	free(buf);
+	if (r == -ENOENT)
+		return 0;
+	if (r == 0)
+		upload_fail(sv, -ESTALE,
+			    "step %" PRIu64
+			    " of job '%s', rank %u: a removal of this step took attempt '%s' while this "
+			    "save was written (%.0f s, over half the job's in-flight window): not durable; save again",
+			    sv->step, sv->job, sv->rank, sv->attempt, (double)took / 1e9);
+	else
+		upload_fail(sv, r, "reading %s at %s: %s", key, st->url, store_error(r));
+	return r == 0 ? -ESTALE : r;
 }
 
 /* No base in memory for sv's rank (the first save since this daemon
@@ -290,7 +326,7 @@ static int make_stored(struct save *sv, struct store *st, struct stored_shard *s
 			  " (%zu pieces, %" PRIu64 " bytes of them coded, %" PRIu64 " in older steps) in %.1f ms",
 			  sv->id, sv->job, sv->step, sv->rank, sv->shard_bytes, ss->bytes, ss->npieces, ss->coded_bytes,
 			  ss->ref_bytes, (double)(clock_now_ns() - t0) / 1e6);
-		r = ss->ref_bytes ? write_refs(sv, st, ss, "storing every piece again") : 0;
+		r = ss->ref_bytes ? write_refs(sv, st, ss, false, "storing every piece again") : 0;
 		if (r == -ENOENT && o.base) {
 			stored_shard_free(ss);
 			incbase_unref(o.base);
@@ -345,6 +381,7 @@ void save_upload(struct save *sv)
 {
 	assert(sv->state == SAVE_UPLOADING && sv->status == 0);
 	struct store *st = daemon_store_of(sv->d, sv->job);
+	uint64_t t0 = clock_now_ns();
 	char shard_key[768], man_key[768];
 	if (manifest_shard_key(shard_key, sizeof(shard_key), sv->job, sv->step, sv->rank, sv->world_size, sv->attempt,
 			       shard_nonce(), sv->spread) < 0 ||
@@ -407,9 +444,18 @@ void save_upload(struct save *sv)
 			free(mbuf);
 		}
 	}
-	if (r == 0 && sv->incremental)
+	bool taken = r == 0 && check_not_taken(sv, st, t0) < 0;
+	if (taken) {
+		/* Taken back, the manifest first: the rank stops being saved. */
+		(void)st->ops->remove(st, man_key);
+		(void)st->ops->remove(st, shard_key);
+		unwrite_refs(sv, st, refd, nrefd);
+	}
+	if (r == 0 && !taken && sv->incremental)
 		remember_base(sv, mbuf_copy, mlen_copy);
 	free(mbuf_copy);
+	if (taken)
+		goto out;
 	if (r == -EEXIST) {
 		upload_fail(sv, -EEXIST,
 			    "step %" PRIu64 " of job '%s' is already saved by rank %u in attempt '%s'; "

@@ -98,6 +98,8 @@ int64_t store_parse_time(const char *t);
 void store_free(struct store *s);
 /* ops->create of key, announced to on_temp_begin/on_temp_end when set. */
 int store_create_announced(struct store *s, const char *key, const struct iovec *iov, int iovcnt);
+/* The same with ops->put: key written anew (its time too) if it exists. */
+int store_put_announced(struct store *s, const char *key, const struct iovec *iov, int iovcnt);
 void store_names_free(char **names, size_t n);
 void store_entries_free(struct store_entry *v, size_t n);
 /* Keep the names of v (which it frees): for list() built on a listing. */

@@ -95,7 +95,7 @@ int64_t store_parse_time(const char *t)
 	return ns > 0 ? ns : 0;
 }
 
-int store_create_announced(struct store *s, const char *key, const struct iovec *iov, int iovcnt)
+static int write_announced(struct store *s, const char *key, const struct iovec *iov, int iovcnt, bool create)
 {
 	uint64_t id = 0;
 	if (s->on_temp_begin) {
@@ -103,8 +103,18 @@ int store_create_announced(struct store *s, const char *key, const struct iovec 
 		if (r < 0)
 			return r;
 	}
-	int r = s->ops->create(s, key, iov, iovcnt, NULL);
+	int r = create ? s->ops->create(s, key, iov, iovcnt, NULL) : s->ops->put(s, key, iov, (size_t)iovcnt, NULL);
 	if (s->on_temp_end)
 		s->on_temp_end(s->on_temp_ctx, id);
 	return r;
+}
+
+int store_create_announced(struct store *s, const char *key, const struct iovec *iov, int iovcnt)
+{
+	return write_announced(s, key, iov, iovcnt, true);
+}
+
+int store_put_announced(struct store *s, const char *key, const struct iovec *iov, int iovcnt)
+{
+	return write_announced(s, key, iov, iovcnt, false);
 }

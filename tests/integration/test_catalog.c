@@ -812,7 +812,7 @@ static void test_retention_leaves_a_save_in_flight(void **state)
 	assert_int_equal(ctl_run("gc flight 2>&1", out, sizeof(out)), 0);
 	assert_int_equal(h_sh("test ! -e '%s/rank-00000-of-00002.old.manifest'", dir), 0);
 	assert_int_equal(h_sh("test -e '%s/rank-00001-of-00002.new.00000000000000aa.shard'", dir), 0);
-	assert_int_equal(h_sh("test -e '%s/kept' && test ! -e '%s/kept.old'", dir, dir), 0);
+	assert_int_equal(h_sh("test -e '%s/removal-pending' && test ! -e '%s/kept.old'", dir, dir), 0);
 	assert_int_equal(ctl_run("gc flight 2>&1", out, sizeof(out)), 0);
 	assert_int_equal(h_sh("test -e '%s/rank-00001-of-00002.new.00000000000000aa.shard'", dir), 0);
 	/* The save died: its shard grows old, and the next pass finishes. */

@@ -511,7 +511,8 @@ static void test_persist_refers(void **state)
  * the step they name again, before its manifest (upload.c recheck_refs).
  * A ref taken meanwhile is back afterwards; a step referred to that was
  * removed meanwhile fails the save (ESTALE), and the next save stores
- * every piece. */
+ * every piece; so does one whose attempt a removal marked as taken
+ * (upload.c check_not_taken). */
 static void wait_for(const char *rel)
 {
 	for (int i = 0; i < 2000 && !exists(rel); i++)
@@ -569,6 +570,20 @@ static void test_slow_shard_rechecks_its_refs(void **state)
 	Ckpt__Manifest *m = read_manifest(4);
 	assert_int_equal(m->n_refs, 0); /* every piece stored */
 	ckpt__manifest__free_unpacked(m, NULL);
+
+	/* A removal of step 5 judged this slow save dead and marked its
+	 * attempt (removal.c): the save, once its manifest is written, sees
+	 * the marker, fails, and takes back what it wrote. */
+	const char *ref5 = "refs/step-000000000005/step-000000000004/rank-00000-of-00001.a";
+	f = start_save(c, b, 5);
+	wait_for(ref5);
+	step_dir(5, dir, sizeof(dir));
+	assert_int_equal(h_sh("mkdir -p '%s' && touch '%s/kept.a'", dir, dir), 0);
+	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), -ESTALE);
+	assert_non_null(strstr(ckpt_future_message(f), "a removal of this step took attempt 'a'"));
+	ckpt_future_free(f);
+	assert_int_equal(h_sh("ls '%s' | grep -q 'manifest\\|shard'", dir), 256);
+	assert_false(exists(ref5));
 	ckpt_buffer_free(b);
 	ckpt_close(c);
 	cur = &D;

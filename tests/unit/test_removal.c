@@ -23,6 +23,7 @@
 #include "catalog.h"
 #include "manifest.h"
 #include "store.h"
+#include "ckpt.pb-c.h"
 
 struct fixture {
 	char dir[64];
@@ -276,7 +277,7 @@ static void test_marker_names_what_a_cut_short_removal_takes(void **state)
 		assert_true(there(f, k.shard_b[0]));
 		assert_true(there(f, "j/step-000000000005/x"));
 		assert_false(there(f, "j/step-000000000005/" KEPT_NAME ".a"));
-		assert_true(there(f, "j/step-000000000005/" KEPT_NAME));
+		assert_true(there(f, "j/step-000000000005/" LEFT_NAME));
 		assert_int_equal(del(f, CATALOG_FORCE), 0);
 		assert_false(there(f, "j/step-000000000005"));
 	}
@@ -287,17 +288,35 @@ static const struct store_ops *real_ops;
 static char oplog[64][320];
 static size_t nops;
 
+/* A list names its whole prefix, a write its object's name. */
 static void log_op(const char *op, const char *key)
 {
-	const char *name = strrchr(key, '/');
+	const char *name = strcmp(op, "list") == 0 ? NULL : strrchr(key, '/');
 	if (nops < 64)
 		snprintf(oplog[nops++], sizeof(oplog[0]), "%s %s", op, name ? name + 1 : key);
 }
 
+/* Run once when the removal creates a key ending so (a save's write
+ * landing between the removal's listings). */
+static const char *inject_on;
+static void (*inject)(struct store *s);
+
 static int w_create(struct store *s, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs)
 {
 	log_op("create", key);
-	return real_ops->create(s, key, iov, n, crcs);
+	int r = real_ops->create(s, key, iov, n, crcs);
+	size_t kl = strlen(key), il = inject_on ? strlen(inject_on) : 0;
+	if (inject_on && kl >= il && strcmp(key + kl - il, inject_on) == 0) {
+		inject_on = NULL;
+		inject(s);
+	}
+	return r;
+}
+
+static int w_list_entries(struct store *s, const char *prefix, struct store_entry **out, size_t *n)
+{
+	log_op("list", prefix);
+	return real_ops->list_entries(s, prefix, out, n);
 }
 
 static int w_remove(struct store *s, const char *key)
@@ -315,6 +334,39 @@ static size_t op_at(const char *what)
 	return 0;
 }
 
+static void logging(struct fixture *f, bool on)
+{
+	static struct store_ops logged;
+	if (on) {
+		real_ops = f->s->ops;
+		logged = *real_ops;
+		logged.create = w_create;
+		logged.remove = w_remove;
+		logged.list_entries = w_list_entries;
+		f->s->ops = &logged;
+		nops = 0;
+	} else {
+		f->s->ops = real_ops;
+	}
+}
+
+static size_t op_at_first(const char *prefix)
+{
+	for (size_t i = 0; i < nops; i++)
+		if (strncmp(oplog[i], prefix, strlen(prefix)) == 0)
+			return i;
+	fail_msg("no '%s' in the removal's writes", prefix);
+	return 0;
+}
+
+static size_t ops_like(const char *prefix)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < nops; i++)
+		k += strncmp(oplog[i], prefix, strlen(prefix)) == 0;
+	return k;
+}
+
 /* The marker is written before the first object goes and removed after
  * the last; a removal stopped by a manifest that cannot go leaves it,
  * naming the spread shard. */
@@ -326,21 +378,16 @@ static void test_marker_written_first_and_removed_last(void **state)
 	put(f, k.man_a, "m");
 	put(f, k.shard_a, "a");
 	put(f, k.ref_a, "");
-	static struct store_ops logged;
-	real_ops = f->s->ops;
-	logged = *real_ops;
-	logged.create = w_create;
-	logged.remove = w_remove;
-	f->s->ops = &logged;
-	nops = 0;
+	logging(f, true);
 	int r = del(f, CATALOG_REMOVE);
-	f->s->ops = real_ops;
+	logging(f, false);
 	assert_int_equal(r, 0);
 	size_t mark = op_at("create " KEPT_NAME ".a"), unmark = op_at("remove " KEPT_NAME ".a");
+	assert_int_equal(ops_like("list j/shards"), 0); /* no spread directory: none of its manifests is there */
 	assert_true(mark < op_at("remove rank-00000-of-00001.a.manifest"));
 	assert_true(unmark > op_at("remove rank-00000-of-00001.a.0000000000000011.shard"));
 	assert_true(unmark > op_at("remove rank-00000-of-00001.a"));
-	assert_int_equal(mark, 0);
+	assert_true(mark < op_at_first("remove"));
 	assert_int_equal(unmark, nops - 1);
 
 	/* Spread: a manifest that cannot go (a directory in its place fails
@@ -409,6 +456,152 @@ static void test_refs_without_a_directory(void **state)
 	assert_false(there(f, "j/step-000000000005"));
 }
 
+/* The handshake with a slow save: attempt b, judged dead for its age
+ * (its shard is old, its refs too), writes its manifest between the
+ * removal's listing and its marker. The listing after the marker sees it:
+ * b is left whole, its marker removed. */
+static char b_manifest[300];
+static void b_writes_its_manifest(struct store *s)
+{
+	struct iovec iov = { .iov_base = "m", .iov_len = 1 };
+	assert_int_equal(real_ops->create(s, b_manifest, &iov, 1, NULL), 0);
+}
+
+static void test_slow_save_seen_after_the_marker(void **state)
+{
+	struct fixture *f = *state;
+	struct step_keys k;
+	keys(&k, 5, false);
+	a_done_b_in_flight(f, &k, false);
+	age_b(f, &k);
+	snprintf(b_manifest, sizeof(b_manifest), "%s", k.man_b[0]);
+	inject_on = "/" KEPT_NAME ".b";
+	inject = b_writes_its_manifest;
+	logging(f, true);
+	int r = del(f, CATALOG_REMOVE);
+	logging(f, false);
+	assert_int_equal(r, -EBUSY);
+	assert_true(there(f, k.man_b[0]));
+	for (uint32_t i = 0; i < 2; i++) {
+		assert_true(there(f, k.shard_b[i]));
+		assert_true(there(f, k.ref_b[i]));
+	}
+	assert_false(there(f, "j/step-000000000005/" KEPT_NAME ".b"));
+	assert_false(there(f, k.man_a));
+	/* The second listing of the step came after the marker. */
+	size_t mark = op_at("create " KEPT_NAME ".b"), lists = 0;
+	for (size_t i = mark; i < nops; i++)
+		lists += strcmp(oplog[i], "list j/step-000000000005") == 0;
+	assert_int_equal(lists, 1);
+}
+
+/* Finishing with a complete attempt b that stays: the commit goes only if
+ * it names the attempt taken. */
+static void test_commit_follows_the_attempt_it_names(void **state)
+{
+	struct fixture *f = *state;
+	for (int names_b = 0; names_b < 2; names_b++) {
+		struct step_keys k;
+		keys(&k, 5, false);
+		put(f, k.shard_a, "a");
+		put(f, "j/step-000000000005/" KEPT_NAME ".a", "");
+		for (uint32_t i = 0; i < 2; i++) {
+			put(f, k.man_b[i], "m");
+			put(f, k.shard_b[i], "b");
+		}
+		Ckpt__StepCommit c = CKPT__STEP_COMMIT__INIT;
+		c.attempt_id = names_b ? "b" : "a";
+		c.world_size = names_b ? 2 : 1;
+		c.step = 5;
+		c.job = "j";
+		c.format_version = 1;
+		uint8_t buf[256];
+		size_t len = ckpt__step_commit__pack(&c, buf);
+		struct iovec iov = { buf, len };
+		char key[300];
+		assert_int_equal(manifest_commit_key(key, sizeof(key), "j", 5), 0);
+		assert_int_equal(f->s->ops->put(f->s, key, &iov, 1, NULL), 0);
+		assert_int_equal(del(f, CATALOG_FINISH), 0);
+		assert_false(there(f, k.shard_a));
+		assert_true(there(f, k.man_b[1]));
+		assert_int_equal(there(f, key), names_b);
+		assert_int_equal(del(f, CATALOG_FORCE), 0);
+	}
+}
+
+/* A step kept for a step that refers to it costs a finishing pass its
+ * listings and the referrer's, no spread directory's; a whole step that
+ * is referred to is not marked by a finish that takes nothing. */
+static void test_a_kept_step_costs_little(void **state)
+{
+	struct fixture *f = *state;
+	struct step_keys k;
+	keys(&k, 5, true);
+	put(f, k.shard_a, "a");
+	put(f, "j/step-000000000005/" KEPT_NAME ".a", "rank-00000-of-00001.a.manifest\n");
+	char ref[300];
+	assert_int_equal(manifest_ref_key(ref, sizeof(ref), "j", 9, 5, 0, 1, "z"), 0);
+	put(f, ref, "");
+	logging(f, true);
+	int r = del(f, CATALOG_FINISH);
+	logging(f, false);
+	assert_int_equal(r, -EBUSY);
+	assert_non_null(strstr(store_error(r), "step 9 refers to its shard"));
+	assert_true(there(f, k.shard_a));
+	assert_int_equal(ops_like("list j/shards"), 0);
+	assert_int_equal(ops_like("remove"), 0);
+	/* A whole step (b complete), referred to, finished: nothing to do,
+	 * and the marker that only said "come back" goes. */
+	assert_true(there(f, "j/step-000000000005/" LEFT_NAME));
+	char path[600];
+	snprintf(path, sizeof(path), "%s/j/step-000000000005/" KEPT_NAME ".a", f->dir);
+	assert_int_equal(unlink(path), 0);
+	for (uint32_t i = 0; i < 2; i++) {
+		put(f, k.man_b[i], "m");
+		put(f, k.shard_b[i], "b");
+	}
+	assert_int_equal(del(f, CATALOG_FINISH), 0);
+	assert_false(there(f, "j/step-000000000005/" LEFT_NAME));
+	assert_true(there(f, k.man_b[0]));
+}
+
+/* A file named like a marker of no valid attempt is no marker: it does
+ * not stop the removal. */
+static void test_a_bad_marker_name_is_ignored(void **state)
+{
+	struct fixture *f = *state;
+	struct step_keys k;
+	keys(&k, 5, false);
+	put(f, k.man_a, "m");
+	put(f, k.shard_a, "a");
+	char bad[300];
+	snprintf(bad, sizeof(bad), "j/step-000000000005/" KEPT_NAME ".%0200d", 7);
+	put(f, bad, "x");
+	assert_int_equal(del(f, CATALOG_REMOVE), 0);
+	assert_false(there(f, k.man_a));
+	assert_false(there(f, k.shard_a));
+}
+
+/* No step directory, a spread save that died: its old refs name the ranks
+ * whose spread directories hold its shards; both go. */
+static void test_dead_spread_save_without_a_directory(void **state)
+{
+	struct fixture *f = *state;
+	struct step_keys k;
+	keys(&k, 5, true);
+	for (uint32_t i = 0; i < 2; i++) {
+		put(f, k.ref_b[i], "");
+		put(f, k.shard_b[i], "b");
+	}
+	age_b(f, &k);
+	assert_int_equal(del(f, CATALOG_REMOVE), 0);
+	for (uint32_t i = 0; i < 2; i++) {
+		assert_false(there(f, k.shard_b[i]));
+		assert_false(there(f, k.ref_b[i]));
+	}
+	assert_false(there(f, "j/step-000000000005"));
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -423,6 +616,11 @@ int main(void)
 		T(test_marker_written_first_and_removed_last),
 		T(test_spread_shard_in_flight_stays),
 		T(test_refs_without_a_directory),
+		T(test_slow_save_seen_after_the_marker),
+		T(test_commit_follows_the_attempt_it_names),
+		T(test_a_kept_step_costs_little),
+		T(test_a_bad_marker_name_is_ignored),
+		T(test_dead_spread_save_without_a_directory),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
