@@ -506,6 +506,12 @@ static int start_storage(struct daemon *d)
 		s->on_temp_end = on_temp_end;
 		s->on_temp_ctx = d->journal;
 	}
+	uint64_t window = catalog_in_flight_s(d->cfg.retention.incomplete_grace_s);
+	for (size_t i = 0; i < d->cfg.njobs; i++) {
+		uint64_t w = catalog_in_flight_s(d->cfg.jobs[i].retention.incomplete_grace_s);
+		window = w > window ? w : window;
+	}
+	journal_set_in_flight(d->journal, window);
 	int r = journal_recover_by(d->journal, store_of_key, d, on_recovered, d);
 	if (r < 0) {
 		log_err("journal recovery in %s: %s", d->cfg.state_dir, strerror(-r));

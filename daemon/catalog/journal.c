@@ -26,6 +26,7 @@ struct journal {
 	int fd;
 	char path[1100], dir[1024];
 	uint64_t next_removal;
+	uint64_t in_flight_s; /* recovery's removals (journal_set_in_flight); 0: CATALOG_SPARE_S */
 };
 
 int journal_open(const char *state_dir, struct journal **out, char *err, size_t errlen)
@@ -449,8 +450,8 @@ static int remove_unfinished(journal_store_fn store_of, void *sctx, const struct
 /* Finish the step removals a crash cut short (the step is not listed any
  * more once its manifests went: its other objects would stay for ever);
  * the count of steps finished. */
-static int finish_removals(journal_store_fn store_of, void *sctx, struct records *r, journal_recover_fn report,
-			   void *ctx)
+static int finish_removals(journal_store_fn store_of, void *sctx, struct records *r, uint64_t in_flight_s,
+			   journal_recover_fn report, void *ctx)
 {
 	int done = 0;
 	for (size_t i = 0; i < r->nrm; i++) {
@@ -471,7 +472,7 @@ static int finish_removals(journal_store_fn store_of, void *sctx, struct records
 		}
 		if (m->ended || !manifest_job_valid(m->job) || manifest_step_dir(dir, sizeof(dir), m->job, m->step) < 0)
 			continue;
-		int e = catalog_delete_step(store_of(sctx, dir), NULL, m->job, m->step, CATALOG_FINISH, 0);
+		int e = catalog_delete_step(store_of(sctx, dir), NULL, m->job, m->step, CATALOG_FINISH, in_flight_s);
 		/* EBUSY: its shard is referred to, or a save may be writing an
 		 * attempt of it; that stays, marked for retention to finish. */
 		if (e < 0 && e != -ENOENT && e != -EBUSY) {
@@ -496,6 +497,11 @@ static struct store *one_store(void *sctx, const char *key)
 	return sctx;
 }
 
+void journal_set_in_flight(struct journal *j, uint64_t in_flight_s)
+{
+	j->in_flight_s = in_flight_s;
+}
+
 int journal_recover(struct journal *j, struct store *s, journal_recover_fn report, void *ctx)
 {
 	return journal_recover_by(j, one_store, s, report, ctx);
@@ -516,7 +522,7 @@ int journal_recover_by(struct journal *j, journal_store_fn store_of, void *sctx,
 	}
 	int removed = abort_open_uploads(store_of, sctx, &r, report, ctx);
 	removed += remove_unfinished(store_of, sctx, &r, report, ctx);
-	removed += finish_removals(store_of, sctx, &r, report, ctx);
+	removed += finish_removals(store_of, sctx, &r, j->in_flight_s, report, ctx);
 	/* Uploads whose abort failed, and removals that failed again
 	 * (storage unreachable), stay for the next start; the rest of the
 	 * journal is done with. */

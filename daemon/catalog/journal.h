@@ -59,6 +59,9 @@ typedef void (*journal_recover_fn)(void *ctx, const char *what);
  * finished. report() is told each removal. Then empty the journal.
  * Returns the number of files (and steps) removed. */
 int journal_recover(struct journal *j, struct store *s, journal_recover_fn report, void *ctx);
+/* The in-flight window recovery's removals use (catalog_delete_step): the
+ * longest of any job's, since the journal does not keep it. */
+void journal_set_in_flight(struct journal *j, uint64_t in_flight_s);
 /* The same with each record's key in the store store_of(sctx, key) says
  * (a tenant's own storage: docs/security.md "Tenants"). */
 typedef struct store *(*journal_store_fn)(void *sctx, const char *key);

@@ -246,17 +246,28 @@ int manifest_name_valid(const char *s, size_t max)
 	return 1;
 }
 
-const char *manifest_kept_attempt(const char *name)
+static const char *marker_attempt(const char *name, const char *base)
 {
-	size_t n = strlen(KEPT_NAME);
-	if (strncmp(name, KEPT_NAME, n) != 0 || name[n] != '.' || !manifest_name_valid(name + n + 1, ATTEMPT_MAX_LEN))
+	size_t n = strlen(base);
+	if (strncmp(name, base, n) != 0 || name[n] != '.' || !manifest_name_valid(name + n + 1, ATTEMPT_MAX_LEN))
 		return NULL;
 	return name + n + 1;
 }
 
+const char *manifest_kept_attempt(const char *name)
+{
+	return marker_attempt(name, KEPT_NAME);
+}
+
+const char *manifest_dead_attempt(const char *name)
+{
+	return marker_attempt(name, DEAD_NAME);
+}
+
 bool manifest_is_marker(const char *name)
 {
-	return strcmp(name, KEPT_NAME) == 0 || strcmp(name, LEFT_NAME) == 0 || manifest_kept_attempt(name) != NULL;
+	return strcmp(name, KEPT_NAME) == 0 || strcmp(name, LEFT_NAME) == 0 || manifest_kept_attempt(name) != NULL ||
+	       manifest_dead_attempt(name) != NULL;
 }
 
 int manifest_job_valid(const char *job)

@@ -26,16 +26,22 @@
  * hold rank-<5>-of-<5>.manifest and .shard, and stay readable. */
 #define MANIFEST_NONCE_HEX 16
 #define COMMIT_NAME "commit"
-/* A removal's markers in a step directory (removal.c): KEPT_NAME ".<attempt>"
- * for an attempt a removal takes, written before any of its objects goes
- * (naming its manifests whose shards are in spread directories); and
- * LEFT_NAME, empty, in a step whose removal left something (a save in
- * flight, or another step refers to its shard): retention finishes it.
+/* A removal's markers in a step directory (removal.c):
+ * - KEPT_NAME ".<attempt>": a removal takes this attempt (complete, or
+ *   forced), written before any of its objects goes, naming its manifests
+ *   whose shards are in spread directories; the removal that finishes a
+ *   cut-short one takes it too;
+ * - DEAD_NAME ".<attempt>": a removal judged this incomplete attempt dead
+ *   (every object older than the in-flight window), written before any
+ *   of it goes and left for twice the window: a slow save of it that
+ *   sees it fails (upload.c check_not_taken);
+ * - LEFT_NAME, empty: a removal left something (a save in flight, or
+ *   another step refers to its shard): retention finishes the step.
  * KEPT_NAME alone is an older ckptd's marker, naming every manifest it
- * took; it is read, and removed with the rest. LEFT_NAME is no older
- * ckptd's marker: one of those finishes a step marked KEPT_NAME by taking
- * everything. */
+ * took; it is read, and removed with the rest. An older ckptd knows no
+ * other marker (it finishes a step marked KEPT_NAME by taking all). */
 #define KEPT_NAME "kept"
+#define DEAD_NAME "dead"
 #define LEFT_NAME "removal-pending"
 #define INDEX_NAME "index"
 /* The step index is never written larger, nor read past this: a step
@@ -103,6 +109,8 @@ void manifest_parse_object(const char *name, struct step_name *out);
 int manifest_name_valid(const char *s, size_t max);
 /* The attempt of a marker KEPT_NAME ".<attempt>", or NULL. */
 const char *manifest_kept_attempt(const char *name);
+/* The attempt of a marker DEAD_NAME ".<attempt>", or NULL. */
+const char *manifest_dead_attempt(const char *name);
 /* Whether name is a removal's marker (KEPT_NAME, LEFT_NAME, or an
  * attempt's). */
 bool manifest_is_marker(const char *name);

@@ -46,10 +46,14 @@ uint64_t catalog_in_flight_s(uint64_t incomplete_grace_s)
 struct attempt {
 	char id[ATTEMPT_BUF]; /* "" for format 1 names */
 	int64_t newest_ns;    /* its newest object's time, as listed; 0: none known */
+	size_t objects;       /* its manifests, shards and refs listed */
 	bool marked;          /* a marker names it: a removal took it before */
-	bool has_mark;        /* MARK_PREFIX<id> is there (listed, or written here) */
+	bool has_mark;        /* KEPT_NAME ".<id>" is there (listed, or written here) */
+	bool has_dead;        /* DEAD_NAME ".<id>" is there (listed, or written here) */
+	int64_t dead_ns;      /* when that was written (0: here, now) */
 	bool complete;        /* a manifest for every rank of one world size */
 	bool taken;
+	bool by_age; /* taken as a dead save's: incomplete, every object older than the window */
 	/* Its manifests listed, per world size (the first few). */
 	uint32_t ws[4], nman[4];
 	size_t nws;
@@ -127,6 +131,7 @@ static int seen(struct removal *rm, const char *id, int64_t mtime_ns)
 		return -ENOMEM;
 	if (mtime_ns > a->newest_ns)
 		a->newest_ns = mtime_ns;
+	a->objects++;
 	return 0;
 }
 
@@ -223,9 +228,15 @@ static int scan_step(struct removal *rm)
 	int r = 0;
 	for (size_t i = 0; i < rm->here.n && r == 0; i++) {
 		const struct store_entry *e = &rm->here.v[i];
-		const char *mark = manifest_kept_attempt(e->name);
+		const char *mark = manifest_kept_attempt(e->name), *dead = manifest_dead_attempt(e->name);
 		manifest_parse_object(e->name, &sn);
-		if (mark != NULL) {
+		if (dead != NULL) {
+			struct attempt *a = attempt_of(rm, dead);
+			if (a == NULL)
+				return -ENOMEM;
+			a->has_dead = true;
+			a->dead_ns = e->mtime_ns;
+		} else if (mark != NULL) {
 			struct attempt *a = attempt_of(rm, mark);
 			if (a == NULL)
 				return -ENOMEM;
@@ -324,7 +335,8 @@ static char **local_shards(const struct removal *rm, size_t *n)
 	return local;
 }
 
-/* Decide each attempt (the file's comment); how many are left. */
+/* Decide each attempt (the file's comment); how many are left. An
+ * object whose time is not known counts as young. */
 static size_t decide(struct removal *rm)
 {
 	size_t left = 0;
@@ -333,14 +345,17 @@ static size_t decide(struct removal *rm)
 		a->complete = false;
 		for (size_t g = 0; g < a->nws; g++)
 			a->complete |= a->nman[g] == a->ws[g];
-		bool young = a->newest_ns > 0 && rm->now_ns - a->newest_ns < rm->in_flight_ns;
+		bool young = a->newest_ns <= 0 || rm->now_ns - a->newest_ns < rm->in_flight_ns;
+		a->by_age = false;
 		if (rm->mode == CATALOG_FORCE || a->marked)
 			a->taken = true;
+		else if (a->objects == 0)
+			a->taken = false; /* only markers of it */
 		else if (a->complete)
 			a->taken = rm->mode == CATALOG_REMOVE;
 		else
-			a->taken = !young;
-		left += !a->taken && !a->complete;
+			a->taken = a->by_age = !young;
+		left += !a->taken && !a->complete && a->objects > 0;
 	}
 	return left;
 }
@@ -401,10 +416,13 @@ static int scan_spread(struct removal *rm)
 	return r;
 }
 
-/* Mark each taken attempt before anything of it goes: MARK_PREFIX<id>,
- * naming its listed manifests whose shards are in spread directories.
- * Create-only: one there already was written by a removal before any of
- * its objects went, from a listing made before that. */
+/* Mark each taken attempt before anything of it goes (create-only: one
+ * there already was written by a removal before any of its objects went,
+ * from a listing made before that):
+ * - taken by age: DEAD_NAME ".<id>", the handshake with a slow save of it
+ *   (look_again; upload.c check_not_taken);
+ * - else KEPT_NAME ".<id>", naming its listed manifests whose shards are
+ *   in spread directories. */
 static int mark_taken(struct removal *rm)
 {
 	size_t nlocal;
@@ -414,7 +432,17 @@ static int mark_taken(struct removal *rm)
 	int r = 0;
 	for (size_t i = 0; i < rm->na && r == 0; i++) {
 		struct attempt *a = &rm->a[i];
-		if (!a->taken || a->has_mark || a->id[0] == '\0')
+		if (!a->taken || a->id[0] == '\0')
+			continue;
+		if (a->by_age) {
+			char key[768];
+			snprintf(key, sizeof(key), "%s/" DEAD_NAME ".%s", rm->dir, a->id);
+			r = a->has_dead ? 0 : store_create_announced(rm->s, key, NULL, 0);
+			r = r == -EEXIST ? 0 : r;
+			a->has_dead = a->has_dead || r == 0;
+			continue;
+		}
+		if (a->has_mark)
 			continue;
 		size_t len = 0;
 		struct step_name sn;
@@ -569,6 +597,23 @@ static int referred(struct removal *rm)
 	return r;
 }
 
+/* Markers DEAD_NAME ".<id>" older than twice the window: no save of
+ * their attempt is still running (a save fails once it has taken that
+ * long: upload.c). All of them when forced. */
+static int drop_dead(struct removal *rm, int err)
+{
+	for (size_t i = 0; i < rm->na; i++) {
+		const struct attempt *a = &rm->a[i];
+		if (!a->has_dead || a->dead_ns == 0 ||
+		    (rm->mode != CATALOG_FORCE && rm->now_ns - a->dead_ns < 2 * rm->in_flight_ns))
+			continue;
+		char name[ATTEMPT_BUF + 8];
+		snprintf(name, sizeof(name), DEAD_NAME ".%s", a->id);
+		err = remove_key(rm, rm->dir, name, err);
+	}
+	return err;
+}
+
 /* Remove the taken attempts' objects (listed by then), markers last. */
 static int remove_taken(struct removal *rm, size_t left, bool looked)
 {
@@ -618,6 +663,7 @@ static int remove_taken(struct removal *rm, size_t left, bool looked)
 		}
 	if (err == 0 && left == 0)
 		err = unmark_step(rm, err);
+	err = drop_dead(rm, err);
 	/* Other nodes' temporaries may still sit there: then it stays. */
 	r = rm->s->ops->remove_dir(rm->s, rm->dir);
 	if (r < 0 && r != -ENOTEMPTY && r != -EEXIST && r != -ENOENT && err == 0)
@@ -626,47 +672,44 @@ static int remove_taken(struct removal *rm, size_t left, bool looked)
 }
 
 /* The handshake with a slow save (upload.c check_not_taken): an attempt
- * taken for its age (no manifest of it then) may be a save that took
- * longer than the window and writes its manifest now. Its marker is
- * written; a save whose manifest came after that sees the marker and
- * fails, and one whose manifest came before is seen here, in a listing
- * after the marker: that attempt is left, its marker removed. 0 or an
- * error (nothing removed yet). */
-static int look_again(struct removal *rm, const bool *by_age, size_t *left)
+ * taken by age may be a save that took longer than the window and writes
+ * its manifest now. Its DEAD_NAME marker is written, and stays; a save
+ * whose manifest comes after it sees it and fails, and one whose manifest
+ * came before is seen here, in a listing after the marker: that attempt
+ * is left (its marker stays: a slow save of it that has not looked yet
+ * fails, which is safe). Any number of removals may run at once: none
+ * takes the marker away. 0 or an error (nothing removed yet). */
+static int look_again(struct removal *rm, size_t *left)
 {
 	bool any = false;
 	for (size_t i = 0; i < rm->na; i++)
-		any |= by_age[i];
+		any |= rm->a[i].by_age && rm->a[i].taken;
 	if (!any)
 		return 0;
+	char **first = calloc(rm->here.n ? rm->here.n : 1, sizeof(*first));
+	if (first == NULL)
+		return -ENOMEM;
+	for (size_t k = 0; k < rm->here.n; k++)
+		first[k] = rm->here.v[k].name;
+	qsort(first, rm->here.n, sizeof(*first), cmp_str_ptr);
 	struct store_entry *v = NULL;
 	size_t n = 0;
 	int r = rm->s->ops->list_entries(rm->s, rm->dir, &v, &n);
 	if (r == -ENOENT)
-		return 0;
-	if (r < 0)
-		return r;
+		r = 0;
 	struct step_name sn;
 	for (size_t i = 0; i < n && r == 0; i++) {
 		manifest_parse_object(v[i].name, &sn);
 		struct attempt *a = sn.kind == OBJ_MANIFEST ? find(rm, sn.attempt) : NULL;
-		if (a == NULL || !by_age[a - rm->a] || !a->taken)
+		const char *key = v[i].name;
+		if (a == NULL || !a->by_age || !a->taken ||
+		    bsearch(&key, first, rm->here.n, sizeof(*first), cmp_str_ptr) != NULL)
 			continue;
-		bool listed = false;
-		for (size_t k = 0; k < rm->here.n && !listed; k++)
-			listed = strcmp(rm->here.v[k].name, v[i].name) == 0;
-		if (listed)
-			continue;
-		a->taken = false;
+		a->taken = a->by_age = false;
 		(*left)++;
-		if (a->has_mark) {
-			char name[ATTEMPT_BUF + 8];
-			snprintf(name, sizeof(name), KEPT_NAME ".%s", a->id);
-			r = remove_key(rm, rm->dir, name, 0);
-			a->has_mark = false;
-		}
 	}
 	store_entries_free(v, n);
+	free(first);
 	return r;
 }
 
@@ -693,7 +736,7 @@ int catalog_delete_step(struct store *s, struct mancache *cache, const char *job
 	}
 	if (r < 0)
 		return r;
-	bool *by_age = NULL, looked = false;
+	bool looked = false;
 	/* Everything is listed, and each attempt decided, before anything
 	 * goes: a listing that fails removes nothing. A step with no manifest
 	 * left (a removal stopped, or finishing) asks first whether another
@@ -705,21 +748,17 @@ int catalog_delete_step(struct store *s, struct mancache *cache, const char *job
 	}
 	if (r == 0 && (r = scan_spread(&rm)) == 0) {
 		size_t left = decide(&rm), taken = 0;
-		by_age = calloc(rm.na ? rm.na : 1, sizeof(*by_age));
-		for (size_t i = 0; i < rm.na && by_age; i++) {
+		for (size_t i = 0; i < rm.na; i++)
 			taken += rm.a[i].taken;
-			by_age[i] = rm.a[i].taken && !rm.a[i].marked && !rm.a[i].complete && rm.mode != CATALOG_FORCE;
-		}
-		if (by_age == NULL)
-			r = -ENOMEM;
-		else if (taken == 0 && left > 0)
-			r = leave(&rm, left, 0); /* not even the commit */
-		else if (taken == 0 && (r = unmark_step(&rm, 0)) == 0)
+		if (taken == 0 && left > 0) {
+			r = leave(&rm, left, drop_dead(&rm, 0)); /* not even the commit */
+		} else if (taken == 0) {
+			r = unmark_step(&rm, drop_dead(&rm, 0));
 			(void)s->ops->remove_dir(s, rm.dir); /* nothing left to finish */
-		else if ((r = mark_taken(&rm)) == 0 && (r = look_again(&rm, by_age, &left)) == 0)
+		} else if ((r = mark_taken(&rm)) == 0 && (r = look_again(&rm, &left)) == 0) {
 			r = remove_taken(&rm, left, looked);
+		}
 	}
-	free(by_age);
 	if (r == 0 && rm.no_dir && rm.na == 0)
 		r = -ENOENT;
 	removal_free(&rm);

@@ -141,7 +141,7 @@ static int put_stored(struct store *st, const char *key, const struct stored_sha
  * each such step still has this rank's manifest (one byte of it read), so
  * a step being removed is not referred to. 0; -ENOENT when one is gone
  * (the save stores every piece again); else the save's failure. */
-static int write_refs(struct save *sv, struct store *st, const struct stored_shard *ss, bool again, const char *then)
+static int write_refs(struct save *sv, struct store *st, const struct stored_shard *ss, const char *then)
 {
 	const Ckpt__Manifest who = { .rank = sv->rank, .world_size = sv->world_size, .step = sv->step };
 	char key[1024];
@@ -151,10 +151,11 @@ static int write_refs(struct save *sv, struct store *st, const struct stored_sha
 		    manifest_ref_key(key, sizeof(key), sv->job, sv->step, t, sv->rank, sv->world_size, sv->attempt) < 0)
 			return -ENOENT; /* not a shard a save refers to: store everything */
 		store_clear_error();
-		/* Again: written anew, so that their time is now (removal.c
-		 * judges an attempt's age by its newest object). */
-		int r = again ? store_put_announced(st, key, NULL, 0) : store_create_announced(st, key, NULL, 0);
-		if (r < 0 && r != -EEXIST) {
+		/* Written anew even where an earlier save of this rank left
+		 * one: its time is now (removal.c judges an attempt's age by
+		 * its newest object). */
+		int r = store_put_announced(st, key, NULL, 0);
+		if (r < 0) {
 			upload_fail(sv, r, "writing %s to %s: %s", key, st->url, store_error(r));
 			return r;
 		}
@@ -186,6 +187,13 @@ static int write_refs(struct save *sv, struct store *st, const struct stored_sha
 	return 0;
 }
 
+/* The job's in-flight window (save.c sets it; a copy persisted from a
+ * peer's memory may come without). */
+static uint64_t window_s(const struct save *sv)
+{
+	return sv->in_flight_s ? sv->in_flight_s : CATALOG_SPARE_S;
+}
+
 /* The refs come before the shard, and while the shard is written they
  * are all there is of this save: a removal of this step takes them as a
  * dead save's once they are older than the job's in-flight window
@@ -197,9 +205,9 @@ static int write_refs(struct save *sv, struct store *st, const struct stored_sha
 static int recheck_refs(struct save *sv, struct store *st, const struct stored_shard *ss, uint64_t refs_at)
 {
 	uint64_t took = clock_now_ns() - refs_at;
-	if (took <= sv->in_flight_s * 500000000ull)
+	if (took <= window_s(sv) * 500000000ull)
 		return 0;
-	int r = write_refs(sv, st, ss, true, "failing this save");
+	int r = write_refs(sv, st, ss, "failing this save");
 	if (r == -ENOENT)
 		upload_fail(sv, -ESTALE,
 			    "step %" PRIu64 " of job '%s', rank %u: a step whose pieces this one refers to was removed "
@@ -210,25 +218,29 @@ static int recheck_refs(struct save *sv, struct store *st, const struct stored_s
 
 /* A save that took over half the job's in-flight window may have been
  * judged dead by a removal of this step (removal.c), which then marks
- * its attempt before taking any of it and lists the step again after:
- * its manifest, created before, is seen there (the attempt is left), or
- * the marker is seen here (the save fails: what it wrote may be going,
- * and it takes back its own). One GET, for such a save only. 0 or the
+ * its attempt (DEAD_NAME, left for twice the window) before taking any
+ * of it and lists the step again after: its manifest, created before, is
+ * seen there (the attempt is left), or the marker is seen here (the save
+ * fails: what it wrote may be going, and it takes back its own). One GET,
+ * for such a save only. A save that took over twice the window is past
+ * that marker's life: it fails before its manifest (too_slow). 0 or the
  * save's failure. */
 static int check_not_taken(struct save *sv, struct store *st, uint64_t t0)
 {
 	uint64_t took = clock_now_ns() - t0;
-	if (took <= sv->in_flight_s * 500000000ull)
+	if (took <= window_s(sv) * 500000000ull)
 		return 0;
 	char key[768];
 	void *buf = NULL;
 	size_t len = 0;
 	if (manifest_step_dir(key, sizeof(key) - ATTEMPT_BUF - 8, sv->job, sv->step) < 0)
 		return 0;
-	snprintf(key + strlen(key), ATTEMPT_BUF + 8, "/" KEPT_NAME ".%s", sv->attempt);
+	snprintf(key + strlen(key), ATTEMPT_BUF + 8, "/" DEAD_NAME ".%s", sv->attempt);
 	store_clear_error();
-	int r = st->ops->get_all(st, key, 16u << 20, &buf, &len);
+	int r = st->ops->get_all(st, key, 1, &buf, &len); /* empty; larger is there too */
 	free(buf);
+	if (r == -EFBIG)
+		r = 0;
 	if (r == -ENOENT)
 		return 0;
 	if (r == 0)
@@ -240,6 +252,23 @@ static int check_not_taken(struct save *sv, struct store *st, uint64_t t0)
 	else
 		upload_fail(sv, r, "reading %s at %s: %s", key, st->url, store_error(r));
 	return r == 0 ? -ESTALE : r;
+}
+
+/* A save that took longer than twice the job's in-flight window: a
+ * removal's DEAD_NAME marker for it may be gone again (check_not_taken),
+ * so it fails before its manifest. */
+static int too_slow(struct save *sv, uint64_t t0)
+{
+	uint64_t took = clock_now_ns() - t0;
+	if (took <= window_s(sv) * 2000000000ull)
+		return 0;
+	upload_fail(sv, -ESTALE,
+		    "step %" PRIu64
+		    " of job '%s', rank %u: this save took %.0f s, over twice the job's in-flight window "
+		    "([retention] incomplete_grace, else an hour): a removal may have taken it as a dead save's; not "
+		    "durable; save again, or raise incomplete_grace",
+		    sv->step, sv->job, sv->rank, (double)took / 1e9);
+	return -ESTALE;
 }
 
 /* No base in memory for sv's rank (the first save since this daemon
@@ -326,7 +355,7 @@ static int make_stored(struct save *sv, struct store *st, struct stored_shard *s
 			  " (%zu pieces, %" PRIu64 " bytes of them coded, %" PRIu64 " in older steps) in %.1f ms",
 			  sv->id, sv->job, sv->step, sv->rank, sv->shard_bytes, ss->bytes, ss->npieces, ss->coded_bytes,
 			  ss->ref_bytes, (double)(clock_now_ns() - t0) / 1e6);
-		r = ss->ref_bytes ? write_refs(sv, st, ss, false, "storing every piece again") : 0;
+		r = ss->ref_bytes ? write_refs(sv, st, ss, "storing every piece again") : 0;
 		if (r == -ENOENT && o.base) {
 			stored_shard_free(ss);
 			incbase_unref(o.base);
@@ -419,7 +448,7 @@ void save_upload(struct save *sv)
 		unwrite_refs(sv, st, refd, nrefd);
 		goto out;
 	}
-	if (stored && ss.ref_bytes && (r = recheck_refs(sv, st, &ss, refs_at)) < 0) {
+	if ((stored && ss.ref_bytes && (r = recheck_refs(sv, st, &ss, refs_at)) < 0) || (r = too_slow(sv, t0)) < 0) {
 		stored_shard_free(&ss);
 		(void)st->ops->remove(st, shard_key); /* ours alone: its name is new */
 		unwrite_refs(sv, st, refd, nrefd);
@@ -445,11 +474,15 @@ void save_upload(struct save *sv)
 		}
 	}
 	bool taken = r == 0 && check_not_taken(sv, st, t0) < 0;
-	if (taken) {
-		/* Taken back, the manifest first: the rank stops being saved. */
-		(void)st->ops->remove(st, man_key);
+	/* Taken back, the manifest first: the rank stops being saved. If
+	 * the manifest stays, so does what it names. */
+	int back = taken ? st->ops->remove(st, man_key) : 0;
+	if (taken && (back == 0 || back == -ENOENT)) {
 		(void)st->ops->remove(st, shard_key);
 		unwrite_refs(sv, st, refd, nrefd);
+	} else if (taken) {
+		log_warn("save %" PRIu64 ": %s step %" PRIu64 " rank %u: %s could not be taken back: %s", sv->id,
+			 sv->job, sv->step, sv->rank, man_key, store_error(back));
 	}
 	if (r == 0 && !taken && sv->incremental)
 		remember_base(sv, mbuf_copy, mlen_copy);

@@ -505,7 +505,7 @@ static void test_persist_refers(void **state)
 }
 
 /* A shard written for over half the job's in-flight window
- * (incomplete_grace, 1 s here; each shard write paused 2 s): its refs,
+ * (incomplete_grace, 2 s here; each shard write paused 2 s): its refs,
  * written before it, may have been taken by a removal of this step as a
  * dead save's (removal.c), so the save writes them again, and looks at
  * the step they name again, before its manifest (upload.c recheck_refs).
@@ -535,7 +535,7 @@ static void test_slow_shard_rechecks_its_refs(void **state)
 	(void)state;
 	struct dctx E;
 	h_init(&E);
-	h_start(&E, "incremental = true\nmemory_tier = false\n[job.inc]\nincomplete_grace = 1s\n[debug]\n"
+	h_start(&E, "incremental = true\nmemory_tier = false\n[job.inc]\nincomplete_grace = 2s\n[debug]\n"
 		    "store_delay_ms = 2000\n");
 	cur = &E;
 	save_step(1);
@@ -578,12 +578,40 @@ static void test_slow_shard_rechecks_its_refs(void **state)
 	f = start_save(c, b, 5);
 	wait_for(ref5);
 	step_dir(5, dir, sizeof(dir));
-	assert_int_equal(h_sh("mkdir -p '%s' && touch '%s/kept.a'", dir, dir), 0);
+	assert_int_equal(h_sh("mkdir -p '%s' && touch '%s/dead.a'", dir, dir), 0);
 	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), -ESTALE);
 	assert_non_null(strstr(ckpt_future_message(f), "a removal of this step took attempt 'a'"));
 	ckpt_future_free(f);
 	assert_int_equal(h_sh("ls '%s' | grep -q 'manifest\\|shard'", dir), 256);
 	assert_false(exists(ref5));
+	ckpt_buffer_free(b);
+	ckpt_close(c);
+	cur = &D;
+	h_cleanup(&E);
+}
+
+/* A save that takes over twice the job's in-flight window (1 s here; its
+ * shard write paused 2.5 s) is past the life of a removal's marker for
+ * it: it fails before its manifest (upload.c too_slow). */
+static void test_save_past_twice_the_window_fails(void **state)
+{
+	(void)state;
+	struct dctx E;
+	h_init(&E);
+	h_start(&E, "incremental = true\nmemory_tier = false\n[job.inc]\nincomplete_grace = 1s\n[debug]\n"
+		    "store_delay_ms = 2500\n");
+	cur = &E;
+	save_step(1);
+	ckpt_client *c = connect_rank(0, 1);
+	ckpt_buffer *b = NULL;
+	assert_int_equal(ckpt_buffer_alloc(c, total(), &b), 0);
+	ckpt_future *f = start_save(c, b, 2);
+	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), -ESTALE);
+	assert_non_null(strstr(ckpt_future_message(f), "over twice the job's in-flight window"));
+	ckpt_future_free(f);
+	char dir[600];
+	step_dir(2, dir, sizeof(dir));
+	assert_int_equal(h_sh("ls '%s' 2>/dev/null | grep -q 'manifest\\|shard'", dir), 256);
 	ckpt_buffer_free(b);
 	ckpt_close(c);
 	cur = &D;
@@ -600,6 +628,7 @@ int main(void)
 		cmocka_unit_test(test_spread_layout),
 		cmocka_unit_test(test_persist_refers),
 		cmocka_unit_test(test_slow_shard_rechecks_its_refs),
+		cmocka_unit_test(test_save_past_twice_the_window_fails),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -195,6 +195,7 @@ def _worker(rank, world, port, sock, phase, out):
             by_id = {"model": {"w": torch.zeros(300, 40)}, "extra": {"epoch": 0}}
             dcp.load(by_id, checkpoint_id="out/checkpoint/step-40", storage_reader=cd.Reader("tdcp", socket=sock))
             stored_before = os.path.isdir(os.path.join(out + ".store", "tdcp", "step-000000000040"))
+            dist.barrier()  # both looked before either persists (else one sees the other's upload)
             w.persist().result(30)
             res = {"ok": torch.equal(got["model"]["w"], sd["model"]["w"]) and got["extra"] == {"epoch": 3}
                    and torch.equal(by_id["model"]["w"], sd["model"]["w"]), "stored_before": stored_before}

@@ -88,6 +88,23 @@ static bool there(struct fixture *f, const char *key)
 	return access(path, F_OK) == 0;
 }
 
+/* Only DEAD_NAME markers (b's among them) are left of step 5: its save
+ * was judged dead. Once they are older than twice the window, the next
+ * removal takes them and the directory. */
+static void only_dead_b_then_gone(struct fixture *f)
+{
+	char cmd[800];
+	snprintf(cmd, sizeof(cmd), "cd '%s/j/step-000000000005' && test -z \"$(ls -A | grep -v '^" DEAD_NAME "\\.')\"",
+		 f->dir);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(catalog_delete_step(f->s, NULL, "j", 5, CATALOG_FINISH, 0), 0);
+	assert_true(there(f, "j/step-000000000005/" DEAD_NAME ".b")); /* young: it stays */
+	snprintf(cmd, sizeof(cmd), "touch -d '-3 hours' '%s/j/step-000000000005/'" DEAD_NAME ".*", f->dir);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(catalog_delete_step(f->s, NULL, "j", 5, CATALOG_FINISH, 0), 0);
+	assert_false(there(f, "j/step-000000000005"));
+}
+
 /* Names of one step's objects: attempt a (world size 1) and attempt b
  * (world size 2), each with a manifest, a shard and a ref per rank. */
 struct step_keys {
@@ -177,8 +194,8 @@ static void test_leaves_a_save_in_flight(void **state)
 	assert_false(there(f, k.man_b[0]));
 	assert_false(there(f, k.shard_b[1]));
 	assert_false(there(f, k.ref_b[1]));
-	assert_false(there(f, "j/step-000000000005"));
 	assert_false(there(f, "j/refs/step-000000000005"));
+	only_dead_b_then_gone(f);
 }
 
 /* A removal finishing an earlier one takes what the marker names and
@@ -226,6 +243,11 @@ static void test_window_is_the_callers(void **state)
 	a_done_b_in_flight(f, &k, false);
 	sleep(2);
 	assert_int_equal(catalog_delete_step(f->s, NULL, "j", 5, CATALOG_REMOVE, 1), 0);
+	for (uint32_t i = 0; i < 2; i++)
+		assert_false(there(f, k.shard_b[i]));
+	assert_true(there(f, "j/step-000000000005/" DEAD_NAME ".b"));
+	sleep(2); /* twice the window */
+	assert_int_equal(catalog_delete_step(f->s, NULL, "j", 5, CATALOG_REMOVE, 1), 0);
 	assert_false(there(f, "j/step-000000000005"));
 }
 
@@ -251,8 +273,8 @@ static void test_old_leftovers_go(void **state)
 	a_done_b_in_flight(f, &k, true);
 	age_b(f, &k);
 	assert_int_equal(del(f, CATALOG_REMOVE), 0);
-	assert_false(there(f, "j/step-000000000005"));
 	assert_false(there(f, "j/refs/step-000000000005"));
+	only_dead_b_then_gone(f);
 }
 
 /* A removal cut short after it marked attempt a and took a's manifest:
@@ -453,7 +475,7 @@ static void test_refs_without_a_directory(void **state)
 	age(f, k.ref_b[0]);
 	assert_int_equal(del(f, CATALOG_FINISH), 0);
 	assert_false(there(f, "j/refs/step-000000000005"));
-	assert_false(there(f, "j/step-000000000005"));
+	only_dead_b_then_gone(f);
 }
 
 /* The handshake with a slow save: attempt b, judged dead for its age
@@ -475,7 +497,7 @@ static void test_slow_save_seen_after_the_marker(void **state)
 	a_done_b_in_flight(f, &k, false);
 	age_b(f, &k);
 	snprintf(b_manifest, sizeof(b_manifest), "%s", k.man_b[0]);
-	inject_on = "/" KEPT_NAME ".b";
+	inject_on = "/" DEAD_NAME ".b";
 	inject = b_writes_its_manifest;
 	logging(f, true);
 	int r = del(f, CATALOG_REMOVE);
@@ -486,10 +508,11 @@ static void test_slow_save_seen_after_the_marker(void **state)
 		assert_true(there(f, k.shard_b[i]));
 		assert_true(there(f, k.ref_b[i]));
 	}
-	assert_false(there(f, "j/step-000000000005/" KEPT_NAME ".b"));
+	/* The marker stays: a slow save of b that has not looked yet fails. */
+	assert_true(there(f, "j/step-000000000005/" DEAD_NAME ".b"));
 	assert_false(there(f, k.man_a));
 	/* The second listing of the step came after the marker. */
-	size_t mark = op_at("create " KEPT_NAME ".b"), lists = 0;
+	size_t mark = op_at("create " DEAD_NAME ".b"), lists = 0;
 	for (size_t i = mark; i < nops; i++)
 		lists += strcmp(oplog[i], "list j/step-000000000005") == 0;
 	assert_int_equal(lists, 1);
@@ -599,7 +622,7 @@ static void test_dead_spread_save_without_a_directory(void **state)
 		assert_false(there(f, k.shard_b[i]));
 		assert_false(there(f, k.ref_b[i]));
 	}
-	assert_false(there(f, "j/step-000000000005"));
+	only_dead_b_then_gone(f);
 }
 
 int main(void)
