@@ -508,7 +508,9 @@ static int start_storage(struct daemon *d)
 	}
 	uint64_t window = catalog_in_flight_s(d->cfg.retention.incomplete_grace_s);
 	for (size_t i = 0; i < d->cfg.njobs; i++) {
-		uint64_t w = catalog_in_flight_s(d->cfg.jobs[i].retention.incomplete_grace_s);
+		struct job_policy jp;
+		config_job_policy(&d->cfg, d->cfg.jobs[i].name, d->pool.bytes, &jp);
+		uint64_t w = catalog_in_flight_s(jp.retention.incomplete_grace_s);
 		window = w > window ? w : window;
 	}
 	journal_set_in_flight(d->journal, window);

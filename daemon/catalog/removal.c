@@ -50,6 +50,7 @@ struct attempt {
 	bool marked;          /* a marker names it: a removal took it before */
 	bool has_mark;        /* KEPT_NAME ".<id>" is there (listed, or written here) */
 	bool has_dead;        /* DEAD_NAME ".<id>" is there (listed, or written here) */
+	int64_t mark_ns;      /* the time of the marker that marked it (0: not known) */
 	int64_t dead_ns;      /* when that was written (0: here, now) */
 	bool complete;        /* a manifest for every rank of one world size */
 	bool taken;
@@ -80,10 +81,11 @@ struct removal {
 	size_t nspread, nrefs;
 	char **marked_manifests; /* named by markers: their spread directories */
 	size_t nmarked_manifests;
-	bool legacy_kept; /* KEPT_NAME listed (an older ckptd's marker) */
-	bool left_mark;   /* LEFT_NAME listed */
-	bool manifests;   /* a manifest listed */
-	bool no_dir;      /* the step's directory was not there */
+	bool legacy_kept;  /* KEPT_NAME listed (an older ckptd's marker) */
+	int64_t legacy_ns; /* its time */
+	bool left_mark;    /* LEFT_NAME listed */
+	bool manifests;    /* a manifest listed */
+	bool no_dir;       /* the step's directory was not there */
 };
 
 static void removal_free(struct removal *rm)
@@ -241,9 +243,11 @@ static int scan_step(struct removal *rm)
 			if (a == NULL)
 				return -ENOMEM;
 			a->marked = a->has_mark = true;
+			a->mark_ns = e->mtime_ns;
 			r = read_marker(rm, e->name, mark);
 		} else if (strcmp(e->name, KEPT_NAME) == 0) {
 			rm->legacy_kept = true;
+			rm->legacy_ns = e->mtime_ns;
 			r = read_marker(rm, e->name, NULL);
 		} else if (strcmp(e->name, LEFT_NAME) == 0) {
 			rm->left_mark = true;
@@ -346,8 +350,13 @@ static size_t decide(struct removal *rm)
 		for (size_t g = 0; g < a->nws; g++)
 			a->complete |= a->nman[g] == a->ws[g];
 		bool young = a->newest_ns <= 0 || rm->now_ns - a->newest_ns < rm->in_flight_ns;
+		/* A marker is a removal's decision on what it listed then: an
+		 * object written after it is a new save of the attempt (its
+		 * step saved again), decided on as any other. */
+		int64_t mark_ns = a->mark_ns ? a->mark_ns : rm->legacy_ns;
+		bool marked = a->marked && !(mark_ns > 0 && a->newest_ns > mark_ns);
 		a->by_age = false;
-		if (rm->mode == CATALOG_FORCE || a->marked)
+		if (rm->mode == CATALOG_FORCE || marked)
 			a->taken = true;
 		else if (a->objects == 0)
 			a->taken = false; /* only markers of it */
@@ -435,11 +444,14 @@ static int mark_taken(struct removal *rm)
 		if (!a->taken || a->id[0] == '\0')
 			continue;
 		if (a->by_age) {
-			char key[768];
+			/* Written anew (its time and the one it holds are now), so
+			 * that it lasts twice the window from this removal on. */
+			char key[768], now[32];
 			snprintf(key, sizeof(key), "%s/" DEAD_NAME ".%s", rm->dir, a->id);
-			r = a->has_dead ? 0 : store_create_announced(rm->s, key, NULL, 0);
-			r = r == -EEXIST ? 0 : r;
-			a->has_dead = a->has_dead || r == 0;
+			struct iovec iov = { now, (size_t)snprintf(now, sizeof(now), "%" PRId64, rm->now_ns) };
+			r = store_put_announced(rm->s, key, &iov, 1);
+			a->has_dead = r == 0;
+			a->dead_ns = 0; /* now: drop_dead leaves it */
 			continue;
 		}
 		if (a->has_mark)
@@ -741,7 +753,11 @@ int catalog_delete_step(struct store *s, struct mancache *cache, const char *job
 	 * goes: a listing that fails removes nothing. A step with no manifest
 	 * left (a removal stopped, or finishing) asks first whether another
 	 * step refers to it, so that a kept step costs no more each pass. */
-	if ((r = scan_step(&rm)) == 0 && (r = scan_refs(&rm)) == 0 && !rm.manifests && rm.na > 0) {
+	size_t with_objects = 0;
+	if ((r = scan_step(&rm)) == 0 && (r = scan_refs(&rm)) == 0)
+		for (size_t i = 0; i < rm.na; i++)
+			with_objects += rm.a[i].objects > 0 || rm.a[i].marked; /* markers only: its markers go */
+	if (r == 0 && !rm.manifests && with_objects > 0) {
 		r = referred(&rm);
 		looked = r == -ENOENT;
 		r = looked ? 0 : r;

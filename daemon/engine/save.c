@@ -282,8 +282,14 @@ static void upload_done(uv_work_t *w, int status)
 static void pump_uploads(struct daemon *d)
 {
 	struct save *sv;
-	while (d->nuploading < d->cfg.max_parallel_uploads && (sv = TAILQ_FIRST(&d->uploadq)) != NULL)
+	while (d->nuploading < d->cfg.max_parallel_uploads && (sv = TAILQ_FIRST(&d->uploadq)) != NULL) {
+		if (sv->in_flight_s == 0) { /* a copy held for a peer, persisted: its job's window */
+			struct job_policy jp;
+			config_job_policy(&d->cfg, sv->job, d->pool.bytes, &jp);
+			sv->in_flight_s = catalog_in_flight_s(jp.retention.incomplete_grace_s);
+		}
 		save_set_state(sv, SAVE_UPLOADING);
+	}
 }
 
 /* ---- admission ---- */

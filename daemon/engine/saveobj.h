@@ -116,6 +116,7 @@ struct save {
 	bool incremental;                   /* unchanged pieces stored as references (incbase.h) */
 	uint64_t piece_bytes;               /* what its shard is cut into, stored in pieces */
 	uint64_t in_flight_s;               /* its job's (catalog_in_flight_s): refs older go (upload.c) */
+	bool refs_reused;                   /* its refs' names were there before it (upload.c write_refs) */
 	uint64_t stored_bytes, coded_bytes; /* once uploaded: the object's bytes; raw bytes planecodec stored */
 	char shard_name[200]; /* as uploaded (a fresh name per save); a held copy serves only its manifest */
 

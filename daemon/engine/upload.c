@@ -141,7 +141,7 @@ static int put_stored(struct store *st, const char *key, const struct stored_sha
  * each such step still has this rank's manifest (one byte of it read), so
  * a step being removed is not referred to. 0; -ENOENT when one is gone
  * (the save stores every piece again); else the save's failure. */
-static int write_refs(struct save *sv, struct store *st, const struct stored_shard *ss, const char *then)
+static int write_refs(struct save *sv, struct store *st, const struct stored_shard *ss, bool first, const char *then)
 {
 	const Ckpt__Manifest who = { .rank = sv->rank, .world_size = sv->world_size, .step = sv->step };
 	char key[1024];
@@ -151,10 +151,15 @@ static int write_refs(struct save *sv, struct store *st, const struct stored_sha
 		    manifest_ref_key(key, sizeof(key), sv->job, sv->step, t, sv->rank, sv->world_size, sv->attempt) < 0)
 			return -ENOENT; /* not a shard a save refers to: store everything */
 		store_clear_error();
-		/* Written anew even where an earlier save of this rank left
-		 * one: its time is now (removal.c judges an attempt's age by
-		 * its newest object). */
-		int r = store_put_announced(st, key, NULL, 0);
+		/* Created; where an earlier save of this rank and attempt left
+		 * one, written anew, so that its time is now (removal.c judges
+		 * an attempt's age by its newest object), and the save is a
+		 * reuse of names a removal may have listed before (reused). */
+		int r = first ? store_create_announced(st, key, NULL, 0) : -EEXIST;
+		if (r == -EEXIST) {
+			sv->refs_reused |= first;
+			r = store_put_announced(st, key, NULL, 0);
+		}
 		if (r < 0) {
 			upload_fail(sv, r, "writing %s to %s: %s", key, st->url, store_error(r));
 			return r;
@@ -205,9 +210,9 @@ static uint64_t window_s(const struct save *sv)
 static int recheck_refs(struct save *sv, struct store *st, const struct stored_shard *ss, uint64_t refs_at)
 {
 	uint64_t took = clock_now_ns() - refs_at;
-	if (took <= window_s(sv) * 500000000ull)
+	if (took <= window_s(sv) * 500000000ull && !sv->refs_reused)
 		return 0;
-	int r = write_refs(sv, st, ss, "failing this save");
+	int r = write_refs(sv, st, ss, false, "failing this save");
 	if (r == -ENOENT)
 		upload_fail(sv, -ESTALE,
 			    "step %" PRIu64 " of job '%s', rank %u: a step whose pieces this one refers to was removed "
@@ -225,19 +230,30 @@ static int recheck_refs(struct save *sv, struct store *st, const struct stored_s
  * for such a save only. A save that took over twice the window is past
  * that marker's life: it fails before its manifest (too_slow). 0 or the
  * save's failure. */
-static int check_not_taken(struct save *sv, struct store *st, uint64_t t0)
+static int check_not_taken(struct save *sv, struct store *st, uint64_t t0, int64_t t0_wall)
 {
 	uint64_t took = clock_now_ns() - t0;
-	if (took <= window_s(sv) * 500000000ull)
+	if (took <= window_s(sv) * 500000000ull && !sv->refs_reused)
 		return 0;
 	char key[768];
-	void *buf = NULL;
+	char *buf = NULL;
 	size_t len = 0;
 	if (manifest_step_dir(key, sizeof(key) - ATTEMPT_BUF - 8, sv->job, sv->step) < 0)
 		return 0;
 	snprintf(key + strlen(key), ATTEMPT_BUF + 8, "/" DEAD_NAME ".%s", sv->attempt);
 	store_clear_error();
-	int r = st->ops->get_all(st, key, 1, &buf, &len); /* empty; larger is there too */
+	int r = st->ops->get_all(st, key, 64, (void **)&buf, &len);
+	if (r == 0 && !sv->refs_reused) {
+		/* Written before this save began (its wall time in the body):
+		 * about an earlier save of the attempt, not this one. A save
+		 * whose refs' names were there before it cannot tell. */
+		char num[32] = "";
+		memcpy(num, buf, len < sizeof(num) - 1 ? len : sizeof(num) - 1);
+		char *end = NULL;
+		long long at = strtoll(num, &end, 10);
+		if (end != num && at > 0 && at < t0_wall)
+			r = -ENOENT;
+	}
 	free(buf);
 	if (r == -EFBIG)
 		r = 0;
@@ -245,10 +261,11 @@ static int check_not_taken(struct save *sv, struct store *st, uint64_t t0)
 		return 0;
 	if (r == 0)
 		upload_fail(sv, -ESTALE,
-			    "step %" PRIu64
-			    " of job '%s', rank %u: a removal of this step took attempt '%s' while this "
-			    "save was written (%.0f s, over half the job's in-flight window): not durable; save again",
-			    sv->step, sv->job, sv->rank, sv->attempt, (double)took / 1e9);
+			    "step %" PRIu64 " of job '%s', rank %u: a removal of this step took attempt '%s' as a dead "
+			    "save's (%s): not durable; save again under another step or attempt",
+			    sv->step, sv->job, sv->rank, sv->attempt,
+			    sv->refs_reused ? "an earlier save of this rank and attempt left its refs"
+					    : "this one took over half the job's in-flight window");
 	else
 		upload_fail(sv, r, "reading %s at %s: %s", key, st->url, store_error(r));
 	return r == 0 ? -ESTALE : r;
@@ -355,7 +372,7 @@ static int make_stored(struct save *sv, struct store *st, struct stored_shard *s
 			  " (%zu pieces, %" PRIu64 " bytes of them coded, %" PRIu64 " in older steps) in %.1f ms",
 			  sv->id, sv->job, sv->step, sv->rank, sv->shard_bytes, ss->bytes, ss->npieces, ss->coded_bytes,
 			  ss->ref_bytes, (double)(clock_now_ns() - t0) / 1e6);
-		r = ss->ref_bytes ? write_refs(sv, st, ss, "storing every piece again") : 0;
+		r = ss->ref_bytes ? write_refs(sv, st, ss, true, "storing every piece again") : 0;
 		if (r == -ENOENT && o.base) {
 			stored_shard_free(ss);
 			incbase_unref(o.base);
@@ -411,6 +428,9 @@ void save_upload(struct save *sv)
 	assert(sv->state == SAVE_UPLOADING && sv->status == 0);
 	struct store *st = daemon_store_of(sv->d, sv->job);
 	uint64_t t0 = clock_now_ns();
+	struct timespec wall;
+	clock_gettime(CLOCK_REALTIME, &wall);
+	int64_t t0_wall = (int64_t)wall.tv_sec * 1000000000 + wall.tv_nsec;
 	char shard_key[768], man_key[768];
 	if (manifest_shard_key(shard_key, sizeof(shard_key), sv->job, sv->step, sv->rank, sv->world_size, sv->attempt,
 			       shard_nonce(), sv->spread) < 0 ||
@@ -473,7 +493,7 @@ void save_upload(struct save *sv)
 			free(mbuf);
 		}
 	}
-	bool taken = r == 0 && check_not_taken(sv, st, t0) < 0;
+	bool taken = r == 0 && check_not_taken(sv, st, t0, t0_wall) < 0;
 	/* Taken back, the manifest first: the rank stops being saved. If
 	 * the manifest stays, so does what it names. */
 	int back = taken ? st->ops->remove(st, man_key) : 0;
@@ -481,8 +501,9 @@ void save_upload(struct save *sv)
 		(void)st->ops->remove(st, shard_key);
 		unwrite_refs(sv, st, refd, nrefd);
 	} else if (taken) {
-		log_warn("save %" PRIu64 ": %s step %" PRIu64 " rank %u: %s could not be taken back: %s", sv->id,
-			 sv->job, sv->step, sv->rank, man_key, store_error(back));
+		log_err("save %" PRIu64 ": %s step %" PRIu64 " rank %u: %s could not be taken back (%s): its "
+			"refs may be gone; remove the step (ckptctl rm --force)",
+			sv->id, sv->job, sv->step, sv->rank, man_key, store_error(back));
 	}
 	if (r == 0 && !taken && sv->incremental)
 		remember_base(sv, mbuf_copy, mlen_copy);

@@ -584,6 +584,30 @@ static void test_slow_shard_rechecks_its_refs(void **state)
 	ckpt_future_free(f);
 	assert_int_equal(h_sh("ls '%s' | grep -q 'manifest\\|shard'", dir), 256);
 	assert_false(exists(ref5));
+
+	/* A marker from before this save began (its time inside) is about
+	 * an earlier save of the attempt: this slow one is durable. */
+	step_dir(6, dir, sizeof(dir));
+	assert_int_equal(h_sh("mkdir -p '%s' && printf 1 > '%s/dead.a'", dir, dir), 0);
+	f = start_save(c, b, 6);
+	r = ckpt_future_wait(f, CKPT_DURABLE, 60000);
+	if (r != 0)
+		fail_msg("durable: %s", ckpt_future_message(f));
+	ckpt_future_free(f);
+	/* Unless its refs' names were there before it (an earlier save of
+	 * this rank and attempt left them, which a removal may have listed):
+	 * then any marker fails it. */
+	step_dir(7, dir, sizeof(dir));
+	char refs7[700];
+	snprintf(refs7, sizeof(refs7), "%s/" JOB "/refs/step-000000000007/step-000000000004", cur->store);
+	/* Step 4 stored every piece: step 7's unchanged ones are in its shard. */
+	assert_int_equal(h_sh("mkdir -p '%s' '%s' && printf 1 > '%s/dead.a' && touch '%s/rank-00000-of-00001.a'", dir,
+			      refs7, dir, refs7),
+			 0);
+	f = start_save(c, b, 7);
+	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), -ESTALE);
+	assert_non_null(strstr(ckpt_future_message(f), "an earlier save of this rank and attempt left its refs"));
+	ckpt_future_free(f);
 	ckpt_buffer_free(b);
 	ckpt_close(c);
 	cur = &D;

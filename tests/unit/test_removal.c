@@ -305,6 +305,32 @@ static void test_marker_names_what_a_cut_short_removal_takes(void **state)
 	}
 }
 
+/* A step saved again under the same attempt after a removal of it was cut
+ * short: the marker's decision covers what was there then, not the new
+ * save's objects (written after it), which are decided on as any other. */
+static void test_marker_covers_only_what_came_before(void **state)
+{
+	struct fixture *f = *state;
+	struct step_keys k;
+	keys(&k, 5, false);
+	put(f, "j/step-000000000005/" KEPT_NAME ".b", "");
+	age(f, "j/step-000000000005/" KEPT_NAME ".b");
+	put(f, k.shard_b[0], "b"); /* the new save's, young */
+	put(f, k.ref_b[0], "");
+	assert_int_equal(del(f, CATALOG_FINISH), -EBUSY);
+	assert_true(there(f, k.shard_b[0]));
+	assert_true(there(f, k.ref_b[0]));
+	/* Objects older than the marker are the removal's: taken, with no
+	 * marker of a dead save. */
+	char cmd[900];
+	snprintf(cmd, sizeof(cmd), "touch -d '-3 hours' '%s/%s' '%s/%s'", f->dir, k.shard_b[0], f->dir, k.ref_b[0]);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(del(f, CATALOG_FINISH), 0);
+	assert_false(there(f, k.shard_b[0]));
+	assert_false(there(f, "j/step-000000000005/" DEAD_NAME ".b"));
+	assert_false(there(f, "j/step-000000000005"));
+}
+
 /* The order of a removal's writes, from a store that logs them. */
 static const struct store_ops *real_ops;
 static char oplog[64][320];
@@ -327,6 +353,18 @@ static int w_create(struct store *s, const char *key, const struct iovec *iov, s
 {
 	log_op("create", key);
 	int r = real_ops->create(s, key, iov, n, crcs);
+	size_t kl = strlen(key), il = inject_on ? strlen(inject_on) : 0;
+	if (inject_on && kl >= il && strcmp(key + kl - il, inject_on) == 0) {
+		inject_on = NULL;
+		inject(s);
+	}
+	return r;
+}
+
+static int w_put(struct store *s, const char *key, const struct iovec *iov, size_t n, const uint32_t *crcs)
+{
+	log_op("put", key);
+	int r = real_ops->put(s, key, iov, n, crcs);
 	size_t kl = strlen(key), il = inject_on ? strlen(inject_on) : 0;
 	if (inject_on && kl >= il && strcmp(key + kl - il, inject_on) == 0) {
 		inject_on = NULL;
@@ -363,6 +401,7 @@ static void logging(struct fixture *f, bool on)
 		real_ops = f->s->ops;
 		logged = *real_ops;
 		logged.create = w_create;
+		logged.put = w_put;
 		logged.remove = w_remove;
 		logged.list_entries = w_list_entries;
 		f->s->ops = &logged;
@@ -512,7 +551,7 @@ static void test_slow_save_seen_after_the_marker(void **state)
 	assert_true(there(f, "j/step-000000000005/" DEAD_NAME ".b"));
 	assert_false(there(f, k.man_a));
 	/* The second listing of the step came after the marker. */
-	size_t mark = op_at("create " DEAD_NAME ".b"), lists = 0;
+	size_t mark = op_at("put " DEAD_NAME ".b"), lists = 0;
 	for (size_t i = mark; i < nops; i++)
 		lists += strcmp(oplog[i], "list j/step-000000000005") == 0;
 	assert_int_equal(lists, 1);
@@ -644,6 +683,7 @@ int main(void)
 		T(test_a_kept_step_costs_little),
 		T(test_a_bad_marker_name_is_ignored),
 		T(test_dead_spread_save_without_a_directory),
+		T(test_marker_covers_only_what_came_before),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
