@@ -42,6 +42,13 @@ uint64_t catalog_in_flight_s(uint64_t incomplete_grace_s)
 	return incomplete_grace_s ? incomplete_grace_s : CATALOG_SPARE_S;
 }
 
+static int64_t wall_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* What a removal knows of one attempt of the step. */
 struct attempt {
 	char id[ATTEMPT_BUF]; /* "" for format 1 names */
@@ -448,7 +455,7 @@ static int mark_taken(struct removal *rm)
 			 * that it lasts twice the window from this removal on. */
 			char key[768], now[32];
 			snprintf(key, sizeof(key), "%s/" DEAD_NAME ".%s", rm->dir, a->id);
-			struct iovec iov = { now, (size_t)snprintf(now, sizeof(now), "%" PRId64, rm->now_ns) };
+			struct iovec iov = { now, (size_t)snprintf(now, sizeof(now), "%" PRId64, wall_ns()) };
 			r = store_put_announced(rm->s, key, &iov, 1);
 			a->has_dead = r == 0;
 			a->dead_ns = 0; /* now: drop_dead leaves it */
@@ -569,13 +576,6 @@ static int leave(struct removal *rm, size_t left, int err)
 	return -EBUSY;
 }
 
-static int64_t wall_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Whether the commit object (and the index, which follows it) goes:
  * unless it names an attempt that stays. A GET, only when a complete
  * attempt stays. */
@@ -609,15 +609,17 @@ static int referred(struct removal *rm)
 	return r;
 }
 
-/* Markers DEAD_NAME ".<id>" older than twice the window: no save of
- * their attempt is still running (a save fails once it has taken that
- * long: upload.c). All of them when forced. */
+/* Markers DEAD_NAME ".<id>" older than twice the window, of attempts
+ * with nothing else listed: no save of them is still running (a save
+ * fails once it has taken that long: upload.c), and no other removal
+ * relies on them (one that takes an attempt by age has its objects
+ * listed, and writes the marker anew). All of them when forced. */
 static int drop_dead(struct removal *rm, int err)
 {
 	for (size_t i = 0; i < rm->na; i++) {
 		const struct attempt *a = &rm->a[i];
 		if (!a->has_dead || a->dead_ns == 0 ||
-		    (rm->mode != CATALOG_FORCE && rm->now_ns - a->dead_ns < 2 * rm->in_flight_ns))
+		    (rm->mode != CATALOG_FORCE && (a->objects > 0 || rm->now_ns - a->dead_ns < 2 * rm->in_flight_ns)))
 			continue;
 		char name[ATTEMPT_BUF + 8];
 		snprintf(name, sizeof(name), DEAD_NAME ".%s", a->id);

@@ -159,6 +159,7 @@ static void gc_job_run(struct gc_pass *g, const char *job, const struct retentio
 		k++;
 	}
 	retention_plan(rt, v, k, now_ns);
+	store_clear_error(); /* a removal's message above is not this listing's */
 	int kr = keep_referenced(st, job, v, k);
 	if (kr < 0) {
 		log_warn("gc: %s: listing the references between steps: %s; nothing removed", job, store_error(kr));

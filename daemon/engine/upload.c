@@ -155,10 +155,16 @@ static int write_refs(struct save *sv, struct store *st, const struct stored_sha
 		 * one, written anew, so that its time is now (removal.c judges
 		 * an attempt's age by its newest object), and the save is a
 		 * reuse of names a removal may have listed before (reused). */
-		int r = first ? store_create_announced(st, key, NULL, 0) : -EEXIST;
+		/* The body is this save's own (its id and the node's time):
+		 * an object store's create that meets an earlier save's ref
+		 * then reads other bytes there, and says EEXIST. */
+		char body[48];
+		struct iovec iov = { body, (size_t)snprintf(body, sizeof(body), "%" PRIu64 " %" PRIu64, sv->id,
+							    clock_now_ns()) };
+		int r = first ? store_create_announced(st, key, &iov, 1) : -EEXIST;
 		if (r == -EEXIST) {
 			sv->refs_reused |= first;
-			r = store_put_announced(st, key, NULL, 0);
+			r = store_put_announced(st, key, &iov, 1);
 		}
 		if (r < 0) {
 			upload_fail(sv, r, "writing %s to %s: %s", key, st->url, store_error(r));
@@ -288,6 +294,9 @@ static int too_slow(struct save *sv, uint64_t t0)
 	return -ESTALE;
 }
 
+static size_t ref_targets(const struct save *sv, const struct stored_shard *ss, uint64_t *t);
+static void unwrite_refs(struct save *sv, struct store *st, const uint64_t *t, size_t n);
+
 /* No base in memory for sv's rank (the first save since this daemon
  * started, or the rank moved here): the newest older step of this rank in
  * storage becomes it, so a restart does not store a frozen base again.
@@ -374,6 +383,8 @@ static int make_stored(struct save *sv, struct store *st, struct stored_shard *s
 			  ss->ref_bytes, (double)(clock_now_ns() - t0) / 1e6);
 		r = ss->ref_bytes ? write_refs(sv, st, ss, true, "storing every piece again") : 0;
 		if (r == -ENOENT && o.base) {
+			uint64_t t[INCBASE_MAX_REFS];
+			unwrite_refs(sv, st, t, ref_targets(sv, ss, t)); /* this pass's: it stores everything */
 			stored_shard_free(ss);
 			incbase_unref(o.base);
 			o.base = NULL;

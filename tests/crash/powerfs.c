@@ -90,8 +90,20 @@ struct node {
 	bool dir_dirty;
 };
 
-enum op { OP_WRITE, OP_FSYNC, OP_CREATE, OP_MKDIR, OP_RENAME, OP_LINK, OP_UNLINK, OP_TRUNCATE, OP_N };
-static const char *const op_names[OP_N] = { "write", "fsync", "create", "mkdir", "rename", "link", "unlink", "truncate" };
+enum op {
+	OP_WRITE,
+	OP_FSYNC,
+	OP_CREATE,
+	OP_MKDIR,
+	OP_RENAME,
+	OP_LINK,
+	OP_UNLINK,
+	OP_TRUNCATE,
+	OP_N
+};
+static const char *const op_names[OP_N] = {
+	"write", "fsync", "create", "mkdir", "rename", "link", "unlink", "truncate"
+};
 
 static struct {
 	pthread_mutex_t mu;
@@ -149,6 +161,17 @@ static uint8_t *get_file(const char *kind, uint64_t ino, uint64_t *n)
 	return p;
 }
 
+/* A file's time as the disk keeps it: with its name, at the directory's
+ * fsync (a remount keeps it: ckptd's removals judge objects by it). */
+static struct timespec mtime_of(uint64_t ino)
+{
+	for (struct node *n = fs.all; n; n = n->next)
+		if (n->ino == ino)
+			return n->mtime;
+	struct timespec z = { 0, 0 };
+	return z;
+}
+
 static void put_dir(struct node *d)
 {
 	size_t cap = 64, len = 0;
@@ -158,8 +181,9 @@ static void put_dir(struct node *d)
 		size_t need = strlen(e->name) + 64;
 		while (len + need > cap)
 			buf = realloc(buf, cap *= 2);
-		len += (size_t)sprintf(buf + len, "%s\t%llu\t%c\t%o\n", e->name, (unsigned long long)e->ino,
-				       e->dir ? 'd' : 'f', (unsigned)e->mode);
+		struct timespec t = mtime_of(e->ino);
+		len += (size_t)sprintf(buf + len, "%s\t%llu\t%c\t%o\t%lld.%09ld\n", e->name, (unsigned long long)e->ino,
+				       e->dir ? 'd' : 'f', (unsigned)e->mode, (long long)t.tv_sec, t.tv_nsec);
 	}
 	put_file(".dir", d->ino, buf, len);
 	free(buf);
@@ -327,7 +351,8 @@ static void dir_sync(struct node *d, bool all, unsigned *rng)
 		if (dent_find(d, e->name) || !(all || rand_r(rng) % 2))
 			continue;
 		d->dents = realloc(d->dents, (d->ndents + 1) * sizeof(*d->dents));
-		d->dents[d->ndents++] = (struct dent){ strdup(e->name), e->node->ino, e->node->dir, e->node->mode & 07777 };
+		d->dents[d->ndents++] = (struct dent){ strdup(e->name), e->node->ino, e->node->dir,
+						       e->node->mode & 07777 };
 	}
 	if (all)
 		d->dir_dirty = false;
@@ -403,13 +428,18 @@ static void load_dir(struct node *d)
 		char name[4096], type;
 		unsigned long long ino;
 		unsigned mode;
-		if (sscanf(line, "%4095[^\t]\t%llu\t%c\t%o", name, &ino, &type, &mode) != 4)
+		long long sec = 0;
+		long nsec = 0;
+		int got = sscanf(line, "%4095[^\t]\t%llu\t%c\t%o\t%lld.%ld", name, &ino, &type, &mode, &sec, &nsec);
+		if (got < 4)
 			continue;
 		struct node *c = find_loaded(ino);
 		if (c && (c->dir || type == 'd'))
 			continue; /* a directory reached twice (a torn rename): fsck keeps one */
 		if (c == NULL) {
 			c = node_new(type == 'd', mode, ino);
+			if (got == 6)
+				c->mtime = (struct timespec){ (time_t)sec, nsec };
 			if (c->dir) {
 				load_dir(c);
 			} else {
@@ -529,15 +559,15 @@ static void ent_del(struct node *d, const char *name)
 
 /* The body of an operation, under the lock; it sets r_ (0, a count, or
  * -errno) and may break out. */
-#define LOCKED(...)                           \
-	do {                                  \
-		pthread_mutex_lock(&fs.mu);   \
-		int r_ = 0;                   \
-		do {                          \
-			__VA_ARGS__           \
-		} while (0);                  \
+#define LOCKED(...) \
+	do { \
+		pthread_mutex_lock(&fs.mu); \
+		int r_ = 0; \
+		do { \
+			__VA_ARGS__ \
+		} while (0); \
 		pthread_mutex_unlock(&fs.mu); \
-		return r_;                    \
+		return r_; \
 	} while (0)
 
 static struct node *of(const char *path, struct fuse_file_info *fi)

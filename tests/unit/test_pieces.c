@@ -367,7 +367,8 @@ static void test_removal_stopped_for_a_ref(void **state)
 			    "echo m > step-000000000001/rank-00000-of-00001.a.manifest && "
 			    "echo c > step-000000000001/commit && "
 			    "echo s > shards/00/step-000000000001/rank-00000-of-00001.a.00000000000000aa.shard && "
-			    "touch refs/step-000000000002/step-000000000001/rank-00000-of-00001.a",
+			    "touch refs/step-000000000002/step-000000000001/rank-00000-of-00001.a && "
+			    "touch -d '-10 seconds' step-000000000001/* shards/00/step-000000000001/*",
 			    dir),
 			 0);
 	assert_int_equal(catalog_delete_step(s, NULL, "j", 1, CATALOG_REMOVE, 0), -EBUSY);

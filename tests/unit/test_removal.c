@@ -81,6 +81,19 @@ static void age(struct fixture *f, const char *key)
 	assert_int_equal(utimensat(AT_FDCWD, path, t, AT_SYMLINK_NOFOLLOW), 0);
 }
 
+/* Make key's object seconds old: older than a marker written now (a
+ * marker's decision covers what is more than a second older). */
+static void back(struct fixture *f, const char *key, int seconds)
+{
+	char path[600];
+	snprintf(path, sizeof(path), "%s/%s", f->dir, key);
+	struct timespec t[2];
+	clock_gettime(CLOCK_REALTIME, &t[0]);
+	t[0].tv_sec -= seconds;
+	t[1] = t[0];
+	assert_int_equal(utimensat(AT_FDCWD, path, t, AT_SYMLINK_NOFOLLOW), 0);
+}
+
 static bool there(struct fixture *f, const char *key)
 {
 	char path[600];
@@ -288,6 +301,7 @@ static void test_marker_names_what_a_cut_short_removal_takes(void **state)
 		struct step_keys k;
 		keys(&k, 5, false);
 		put(f, k.shard_a, "a");
+		back(f, k.shard_a, 10);
 		put(f, k.shard_b[0], "b");
 		put(f, "j/step-000000000005/x", "not a marker's to name");
 		char body[400];
@@ -329,6 +343,22 @@ static void test_marker_covers_only_what_came_before(void **state)
 	assert_false(there(f, k.shard_b[0]));
 	assert_false(there(f, "j/step-000000000005/" DEAD_NAME ".b"));
 	assert_false(there(f, "j/step-000000000005"));
+}
+
+/* An old DEAD_NAME marker of an attempt with objects listed stays: a
+ * removal running beside this one may have just written it anew and rely
+ * on it (drop_dead takes only markers of attempts with nothing else). */
+static void test_dead_marker_of_a_live_attempt_stays(void **state)
+{
+	struct fixture *f = *state;
+	struct step_keys k;
+	keys(&k, 5, false);
+	a_done_b_in_flight(f, &k, false);
+	put(f, "j/step-000000000005/" DEAD_NAME ".b", "1");
+	back(f, "j/step-000000000005/" DEAD_NAME ".b", 3 * (int)CATALOG_SPARE_S);
+	assert_int_equal(del(f, CATALOG_REMOVE), -EBUSY); /* b is young: left */
+	assert_true(there(f, "j/step-000000000005/" DEAD_NAME ".b"));
+	assert_true(there(f, k.shard_b[0]));
 }
 
 /* The order of a removal's writes, from a store that logs them. */
@@ -459,6 +489,7 @@ static void test_marker_written_first_and_removed_last(void **state)
 	assert_int_equal(manifest_key(man, sizeof(man), "j", 6, 0, 1, "a.manifest"), 0);
 	assert_int_equal(manifest_shard_key(k.shard_a, sizeof(k.shard_a), "j", 6, 0, 1, "a", 0x11, true), 0);
 	put(f, k.shard_a, "a");
+	back(f, k.shard_a, 10);
 	snprintf(path, sizeof(path), "%s/j/step-000000000006", f->dir);
 	assert_int_equal(mkdir(path, 0755), 0);
 	snprintf(path, sizeof(path), "%s/%s", f->dir, man);
@@ -566,6 +597,7 @@ static void test_commit_follows_the_attempt_it_names(void **state)
 		struct step_keys k;
 		keys(&k, 5, false);
 		put(f, k.shard_a, "a");
+		back(f, k.shard_a, 10);
 		put(f, "j/step-000000000005/" KEPT_NAME ".a", "");
 		for (uint32_t i = 0; i < 2; i++) {
 			put(f, k.man_b[i], "m");
@@ -684,6 +716,7 @@ int main(void)
 		T(test_a_bad_marker_name_is_ignored),
 		T(test_dead_spread_save_without_a_directory),
 		T(test_marker_covers_only_what_came_before),
+		T(test_dead_marker_of_a_live_attempt_stays),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -886,9 +886,11 @@ static void test_journal_finishes_cut_short_removal(void **state)
 	assert_int_equal(journal_open(dir, &j, err, sizeof(err)), 0);
 	assert_int_equal(manifest_shard_key(shard, sizeof(shard), "rm", 9, 1, 2, "a", 0x33, false), 0);
 	assert_int_equal(put_str(s, shard, "left behind"), 0);
-	/* The removal wrote its marker, naming the manifest, before it took
-	 * that (removal.c mark_removal): so the shard, young as it is, is the
-	 * removal's, not a save's in flight. */
+	snprintf(path, sizeof(path), "touch -d '-10 seconds' '%s/%s'", f->dir, shard);
+	assert_int_equal(system(path), 0);
+	/* The removal wrote its marker, naming the manifest, after the save
+	 * and before it took the manifest (removal.c): so the shard, young as
+	 * it is, is the removal's, not a save's in flight. */
 	assert_int_equal(put_str(s, "rm/step-000000000009/" KEPT_NAME, "rank-00001-of-00002.a.manifest\n"), 0);
 	uint64_t done, cut, commit;
 	/* A commit's write cut short: its temporary (this host's) stays. */
