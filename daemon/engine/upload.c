@@ -154,10 +154,10 @@ static int write_refs(struct save *sv, struct store *st, const struct stored_sha
 		/* Created; where an earlier save of this rank and attempt left
 		 * one, written anew, so that its time is now (removal.c judges
 		 * an attempt's age by its newest object), and the save is a
-		 * reuse of names a removal may have listed before (reused). */
-		/* The body is this save's own (its id and the node's time):
-		 * an object store's create that meets an earlier save's ref
-		 * then reads other bytes there, and says EEXIST. */
+		 * reuse of names a removal may have listed before (reused).
+		 * The body is this save's own (its id and the node's time): an
+		 * object store's create that meets an earlier save's ref then
+		 * reads other bytes there, and says EEXIST. */
 		char body[48];
 		struct iovec iov = { body, (size_t)snprintf(body, sizeof(body), "%" PRIu64 " %" PRIu64, sv->id,
 							    clock_now_ns()) };
