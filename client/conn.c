@@ -8,6 +8,7 @@
  * serialized by wmu so frames never interleave. One reader thread per client
  * receives everything and completes requests; callbacks run on it, outside
  * every internal lock. */
+#include <ctype.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -515,6 +516,23 @@ static char *default_attempt_id(void)
 	const char *restart = getenv("TORCHELASTIC_RESTART_COUNT");
 	char *s = NULL;
 
+	/* Slurm: the job, and its requeues. Each launch its own attempt, so
+	 * that a step saved again after a rollback never reuses the names of
+	 * the save a removal may be taking (docs/architecture.md "What a
+	 * removal leaves"). */
+	const char *job = getenv("SLURM_JOB_ID");
+	if ((!run || !*run) && job && *job) {
+		const char *again = getenv("SLURM_RESTART_COUNT");
+		if (asprintf(&s, "slurm-%s-%s", job, again && *again ? again : "0") < 0)
+			return NULL;
+		bool ok = true;
+		for (const char *c = s; *c && ok; c++)
+			ok = isalnum((unsigned char)*c) || *c == '-' || *c == '_';
+		if (ok)
+			return s;
+		free(s);
+		s = NULL;
+	}
 	if (!run || !*run)
 		return strdup("default");
 	if (!restart || !*restart)

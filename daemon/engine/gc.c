@@ -177,7 +177,10 @@ static void gc_job_run(struct gc_pass *g, const char *job, const struct retentio
 				log_info("gc: %s step %" PRIu64 " is being written now; kept", job, v[i].step);
 				continue;
 			}
-			int r = gc_remove_step(g->d, st, job, v[i].step, CATALOG_REMOVE,
+			/* An incomplete step goes as a finish does: an attempt that
+			 * completed since the plan is not this pass's to take. */
+			int r = gc_remove_step(g->d, st, job, v[i].step,
+					       v[i].complete ? CATALOG_REMOVE : CATALOG_FINISH,
 					       catalog_in_flight_s(rt->incomplete_grace_s));
 			steplock_delete_end(job, v[i].step);
 			if (r == -EBUSY) { /* a save in flight refers to it */

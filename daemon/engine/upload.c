@@ -261,6 +261,14 @@ static int check_not_taken(struct save *sv, struct store *st, uint64_t t0, int64
 			r = -ENOENT;
 	}
 	free(buf);
+	if (r == -ENOENT && sv->refs_reused) {
+		/* A removal of the step under way (it marks before it takes
+		 * any of it) may delete by the names it listed: ours. */
+		snprintf(strrchr(key, '/'), ATTEMPT_BUF + 8, "/" KEPT_NAME ".%s", sv->attempt);
+		buf = NULL;
+		r = st->ops->get_all(st, key, 1, (void **)&buf, &len);
+		free(buf);
+	}
 	if (r == -EFBIG)
 		r = 0;
 	if (r == -ENOENT)
@@ -416,6 +424,11 @@ static size_t ref_targets(const struct save *sv, const struct stored_shard *ss, 
 static void unwrite_refs(struct save *sv, struct store *st, const uint64_t *t, size_t n)
 {
 	char key[1024];
+	/* Names an earlier save of this rank and attempt wrote first may be
+	 * what its manifest relies on: they stay (they only keep their steps
+	 * longer). */
+	if (sv->refs_reused)
+		return;
 	for (size_t i = 0; i < n; i++)
 		if (manifest_ref_key(key, sizeof(key), sv->job, sv->step, t[i], sv->rank, sv->world_size,
 				     sv->attempt) == 0)

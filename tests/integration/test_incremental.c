@@ -608,6 +608,16 @@ static void test_slow_shard_rechecks_its_refs(void **state)
 	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), -ESTALE);
 	assert_non_null(strstr(ckpt_future_message(f), "an earlier save of this rank and attempt left its refs"));
 	ckpt_future_free(f);
+	/* The same with a removal of the step under way (its kept.<attempt>
+	 * marker), which may delete the names it listed: ours. */
+	step_dir(8, dir, sizeof(dir));
+	snprintf(refs7, sizeof(refs7), "%s/" JOB "/refs/step-000000000008/step-000000000004", cur->store);
+	assert_int_equal(
+		h_sh("mkdir -p '%s' '%s' && touch '%s/kept.a' '%s/rank-00000-of-00001.a'", dir, refs7, dir, refs7), 0);
+	f = start_save(c, b, 8);
+	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 60000), -ESTALE);
+	ckpt_future_free(f);
+	assert_true(exists("refs/step-000000000008/step-000000000004/rank-00000-of-00001.a")); /* not ours to take */
 	ckpt_buffer_free(b);
 	ckpt_close(c);
 	cur = &D;

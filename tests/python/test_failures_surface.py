@@ -164,3 +164,21 @@ def test_delete_leaves_a_save_in_flight_unless_forced(daemon):
         assert os.listdir(refs) == ["rank-00000-of-00001.new"]
         c.delete(7, job="fl", force=True)
     assert not os.path.exists(os.path.join(daemon.store, "fl", "refs", "step-000000000007"))
+
+
+def test_slurm_launch_is_its_own_attempt(daemon, tmp_path):
+    """Under Slurm (no torchelastic), the default attempt id is the job's
+    and its requeue count, so a run rolled back and saving a step again
+    never reuses the names of an earlier launch's save of it."""
+    import subprocess
+    import sys
+    code = ("import torch, ckpt.torch, ckpt.client as c\n"
+            f"with ckpt.torch.Checkpointer('slurmjob', socket={daemon.sock!r}) as cp:\n"
+            "    cp.save({'w': torch.ones(4)}, 1).durable.result(60)\n"
+            f"with c.Client({daemon.sock!r}) as cl:\n"
+            "    print(cl.list('slurmjob')[0]['attempt_id'])\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC_", "SLURM_"))}
+    env.update(SLURM_JOB_ID="4242", SLURM_RESTART_COUNT="3")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "slurm-4242-3"

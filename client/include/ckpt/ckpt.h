@@ -73,6 +73,7 @@ typedef struct {
 	uint32_t local_rank;
 	/* Same for every rank of one launch. NULL: taken from
 	 * TORCHELASTIC_RUN_ID and TORCHELASTIC_RESTART_COUNT when set,
+	 * else "slurm-<SLURM_JOB_ID>-<SLURM_RESTART_COUNT>" under Slurm,
 	 * else "default". */
 	const char *attempt_id;
 	/* What a save does when the pool is full of data not yet durable:

@@ -149,8 +149,8 @@ class Checkpointer(SaveTracking):
         process saves its steps by itself, as rank 0 of 1, whatever the
         launcher says (a state every rank holds alike, which rank 0 alone
         writes: Lightning's and Hugging Face's checkpoints). attempt_id,
-        policy: the session's attempt id (default from TORCHELASTIC_*) and
-        admission policy ("block", "skip", "coalesce"; docs/tiers.md "Admission").
+        policy: the session's attempt id (default from TORCHELASTIC_*, else
+        SLURM_JOB_ID and SLURM_RESTART_COUNT) and admission policy ("block", "skip", "coalesce"; docs/tiers.md "Admission").
 
         overlap: False (the default): save() returns once the state is
         staged; the trainer may change its tensors at once. True: save()
