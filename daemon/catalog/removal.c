@@ -25,6 +25,7 @@
  * DELETE per object: flat in the world size but for the objects
  * themselves. */
 #include "catalog.h"
+#include "clock.h"
 #include "log.h"
 #include "macro.h"
 #include <errno.h>
@@ -40,13 +41,6 @@
 uint64_t catalog_in_flight_s(uint64_t incomplete_grace_s)
 {
 	return incomplete_grace_s ? incomplete_grace_s : CATALOG_SPARE_S;
-}
-
-static int64_t wall_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* What a removal knows of one attempt of the step. */
@@ -455,7 +449,7 @@ static int mark_taken(struct removal *rm)
 			 * that it lasts twice the window from this removal on. */
 			char key[768], now[32];
 			snprintf(key, sizeof(key), "%s/" DEAD_NAME ".%s", rm->dir, a->id);
-			struct iovec iov = { now, (size_t)snprintf(now, sizeof(now), "%" PRId64, wall_ns()) };
+			struct iovec iov = { now, (size_t)snprintf(now, sizeof(now), "%" PRId64, clock_wall_ns()) };
 			r = store_put_announced(rm->s, key, &iov, 1);
 			a->has_dead = r == 0;
 			a->dead_ns = 0; /* now: drop_dead leaves it */
@@ -733,7 +727,7 @@ int catalog_delete_step(struct store *s, struct mancache *cache, const char *job
 	struct removal rm = { .s = s,
 			      .job = job,
 			      .step = step,
-			      .now_ns = wall_ns(),
+			      .now_ns = clock_wall_ns(),
 			      .mode = mode,
 			      .in_flight_ns = (int64_t)(in_flight_s ? in_flight_s : CATALOG_SPARE_S) * 1000000000 };
 	int r = manifest_step_dir(rm.dir, sizeof(rm.dir), job, step);

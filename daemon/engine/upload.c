@@ -452,9 +452,7 @@ void save_upload(struct save *sv)
 	assert(sv->state == SAVE_UPLOADING && sv->status == 0);
 	struct store *st = daemon_store_of(sv->d, sv->job);
 	uint64_t t0 = clock_now_ns();
-	struct timespec wall;
-	clock_gettime(CLOCK_REALTIME, &wall);
-	int64_t t0_wall = (int64_t)wall.tv_sec * 1000000000 + wall.tv_nsec;
+	int64_t t0_wall = clock_wall_ns();
 	char shard_key[768], man_key[768];
 	if (manifest_shard_key(shard_key, sizeof(shard_key), sv->job, sv->step, sv->rank, sv->world_size, sv->attempt,
 			       shard_nonce(), sv->spread) < 0 ||
