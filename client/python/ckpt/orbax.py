@@ -75,6 +75,10 @@ def _step_of(directory: epath.Path) -> int:
     raise ValueError(f"no step number in '{directory}': give ckpt.orbax.Save(item, step=N)")
 
 
+async def _nothing() -> None:
+    """A commit with nothing to do."""
+
+
 class Handler(ocp.handlers.AsyncCheckpointHandler):
     """Saves an item (a pytree) to ckptd as the Orbax step, and writes the
     job and step to ckptd.json in the item's directory (primary process
@@ -96,8 +100,15 @@ class Handler(ocp.handlers.AsyncCheckpointHandler):
         once staged, with a commit future that completes once the step is
         durable and ckptd.json written."""
         step = args.step if args.step is not None else _step_of(directory)
-        self._clear_orphans(directory, step)
-        fut = self.checkpointer.save(args.item, step)
+        try:
+            self._clear_orphans(directory, step)
+            fut = self.checkpointer.save(args.item, step)
+        except BaseException:
+            # Orbax creates the step's directory on a thread of its own,
+            # and waiters for it block the interpreter's exit if that
+            # thread dies at shutdown: let it finish before raising.
+            ocp.future.CommitFutureAwaitingContractedSignals(_nothing(), name="ckptd_failed").result()
+            raise
         # Orbax may create the item's directory in the background: the
         # commit writes into it once the directory is there (its signal).
         return [ocp.future.CommitFutureAwaitingContractedSignals(self._commit(directory, fut), name="ckptd_commit")]
