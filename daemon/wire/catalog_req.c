@@ -5,15 +5,12 @@
 #include "journal.h"
 #include "bgreq.h"
 #include "catalog.h"
-#include "crc32c.h"
 #include "daemon.h"
 #include "gc.h"
 #include "grow.h"
 #include "load.h"
 #include "log.h"
 #include "manifest.h"
-#include "pieces.h"
-#include "planecodec.h"
 #include "retention.h"
 #include "memtier.h"
 #include "save.h"
@@ -21,18 +18,15 @@
 #include "steplock.h"
 #include "tenancy.h"
 #include "tier_req.h"
+#include "verify.h"
 #include "wait_req.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define VERIFY_BLOCK (16u << 20)
-#define MAX_PROBLEMS 100
 
 /* ---- step summaries ---- */
 
@@ -267,11 +261,7 @@ struct step_req {
 	struct save *fetched;      /* show of one rank: its copy from a peer (show_run), pinned */
 	uint64_t shard_bytes;      /* ... and what it says */
 	int64_t created_ns;
-	/* verify */
-	bool ok;
-	uint64_t bytes_checked;
-	char *problems[MAX_PROBLEMS];
-	size_t nproblems;
+	struct verify v; /* verify */
 };
 
 /* One rank's manifest of the step's chosen attempt (pinned, as a load
@@ -337,242 +327,9 @@ static int scan_one(struct step_req *q, bool cached)
 	return 0;
 }
 
-static void problem(struct step_req *q, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void problem(struct step_req *q, const char *fmt, ...)
-{
-	q->ok = false;
-	if (q->nproblems == MAX_PROBLEMS)
-		return;
-	char line[512];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	q->problems[q->nproblems] = strdup(line);
-	if (q->problems[q->nproblems])
-		q->nproblems++;
-}
-
-static int cmp_tensor_off(const void *a, const void *b)
-{
-	const Ckpt__ManifestTensor *x = *(Ckpt__ManifestTensor *const *)a, *y = *(Ckpt__ManifestTensor *const *)b;
-	return x->shard_offset < y->shard_offset ? -1 : x->shard_offset > y->shard_offset;
-}
-
-/* A shard's raw bytes in order, a block at a time: as stored, or, where
- * the manifest has pieces, whole pieces decoded (up to VERIFY_BLOCK of
- * them, at least one). */
-struct shard_reader {
-	struct store *st;
-	const char *key;
-	const Ckpt__Manifest *m;
-	struct pieces pc;
-	size_t next; /* the next piece */
-	struct planecodec codec;
-	bool have_codec;
-	uint8_t *raw, *stored; /* pieces: their buffers, of raw_cap and stored_cap */
-	uint64_t raw_cap, stored_cap;
-};
-
-static void reader_free(struct shard_reader *rd)
-{
-	pieces_free(&rd->pc);
-	if (rd->have_codec)
-		planecodec_free(&rd->codec);
-	free(rd->raw);
-	free(rd->stored);
-}
-
-static int grow_buf(uint8_t **p, uint64_t *cap, uint64_t want)
-{
-	if (want <= *cap)
-		return 0;
-	uint8_t *n = realloc(*p, (size_t)want);
-	if (n == NULL)
-		return -ENOMEM;
-	*p = n;
-	*cap = want;
-	return 0;
-}
-
-/* The shard's bytes from pos on (where the last call left off): *out and
- * their length, or -errno with why. */
-static int reader_next(struct shard_reader *rd, uint64_t pos, uint8_t *buf, const uint8_t **out, size_t *len, char *why,
-		       size_t whylen)
-{
-	const Ckpt__Manifest *m = rd->m;
-	if (rd->pc.n == 0) {
-		*len = m->shard_bytes - pos < VERIFY_BLOCK ? (size_t)(m->shard_bytes - pos) : VERIFY_BLOCK;
-		*out = buf;
-		int r = rd->st->ops->get_range(rd->st, rd->key, pos, buf, *len);
-		if (r < 0)
-			snprintf(why, whylen, "reading %s at %" PRIu64 ": %s", rd->key, pos,
-				 r == -ENODATA ? "the shard is shorter than its manifest says" : store_error(r));
-		return r;
-	}
-	const struct pieces *pc = &rd->pc;
-	size_t p0 = rd->next, p1 = p0 + 1;
-	while (p1 < pc->n && pc->raw[p1 + 1] - pc->raw[p0] <= VERIFY_BLOCK)
-		p1++;
-	uint64_t slen = pc->cum[p1] - pc->cum[p0], rlen = pc->raw[p1] - pc->raw[p0];
-	if (grow_buf(&rd->raw, &rd->raw_cap, rlen) < 0 || grow_buf(&rd->stored, &rd->stored_cap, slen) < 0 ||
-	    (!rd->have_codec && !(rd->have_codec = planecodec_init(&rd->codec, 0) == 0))) {
-		snprintf(why, whylen, "out of memory");
-		return -ENOMEM;
-	}
-	/* A segment at a time: pieces an incremental step keeps in an older
-	 * step's shard are read from there. */
-	char key[1024];
-	int r = 0;
-	for (size_t a = p0, b; a < p1; a = b) {
-		b = pieces_segment(pc, a, p1);
-		if ((r = pieces_key(pc, a, rd->key, key, sizeof(key))) < 0) {
-			snprintf(why, whylen, "a piece's object name is too long");
-			return r;
-		}
-		r = rd->st->ops->get_range(rd->st, key, pc->at[a], rd->stored + (pc->cum[a] - pc->cum[p0]),
-					   (size_t)(pc->cum[b] - pc->cum[a]));
-		if (r < 0) {
-			snprintf(why, whylen, "reading %s at %" PRIu64 ": %s", key, pc->at[a],
-				 r == -ENODATA ? "the object is shorter than the manifest's pieces say"
-					       : store_error(r));
-			return r;
-		}
-	}
-	char what[400];
-	r = pieces_decode(pc, &rd->codec, p0, p1, rd->stored, rd->raw, what, sizeof(what));
-	if (r < 0) {
-		snprintf(why, whylen, "%s: %s", rd->key, what);
-		return r;
-	}
-	rd->next = p1;
-	*out = rd->raw;
-	*len = (size_t)rlen;
-	return 0;
-}
-
-/* Each older step m refers to must have m's ref (docs/architecture.md
- * "References between steps"), or retention may take the bytes m needs:
- * one GET per step referred to. */
-static void verify_refs(struct step_req *q, const Ckpt__Manifest *m)
-{
-	struct store *st = daemon_store_of(q->base.d, q->job);
-	for (size_t k = 0; k < m->n_refs; k++) {
-		uint64_t t;
-		char key[1024];
-		void *buf = NULL;
-		size_t len = 0;
-		if (manifest_ref_check(m, m->refs[k], &t) < 0 ||
-		    manifest_ref_key(key, sizeof(key), m->job, m->step, t, m->rank, m->world_size, m->attempt_id) < 0)
-			continue; /* manifest_check refused such a manifest already */
-		int r = st->ops->get_all(st, key, 64, &buf, &len);
-		free(buf);
-		if (r == -ENOENT)
-			problem(q,
-				"rank %u: pieces lie in step %" PRIu64
-				"'s shard, but %s is missing: retention may remove "
-				"that shard",
-				m->rank, t, key);
-		else if (r < 0)
-			problem(q, "rank %u: reading %s: %s", m->rank, key, store_error(r));
-	}
-}
-
-/* Read one shard once, in order, and check every chunk crc and every
- * tensor crc from the same pass: each segment between chunk and tensor
- * boundaries is crc'd once and folded into both. */
-static void verify_shard(struct step_req *q, const Ckpt__Manifest *m, uint8_t *buf)
-{
-	struct store *st = daemon_store_of(q->base.d, q->job);
-	char key[768];
-	if (manifest_shard_of(m, key, sizeof(key)) < 0) {
-		problem(q, "rank %u: the manifest names no shard of its own", m->rank);
-		return;
-	}
-	Ckpt__ManifestTensor **ts = malloc((m->n_tensors ? m->n_tensors : 1) * sizeof(*ts));
-	if (ts == NULL) {
-		problem(q, "rank %u: out of memory", m->rank);
-		return;
-	}
-	memcpy(ts, m->tensors, m->n_tensors * sizeof(*ts));
-	qsort(ts, m->n_tensors, sizeof(*ts), cmp_tensor_off);
-	for (size_t i = 0; i < m->n_tensors; i++) {
-		if (i > 0 && ts[i]->shard_offset < ts[i - 1]->shard_offset + ts[i - 1]->nbytes)
-			problem(q, "rank %u: tensors '%s' and '%s' overlap in the shard", m->rank, ts[i - 1]->name,
-				ts[i]->name);
-		if (ts[i]->nbytes == 0 && ts[i]->crc32c != 0)
-			problem(q, "rank %u: tensor '%s' is empty but has crc32c %08x", m->rank, ts[i]->name,
-				ts[i]->crc32c);
-	}
-	verify_refs(q, m);
-	struct shard_reader rd = { .st = st, .key = key, .m = m };
-	if (pieces_index(&rd.pc, m) < 0) {
-		problem(q, "rank %u: out of memory", m->rank);
-		free(ts);
-		return;
-	}
-	uint64_t cb = m->chunk_bytes;
-	size_t ti = 0;     /* next tensor not yet finished */
-	uint32_t tcrc = 0; /* running crc of ts[ti] */
-	uint32_t ccrc = 0; /* running crc of the current chunk */
-	while (ti < m->n_tensors && ts[ti]->nbytes == 0)
-		ti++;
-	for (uint64_t pos = 0; pos < m->shard_bytes;) {
-		size_t len;
-		const uint8_t *blk;
-		char why[512];
-		if (reader_next(&rd, pos, buf, &blk, &len, why, sizeof(why)) < 0) {
-			problem(q, "rank %u: %s", m->rank, why);
-			break;
-		}
-		q->bytes_checked += len;
-		uint64_t end = pos + len;
-		while (pos < end) {
-			/* The next boundary: end of block, chunk, or tensor
-			 * start/end. */
-			uint64_t nb = end;
-			uint64_t chunk_end = (pos / cb + 1) * cb;
-			if (chunk_end < nb)
-				nb = chunk_end;
-			if (ti < m->n_tensors) {
-				uint64_t s = ts[ti]->shard_offset, e = s + ts[ti]->nbytes;
-				if (pos < s && s < nb)
-					nb = s;
-				else if (pos >= s && e > pos && e < nb)
-					nb = e;
-			}
-			uint32_t seg = crc32c_update(0, blk + (pos - (end - len)), nb - pos);
-			ccrc = crc32c_combine(ccrc, seg, nb - pos);
-			if (ti < m->n_tensors && pos >= ts[ti]->shard_offset) {
-				tcrc = crc32c_combine(tcrc, seg, nb - pos);
-				if (nb == ts[ti]->shard_offset + ts[ti]->nbytes) {
-					if (tcrc != ts[ti]->crc32c)
-						problem(q, "rank %u: tensor '%s' crc32c mismatch: manifest %08x, data %08x",
-							m->rank, ts[ti]->name, ts[ti]->crc32c, tcrc);
-					tcrc = 0;
-					ti++;
-					while (ti < m->n_tensors && ts[ti]->nbytes == 0)
-						ti++;
-				}
-			}
-			if (nb % cb == 0 || nb == m->shard_bytes) {
-				uint64_t c = (nb - 1) / cb;
-				if (c < m->n_chunk_crc32c && ccrc != m->chunk_crc32c[c])
-					problem(q,
-						"rank %u: chunk %" PRIu64 " crc32c mismatch: manifest %08x, data %08x",
-						m->rank, c, m->chunk_crc32c[c], ccrc);
-				ccrc = 0;
-			}
-			pos = nb;
-		}
-	}
-	reader_free(&rd);
-	free(ts);
-}
-
 /* One rank of a step whose attempt and world size the caller knows (from
  * show): its manifest by name, with no listing (1 GET), then its shard. */
-static void verify_rank(struct step_req *q, uint8_t *buf)
+static void verify_rank(struct step_req *q)
 {
 	struct store *st = daemon_store_of(q->base.d, q->job);
 	char key[768], why[256];
@@ -592,7 +349,7 @@ static void verify_rank(struct step_req *q, uint8_t *buf)
 			r = 0;
 	}
 	if (r == -ENOENT) {
-		problem(q, "rank %u: manifest %s is missing", q->rank, key);
+		verify_problem(&q->v, "rank %u: manifest %s is missing", q->rank, key);
 		return;
 	}
 	if (r < 0) {
@@ -602,19 +359,19 @@ static void verify_rank(struct step_req *q, uint8_t *buf)
 	Ckpt__Manifest *m = ckpt__manifest__unpack(NULL, ml, mb);
 	free(mb);
 	if (m == NULL) {
-		problem(q, "rank %u: manifest %s does not parse", q->rank, key);
+		verify_problem(&q->v, "rank %u: manifest %s does not parse", q->rank, key);
 		return;
 	}
 	if (manifest_check(m, why, sizeof(why)) < 0)
-		problem(q, "rank %u: manifest %s: %s", q->rank, key, why);
+		verify_problem(&q->v, "rank %u: manifest %s: %s", q->rank, key, why);
 	else if (strcmp(m->job, q->job) != 0 || m->step != q->step || m->rank != q->rank ||
 		 m->world_size != q->world_size || strcmp(m->attempt_id, q->attempt) != 0)
-		problem(q, "rank %u: manifest %s is not the one its name says", q->rank, key);
+		verify_problem(&q->v, "rank %u: manifest %s is not the one its name says", q->rank, key);
 	else {
 		q->found = true;
 		q->shard_bytes = m->shard_bytes;
 		q->created_ns = (int64_t)m->created_unix_ns;
-		verify_shard(q, m, buf);
+		verify_shard(&q->v, m);
 	}
 	ckpt__manifest__free_unpacked(m, NULL);
 }
@@ -622,34 +379,26 @@ static void verify_rank(struct step_req *q, uint8_t *buf)
 static void verify_run(struct bgreq *b)
 {
 	struct step_req *q = (struct step_req *)b;
+	if (verify_init(&q->v, daemon_store_of(b->d, q->job)) < 0) {
+		bgreq_fail(b, -ENOMEM, "out of memory");
+		return;
+	}
 	if (q->one_rank) {
-		uint8_t *buf = malloc(VERIFY_BLOCK);
-		if (buf == NULL) {
-			bgreq_fail(b, -ENOMEM, "out of memory");
-			return;
-		}
-		q->ok = true;
-		verify_rank(q, buf);
-		free(buf);
+		verify_rank(q);
 		return;
 	}
 	if (scan_one(q, false) < 0)
 		return;
-	q->ok = true;
 	struct catalog_group *g = &q->cs.groups[q->cs.best];
 	if (!catalog_step_complete(&q->cs))
-		problem(q, "step is not complete: %u of %u ranks (attempt '%s')", g->count, g->world_size, g->attempt);
+		verify_problem(&q->v, "step is not complete: %u of %u ranks (attempt '%s')", g->count, g->world_size,
+			       g->attempt);
 	if (q->cs.unreadable)
-		problem(q, "%u manifest(s) could not be read or are invalid (see ckptd's log)", q->cs.unreadable);
-	uint8_t *buf = malloc(VERIFY_BLOCK);
-	if (buf == NULL) {
-		bgreq_fail(b, -ENOMEM, "out of memory");
-		return;
-	}
+		verify_problem(&q->v, "%u manifest(s) could not be read or are invalid (see ckptd's log)",
+			       q->cs.unreadable);
 	for (uint32_t r = 0; r < g->world_size; r++)
 		if (g->by_rank[r])
-			verify_shard(q, g->by_rank[r], buf);
-	free(buf);
+			verify_shard(&q->v, g->by_rank[r]);
 }
 
 static void verify_reply(struct bgreq *b)
@@ -678,10 +427,10 @@ static void verify_reply(struct bgreq *b)
 		return;
 	}
 	Ckpt__VerifyReply rep = CKPT__VERIFY_REPLY__INIT;
-	rep.ok = q->ok;
-	rep.bytes_checked = q->bytes_checked;
-	rep.n_problems = q->nproblems;
-	rep.problems = q->problems;
+	rep.ok = q->v.ok;
+	rep.bytes_checked = q->v.bytes_checked;
+	rep.n_problems = q->v.nproblems;
+	rep.problems = q->v.problems;
 	rep.info = &si;
 	Ckpt__Frame f = CKPT__FRAME__INIT;
 	f.body_case = CKPT__FRAME__BODY_VERIFY_REPLY;
@@ -689,7 +438,7 @@ static void verify_reply(struct bgreq *b)
 	session_send(b->session, b->req_id, &f);
 	step_info_clear(&si);
 	log_info("verify: %s step %" PRIu64 ": %s, %" PRIu64 " bytes checked, %zu problem(s)", q->job, q->step,
-		 q->ok ? "ok" : "FAILED", q->bytes_checked, q->nproblems);
+		 q->v.ok ? "ok" : "FAILED", q->v.bytes_checked, q->v.nproblems);
 }
 
 /* A show of one rank's manifest of a step that is not in storage: with
@@ -782,8 +531,7 @@ static void step_destroy(struct bgreq *b)
 	}
 	if (q->have_cs)
 		catalog_step_free(&q->cs);
-	for (size_t i = 0; i < q->nproblems; i++)
-		free(q->problems[i]);
+	verify_free(&q->v);
 	free(q);
 }
 

@@ -23,54 +23,17 @@
 #include "catalog.h"
 #include "manifest.h"
 #include "store.h"
+#include "storefix.h"
 #include "ckpt.pb-c.h"
 
-struct fixture {
-	char dir[64];
-	struct store *s;
-};
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
-
-static int setup(void **state)
-{
-	struct fixture *f = calloc(1, sizeof(*f));
-	if (f == NULL)
-		return -1;
-	snprintf(f->dir, sizeof(f->dir), "/tmp/ckptd-removal-XXXXXX");
-	if (mkdtemp(f->dir) == NULL)
-		return -1;
-	char url[128], err[256];
-	snprintf(url, sizeof(url), "file://%s", f->dir);
-	if (store_open(url, &f->s, err, sizeof(err)) != 0)
-		return -1;
-	*state = f;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	struct fixture *f = *state;
-	store_free(f->s);
-	nftw(f->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-	free(f);
-	return 0;
-}
-
-static void put(struct fixture *f, const char *key, const char *text)
+static void put(struct store_fixture *f, const char *key, const char *text)
 {
 	struct iovec iov = { .iov_base = (void *)text, .iov_len = strlen(text) };
 	assert_int_equal(f->s->ops->put(f->s, key, &iov, 1, NULL), 0);
 }
 
 /* Make key's object two hours old, past CATALOG_SPARE_S. */
-static void age(struct fixture *f, const char *key)
+static void age(struct store_fixture *f, const char *key)
 {
 	char path[600];
 	snprintf(path, sizeof(path), "%s/%s", f->dir, key);
@@ -83,7 +46,7 @@ static void age(struct fixture *f, const char *key)
 
 /* Make key's object seconds old: older than a marker written now (a
  * marker's decision covers what is more than a second older). */
-static void back(struct fixture *f, const char *key, int seconds)
+static void back(struct store_fixture *f, const char *key, int seconds)
 {
 	char path[600];
 	snprintf(path, sizeof(path), "%s/%s", f->dir, key);
@@ -94,7 +57,7 @@ static void back(struct fixture *f, const char *key, int seconds)
 	assert_int_equal(utimensat(AT_FDCWD, path, t, AT_SYMLINK_NOFOLLOW), 0);
 }
 
-static bool there(struct fixture *f, const char *key)
+static bool there(struct store_fixture *f, const char *key)
 {
 	char path[600];
 	snprintf(path, sizeof(path), "%s/%s", f->dir, key);
@@ -104,7 +67,7 @@ static bool there(struct fixture *f, const char *key)
 /* Only DEAD_NAME markers (b's among them) are left of step 5: its save
  * was judged dead. Once they are older than twice the window, the next
  * removal takes them and the directory. */
-static void only_dead_b_then_gone(struct fixture *f)
+static void only_dead_b_then_gone(struct store_fixture *f)
 {
 	char cmd[800];
 	snprintf(cmd, sizeof(cmd), "cd '%s/j/step-000000000005' && test -z \"$(ls -A | grep -v '^" DEAD_NAME "\\.')\"",
@@ -142,7 +105,7 @@ static void keys(struct step_keys *k, uint64_t step, bool spread)
 /* Attempt a complete and two hours old; attempt b in flight: rank 0's
  * ref, shard and (with b_manifest) manifest, rank 1's ref and shard, no
  * manifest of rank 1 yet. */
-static void a_done_b_in_flight(struct fixture *f, const struct step_keys *k, bool b_manifest)
+static void a_done_b_in_flight(struct store_fixture *f, const struct step_keys *k, bool b_manifest)
 {
 	put(f, k->man_a, "m");
 	put(f, k->shard_a, "a");
@@ -158,7 +121,7 @@ static void a_done_b_in_flight(struct fixture *f, const struct step_keys *k, boo
 		put(f, k->man_b[0], "m");
 }
 
-static void age_b(struct fixture *f, const struct step_keys *k)
+static void age_b(struct store_fixture *f, const struct step_keys *k)
 {
 	for (uint32_t r = 0; r < 2; r++) {
 		age(f, k->ref_b[r]);
@@ -168,7 +131,7 @@ static void age_b(struct fixture *f, const struct step_keys *k)
 	}
 }
 
-static int del(struct fixture *f, enum catalog_removal_mode mode)
+static int del(struct store_fixture *f, enum catalog_removal_mode mode)
 {
 	store_clear_error();
 	return catalog_delete_step(f->s, NULL, "j", 5, mode, 0);
@@ -180,7 +143,7 @@ static int del(struct fixture *f, enum catalog_removal_mode mode)
  * removal that finishes the step takes it. */
 static void test_leaves_a_save_in_flight(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, false);
 	a_done_b_in_flight(f, &k, true);
@@ -216,7 +179,7 @@ static void test_leaves_a_save_in_flight(void **state)
  * first removal left it); a new removal (retention, rm) does take it. */
 static void test_finish_never_takes_a_complete_attempt(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, false);
 	a_done_b_in_flight(f, &k, true);
@@ -236,7 +199,7 @@ static void test_finish_never_takes_a_complete_attempt(void **state)
 /* A young object of b anywhere (its refs only, here) keeps all of b. */
 static void test_young_refs_keep_an_old_shard(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, false);
 	a_done_b_in_flight(f, &k, false);
@@ -250,7 +213,7 @@ static void test_young_refs_keep_an_old_shard(void **state)
 /* The in-flight window is the job's (incomplete_grace), when given. */
 static void test_window_is_the_callers(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, false);
 	a_done_b_in_flight(f, &k, false);
@@ -267,7 +230,7 @@ static void test_window_is_the_callers(void **state)
 /* CATALOG_FORCE (ckptctl rm --force) takes every attempt at once. */
 static void test_force_takes_everything(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, false);
 	a_done_b_in_flight(f, &k, true);
@@ -280,7 +243,7 @@ static void test_force_takes_everything(void **state)
  * and nothing is left marked. */
 static void test_old_leftovers_go(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, false);
 	a_done_b_in_flight(f, &k, true);
@@ -296,7 +259,7 @@ static void test_old_leftovers_go(void **state)
  * does the same; a line of it that is no manifest's name is ignored. */
 static void test_marker_names_what_a_cut_short_removal_takes(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	for (int legacy = 0; legacy < 2; legacy++) {
 		struct step_keys k;
 		keys(&k, 5, false);
@@ -324,7 +287,7 @@ static void test_marker_names_what_a_cut_short_removal_takes(void **state)
  * save's objects (written after it), which are decided on as any other. */
 static void test_marker_covers_only_what_came_before(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, false);
 	put(f, "j/step-000000000005/" KEPT_NAME ".b", "");
@@ -350,7 +313,7 @@ static void test_marker_covers_only_what_came_before(void **state)
  * on it (drop_dead takes only markers of attempts with nothing else). */
 static void test_dead_marker_of_a_live_attempt_stays(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, false);
 	a_done_b_in_flight(f, &k, false);
@@ -424,7 +387,7 @@ static size_t op_at(const char *what)
 	return 0;
 }
 
-static void logging(struct fixture *f, bool on)
+static void logging(struct store_fixture *f, bool on)
 {
 	static struct store_ops logged;
 	if (on) {
@@ -463,7 +426,7 @@ static size_t ops_like(const char *prefix)
  * naming the spread shard. */
 static void test_marker_written_first_and_removed_last(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, false);
 	put(f, k.man_a, "m");
@@ -516,7 +479,7 @@ static void test_marker_written_first_and_removed_last(void **state)
  * one; the removal finds a's through its manifest and leaves b's. */
 static void test_spread_shard_in_flight_stays(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, true);
 	a_done_b_in_flight(f, &k, false);
@@ -532,7 +495,7 @@ static void test_spread_shard_in_flight_stays(void **state)
  * refs stay, and the step is marked for a later removal; old ones go. */
 static void test_refs_without_a_directory(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, false);
 	put(f, k.ref_a, "");
@@ -561,7 +524,7 @@ static void b_writes_its_manifest(struct store *s)
 
 static void test_slow_save_seen_after_the_marker(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, false);
 	a_done_b_in_flight(f, &k, false);
@@ -592,7 +555,7 @@ static void test_slow_save_seen_after_the_marker(void **state)
  * it names the attempt taken. */
 static void test_commit_follows_the_attempt_it_names(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	for (int names_b = 0; names_b < 2; names_b++) {
 		struct step_keys k;
 		keys(&k, 5, false);
@@ -628,7 +591,7 @@ static void test_commit_follows_the_attempt_it_names(void **state)
  * is referred to is not marked by a finish that takes nothing. */
 static void test_a_kept_step_costs_little(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, true);
 	put(f, k.shard_a, "a");
@@ -663,7 +626,7 @@ static void test_a_kept_step_costs_little(void **state)
  * not stop the removal. */
 static void test_a_bad_marker_name_is_ignored(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, false);
 	put(f, k.man_a, "m");
@@ -680,7 +643,7 @@ static void test_a_bad_marker_name_is_ignored(void **state)
  * whose spread directories hold its shards; both go. */
 static void test_dead_spread_save_without_a_directory(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct step_keys k;
 	keys(&k, 5, true);
 	for (uint32_t i = 0; i < 2; i++) {
@@ -698,7 +661,7 @@ static void test_dead_spread_save_without_a_directory(void **state)
 
 int main(void)
 {
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+#define T(fn) cmocka_unit_test_setup_teardown(fn, sf_setup, sf_teardown)
 	const struct CMUnitTest tests[] = {
 		T(test_leaves_a_save_in_flight),
 		T(test_finish_never_takes_a_complete_attempt),

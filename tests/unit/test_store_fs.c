@@ -25,48 +25,8 @@
 #include "manifest_util.h"
 #include "backends.h"
 #include "store.h"
+#include "storefix.h"
 #include "testutil.h"
-
-struct fixture {
-	char dir[64];
-	struct store *s;
-};
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
-
-static int setup(void **state)
-{
-	struct fixture *f = calloc(1, sizeof(*f));
-	if (f == NULL)
-		return -1;
-	snprintf(f->dir, sizeof(f->dir), "/tmp/ckptd-store-XXXXXX");
-	if (mkdtemp(f->dir) == NULL)
-		return -1;
-	char url[128], err[256];
-	snprintf(url, sizeof(url), "file://%s", f->dir);
-	if (store_open(url, &f->s, err, sizeof(err)) != 0)
-		return -1;
-	*state = f;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	struct fixture *f = *state;
-	store_free(f->s);
-	char ro[128];
-	snprintf(ro, sizeof(ro), "%s/ro", f->dir);
-	chmod(ro, 0755); /* so the tree can be removed */
-	nftw(f->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-	free(f);
-	return 0;
-}
 
 static int cmp_str(const void *a, const void *b)
 {
@@ -119,7 +79,7 @@ static int put_str(struct store *s, const char *key, const char *text)
 
 static void test_put_get(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = f->s;
 	uint64_t seed = 11;
 	size_t n0 = 1000, n2 = 70000, total = n0 + n2;
@@ -182,7 +142,7 @@ static void test_put_get(void **state)
 
 static void test_get_all_limits(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = f->s;
 	assert_int_equal(put_str(s, "k", "0123456789"), 0);
 	void *got = (void *)0x1;
@@ -199,7 +159,7 @@ static void test_get_all_limits(void **state)
 
 static void test_list(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = f->s;
 	char buf[512], path[256];
 	assert_int_equal(put_str(s, "d/y", "y"), 0);
@@ -229,7 +189,7 @@ static void test_list(void **state)
 
 static void test_put_leaves_no_temp_and_replaces(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = f->s;
 	char dir[128], buf[512], path[256];
 	snprintf(dir, sizeof(dir), "%s/j", f->dir);
@@ -272,7 +232,7 @@ static void test_put_leaves_no_temp_and_replaces(void **state)
 
 static void test_bad_keys(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = f->s;
 	static const char *bad[] = { "/etc/passwd", "/abs", "../x", "a/../../x", "a/..", "..", "a/../b" };
 	char buf[8];
@@ -294,7 +254,7 @@ static void test_bad_keys(void **state)
 
 static void test_open_urls(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = NULL;
 	char err[256] = "";
 	assert_int_equal(store_open("ftp://x", &s, err, sizeof(err)), -EPROTONOSUPPORT);
@@ -358,7 +318,7 @@ static int put_limited(struct store *s, const char *key, const struct iovec *iov
  * leaves the old object alone. RLIMIT_FSIZE makes the write fail. */
 static void test_failed_put_cleans_up(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = f->s;
 	char dir[128], names[256];
 	snprintf(dir, sizeof(dir), "%s/j", f->dir);
@@ -434,7 +394,7 @@ static const struct catalog_group *best(const struct catalog_step *cs)
 
 static void test_catalog_scan(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = f->s;
 	struct catalog_step cs;
 	build_catalog(s);
@@ -496,7 +456,7 @@ static void test_catalog_scan(void **state)
 
 static void test_catalog_steps_latest_jobs(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = f->s;
 	struct catalog_step cs;
 	build_catalog(s);
@@ -556,7 +516,7 @@ static void test_catalog_steps_latest_jobs(void **state)
 
 static void test_catalog_no_complete_step(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = f->s;
 	struct catalog_step cs;
 	put_manifest(s, "j", 1, 0, 2, "a");
@@ -607,7 +567,7 @@ static void set_manifest_time(const char *root, const char *job, uint64_t step, 
 
 static void test_catalog_v2_from_listing(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = f->s;
 	struct catalog_step cs;
 	put_v2(s, "j", 1, 0, 3, "att.1", 100);
@@ -644,7 +604,7 @@ static void test_catalog_v2_from_listing(void **state)
 
 static void test_catalog_v2_pin(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = f->s;
 	struct catalog_step cs;
 	put_v2(s, "j", 5, 0, 2, "a", 10);
@@ -706,7 +666,7 @@ static void test_catalog_v2_pin(void **state)
 
 static void test_catalog_latest_list_error(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = f->s;
 	struct catalog_step cs;
 	put_v2(s, "j", 1, 0, 1, "a", 1);
@@ -756,7 +716,7 @@ static void check_object(struct store *s, const char *key, const uint8_t *want, 
  * the bytes are the same either way. */
 static void test_put_direct_io(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = f->s;
 	size_t al = dir_dio_align(f->dir);
 	bool dio = al != 0;
@@ -835,7 +795,7 @@ static void count_report(void *ctx, const char *what)
  * manifest does not name, goes. */
 static void test_journal_recovery_keeps_named_shard(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = f->s;
 	char dir[128], err[256], man[256], used[256], stale[256];
 	snprintf(dir, sizeof(dir), "%s/state", f->dir);
@@ -877,7 +837,7 @@ static void test_journal_recovery_keeps_named_shard(void **state)
  * the shard and the temporary that stayed for ever, seed 1.) */
 static void test_journal_finishes_cut_short_removal(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = f->s;
 	char dir[128], err[256], shard[256], path[512];
 	snprintf(dir, sizeof(dir), "%s/state", f->dir);
@@ -930,7 +890,7 @@ static void test_journal_finishes_cut_short_removal(void **state)
  * "R <id> rt 1" torn from "... rt 12" must not remove step 1. */
 static void test_journal_torn_last_line_ignored(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = f->s;
 	char dir[128], err[256], shard[256], path[512];
 	snprintf(dir, sizeof(dir), "%s/state", f->dir);
@@ -958,7 +918,7 @@ static void test_journal_torn_last_line_ignored(void **state)
  * same shared directory alone. */
 static void test_remove_temps_only_this_hosts(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = f->s;
 	char host[256] = "";
 	if (gethostname(host, sizeof(host) - 1) != 0 || !host[0])
@@ -987,7 +947,7 @@ static void test_remove_temps_only_this_hosts(void **state)
  * a reader (this test would hang) nor reads as data; the error names it. */
 static void test_planted_fifo_refused(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = f->s;
 	assert_int_equal(put_str(s, "j/step-000000000001/rank-00000-of-00001.manifest", "m"), 0);
 	char fifo[256];
@@ -1024,7 +984,7 @@ static int count_files(const char *dir)
  * as a name (its target stays) and never read through. */
 static void test_symlinks_never_followed(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = f->s;
 	char outside[128], step[256], path[300];
 	snprintf(outside, sizeof(outside), "%s-outside", f->dir);
@@ -1070,7 +1030,7 @@ static void test_symlinks_never_followed(void **state)
  * the umask, and [storage] file_mode sets the mode exactly. */
 static void test_file_mode(void **state)
 {
-	struct fixture *f = *state;
+	struct store_fixture *f = *state;
 	struct store *s = f->s;
 	mode_t old = umask(0);
 	struct stat st;
@@ -1095,7 +1055,7 @@ static void test_file_mode(void **state)
 	umask(old);
 }
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+#define T(fn) cmocka_unit_test_setup_teardown(fn, sf_setup, sf_teardown)
 
 int main(void)
 {
