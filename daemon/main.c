@@ -427,30 +427,35 @@ static int probe_storage(struct daemon *d)
 	return fflush(stdout) == 0 ? rc : 1;
 }
 
-static int start_storage(struct daemon *d)
+/* Object-store credentials are about to be read: no core dump (nor a
+ * ptrace by our own uid) may carry them off, unless asked for. */
+static void guard_credentials(struct daemon *d, const char *url)
+{
+	bool creds = strncmp(url, "file://", 7) != 0;
+	for (size_t i = 0; i < d->cfg.ntenants; i++)
+		creds |= d->cfg.tenants[i].storage[0] && strncmp(d->cfg.tenants[i].storage, "file://", 7) != 0;
+	if (!creds || d->cfg.core_dumps)
+		return;
+	if (prctl(PR_SET_DUMPABLE, 0) != 0)
+		log_warn("prctl(PR_SET_DUMPABLE, 0): %s; a core dump would hold the storage credentials",
+			 strerror(errno));
+	else
+		log_info("core dumps off: ckptd holds storage credentials ([log] core_dumps = true allows them)");
+}
+
+/* The daemon's store and the tenants' own (docs/security.md "Tenants"),
+ * each probed. */
+static int open_stores(struct daemon *d)
 {
 	char err[1024];
 	char url[2100];
 	storage_url(&d->cfg, url, sizeof(url));
-	/* Object-store credentials are about to be read: no core dump (nor a
-	 * ptrace by our own uid) may carry them off, unless asked for. */
-	bool creds = strncmp(url, "file://", 7) != 0;
-	for (size_t i = 0; i < d->cfg.ntenants; i++)
-		creds |= d->cfg.tenants[i].storage[0] && strncmp(d->cfg.tenants[i].storage, "file://", 7) != 0;
-	if (creds && !d->cfg.core_dumps) {
-		if (prctl(PR_SET_DUMPABLE, 0) != 0)
-			log_warn("prctl(PR_SET_DUMPABLE, 0): %s; a core dump would hold the storage credentials",
-				 strerror(errno));
-		else
-			log_info("core dumps off: ckptd holds storage credentials ([log] core_dumps = true allows "
-				 "them)");
-	}
+	guard_credentials(d, url);
 	if (open_store(url, d->cfg.storage_opts, &d->store, err, sizeof(err)) < 0) {
 		log_err("%s", err);
 		return -1;
 	}
 	d->store_backend = d->store->backend;
-	/* Tenants with storage of their own (docs/security.md "Tenants"). */
 	for (size_t i = 0; i < d->cfg.ntenants; i++) {
 		const struct tenant_config *t = &d->cfg.tenants[i];
 		tenant_url(t, url, sizeof(url));
@@ -466,6 +471,13 @@ static int start_storage(struct daemon *d)
 	for (size_t i = 0; i < d->cfg.ntenants; i++)
 		if (d->tenant_store[i] && probe_store(d, d->tenant_store[i], d->tenant_store[i]->url) < 0)
 			return -1;
+	return 0;
+}
+
+/* What reads keep: decoded manifests, reads shared between ranks, and
+ * ranges kept for the peers (peer_range.c), only where they are shared. */
+static int open_read_caches(struct daemon *d)
+{
 	if (d->cfg.manifest_cache_bytes) {
 		d->mancache = mancache_new(d->cfg.manifest_cache_bytes);
 		if (d->mancache == NULL) {
@@ -480,7 +492,6 @@ static int start_storage(struct daemon *d)
 		return -1;
 	}
 	readshare_set_fetch_delay_ms(d->readshare, d->cfg.debug_read_delay_ms);
-	/* Ranges kept for the peers (peer_range.c): only where they are shared. */
 	if (d->cfg.peer_listen[0] && d->cfg.peer_share_reads && d->cfg.peer_read_cache) {
 		d->rangecache = rangecache_new(d->cfg.peer_read_cache,
 					       (uint64_t)d->cfg.peer_read_cache_s * 1000000000ull);
@@ -489,11 +500,18 @@ static int start_storage(struct daemon *d)
 			return -1;
 		}
 	}
+	return 0;
+}
+
+/* The upload journal, hooked into every store (the daemon's and the
+ * tenants' own alike), and what a crashed run left half-written removed. */
+static int recover_journal(struct daemon *d)
+{
+	char err[1024];
 	if (journal_open(d->cfg.state_dir, &d->journal, err, sizeof(err)) < 0) {
 		log_err("%s", err);
 		return -1;
 	}
-	/* Every store, the daemon's and the tenants' own, alike. */
 	for (size_t i = 0; i <= d->cfg.ntenants; i++) {
 		struct store *s = i < d->cfg.ntenants ? d->tenant_store[i] : d->store;
 		if (s == NULL)
@@ -522,6 +540,13 @@ static int start_storage(struct daemon *d)
 	if (r > 0)
 		log_warn("recovery: removed %d file(s) a crashed run left half-written", r);
 	d->stats.recovered_files = (uint32_t)r;
+	return 0;
+}
+
+static int start_storage(struct daemon *d)
+{
+	if (open_stores(d) < 0 || open_read_caches(d) < 0 || recover_journal(d) < 0)
+		return -1;
 	return 0;
 }
 

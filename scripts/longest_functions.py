@@ -1,32 +1,100 @@
 #!/usr/bin/env python3
 """The longest C functions of daemon/, client/ and proto/ at a git revision
-(lines from the opening brace at column 0 to the closing one), for
-before/after comparisons of a restructuring:
+(lines from the opening brace at column 0 to the closing one, which is
+where clang-format puts them), for before/after comparisons of a
+restructuring:
 
     scripts/longest_functions.py b2b64e2
     scripts/longest_functions.py HEAD
     scripts/longest_functions.py HEAD 80     (every function over 80 lines, and how many)
+
+and the size rules of the layout (docs/architecture.md "Source layout and
+tests"), as TAP, on the working tree (the unit test `sizes`):
+
+    scripts/longest_functions.py --check ROOT
+
+no C file in daemon/ or client/ over MAX_FILE lines, and no function there
+over MAX_FUNCTION lines.
 """
-import re,sys,subprocess
-rev=sys.argv[1] if len(sys.argv) > 1 else "HEAD"
-over=int(sys.argv[2]) if len(sys.argv) > 2 else None
-files=subprocess.run(["git","ls-tree","-r","--name-only",rev,"daemon/","client/","proto/"],capture_output=True,text=True).stdout.split()
-out=[]
-for f in files:
-    if not f.endswith(".c"): continue
-    src=subprocess.run(["git","show",f"{rev}:{f}"],capture_output=True,text=True).stdout.split("\n")
-    start=None;name=None
-    for i,l in enumerate(src):
-        if start is None and l=="{" and i>0:
-            # find function name in previous lines
-            j=i-1
-            while j>=0 and "(" not in src[j]: j-=1
-            m=re.search(r"(\w+)\s*\(",src[j]) if j>=0 else None
-            if m: start=i;name=m.group(1)
-        elif start is not None and l=="}":
-            out.append((i-start+1,f"{f}:{name}"));start=None
-out.sort(reverse=True)
-tot=sum(1 for f in files if f.endswith(".c"))
-print(rev, "files", tot)
-for n,fn in (out[:8] if over is None else [x for x in out if x[0] > over]): print(n,fn)
-if over is not None: print(sum(1 for x in out if x[0] > over), "functions over", over, "lines")
+import os
+import re
+import subprocess
+import sys
+
+MAX_FILE, MAX_FUNCTION = 1000, 85
+
+
+def functions(src):
+    """(lines, name) of each function of a C file's lines."""
+    start = name = None
+    for i, line in enumerate(src):
+        if start is None and line == "{" and i > 0:
+            j = i - 1
+            while j >= 0 and "(" not in src[j]:
+                j -= 1
+            m = re.search(r"(\w+)\s*\(", src[j]) if j >= 0 else None
+            if m:
+                start, name = i, m.group(1)
+        elif start is not None and line == "}":
+            yield i - start + 1, name
+            start = None
+
+
+def at_revision(rev, over):
+    files = [f for f in subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, "daemon/", "client/", "proto/"],
+                                       capture_output=True, text=True, check=True).stdout.split() if f.endswith(".c")]
+    out = []
+    for f in files:
+        src = subprocess.run(["git", "show", f"{rev}:{f}"], capture_output=True, text=True, check=True).stdout
+        out += [(n, f"{f}:{name}") for n, name in functions(src.split("\n"))]
+    out.sort(reverse=True)
+    print(rev, "files", len(files))
+    for n, fn in (out[:8] if over is None else [x for x in out if x[0] > over]):
+        print(n, fn)
+    if over is not None:
+        print(sum(1 for x in out if x[0] > over), "functions over", over, "lines")
+    return 0
+
+
+def check(root):
+    files = sorted(os.path.join(d, n) for top in ("daemon", "client") for d, _, names in os.walk(os.path.join(root, top))
+                   for n in names if n.endswith(".c"))
+    if len(files) < 50:
+        print(f"Bail out! only {len(files)} C files under {root}")
+        return 1
+    print("1..2")
+    rc = 0
+    sizes, fns = [], []
+    for f in files:
+        src = open(f, encoding="utf-8").read().split("\n")
+        rel = os.path.relpath(f, root)
+        sizes.append((len(src) - (src[-1] == ""), rel))
+        fns += [(n, f"{rel}:{name}") for n, name in functions(src)]
+    over = sorted(s for s in sizes if s[0] > MAX_FILE)
+    if over:
+        rc = 1
+        print(f"not ok 1 - C files over {MAX_FILE} lines: " + ", ".join(f"{f} ({n})" for n, f in over))
+    else:
+        n, f = max(sizes)
+        print(f"ok 1 - no C file over {MAX_FILE} lines (the largest: {f}, {n})")
+    long_ = sorted((x for x in fns if x[0] > MAX_FUNCTION), reverse=True)
+    if len(fns) < 500:
+        rc = 1
+        print(f"not ok 2 - only {len(fns)} functions found: are the braces still in column 0?")
+    elif long_:
+        rc = 1
+        print(f"not ok 2 - functions over {MAX_FUNCTION} lines: " + ", ".join(f"{w} ({n})" for n, w in long_))
+    else:
+        n, w = max(fns)
+        print(f"ok 2 - no function over {MAX_FUNCTION} lines of {len(fns)} (the longest: {w}, {n})")
+    return rc
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--check":
+        return check(sys.argv[2])
+    return at_revision(sys.argv[1] if len(sys.argv) > 1 else "HEAD", int(sys.argv[2]) if len(sys.argv) > 2 else None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

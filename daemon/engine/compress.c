@@ -407,6 +407,36 @@ static int refer(struct stored_shard *out, const struct piece_cut *cuts, const s
 	return 0;
 }
 
+/* The n pieces cut for nthreads: shares of about equal raw bytes, in
+ * piece order, into sh; how many. */
+static unsigned share_out(struct share *sh, const struct save *sv, const struct piece_cut *cuts, size_t n,
+			  unsigned nthreads, const struct stored_shard *out, bool compress)
+{
+	unsigned nsh = 0;
+	if (nthreads < 1)
+		nthreads = 1;
+	if (nthreads > COMPRESS_MAX_THREADS)
+		nthreads = COMPRESS_MAX_THREADS;
+	for (size_t i = 0; i < n && nsh < nthreads;) {
+		uint64_t from = cut_off(cuts, i);
+		uint64_t goal = (sv->shard_bytes - from) / (nthreads - nsh);
+		size_t j = i + 1;
+		while (j < n && cuts[j - 1].end - from < goal)
+			j++;
+		if (nsh == nthreads - 1)
+			j = n;
+		sh[nsh++] = (struct share){ .sv = sv,
+					    .cuts = cuts,
+					    .pieces = out->pieces,
+					    .hashes = out->hashes,
+					    .compress = compress,
+					    .first = i,
+					    .last = j };
+		i = j;
+	}
+	return nsh;
+}
+
 int compress_shard(const struct save *sv, unsigned nthreads, const struct shard_opts *o, struct stored_shard *out,
 		   char *why, size_t whylen)
 {
@@ -414,7 +444,6 @@ int compress_shard(const struct save *sv, unsigned nthreads, const struct shard_
 	struct piece_cut *cuts = NULL;
 	size_t n = 0;
 	struct share sh[COMPRESS_MAX_THREADS];
-	unsigned nsh = 0;
 	out->piece_bytes = o->piece_bytes ? o->piece_bytes : PIECE_BYTES;
 	int r = compress_cut(sv->tensors, sv->ntensors, sv->shard_bytes, out->piece_bytes, &cuts, &n);
 	if (r < 0)
@@ -435,28 +464,7 @@ int compress_shard(const struct save *sv, unsigned nthreads, const struct shard_
 		out->pieces[i].raw_bytes = out->pieces[i].stored_bytes = len;
 		out->ptrs[i] = &out->pieces[i];
 	}
-	/* Shares of about equal raw bytes, in piece order. */
-	if (nthreads < 1)
-		nthreads = 1;
-	if (nthreads > COMPRESS_MAX_THREADS)
-		nthreads = COMPRESS_MAX_THREADS;
-	for (size_t i = 0; i < n && nsh < nthreads;) {
-		uint64_t from = cut_off(cuts, i);
-		uint64_t goal = (sv->shard_bytes - from) / (nthreads - nsh);
-		size_t j = i + 1;
-		while (j < n && cuts[j - 1].end - from < goal)
-			j++;
-		if (nsh == nthreads - 1)
-			j = n;
-		sh[nsh++] = (struct share){ .sv = sv,
-					    .cuts = cuts,
-					    .pieces = out->pieces,
-					    .hashes = out->hashes,
-					    .compress = o->compress,
-					    .first = i,
-					    .last = j };
-		i = j;
-	}
+	unsigned nsh = share_out(sh, sv, cuts, n, nthreads, out, o->compress);
 	r = 0;
 	if (o->incremental)
 		r = run_phase(sh, nsh, HASH, why, whylen);

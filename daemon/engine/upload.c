@@ -447,108 +447,123 @@ static void remember_base(struct save *sv, const uint8_t *buf, size_t len)
 		ckpt__manifest__free_unpacked(m, NULL);
 }
 
+/* One upload's object names, its start, and the steps its refs name. */
+struct shard_upload {
+	struct save *sv;
+	struct store *st;
+	char shard_key[768], man_key[768];
+	uint64_t t0;
+	int64_t t0_wall;
+	uint64_t refd[INCBASE_MAX_REFS];
+	size_t nrefd;
+};
+
+/* After a removal took the step (check_not_taken): the manifest goes
+ * first, so the rank stops being saved; if the manifest stays, so does
+ * what it names. */
+static void take_back(struct shard_upload *u)
+{
+	struct save *sv = u->sv;
+	struct store *st = u->st;
+	int back = st->ops->remove(st, u->man_key);
+	if (back == 0 || back == -ENOENT) {
+		(void)st->ops->remove(st, u->shard_key);
+		unwrite_refs(sv, st, u->refd, u->nrefd);
+		return;
+	}
+	log_err("save %" PRIu64 ": %s step %" PRIu64 " rank %u: %s could not be taken back (%s): its "
+		"refs may be gone; remove the step (ckptctl rm --force)",
+		sv->id, sv->job, sv->step, sv->rank, u->man_key, store_error(back));
+}
+
+/* The manifest, once the shard (and its refs) are written: created, never
+ * overwritten. A failed one leaves no shard behind unless the manifest
+ * made it after all (an answer lost on the way). Frees ss (stored: what
+ * make_stored made of the shard) once the manifest holds what it says. */
+static void put_manifest(struct shard_upload *u, struct stored_shard *ss, bool stored)
+{
+	struct save *sv = u->sv;
+	struct store *st = u->st;
+	uint8_t *mbuf = NULL;
+	size_t mlen = 0;
+	const char *shard_name = strrchr(u->shard_key, '/') + 1;
+	snprintf(sv->shard_name, sizeof(sv->shard_name), "%s", shard_name);
+	int r = build_manifest(sv, &mbuf, &mlen, shard_name, stored ? ss : NULL);
+	stored_shard_free(ss);
+	if (r == 0) {
+		struct iovec one = { .iov_base = mbuf, .iov_len = mlen };
+		store_clear_error();
+		r = st->ops->create(st, u->man_key, &one, 1, NULL);
+	}
+	if (r == 0 && check_not_taken(sv, st, u->t0, u->t0_wall) < 0) {
+		take_back(u);
+	} else if (r == 0) {
+		if (sv->incremental) /* the next save's base */
+			remember_base(sv, mbuf, mlen);
+	} else if (r == -EEXIST) {
+		upload_fail(sv, -EEXIST,
+			    "step %" PRIu64 " of job '%s' is already saved by rank %u in attempt '%s'; "
+			    "checkpoints are never overwritten",
+			    sv->step, sv->job, sv->rank, sv->attempt);
+		(void)st->ops->remove(st, u->shard_key); /* ours alone: its name is new */
+	} else if (r < 0) {
+		upload_fail(sv, r, "writing %s to %s: %s", u->man_key, st->url, store_error(r));
+		void *mb = NULL;
+		size_t ml = 0;
+		if (st->ops->get_all(st, u->man_key, MANIFEST_MAX_BYTES, &mb, &ml) == -ENOENT) {
+			(void)st->ops->remove(st, u->shard_key);
+			unwrite_refs(sv, st, u->refd, u->nrefd);
+		}
+		free(mb);
+	}
+	free(mbuf);
+}
+
 void save_upload(struct save *sv)
 {
 	assert(sv->state == SAVE_UPLOADING && sv->status == 0);
-	struct store *st = daemon_store_of(sv->d, sv->job);
-	uint64_t t0 = clock_now_ns();
-	int64_t t0_wall = clock_wall_ns();
-	char shard_key[768], man_key[768];
-	if (manifest_shard_key(shard_key, sizeof(shard_key), sv->job, sv->step, sv->rank, sv->world_size, sv->attempt,
-			       shard_nonce(), sv->spread) < 0 ||
-	    manifest_key_attempt(man_key, sizeof(man_key), sv->job, sv->step, sv->rank, sv->world_size, sv->attempt) <
-		    0) {
+	struct shard_upload u = {
+		.sv = sv, .st = daemon_store_of(sv->d, sv->job), .t0 = clock_now_ns(), .t0_wall = clock_wall_ns()
+	};
+	struct store *st = u.st;
+	if (manifest_shard_key(u.shard_key, sizeof(u.shard_key), sv->job, sv->step, sv->rank, sv->world_size,
+			       sv->attempt, shard_nonce(), sv->spread) < 0 ||
+	    manifest_key_attempt(u.man_key, sizeof(u.man_key), sv->job, sv->step, sv->rank, sv->world_size,
+				 sv->attempt) < 0) {
 		upload_fail(sv, -ENAMETOOLONG, "job and attempt names make too long a key");
 		return;
 	}
 	if (check_not_pinned(sv) < 0)
 		return;
 	/* After a crash the journal says which shard may be half there. */
-	int r = journal_begin(sv->d->journal, sv->id, shard_key, man_key, sv->attempt);
+	int r = journal_begin(sv->d->journal, sv->id, u.shard_key, u.man_key, sv->attempt);
 	if (r < 0) {
 		upload_fail(sv, r, "writing the journal in %s: %s", sv->d->cfg.state_dir, strerror(-r));
 		return;
 	}
 	struct stored_shard ss = { 0 };
-	bool stored = false;
 	r = sv->compress || sv->incremental ? make_stored(sv, st, &ss) : 1;
 	if (r < 0) {
 		if (sv->status == 0)
-			upload_fail(sv, r, "storing %s: %s", shard_key, strerror(-r));
+			upload_fail(sv, r, "storing %s: %s", u.shard_key, strerror(-r));
 		goto out;
 	}
-	stored = r == 0;
+	bool stored = r == 0;
 	uint64_t refs_at = clock_now_ns(); /* make_stored wrote them last */
-	uint64_t refd[INCBASE_MAX_REFS];   /* the steps its refs name */
-	size_t nrefd = stored ? ref_targets(sv, &ss, refd) : 0;
-	r = stored ? put_stored(st, shard_key, &ss) : put_raw(sv, st, shard_key);
+	u.nrefd = stored ? ref_targets(sv, &ss, u.refd) : 0;
+	r = stored ? put_stored(st, u.shard_key, &ss) : put_raw(sv, st, u.shard_key);
 	sv->stored_bytes = stored ? ss.bytes : sv->shard_bytes;
 	sv->coded_bytes = stored ? ss.coded_bytes : 0;
 	if (r < 0) {
 		stored_shard_free(&ss);
-		upload_fail(sv, r, "writing %s to %s: %s", shard_key, st->url, store_error(r));
-		unwrite_refs(sv, st, refd, nrefd);
-		goto out;
-	}
-	if ((stored && ss.ref_bytes && (r = recheck_refs(sv, st, &ss, refs_at)) < 0) || (r = too_slow(sv, t0)) < 0) {
+		upload_fail(sv, r, "writing %s to %s: %s", u.shard_key, st->url, store_error(r));
+		unwrite_refs(sv, st, u.refd, u.nrefd);
+	} else if ((stored && ss.ref_bytes && recheck_refs(sv, st, &ss, refs_at) < 0) || too_slow(sv, u.t0) < 0) {
 		stored_shard_free(&ss);
-		(void)st->ops->remove(st, shard_key); /* ours alone: its name is new */
-		unwrite_refs(sv, st, refd, nrefd);
-		goto out;
-	}
-	uint8_t *mbuf = NULL;
-	size_t mlen = 0;
-	const char *shard_name = strrchr(shard_key, '/') + 1;
-	snprintf(sv->shard_name, sizeof(sv->shard_name), "%s", shard_name);
-	r = build_manifest(sv, &mbuf, &mlen, shard_name, stored ? &ss : NULL);
-	stored_shard_free(&ss);
-	uint8_t *mbuf_copy = NULL; /* an incremental save's, for the next one's base */
-	size_t mlen_copy = 0;
-	if (r == 0) {
-		struct iovec one = { .iov_base = mbuf, .iov_len = mlen };
-		store_clear_error();
-		r = st->ops->create(st, man_key, &one, 1, NULL);
-		if (sv->incremental) {
-			mbuf_copy = mbuf;
-			mlen_copy = mlen;
-		} else {
-			free(mbuf);
-		}
-	}
-	bool taken = r == 0 && check_not_taken(sv, st, t0, t0_wall) < 0;
-	/* Taken back, the manifest first: the rank stops being saved. If
-	 * the manifest stays, so does what it names. */
-	int back = taken ? st->ops->remove(st, man_key) : 0;
-	if (taken && (back == 0 || back == -ENOENT)) {
-		(void)st->ops->remove(st, shard_key);
-		unwrite_refs(sv, st, refd, nrefd);
-	} else if (taken) {
-		log_err("save %" PRIu64 ": %s step %" PRIu64 " rank %u: %s could not be taken back (%s): its "
-			"refs may be gone; remove the step (ckptctl rm --force)",
-			sv->id, sv->job, sv->step, sv->rank, man_key, store_error(back));
-	}
-	if (r == 0 && !taken && sv->incremental)
-		remember_base(sv, mbuf_copy, mlen_copy);
-	free(mbuf_copy);
-	if (taken)
-		goto out;
-	if (r == -EEXIST) {
-		upload_fail(sv, -EEXIST,
-			    "step %" PRIu64 " of job '%s' is already saved by rank %u in attempt '%s'; "
-			    "checkpoints are never overwritten",
-			    sv->step, sv->job, sv->rank, sv->attempt);
-		(void)st->ops->remove(st, shard_key); /* ours alone: its name is new */
-	} else if (r < 0) {
-		upload_fail(sv, r, "writing %s to %s: %s", man_key, st->url, store_error(r));
-		/* Unless the manifest made it after all (an answer lost on
-		 * the way), the shard is only clutter. */
-		void *mb = NULL;
-		size_t ml = 0;
-		if (st->ops->get_all(st, man_key, MANIFEST_MAX_BYTES, &mb, &ml) == -ENOENT) {
-			(void)st->ops->remove(st, shard_key);
-			unwrite_refs(sv, st, refd, nrefd);
-		}
-		free(mb);
+		(void)st->ops->remove(st, u.shard_key); /* ours alone: its name is new */
+		unwrite_refs(sv, st, u.refd, u.nrefd);
+	} else {
+		put_manifest(&u, &ss, stored);
 	}
 out:
 	(void)journal_end(sv->d->journal, sv->id);
