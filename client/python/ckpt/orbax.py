@@ -106,8 +106,12 @@ class Handler(ocp.handlers.AsyncCheckpointHandler):
         except BaseException:
             # Orbax creates the step's directory on a thread of its own,
             # and waiters for it block the interpreter's exit if that
-            # thread dies at shutdown: let it finish before raising.
-            ocp.future.CommitFutureAwaitingContractedSignals(_nothing(), name="ckptd_failed").result()
+            # thread dies at shutdown: let it finish before raising (the
+            # save's own error, whatever that wait says).
+            try:
+                ocp.future.CommitFutureAwaitingContractedSignals(_nothing(), name="ckptd_failed").result(timeout=60)
+            except Exception:
+                pass
             raise
         # Orbax may create the item's directory in the background: the
         # commit writes into it once the directory is there (its signal).
