@@ -363,7 +363,7 @@ def test_format1_step_stays_readable(daemon):
     manifest, no commit) loads through the daemon from storage and through
     ckpt.format, whose catalogue reads its manifests to learn the attempt."""
     sd = {"w": torch.arange(64, dtype=torch.float32).reshape(8, 8)}
-    with ckpt.torch.Checkpointer("old", socket=daemon.sock) as cp:
+    with ckpt.torch.Checkpointer("old", socket=daemon.sock, attempt_id="default") as cp:
         cp.save(sd, 3).durable.result(30)
     daemon.stop()
     d = os.path.join(daemon.store, "old", "step-000000000003")

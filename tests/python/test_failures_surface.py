@@ -167,18 +167,23 @@ def test_delete_leaves_a_save_in_flight_unless_forced(daemon):
 
 
 def test_slurm_launch_is_its_own_attempt(daemon, tmp_path):
-    """Under Slurm (no torchelastic), the default attempt id is the job's
-    and its requeue count, so a run rolled back and saving a step again
-    never reuses the names of an earlier launch's save of it."""
+    """Under Slurm (no torchelastic), libckpt's default attempt id is the
+    job's and its requeue count; a Checkpointer's adds a nonce of its launch
+    (ckpt/_attempt.py), since srun run twice in one allocation keeps both."""
     import subprocess
     import sys
-    code = ("import torch, ckpt.torch, ckpt.client as c\n"
+    code = ("import torch, ckpt, ckpt.torch\n"
             f"with ckpt.torch.Checkpointer('slurmjob', socket={daemon.sock!r}) as cp:\n"
             "    cp.save({'w': torch.ones(4)}, 1).durable.result(60)\n"
-            f"with c.Client({daemon.sock!r}) as cl:\n"
-            "    print(cl.list('slurmjob')[0]['attempt_id'])\n")
+            f"with ckpt.Client({daemon.sock!r}, job='slurmraw') as c:\n"
+            "    b = c.alloc(64)\n"
+            "    c.save(1, [ckpt.TensorSpec('w', 'u8', (64,), b, 0, 64)]).durable.result(60)\n"
+            f"with ckpt.Client({daemon.sock!r}) as cl:\n"
+            "    print(cl.list('slurmjob')[0]['attempt_id'], cl.list('slurmraw')[0]['attempt_id'])\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC_", "SLURM_"))}
     env.update(SLURM_JOB_ID="4242", SLURM_RESTART_COUNT="3")
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == "slurm-4242-3"
+    checkpointer, raw = p.stdout.split()
+    assert checkpointer.startswith("slurm-4242-3-") and len(checkpointer) > len("slurm-4242-3-"), checkpointer
+    assert raw == "slurm-4242-3"

@@ -242,6 +242,8 @@ PROCESS = textwrap.dedent(r"""
         assert step == 1 and back["n"] == 3
         for s in back["w"].addressable_shards:
             assert np.asarray(s.data).tobytes() == a[s.index].tobytes(), s.index
+        attempt = cp.client.attempt_id
+    print("attempt", attempt)
     print("ok", pid)
 """)
 
@@ -262,6 +264,10 @@ def test_two_jax_processes_save_and_restore(daemon, tmp_path):
     outs = [p.communicate(timeout=180) for p in ps]
     for i, (p, (out, err)) in enumerate(zip(ps, outs)):
         assert p.returncode == 0 and out.split()[-2:] == ["ok", str(i)], err[-3000:]  # gloo talks on stdout too
+    # One attempt for the launch, agreed through jax.distributed's store.
+    from ckpt import _attempt
+    attempts = {out.split()[-3] for out, _ in outs}
+    assert len(attempts) == 1 and attempts.pop().startswith(_attempt._launcher_part() + "-"), outs
     with ckpt.jax.Checkpointer("procs", socket=daemon.sock) as cp:
         _, back = cp.restore(1)
     assert np.asarray(back["w"]).tobytes() == np.arange(8 * 6, dtype=np.float32).reshape(8, 6).tobytes()

@@ -71,10 +71,12 @@ typedef struct {
 	uint32_t rank;
 	uint32_t world_size;
 	uint32_t local_rank;
-	/* Same for every rank of one launch. NULL: taken from
-	 * TORCHELASTIC_RUN_ID and TORCHELASTIC_RESTART_COUNT when set,
-	 * else "slurm-<SLURM_JOB_ID>-<SLURM_RESTART_COUNT>" under Slurm,
-	 * else "default". */
+	/* Same for every rank of one launch, and never another launch's
+	 * (docs/format.md "Attempts"). NULL: taken from TORCHELASTIC_RUN_ID
+	 * and TORCHELASTIC_RESTART_COUNT when set, else
+	 * "slurm-<SLURM_JOB_ID>-<SLURM_RESTART_COUNT>" under Slurm, else
+	 * "default"; these may repeat across launches (torchrun's run id is
+	 * "none" unless given), so give one per launch where they do. */
 	const char *attempt_id;
 	/* What a save does when the pool is full of data not yet durable:
 	 * "block" (wait, up to the daemon's admit timeout), "skip" (fail at

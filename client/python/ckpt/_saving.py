@@ -85,6 +85,13 @@ class SaveTracking:
     _last_save: Optional[SaveFuture]
     # What a Checkpointer without ckptd saves to, for the errors of what needs it.
     _FALLBACK = "the fallback"
+    # After a load of a named step: that step, and (rank 0, listed at the
+    # first save after it) the job's steps after it that are complete
+    # (_note_load, _check_not_newer). Off for a Checkpointer whose saves
+    # a framework numbers and resumes by its own pointer (alone=True).
+    _guard_rollback = True
+    _loaded_step: Optional[int] = None
+    _newer: "Optional[frozenset[int]]" = None
 
     def _check_open(self) -> None:
         raise NotImplementedError
@@ -184,6 +191,45 @@ class SaveTracking:
                                 f"durable within the wait's timeout") from None
         left = None if end is None else max(0.0, end - time.monotonic())
         return self.client.wait_complete(int(step), timeout=left)
+
+    def _note_load(self, step: int) -> None:
+        """This process loads a named step (rolls back, maybe). At the first
+        save after it, rank 0 lists the job's steps after it that are
+        complete (one listing), and a save of one of them raises
+        (_check_not_newer): ckptd never overwrites a complete step, and a
+        save of it under this launch's attempt would be durable but never
+        loaded (the attempt that completed first is the step;
+        docs/format.md "Attempts"). Only rank 0 asks, as _check_fresh."""
+        if self.rank == 0 and self._guard_rollback:
+            self._loaded_step, self._newer = step, None
+
+    def _check_not_newer(self, step: int) -> None:
+        """Raise CkptError(EEXIST) for a save of a step that was complete
+        after the step _note_load noted, unless it is gone since (a
+        listing, on this path only)."""
+        if self._loaded_step is None or self.client is None:
+            return
+        if self._newer is None:
+            try:
+                self._newer = frozenset(s["step"] for s in self.client.list(self.job)
+                                        if s["job"] == self.job and s["complete"] and s["step"] > self._loaded_step)
+            except CkptError as e:
+                if e.errno in _CONNECTION_ERRNOS and e.errno != errno.ENOENT:
+                    raise
+                if e.errno == errno.ENOENT:  # a job with no step
+                    self._newer = frozenset()
+                return  # else not known (asked again at the next save): the daemon's own checks only
+        if step not in self._newer:
+            return
+        still = any(s["step"] == step and s["complete"] for s in self.client.list(self.job) if s["job"] == self.job)
+        if not still:
+            self._newer = self._newer - {step}
+            return
+        raise CkptError(errno.EEXIST,
+                        f"step {step} of job '{self.job}' is complete already, after step {self._loaded_step} that "
+                        f"this process loaded: ckptd never overwrites a complete step, and this save would never be "
+                        f"loaded; to go on from step {self._loaded_step}, remove the job's steps after it first "
+                        f"(ckptctl rm {self.job} STEP, or Client.delete) or save under other step numbers")
 
     def _check_fresh(self):
         """The first save into a job with steps, by a process that did not

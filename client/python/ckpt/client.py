@@ -448,6 +448,7 @@ class Client:
         the rule), CkptError(EACCES) for a process it does not admit."""
         self.socket = socket or default_socket()
         self.job, self.rank, self.world_size = job, rank, world_size
+        self.attempt_id = attempt_id  # None: libckpt's default (its launcher's id)
         h = _Hello(job.encode() if job else None, rank, world_size, local_rank,
                    attempt_id.encode() if attempt_id else None, policy.encode() if policy else None)
         handle = ctypes.c_void_p()

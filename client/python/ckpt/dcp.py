@@ -236,6 +236,7 @@ class Writer(StorageWriter, AsyncStager):
         cp = self._cp()
         if not self.exist_ok and not cp._fresh_checked:
             cp._check_fresh()
+        cp._check_not_newer(step)
         client, regs, _ = cp._live()
         tensors = [(n, t) for n, t, _, _ in items]
         specs = regs.bind(tensors)

@@ -61,7 +61,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import jax
 import numpy as np
 
-from . import _node
+from . import _attempt, _node
 from ._saving import SaveFuture, SaveTracking, _phases, _resumed
 from .client import LATEST, Buffer, CkptError, Client, DaemonUnavailable, TensorSpec, cuda_allocation, cuda_identity
 
@@ -326,6 +326,8 @@ class Checkpointer(SaveTracking):
         world_size are jax's process index and count (given by hand they
         must agree). Raises ckpt.DaemonUnavailable when no ckptd answers."""
         rank, world_size = _process_rank(rank, world_size)
+        if attempt_id is None:
+            attempt_id = _attempt.default(world_size, _attempt.jax_agree)
         self.job, self.rank, self.world_size = job, rank, world_size
         self.exist_ok, self.compress, self.incremental = exist_ok, compress, incremental
         self._inflight: List[Any] = []
@@ -354,11 +356,13 @@ class Checkpointer(SaveTracking):
         only; persist() makes it durable) or "replicated" (docs/tiers.md
         "Tiers"). Raises first the failure of an earlier save nobody saw,
         and CkptError(EEXIST) at the first save into a job with steps that
-        this process did not restore from (exist_ok)."""
+        this process did not restore from (exist_ok), or of a step that was
+        complete when it restored an earlier one by number, as ckpt.torch's."""
         self._check_open()
         self._check_saves()
         if not self._fresh_checked:
             self._check_fresh()
+        self._check_not_newer(step)
         parts, meta = _flatten(tree)
         return self._track(self._submit(lambda: self._save(parts, meta, step, tier)))
 
@@ -407,6 +411,7 @@ class Checkpointer(SaveTracking):
         assert self.client is not None, "open: _check_open"
         _resumed.add((self.client.socket, self.job))
         if step not in ("latest", LATEST):
+            self._note_load(int(step))
             return int(step)
         if jax.process_count() == 1:
             return self._decide(LATEST, set(self._held_steps()) if self.world_size == 1 else set())

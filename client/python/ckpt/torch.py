@@ -46,7 +46,7 @@ from typing import Any, Dict, List, Mapping, MutableMapping, Optional, Set, Tupl
 
 import torch
 
-from . import _node
+from . import _attempt, _node
 from ._cuda import CudaRegistrations, cuda_stream  # noqa: F401 (cuda_stream: ckpt.torch's, for ckpt.dcp)
 from ._fallback import Fallback
 from ._plan import SavePlans, flatten
@@ -149,8 +149,12 @@ class Checkpointer(SaveTracking):
         process saves its steps by itself, as rank 0 of 1, whatever the
         launcher says (a state every rank holds alike, which rank 0 alone
         writes: Lightning's and Hugging Face's checkpoints). attempt_id,
-        policy: the session's attempt id (default from TORCHELASTIC_*, else
-        SLURM_JOB_ID and SLURM_RESTART_COUNT) and admission policy ("block", "skip", "coalesce"; docs/tiers.md "Admission").
+        policy: the session's attempt id, the same on every rank of a launch
+        and never another launch's (default: the launcher's, from
+        TORCHELASTIC_* or SLURM_*, and a nonce of this launch, agreed
+        through torch.distributed's store: ckpt/_attempt.py, docs/format.md
+        "Attempts") and admission policy ("block", "skip", "coalesce";
+        docs/tiers.md "Admission").
 
         overlap: False (the default): save() returns once the state is
         staged; the trainer may change its tensors at once. True: save()
@@ -194,6 +198,9 @@ class Checkpointer(SaveTracking):
         _compress(compress)  # a ValueError now, not at the first save
         _setting(incremental, "incremental")
         rank, world_size, local_rank = (0, 1, 0) if alone else resolve_rank(rank, world_size)
+        self._guard_rollback = not alone  # Lightning's and HF's steps: their own pointer says which to resume
+        if attempt_id is None:
+            attempt_id = _attempt.default(world_size, _attempt.torch_agree)
         self.job, self.rank, self.world_size = job, rank, world_size
         self.fallback_dir: Optional[str] = None
         self.exist_ok = exist_ok
@@ -320,7 +327,10 @@ class Checkpointer(SaveTracking):
         close() say when it is in storage. Raises first the failure of an
         earlier save nobody saw (CkptError naming its step), and
         CkptError(EEXIST) at the first save into a job with steps that
-        this process did not load (exist_ok). tier (docs/tiers.md "Tiers"):
+        this process did not load (exist_ok), and for a step that was
+        complete when this process loaded an earlier one by number (it
+        would never be loaded: docs/python.md "A rollback saves only steps
+        that will load"). tier (docs/tiers.md "Tiers"):
         "durable" uploads it; "memory" keeps it in this node's ckptd only
         (cheap: no storage request; restored from there after a trainer
         crash; persist() makes it durable); "replicated" also in peer
@@ -334,6 +344,7 @@ class Checkpointer(SaveTracking):
         self._check_saves()
         if not self._fresh_checked:
             self._check_fresh()
+        self._check_not_newer(step)
         fut = self._submit(lambda: self._save(state_dict, step, extra, tier), bool(self.overlap))
         if self.overlap:
             self._unstaged.append(fut)
@@ -374,6 +385,8 @@ class Checkpointer(SaveTracking):
         to the other ranks' own calls)."""
         _resumed.add((self.client.socket, self.job))  # loading: saves continue the job
         latest = step in ("latest", LATEST)
+        if not latest:
+            self._note_load(int(step))
         if not latest and not pin:
             return int(step)
         want = LATEST if latest else int(step)
@@ -388,7 +401,9 @@ class Checkpointer(SaveTracking):
             # cannot agree on memory steps, so they take storage's.
             return self._decide(want, set(held) if self.world_size == 1 else set())
         every = [None] * dist.get_world_size()
-        dist.all_gather_object(every, held)
+        dist.all_gather_object(every, (held, self.client.attempt_id))
+        _attempt.check_agreed([a for _, a in every], self.job)
+        every = [h for h, _ in every]
         common = set(every[0]).intersection(*map(set, every[1:]))
         box = [None]
         if dist.get_rank() == 0:
