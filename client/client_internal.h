@@ -121,8 +121,9 @@ struct ckpt_future {
 
 	ckpt_future_cb cb;
 	void *cb_user;
-	unsigned delivered; /* bit per phase (1 << phase); bit 0: failure */
-	bool dispatching;
+	unsigned delivered;   /* bit per phase (1 << phase); bit 0: failure */
+	bool dispatching;     /* a thread runs callbacks (cv: when it stops) */
+	pthread_t dispatcher; /* ... which one */
 };
 
 /* errors.c */

@@ -250,6 +250,7 @@ void future_dispatch(ckpt_future *f)
 		return;
 	}
 	f->dispatching = true;
+	f->dispatcher = pthread_self();
 	while (f->cb && next_event_locked(f, &phase, &status)) {
 		ckpt_future_cb cb = f->cb;
 		void *user = f->cb_user;
@@ -259,6 +260,7 @@ void future_dispatch(ckpt_future *f)
 		pthread_mutex_lock(&f->mu);
 	}
 	f->dispatching = false;
+	pthread_cond_broadcast(&f->cv); /* ckpt_future_free may wait for this */
 	pthread_mutex_unlock(&f->mu);
 }
 
@@ -499,11 +501,15 @@ void ckpt_future_free(ckpt_future *f)
 {
 	if (!f)
 		return;
-	/* No callbacks start after this returns (one already running on the
-	 * reader thread may finish). */
+	/* No callback runs once this returns: one running on another thread
+	 * finishes first, so that the caller may free what its user pointer
+	 * points to (a callback may free its own future: it does not wait
+	 * for itself). */
 	pthread_mutex_lock(&f->mu);
 	f->cb = NULL;
 	f->cb_user = NULL;
+	while (f->dispatching && !pthread_equal(f->dispatcher, pthread_self()))
+		pthread_cond_wait(&f->cv, &f->mu);
 	pthread_mutex_unlock(&f->mu);
 	future_unref(f);
 }

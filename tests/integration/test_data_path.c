@@ -2,7 +2,7 @@
  * ckptd; restore latest and a named step; restart the daemon and restore
  * from disk; reshard 2 -> 1 and 2 -> 3 ranks; ckptctl ls --json; a corrupt
  * shard is refused naming the tensor; a complete step is never
- * overwritten. */
+ * overwritten; no callback runs once its future is freed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <json-c/json.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,14 +62,31 @@ static void view_init(struct view *v, ckpt_client *c, uint32_t rank, uint32_t wo
 	v->b_bytes = v->b_len[0] * 8;
 	v->c_bytes = 7 * 5 * 3 * 2;
 	assert_int_equal(ckpt_buffer_alloc(c, v->a_bytes + v->b_bytes + v->c_bytes + 64, &v->buf), 0);
-	v->t[0] = (ckpt_tensor){ .name = "model.A", .dtype = CKPT_F32, .ndim = 2, .global_shape = A_SHAPE,
-				 .box_offsets = v->a_off, .box_lengths = v->a_len, .buffer = v->buf,
-				 .offset = 0, .nbytes = v->a_bytes };
-	v->t[1] = (ckpt_tensor){ .name = "model.B", .dtype = CKPT_I64, .ndim = 1, .global_shape = B_SHAPE,
-				 .box_offsets = v->b_off, .box_lengths = v->b_len, .buffer = v->buf,
-				 .offset = v->a_bytes, .nbytes = v->b_bytes };
-	v->t[2] = (ckpt_tensor){ .name = "optim.C", .dtype = CKPT_BF16, .ndim = 3, .global_shape = C_SHAPE,
-				 .buffer = v->buf, .offset = v->a_bytes + v->b_bytes, .nbytes = v->c_bytes };
+	v->t[0] = (ckpt_tensor){ .name = "model.A",
+				 .dtype = CKPT_F32,
+				 .ndim = 2,
+				 .global_shape = A_SHAPE,
+				 .box_offsets = v->a_off,
+				 .box_lengths = v->a_len,
+				 .buffer = v->buf,
+				 .offset = 0,
+				 .nbytes = v->a_bytes };
+	v->t[1] = (ckpt_tensor){ .name = "model.B",
+				 .dtype = CKPT_I64,
+				 .ndim = 1,
+				 .global_shape = B_SHAPE,
+				 .box_offsets = v->b_off,
+				 .box_lengths = v->b_len,
+				 .buffer = v->buf,
+				 .offset = v->a_bytes,
+				 .nbytes = v->b_bytes };
+	v->t[2] = (ckpt_tensor){ .name = "optim.C",
+				 .dtype = CKPT_BF16,
+				 .ndim = 3,
+				 .global_shape = C_SHAPE,
+				 .buffer = v->buf,
+				 .offset = v->a_bytes + v->b_bytes,
+				 .nbytes = v->c_bytes };
 }
 
 static void view_fill(struct view *v, uint64_t step)
@@ -297,6 +315,53 @@ static void test_incomplete_step_is_not_latest(void **state)
 	ckpt_close(c);
 }
 
+/* A callback that takes its time on the reader thread: started, then
+ * finished 200 ms later, in memory the test frees after ckpt_future_free. */
+struct slow_cb {
+	atomic_int started, finished;
+};
+
+static void slow_cb(ckpt_future *f, ckpt_phase phase, int status, void *user)
+{
+	struct slow_cb *s = user;
+	(void)f;
+	(void)status;
+	if (phase != CKPT_DURABLE)
+		return;
+	atomic_fetch_add(&s->started, 1);
+	usleep(200 * 1000);
+	atomic_fetch_add(&s->finished, 1);
+}
+
+/* ckpt_future_free returns only once a callback running on the reader
+ * thread is done: a caller may then free what the callback writes (the
+ * race ASan found in ckpt-example, whose callback wrote into a stack frame
+ * that had returned). */
+static void test_free_waits_for_a_running_callback(void **state)
+{
+	(void)state;
+	ckpt_hello h = { .job = "callbacks", .rank = 0, .world_size = 1 };
+	ckpt_client *c = NULL;
+	assert_int_equal(ckpt_connect(D.sock, &h, &c), 0);
+	struct view v;
+	view_init(&v, c, 0, 1);
+	view_fill(&v, 7);
+	struct slow_cb *s = calloc(1, sizeof(*s));
+	assert_non_null(s);
+	ckpt_future *f = NULL;
+	assert_int_equal(ckpt_save(c, 1, v.t, 3, NULL, 0, &f), 0);
+	assert_int_equal(ckpt_future_set_callback(f, slow_cb, s), 0);
+	assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 30000), 0);
+	for (int i = 0; i < 3000 && atomic_load(&s->started) == 0; i++)
+		usleep(1000);
+	assert_int_equal(atomic_load(&s->started), 1);
+	ckpt_future_free(f);
+	assert_int_equal(atomic_load(&s->finished), 1);
+	free(s);
+	ckpt_buffer_free(v.buf);
+	ckpt_close(c);
+}
+
 static void test_complete_step_never_overwritten(void **state)
 {
 	(void)state;
@@ -343,7 +408,6 @@ static void test_corrupt_shard_names_tensor(void **state)
 	load_and_check(0, WORLD, CKPT_LATEST, STEPS);
 }
 
-
 /* Save one f32 tensor [12, 8] from 4 ranks with the given row boxes
  * (rank r holds rows [lo[r], lo[r] + n[r])) as job/step 1. */
 static void save_rows(const char *job, const uint64_t *lo, const uint64_t *n)
@@ -359,8 +423,14 @@ static void save_rows(const char *job, const uint64_t *lo, const uint64_t *n)
 		for (uint64_t i = 0; i < n[r] * 8; i++)
 			p[i] = value(1, 0, lo[r] * 8 + i);
 		uint64_t off[2] = { lo[r], 0 }, len[2] = { n[r], 8 };
-		ckpt_tensor t = { .name = "w", .dtype = CKPT_F32, .ndim = 2, .global_shape = shape,
-				  .box_offsets = off, .box_lengths = len, .buffer = b, .nbytes = n[r] * 8 * 4 };
+		ckpt_tensor t = { .name = "w",
+				  .dtype = CKPT_F32,
+				  .ndim = 2,
+				  .global_shape = shape,
+				  .box_offsets = off,
+				  .box_lengths = len,
+				  .buffer = b,
+				  .nbytes = n[r] * 8 * 4 };
 		ckpt_future *f = NULL;
 		assert_int_equal(ckpt_save(c, 1, &t, 1, NULL, 0, &f), 0);
 		assert_int_equal(ckpt_future_wait(f, CKPT_DURABLE, 30000), 0);
@@ -380,8 +450,9 @@ static int load_whole(const char *job, char *msg, size_t msglen)
 	ckpt_buffer *b = NULL;
 	assert_int_equal(ckpt_buffer_alloc(c, 12 * 8 * 4, &b), 0);
 	memset(ckpt_buffer_data(b), 0xEE, 12 * 8 * 4);
-	ckpt_tensor t = { .name = "w", .dtype = CKPT_F32, .ndim = 2, .global_shape = shape,
-			  .buffer = b, .nbytes = 12 * 8 * 4 };
+	ckpt_tensor t = {
+		.name = "w", .dtype = CKPT_F32, .ndim = 2, .global_shape = shape, .buffer = b, .nbytes = 12 * 8 * 4
+	};
 	ckpt_future *f = NULL;
 	assert_int_equal(ckpt_load(c, CKPT_LATEST, &t, 1, &f), 0);
 	int r = ckpt_future_wait(f, CKPT_LOADED, 30000);
@@ -436,8 +507,13 @@ static void test_run_of_neighbours_in_one_buffer(void **state)
 			p[at[i] + k] = (uint8_t)(i * 37 + k * 7 + 1);
 		shape[i][0] = len[i];
 		snprintf(names[i], sizeof(names[i]), "t%d", i);
-		t[i] = (ckpt_tensor){ .name = names[i], .dtype = CKPT_U8, .ndim = 1, .global_shape = shape[i],
-				      .buffer = b, .offset = at[i], .nbytes = len[i] };
+		t[i] = (ckpt_tensor){ .name = names[i],
+				      .dtype = CKPT_U8,
+				      .ndim = 1,
+				      .global_shape = shape[i],
+				      .buffer = b,
+				      .offset = at[i],
+				      .nbytes = len[i] };
 	}
 	ckpt_future *f = NULL;
 	assert_int_equal(ckpt_save(c, 1, t, 5, NULL, 0, &f), 0);
@@ -499,6 +575,7 @@ int main(void)
 		cmocka_unit_test(test_reshard),
 		cmocka_unit_test(test_incomplete_step_is_not_latest),
 		cmocka_unit_test(test_complete_step_never_overwritten),
+		cmocka_unit_test(test_free_waits_for_a_running_callback),
 		cmocka_unit_test(test_corrupt_shard_names_tensor),
 		cmocka_unit_test(test_replicated_shards_load_whole),
 		cmocka_unit_test(test_partial_overlap_refused),

@@ -234,7 +234,7 @@ PROCESS = textwrap.dedent(r"""
     with ckpt.jax.Checkpointer("procs", socket=sock) as cp:
         assert (cp.rank, cp.world_size) == (pid, 2)
         cp.save({"w": arr, "n": 3}, 1).durable.result(60)
-        cp.wait_complete(1)
+        cp.wait_complete(1, timeout=60)  # ranks on two attempts: never complete
         # "latest": process 0 decides, every process restores that step,
         # each device its block of a transposed 2x2 mesh.
         want = NamedSharding(Mesh(devs.reshape(2, 2), ("x", "y")), P("y", "x"))
@@ -261,7 +261,11 @@ def test_two_jax_processes_save_and_restore(daemon, tmp_path):
                XLA_FLAGS="--xla_force_host_platform_device_count=2")
     ps = [subprocess.Popen([sys.executable, "-c", PROCESS, str(i), port, daemon.sock], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
-    outs = [p.communicate(timeout=180) for p in ps]
+    try:
+        outs = [p.communicate(timeout=180) for p in ps]
+    finally:
+        for p in ps:
+            p.kill()
     for i, (p, (out, err)) in enumerate(zip(ps, outs)):
         assert p.returncode == 0 and out.split()[-2:] == ["ok", str(i)], err[-3000:]  # gloo talks on stdout too
     # One attempt for the launch, agreed through jax.distributed's store.

@@ -303,8 +303,12 @@ const char *ckpt_future_peer(ckpt_future *f);
 const char *ckpt_future_tensor_source(ckpt_future *f, size_t i, const char **name);
 typedef void (*ckpt_future_cb)(ckpt_future *f, ckpt_phase phase, int status, void *user);
 /* Called on the reader thread for every phase reached (and once on
- * failure), including right away for phases already reached. */
+ * failure), including right away, on this thread, for phases already
+ * reached. */
 int ckpt_future_set_callback(ckpt_future *f, ckpt_future_cb cb, void *user);
+/* No callback of f runs once this returns (one running on another thread
+ * is waited for; from inside the callback it is not), so user's memory
+ * may go. */
 void ckpt_future_free(ckpt_future *f);
 
 #define CKPT_STATUS_MAX_HELD 64

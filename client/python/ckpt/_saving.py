@@ -192,8 +192,9 @@ class SaveTracking:
         left = None if end is None else max(0.0, end - time.monotonic())
         return self.client.wait_complete(int(step), timeout=left)
 
-    def _note_load(self, step: int) -> None:
-        """This process loads a named step (rolls back, maybe). At the first
+    def _note_load(self, step: Optional[int]) -> None:
+        """This process loads a named step (rolls back, maybe; None: the
+        latest, which forgets an earlier one). At the first
         save after it, rank 0 lists the job's steps after it that are
         complete (one listing), and a save of one of them raises
         (_check_not_newer): ckptd never overwrites a complete step, and a

@@ -410,8 +410,8 @@ class Checkpointer(SaveTracking):
         node's memory-only steps: _decide) and broadcast."""
         assert self.client is not None, "open: _check_open"
         _resumed.add((self.client.socket, self.job))
+        self._note_load(None if step in ("latest", LATEST) else int(step))
         if step not in ("latest", LATEST):
-            self._note_load(int(step))
             return int(step)
         if jax.process_count() == 1:
             return self._decide(LATEST, set(self._held_steps()) if self.world_size == 1 else set())

@@ -385,8 +385,7 @@ class Checkpointer(SaveTracking):
         to the other ranks' own calls)."""
         _resumed.add((self.client.socket, self.job))  # loading: saves continue the job
         latest = step in ("latest", LATEST)
-        if not latest:
-            self._note_load(int(step))
+        self._note_load(None if latest else int(step))
         if not latest and not pin:
             return int(step)
         want = LATEST if latest else int(step)
