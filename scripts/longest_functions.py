@@ -63,30 +63,24 @@ def check(root):
         print(f"Bail out! only {len(files)} C files under {root}")
         return 1
     print("1..2")
-    rc = 0
     sizes, fns = [], []
     for f in files:
         src = open(f, encoding="utf-8").read().split("\n")
         rel = os.path.relpath(f, root)
         sizes.append((len(src) - (src[-1] == ""), rel))
         fns += [(n, f"{rel}:{name}") for n, name in functions(src)]
-    over = sorted(s for s in sizes if s[0] > MAX_FILE)
-    if over:
-        rc = 1
-        print(f"not ok 1 - C files over {MAX_FILE} lines: " + ", ".join(f"{f} ({n})" for n, f in over))
-    else:
-        n, f = max(sizes)
-        print(f"ok 1 - no C file over {MAX_FILE} lines (the largest: {f}, {n})")
-    long_ = sorted((x for x in fns if x[0] > MAX_FUNCTION), reverse=True)
     if len(fns) < 500:
-        rc = 1
-        print(f"not ok 2 - only {len(fns)} functions found: are the braces still in column 0?")
-    elif long_:
-        rc = 1
-        print(f"not ok 2 - functions over {MAX_FUNCTION} lines: " + ", ".join(f"{w} ({n})" for n, w in long_))
-    else:
-        n, w = max(fns)
-        print(f"ok 2 - no function over {MAX_FUNCTION} lines of {len(fns)} (the longest: {w}, {n})")
+        print(f"Bail out! only {len(fns)} functions found: are the braces still in column 0?")
+        return 1
+    rc = 0
+    for i, (what, limit, rows) in enumerate((("C file", MAX_FILE, sizes), ("function", MAX_FUNCTION, fns)), 1):
+        over = sorted((x for x in rows if x[0] > limit), reverse=True)
+        n, where = max(rows)
+        if over:
+            rc = 1
+            print(f"not ok {i} - {what}s over {limit} lines: " + ", ".join(f"{w} ({k})" for k, w in over))
+        else:
+            print(f"ok {i} - no {what} over {limit} lines of {len(rows)} (the largest: {where}, {n})")
     return rc
 
 

@@ -261,6 +261,10 @@ void verify_shard(struct verify *v, const Ckpt__Manifest *m)
 		verify_problem(v, "rank %u: the manifest names no shard of its own", m->rank);
 		return;
 	}
+	if (m->chunk_bytes == 0) { /* manifest_check refuses it; fold divides by it */
+		verify_problem(v, "rank %u: the manifest's chunk size is 0", m->rank);
+		return;
+	}
 	struct pass p = { .m = m, .ts = by_offset(v, m) };
 	if (p.ts == NULL) {
 		verify_problem(v, "rank %u: out of memory", m->rank);

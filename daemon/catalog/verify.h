@@ -33,7 +33,7 @@ void verify_free(struct verify *v);
 /* A problem found: v is no longer ok; the line is kept while there is
  * room. */
 void verify_problem(struct verify *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Check m's shard and its refs. Requests: a ranged GET per VERIFY_BLOCK
+/* Check m's shard and its refs (m passed manifest_check). Requests: a ranged GET per VERIFY_BLOCK
  * of the shard (of whole pieces where it has pieces, from the step that
  * holds them), and one GET per step m refers to. */
 void verify_shard(struct verify *v, const Ckpt__Manifest *m);

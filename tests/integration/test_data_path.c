@@ -62,31 +62,14 @@ static void view_init(struct view *v, ckpt_client *c, uint32_t rank, uint32_t wo
 	v->b_bytes = v->b_len[0] * 8;
 	v->c_bytes = 7 * 5 * 3 * 2;
 	assert_int_equal(ckpt_buffer_alloc(c, v->a_bytes + v->b_bytes + v->c_bytes + 64, &v->buf), 0);
-	v->t[0] = (ckpt_tensor){ .name = "model.A",
-				 .dtype = CKPT_F32,
-				 .ndim = 2,
-				 .global_shape = A_SHAPE,
-				 .box_offsets = v->a_off,
-				 .box_lengths = v->a_len,
-				 .buffer = v->buf,
-				 .offset = 0,
-				 .nbytes = v->a_bytes };
-	v->t[1] = (ckpt_tensor){ .name = "model.B",
-				 .dtype = CKPT_I64,
-				 .ndim = 1,
-				 .global_shape = B_SHAPE,
-				 .box_offsets = v->b_off,
-				 .box_lengths = v->b_len,
-				 .buffer = v->buf,
-				 .offset = v->a_bytes,
-				 .nbytes = v->b_bytes };
-	v->t[2] = (ckpt_tensor){ .name = "optim.C",
-				 .dtype = CKPT_BF16,
-				 .ndim = 3,
-				 .global_shape = C_SHAPE,
-				 .buffer = v->buf,
-				 .offset = v->a_bytes + v->b_bytes,
-				 .nbytes = v->c_bytes };
+	v->t[0] = (ckpt_tensor){ .name = "model.A", .dtype = CKPT_F32, .ndim = 2, .global_shape = A_SHAPE,
+				 .box_offsets = v->a_off, .box_lengths = v->a_len, .buffer = v->buf,
+				 .offset = 0, .nbytes = v->a_bytes };
+	v->t[1] = (ckpt_tensor){ .name = "model.B", .dtype = CKPT_I64, .ndim = 1, .global_shape = B_SHAPE,
+				 .box_offsets = v->b_off, .box_lengths = v->b_len, .buffer = v->buf,
+				 .offset = v->a_bytes, .nbytes = v->b_bytes };
+	v->t[2] = (ckpt_tensor){ .name = "optim.C", .dtype = CKPT_BF16, .ndim = 3, .global_shape = C_SHAPE,
+				 .buffer = v->buf, .offset = v->a_bytes + v->b_bytes, .nbytes = v->c_bytes };
 }
 
 static void view_fill(struct view *v, uint64_t step)

@@ -128,6 +128,6 @@ def default(world_size: int, agree: Optional[Callable[[str], Optional[str]]] = N
             return None
         if nonce is None:
             return None
-    if not nonce or _NOT_NAME.search(nonce):
+    if not nonce or len(nonce) > 16 or _NOT_NAME.search(nonce):  # what another rank put in the store
         return None
     return f"{_launcher_part()}-{nonce}"
