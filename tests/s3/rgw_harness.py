@@ -9,6 +9,9 @@ What it takes (each learnt the hard way):
   - with auth none every ms_*_mode must be crc, or radosgw loops on
     "get_initial_auth_request returned -13"; the monitor speaks msgr v2;
   - paxos propose interval = 0.05 makes the monitor commit at once;
+  - the monitor shuts itself down when its disk has under 5% free (mon
+    data avail crit), as a full CI machine's has: then every command
+    timed out; it keeps nothing on disk worth guarding, so crit = 0;
   - radosgw takes seconds to exit on SIGTERM: stop() kills it.
 
 Same interface as moto_harness.Moto (endpoint, port, access_key,
@@ -76,6 +79,7 @@ osd pool default pgp num = 8
 mon allow pool size one = true
 mon warn on pool no redundancy = false
 mon data avail warn = 1
+mon data avail crit = 0
 paxos propose interval = 0.05
 run dir = {d}/run
 log file = {d}/log/$name.log
@@ -99,6 +103,8 @@ rgw sts key = {uuid.uuid4().hex[:16]}
             self._run("ceph-mon", "-c", self.conf, "--mkfs", "-i", "a", "--monmap", f"{d}/monmap", "--keyring",
                       f"{d}/keyring")
             self._start("mon", "ceph-mon", "-c", self.conf, "-i", "a", "-f")
+            self._wait(lambda: self._run("ceph", "-c", self.conf, "--connect-timeout", "5", "mon", "stat"),
+                       "the monitor")
             osd_uuid = str(uuid.uuid4())
             osd_id = self._run("ceph", "-c", self.conf, "--connect-timeout", "20", "osd", "new", osd_uuid).strip()
             os.makedirs(f"{d}/osd/ceph-{osd_id}", exist_ok=True)
@@ -136,14 +142,27 @@ rgw sts key = {uuid.uuid4().hex[:16]}
         while time.time() < deadline:
             for p in self.procs:
                 if p.poll() is not None:
-                    raise RuntimeError(f"{p.args[0]} exited with {p.returncode}: see {self.logdir}")
+                    raise RuntimeError(f"{p.args[0]} exited with {p.returncode}: {self._errors()}")
             try:
                 if ready():
                     return
             except RuntimeError:
                 pass
             time.sleep(0.1)
-        raise RuntimeError(f"{what} did not come up in 60 s: see {self.dir}/log")
+        raise RuntimeError(f"{what} did not come up in 60 s: {self._errors()}")
+
+    def _errors(self):
+        """The last error lines the daemons logged (Ceph's own logs, at
+        level -1, and their stderr): the temporary directory goes at
+        stop(), so an error carries them."""
+        found = []
+        logs = [os.path.join(self.dir, "log", n) for n in sorted(os.listdir(os.path.join(self.dir, "log")))]
+        logs += [os.path.join(self.logdir, n) for n in sorted(os.listdir(self.logdir)) if n.startswith("rgw-")]
+        for path in logs:
+            with open(path, errors="replace") as f:
+                found += [f"{os.path.basename(path)}: {line.strip()[-300:]}" for line in f
+                          if " -1 " in line or "error" in line.lower()][-2:]
+        return " | ".join(found) or f"no error logged in {self.dir}/log"
 
     def role_credentials(self):
         """Temporary credentials (with a session token) of a role allowed
