@@ -1,8 +1,9 @@
 """A tiny Hugging Face Trainer run through ckpt.hf, for test_hf.py:
-    hf_train.py SOCKET JOB OUTDIR MAX_STEPS OUT [resume] [kill_at]
-Trains to MAX_STEPS (resuming from ckptd's latest step with "resume"),
-saving every 4 steps through ckptd; with kill_at, SIGKILLs itself at that
-step; else writes the final weights and optimizer state to OUT."""
+    hf_train.py SOCKET JOB OUTDIR MAX_STEPS OUT [resume|resume=STEP] [kill_at]
+Trains to MAX_STEPS (resuming from ckptd's latest step with "resume", from
+STEP with "resume=STEP"), saving every 4 steps through ckptd; with kill_at,
+SIGKILLs itself at that step; else writes the final weights and optimizer
+state to OUT. $HF_DATA_SEED: the data's seed (default 1)."""
 import os
 import signal
 import sys
@@ -14,7 +15,9 @@ import ckpt.hf
 from faults import break_dir  # noqa: E402 (tests/python, this script's directory)
 
 sock, job, outdir, max_steps, out = sys.argv[1:6]
-resume = "resume" in sys.argv[6:]
+mode = sys.argv[6] if len(sys.argv) > 6 else "-"
+resume = mode.startswith("resume")
+from_step = int(mode.split("=", 1)[1]) if "=" in mode else "latest"
 kill_at = int(sys.argv[7]) if len(sys.argv) > 7 else None
 
 
@@ -30,7 +33,7 @@ class Model(torch.nn.Module):
 
 class Data(torch.utils.data.Dataset):
     def __init__(self):
-        g = torch.Generator().manual_seed(1)
+        g = torch.Generator().manual_seed(int(os.environ.get("HF_DATA_SEED", "1")))
         self.x, self.y = torch.randn(64, 8, generator=g), torch.randn(64, 1, generator=g)
 
     def __len__(self):
@@ -61,7 +64,7 @@ args = TrainingArguments(output_dir=outdir, max_steps=int(max_steps), per_device
                          seed=0, disable_tqdm=True, dataloader_num_workers=0, learning_rate=0.01)
 trainer = Trainer(model=Model(), args=args, train_dataset=Data(),
                   callbacks=[ckpt.hf.CkptdCallback(job, socket=sock), Kill(), Break()])
-start = ckpt.hf.checkpoint_dir(job, outdir, socket=sock) if resume else None
+start = ckpt.hf.checkpoint_dir(job, outdir, step=from_step, socket=sock) if resume else None
 trainer.train(resume_from_checkpoint=start)
 torch.save({"weights": trainer.model.state_dict(), "optim": trainer.optimizer.state_dict(),
             "global_step": trainer.state.global_step, "resumed_from": start,

@@ -15,6 +15,7 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 import ckpt  # noqa: E402
+import ckpt.torch  # noqa: E402
 from conftest import same  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -64,3 +65,22 @@ def test_hf_failed_save_raises_in_the_trainer(daemon, tmp_path):
     assert r.returncode == 1, r.stderr[-4000:]
     assert re.search(r"Trainer checkpoint step (4|8|12) of job 'hf-fail' was not saved", r.stderr), r.stderr[-4000:]
     os.remove(os.path.join(daemon.store, "hf-fail"))
+
+
+def test_hf_resume_from_an_older_step_replaces_the_later_ones(daemon, tmp_path):
+    """A run resumed from step 4 of a job that has 8 and 12 saves them
+    again, as the Trainer writes checkpoint-N over an old one: loading 12
+    gives this run's weights, not the first run's (the later steps are
+    replaced, not saved beside them under a new attempt, never loaded)."""
+    assert run(daemon, "hf-back", tmp_path / "a", tmp_path / "a.pt").returncode == 0
+    r = run(daemon, "hf-back", tmp_path / "a", tmp_path / "b.pt", "resume=4", env={"HF_DATA_SEED": "2"})
+    assert r.returncode == 0, r.stderr[-4000:]
+    first, second = (torch.load(tmp_path / n, weights_only=False) for n in ("a.pt", "b.pt"))
+    assert second["resumed_from"].endswith("checkpoint-4") and second["global_step"] == 12
+    assert not same(first["weights"], second["weights"]), "other data made no difference"
+    with ckpt.Client(daemon.sock) as c:
+        assert sorted(s["step"] for s in c.list("hf-back") if s["complete"]) == [4, 8, 12]
+    with ckpt.torch.Checkpointer("hf-back", socket=daemon.sock, alone=True) as cp:
+        state: dict = {}
+        cp.load(state, step=12)
+    assert same(state["model"], second["weights"]), "step 12 is not the resumed run's"

@@ -108,3 +108,37 @@ def test_a_failed_save_raises_in_the_trainer(daemon, tmp_path):
     # only at the end of fit; and the end of fit does not hide it.
     assert any(f.name in ("save_checkpoint", "remove_checkpoint") for f in e.traceback), e.traceback
     os.remove(job_dir)
+
+
+def test_resume_replaces_a_step_the_dead_run_finished_without_its_pointer(daemon, tmp_path):
+    """A run dies after ckptd staged its step 24 and before the pointer was
+    written; ckptd finishes the step. The run resumed from last.ckpt (16)
+    saves 24 again: that step is replaced, so last.ckpt's 24 loads the
+    resumed run's state, not the dead run's."""
+    ckdir = tmp_path / "ck"
+    fit(daemon, "lit-orphan", ckdir, epochs=2)
+    assert ckpt.lightning.read_pointer(ckdir / "last.ckpt") == ("lit-orphan", 16)
+    with ckpt.torch.Checkpointer("lit-orphan", socket=daemon.sock, alone=True, exist_ok=True,
+                                 attempt_id="dead-run") as cp:
+        cp.save({"dead": torch.zeros(3)}, 24).result()  # the dead run's, with no pointer
+    ckpt.torch._resumed.clear()  # as a new process
+    fit(daemon, "lit-orphan", ckdir, epochs=3, ckpt_path=str(ckdir / "last.ckpt"))
+    assert ckpt.lightning.read_pointer(ckdir / "last.ckpt") == ("lit-orphan", 24)
+    state = ckpt.lightning.CkptdCheckpointIO("lit-orphan", socket=daemon.sock).load_checkpoint(ckdir / "last.ckpt")
+    assert "dead" not in state and state["global_step"] == 24, sorted(state)
+    assert steps_in_ckptd(daemon, "lit-orphan") == [24]
+
+
+def test_resume_from_an_older_checkpoint_raises_at_a_later_named_step(daemon, tmp_path):
+    """Resumed from step 8 while epoch=1-step=16.ckpt names 16: ckptd keeps
+    one state per step (Lightning would version the new file's name), so
+    the save of 16 raises, naming that file, and every step stays."""
+    ckdir = tmp_path / "ck"
+    fit(daemon, "lit-older", ckdir, epochs=3, save_top_k=-1)
+    assert steps_in_ckptd(daemon, "lit-older") == [8, 16, 24]
+    ckpt.torch._resumed.clear()
+    with pytest.raises(ckpt.CkptError, match=r"step 16 of job 'lit-older' .*/epoch=1-step=16\.ckpt names it, after step 8") as e:
+        fit(daemon, "lit-older", ckdir, epochs=3, ckpt_path=str(ckdir / "epoch=0-step=8.ckpt"))
+    assert "ckptctl rm lit-older" in str(e.value)
+    assert steps_in_ckptd(daemon, "lit-older") == [8, 16, 24]
+    assert ckpt.lightning.read_pointer(ckdir / "epoch=1-step=16.ckpt") == ("lit-older", 16)

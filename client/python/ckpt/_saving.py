@@ -92,6 +92,11 @@ class SaveTracking:
     _guard_rollback = True
     _loaded_step: Optional[int] = None
     _newer: "Optional[frozenset[int]]" = None
+    # How a framework that numbers its own steps (alone=True) replaces a
+    # step after the loaded one instead of raising: called with the step,
+    # it raises, or returns and the step is removed before it is saved
+    # again (ckpt.lightning, ckpt.hf).
+    _replace_newer: Optional[Callable[[int], None]] = None
 
     def _check_open(self) -> None:
         raise NotImplementedError
@@ -224,6 +229,15 @@ class SaveTracking:
             return
         still = any(s["step"] == step and s["complete"] for s in self.client.list(self.job) if s["job"] == self.job)
         if not still:
+            self._newer = self._newer - {step}
+            return
+        if self._replace_newer is not None:
+            self._replace_newer(step)
+            try:
+                self.client.delete(step)
+            except CkptError as e:
+                if e.errno != errno.ENOENT:
+                    raise
             self._newer = self._newer - {step}
             return
         raise CkptError(errno.EEXIST,

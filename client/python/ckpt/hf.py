@@ -75,19 +75,27 @@ class CkptdCallback(TrainerCallback):
         self.storage = storage
         self._cp: Optional[Checkpointer] = None
         self._futs: List[SaveFuture] = []
-        self._resumed = False
+        self._resumed: Optional[int] = None  # the global step train() resumed from
 
     def _checkpointer(self) -> Checkpointer:
         if self._cp is None:
-            self._cp = Checkpointer(self.job, socket=self.socket, attempt_id=self.attempt_id, alone=True,
-                                    exist_ok=self.exist_ok or self._resumed, storage=self.storage)
+            cp = Checkpointer(self.job, socket=self.socket, attempt_id=self.attempt_id, alone=True,
+                              exist_ok=self.exist_ok or self._resumed is not None, storage=self.storage)
+            if self._resumed is not None:
+                # A step after the resumed one that ckptd holds complete
+                # is replaced when saved again (removed, then saved), as
+                # the Trainer writes a checkpoint-N directory over an old
+                # one; kept, the save would be durable but never loaded.
+                cp._guard_rollback, cp._replace_newer = True, lambda step: None
+                cp._note_load(self._resumed)
+            self._cp = cp
         return self._cp
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        **kwargs: Any) -> None:
         """A Trainer resumed from a checkpoint starts past step 0: its saves
         continue the job."""
-        self._resumed = state.global_step > 0
+        self._resumed = state.global_step if state.global_step > 0 else None
 
     def _save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
               model: Optional[torch.nn.Module] = None, optimizer: Optional[torch.optim.Optimizer] = None,

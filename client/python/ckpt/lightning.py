@@ -17,7 +17,10 @@ so that Lightning's own bookkeeping works on paths as ever: ModelCheckpoint's
 last.ckpt links and top-k removal, and resuming by path. remove_checkpoint
 removes the pointer and, when no other pointer in its directory names the
 same step, the step. A path that holds a regular checkpoint (torch.save's)
-loads as one.
+loads as one. After a resume, a save of a later step that ckptd holds
+complete replaces it when no pointer names it (a run that died before
+writing the pointer) and raises EEXIST when one does (docs/python.md "A
+rollback saves only steps that will load").
 
 Lightning saves on global rank 0 only (the state is the same on every rank),
 so the plugin saves as rank 0 of 1 whatever the launcher says.
@@ -102,13 +105,38 @@ class CkptdCheckpointIO(CheckpointIO):
         self._dirs: Set[str] = set()      # directories holding this plugin's pointers
         self._orphans: Set[int] = set()   # steps whose pointer went or was replaced: removed once none names them
         self._reported: Set[int] = set()  # steps whose failure was raised already
+        self._resumed: Optional[int] = None  # the step load_checkpoint loaded from ckptd
         self._torn_down = False
 
     def _checkpointer(self) -> Checkpointer:
         if self._cp is None:
-            self._cp = Checkpointer(self.job, socket=self.socket, attempt_id=self.attempt_id, alone=True,
-                                    exist_ok=self.exist_ok, storage=self.storage)
+            cp = Checkpointer(self.job, socket=self.socket, attempt_id=self.attempt_id, alone=True,
+                              exist_ok=self.exist_ok, storage=self.storage)
+            # The rollback guard, with pointers deciding (_replace_unnamed).
+            cp._guard_rollback, cp._replace_newer = True, self._replace_unnamed
+            self._cp = cp
         return self._cp
+
+    def _replace_unnamed(self, step: int) -> None:
+        """Before a save of a step that ckptd holds complete already,
+        after the step this process resumed from (the Checkpointer's
+        rollback guard asks, listing once): return when no pointer names
+        it, and the step is replaced (removed, then saved again). Such a
+        step is a save of a run that died before its pointer was written
+        (ckptd finishes a staged save without its trainer), which this
+        run, resumed from the pointer before it, saves again; kept, this
+        save would be durable but never loaded. A step a pointer names is
+        a checkpoint of its own (a resume from an older one): ckptd keeps
+        one state per step, where Lightning would version the new file's
+        name, so the save raises EEXIST."""
+        self._flush_pointers()
+        with self._lock:
+            paths = sorted(p for p, s in self._pointer_files().items() if s == step)
+        if paths:
+            raise CkptError(errno.EEXIST, f"step {step} of job '{self.job}' is complete already and {paths[0]} "
+                            f"names it, after step {self._resumed} that this run resumed from: ckptd keeps one "
+                            f"state per step; resume from the newest checkpoint, or remove the later ones first "
+                            f"(their files, and ckptctl rm {self.job} STEP)")
 
     def _write_pointer(self, path: str, step: int) -> None:
         """Write path's pointer to step (fsync'd, then renamed over the
@@ -134,12 +162,10 @@ class CkptdCheckpointIO(CheckpointIO):
             if old is not None and old[0] == self.job and old[1] != step:
                 self._orphans.add(old[1])
 
-    def _named_steps(self) -> Set[int]:
-        """The steps of this job something still names: a pointer on disk
-        (in this plugin's directories; each file read once), one still to
-        be written, or a save in flight."""
-        named = set(self._pointers.values())
-        named.update(s for s, f in self._saves.items() if not f.durable.done())
+    def _pointer_files(self) -> Dict[str, int]:
+        """The pointer files of this job on disk, in this plugin's
+        directories (each file read once): path -> step."""
+        found: Dict[str, int] = {}
         for d in self._dirs:
             try:
                 names = os.listdir(d)
@@ -148,7 +174,15 @@ class CkptdCheckpointIO(CheckpointIO):
             for n in names:
                 p = None if n.endswith(".tmp." + str(os.getpid())) else read_pointer(os.path.join(d, n))
                 if p is not None and p[0] == self.job:
-                    named.add(p[1])
+                    found[os.path.join(d, n)] = p[1]
+        return found
+
+    def _named_steps(self) -> Set[int]:
+        """The steps of this job something still names: a pointer on
+        disk, one still to be written, or a save in flight."""
+        named = set(self._pointers.values())
+        named.update(s for s, f in self._saves.items() if not f.durable.done())
+        named.update(self._pointer_files().values())
         return named
 
     def _flush_pointers(self) -> None:
@@ -208,10 +242,13 @@ class CkptdCheckpointIO(CheckpointIO):
         self._settle()
         with self._lock:
             fut = self._saves.get(step)
+            self._dirs.add(d)
         if fut is None:
             try:
                 fut = self._checkpointer().save(checkpoint, step)
             except CkptError as e:
+                if e.errno == errno.EEXIST and self._resumed is not None:
+                    raise  # a step after the resumed one, named (_replace_unnamed)
                 if e.errno == errno.EEXIST:
                     raise CkptError(e.errno, f"{e.strerror}. With Lightning: trainer.fit(model, ckpt_path=PATH "
                                     "of last.ckpt) resumes, or CkptdCheckpointIO(job, exist_ok=True)") from None
@@ -220,7 +257,6 @@ class CkptdCheckpointIO(CheckpointIO):
             with self._lock:
                 self._saves[step] = fut
         with self._lock:
-            self._dirs.add(d)
             self._pointers[path] = step
 
         def durable(f: Future[Any]) -> None:  # on libckpt's reader thread
@@ -249,6 +285,9 @@ class CkptdCheckpointIO(CheckpointIO):
             raise ValueError(f"{path} is step {step} of job '{job}', not of '{self.job}'")
         state: Dict[str, Any] = {}
         self._checkpointer().load(state, step=step)
+        with self._lock:
+            self._resumed = step
+            self._dirs.add(os.path.dirname(os.path.abspath(path)))
         return state
 
     def remove_checkpoint(self, path: _Path) -> None:
