@@ -146,6 +146,29 @@ def test_a_rollback_does_not_save_a_step_that_would_never_load(daemon):
         assert cp.load(got, step=3)[0] == 3 and got["w"][0].item() == 30.0
 
 
+
+def test_exist_ok_adds_steps_and_raises_for_a_complete_one(daemon):
+    """exist_ok=True adds steps to a job another launch saved: a save of a
+    step it completed raises EEXIST at once (durable, it would never be
+    loaded), saying what to do; a new step saves."""
+    code = ("import sys, torch, ckpt.torch\n"
+            "with ckpt.torch.Checkpointer('adding', socket=sys.argv[1]) as cp:\n"
+            "    cp.save({'w': torch.ones(64)}, 1).durable.result(60)\n")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"))
+    p = subprocess.run([sys.executable, "-c", code, daemon.sock], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    with ckpt.torch.Checkpointer("adding", socket=daemon.sock, exist_ok=True) as cp:
+        try:
+            cp.save({"w": torch.zeros(64)}, 1)
+            raise AssertionError("a save of complete step 1 went ahead")
+        except ckpt.CkptError as e:
+            assert e.errno == errno.EEXIST, e
+            assert "step 1 of job 'adding' is complete already, and this process adds steps" in str(e), e
+        cp.save({"w": torch.full((64,), 2.0)}, 2).durable.result(60)
+        got = {"w": torch.zeros(64)}
+        assert cp.load(got, step=1)[0] == 1 and got["w"][0].item() == 1.0
+
 def test_ranks_that_disagree_on_the_attempt_raise_at_load():
     """The ranks gather their attempt ids at a load (torch.py _resolve_step):
     different ones (torchelastic's restart count differs between nodes
@@ -156,3 +179,37 @@ def test_ranks_that_disagree_on_the_attempt_raise_at_load():
         raise AssertionError("no error")
     except ckpt.CkptError as e:
         assert e.errno == errno.EINVAL and "x-1-ab, x-2-cd" in str(e) and "attempt_id=" in str(e), e
+
+
+def test_a_step_that_cannot_be_removed_fails_the_replacing_save(daemon):
+    """The replacement Lightning and HF make after a resume (the guard's
+    _replace_newer): a later step that cannot be removed, as incremental
+    step 2 refers to step 1, fails the save of 1, saying why; nothing is
+    lost."""
+    g = torch.Generator().manual_seed(5)
+    frozen = torch.randn(512, 1024, generator=g)  # 2 MiB, referred to by later steps
+    code = ("import sys, torch, ckpt.torch\n"
+            "g = torch.Generator().manual_seed(5); frozen = torch.randn(512, 1024, generator=g)\n"
+            "with ckpt.torch.Checkpointer('unremovable', socket=sys.argv[1], incremental=True) as cp:\n"
+            "    cp.save({'f': torch.zeros(512, 1024)}, 0).durable.result(60)\n"
+            "    for s in (1, 2):\n"
+            "        cp.save({'f': frozen}, s).durable.result(60)\n")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"))
+    p = subprocess.run([sys.executable, "-c", code, daemon.sock], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    with ckpt.torch.Checkpointer("unremovable", socket=daemon.sock, alone=True) as cp:
+        cp._guard_rollback, cp._replace_newer = True, lambda step: None  # as ckpt.hf does
+        got = {"f": torch.zeros(512, 1024)}
+        assert cp.load(got, step=0)[0] == 0
+        try:
+            cp.save({"f": frozen}, 1)
+            raise AssertionError("step 1 was replaced while step 2 refers to it")
+        except ckpt.CkptError as e:
+            assert "step 1 of job 'unremovable', complete from an earlier run after step 0" in str(e), e
+            assert "could not be removed" in str(e), e
+        with ckpt.Client(daemon.sock) as c:
+            assert sorted(s["step"] for s in c.list("unremovable") if s["complete"]) == [0, 1, 2]
+        cp.save({"f": frozen + 1}, 2).durable.result(60)  # nothing refers to 2: replaced
+        got = {"f": torch.zeros(512, 1024)}
+        assert cp.load(got, step=2)[0] == 2 and torch.equal(got["f"], frozen + 1)

@@ -39,10 +39,9 @@ def test_duplicate_step_raises_at_next_save_naming_it(daemon):
 
 def test_close_and_wait_raise_an_unseen_failure(daemon):
     sd = state()
-    with ckpt.torch.Checkpointer("dup-close", socket=daemon.sock) as cp:
-        cp.save(sd, 1).durable.result(30)
-    cp = ckpt.torch.Checkpointer("dup-close", socket=daemon.sock, exist_ok=True)
-    cp.save(sd, 1)
+    cp = ckpt.torch.Checkpointer("dup-close", socket=daemon.sock)
+    cp.save(sd, 1).durable.result(30)
+    cp.save(sd, 1)  # ckptd refuses it (never overwritten): a failure nobody saw
     with pytest.raises(ckpt.CkptError, match="step 1 of job 'dup-close' was not saved"):
         cp.wait(30)
     cp.save(sd, 1)

@@ -30,11 +30,11 @@ class Model(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-def fit(daemon, job, ckdir, epochs=4, callbacks=(), ckpt_path=None, **mc):
+def fit(daemon, job, ckdir, epochs=4, callbacks=(), ckpt_path=None, io_kw=None, **mc):
     torch.manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
     loader = torch.utils.data.DataLoader(data, batch_size=8)  # 8 steps per epoch
-    io = ckpt.lightning.CkptdCheckpointIO(job, socket=daemon.sock)
+    io = ckpt.lightning.CkptdCheckpointIO(job, socket=daemon.sock, **(io_kw or {}))
     trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, plugins=[io],
                         callbacks=[ModelCheckpoint(dirpath=str(ckdir), save_last=True, **mc), *callbacks])
@@ -112,16 +112,25 @@ def test_a_failed_save_raises_in_the_trainer(daemon, tmp_path):
 
 def test_resume_replaces_a_step_the_dead_run_finished_without_its_pointer(daemon, tmp_path):
     """A run dies after ckptd staged its step 24 and before the pointer was
-    written; ckptd finishes the step. The run resumed from last.ckpt (16)
-    saves 24 again: that step is replaced, so last.ckpt's 24 loads the
-    resumed run's state, not the dead run's."""
+    written (one half-written, PATH.tmp.PID, is left); ckptd finishes the
+    step. The run resumed from last.ckpt (16) saves 24 again: with
+    remove_steps=False that raises (such steps are kept); else the step is
+    replaced, so last.ckpt's 24 loads the resumed run's state, not the
+    dead run's."""
     ckdir = tmp_path / "ck"
     fit(daemon, "lit-orphan", ckdir, epochs=2)
     assert ckpt.lightning.read_pointer(ckdir / "last.ckpt") == ("lit-orphan", 16)
     with ckpt.torch.Checkpointer("lit-orphan", socket=daemon.sock, alone=True, exist_ok=True,
                                  attempt_id="dead-run") as cp:
         cp.save({"dead": torch.zeros(3)}, 24).result()  # the dead run's, with no pointer
+    with open(ckdir / "last.ckpt.tmp.999999", "w") as f:
+        f.write('{"format": "ckptd-step", "job": "lit-orphan", "step": 24}')
     ckpt.torch._resumed.clear()  # as a new process
+    with pytest.raises(ckpt.CkptError, match=r"step 24 .*no pointer names it .*remove_steps=False"):
+        fit(daemon, "lit-orphan", ckdir, epochs=3, ckpt_path=str(ckdir / "last.ckpt"),
+            io_kw={"remove_steps": False})
+    assert steps_in_ckptd(daemon, "lit-orphan") == [16, 24]
+    ckpt.torch._resumed.clear()
     fit(daemon, "lit-orphan", ckdir, epochs=3, ckpt_path=str(ckdir / "last.ckpt"))
     assert ckpt.lightning.read_pointer(ckdir / "last.ckpt") == ("lit-orphan", 24)
     state = ckpt.lightning.CkptdCheckpointIO("lit-orphan", socket=daemon.sock).load_checkpoint(ckdir / "last.ckpt")

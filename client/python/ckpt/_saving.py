@@ -87,8 +87,8 @@ class SaveTracking:
     _FALLBACK = "the fallback"
     # After a load of a named step: that step, and (rank 0, listed at the
     # first save after it) the job's steps after it that are complete
-    # (_note_load, _check_not_newer). Off for a Checkpointer whose saves
-    # a framework numbers and resumes by its own pointer (alone=True).
+    # (_note_load, _check_not_newer). Off for alone=True, unless the
+    # framework that numbers the saves turns it on (ckpt.lightning, ckpt.hf).
     _guard_rollback = True
     _loaded_step: Optional[int] = None
     _newer: "Optional[frozenset[int]]" = None
@@ -199,7 +199,8 @@ class SaveTracking:
 
     def _note_load(self, step: Optional[int]) -> None:
         """This process loads a named step (rolls back, maybe; None: the
-        latest, which forgets an earlier one). At the first
+        latest, which forgets an earlier one; -1: none, a first save with
+        exist_ok that did not load, _check_fresh). At the first
         save after it, rank 0 lists the job's steps after it that are
         complete (one listing), and a save of one of them raises
         (_check_not_newer): ckptd never overwrites a complete step, and a
@@ -231,20 +232,39 @@ class SaveTracking:
         if not still:
             self._newer = self._newer - {step}
             return
-        if self._replace_newer is not None:
+        if self._replace_newer is not None and self._loaded_step >= 0:
             self._replace_newer(step)
-            try:
-                self.client.delete(step)
-            except CkptError as e:
-                if e.errno != errno.ENOENT:
-                    raise
-            self._newer = self._newer - {step}
+            self._remove_newer(step)
             return
+        if self._loaded_step < 0:
+            raise CkptError(errno.EEXIST,
+                            f"step {step} of job '{self.job}' is complete already, and this process adds steps to "
+                            f"the job (exist_ok) without loading from it: ckptd never overwrites a complete step, "
+                            f"and this save would never be loaded; remove that step first (ckptctl rm {self.job} "
+                            f"{step}, or Client.delete), load() to continue the job, or save under other step numbers")
         raise CkptError(errno.EEXIST,
                         f"step {step} of job '{self.job}' is complete already, after step {self._loaded_step} that "
                         f"this process loaded: ckptd never overwrites a complete step, and this save would never be "
                         f"loaded; to go on from step {self._loaded_step}, remove the job's steps after it first "
                         f"(ckptctl rm {self.job} STEP, or Client.delete) or save under other step numbers")
+
+    def _remove_newer(self, step: int) -> None:
+        """Remove complete step (an earlier run's, after the loaded one)
+        so that this save replaces it; raise, saying so, if it stays
+        complete (a later step refers to it, a load reads it). EBUSY that
+        left only a young incomplete attempt (a save in flight elsewhere:
+        docs/architecture.md "What a removal leaves") removed the step."""
+        client = self.client
+        assert client is not None  # _check_not_newer's caller has one
+        try:
+            client.delete(step)
+        except CkptError as e:
+            if e.errno != errno.ENOENT and any(s["step"] == step and s["complete"]
+                                               for s in client.list(self.job) if s["job"] == self.job):
+                raise CkptError(e.errno, f"step {step} of job '{self.job}', complete from an earlier run after step "
+                                f"{self._loaded_step} that this process loaded, could not be removed to save it "
+                                f"again: {e.strerror}") from e
+        self._newer = (self._newer or frozenset()) - {step}
 
     def _check_fresh(self):
         """The first save into a job with steps, by a process that did not
@@ -253,6 +273,11 @@ class SaveTracking:
         next save)."""
         if self.exist_ok or self.rank != 0 or (self.client.socket, self.job) in _resumed:
             self._fresh_checked = True
+            if (self.exist_ok and self.rank == 0 and self._guard_rollback and self._loaded_step is None
+                    and (self.client.socket, self.job) not in _resumed):
+                # Steps added to a job with steps: a save of a complete one
+                # raises too (as after a load of step -1; one listing).
+                self._note_load(-1)
             return
         try:
             # Complete steps only: every rank's save of a step is in it, rank

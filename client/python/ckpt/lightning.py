@@ -30,6 +30,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import sys
 import threading
 import warnings
@@ -45,6 +46,8 @@ from .client import CkptError
 from .torch import Checkpointer, SaveFuture, _failure
 
 POINTER = "ckptd-step"
+# A pointer being written (_write_pointer): PATH.tmp.PID, renamed over PATH.
+_TMP = re.compile(r"\.tmp\.[0-9]+$")
 
 __all__ = ["CkptdCheckpointIO", "read_pointer"]
 
@@ -78,6 +81,18 @@ def _fsync_dir(d: str) -> None:
         os.close(fd)
 
 
+def _checkpoint_dirs(checkpoint: Dict[str, Any]) -> Set[str]:
+    """Every ModelCheckpoint's dirpath, from the callbacks' state in a
+    checkpoint Lightning saves (the plugin sees no trainer)."""
+    dirs: Set[str] = set()
+    callbacks = checkpoint.get("callbacks")
+    for state in (callbacks.values() if isinstance(callbacks, dict) else ()):
+        d = state.get("dirpath") if isinstance(state, dict) else None
+        if isinstance(d, (str, os.PathLike)):
+            dirs.add(os.path.abspath(os.fspath(d)))
+    return dirs
+
+
 class CkptdCheckpointIO(CheckpointIO):
     """Lightning's CheckpointIO through ckptd: each checkpoint is step
     global_step of job, and its path holds a pointer file once durable
@@ -102,10 +117,10 @@ class CkptdCheckpointIO(CheckpointIO):
         self._lock = threading.Lock()
         self._saves: Dict[int, SaveFuture] = {}  # of this process's saves, by step (kept past teardown)
         self._pointers: Dict[str, int] = {}  # path -> step its pointer names, or will once the step is durable
-        self._dirs: Set[str] = set()      # directories holding this plugin's pointers
+        self._dirs: Set[str] = set()      # directories holding this plugin's pointers (and ModelCheckpoint's)
         self._orphans: Set[int] = set()   # steps whose pointer went or was replaced: removed once none names them
         self._reported: Set[int] = set()  # steps whose failure was raised already
-        self._resumed: Optional[int] = None  # the step load_checkpoint loaded from ckptd
+        self._resumed: Optional[int] = None  # the step load_checkpoint loaded from ckptd (until teardown)
         self._torn_down = False
 
     def _checkpointer(self) -> Checkpointer:
@@ -128,15 +143,23 @@ class CkptdCheckpointIO(CheckpointIO):
         save would be durable but never loaded. A step a pointer names is
         a checkpoint of its own (a resume from an older one): ckptd keeps
         one state per step, where Lightning would version the new file's
-        name, so the save raises EEXIST."""
+        name, so the save raises EEXIST; so does any, with remove_steps
+        False (steps no pointer names are kept then). The pointers looked
+        at are those in the directory resumed from, in those saved to, and
+        in every ModelCheckpoint's dirpath (save_checkpoint)."""
         self._flush_pointers()
         with self._lock:
             paths = sorted(p for p, s in self._pointer_files().items() if s == step)
+        what = f"step {step} of job '{self.job}' is complete already"
+        after = f"after step {self._resumed} that this run resumed from"
         if paths:
-            raise CkptError(errno.EEXIST, f"step {step} of job '{self.job}' is complete already and {paths[0]} "
-                            f"names it, after step {self._resumed} that this run resumed from: ckptd keeps one "
-                            f"state per step; resume from the newest checkpoint, or remove the later ones first "
-                            f"(their files, and ckptctl rm {self.job} STEP)")
+            raise CkptError(errno.EEXIST, f"{what} and {paths[0]} names it, {after}: ckptd keeps one state per "
+                            f"step; resume from the newest checkpoint, or remove the later ones first (their "
+                            f"files, and ckptctl rm {self.job} STEP)")
+        if not self.remove_steps:
+            raise CkptError(errno.EEXIST, f"{what}, {after}, and no pointer names it (a run that died before "
+                            f"writing it); with remove_steps=False it is not removed: remove it (ckptctl rm "
+                            f"{self.job} {step}) to save it again")
 
     def _write_pointer(self, path: str, step: int) -> None:
         """Write path's pointer to step (fsync'd, then renamed over the
@@ -172,7 +195,9 @@ class CkptdCheckpointIO(CheckpointIO):
             except OSError:
                 continue
             for n in names:
-                p = None if n.endswith(".tmp." + str(os.getpid())) else read_pointer(os.path.join(d, n))
+                # A pointer being written, or left half-way by a run that
+                # died: the step it names is not named yet.
+                p = None if _TMP.search(n) else read_pointer(os.path.join(d, n))
                 if p is not None and p[0] == self.job:
                     found[os.path.join(d, n)] = p[1]
         return found
@@ -243,12 +268,13 @@ class CkptdCheckpointIO(CheckpointIO):
         with self._lock:
             fut = self._saves.get(step)
             self._dirs.add(d)
+            self._dirs.update(_checkpoint_dirs(checkpoint))
         if fut is None:
             try:
                 fut = self._checkpointer().save(checkpoint, step)
             except CkptError as e:
-                if e.errno == errno.EEXIST and self._resumed is not None:
-                    raise  # a step after the resumed one, named (_replace_unnamed)
+                if e.errno == errno.EEXIST and (self._resumed is not None or self.exist_ok):
+                    raise  # the rollback guard's, saying what to do (_replace_unnamed, exist_ok)
                 if e.errno == errno.EEXIST:
                     raise CkptError(e.errno, f"{e.strerror}. With Lightning: trainer.fit(model, ckpt_path=PATH "
                                     "of last.ckpt) resumes, or CkptdCheckpointIO(job, exist_ok=True)") from None
@@ -331,6 +357,7 @@ class CkptdCheckpointIO(CheckpointIO):
                 warnings.warn(f"{e} (while fit was ending on an earlier error)", RuntimeWarning, stacklevel=2)
         finally:
             self._torn_down = True
+            self._resumed = None  # a load for validate() or test() is not a resume of a later fit()
             if self._cp is not None:
                 self._cp.close(wait=False)
                 self._cp = None

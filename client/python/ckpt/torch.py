@@ -175,7 +175,8 @@ class Checkpointer(SaveTracking):
         ckpt.dcp.Reader): a new run that reuses a job name fails at once,
         not when its first step reaches storage. exist_ok=True saves
         anyway (a step that exists still fails: steps are never
-        overwritten). Checked on rank 0 only: one listing per job.
+        overwritten; a complete one raises at once, on rank 0, as it would
+        never be loaded). Checked on rank 0 only: one listing per job.
 
         compress: whether ckptd stores each save's shard compressed
         (lossless byte planes and zstd; docs/format.md "Pieces"): None (the
@@ -328,7 +329,8 @@ class Checkpointer(SaveTracking):
         earlier save nobody saw (CkptError naming its step), and
         CkptError(EEXIST) at the first save into a job with steps that
         this process did not load (exist_ok), and for a step that was
-        complete when this process loaded an earlier one by number (it
+        complete when this process loaded an earlier one by number, or
+        added steps with exist_ok (it
         would never be loaded: docs/python.md "A rollback saves only steps
         that will load"). tier (docs/tiers.md "Tiers"):
         "durable" uploads it; "memory" keeps it in this node's ckptd only
