@@ -8,6 +8,7 @@ import socket as socketlib
 import subprocess
 import sys
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -213,3 +214,28 @@ def test_a_step_that_cannot_be_removed_fails_the_replacing_save(daemon):
         cp.save({"f": frozen + 1}, 2).durable.result(60)  # nothing refers to 2: replaced
         got = {"f": torch.zeros(512, 1024)}
         assert cp.load(got, step=2)[0] == 2 and torch.equal(got["f"], frozen + 1)
+
+
+def test_a_step_a_dead_launch_completes_after_the_load_of_latest_is_replaced(daemon):
+    """A relaunch loads "latest" (2) while the dead launch's save of 3 is
+    still in flight; ckptd finishes it. The relaunch's save of 3 replaces
+    it, with a warning, instead of being durable and never loaded: step 3
+    loads the relaunch's values."""
+    code = ("import sys, torch, ckpt.torch\n"
+            "with ckpt.torch.Checkpointer('in-flight', socket=sys.argv[1]) as cp:\n"
+            "    for s in (1, 2):\n"
+            "        cp.save({'w': torch.full((64,), float(s))}, s).durable.result(60)\n")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"))
+    p = subprocess.run([sys.executable, "-c", code, daemon.sock], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    with ckpt.torch.Checkpointer("in-flight", socket=daemon.sock) as cp:
+        got = {"w": torch.zeros(64)}
+        assert cp.load(got)[0] == 2
+        with ckpt.torch.Checkpointer("in-flight", socket=daemon.sock, attempt_id="dead-launch") as dead:
+            dead.save({"w": torch.full((64,), -3.0)}, 3).durable.result(60)  # finished after the load
+        with pytest.warns(UserWarning, match=r"step 3 of job 'in-flight', complete from an earlier run after "
+                                             r"step 2 that this process loaded, is replaced"):
+            cp.save({"w": torch.full((64,), 3.0)}, 3).durable.result(60)
+        got = {"w": torch.zeros(64)}
+        assert cp.load(got, step=3)[0] == 3 and got["w"][0].item() == 3.0

@@ -10,6 +10,7 @@ import concurrent.futures
 import errno
 import re
 import time
+import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 from .client import _CONNECTION_ERRNOS, LATEST, CkptError, Client, Superseded
@@ -91,6 +92,7 @@ class SaveTracking:
     # framework that numbers the saves turns it on (ckpt.lightning, ckpt.hf).
     _guard_rollback = True
     _loaded_step: Optional[int] = None
+    _loaded_latest = False  # _loaded_step was the latest complete step when loaded
     _newer: "Optional[frozenset[int]]" = None
     # How a framework that numbers its own steps (alone=True) replaces a
     # step after the loaded one instead of raising: called with the step,
@@ -197,10 +199,14 @@ class SaveTracking:
         left = None if end is None else max(0.0, end - time.monotonic())
         return self.client.wait_complete(int(step), timeout=left)
 
-    def _note_load(self, step: Optional[int]) -> None:
+    def _note_load(self, step: Optional[int], latest: bool = False) -> None:
         """This process loads a named step (rolls back, maybe; None: the
-        latest, which forgets an earlier one; -1: none, a first save with
-        exist_ok that did not load, _check_fresh). At the first
+        latest, not yet resolved, which forgets an earlier one; -1: none,
+        a first save with exist_ok that did not load, _check_fresh), or
+        with latest the step "latest" resolved to: a step after it that is
+        complete by the first save was a dead launch's save in flight at
+        the load, which ckptd finished since, and a save of it replaces it
+        (_remove_newer). At the first
         save after it, rank 0 lists the job's steps after it that are
         complete (one listing), and a save of one of them raises
         (_check_not_newer): ckptd never overwrites a complete step, and a
@@ -208,7 +214,7 @@ class SaveTracking:
         loaded (the attempt that completed first is the step;
         docs/format.md "Attempts"). Only rank 0 asks, as _check_fresh."""
         if self.rank == 0 and self._guard_rollback:
-            self._loaded_step, self._newer = step, None
+            self._loaded_step, self._newer, self._loaded_latest = step, None, latest
 
     def _check_not_newer(self, step: int) -> None:
         """Raise CkptError(EEXIST) for a save of a step that was complete
@@ -232,8 +238,9 @@ class SaveTracking:
         if not still:
             self._newer = self._newer - {step}
             return
-        if self._replace_newer is not None and self._loaded_step >= 0:
-            self._replace_newer(step)
+        if self._loaded_latest or (self._replace_newer is not None and self._loaded_step >= 0):
+            if self._replace_newer is not None:
+                self._replace_newer(step)
             self._remove_newer(step)
             return
         if self._loaded_step < 0:
@@ -265,6 +272,8 @@ class SaveTracking:
                                 f"{self._loaded_step} that this process loaded, could not be removed to save it "
                                 f"again: {e.strerror}") from e
         self._newer = (self._newer or frozenset()) - {step}
+        warnings.warn(f"ckpt: step {step} of job '{self.job}', complete from an earlier run after step "
+                      f"{self._loaded_step} that this process loaded, is replaced by this save", stacklevel=4)
 
     def _check_fresh(self):
         """The first save into a job with steps, by a process that did not

@@ -451,6 +451,8 @@ class Checkpointer(SaveTracking):
         assert self.client is not None, "open: _check_open"
         concurrent.futures.wait([x for f in self._inflight for x in _phases(f)])  # "latest" includes them
         number = self._resolve_step(step)
+        if step in ("latest", LATEST):
+            self._note_load(number, latest=True)
         meta = self._meta(number)
         saved = meta["leaves"]
         if target is None:

@@ -443,6 +443,8 @@ class Checkpointer(SaveTracking):
         concurrent.futures.wait([x for f in self._inflight for x in _phases(f)])
         _resumed.add((self.client.socket, self.job))
         number = self._resolve_step(step)
+        if step in ("latest", LATEST):
+            self._note_load(number, latest=True)
         # This rank's manifest only (rank 0's past the saved world size):
         # one manifest read, not world_size of them.
         _, mine = self.client.show(self.job, number, rank=self.rank)
