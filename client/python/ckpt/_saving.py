@@ -206,13 +206,18 @@ class SaveTracking:
         with latest the step "latest" resolved to: a step after it that is
         complete by the first save was a dead launch's save in flight at
         the load, which ckptd finished since, and a save of it replaces it
-        (_remove_newer). At the first
+        (_remove_newer); in a world of one process only: with several
+        ranks the others' saves of that step would meet the removal (the
+        step's lock on a node, a pinned step refusing them), so there the
+        latest forgets, as before. At the first
         save after it, rank 0 lists the job's steps after it that are
         complete (one listing), and a save of one of them raises
         (_check_not_newer): ckptd never overwrites a complete step, and a
         save of it under this launch's attempt would be durable but never
         loaded (the attempt that completed first is the step;
         docs/format.md "Attempts"). Only rank 0 asks, as _check_fresh."""
+        if latest and self.world_size != 1:
+            step, latest = None, False
         if self.rank == 0 and self._guard_rollback:
             self._loaded_step, self._newer, self._loaded_latest = step, None, latest
 
