@@ -239,3 +239,30 @@ def test_a_step_a_dead_launch_completes_after_the_load_of_latest_is_replaced(dae
             cp.save({"w": torch.full((64,), 3.0)}, 3).durable.result(60)
         got = {"w": torch.zeros(64)}
         assert cp.load(got, step=3)[0] == 3 and got["w"][0].item() == 3.0
+
+
+def test_with_several_ranks_a_step_completed_after_the_load_of_latest_is_named_not_replaced(daemon):
+    """Two ranks: the same race as above. Removing the step while the
+    other ranks save it would meet their saves, so rank 0 only warns that
+    its save is durable but the earlier launch's step is the one that
+    loads; nothing is removed."""
+    def cps(attempt):
+        return [ckpt.torch.Checkpointer("in-flight-2", rank=r, world_size=2, socket=daemon.sock,
+                                        attempt_id=attempt, exist_ok=True) for r in (0, 1)]
+    first = cps("launch-1")
+    for s in (1, 2):
+        for r, cp in enumerate(first):
+            cp.save({"w": torch.full((64,), float(10 * s + r))}, s).durable.result(60)
+    again = ckpt.torch.Checkpointer("in-flight-2", rank=0, world_size=2, socket=daemon.sock, attempt_id="launch-2")
+    got = {"w": torch.zeros(64)}
+    assert again.load(got)[0] == 2
+    for r, cp in enumerate(first):  # launch 1's save of 3, finished after the load
+        cp.save({"w": torch.full((64,), float(30 + r))}, 3).durable.result(60)
+        cp.close()
+    with pytest.warns(UserWarning, match=r"step 3 of job 'in-flight-2' is complete already, from an earlier launch "
+                                         r".* after this launch loaded step 2: with several ranks it is not replaced"):
+        again.save({"w": torch.full((64,), -1.0)}, 3).durable.result(60)
+    again.close()
+    with ckpt.torch.Checkpointer("in-flight-2", rank=0, world_size=2, socket=daemon.sock) as cp:
+        got = {"w": torch.zeros(64)}
+        assert cp.load(got, step=3)[0] == 3 and got["w"][0].item() == 30.0

@@ -208,16 +208,14 @@ class SaveTracking:
         the load, which ckptd finished since, and a save of it replaces it
         (_remove_newer); in a world of one process only: with several
         ranks the others' saves of that step would meet the removal (the
-        step's lock on a node, a pinned step refusing them), so there the
-        latest forgets, as before. At the first
+        step's lock on a node, a pinned step refusing them), so there rank
+        0 warns that the earlier launch's step stays the step. At the first
         save after it, rank 0 lists the job's steps after it that are
         complete (one listing), and a save of one of them raises
         (_check_not_newer): ckptd never overwrites a complete step, and a
         save of it under this launch's attempt would be durable but never
         loaded (the attempt that completed first is the step;
         docs/format.md "Attempts"). Only rank 0 asks, as _check_fresh."""
-        if latest and self.world_size != 1:
-            step, latest = None, False
         if self.rank == 0 and self._guard_rollback:
             self._loaded_step, self._newer, self._loaded_latest = step, None, latest
 
@@ -242,6 +240,13 @@ class SaveTracking:
         still = any(s["step"] == step and s["complete"] for s in self.client.list(self.job) if s["job"] == self.job)
         if not still:
             self._newer = self._newer - {step}
+            return
+        if self._loaded_latest and self.world_size != 1:
+            self._newer = self._newer - {step}
+            warnings.warn(f"ckpt: step {step} of job '{self.job}' is complete already, from an earlier launch whose "
+                          f"save ckptd finished after this launch loaded step {self._loaded_step}: with several ranks "
+                          f"it is not replaced, so this save is durable but the earlier launch's step {step} is the "
+                          f"one that loads", stacklevel=3)
             return
         if self._loaded_latest or (self._replace_newer is not None and self._loaded_step >= 0):
             if self._replace_newer is not None:
