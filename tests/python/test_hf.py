@@ -84,3 +84,19 @@ def test_hf_resume_from_an_older_step_replaces_the_later_ones(daemon, tmp_path):
         state: dict = {}
         cp.load(state, step=12)
     assert same(state["model"], second["weights"]), "step 12 is not the resumed run's"
+
+
+def test_hf_exist_ok_adds_steps_and_refuses_a_complete_one(daemon):
+    """CkptdCallback(exist_ok=True) without a resume adds steps to the job:
+    a save of a step another run completed raises EEXIST (it would never
+    be loaded); a new one saves."""
+    import ckpt.hf
+    with ckpt.torch.Checkpointer("hf-add", socket=daemon.sock, alone=True, attempt_id="earlier-run") as cp:
+        cp.save({"w": torch.ones(4)}, 4).durable.result(60)
+    cp = ckpt.hf.CkptdCallback("hf-add", socket=daemon.sock, exist_ok=True)._checkpointer()
+    try:
+        with pytest.raises(ckpt.CkptError, match=r"step 4 of job 'hf-add' is complete already, and this process adds"):
+            cp.save({"w": torch.zeros(4)}, 4)
+        cp.save({"w": torch.zeros(4)}, 8).durable.result(60)
+    finally:
+        cp.close()

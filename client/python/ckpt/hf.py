@@ -81,12 +81,13 @@ class CkptdCallback(TrainerCallback):
         if self._cp is None:
             cp = Checkpointer(self.job, socket=self.socket, attempt_id=self.attempt_id, alone=True,
                               exist_ok=self.exist_ok or self._resumed is not None, storage=self.storage)
+            cp._guard_rollback = True  # exist_ok without a resume: a complete step raises
             if self._resumed is not None:
                 # A step after the resumed one that ckptd holds complete
                 # is replaced when saved again (removed, then saved), as
                 # the Trainer writes a checkpoint-N directory over an old
                 # one; kept, the save would be durable but never loaded.
-                cp._guard_rollback, cp._replace_newer = True, lambda step: None
+                cp._replace_newer = lambda step: None
                 cp._note_load(self._resumed)
             self._cp = cp
         return self._cp
@@ -117,6 +118,8 @@ class CkptdCallback(TrainerCallback):
         try:
             fut = self._checkpointer().save(sd, state.global_step, extra=extra)  # returns once staged
         except CkptError as e:
+            if e.errno == errno.EEXIST and (self.exist_ok or self._resumed is not None):
+                raise  # the rollback guard's, saying what to do
             if e.errno == errno.EEXIST:
                 raise CkptError(e.errno, f"{e.strerror}. With the Trainer: train(resume_from_checkpoint="
                                 "ckpt.hf.checkpoint_dir(job, output_dir)) resumes, or CkptdCallback(job, "
