@@ -235,6 +235,9 @@ def test_dcp_reused_job_fails_at_first_save_unless_loaded(daemon):
         with pytest.raises(BaseException, match="dcpagain. already has complete step 1"):  # not an Exception
             dcp.save({"t": small}, storage_writer=cd.Writer("dcpagain", step=2, socket=daemon.sock))
         dcp.save({"t": small}, storage_writer=cd.Writer("dcpagain", step=2, socket=daemon.sock, exist_ok=True))
+        # exist_ok adds steps: one complete already raises (it would never load).
+        with pytest.raises(ckpt.CkptError, match="step 1 of job 'dcpagain' is complete already, and this process adds"):
+            dcp.async_save({"t": small}, storage_writer=cd.Writer("dcpagain", step=1, socket=daemon.sock, exist_ok=True))
         cd.close_all()
         ckpt.torch._resumed.clear()
         got = {"t": torch.zeros(1000, dtype=torch.float32)}

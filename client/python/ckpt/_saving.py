@@ -285,15 +285,19 @@ class SaveTracking:
         warnings.warn(f"ckpt: step {step} of job '{self.job}', complete from an earlier run after step "
                       f"{self._loaded_step} that this process loaded, is replaced by this save", stacklevel=4)
 
-    def _check_fresh(self):
+    def _check_fresh(self, exist_ok: Optional[bool] = None) -> None:
         """The first save into a job with steps, by a process that did not
-        load from it, raises (exist_ok; rank 0 asks the daemon once it
+        load from it, raises (exist_ok: this Checkpointer's, or the
+        caller's, a ckpt.dcp Writer's; rank 0 asks the daemon once it
         answered: a refusal, or a listing that failed, asks again at the
         next save)."""
-        if self.exist_ok or self.rank != 0 or (self.client.socket, self.job) in _resumed:
+        exist_ok = self.exist_ok if exist_ok is None else exist_ok
+        client = self.client
+        assert client is not None  # a save's caller has one
+        if exist_ok or self.rank != 0 or (client.socket, self.job) in _resumed:
             self._fresh_checked = True
-            if (self.exist_ok and self.rank == 0 and self._guard_rollback and self._loaded_step is None
-                    and (self.client.socket, self.job) not in _resumed):
+            if (exist_ok and self.rank == 0 and self._guard_rollback and self._loaded_step is None
+                    and (client.socket, self.job) not in _resumed):
                 # Steps added to a job with steps: a save of a complete one
                 # raises too (as after a load of step -1; one listing).
                 self._note_load(-1)
@@ -302,7 +306,7 @@ class SaveTracking:
             # Complete steps only: every rank's save of a step is in it, rank
             # 0's too, so none is this run's (the other ranks' first saves
             # may be listed already, incomplete).
-            steps = sorted({s["step"] for s in self.client.list(self.job) if s["job"] == self.job and s["complete"]})
+            steps = sorted({s["step"] for s in client.list(self.job) if s["job"] == self.job and s["complete"]})
         except CkptError as e:
             if e.errno in _CONNECTION_ERRNOS and e.errno != errno.ENOENT:
                 raise

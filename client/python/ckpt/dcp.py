@@ -234,8 +234,8 @@ class Writer(StorageWriter, AsyncStager):
         """Start the save of items as this Writer's step."""
         step = self._step()
         cp = self._cp()
-        if not self.exist_ok and not cp._fresh_checked:
-            cp._check_fresh()
+        if not cp._fresh_checked:
+            cp._check_fresh(self.exist_ok)
         cp._check_not_newer(step)
         client, regs, _ = cp._live()
         tensors = [(n, t) for n, t, _, _ in items]
