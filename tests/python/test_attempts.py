@@ -112,6 +112,15 @@ def test_one_process_one_attempt(daemon):
     assert _attempt.default(4, lambda proposal: None) is None
 
 
+def _earlier_launch(daemon, code):
+    """Run code (sys.argv[1]: ckptd's socket) in another process: an
+    earlier launch, with an attempt of its own."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"))
+    p = subprocess.run([sys.executable, "-c", code, daemon.sock], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+
+
 def test_a_rollback_does_not_save_a_step_that_would_never_load(daemon):
     """Steps 1 to 4 saved by an earlier launch (another process: another
     attempt). A process that loaded step 2: a save of 3 raises EEXIST at
@@ -119,14 +128,11 @@ def test_a_rollback_does_not_save_a_step_that_would_never_load(daemon):
     durable and never loaded: the attempt that completed first is the
     step); a new step saves; once 3 is removed, 3 saves and loads. Loading
     the latest step, or saving past it, raises nothing."""
-    code = ("import sys, torch, ckpt.torch\n"
-            "with ckpt.torch.Checkpointer('rollback', socket=sys.argv[1]) as cp:\n"
-            "    for s in (1, 2, 3, 4):\n"
-            "        cp.save({'w': torch.full((64,), float(s))}, s).durable.result(60)\n")
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"))
-    p = subprocess.run([sys.executable, "-c", code, daemon.sock], env=env, capture_output=True, text=True,
-                       timeout=120)
-    assert p.returncode == 0, p.stderr
+    _earlier_launch(daemon, (
+        "import sys, torch, ckpt.torch\n"
+        "with ckpt.torch.Checkpointer('rollback', socket=sys.argv[1]) as cp:\n"
+        "    for s in (1, 2, 3, 4):\n"
+        "        cp.save({'w': torch.full((64,), float(s))}, s).durable.result(60)\n"))
     with ckpt.torch.Checkpointer("rollback", socket=daemon.sock) as cp:
         got = {"w": torch.zeros(64)}
         assert cp.load(got, step=4)[0] == 4  # the latest, by number: nothing after it
@@ -152,13 +158,10 @@ def test_exist_ok_adds_steps_and_raises_for_a_complete_one(daemon):
     """exist_ok=True adds steps to a job another launch saved: a save of a
     step it completed raises EEXIST at once (durable, it would never be
     loaded), saying what to do; a new step saves."""
-    code = ("import sys, torch, ckpt.torch\n"
-            "with ckpt.torch.Checkpointer('adding', socket=sys.argv[1]) as cp:\n"
-            "    cp.save({'w': torch.ones(64)}, 1).durable.result(60)\n")
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"))
-    p = subprocess.run([sys.executable, "-c", code, daemon.sock], env=env, capture_output=True, text=True,
-                       timeout=120)
-    assert p.returncode == 0, p.stderr
+    _earlier_launch(daemon, (
+        "import sys, torch, ckpt.torch\n"
+        "with ckpt.torch.Checkpointer('adding', socket=sys.argv[1]) as cp:\n"
+        "    cp.save({'w': torch.ones(64)}, 1).durable.result(60)\n"))
     with ckpt.torch.Checkpointer("adding", socket=daemon.sock, exist_ok=True) as cp:
         try:
             cp.save({"w": torch.zeros(64)}, 1)
@@ -189,16 +192,13 @@ def test_a_step_that_cannot_be_removed_fails_the_replacing_save(daemon):
     lost."""
     g = torch.Generator().manual_seed(5)
     frozen = torch.randn(512, 1024, generator=g)  # 2 MiB, referred to by later steps
-    code = ("import sys, torch, ckpt.torch\n"
-            "g = torch.Generator().manual_seed(5); frozen = torch.randn(512, 1024, generator=g)\n"
-            "with ckpt.torch.Checkpointer('unremovable', socket=sys.argv[1], incremental=True) as cp:\n"
-            "    cp.save({'f': torch.zeros(512, 1024)}, 0).durable.result(60)\n"
-            "    for s in (1, 2):\n"
-            "        cp.save({'f': frozen}, s).durable.result(60)\n")
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"))
-    p = subprocess.run([sys.executable, "-c", code, daemon.sock], env=env, capture_output=True, text=True,
-                       timeout=120)
-    assert p.returncode == 0, p.stderr
+    _earlier_launch(daemon, (
+        "import sys, torch, ckpt.torch\n"
+        "g = torch.Generator().manual_seed(5); frozen = torch.randn(512, 1024, generator=g)\n"
+        "with ckpt.torch.Checkpointer('unremovable', socket=sys.argv[1], incremental=True) as cp:\n"
+        "    cp.save({'f': torch.zeros(512, 1024)}, 0).durable.result(60)\n"
+        "    for s in (1, 2):\n"
+        "        cp.save({'f': frozen}, s).durable.result(60)\n"))
     with ckpt.torch.Checkpointer("unremovable", socket=daemon.sock, alone=True) as cp:
         cp._guard_rollback, cp._replace_newer = True, lambda step: None  # as ckpt.hf does
         got = {"f": torch.zeros(512, 1024)}
@@ -221,14 +221,11 @@ def test_a_step_a_dead_launch_completes_after_the_load_of_latest_is_replaced(dae
     still in flight; ckptd finishes it. The relaunch's save of 3 replaces
     it, with a warning, instead of being durable and never loaded: step 3
     loads the relaunch's values."""
-    code = ("import sys, torch, ckpt.torch\n"
-            "with ckpt.torch.Checkpointer('in-flight', socket=sys.argv[1]) as cp:\n"
-            "    for s in (1, 2):\n"
-            "        cp.save({'w': torch.full((64,), float(s))}, s).durable.result(60)\n")
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "client", "python"))
-    p = subprocess.run([sys.executable, "-c", code, daemon.sock], env=env, capture_output=True, text=True,
-                       timeout=120)
-    assert p.returncode == 0, p.stderr
+    _earlier_launch(daemon, (
+        "import sys, torch, ckpt.torch\n"
+        "with ckpt.torch.Checkpointer('in-flight', socket=sys.argv[1]) as cp:\n"
+        "    for s in (1, 2):\n"
+        "        cp.save({'w': torch.full((64,), float(s))}, s).durable.result(60)\n"))
     with ckpt.torch.Checkpointer("in-flight", socket=daemon.sock) as cp:
         got = {"w": torch.zeros(64)}
         assert cp.load(got)[0] == 2
